@@ -1,0 +1,149 @@
+/* test_util.h - the tiny harness every gpuhal test uses.
+ *
+ *   TU_TEST(name) { TU_CHECK(x == 1); TU_CHECK_OK(gpuhal_call(...)); }
+ *   TU_MAIN(TU_CASE(name), TU_CASE(other))
+ *
+ * TU_MAIN runs the cases (or those named on the command line), prints one line per case
+ * and then "N passed, N failed, N skipped", and exits 0 (no failures), 1 (failures) or
+ * 77 (every case skipped; CTest shows the test as skipped, not passed).
+ */
+#ifndef GPUHAL_TEST_UTIL_H
+#define GPUHAL_TEST_UTIL_H
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tu_state_s {
+  int failed;  /* checks failed in the current case */
+  int skipped; /* the current case called TU_SKIP */
+  const char* skip_reason;
+} tu_state_t;
+static tu_state_t tu_state;
+
+#define TU_TEST(name) static void tu_case_##name(void)
+#define TU_CASE(name) {#name, tu_case_##name}
+
+#define TU_FAIL_AT(file, line, ...)                  \
+  do {                                               \
+    fprintf(stderr, "  FAIL %s:%d: ", file, line);   \
+    fprintf(stderr, __VA_ARGS__);                    \
+    fprintf(stderr, "\n");                           \
+    tu_state.failed++;                               \
+  } while (0)
+
+#define TU_CHECK(cond)                                               \
+  do {                                                               \
+    if (!(cond)) TU_FAIL_AT(__FILE__, __LINE__, "%s", #cond);        \
+  } while (0)
+#define TU_REQUIRE(cond)                                             \
+  do {                                                               \
+    if (!(cond)) {                                                   \
+      TU_FAIL_AT(__FILE__, __LINE__, "required: %s", #cond);        \
+      return;                                                        \
+    }                                                                \
+  } while (0)
+#define TU_CHECK_EQ_INT(a, b)                                                                   \
+  do {                                                                                          \
+    long long tu_a_ = (long long)(a), tu_b_ = (long long)(b);                                   \
+    if (tu_a_ != tu_b_) TU_FAIL_AT(__FILE__, __LINE__, "%s == %s (%lld != %lld)", #a, #b, tu_a_, tu_b_); \
+  } while (0)
+#define TU_CHECK_STR_CONTAINS(haystack, needle)                                                    \
+  do {                                                                                             \
+    const char* tu_h_ = (haystack);                                                                \
+    if (!tu_h_ || !strstr(tu_h_, (needle)))                                                        \
+      TU_FAIL_AT(__FILE__, __LINE__, "'%s' does not contain '%s'", tu_h_ ? tu_h_ : "(null)", (needle)); \
+  } while (0)
+
+/* For gpuhal statuses (the test must include gpuhal.h first). Frees the status. */
+#define TU_CHECK_OK(expr)                                                               \
+  do {                                                                                  \
+    gpuhal_status_t tu_s_ = (expr);                                                     \
+    if (tu_s_) {                                                                        \
+      TU_FAIL_AT(__FILE__, __LINE__, "%s -> %s", #expr, gpuhal_status_message(tu_s_)); \
+      gpuhal_status_free(tu_s_);                                                        \
+    }                                                                                   \
+  } while (0)
+#define TU_REQUIRE_OK(expr)                                                             \
+  do {                                                                                  \
+    gpuhal_status_t tu_s_ = (expr);                                                     \
+    if (tu_s_) {                                                                        \
+      TU_FAIL_AT(__FILE__, __LINE__, "%s -> %s", #expr, gpuhal_status_message(tu_s_)); \
+      gpuhal_status_free(tu_s_);                                                        \
+      return;                                                                           \
+    }                                                                                   \
+  } while (0)
+/* Checks the code and that the message contains `needle`; frees the status. */
+#define TU_CHECK_STATUS(expr, code, needle)                                                        \
+  do {                                                                                             \
+    gpuhal_status_t tu_s_ = (expr);                                                                \
+    if (gpuhal_status_code(tu_s_) != (code)) {                                                     \
+      TU_FAIL_AT(__FILE__, __LINE__, "%s -> %s, expected %s", #expr, gpuhal_status_message(tu_s_), \
+                 gpuhal_status_code_string(code));                                                 \
+    } else if ((needle) && !strstr(gpuhal_status_message(tu_s_), (needle) ? (needle) : "")) {      \
+      TU_FAIL_AT(__FILE__, __LINE__, "%s -> '%s' does not mention '%s'", #expr,                    \
+                 gpuhal_status_message(tu_s_), (needle) ? (needle) : "");                          \
+    }                                                                                              \
+    gpuhal_status_free(tu_s_);                                                                     \
+  } while (0)
+
+#define TU_SKIP(reason)            \
+  do {                             \
+    tu_state.skipped = 1;          \
+    tu_state.skip_reason = reason; \
+    return;                        \
+  } while (0)
+
+/* 1 when the loaded CUDA driver is softcuda (it exports the softcuda_* query API). */
+static int tu_softcuda(void) {
+  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
+  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  int yes = 0;
+  if (!h) h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW);
+  if (h) {
+    yes = dlsym(h, "softcuda_query_calls") != NULL;
+    dlclose(h);
+  }
+  return yes;
+}
+
+typedef struct tu_case_s {
+  const char* name;
+  void (*fn)(void);
+} tu_case_t;
+
+static int tu_run(const tu_case_t* cases, int count, int argc, char** argv) {
+  int passed = 0, failed = 0, skipped = 0, i, j;
+  for (i = 0; i < count; ++i) {
+    int selected = argc <= 1;
+    for (j = 1; j < argc; ++j) selected |= strcmp(argv[j], cases[i].name) == 0;
+    if (!selected) continue;
+    memset(&tu_state, 0, sizeof(tu_state));
+    fprintf(stderr, "[ RUN  ] %s\n", cases[i].name);
+    cases[i].fn();
+    if (tu_state.failed) {
+      failed++;
+      fprintf(stderr, "[ FAIL ] %s\n", cases[i].name);
+    } else if (tu_state.skipped) {
+      skipped++;
+      fprintf(stderr, "[ SKIP ] %s: %s\n", cases[i].name, tu_state.skip_reason);
+    } else {
+      passed++;
+      fprintf(stderr, "[  OK  ] %s\n", cases[i].name);
+    }
+  }
+  printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  fflush(stdout);
+  if (failed) return 1;
+  if (passed == 0 && skipped > 0) return 77;
+  return 0;
+}
+
+#define TU_MAIN(...)                                                                  \
+  int main(int argc, char** argv) {                                                   \
+    static const tu_case_t tu_cases[] = {__VA_ARGS__};                                \
+    return tu_run(tu_cases, (int)(sizeof(tu_cases) / sizeof(tu_cases[0])), argc, argv); \
+  }
+
+#endif /* GPUHAL_TEST_UTIL_H */
