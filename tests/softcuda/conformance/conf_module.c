@@ -1,0 +1,219 @@
+/* Conformance: modules, functions, parameters, launches, linking, faults. */
+#include "conf.h"
+
+TU_TEST(vector_add_and_saxpy) {
+  CUmodule mv, ms;
+  CUfunction va, sx;
+  CUdeviceptr a, b, c;
+  float ha[1000], hb[1000], hc[1000], alpha = 2.0f;
+  unsigned n = 1000, i;
+  void* args[4];
+  CONF_BEGIN();
+  TU_REQUIRE(conf_ctx(0));
+  CONF_REQUIRE_OK(conf_kernel("vector_add", &mv, &va));
+  CONF_REQUIRE_OK(conf_kernel("saxpy", &ms, &sx));
+  for (i = 0; i < n; ++i) ha[i] = (float)i, hb[i] = 1.0f;
+  CONF_OK(cu.cuMemAlloc(&a, sizeof ha));
+  CONF_OK(cu.cuMemAlloc(&b, sizeof hb));
+  CONF_OK(cu.cuMemAlloc(&c, sizeof hc));
+  CONF_OK(cu.cuMemcpyHtoD(a, ha, sizeof ha));
+  CONF_OK(cu.cuMemcpyHtoD(b, hb, sizeof hb));
+  args[0] = &a, args[1] = &b, args[2] = &c, args[3] = &n;
+  CONF_OK(cu.cuLaunchKernel(va, (n + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+  args[0] = &alpha, args[1] = &a, args[2] = &c, args[3] = &n; /* c = 2a + c */
+  CONF_OK(cu.cuLaunchKernel(sx, (n + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+  CONF_OK(cu.cuMemcpyDtoH(hc, c, sizeof hc));
+  TU_CHECK(hc[0] == 1.0f && hc[999] == 999.0f * 3 + 1);
+  CONF_EQ(cu.cuLaunchKernel(va, 0, 1, 1, 256, 1, 1, 0, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE);
+  CONF_EQ(cu.cuLaunchKernel(va, 1, 1, 1, 2048, 1, 1, 0, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE);
+  CONF_OK(cu.cuMemFree(a));
+  CONF_OK(cu.cuMemFree(b));
+  CONF_OK(cu.cuMemFree(c));
+  CONF_OK(cu.cuModuleUnload(mv));
+  CONF_OK(cu.cuModuleUnload(ms));
+  conf_ctx_done(0);
+}
+
+TU_TEST(extra_param_buffer_and_atomics) {
+  CUmodule m;
+  CUfunction f;
+  CUdeviceptr counter;
+  unsigned v = 0;
+  size_t size = sizeof(CUdeviceptr);
+  void* extra[5];
+  CUstream s1, s2;
+  CONF_BEGIN();
+  TU_REQUIRE(conf_ctx(0));
+  CONF_REQUIRE_OK(conf_kernel("atomic_inc", &m, &f));
+  CONF_OK(cu.cuMemAlloc(&counter, 4));
+  CONF_OK(cu.cuMemsetD32(counter, 0, 1));
+  CONF_OK(cu.cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CONF_OK(cu.cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+  extra[1] = &counter;
+  extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+  extra[3] = &size;
+  extra[4] = CU_LAUNCH_PARAM_END;
+  CONF_OK(cu.cuLaunchKernel(f, 10, 2, 1, 32, 2, 1, 0, s1, NULL, extra));
+  CONF_OK(cu.cuLaunchKernel(f, 5, 1, 1, 64, 1, 1, 0, s2, NULL, extra));
+  CONF_OK(cu.cuStreamSynchronize(s1));
+  CONF_OK(cu.cuStreamSynchronize(s2));
+  CONF_OK(cu.cuMemcpyDtoH(&v, counter, 4));
+  TU_CHECK_EQ_INT(v, 10 * 2 * 32 * 2 + 5 * 64);
+  CONF_OK(cu.cuStreamDestroy(s1));
+  CONF_OK(cu.cuStreamDestroy(s2));
+  CONF_OK(cu.cuMemFree(counter));
+  CONF_OK(cu.cuModuleUnload(m));
+  conf_ctx_done(0);
+}
+
+TU_TEST(functions_and_params) {
+  CUmodule m;
+  CUfunction f, f2;
+  int v = 0;
+  size_t off = 0, size = 0;
+  const char* name = NULL;
+  CONF_BEGIN();
+  TU_REQUIRE(conf_ctx(0));
+  CONF_REQUIRE_OK(conf_kernel("saxpy", &m, &f));
+  CONF_OK(cu.cuModuleGetFunction(&f2, m, "saxpy"));
+  TU_CHECK(f2 == f);
+  CONF_EQ(cu.cuModuleGetFunction(&f2, m, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+  CONF_OK(cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
+  TU_CHECK(v >= 128);
+  CONF_OK(cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_PTX_VERSION, f));
+  TU_CHECK(v >= 75);
+  CONF_OK(cu.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 65536));
+  CONF_OK(cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f));
+  TU_CHECK_EQ_INT(v, 65536);
+  if (cu.cuFuncGetParamInfo) {
+    /* saxpy(float a, const float* x, float* y, unsigned n) */
+    CONF_OK(cu.cuFuncGetParamInfo(f, 0, &off, &size));
+    TU_CHECK(off == 0 && size == 4);
+    CONF_OK(cu.cuFuncGetParamInfo(f, 1, &off, &size));
+    TU_CHECK(off == 8 && size == 8);
+    CONF_OK(cu.cuFuncGetParamInfo(f, 3, &off, &size));
+    TU_CHECK(off == 24 && size == 4);
+    CONF_EQ(cu.cuFuncGetParamInfo(f, 4, &off, &size), CUDA_ERROR_INVALID_VALUE);
+  }
+  if (cu.cuFuncGetName) {
+    CONF_OK(cu.cuFuncGetName(&name, f));
+    TU_CHECK(name && strcmp(name, "saxpy") == 0);
+  }
+  CONF_OK(cu.cuModuleUnload(m));
+  conf_ctx_done(0);
+}
+
+TU_TEST(bad_images) {
+  CUmodule m;
+  static const unsigned char junk[] = {0xba, 0xdc, 0x0f, 0xfe, 1, 2, 3, 4, 0};
+  static const char bad_ptx[] = ".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry k(.param .u64 )\n{ ret; }\n";
+  CONF_BEGIN();
+  TU_REQUIRE(conf_ctx(0));
+  CONF_EQ(cu.cuModuleLoadData(&m, junk), CUDA_ERROR_INVALID_IMAGE);
+  CONF_EQ(cu.cuModuleLoadData(&m, bad_ptx), CUDA_ERROR_INVALID_PTX);
+  conf_ctx_done(0);
+}
+
+TU_TEST(load_ex_and_link) {
+  char* ptx = conf_read_ptx("fill_u32");
+  char* ptx2 = conf_read_ptx("vector_add");
+  CUmodule m;
+  CUfunction f;
+  CUlinkState link;
+  void* cubin = NULL;
+  size_t cubin_size = 0;
+  char info[256], err[256];
+  CUjit_option opts[4] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
+                          CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* vals[4];
+  CONF_BEGIN();
+  TU_REQUIRE(ptx && ptx2);
+  TU_REQUIRE(conf_ctx(0));
+  vals[0] = info, vals[1] = (void*)(uintptr_t)sizeof info, vals[2] = err, vals[3] = (void*)(uintptr_t)sizeof err;
+  CONF_OK(cu.cuModuleLoadDataEx(&m, ptx, 4, opts, vals));
+  CONF_OK(cu.cuModuleGetFunction(&f, m, "fill_u32"));
+  CONF_OK(cu.cuModuleUnload(m));
+  CONF_OK(cu.cuLinkCreate(0, NULL, NULL, &link));
+  CONF_OK(cu.cuLinkAddData(link, CU_JIT_INPUT_PTX, ptx, strlen(ptx) + 1, "fill_u32.ptx", 0, NULL, NULL));
+  CONF_OK(cu.cuLinkAddData(link, CU_JIT_INPUT_PTX, ptx2, strlen(ptx2) + 1, "vector_add.ptx", 0, NULL, NULL));
+  CONF_OK(cu.cuLinkComplete(link, &cubin, &cubin_size));
+  TU_REQUIRE(cubin && cubin_size > 4);
+  TU_CHECK(memcmp(cubin, "\177ELF", 4) == 0); /* a cubin */
+  CONF_OK(cu.cuModuleLoadData(&m, cubin));
+  CONF_OK(cu.cuModuleGetFunction(&f, m, "fill_u32"));
+  CONF_OK(cu.cuModuleGetFunction(&f, m, "vector_add"));
+  {
+    CUdeviceptr d;
+    unsigned n = 64, val = 5, out[64];
+    void* args[3];
+    args[0] = &d, args[1] = &val, args[2] = &n;
+    CONF_OK(cu.cuModuleGetFunction(&f, m, "fill_u32"));
+    CONF_OK(cu.cuMemAlloc(&d, sizeof out));
+    CONF_OK(cu.cuLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, NULL, args, NULL));
+    CONF_OK(cu.cuMemcpyDtoH(out, d, sizeof out));
+    TU_CHECK(out[0] == 5 && out[63] == 5);
+    CONF_OK(cu.cuMemFree(d));
+  }
+  CONF_OK(cu.cuModuleUnload(m));
+  CONF_OK(cu.cuLinkDestroy(link));
+  free(ptx);
+  free(ptx2);
+  conf_ctx_done(0);
+}
+
+TU_TEST(fault_poisons_context) {
+  CUcontext own;
+  CUmodule m;
+  CUfunction f;
+  CUstream s;
+  CUdeviceptr d;
+  unsigned long long bad = 0x10;
+  void* args[1];
+  CONF_BEGIN();
+  CONF_NEED(cuCtxCreate);
+  CONF_OK(cu.cuCtxCreate(&own, 0, 0)); /* its own context: the poison dies with it */
+  CONF_REQUIRE_OK(conf_kernel("fault", &m, &f));
+  CONF_OK(cu.cuStreamCreate(&s, 0));
+  args[0] = &bad;
+  CONF_OK(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+  CONF_EQ(cu.cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+  CONF_EQ(cu.cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+  CONF_EQ(cu.cuMemAlloc(&d, 16), CUDA_ERROR_ILLEGAL_ADDRESS); /* sticky */
+  CONF_OK(cu.cuCtxDestroy(own));
+  if (conf_is_softcuda()) {
+    /* softcuda poisons only the faulting context; on a GPU the whole process is done
+     * for (CUDA: "the process must be terminated"), which is why this case runs last */
+    CUdeviceptr p;
+    TU_REQUIRE(conf_ctx(0));
+    CONF_OK(cu.cuMemAlloc(&p, 16));
+    CONF_OK(cu.cuMemFree(p));
+    conf_ctx_done(0);
+  }
+}
+
+TU_TEST(strict_launch_on_other_context) {
+  CUmodule m;
+  CUfunction f;
+  CUstream s1;
+  CUdeviceptr d = 0;
+  void* args[1];
+  CONF_STRICT();
+  if (conf_device_count() < 2) TU_SKIP("needs 2 devices");
+  TU_REQUIRE(conf_ctx(1));
+  CONF_OK(cu.cuStreamCreate(&s1, 0));
+  TU_REQUIRE(conf_ctx(0));
+  CONF_REQUIRE_OK(conf_kernel("atomic_inc", &m, &f));
+  args[0] = &d;
+  CONF_EQ(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s1, args, NULL), CUDA_ERROR_INVALID_HANDLE);
+  CONF_EQ(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_INVALID_VALUE); /* no params */
+  CONF_OK(cu.cuModuleUnload(m));
+  CONF_EQ(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL), CUDA_ERROR_INVALID_HANDLE); /* unloaded */
+  CONF_OK(cu.cuStreamDestroy(s1));
+  conf_ctx_done(0);
+  CONF_OK(cu.cuDevicePrimaryCtxRelease(1));
+}
+
+TU_MAIN(TU_CASE(vector_add_and_saxpy), TU_CASE(extra_param_buffer_and_atomics), TU_CASE(functions_and_params),
+        TU_CASE(bad_images), TU_CASE(load_ex_and_link), TU_CASE(strict_launch_on_other_context),
+        TU_CASE(fault_poisons_context) /* last: a real GPU is unusable after it */)

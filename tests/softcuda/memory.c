@@ -1,0 +1,461 @@
+/* memory.c - allocations (device, pinned host, managed), the allocation table with range
+ * checks, memcpy / memset (sync and async), cuMemGetInfo, pointer attributes.
+ * Part of softcuda.c. */
+
+/* ---- allocation table (sorted by base, under sc.mu) --------------------------------- */
+
+static size_t sc_alloc_lower_bound(uintptr_t p) {
+  size_t lo = 0, hi = sc.nallocs;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (sc.allocs[mid]->base <= p)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo; /* first index with base > p */
+}
+
+static sc_alloc* sc_alloc_find(uintptr_t p) {
+  size_t i = sc_alloc_lower_bound(p);
+  sc_alloc* a;
+  if (i == 0) return NULL;
+  a = sc.allocs[i - 1];
+  return p >= a->base && p < a->base + a->size ? a : NULL;
+}
+
+static void sc_alloc_insert(sc_alloc* a) {
+  size_t i;
+  if (sc.nallocs == sc.cap_allocs) {
+    size_t cap = sc.cap_allocs ? sc.cap_allocs * 2 : 256;
+    sc_alloc** n = (sc_alloc**)realloc(sc.allocs, cap * sizeof(sc_alloc*));
+    if (!n) abort();
+    sc.allocs = n;
+    sc.cap_allocs = cap;
+  }
+  i = sc_alloc_lower_bound(a->base);
+  memmove(sc.allocs + i + 1, sc.allocs + i, (sc.nallocs - i) * sizeof(sc_alloc*));
+  sc.allocs[i] = a;
+  sc.nallocs++;
+  a->id = ++sc.next_alloc_id;
+}
+
+static void sc_alloc_remove(sc_alloc* a) {
+  size_t i = sc_alloc_lower_bound(a->base);
+  if (i == 0 || sc.allocs[i - 1] != a) return;
+  memmove(sc.allocs + i - 1, sc.allocs + i, (sc.nallocs - i) * sizeof(sc_alloc*));
+  sc.nallocs--;
+}
+
+/* [p, p+bytes) must lie in one live allocation. device_side: p must be in one at all
+ * (a device pointer); otherwise an unknown p is host memory and passes. */
+static CUresult sc_check_range(uintptr_t p, size_t bytes, int device_side, sc_alloc** out) {
+  sc_alloc* a = sc_alloc_find(p);
+  if (out) *out = a;
+  if (!a) {
+    if (!device_side) return CUDA_SUCCESS;
+    return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
+                        "0x%llx is not in any live allocation", (unsigned long long)p);
+  }
+  if (a->free_pending)
+    return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
+                        "0x%llx is in pool allocation #%llu, already freed with cuMemFreeAsync", (unsigned long long)p,
+                        a->id);
+  if (bytes > a->size || p - a->base > a->size - bytes)
+    return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
+                        "range 0x%llx+%zu overruns allocation #%llu [0x%llx, +%zu)", (unsigned long long)p, bytes,
+                        a->id, (unsigned long long)a->base, a->size);
+  return CUDA_SUCCESS;
+}
+
+SOFTCUDA_API int softcuda_accessible(const void* ptr, size_t bytes) {
+  sc_alloc* a;
+  int ok;
+  SC_LOCK();
+  a = sc_alloc_find((uintptr_t)ptr);
+  ok = a && !a->free_pending && bytes <= a->size && (uintptr_t)ptr - a->base <= a->size - bytes;
+  SC_UNLOCK();
+  return ok;
+}
+
+static CUresult sc_dev_reserve(int dev, size_t bytes) {
+  sc_device* d = &sc.devs[dev];
+  if (bytes > d->total - d->used) {
+    sc_pools_release(dev); /* hand back unused pool memory first, as CUDA does */
+    if (bytes > d->total - d->used) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  d->used += bytes;
+  return CUDA_SUCCESS;
+}
+
+static void sc_dev_unreserve(int dev, size_t bytes) { sc.devs[dev].used -= bytes; }
+
+static CUresult sc_alloc_new_locked(sc_ctx* c, sc_mem_type type, size_t bytes, unsigned flags, sc_alloc** out) {
+  void* p = NULL;
+  sc_alloc* a;
+  CUresult r;
+  if (type != SC_MEM_HOST && (r = sc_dev_reserve(c->dev, bytes)) != CUDA_SUCCESS) return r;
+  if (posix_memalign(&p, 256, bytes) != 0) {
+    if (type != SC_MEM_HOST) sc_dev_unreserve(c->dev, bytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  a = (sc_alloc*)sc_xcalloc(1, sizeof(sc_alloc));
+  a->base = (uintptr_t)p;
+  a->size = bytes;
+  a->type = type;
+  a->ctx = c;
+  a->dev = c->dev;
+  a->flags = flags;
+  sc_alloc_insert(a);
+  *out = a;
+  return CUDA_SUCCESS;
+}
+
+static void sc_alloc_release_locked(sc_alloc* a) {
+  sc_alloc_remove(a);
+  if (a->type == SC_MEM_DEVICE || a->type == SC_MEM_MANAGED) sc_dev_unreserve(a->dev, a->size);
+  free((void*)a->base);
+  free(a);
+}
+
+/* Frees the plain allocations a dying context still owns (pool allocations belong to
+ * their pool). Under sc.mu. */
+static void sc_free_ctx_allocs_locked(sc_ctx* c) {
+  size_t i = 0;
+  while (i < sc.nallocs) {
+    sc_alloc* a = sc.allocs[i];
+    if (a->ctx == c && a->type != SC_MEM_POOL)
+      sc_alloc_release_locked(a);
+    else
+      ++i;
+  }
+}
+
+static CUresult sc_alloc_entry(sc_mem_type type, size_t bytes, unsigned flags, uintptr_t* out) {
+  sc_ctx* c;
+  sc_alloc* a;
+  CUresult r;
+  SC_LOCK();
+  r = sc_current_ctx(&c);
+  if (r == CUDA_SUCCESS) r = sc_alloc_new_locked(c, type, bytes, flags, &a);
+  if (r == CUDA_SUCCESS) *out = a->base;
+  SC_UNLOCK();
+  return r;
+}
+
+CUresult CUDAAPI sc_cuMemAlloc(CUdeviceptr* dptr, size_t bytesize) {
+  uintptr_t p;
+  CUresult r;
+  SC_ENTER(cuMemAlloc);
+  if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  r = sc_alloc_entry(SC_MEM_DEVICE, bytesize, 0, &p);
+  if (r == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
+  return r;
+}
+
+CUresult CUDAAPI sc_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  uintptr_t p;
+  CUresult r;
+  SC_ENTER(cuMemAllocManaged);
+  if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
+  r = sc_alloc_entry(SC_MEM_MANAGED, bytesize, flags, &p);
+  if (r == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
+  return r;
+}
+
+CUresult CUDAAPI sc_cuMemAllocHost(void** pp, size_t bytesize) {
+  uintptr_t p;
+  CUresult r;
+  SC_ENTER(cuMemAllocHost);
+  if (!pp || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  r = sc_alloc_entry(SC_MEM_HOST, bytesize, 0, &p);
+  if (r == CUDA_SUCCESS) *pp = (void*)p;
+  return r;
+}
+
+CUresult CUDAAPI sc_cuMemHostAlloc(void** pp, size_t bytesize, unsigned int flags) {
+  uintptr_t p;
+  CUresult r;
+  SC_ENTER(cuMemHostAlloc);
+  if (!pp || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
+    return CUDA_ERROR_INVALID_VALUE;
+  r = sc_alloc_entry(SC_MEM_HOST, bytesize, flags, &p);
+  if (r == CUDA_SUCCESS) *pp = (void*)p;
+  return r;
+}
+
+/* Frees a plain allocation after the work of its context is done (cuMemFree and
+ * cuMemFreeHost synchronise, as in CUDA). */
+static CUresult sc_free_entry(uintptr_t p, int host) {
+  sc_ctx* c;
+  sc_alloc* a;
+  CUresult r;
+  SC_LOCK();
+  r = sc_current_ctx(&c);
+  if (r == CUDA_SUCCESS) {
+    a = sc_alloc_find(p);
+    if (!a || a->base != p || a->type == SC_MEM_POOL || (host != (a->type == SC_MEM_HOST))) {
+      r = sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
+                       "%s(0x%llx): not the start of a live %s allocation", host ? "cuMemFreeHost" : "cuMemFree",
+                       (unsigned long long)p, host ? "pinned host" : "device or managed");
+    } else {
+      sc_ctx_sync_locked(a->ctx);
+      sc_alloc_release_locked(a);
+    }
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+CUresult CUDAAPI sc_cuMemFree(CUdeviceptr dptr) {
+  SC_ENTER(cuMemFree);
+  return sc_free_entry((uintptr_t)dptr, 0);
+}
+
+CUresult CUDAAPI sc_cuMemFreeHost(void* p) {
+  SC_ENTER(cuMemFreeHost);
+  return sc_free_entry((uintptr_t)p, 1);
+}
+
+CUresult CUDAAPI sc_cuMemGetInfo(size_t* freeBytes, size_t* totalBytes) {
+  sc_ctx* c;
+  CUresult r;
+  SC_ENTER(cuMemGetInfo);
+  if (!freeBytes || !totalBytes) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  r = sc_current_ctx(&c);
+  if (r == CUDA_SUCCESS) {
+    *totalBytes = sc.devs[c->dev].total;
+    *freeBytes = sc.devs[c->dev].total - sc.devs[c->dev].used;
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+/* ---- copies and fills --------------------------------------------------------------- */
+
+static CUresult sc_run_copy(sc_op* op) {
+  if (op->u0) memmove(op->a, op->b, (size_t)op->u0);
+  return CUDA_SUCCESS;
+}
+
+static void sc_fini_copy(sc_op* op) { free(op->c); /* staging copy of pageable source */ }
+
+static CUresult sc_run_fill(sc_op* op) {
+  size_t i, n = (size_t)op->u1;
+  switch (op->u2) {
+    case 1: memset(op->a, (int)(op->u0 & 0xff), n); break;
+    case 2: for (i = 0; i < n; ++i) ((uint16_t*)op->a)[i] = (uint16_t)op->u0; break;
+    default: for (i = 0; i < n; ++i) ((uint32_t*)op->a)[i] = (uint32_t)op->u0; break;
+  }
+  return CUDA_SUCCESS;
+}
+
+/* Where a pointer of a copy lives. */
+typedef enum { SC_SIDE_DEVICE, SC_SIDE_HOST, SC_SIDE_UNIFIED } sc_side;
+
+/* 1 when p is pinned (or managed) memory the device can reach asynchronously. */
+static int sc_is_pinned(uintptr_t p) {
+  sc_alloc* a = sc_alloc_find(p);
+  return a != NULL;
+}
+
+/* The common path of every copy. sync: the legacy stream of the current context, then
+ * wait. Under no lock on entry. */
+static CUresult sc_copy(uintptr_t dst, sc_side dside, uintptr_t src, sc_side sside, size_t n, CUstream hs, int sync,
+                        CUcontext dctx, CUcontext sctx) {
+  sc_ctx *c, *tmp;
+  sc_stream* s = NULL;
+  sc_op* op;
+  CUresult r;
+  int wait = sync, host_dst;
+  SC_LOCK();
+  r = sc_current_ctx(&c);
+  if (r == CUDA_SUCCESS && dctx) r = sc_lookup_ctx(dctx, &tmp);
+  if (r == CUDA_SUCCESS && sctx) r = sc_lookup_ctx(sctx, &tmp);
+  if (r == CUDA_SUCCESS) r = sync ? (s = sc_null_stream(c), CUDA_SUCCESS) : sc_get_stream(hs, &s);
+  if (r == CUDA_SUCCESS && (!dst || !src) && n) r = CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS && dside != SC_SIDE_HOST) r = sc_check_range(dst, n, dside == SC_SIDE_DEVICE, NULL);
+  if (r == CUDA_SUCCESS && sside != SC_SIDE_HOST) r = sc_check_range(src, n, sside == SC_SIDE_DEVICE, NULL);
+  if (r != CUDA_SUCCESS || n == 0) {
+    SC_UNLOCK();
+    return r;
+  }
+  op = sc_op_new(sync ? "memcpy" : "memcpy async", sc_run_copy, sc_fini_copy);
+  op->a = (void*)dst;
+  op->b = (void*)src;
+  op->u0 = n;
+  if (!sync && !sc_is_pinned(src) && sside != SC_SIDE_DEVICE) {
+    /* pageable source: CUDA stages it before returning, so the caller may reuse it */
+    op->c = malloc(n);
+    if (!op->c) {
+      free(op);
+      SC_UNLOCK();
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    memcpy(op->c, (void*)src, n);
+    op->b = op->c;
+  }
+  host_dst = dside != SC_SIDE_DEVICE && !sc_is_pinned(dst);
+  if (!sync && host_dst) wait = 1; /* into pageable memory CUDA returns only when done */
+  sc_submit(s, op);
+  if (wait) {
+    sc_thread()->round_trips++;
+    sc_wait_stream_seq(s, s->enq_seq, 1);
+    r = s->ctx->sticky;
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+CUresult CUDAAPI sc_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t byteCount) {
+  SC_ENTER(cuMemcpy);
+  return sc_copy((uintptr_t)dst, SC_SIDE_UNIFIED, (uintptr_t)src, SC_SIDE_UNIFIED, byteCount, NULL, 1, NULL, NULL);
+}
+CUresult CUDAAPI sc_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t byteCount, CUstream hStream) {
+  SC_ENTER(cuMemcpyAsync);
+  return sc_copy((uintptr_t)dst, SC_SIDE_UNIFIED, (uintptr_t)src, SC_SIDE_UNIFIED, byteCount, hStream, 0, NULL, NULL);
+}
+CUresult CUDAAPI sc_cuMemcpyHtoD(CUdeviceptr dstDevice, const void* srcHost, size_t byteCount) {
+  SC_ENTER(cuMemcpyHtoD);
+  return sc_copy((uintptr_t)dstDevice, SC_SIDE_DEVICE, (uintptr_t)srcHost, SC_SIDE_HOST, byteCount, NULL, 1, NULL, NULL);
+}
+CUresult CUDAAPI sc_cuMemcpyDtoH(void* dstHost, CUdeviceptr srcDevice, size_t byteCount) {
+  SC_ENTER(cuMemcpyDtoH);
+  return sc_copy((uintptr_t)dstHost, SC_SIDE_HOST, (uintptr_t)srcDevice, SC_SIDE_DEVICE, byteCount, NULL, 1, NULL, NULL);
+}
+CUresult CUDAAPI sc_cuMemcpyDtoD(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t byteCount) {
+  SC_ENTER(cuMemcpyDtoD);
+  return sc_copy((uintptr_t)dstDevice, SC_SIDE_DEVICE, (uintptr_t)srcDevice, SC_SIDE_DEVICE, byteCount, NULL, 1, NULL,
+                 NULL);
+}
+CUresult CUDAAPI sc_cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void* srcHost, size_t byteCount, CUstream hStream) {
+  SC_ENTER(cuMemcpyHtoDAsync);
+  return sc_copy((uintptr_t)dstDevice, SC_SIDE_DEVICE, (uintptr_t)srcHost, SC_SIDE_HOST, byteCount, hStream, 0, NULL,
+                 NULL);
+}
+CUresult CUDAAPI sc_cuMemcpyDtoHAsync(void* dstHost, CUdeviceptr srcDevice, size_t byteCount, CUstream hStream) {
+  SC_ENTER(cuMemcpyDtoHAsync);
+  return sc_copy((uintptr_t)dstHost, SC_SIDE_HOST, (uintptr_t)srcDevice, SC_SIDE_DEVICE, byteCount, hStream, 0, NULL,
+                 NULL);
+}
+CUresult CUDAAPI sc_cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t byteCount, CUstream hStream) {
+  SC_ENTER(cuMemcpyDtoDAsync);
+  return sc_copy((uintptr_t)dstDevice, SC_SIDE_DEVICE, (uintptr_t)srcDevice, SC_SIDE_DEVICE, byteCount, hStream, 0,
+                 NULL, NULL);
+}
+CUresult CUDAAPI sc_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                                      CUcontext srcContext, size_t byteCount, CUstream hStream) {
+  SC_ENTER(cuMemcpyPeerAsync);
+  if (!dstContext || !srcContext) return CUDA_ERROR_INVALID_CONTEXT;
+  return sc_copy((uintptr_t)dstDevice, SC_SIDE_DEVICE, (uintptr_t)srcDevice, SC_SIDE_DEVICE, byteCount, hStream, 0,
+                 dstContext, srcContext);
+}
+CUresult CUDAAPI sc_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                                 CUcontext srcContext, size_t byteCount) {
+  SC_ENTER(cuMemcpyPeer);
+  if (!dstContext || !srcContext) return CUDA_ERROR_INVALID_CONTEXT;
+  return sc_copy((uintptr_t)dstDevice, SC_SIDE_DEVICE, (uintptr_t)srcDevice, SC_SIDE_DEVICE, byteCount, NULL, 1,
+                 dstContext, srcContext);
+}
+
+static CUresult sc_fill(uintptr_t dst, unsigned value, size_t n, unsigned elem, CUstream hs, int sync) {
+  sc_ctx* c;
+  sc_stream* s = NULL;
+  sc_op* op;
+  CUresult r;
+  SC_LOCK();
+  r = sc_current_ctx(&c);
+  if (r == CUDA_SUCCESS) r = sync ? (s = sc_null_stream(c), CUDA_SUCCESS) : sc_get_stream(hs, &s);
+  if (r == CUDA_SUCCESS && dst % elem != 0) r = CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS && n) r = sc_check_range(dst, n * elem, 1, NULL);
+  if (r != CUDA_SUCCESS || n == 0) {
+    SC_UNLOCK();
+    return r;
+  }
+  op = sc_op_new("memset", sc_run_fill, NULL);
+  op->a = (void*)dst;
+  op->u0 = value;
+  op->u1 = n;
+  op->u2 = elem;
+  sc_submit(s, op);
+  if (sync) {
+    sc_thread()->round_trips++;
+    sc_wait_stream_seq(s, s->enq_seq, 1);
+    r = s->ctx->sticky;
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+CUresult CUDAAPI sc_cuMemsetD8(CUdeviceptr dstDevice, unsigned char uc, size_t n) {
+  SC_ENTER(cuMemsetD8);
+  return sc_fill((uintptr_t)dstDevice, uc, n, 1, NULL, 1);
+}
+CUresult CUDAAPI sc_cuMemsetD16(CUdeviceptr dstDevice, unsigned short us, size_t n) {
+  SC_ENTER(cuMemsetD16);
+  return sc_fill((uintptr_t)dstDevice, us, n, 2, NULL, 1);
+}
+CUresult CUDAAPI sc_cuMemsetD32(CUdeviceptr dstDevice, unsigned int ui, size_t n) {
+  SC_ENTER(cuMemsetD32);
+  return sc_fill((uintptr_t)dstDevice, ui, n, 4, NULL, 1);
+}
+CUresult CUDAAPI sc_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t n, CUstream hStream) {
+  SC_ENTER(cuMemsetD8Async);
+  return sc_fill((uintptr_t)dstDevice, uc, n, 1, hStream, 0);
+}
+CUresult CUDAAPI sc_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t n, CUstream hStream) {
+  SC_ENTER(cuMemsetD16Async);
+  return sc_fill((uintptr_t)dstDevice, us, n, 2, hStream, 0);
+}
+CUresult CUDAAPI sc_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t n, CUstream hStream) {
+  SC_ENTER(cuMemsetD32Async);
+  return sc_fill((uintptr_t)dstDevice, ui, n, 4, hStream, 0);
+}
+
+/* ---- pointer attributes ------------------------------------------------------------- */
+
+CUresult CUDAAPI sc_cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  sc_alloc* a;
+  CUresult r = CUDA_SUCCESS;
+  SC_ENTER(cuPointerGetAttribute);
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  a = sc_alloc_find((uintptr_t)ptr);
+  if (!a || a->free_pending) {
+    SC_UNLOCK();
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      *(CUcontext*)data = a->ctx ? (CUcontext)(uintptr_t)SC_HANDLE(a->ctx) : NULL;
+      break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *(unsigned int*)data = a->type == SC_MEM_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+      break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr*)data = ptr; break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      if (a->type == SC_MEM_DEVICE || a->type == SC_MEM_POOL)
+        r = CUDA_ERROR_INVALID_VALUE;
+      else
+        *(void**)data = (void*)(uintptr_t)ptr;
+      break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned int*)data = a->type == SC_MEM_MANAGED; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int*)data = a->dev; break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long*)data = a->id; break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *(unsigned int*)data = 1; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr*)data = (CUdeviceptr)a->base; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t*)data = a->size; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *(unsigned int*)data = 1; break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *(unsigned int*)data = 0; break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: *(unsigned long long*)data = 0; break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+      *(CUmemoryPool*)data = a->pool ? (CUmemoryPool)(uintptr_t)SC_HANDLE(a->pool) : NULL;
+      break;
+    default: r = CUDA_ERROR_INVALID_VALUE; break;
+  }
+  SC_UNLOCK();
+  return r;
+}

@@ -1,0 +1,766 @@
+/* module.c - twins, PTX parsing, modules, functions, cuLaunchKernel, cuLink*.
+ * Part of softcuda.c. */
+
+/* ---- twin registry (its own lock: registration runs in constructors) ---------------- */
+
+typedef struct sc_twin {
+  char name[128];
+  softcuda_twin_fn fn;
+} sc_twin;
+
+static pthread_mutex_t sc_twin_mu = PTHREAD_MUTEX_INITIALIZER;
+static sc_twin* sc_twins;
+static size_t sc_ntwins, sc_cap_twins;
+
+SOFTCUDA_API void softcuda_register_twin(const char* entry_name, softcuda_twin_fn fn) {
+  size_t i;
+  if (!entry_name || strlen(entry_name) >= sizeof sc_twins[0].name) return;
+  pthread_mutex_lock(&sc_twin_mu);
+  for (i = 0; i < sc_ntwins; ++i)
+    if (strcmp(sc_twins[i].name, entry_name) == 0) break;
+  if (i == sc_ntwins) {
+    if (sc_ntwins == sc_cap_twins) {
+      size_t cap = sc_cap_twins ? sc_cap_twins * 2 : 64;
+      sc_twin* n = (sc_twin*)realloc(sc_twins, cap * sizeof(sc_twin));
+      if (!n) abort();
+      sc_twins = n;
+      sc_cap_twins = cap;
+    }
+    strcpy(sc_twins[sc_ntwins++].name, entry_name);
+  }
+  sc_twins[i].fn = fn;
+  pthread_mutex_unlock(&sc_twin_mu);
+}
+
+static softcuda_twin_fn sc_find_twin(const char* name) {
+  softcuda_twin_fn fn = NULL;
+  size_t i;
+  pthread_mutex_lock(&sc_twin_mu);
+  for (i = 0; i < sc_ntwins; ++i)
+    if (strcmp(sc_twins[i].name, name) == 0) fn = sc_twins[i].fn;
+  pthread_mutex_unlock(&sc_twin_mu);
+  return fn;
+}
+
+/* ---- PTX parsing -------------------------------------------------------------------- */
+
+typedef struct sc_ptx_entry {
+  char name[128];
+  int nparams;
+  sc_param params[256];
+  size_t param_bytes;
+  int max_threads;
+} sc_ptx_entry;
+
+typedef struct sc_ptx {
+  int version; /* major*10+minor */
+  int target;  /* sm_XY -> XY */
+  int nentries;
+  sc_ptx_entry* entries;
+} sc_ptx;
+
+static const char* sc_skip_ws(const char* p, const char* end) {
+  for (;;) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    if (p + 1 < end && p[0] == '/' && p[1] == '/') {
+      while (p < end && *p != '\n') p++;
+    } else if (p + 1 < end && p[0] == '/' && p[1] == '*') {
+      p += 2;
+      while (p + 1 < end && !(p[0] == '*' && p[1] == '/')) p++;
+      p = p + 2 <= end ? p + 2 : end;
+    } else {
+      return p;
+    }
+  }
+}
+
+static int sc_is_ident(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$' ||
+         c == '.' || c == '%';
+}
+
+/* Reads one token: an identifier / directive, a number, or one punctuation character. */
+static const char* sc_token(const char* p, const char* end, char* tok, size_t cap) {
+  size_t n = 0;
+  p = sc_skip_ws(p, end);
+  if (p >= end) {
+    tok[0] = 0;
+    return p;
+  }
+  if (sc_is_ident(*p)) {
+    while (p < end && sc_is_ident(*p)) {
+      if (n + 1 < cap) tok[n++] = *p;
+      p++;
+    }
+  } else {
+    tok[n++] = *p++;
+  }
+  tok[n] = 0;
+  return p;
+}
+
+static size_t sc_type_size(const char* t) {
+  if (!strcmp(t, ".pred")) return 1;
+  if (t[0] != '.' || !t[1]) return 0;
+  if (strchr("usbf", t[1]) == NULL) return 0;
+  if (!strcmp(t + 2, "8")) return 1;
+  if (!strcmp(t + 2, "16")) return 2;
+  if (!strcmp(t + 2, "32")) return 4;
+  if (!strcmp(t + 2, "64")) return 8;
+  return 0;
+}
+
+/* Parses one parameter list after '(' up to ')'. Returns NULL on a syntax error. */
+static const char* sc_parse_params(const char* p, const char* end, sc_ptx_entry* e) {
+  char tok[160];
+  size_t off = 0;
+  for (;;) {
+    size_t align = 0, tsize = 0, count = 1, size;
+    const char* q = sc_token(p, end, tok, sizeof tok);
+    if (!strcmp(tok, ")")) return q;
+    if (strcmp(tok, ".param")) return NULL;
+    p = q;
+    for (;;) { /* qualifiers, type, name */
+      p = sc_token(p, end, tok, sizeof tok);
+      if (!tok[0]) return NULL;
+      if (!strcmp(tok, ".align")) {
+        p = sc_token(p, end, tok, sizeof tok);
+        align = (size_t)strtoul(tok, NULL, 10);
+        if (!align || (align & (align - 1))) return NULL;
+      } else if (!strcmp(tok, ".ptr") || !strcmp(tok, ".global") || !strcmp(tok, ".const") ||
+                 !strcmp(tok, ".shared") || !strcmp(tok, ".local")) {
+        /* pointer annotation: .ptr .global .align N */
+      } else if (tok[0] == '.' && sc_type_size(tok)) {
+        tsize = sc_type_size(tok);
+      } else if (tok[0] != '.' && sc_is_ident(tok[0])) {
+        break; /* the name */
+      } else {
+        return NULL;
+      }
+    }
+    if (!tsize) return NULL;
+    {
+      const char* q2 = sc_token(p, end, tok, sizeof tok);
+      if (!strcmp(tok, "[")) {
+        p = sc_token(q2, end, tok, sizeof tok);
+        count = (size_t)strtoul(tok, NULL, 10);
+        p = sc_token(p, end, tok, sizeof tok);
+        if (strcmp(tok, "]") || count == 0) return NULL;
+        q2 = sc_token(p, end, tok, sizeof tok);
+      }
+      if (!align) align = tsize;
+      size = tsize * count;
+      off = (off + align - 1) / align * align;
+      if (e->nparams == (int)(sizeof e->params / sizeof e->params[0])) return NULL;
+      e->params[e->nparams].offset = off;
+      e->params[e->nparams].size = size;
+      e->nparams++;
+      off += size;
+      e->param_bytes = off;
+      if (!strcmp(tok, ")")) return q2;
+      if (strcmp(tok, ",")) return NULL;
+      p = q2;
+    }
+  }
+}
+
+static void sc_ptx_free(sc_ptx* x) {
+  free(x->entries);
+  memset(x, 0, sizeof *x);
+}
+
+/* Parses .version, .target and every .entry with its parameters. text need not be
+ * NUL-terminated. 0 or a CUresult. Several concatenated PTX files parse as one. */
+static CUresult sc_ptx_parse(const char* text, size_t len, sc_ptx* out) {
+  const char* p = text;
+  const char* end = text + len;
+  char tok[160];
+  int cap = 0, saw_version = 0;
+  memset(out, 0, sizeof *out);
+  while (p < end) {
+    p = sc_token(p, end, tok, sizeof tok);
+    if (!tok[0]) break;
+    if (!strcmp(tok, ".version")) {
+      int maj = 0, min = 0;
+      p = sc_token(p, end, tok, sizeof tok);
+      if (sscanf(tok, "%d.%d", &maj, &min) != 2) goto bad;
+      out->version = maj * 10 + min;
+      saw_version = 1;
+    } else if (!strcmp(tok, ".target")) {
+      p = sc_token(p, end, tok, sizeof tok);
+      if (strncmp(tok, "sm_", 3) != 0) goto bad;
+      out->target = atoi(tok + 3);
+    } else if (!strcmp(tok, ".entry")) {
+      sc_ptx_entry* e;
+      if (out->nentries == cap) {
+        int ncap = cap ? cap * 2 : 8;
+        sc_ptx_entry* n = (sc_ptx_entry*)realloc(out->entries, (size_t)ncap * sizeof(sc_ptx_entry));
+        if (!n) abort();
+        out->entries = n;
+        cap = ncap;
+      }
+      e = &out->entries[out->nentries];
+      memset(e, 0, sizeof *e);
+      p = sc_token(p, end, tok, sizeof tok);
+      if (!tok[0] || tok[0] == '.' || strlen(tok) >= sizeof e->name) goto bad;
+      strcpy(e->name, tok);
+      {
+        const char* q = sc_token(p, end, tok, sizeof tok);
+        if (!strcmp(tok, "(")) {
+          p = sc_parse_params(q, end, e);
+          if (!p) goto bad;
+        }
+      }
+      out->nentries++;
+    } else if (tok[0] == '"') {
+      /* a string (e.g. in .file): skip to its end */
+      while (p < end && *p != '"' && *p != '\n') p++;
+      if (p < end) p++;
+    }
+  }
+  if (!saw_version) goto bad;
+  return CUDA_SUCCESS;
+bad:
+  sc_ptx_free(out);
+  return CUDA_ERROR_INVALID_PTX;
+}
+
+/* ---- images ------------------------------------------------------------------------- */
+
+/* softcuda's "cubin": ELF magic, the marker line, then the linked PTX, NUL-terminated. */
+static const char sc_cubin_magic[] = "\177ELF\nSOFTCUDA-CUBIN 1\n";
+#define SC_CUBIN_MAGIC_LEN (sizeof sc_cubin_magic - 1)
+
+static void sc_jit_delay(void) {
+  if (sc.jit_delay_ms > 0) {
+    struct timespec ts;
+    ts.tv_sec = sc.jit_delay_ms / 1000;
+    ts.tv_nsec = (long)(sc.jit_delay_ms % 1000) * 1000000L;
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+  }
+}
+
+static int sc_looks_like_ptx(const char* text) {
+  const char* p = sc_skip_ws(text, text + strlen(text));
+  return *p == '.' && strstr(text, ".version") != NULL;
+}
+
+/* Finds the PTX in an image: PTX text itself (jit = 1) or a softcuda cubin. */
+static CUresult sc_image_ptx(const void* image, const char** ptx, int* jit) {
+  const unsigned char* b = (const unsigned char*)image;
+  if (b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F') {
+    if (memcmp(image, sc_cubin_magic, SC_CUBIN_MAGIC_LEN) != 0) return CUDA_ERROR_INVALID_IMAGE; /* a real cubin */
+    *ptx = (const char*)image + SC_CUBIN_MAGIC_LEN;
+    *jit = 0;
+    return CUDA_SUCCESS;
+  }
+  /* fatbins (0xBA55ED50) and anything else are not something softcuda can run; PTX is
+   * NUL-terminated text that starts with a directive or a comment */
+  if (!strchr(" \t\r\n./", (char)b[0]) || b[0] == 0 || !sc_looks_like_ptx((const char*)image))
+    return CUDA_ERROR_INVALID_IMAGE;
+  *ptx = (const char*)image;
+  *jit = 1;
+  return CUDA_SUCCESS;
+}
+
+/* JIT options: fill the log buffers, report sizes and wall time. */
+static CUresult sc_jit_options_check(unsigned n, const CUjit_option* opts, void** vals) {
+  unsigned i;
+  if (n && (!opts || !vals)) return CUDA_ERROR_INVALID_VALUE;
+  for (i = 0; i < n; ++i)
+    if ((int)opts[i] < 0 || (int)opts[i] >= (int)CU_JIT_NUM_OPTIONS) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+static void sc_jit_options_out(unsigned n, const CUjit_option* opts, void** vals, const char* info, const char* error,
+                               float ms) {
+  unsigned i, j;
+  for (i = 0; i < n; ++i) {
+    const char* msg = NULL;
+    CUjit_option size_opt;
+    if (opts[i] == CU_JIT_WALL_TIME) {
+      memcpy(&vals[i], &ms, sizeof ms);
+      continue;
+    }
+    if (opts[i] == CU_JIT_INFO_LOG_BUFFER) msg = info, size_opt = CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES;
+    else if (opts[i] == CU_JIT_ERROR_LOG_BUFFER) msg = error, size_opt = CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES;
+    else continue;
+    for (j = 0; j < n; ++j)
+      if (opts[j] == size_opt) {
+        size_t cap = (size_t)(uintptr_t)vals[j];
+        char* buf = (char*)vals[i];
+        size_t len = strlen(msg);
+        if (buf && cap) {
+          if (len >= cap) len = cap - 1;
+          memcpy(buf, msg, len);
+          buf[len] = 0;
+          vals[j] = (void*)(uintptr_t)(len + 1);
+        }
+      }
+  }
+}
+
+/* ---- modules and functions ---------------------------------------------------------- */
+
+static void sc_func_free(sc_obj* o) {
+  sc_func* f = (sc_func*)o;
+  sc_unref(&f->mod->h);
+  free(f->name);
+  free(f->params);
+  free(f);
+}
+
+static void sc_module_free(sc_obj* o) {
+  sc_module* m = (sc_module*)o;
+  free(m->funcs);
+  free(m);
+}
+
+static sc_module* sc_module_build_locked(sc_ctx* c, const sc_ptx* x) {
+  sc_module* m = (sc_module*)sc_xcalloc(1, sizeof(sc_module));
+  int i;
+  sc_obj_init(&m->h, SC_K_MODULE, c, sc_module_free);
+  m->ctx = c;
+  m->ptx_version = x->version;
+  m->nfuncs = x->nentries;
+  m->funcs = (sc_func**)sc_xcalloc((size_t)x->nentries, sizeof(sc_func*));
+  sc_obj_register(&m->h);
+  for (i = 0; i < x->nentries; ++i) {
+    const sc_ptx_entry* e = &x->entries[i];
+    sc_func* f = (sc_func*)sc_xcalloc(1, sizeof(sc_func));
+    sc_obj_init(&f->h, SC_K_FUNC, c, sc_func_free);
+    f->mod = m;
+    sc_ref(&m->h);
+    f->name = sc_strdup(e->name);
+    f->nparams = e->nparams;
+    f->params = (sc_param*)sc_xcalloc((size_t)e->nparams, sizeof(sc_param));
+    memcpy(f->params, e->params, (size_t)e->nparams * sizeof(sc_param));
+    f->param_bytes = e->param_bytes;
+    f->twin = sc_find_twin(e->name);
+    f->max_dyn_shared = 49152;
+    f->carveout = -1;
+    f->max_threads = 1024;
+    sc_obj_register(&f->h);
+    m->funcs[i] = f;
+  }
+  return m;
+}
+
+static CUresult sc_module_load(CUmodule* module, const void* image, unsigned n, CUjit_option* opts, void** vals) {
+  const char* ptx;
+  int jit;
+  sc_ptx x;
+  sc_ctx* c;
+  CUresult r;
+  int64_t t0 = sc_now_ns();
+  if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
+  if ((r = sc_jit_options_check(n, opts, vals)) != CUDA_SUCCESS) return r;
+  SC_LOCK();
+  r = sc_current_ctx(&c);
+  SC_UNLOCK();
+  if (r != CUDA_SUCCESS) return r;
+  if ((r = sc_image_ptx(image, &ptx, &jit)) != CUDA_SUCCESS) return r;
+  if (jit) sc_jit_delay(); /* outside the lock: loads in other threads go on */
+  r = sc_ptx_parse(ptx, strlen(ptx), &x);
+  if (r == CUDA_SUCCESS && x.target > SC_CC_MAJOR * 10 + SC_CC_MINOR) {
+    sc_ptx_free(&x);
+    r = CUDA_ERROR_NO_BINARY_FOR_GPU;
+  }
+  sc_jit_options_out(n, opts, vals, r == CUDA_SUCCESS ? "softcuda: PTX loaded" : "",
+                     r == CUDA_SUCCESS ? "" : "softcuda: PTX parse error", (float)((double)(sc_now_ns() - t0) / 1e6));
+  if (r != CUDA_SUCCESS) return r;
+  SC_LOCK();
+  r = sc_lookup_ctx((CUcontext)(uintptr_t)SC_HANDLE(c), &c); /* still alive after the delay? */
+  if (r == CUDA_SUCCESS) *module = (CUmodule)(uintptr_t)SC_HANDLE(sc_module_build_locked(c, &x));
+  SC_UNLOCK();
+  sc_ptx_free(&x);
+  return r;
+}
+
+CUresult CUDAAPI sc_cuModuleLoadData(CUmodule* module, const void* image) {
+  SC_ENTER(cuModuleLoadData);
+  return sc_module_load(module, image, 0, NULL, NULL);
+}
+
+CUresult CUDAAPI sc_cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int numOptions,
+                                       CUjit_option* options, void** optionValues) {
+  SC_ENTER(cuModuleLoadDataEx);
+  return sc_module_load(module, image, numOptions, options, optionValues);
+}
+
+CUresult CUDAAPI sc_cuModuleUnload(CUmodule hmod) {
+  sc_obj* o;
+  CUresult r = CUDA_SUCCESS;
+  SC_ENTER(cuModuleUnload);
+  SC_LOCK();
+  o = sc_obj_lookup((uint64_t)(uintptr_t)hmod, SC_K_MODULE);
+  if (!o) {
+    r = sc_bad_handle("module", (const void*)hmod);
+  } else {
+    sc_module* m = (sc_module*)o;
+    int i;
+    for (i = 0; i < m->nfuncs; ++i) sc_obj_unregister(&m->funcs[i]->h); /* queued launches keep theirs */
+    sc_obj_unregister(o);
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+CUresult CUDAAPI sc_cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
+  sc_obj* o;
+  CUresult r = CUDA_ERROR_NOT_FOUND;
+  SC_ENTER(cuModuleGetFunction);
+  if (!hfunc || !name) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  o = sc_obj_lookup((uint64_t)(uintptr_t)hmod, SC_K_MODULE);
+  if (!o) {
+    r = sc_bad_handle("module", (const void*)hmod);
+  } else {
+    sc_module* m = (sc_module*)o;
+    int i;
+    for (i = 0; i < m->nfuncs; ++i)
+      if (strcmp(m->funcs[i]->name, name) == 0) {
+        *hfunc = (CUfunction)(uintptr_t)SC_HANDLE(m->funcs[i]);
+        r = CUDA_SUCCESS;
+        break;
+      }
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+static CUresult sc_get_func(CUfunction h, sc_func** out) {
+  sc_obj* o = sc_obj_lookup((uint64_t)(uintptr_t)h, SC_K_FUNC);
+  *out = (sc_func*)o; /* NULL on failure: written on every path */
+  if (!o) return sc_bad_handle("function", (const void*)h);
+  *out = (sc_func*)o;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI sc_cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc) {
+  sc_func* f;
+  CUresult r;
+  SC_ENTER(cuFuncGetAttribute);
+  if (!pi) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  r = sc_get_func(hfunc, &f);
+  if (r == CUDA_SUCCESS) {
+    switch (attrib) {
+      case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = f->max_threads; break;
+      case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = 0; break;
+      case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = 0; break;
+      case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = 0; break;
+      case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = 16; break;
+      case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = f->mod->ptx_version; break;
+      case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = SC_CC_MAJOR * 10 + SC_CC_MINOR; break;
+      case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *pi = 0; break;
+      case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *pi = f->max_dyn_shared; break;
+      case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *pi = f->carveout; break;
+      case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
+      case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+      case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+      case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+      case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+      case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: *pi = 0; break;
+      default: r = CUDA_ERROR_INVALID_VALUE; break;
+    }
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+CUresult CUDAAPI sc_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
+  sc_func* f;
+  CUresult r;
+  SC_ENTER(cuFuncSetAttribute);
+  SC_LOCK();
+  r = sc_get_func(hfunc, &f);
+  if (r == CUDA_SUCCESS) {
+    if (attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && value >= 0 && value <= SC_MAX_SHARED_OPTIN)
+      f->max_dyn_shared = value;
+    else if (attrib == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT && value >= -1 && value <= 100)
+      f->carveout = value;
+    else
+      r = CUDA_ERROR_INVALID_VALUE;
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+CUresult CUDAAPI sc_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset, size_t* paramSize) {
+  sc_func* f;
+  CUresult r;
+  SC_ENTER(cuFuncGetParamInfo);
+  SC_LOCK();
+  r = sc_get_func(func, &f);
+  if (r == CUDA_SUCCESS && paramIndex >= (size_t)f->nparams) r = CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS) {
+    if (paramOffset) *paramOffset = f->params[paramIndex].offset;
+    if (paramSize) *paramSize = f->params[paramIndex].size;
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+CUresult CUDAAPI sc_cuFuncGetName(const char** name, CUfunction hfunc) {
+  sc_func* f;
+  CUresult r;
+  SC_ENTER(cuFuncGetName);
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  r = sc_get_func(hfunc, &f);
+  if (r == CUDA_SUCCESS) *name = f->name; /* lives as long as the function */
+  SC_UNLOCK();
+  return r;
+}
+
+/* ---- launch ------------------------------------------------------------------------- */
+
+/* A launch as an op: a = sc_func (referenced), b = argument copy, c = pointer array. */
+typedef struct sc_launch {
+  softcuda_dim3 grid, block;
+  unsigned shared;
+} sc_launch;
+
+static CUresult sc_run_kernel(sc_op* op) {
+  sc_func* f = (sc_func*)op->a;
+  sc_launch* L = (sc_launch*)op->c;
+  void** params = (void**)(L + 1);
+  softcuda_block b;
+  unsigned x, y, z;
+  int rc = 0;
+  softcuda_twin_fn twin = f->twin;
+  if (!twin) twin = sc_find_twin(f->name);
+  if (!twin) {
+    fprintf(stderr, "softcuda: no C twin registered for kernel '%s' (see tests/softcuda/README.md)\n", f->name);
+    return CUDA_ERROR_LAUNCH_FAILED;
+  }
+  b.grid_dim = L->grid;
+  b.block_dim = L->block;
+  b.shared_bytes = L->shared;
+  b.shared = L->shared ? malloc(L->shared) : NULL;
+  b.device = op->stream->ctx->dev;
+  for (z = 0; z < L->grid.z && !rc; ++z)
+    for (y = 0; y < L->grid.y && !rc; ++y)
+      for (x = 0; x < L->grid.x && !rc; ++x) {
+        b.block_idx.x = x;
+        b.block_idx.y = y;
+        b.block_idx.z = z;
+        if (b.shared) memset(b.shared, 0, L->shared);
+        rc = twin(&b, params);
+      }
+  free(b.shared);
+  return (CUresult)rc;
+}
+
+static void sc_fini_kernel(sc_op* op) {
+  sc_unref(&((sc_func*)op->a)->h);
+  free(op->b);
+  free(op->c);
+}
+
+/* Copies the arguments now (CUDA does: the caller may reuse them at once). */
+static CUresult sc_copy_args(const sc_func* f, void** kernelParams, void** extra, void** argbuf) {
+  char* buf = (char*)sc_xcalloc(1, f->param_bytes ? f->param_bytes : 1);
+  int i;
+  if (kernelParams && extra) goto bad;
+  if (extra) {
+    const void* src = NULL;
+    size_t size = 0;
+    for (i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) src = extra[i + 1];
+      else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) size = *(const size_t*)extra[i + 1];
+      else goto bad;
+    }
+    if (!src || size < f->param_bytes) goto bad;
+    memcpy(buf, src, f->param_bytes);
+  } else if (f->nparams) {
+    if (!kernelParams) goto bad;
+    for (i = 0; i < f->nparams; ++i) {
+      if (!kernelParams[i]) goto bad;
+      memcpy(buf + f->params[i].offset, kernelParams[i], f->params[i].size);
+    }
+  }
+  *argbuf = buf;
+  return CUDA_SUCCESS;
+bad:
+  free(buf);
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI sc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                   unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
+  sc_func* fn;
+  sc_stream* s;
+  sc_ctx* cur;
+  CUresult r;
+  void* args = NULL;
+  SC_ENTER(cuLaunchKernel);
+  SC_LOCK();
+  r = sc_get_func(f, &fn);
+  if (r == CUDA_SUCCESS) r = sc_current_ctx(&cur);
+  if (r == CUDA_SUCCESS) r = sc_get_stream(hStream, &s);
+  if (r == CUDA_SUCCESS && fn->mod->ctx != s->ctx)
+    r = sc_violation(SOFTCUDA_VIOLATION_CONTEXT, CUDA_ERROR_INVALID_HANDLE,
+                     "cuLaunchKernel(%s): the function's module and the stream belong to different contexts", fn->name);
+  if (r == CUDA_SUCCESS && cur != s->ctx)
+    r = sc_violation(SOFTCUDA_VIOLATION_CONTEXT, CUDA_ERROR_INVALID_CONTEXT,
+                     "cuLaunchKernel(%s) on a stream of another context than the current one", fn->name);
+  if (r == CUDA_SUCCESS &&
+      (!gridDimX || !gridDimY || !gridDimZ || !blockDimX || !blockDimY || !blockDimZ || gridDimX > 2147483647u ||
+       gridDimY > 65535 || gridDimZ > 65535 || blockDimX > 1024 || blockDimY > 1024 || blockDimZ > 64 ||
+       (unsigned long long)blockDimX * blockDimY * blockDimZ > (unsigned long long)fn->max_threads))
+    r = CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS && sharedMemBytes > (unsigned)fn->max_dyn_shared) r = CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS) r = sc_copy_args(fn, kernelParams, extra, &args);
+  if (r == CUDA_SUCCESS) {
+    sc_op* op = sc_op_new(fn->name, sc_run_kernel, sc_fini_kernel);
+    sc_launch* L = (sc_launch*)sc_xcalloc(1, sizeof(sc_launch) + (size_t)(fn->nparams + 1) * sizeof(void*));
+    void** params = (void**)(L + 1);
+    int i;
+    L->grid.x = gridDimX, L->grid.y = gridDimY, L->grid.z = gridDimZ;
+    L->block.x = blockDimX, L->block.y = blockDimY, L->block.z = blockDimZ;
+    L->shared = sharedMemBytes;
+    for (i = 0; i < fn->nparams; ++i) params[i] = (char*)args + fn->params[i].offset;
+    sc_ref(&fn->h);
+    op->a = fn;
+    op->b = args;
+    op->c = L;
+    sc_submit(s, op);
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+/* ---- linker ------------------------------------------------------------------------- */
+
+typedef struct sc_link {
+  sc_obj h;
+  char* text; /* concatenated PTX of every input */
+  size_t len;
+  int inputs;
+  char* image;
+  size_t image_size;
+  unsigned nopts;
+  CUjit_option* opts;
+  void** vals;
+  int64_t t0;
+} sc_link;
+
+static void sc_link_free(sc_obj* o) {
+  sc_link* l = (sc_link*)o;
+  free(l->text);
+  free(l->image);
+  free(l);
+}
+
+static CUresult sc_get_link(CUlinkState h, sc_link** out) {
+  sc_obj* o = sc_obj_lookup((uint64_t)(uintptr_t)h, SC_K_LINK);
+  *out = (sc_link*)o; /* NULL on failure: written on every path */
+  if (!o) return sc_bad_handle("link state", (const void*)h);
+  *out = (sc_link*)o;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI sc_cuLinkCreate(unsigned int numOptions, CUjit_option* options, void** optionValues,
+                                 CUlinkState* stateOut) {
+  sc_ctx* c;
+  CUresult r;
+  SC_ENTER(cuLinkCreate);
+  if (!stateOut) return CUDA_ERROR_INVALID_VALUE;
+  if ((r = sc_jit_options_check(numOptions, options, optionValues)) != CUDA_SUCCESS) return r;
+  SC_LOCK();
+  r = sc_current_ctx(&c);
+  if (r == CUDA_SUCCESS) {
+    sc_link* l = (sc_link*)sc_xcalloc(1, sizeof(sc_link));
+    sc_obj_init(&l->h, SC_K_LINK, c, sc_link_free);
+    l->nopts = numOptions; /* output options are written at cuLinkComplete, as CUDA does */
+    l->opts = options;
+    l->vals = optionValues;
+    l->t0 = sc_now_ns();
+    sc_obj_register(&l->h);
+    *stateOut = (CUlinkState)(uintptr_t)SC_HANDLE(l);
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+CUresult CUDAAPI sc_cuLinkAddData(CUlinkState state, CUjitInputType type, void* data, size_t size, const char* name,
+                                  unsigned int numOptions, CUjit_option* options, void** optionValues) {
+  sc_link* l;
+  CUresult r;
+  const char* ptx = NULL;
+  size_t len;
+  sc_ptx x;
+  (void)name;
+  SC_ENTER(cuLinkAddData);
+  if (!data || !size) return CUDA_ERROR_INVALID_VALUE;
+  if ((r = sc_jit_options_check(numOptions, options, optionValues)) != CUDA_SUCCESS) return r;
+  SC_LOCK();
+  r = sc_get_link(state, &l);
+  SC_UNLOCK();
+  if (r != CUDA_SUCCESS) return r;
+  if (type == CU_JIT_INPUT_PTX) {
+    ptx = (const char*)data;
+    len = strnlen(ptx, size);
+    sc_jit_delay();
+  } else if (type == CU_JIT_INPUT_CUBIN) {
+    if (size < SC_CUBIN_MAGIC_LEN || memcmp(data, sc_cubin_magic, SC_CUBIN_MAGIC_LEN) != 0) return CUDA_ERROR_INVALID_IMAGE;
+    ptx = (const char*)data + SC_CUBIN_MAGIC_LEN;
+    len = strnlen(ptx, size - SC_CUBIN_MAGIC_LEN);
+  } else {
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  if ((r = sc_ptx_parse(ptx, len, &x)) != CUDA_SUCCESS) return r;
+  sc_ptx_free(&x);
+  SC_LOCK();
+  r = sc_get_link(state, &l);
+  if (r == CUDA_SUCCESS) {
+    char* n = (char*)realloc(l->text, l->len + len + 2);
+    if (!n) abort();
+    memcpy(n + l->len, ptx, len);
+    l->len += len;
+    n[l->len++] = '\n';
+    n[l->len] = 0;
+    l->text = n;
+    l->inputs++;
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+CUresult CUDAAPI sc_cuLinkComplete(CUlinkState state, void** cubinOut, size_t* sizeOut) {
+  sc_link* l;
+  CUresult r;
+  SC_ENTER(cuLinkComplete);
+  if (!cubinOut || !sizeOut) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  r = sc_get_link(state, &l);
+  if (r == CUDA_SUCCESS && l->inputs == 0) r = CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS) {
+    free(l->image);
+    l->image_size = SC_CUBIN_MAGIC_LEN + l->len + 1;
+    l->image = (char*)sc_xcalloc(1, l->image_size);
+    memcpy(l->image, sc_cubin_magic, SC_CUBIN_MAGIC_LEN);
+    memcpy(l->image + SC_CUBIN_MAGIC_LEN, l->text, l->len);
+    *cubinOut = l->image; /* owned by the link state, as in CUDA */
+    *sizeOut = l->image_size;
+    sc_jit_options_out(l->nopts, l->opts, l->vals, "softcuda: linked", "",
+                       (float)((double)(sc_now_ns() - l->t0) / 1e6));
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+CUresult CUDAAPI sc_cuLinkDestroy(CUlinkState state) {
+  sc_link* l;
+  CUresult r;
+  SC_ENTER(cuLinkDestroy);
+  SC_LOCK();
+  r = sc_get_link(state, &l);
+  if (r == CUDA_SUCCESS) sc_obj_unregister(&l->h);
+  SC_UNLOCK();
+  return r;
+}

@@ -1,0 +1,139 @@
+/* softcuda.h - the parts of softcuda that are not CUDA: the C twin API (how test kernels
+ * run on the CPU) and the test-side query API (counters, fault injection, leak report).
+ *
+ * softcuda is a CPU implementation of the CUDA driver API built as a drop-in
+ * libcuda.so.1 (see README.md). Everything here is exported with a softcuda_ prefix and
+ * is found by tests with dlsym(lib, "softcuda_..."), so the same test binary also runs on
+ * a real driver, where those symbols are absent.
+ *
+ * This header needs no CUDA declarations: twins include it alone.
+ */
+#ifndef SOFTCUDA_H
+#define SOFTCUDA_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SOFTCUDA_API __attribute__((visibility("default")))
+#else
+#define SOFTCUDA_API
+#endif
+
+/* ---------------------------------------------------------------------------------- */
+/* C twins                                                                            */
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct softcuda_dim3 {
+  unsigned x, y, z;
+} softcuda_dim3;
+
+/* One thread block of a launch. A twin is called once per block, in no promised order
+ * (today: x fastest, then y, then z, on the stream's worker thread), and loops over the
+ * block's threads itself; a __syncthreads() in the CUDA source becomes a phase boundary
+ * between two thread loops in the twin. */
+typedef struct softcuda_block {
+  softcuda_dim3 grid_dim;   /* gridDim */
+  softcuda_dim3 block_dim;  /* blockDim */
+  softcuda_dim3 block_idx;  /* blockIdx */
+  void* shared;             /* dynamic shared memory of this block (sharedMemBytes, zeroed) */
+  unsigned shared_bytes;
+  int device;               /* device ordinal the launch runs on */
+} softcuda_block;
+
+/* params: one pointer per kernel parameter, like cuLaunchKernel's kernelParams, pointing
+ * at softcuda's copy of the argument values (taken at launch time, laid out as in the PTX
+ * .param list). Return 0 for success, or a CUresult value (e.g. 700,
+ * CUDA_ERROR_ILLEGAL_ADDRESS) to fault: the error becomes sticky in the launch's context,
+ * as on a GPU. */
+typedef int (*softcuda_twin_fn)(const softcuda_block* block, void** params);
+
+/* Binds a twin to a PTX .entry name. Later registrations of the same name replace earlier
+ * ones. Safe to call from a constructor (before any CUDA call). */
+SOFTCUDA_API void softcuda_register_twin(const char* entry_name, softcuda_twin_fn fn);
+
+/* 1 when [ptr, ptr+bytes) lies inside one live allocation that a kernel may touch
+ * (device, managed, pinned host or pool memory), else 0. Twins use it to turn a wild
+ * pointer into CUDA_ERROR_ILLEGAL_ADDRESS instead of a crash. */
+SOFTCUDA_API int softcuda_accessible(const void* ptr, size_t bytes);
+
+/* Defines twin NAME and registers it at load time:
+ *   SOFTCUDA_TWIN(vector_add) { ... use block, params ...; return 0; } */
+#define SOFTCUDA_TWIN(NAME)                                                          \
+  static int softcuda_twin_##NAME(const softcuda_block* block, void** params);        \
+  __attribute__((constructor)) static void softcuda_twin_register_##NAME(void) {     \
+    softcuda_register_twin(#NAME, softcuda_twin_##NAME);                             \
+  }                                                                                  \
+  static int softcuda_twin_##NAME(const softcuda_block* block, void** params)
+
+/* The value of kernel parameter I, of C type T. */
+#define SOFTCUDA_PARAM(T, I) (*(T*)params[I])
+
+/* ---------------------------------------------------------------------------------- */
+/* Query API                                                                          */
+/* ---------------------------------------------------------------------------------- */
+
+/* Scope of the per-thread counters. */
+#define SOFTCUDA_THIS_THREAD 0
+#define SOFTCUDA_ALL_THREADS 1
+
+/* Violation kinds (SOFTCUDA_VIOLATION_ANY counts them all). */
+#define SOFTCUDA_VIOLATION_ANY 0
+#define SOFTCUDA_VIOLATION_CALLBACK 1 /* CUDA call from a host-function callback */
+#define SOFTCUDA_VIOLATION_CONTEXT 2  /* no current context, destroyed or wrong context */
+#define SOFTCUDA_VIOLATION_HANDLE 3   /* destroyed, foreign or wrong-kind handle */
+#define SOFTCUDA_VIOLATION_RANGE 4    /* pointer range outside its allocation, double free */
+
+/* Calls of one entry point by its base name ("cuMemAlloc"); NULL: all entry points.
+ * Calls refused by fault injection or strictness are counted too. */
+SOFTCUDA_API unsigned long long softcuda_query_calls(const char* entry_name);
+/* cuCtxSetCurrent / Push / Pop calls that changed the calling thread's current context. */
+SOFTCUDA_API unsigned long long softcuda_query_context_switches(int scope);
+/* Blocking host waits: cuStreamSynchronize, cuEventSynchronize, cuCtxSynchronize, every
+ * synchronous memcpy / memset, and async copies into pageable memory (which CUDA makes
+ * synchronous). */
+SOFTCUDA_API unsigned long long softcuda_query_host_round_trips(int scope);
+SOFTCUDA_API unsigned long long softcuda_query_violations(int kind);
+/* The message of the last violation (process-wide), "" if none. Valid until the next. */
+SOFTCUDA_API const char* softcuda_query_last_violation(void);
+/* Leaked objects reported so far (at cuCtxDestroy / primary context release). */
+SOFTCUDA_API unsigned long long softcuda_query_leaks(void);
+/* Number of softcuda devices. */
+SOFTCUDA_API int softcuda_query_device_count(void);
+
+/* Zeroes calls, context switches, round trips and violations (not the leak tally). */
+SOFTCUDA_API void softcuda_reset_counters(void);
+
+/* Fault injection, same syntax as SOFTCUDA_FAULTS:
+ *   "cuMemAllocFromPoolAsync@3=CUDA_ERROR_OUT_OF_MEMORY,cuEventRecord@*=700"
+ * ENTRY@N: the Nth call of ENTRY from now on (1-based); ENTRY@*: every call. The result is
+ * a CUresult name or number. A faulted call returns the result with no side effect.
+ * Adds to the rules in force; returns 0, or -1 (and changes nothing) on a bad spec. */
+SOFTCUDA_API int softcuda_set_faults(const char* spec);
+SOFTCUDA_API void softcuda_clear_faults(void);
+
+/* Lists every live object (contexts, allocations, streams, events, modules, link states,
+ * pools, graphs) on stderr when print is non-zero; returns how many there are. */
+SOFTCUDA_API size_t softcuda_leak_report(int print);
+
+/* ---- softnccl hook (added for softnccl, tests/softcuda/softnccl.c) -------------------- */
+/* Enqueues a CPU operation on `stream` (a CUstream), in stream order, exactly like the
+ * work of a kernel launch: a capturing stream records it into the capture graph (every
+ * launch of that graph runs it again). run(payload) runs on the stream's worker thread
+ * and returns 0 or a CUresult that poisons the context (sticky, as a faulting kernel
+ * does). fini(payload) (may be NULL) runs once the operation is dropped: after it ran,
+ * or when the last graph holding it is destroyed; it runs under softcuda's lock and must
+ * not call softcuda. Returns a CUresult (0 on success; the payload is then owned by the
+ * operation). */
+SOFTCUDA_API int softcuda_stream_enqueue(void* stream, const char* what, int (*run)(void* payload),
+                                         void (*fini)(void* payload), void* payload);
+/* ---- end softnccl hook -------------------------------------------------------------- */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SOFTCUDA_H */
