@@ -389,7 +389,11 @@ static gpuhal_status_t gpuhal__object_check(const void* object, uint32_t magic, 
                               "%s: argument '%s' is not a gpuhal object of the right type", func, arg);
   return NULL;
 }
-#define GPUHAL__CHECK_OBJECT(obj, magic) GPUHAL__RETURN_IF_ERROR(gpuhal__object_check((obj), (magic), __func__, #obj))
+#define GPUHAL__CHECK_OBJECT(obj, magic)                                              \
+  do {                                                                                \
+    if (!(obj)) return gpuhal__object_check(NULL, (magic), __func__, #obj);           \
+    GPUHAL__RETURN_IF_ERROR(gpuhal__object_check((obj), (magic), __func__, #obj));    \
+  } while (0)
 
 /* Quarantine: the memory of released objects is held back for a while (poisoned magic
  * intact) so that a late call on a released handle is caught, not a use-after-free. */

@@ -96,6 +96,9 @@ static tu_state_t tu_state;
   } while (0)
 
 /* 1 when the loaded CUDA driver is softcuda (it exports the softcuda_* query API). */
+#if defined(__GNUC__)
+__attribute__((unused))
+#endif
 static int tu_softcuda(void) {
   const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
   void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);

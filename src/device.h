@@ -1,0 +1,802 @@
+/* device: the driver (loaded libraries, device enumeration and info) and devices (a
+ * retained primary context, a worker thread that keeps it current, one non-blocking
+ * stream per queue). */
+
+/* ---------------------------------------------------------------- driver ---- */
+typedef struct gpuhal_driver_s gpuhal_driver_t;
+typedef struct gpuhal_device_s gpuhal_device_t;
+
+typedef struct gpuhal_driver_options_t {
+  const char* cuda_library;     /* NULL: $GPUHAL_CUDA_LIBRARY, else libcuda.so.1, then libcuda.so */
+  const char* nccl_library;     /* NULL: $GPUHAL_NCCL_LIBRARY, else libnccl.so.2, then libnccl.so; NCCL is optional */
+  gpuhal_allocator_t allocator; /* zeroed: malloc/free */
+  gpuhal_log_level_t log_level; /* GPUHAL_LOG_NONE(0): from $GPUHAL_LOG, else GPUHAL_LOG_WARN */
+  gpuhal_log_fn_t log_fn;       /* NULL: stderr */
+  void* log_user;
+  const char* trace_path; /* reserved for tracing: NULL = $GPUHAL_TRACE */
+} gpuhal_driver_options_t;
+
+/* Loads the CUDA driver (and NCCL when present) and counts the devices. `options` may be
+ * NULL for defaults. A library that will not load, or lacks a required symbol, gives
+ * UNAVAILABLE saying what was tried or what is missing. No devices is not an error. */
+GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* options, gpuhal_driver_t** out_driver);
+GPUHAL_API void gpuhal_driver_retain(gpuhal_driver_t* driver);
+/* Releasing NULL is a no-op. The libraries stay loaded for the life of the process. */
+GPUHAL_API void gpuhal_driver_release(gpuhal_driver_t* driver);
+GPUHAL_API gpuhal_status_t gpuhal_driver_device_count(gpuhal_driver_t* driver, int* out_count);
+
+typedef struct gpuhal_device_info_t {
+  int ordinal;
+  char name[256];
+  uint8_t uuid[16];
+  char pci_bus_id[32]; /* "0000:65:00.0" */
+  int compute_capability_major, compute_capability_minor;
+  int sm_count;
+  uint64_t total_memory;
+  int max_threads_per_block;
+  int max_block_dim[3];
+  int max_grid_dim[3];
+  int max_shared_memory_per_block;
+  int max_shared_memory_per_block_optin;
+  int warp_size;
+  int l2_cache_size;
+  int async_engine_count;
+  int memory_pools_supported; /* the device and the loaded driver both support stream-ordered pools */
+  int managed_memory;
+  int concurrent_managed_access;
+  int unified_addressing;
+  int graphs_supported;
+  int driver_version; /* e.g. 12040 for CUDA 12.4 */
+} gpuhal_device_info_t;
+
+/* Properties of device `ordinal` (0 <= ordinal < count); needs no device object. */
+GPUHAL_API gpuhal_status_t gpuhal_driver_device_info(gpuhal_driver_t* driver, int ordinal,
+                                                     gpuhal_device_info_t* out_info);
+
+typedef enum gpuhal_feature_e {
+  GPUHAL_FEATURE_MEMORY_POOLS,      /* stream-ordered allocation (cuMemPool*, cuMemAllocFromPoolAsync) */
+  GPUHAL_FEATURE_KERNEL_PARAM_INFO, /* kernel parameter checks (cuFuncGetParamInfo) */
+  GPUHAL_FEATURE_PEER_ACCESS,       /* peer copies between devices */
+  GPUHAL_FEATURE_CONTEXT_CREATE,    /* non-primary contexts (cuCtxCreate) */
+  GPUHAL_FEATURE_NCCL               /* collectives: NCCL loaded */
+} gpuhal_feature_t;
+
+/* 1 when the optional symbols a feature needs all resolved; 0 otherwise (or bad input). */
+GPUHAL_API int gpuhal_driver_has_feature(gpuhal_driver_t* driver, gpuhal_feature_t feature);
+/* The CUDA library that was loaded (as it was named to dlopen); "" for bad input. */
+GPUHAL_API const char* gpuhal_driver_cuda_library(gpuhal_driver_t* driver);
+
+/* ---------------------------------------------------------------- device ---- */
+typedef struct gpuhal_device_params_t {
+  uint32_t queue_count;         /* 0 = 1; each queue is one non-blocking stream */
+  const char* module_cache_dir; /* used by the module cache; NULL = $GPUHAL_CACHE_DIR */
+  uint64_t module_cache_max_entries, module_cache_max_bytes; /* 0 = defaults */
+  uint64_t pool_release_threshold; /* bytes the stream-ordered pool keeps; 0 = UINT64_MAX */
+} gpuhal_device_params_t;
+
+#define GPUHAL_MAX_QUEUES 64
+
+/* Opens device `ordinal`: retains its primary context and starts the device's worker
+ * thread, which keeps that context current for its life. `params` may be NULL. The
+ * device retains the driver. The calling thread's current context is left as it was. */
+GPUHAL_API gpuhal_status_t gpuhal_device_create(gpuhal_driver_t* driver, int ordinal,
+                                                const gpuhal_device_params_t* params, gpuhal_device_t** out_device);
+GPUHAL_API void gpuhal_device_retain(gpuhal_device_t* device);
+/* Releasing NULL is a no-op. The last release drains the device's queues, stops its
+ * worker and releases the primary context. */
+GPUHAL_API void gpuhal_device_release(gpuhal_device_t* device);
+GPUHAL_API gpuhal_status_t gpuhal_device_info(gpuhal_device_t* device, gpuhal_device_info_t* out_info);
+/* The number of queues (streams); 0 for bad input. */
+GPUHAL_API uint32_t gpuhal_device_queue_count(gpuhal_device_t* device);
+/* The driver the device came from (not retained); NULL for bad input. */
+GPUHAL_API gpuhal_driver_t* gpuhal_device_driver(gpuhal_device_t* device);
+
+/* ---- gpuhal:implementation ---- */
+
+#define GPUHAL__MAGIC_DRIVER 0x47445256u /* "GDRV" */
+#define GPUHAL__MAGIC_DEVICE 0x47444556u /* "GDEV" */
+
+/* GPUHAL__CHECK_OBJECT, with a NULL handle always returning right here: otherwise gcc's
+ * flow analysis follows a literal NULL past the check (the status could be NULL as far as
+ * it knows) and warns (-Wstringop-overflow) at the first field access. */
+#define GPUHAL__CHECK_HANDLE(obj, magic)                                       \
+  do {                                                                         \
+    if (!(obj)) return gpuhal__object_check(NULL, (magic), __func__, #obj);   \
+    GPUHAL__CHECK_OBJECT(obj, magic);                                          \
+  } while (0)
+
+struct gpuhal_driver_s {
+  gpuhal__object_t header;
+  gpuhal_allocator_t allocator;
+  gpuhal__logger_t logger;
+  gpuhal__cuda_symbols_t cu;
+  gpuhal__nccl_symbols_t nccl;
+  void* cuda_handle;
+  void* nccl_handle;
+  char cuda_library[GPUHAL__LIBRARY_PATH_MAX];
+  char nccl_library[GPUHAL__LIBRARY_PATH_MAX]; /* "" without NCCL */
+  char trace_path[GPUHAL__LIBRARY_PATH_MAX];   /* "" without tracing */
+  int driver_version;
+  int device_count;
+  uint32_t features; /* bit (1 << gpuhal_feature_t) */
+};
+
+/* ---- the worker: one thread per device, its context current for its whole life ---- */
+
+/* A unit of work for the worker. Caller-owned (no allocation on post); `queued` makes a
+ * second post of a task that is still waiting a no-op, so a subsystem can keep one "pump"
+ * task and post it whenever something changes. `queued` is cleared just before `fn` runs,
+ * so `fn` (or anyone) may post the task again. */
+typedef struct gpuhal__task_s {
+  gpuhal__list_node_t node;
+  void (*fn)(struct gpuhal__task_s* task);
+  int queued; /* guarded by the worker's mutex */
+} gpuhal__task_t;
+
+typedef struct gpuhal__worker_s {
+  gpuhal__thread_t thread;
+  int started;
+  gpuhal__mutex_t mutex;
+  gpuhal__cond_t cond;      /* a task arrived, or stop */
+  gpuhal__cond_t done_cond; /* a worker_call finished, or the thread started */
+  gpuhal__list_node_t tasks;
+  int stop;
+  int start_done;
+  gpuhal_status_t start_status;
+} gpuhal__worker_t;
+
+struct gpuhal_device_s {
+  gpuhal__object_t header;
+  gpuhal_driver_t* driver; /* retained */
+  const gpuhal__cuda_symbols_t* cu;
+  const gpuhal_allocator_t* allocator;
+  const gpuhal__logger_t* logger;
+  int ordinal;
+  CUdevice cu_device;
+  CUcontext context; /* the primary context, retained */
+  int context_retained;
+  gpuhal_device_info_t info;
+  gpuhal_device_params_t params; /* defaults filled in; module_cache_dir is an owned copy or NULL */
+  uint32_t queue_count;
+  CUstream* streams; /* queue_count non-blocking streams, created on the worker */
+  gpuhal__worker_t worker;
+  int lost; /* a sticky error was seen: the context is unusable */
+  struct gpuhal__memory_state_s* memory;
+  /* Subsystems of later modules (NULL until they exist). */
+  struct gpuhal__queue_state_s* queue_state;
+  struct gpuhal__module_cache_s* module_cache;
+};
+
+/* Subsystem hooks, defined by modules that come after this one.
+ *
+ * A static function may be declared here and defined later in the same translation unit,
+ * but a call to one that is never defined does not link (and gcc warns). So each call is
+ * guarded by a macro that the defining module sets. The macros are defined in those
+ * modules' DECLARATION halves: the amalgamation places every declarations half before any
+ * implementation half, so by the time this implementation is compiled the macro of every
+ * module present in gpuhal.h is visible:
+ *   memory.h        #define GPUHAL__HAVE_MEMORY 1
+ *   queue.h         #define GPUHAL__HAVE_QUEUE 1
+ *   module_cache.h  #define GPUHAL__HAVE_MODULE_CACHE 1
+ * Creation order: memory, module cache, queue; destruction runs the other way, the queue
+ * first, so that it can drain while everything it uses is still there. */
+#ifdef GPUHAL__HAVE_MEMORY
+static gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device);
+static void gpuhal__memory_state_destroy(gpuhal_device_t* device);
+#endif
+#ifdef GPUHAL__HAVE_QUEUE
+static gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device);
+static void gpuhal__queue_state_destroy(gpuhal_device_t* device);
+#endif
+#ifdef GPUHAL__HAVE_MODULE_CACHE
+static gpuhal_status_t gpuhal__module_cache_create(gpuhal_device_t* device);
+static void gpuhal__module_cache_destroy(gpuhal_device_t* device);
+#endif
+
+/* 1 when the calling thread is `device`'s worker. */
+static int gpuhal__on_worker(gpuhal_device_t* device) {
+  return device->worker.started && pthread_equal(pthread_self(), device->worker.thread);
+}
+
+/* Queues `task` to run on the worker (FIFO); a task already queued is not queued twice. */
+static void gpuhal__worker_post(gpuhal_device_t* device, gpuhal__task_t* task) {
+  gpuhal__worker_t* w = &device->worker;
+  gpuhal__mutex_lock(&w->mutex);
+  if (!task->queued) {
+    task->queued = 1;
+    gpuhal__list_push_back(&w->tasks, &task->node);
+    gpuhal__cond_signal(&w->cond);
+  }
+  gpuhal__mutex_unlock(&w->mutex);
+}
+
+typedef struct gpuhal__worker_call_s {
+  gpuhal__task_t task;
+  gpuhal_device_t* device;
+  gpuhal_status_t (*fn)(void* arg);
+  void* arg;
+  gpuhal_status_t status;
+  int done;
+} gpuhal__worker_call_t;
+
+static void gpuhal__worker_call_run(gpuhal__task_t* task) {
+  gpuhal__worker_call_t* call = GPUHAL__CONTAINER_OF(task, gpuhal__worker_call_t, task);
+  gpuhal__worker_t* w = &call->device->worker;
+  gpuhal_status_t status = call->fn(call->arg);
+  gpuhal__mutex_lock(&w->mutex);
+  call->status = status;
+  call->done = 1; /* after this the caller may return: `call` is its stack frame */
+  gpuhal__cond_broadcast(&w->done_cond);
+  gpuhal__mutex_unlock(&w->mutex);
+}
+
+/* Runs fn(arg) on the worker, waits, and returns its status. Called on the worker itself
+ * it runs fn at once (waiting for itself would never end). */
+static gpuhal_status_t gpuhal__worker_call(gpuhal_device_t* device, gpuhal_status_t (*fn)(void* arg), void* arg) {
+  gpuhal__worker_call_t call;
+  gpuhal__worker_t* w = &device->worker;
+  if (gpuhal__on_worker(device)) return fn(arg);
+  memset(&call, 0, sizeof(call));
+  gpuhal__list_init(&call.task.node);
+  call.task.fn = gpuhal__worker_call_run;
+  call.device = device;
+  call.fn = fn;
+  call.arg = arg;
+  gpuhal__worker_post(device, &call.task);
+  gpuhal__mutex_lock(&w->mutex);
+  while (!call.done) gpuhal__cond_wait(&w->done_cond, &w->mutex);
+  gpuhal__mutex_unlock(&w->mutex);
+  return call.status;
+}
+
+/* Runs tasks until stopped; tasks queued before the stop still run. */
+static void gpuhal__worker_loop(gpuhal__worker_t* w) {
+  gpuhal__mutex_lock(&w->mutex);
+  for (;;) {
+    gpuhal__list_node_t* node = gpuhal__list_pop_front(&w->tasks);
+    gpuhal__task_t* task;
+    if (!node) {
+      if (w->stop) break;
+      gpuhal__cond_wait(&w->cond, &w->mutex);
+      continue;
+    }
+    task = GPUHAL__CONTAINER_OF(node, gpuhal__task_t, node);
+    task->queued = 0;
+    gpuhal__mutex_unlock(&w->mutex);
+    task->fn(task);
+    gpuhal__mutex_lock(&w->mutex);
+  }
+  gpuhal__mutex_unlock(&w->mutex);
+}
+
+static void* gpuhal__worker_main(void* arg) {
+  gpuhal_device_t* device = (gpuhal_device_t*)arg;
+  gpuhal__worker_t* w = &device->worker;
+  gpuhal_status_t status = GPUHAL__CU(device->cu, cuCtxSetCurrent, (device->context));
+  gpuhal__mutex_lock(&w->mutex);
+  w->start_status = status;
+  w->start_done = 1;
+  gpuhal__cond_broadcast(&w->done_cond);
+  gpuhal__mutex_unlock(&w->mutex);
+  if (status) return NULL;
+  gpuhal__worker_loop(w);
+  /* Leave the thread as we found it; the context itself lives on until released. */
+  device->cu->cuCtxSetCurrent(NULL);
+  return NULL;
+}
+
+static void gpuhal__worker_init(gpuhal__worker_t* w) {
+  gpuhal__mutex_init(&w->mutex);
+  gpuhal__cond_init(&w->cond);
+  gpuhal__cond_init(&w->done_cond);
+  gpuhal__list_init(&w->tasks);
+}
+
+/* Starts the worker and waits until it has made the context current (or failed to). */
+static gpuhal_status_t gpuhal__worker_start(gpuhal_device_t* device) {
+  gpuhal__worker_t* w = &device->worker;
+  gpuhal_status_t status;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__thread_create(&w->thread, gpuhal__worker_main, device, "gpuhal-worker"));
+  w->started = 1;
+  gpuhal__mutex_lock(&w->mutex);
+  while (!w->start_done) gpuhal__cond_wait(&w->done_cond, &w->mutex);
+  status = w->start_status;
+  w->start_status = NULL;
+  gpuhal__mutex_unlock(&w->mutex);
+  if (status) {
+    gpuhal__thread_join(w->thread);
+    w->started = 0;
+    return gpuhal_status_annotate(status, "starting the worker thread of device %d", device->ordinal);
+  }
+  return NULL;
+}
+
+static void gpuhal__worker_stop(gpuhal_device_t* device) {
+  gpuhal__worker_t* w = &device->worker;
+  if (!w->started) return;
+  gpuhal__mutex_lock(&w->mutex);
+  w->stop = 1;
+  gpuhal__cond_signal(&w->cond);
+  gpuhal__mutex_unlock(&w->mutex);
+  gpuhal__thread_join(w->thread);
+  w->started = 0;
+}
+
+static void gpuhal__worker_deinit(gpuhal__worker_t* w) {
+  gpuhal__cond_destroy(&w->done_cond);
+  gpuhal__cond_destroy(&w->cond);
+  gpuhal__mutex_destroy(&w->mutex);
+}
+
+/* ---- running on the device's context from any thread ---- */
+typedef struct gpuhal__context_scope_s {
+  CUcontext saved; /* what was current before */
+  int pushed;      /* 1 when enter pushed the device's context */
+} gpuhal__context_scope_t;
+
+/* Makes the device's context current on the calling thread, pushing it only when it is
+ * not already current (so the worker, and nested scopes, pay one cuCtxGetCurrent). */
+static gpuhal_status_t gpuhal__context_enter(gpuhal_device_t* device, gpuhal__context_scope_t* scope) {
+  CUcontext current = NULL;
+  scope->saved = NULL;
+  scope->pushed = 0;
+  GPUHAL__CU_RETURN(device->cu, cuCtxGetCurrent, (&current));
+  scope->saved = current;
+  if (current == device->context) return NULL;
+  GPUHAL__CU_RETURN(device->cu, cuCtxPushCurrent, (device->context));
+  scope->pushed = 1;
+  return NULL;
+}
+
+/* Restores exactly what context_enter found. */
+static void gpuhal__context_leave(gpuhal_device_t* device, gpuhal__context_scope_t* scope) {
+  CUcontext popped = NULL;
+  gpuhal_status_t status;
+  if (!scope->pushed) return;
+  scope->pushed = 0;
+  status = GPUHAL__CU(device->cu, cuCtxPopCurrent, (&popped));
+  if (status) {
+    gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "restoring the caller's context: %s",
+                gpuhal_status_message(status));
+    gpuhal_status_free(status);
+  }
+}
+
+/* ---- driver ---- */
+
+static uint32_t gpuhal__feature_bit(gpuhal_feature_t feature) { return 1u << (unsigned)feature; }
+
+/* Which features the optional symbols that resolved allow. */
+static uint32_t gpuhal__driver_features(const gpuhal_driver_t* driver) {
+  const gpuhal__cuda_symbols_t* cu = &driver->cu;
+  uint32_t features = 0;
+  if (cu->cuMemPoolCreate && cu->cuMemPoolDestroy && cu->cuMemPoolSetAttribute && cu->cuMemAllocFromPoolAsync &&
+      cu->cuMemFreeAsync)
+    features |= gpuhal__feature_bit(GPUHAL_FEATURE_MEMORY_POOLS);
+  if (cu->cuFuncGetParamInfo) features |= gpuhal__feature_bit(GPUHAL_FEATURE_KERNEL_PARAM_INFO);
+  if (cu->cuDeviceCanAccessPeer && cu->cuCtxEnablePeerAccess)
+    features |= gpuhal__feature_bit(GPUHAL_FEATURE_PEER_ACCESS);
+  if (cu->cuCtxCreate) features |= gpuhal__feature_bit(GPUHAL_FEATURE_CONTEXT_CREATE);
+  if (driver->nccl.loaded) features |= gpuhal__feature_bit(GPUHAL_FEATURE_NCCL);
+  return features;
+}
+
+static gpuhal__logger_t gpuhal__logger_from_options(const gpuhal_driver_options_t* options) {
+  gpuhal__logger_t logger;
+  logger.level = options->log_level;
+  if (logger.level == GPUHAL_LOG_NONE) logger.level = gpuhal__log_level_parse(gpuhal__getenv("GPUHAL_LOG"), GPUHAL_LOG_WARN);
+  logger.fn = options->log_fn;
+  logger.user = options->log_user;
+  return logger;
+}
+
+/* cuInit, the driver version and the device count. No device is not an error. */
+static gpuhal_status_t gpuhal__driver_init_cuda(gpuhal_driver_t* driver) {
+  const gpuhal__cuda_symbols_t* cu = &driver->cu;
+  CUresult result = cu->cuInit(0);
+  driver->device_count = 0;
+  if ((int)result == 100 /* CUDA_ERROR_NO_DEVICE */) {
+    gpuhal__log(&driver->logger, GPUHAL_LOG_INFO, "'%s' reports no CUDA device", driver->cuda_library);
+  } else if ((int)result != 0) {
+    return gpuhal_status_annotate(gpuhal__cuda_status(cu, result, "cuInit", __FILE__, __LINE__),
+                                  "initializing the CUDA driver '%s'", driver->cuda_library);
+  }
+  GPUHAL__CU_RETURN(cu, cuDriverGetVersion, (&driver->driver_version));
+  if ((int)result == 0) GPUHAL__CU_RETURN(cu, cuDeviceGetCount, (&driver->device_count));
+  if (driver->device_count < 0) driver->device_count = 0;
+  return NULL;
+}
+
+static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
+  gpuhal_allocator_t allocator = driver->allocator;
+  int default_allocator = allocator.alloc == gpuhal__default_alloc;
+  gpuhal__quarantine_flush(driver);
+  /* The CUDA driver and NCCL start threads of their own: unloading them under those
+   * threads is not safe, so the libraries stay loaded (dlopen counts references, so
+   * creating drivers again costs nothing). */
+  driver->cuda_handle = NULL;
+  driver->nccl_handle = NULL;
+  /* Quarantine the driver itself so a late call on it is caught, but only with our own
+   * allocator: a user's allocator may be gone by the time the entry is evicted. */
+  if (default_allocator) {
+    gpuhal__quarantine_free(&allocator, NULL, driver);
+  } else {
+    gpuhal__free(&allocator, driver);
+  }
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* options, gpuhal_driver_t** out_driver) {
+  gpuhal_driver_options_t defaults;
+  gpuhal_allocator_t allocator;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_status_t status;
+  const char* trace;
+  GPUHAL__CHECK_ARG(out_driver != NULL, "out_driver", "must not be NULL");
+  *out_driver = NULL;
+  if (!options) {
+    memset(&defaults, 0, sizeof(defaults));
+    options = &defaults;
+  }
+  GPUHAL__CHECK_ARG((options->allocator.alloc == NULL) == (options->allocator.free == NULL), "options->allocator",
+                    "must set both alloc and free, or neither");
+  GPUHAL__CHECK_RANGE((unsigned)options->log_level <= (unsigned)GPUHAL_LOG_DEBUG, "options->log_level",
+                      "must be a gpuhal_log_level_t (0..4)");
+  allocator = gpuhal__allocator_resolve(&options->allocator);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(&allocator, sizeof(*driver), "gpuhal_driver_t", (void**)&driver));
+  gpuhal__object_init(&driver->header, GPUHAL__MAGIC_DRIVER);
+  driver->allocator = allocator;
+  driver->logger = gpuhal__logger_from_options(options);
+  status = gpuhal__symbols_load_cuda(options->cuda_library, &driver->logger, &driver->cu, &driver->cuda_handle,
+                                     driver->cuda_library, sizeof(driver->cuda_library));
+  if (!status) status = gpuhal__driver_init_cuda(driver);
+  if (!status)
+    status = gpuhal__symbols_load_nccl(options->nccl_library, &driver->logger, &driver->nccl, &driver->nccl_handle,
+                                       driver->nccl_library, sizeof(driver->nccl_library));
+  if (status) {
+    gpuhal__log(&driver->logger, GPUHAL_LOG_INFO, "driver creation failed: %s", gpuhal_status_message(status));
+    gpuhal__free(&allocator, driver);
+    return status;
+  }
+  driver->features = gpuhal__driver_features(driver);
+  trace = options->trace_path ? options->trace_path : gpuhal__getenv("GPUHAL_TRACE");
+  if (trace) snprintf(driver->trace_path, sizeof(driver->trace_path), "%s", trace);
+  gpuhal__log(&driver->logger, GPUHAL_LOG_INFO, "driver: '%s', CUDA %d.%d, %d device%s%s%s", driver->cuda_library,
+              driver->driver_version / 1000, (driver->driver_version % 1000) / 10, driver->device_count,
+              driver->device_count == 1 ? "" : "s", driver->nccl.loaded ? ", NCCL " : ", no NCCL",
+              driver->nccl_library);
+  *out_driver = driver;
+  return NULL;
+}
+
+GPUHAL_API void gpuhal_driver_retain(gpuhal_driver_t* driver) {
+  if (driver && gpuhal__atomic_load(&driver->header.magic) == GPUHAL__MAGIC_DRIVER)
+    gpuhal__object_retain(&driver->header);
+}
+
+GPUHAL_API void gpuhal_driver_release(gpuhal_driver_t* driver) {
+  if (!driver || gpuhal__atomic_load(&driver->header.magic) != GPUHAL__MAGIC_DRIVER) return;
+  if (gpuhal__object_release(&driver->header)) gpuhal__driver_destroy(driver);
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_driver_device_count(gpuhal_driver_t* driver, int* out_count) {
+  GPUHAL__CHECK_HANDLE(driver, GPUHAL__MAGIC_DRIVER);
+  GPUHAL__CHECK_ARG(out_count != NULL, "out_count", "must not be NULL");
+  *out_count = driver->device_count;
+  return NULL;
+}
+
+GPUHAL_API int gpuhal_driver_has_feature(gpuhal_driver_t* driver, gpuhal_feature_t feature) {
+  if (!driver || gpuhal__atomic_load(&driver->header.magic) != GPUHAL__MAGIC_DRIVER) return 0;
+  if ((unsigned)feature > (unsigned)GPUHAL_FEATURE_NCCL) return 0;
+  return (driver->features & gpuhal__feature_bit(feature)) != 0;
+}
+
+GPUHAL_API const char* gpuhal_driver_cuda_library(gpuhal_driver_t* driver) {
+  if (!driver || gpuhal__atomic_load(&driver->header.magic) != GPUHAL__MAGIC_DRIVER) return "";
+  return driver->cuda_library;
+}
+
+/* ---- device info ---- */
+
+/* CUdevice_attribute values (CUDA's ABI), so this module needs no particular enumerator
+ * names from cuda_api.h. */
+enum {
+  GPUHAL__ATTR_MAX_THREADS_PER_BLOCK = 1,
+  GPUHAL__ATTR_MAX_BLOCK_DIM_X = 2,
+  GPUHAL__ATTR_MAX_GRID_DIM_X = 5,
+  GPUHAL__ATTR_MAX_SHARED_MEMORY_PER_BLOCK = 8,
+  GPUHAL__ATTR_WARP_SIZE = 10,
+  GPUHAL__ATTR_MULTIPROCESSOR_COUNT = 16,
+  GPUHAL__ATTR_L2_CACHE_SIZE = 38,
+  GPUHAL__ATTR_ASYNC_ENGINE_COUNT = 40,
+  GPUHAL__ATTR_UNIFIED_ADDRESSING = 41,
+  GPUHAL__ATTR_COMPUTE_CAPABILITY_MAJOR = 75,
+  GPUHAL__ATTR_COMPUTE_CAPABILITY_MINOR = 76,
+  GPUHAL__ATTR_MANAGED_MEMORY = 83,
+  GPUHAL__ATTR_CONCURRENT_MANAGED_ACCESS = 89,
+  GPUHAL__ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+  GPUHAL__ATTR_MEMORY_POOLS_SUPPORTED = 115
+};
+
+static gpuhal_status_t gpuhal__device_attribute(const gpuhal__cuda_symbols_t* cu, CUdevice device, int attribute,
+                                                int* out_value) {
+  *out_value = 0;
+  return gpuhal_status_annotate(GPUHAL__CU(cu, cuDeviceGetAttribute, (out_value, (CUdevice_attribute)attribute, device)),
+                                "querying device attribute %d", attribute);
+}
+
+static gpuhal_status_t gpuhal__device_query_attributes(const gpuhal__cuda_symbols_t* cu, CUdevice dev,
+                                                       gpuhal_device_info_t* info) {
+  int i;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_COMPUTE_CAPABILITY_MAJOR,
+                                                   &info->compute_capability_major));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_COMPUTE_CAPABILITY_MINOR,
+                                                   &info->compute_capability_minor));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MULTIPROCESSOR_COUNT, &info->sm_count));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MAX_THREADS_PER_BLOCK, &info->max_threads_per_block));
+  for (i = 0; i < 3; ++i) {
+    GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MAX_BLOCK_DIM_X + i, &info->max_block_dim[i]));
+    GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MAX_GRID_DIM_X + i, &info->max_grid_dim[i]));
+  }
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MAX_SHARED_MEMORY_PER_BLOCK,
+                                                   &info->max_shared_memory_per_block));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                                   &info->max_shared_memory_per_block_optin));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_WARP_SIZE, &info->warp_size));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_L2_CACHE_SIZE, &info->l2_cache_size));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_ASYNC_ENGINE_COUNT, &info->async_engine_count));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_UNIFIED_ADDRESSING, &info->unified_addressing));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MANAGED_MEMORY, &info->managed_memory));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_CONCURRENT_MANAGED_ACCESS,
+                                                   &info->concurrent_managed_access));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MEMORY_POOLS_SUPPORTED, &info->memory_pools_supported));
+  return NULL;
+}
+
+/* Fills `info` for `ordinal` (already range-checked). Needs no context. */
+static gpuhal_status_t gpuhal__device_query_info(gpuhal_driver_t* driver, int ordinal, gpuhal_device_info_t* info) {
+  const gpuhal__cuda_symbols_t* cu = &driver->cu;
+  CUdevice dev = 0;
+  CUuuid uuid;
+  size_t total = 0;
+  memset(info, 0, sizeof(*info));
+  memset(&uuid, 0, sizeof(uuid));
+  info->ordinal = ordinal;
+  GPUHAL__CU_RETURN(cu, cuDeviceGet, (&dev, ordinal));
+  GPUHAL__CU_RETURN(cu, cuDeviceGetName, (info->name, (int)sizeof(info->name) - 1, dev));
+  GPUHAL__CU_RETURN(cu, cuDeviceGetUuid, (&uuid, dev));
+  memcpy(info->uuid, &uuid, sizeof(info->uuid));
+  GPUHAL__CU_RETURN(cu, cuDeviceGetPCIBusId, (info->pci_bus_id, (int)sizeof(info->pci_bus_id) - 1, dev));
+  GPUHAL__CU_RETURN(cu, cuDeviceTotalMem, (&total, dev));
+  info->total_memory = (uint64_t)total;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_query_attributes(cu, dev, info));
+  /* Pools need both the device and the optional symbols. */
+  info->memory_pools_supported =
+      info->memory_pools_supported && (driver->features & gpuhal__feature_bit(GPUHAL_FEATURE_MEMORY_POOLS));
+  info->graphs_supported = driver->driver_version >= 10000; /* CUDA graphs came with CUDA 10 */
+  info->driver_version = driver->driver_version;
+  return NULL;
+}
+
+static gpuhal_status_t gpuhal__check_ordinal(gpuhal_driver_t* driver, int ordinal, const char* func) {
+  if (ordinal < 0 || ordinal >= driver->device_count)
+    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
+                              "%s: argument 'ordinal' is %d, must be in [0, %d) (the driver has %d device%s)", func,
+                              ordinal, driver->device_count, driver->device_count,
+                              driver->device_count == 1 ? "" : "s");
+  return NULL;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_driver_device_info(gpuhal_driver_t* driver, int ordinal,
+                                                     gpuhal_device_info_t* out_info) {
+  gpuhal_device_info_t info;
+  GPUHAL__CHECK_HANDLE(driver, GPUHAL__MAGIC_DRIVER);
+  GPUHAL__CHECK_ARG(out_info != NULL, "out_info", "must not be NULL");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__check_ordinal(driver, ordinal, __func__));
+  GPUHAL__RETURN_IF_ERROR(gpuhal_status_annotate(gpuhal__device_query_info(driver, ordinal, &info),
+                                                 "querying the properties of device %d", ordinal));
+  *out_info = info;
+  return NULL;
+}
+
+/* ---- device ---- */
+
+static gpuhal_status_t gpuhal__device_check_params(const gpuhal_device_params_t* params) {
+  if (!params) return NULL;
+  if (params->queue_count > GPUHAL_MAX_QUEUES)
+    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
+                              "gpuhal_device_create: argument 'params->queue_count' is %u, must be at most %d",
+                              (unsigned)params->queue_count, GPUHAL_MAX_QUEUES);
+  return NULL;
+}
+
+/* Copies `params` with the defaults filled in; module_cache_dir becomes an owned copy. */
+static gpuhal_status_t gpuhal__device_resolve_params(gpuhal_device_t* device, const gpuhal_device_params_t* params) {
+  const char* cache_dir;
+  if (params) device->params = *params;
+  if (device->params.queue_count == 0) device->params.queue_count = 1;
+  if (device->params.pool_release_threshold == 0) device->params.pool_release_threshold = UINT64_MAX;
+  cache_dir = device->params.module_cache_dir ? device->params.module_cache_dir : gpuhal__getenv("GPUHAL_CACHE_DIR");
+  device->params.module_cache_dir = NULL;
+  if (cache_dir) {
+    char* copy = gpuhal__strdup(device->allocator, cache_dir);
+    if (!copy) return gpuhal__status_oom("module_cache_dir", strlen(cache_dir) + 1);
+    device->params.module_cache_dir = copy;
+  }
+  device->queue_count = device->params.queue_count;
+  return NULL;
+}
+
+static gpuhal_status_t gpuhal__device_create_streams(void* arg) {
+  gpuhal_device_t* device = (gpuhal_device_t*)arg;
+  uint32_t i;
+  for (i = 0; i < device->queue_count; ++i)
+    GPUHAL__CU_RETURN(device->cu, cuStreamCreate, (&device->streams[i], CU_STREAM_NON_BLOCKING));
+  return NULL;
+}
+
+/* Waits for and destroys whatever streams exist (on the worker). */
+static gpuhal_status_t gpuhal__device_destroy_streams(void* arg) {
+  gpuhal_device_t* device = (gpuhal_device_t*)arg;
+  uint32_t i;
+  for (i = 0; device->streams && i < device->queue_count; ++i) {
+    gpuhal_status_t status;
+    if (!device->streams[i]) continue;
+    status = GPUHAL__CU(device->cu, cuStreamSynchronize, (device->streams[i]));
+    if (!status) status = GPUHAL__CU(device->cu, cuStreamDestroy, (device->streams[i]));
+    if (status) {
+      gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: destroying stream %u: %s", device->ordinal,
+                  (unsigned)i, gpuhal_status_message(status));
+      gpuhal_status_free(status);
+    }
+    device->streams[i] = NULL;
+  }
+  return NULL;
+}
+
+static gpuhal_status_t gpuhal__device_create_subsystems(gpuhal_device_t* device) {
+#ifdef GPUHAL__HAVE_MEMORY
+  GPUHAL__RETURN_IF_ERROR(gpuhal__memory_state_create(device));
+#endif
+#ifdef GPUHAL__HAVE_MODULE_CACHE
+  GPUHAL__RETURN_IF_ERROR(gpuhal__module_cache_create(device));
+#endif
+#ifdef GPUHAL__HAVE_QUEUE
+  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_state_create(device));
+#endif
+  GPUHAL__UNUSED(device);
+  return NULL;
+}
+
+/* Each destroy hook must accept a device whose create hook never ran or failed. */
+static void gpuhal__device_destroy_subsystems(gpuhal_device_t* device) {
+#ifdef GPUHAL__HAVE_QUEUE
+  gpuhal__queue_state_destroy(device);
+#endif
+#ifdef GPUHAL__HAVE_MODULE_CACHE
+  gpuhal__module_cache_destroy(device);
+#endif
+#ifdef GPUHAL__HAVE_MEMORY
+  gpuhal__memory_state_destroy(device);
+#endif
+  GPUHAL__UNUSED(device);
+}
+
+/* Tears down whatever part of a device exists; used by release and by a failed create. */
+static void gpuhal__device_destroy(gpuhal_device_t* device) {
+  gpuhal_driver_t* driver = device->driver;
+  if (device->worker.started) {
+    gpuhal__device_destroy_subsystems(device);
+    gpuhal_status_free(gpuhal__worker_call(device, gpuhal__device_destroy_streams, device));
+    gpuhal__worker_stop(device);
+  }
+  if (device->context_retained) {
+    gpuhal_status_t status = GPUHAL__CU(device->cu, cuDevicePrimaryCtxRelease, (device->cu_device));
+    if (status) {
+      gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: %s", device->ordinal, gpuhal_status_message(status));
+      gpuhal_status_free(status);
+    }
+  }
+  gpuhal__worker_deinit(&device->worker);
+  gpuhal__free(device->allocator, device->streams);
+  gpuhal__free(device->allocator, (void*)device->params.module_cache_dir);
+  gpuhal__log(device->logger, GPUHAL_LOG_DEBUG, "device %d destroyed", device->ordinal);
+  gpuhal__quarantine_free(device->allocator, driver, device);
+  gpuhal_driver_release(driver);
+}
+
+/* The steps of gpuhal_device_create after the object exists. */
+static gpuhal_status_t gpuhal__device_open(gpuhal_device_t* device) {
+  const gpuhal__cuda_symbols_t* cu = device->cu;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_query_info(device->driver, device->ordinal, &device->info));
+  GPUHAL__CU_RETURN(cu, cuDeviceGet, (&device->cu_device, device->ordinal));
+  GPUHAL__CU_RETURN(cu, cuDevicePrimaryCtxRetain, (&device->context, device->cu_device));
+  device->context_retained = 1;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, device->queue_count * sizeof(CUstream),
+                                               "device streams", (void**)&device->streams));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__worker_start(device));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__worker_call(device, gpuhal__device_create_streams, device));
+  return gpuhal__device_create_subsystems(device);
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_device_create(gpuhal_driver_t* driver, int ordinal,
+                                                const gpuhal_device_params_t* params, gpuhal_device_t** out_device) {
+  gpuhal_device_t* device = NULL;
+  gpuhal_status_t status;
+  GPUHAL__CHECK_ARG(out_device != NULL, "out_device", "must not be NULL");
+  *out_device = NULL;
+  GPUHAL__CHECK_HANDLE(driver, GPUHAL__MAGIC_DRIVER);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__check_ordinal(driver, ordinal, __func__));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_params(params));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__alloc_zeroed(&driver->allocator, sizeof(*device), "gpuhal_device_t", (void**)&device));
+  gpuhal__object_init(&device->header, GPUHAL__MAGIC_DEVICE);
+  gpuhal_driver_retain(driver);
+  device->driver = driver;
+  device->cu = &driver->cu;
+  device->allocator = &driver->allocator;
+  device->logger = &driver->logger;
+  device->ordinal = ordinal;
+  gpuhal__worker_init(&device->worker);
+  status = gpuhal__device_resolve_params(device, params);
+  if (!status) status = gpuhal__device_open(device);
+  if (status) {
+    gpuhal__atomic_store(&device->header.magic, GPUHAL__MAGIC_DEAD);
+    gpuhal__device_destroy(device);
+    return gpuhal_status_annotate(status, "creating device %d", ordinal);
+  }
+  gpuhal__log(device->logger, GPUHAL_LOG_INFO, "device %d (%s, sm_%d%d) created with %u queue%s", ordinal,
+              device->info.name, device->info.compute_capability_major, device->info.compute_capability_minor,
+              (unsigned)device->queue_count, device->queue_count == 1 ? "" : "s");
+  *out_device = device;
+  return NULL;
+}
+
+GPUHAL_API void gpuhal_device_retain(gpuhal_device_t* device) {
+  if (device && gpuhal__atomic_load(&device->header.magic) == GPUHAL__MAGIC_DEVICE)
+    gpuhal__object_retain(&device->header);
+}
+
+static void* gpuhal__device_reaper_main(void* arg) {
+  gpuhal__device_destroy((gpuhal_device_t*)arg);
+  return NULL;
+}
+
+GPUHAL_API void gpuhal_device_release(gpuhal_device_t* device) {
+  if (!device || gpuhal__atomic_load(&device->header.magic) != GPUHAL__MAGIC_DEVICE) return;
+  if (!gpuhal__object_release(&device->header)) return;
+  if (gpuhal__on_worker(device)) {
+    /* The last reference went on the worker itself (a task released the last buffer of
+     * an already released device): the worker cannot join itself, so a short-lived
+     * thread does the teardown. */
+    pthread_t reaper;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&reaper, &attr, gpuhal__device_reaper_main, device) != 0)
+      gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: could not start its teardown thread; it leaks",
+                  device->ordinal);
+    pthread_attr_destroy(&attr);
+    return;
+  }
+  gpuhal__device_destroy(device);
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_device_info(gpuhal_device_t* device, gpuhal_device_info_t* out_info) {
+  GPUHAL__CHECK_HANDLE(device, GPUHAL__MAGIC_DEVICE);
+  GPUHAL__CHECK_ARG(out_info != NULL, "out_info", "must not be NULL");
+  *out_info = device->info;
+  return NULL;
+}
+
+GPUHAL_API uint32_t gpuhal_device_queue_count(gpuhal_device_t* device) {
+  if (!device || gpuhal__atomic_load(&device->header.magic) != GPUHAL__MAGIC_DEVICE) return 0;
+  return device->queue_count;
+}
+
+GPUHAL_API gpuhal_driver_t* gpuhal_device_driver(gpuhal_device_t* device) {
+  if (!device || gpuhal__atomic_load(&device->header.magic) != GPUHAL__MAGIC_DEVICE) return NULL;
+  return device->driver;
+}

@@ -1,0 +1,462 @@
+/* memory: buffers (device, pinned host, managed) and each device's stream-ordered pool. */
+
+typedef struct gpuhal_buffer_s gpuhal_buffer_t;
+
+typedef enum gpuhal_memory_kind_e {
+  GPUHAL_MEMORY_DEVICE = 0,      /* device memory (cuMemAlloc) */
+  GPUHAL_MEMORY_HOST_PINNED = 1, /* page-locked host memory the GPU can reach (cuMemAllocHost) */
+  GPUHAL_MEMORY_MANAGED = 2      /* unified memory that migrates on demand (cuMemAllocManaged) */
+} gpuhal_memory_kind_t;
+
+/* Allocates `size` bytes (> 0) of `kind` on `device`. The buffer retains the device. */
+GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
+                                                  gpuhal_buffer_t** out_buffer);
+GPUHAL_API void gpuhal_buffer_retain(gpuhal_buffer_t* buffer);
+/* Releasing NULL is a no-op. The last release frees the memory. */
+GPUHAL_API void gpuhal_buffer_release(gpuhal_buffer_t* buffer);
+/* Size, kind and device of a buffer; 0 / GPUHAL_MEMORY_DEVICE / NULL for bad input. */
+GPUHAL_API uint64_t gpuhal_buffer_size(gpuhal_buffer_t* buffer);
+GPUHAL_API gpuhal_memory_kind_t gpuhal_buffer_kind(gpuhal_buffer_t* buffer);
+GPUHAL_API gpuhal_device_t* gpuhal_buffer_device(gpuhal_buffer_t* buffer);
+/* The address kernels use. FAILED_PRECONDITION while a queue_alloca buffer is not yet
+ * issued, or after it was deallocated. */
+GPUHAL_API gpuhal_status_t gpuhal_buffer_device_address(gpuhal_buffer_t* buffer, uint64_t* out_address);
+/* The host pointer of pinned and managed memory; NULL for device memory (and bad input). */
+GPUHAL_API void* gpuhal_buffer_host_pointer(gpuhal_buffer_t* buffer);
+/* Synchronous copies between the buffer and host memory. They are not ordered with queue
+ * work: wait on the semaphore that work signals first. */
+GPUHAL_API gpuhal_status_t gpuhal_buffer_read(gpuhal_buffer_t* buffer, uint64_t offset, void* dst, uint64_t size);
+GPUHAL_API gpuhal_status_t gpuhal_buffer_write(gpuhal_buffer_t* buffer, uint64_t offset, const void* src,
+                                               uint64_t size);
+
+/* Tells device.h (whose implementation comes first) that the memory hooks exist; see the
+ * comment above gpuhal__memory_state_create's declaration there. */
+#define GPUHAL__HAVE_MEMORY 1
+
+/* ---- gpuhal:implementation ---- */
+
+#define GPUHAL__MAGIC_BUFFER 0x47425546u /* "GBUF" */
+
+/* A buffer's memory: UNALLOCATED until a queue_alloca is issued, LIVE while usable,
+ * FREED after a queue_dealloca was issued. Plain allocations are LIVE from the start. */
+typedef enum gpuhal__buffer_state_e {
+  GPUHAL__BUFFER_UNALLOCATED = 0,
+  GPUHAL__BUFFER_LIVE = 1,
+  GPUHAL__BUFFER_FREED = 2
+} gpuhal__buffer_state_t;
+
+struct gpuhal_buffer_s {
+  gpuhal__object_t header;
+  gpuhal_device_t* device; /* retained */
+  gpuhal_memory_kind_t kind;
+  uint64_t size;
+  /* Device address; 0 until issued for a pending (queue_alloca) buffer. The queue writes
+   * it before storing state LIVE (release); readers load state (acquire) first. */
+  CUdeviceptr address;
+  void* host_pointer;  /* pinned and managed */
+  int32_t state;       /* gpuhal__buffer_state_t, atomic */
+  int pending;         /* memory comes from the device pool through the queue */
+  /* For pending buffers, set by the queue: called at the last release instead of freeing
+   * here, so the queue can free the memory in stream order. NULL: a LIVE pending buffer's
+   * memory is freed synchronously on the worker (stream 0). */
+  void (*release_hook)(gpuhal_buffer_t* buffer);
+  void* queue_data; /* the queue's own per-buffer state */
+};
+
+/* The stream-ordered pool of one device. */
+typedef struct gpuhal__memory_state_s {
+  CUmemoryPool pool; /* NULL: no pool support; pool allocations fall back to cuMemAlloc */
+  int owns_pool;     /* 1: created by us (destroyed with the device); 0: the device's default pool */
+} gpuhal__memory_state_t;
+
+/* ---- the device pool ---- */
+
+static gpuhal_status_t gpuhal__pool_set_threshold(gpuhal_device_t* device, CUmemoryPool pool) {
+  cuuint64_t threshold = (cuuint64_t)device->params.pool_release_threshold;
+  return GPUHAL__CU(device->cu, cuMemPoolSetAttribute, (pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+}
+
+/* Our own pool (device-located, pinned, release threshold from the params); the device's
+ * default pool when creating one fails. Runs on the worker. */
+static gpuhal_status_t gpuhal__pool_create(void* arg) {
+  gpuhal_device_t* device = (gpuhal_device_t*)arg;
+  const gpuhal__cuda_symbols_t* cu = device->cu;
+  gpuhal__memory_state_t* memory = device->memory;
+  CUmemPoolProps props;
+  gpuhal_status_t status;
+  memset(&props, 0, sizeof(props));
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = device->ordinal;
+  status = GPUHAL__CU(cu, cuMemPoolCreate, (&memory->pool, &props));
+  if (!status) {
+    memory->owns_pool = 1;
+  } else if (cu->cuDeviceGetDefaultMemPool) {
+    gpuhal__log(device->logger, GPUHAL_LOG_INFO, "device %d: %s; using the default pool", device->ordinal,
+                gpuhal_status_message(status));
+    gpuhal_status_free(status);
+    memory->pool = NULL;
+    GPUHAL__CU_RETURN(cu, cuDeviceGetDefaultMemPool, (&memory->pool, device->cu_device));
+  } else {
+    return status;
+  }
+  return gpuhal__pool_set_threshold(device, memory->pool);
+}
+
+static gpuhal_status_t gpuhal__pool_destroy(void* arg) {
+  gpuhal_device_t* device = (gpuhal_device_t*)arg;
+  gpuhal__memory_state_t* memory = device->memory;
+  if (memory->pool && memory->owns_pool) GPUHAL__CU_RETURN(device->cu, cuMemPoolDestroy, (memory->pool));
+  memory->pool = NULL;
+  return NULL;
+}
+
+static gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device) {
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(gpuhal__memory_state_t),
+                                               "device memory state", (void**)&device->memory));
+  if (!device->info.memory_pools_supported) {
+    gpuhal__log(device->logger, GPUHAL_LOG_INFO,
+                "device %d: no stream-ordered pools; queue allocations use cuMemAlloc", device->ordinal);
+    return NULL;
+  }
+  return gpuhal_status_annotate(gpuhal__worker_call(device, gpuhal__pool_create, device),
+                                "creating the memory pool of device %d", device->ordinal);
+}
+
+static void gpuhal__memory_state_destroy(gpuhal_device_t* device) {
+  if (!device->memory) return;
+  if (device->memory->pool) {
+    gpuhal_status_t status = gpuhal__worker_call(device, gpuhal__pool_destroy, device);
+    if (status) {
+      gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: %s", device->ordinal, gpuhal_status_message(status));
+      gpuhal_status_free(status);
+    }
+  }
+  gpuhal__free(device->allocator, device->memory);
+  device->memory = NULL;
+}
+
+/* Allocates `size` bytes in stream order on `stream` from the device pool; without pool
+ * support, a synchronous cuMemAlloc. Any thread: the device's context is entered (free on
+ * the worker, where it is already current). */
+static gpuhal_status_t gpuhal__pool_alloc_async(gpuhal_device_t* device, CUstream stream, uint64_t size,
+                                                CUdeviceptr* out_ptr) {
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  *out_ptr = 0;
+  if (size > (uint64_t)SIZE_MAX)
+    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE, "allocation of %llu bytes exceeds the address space",
+                              (unsigned long long)size);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  if (device->memory && device->memory->pool) {
+    status = GPUHAL__CU(device->cu, cuMemAllocFromPoolAsync, (out_ptr, (size_t)size, device->memory->pool, stream));
+  } else {
+    status = GPUHAL__CU(device->cu, cuMemAlloc, (out_ptr, (size_t)size));
+  }
+  gpuhal__context_leave(device, &scope);
+  return status;
+}
+
+/* Frees `ptr` in stream order; without pool support, waits for `stream` then cuMemFree.
+ * Any thread, like gpuhal__pool_alloc_async. */
+static gpuhal_status_t gpuhal__pool_free_async(gpuhal_device_t* device, CUstream stream, CUdeviceptr ptr) {
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  if (!ptr) return NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  if (device->memory && device->memory->pool) {
+    status = GPUHAL__CU(device->cu, cuMemFreeAsync, (ptr, stream));
+  } else {
+    status = GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
+    if (!status) status = GPUHAL__CU(device->cu, cuMemFree, (ptr));
+  }
+  gpuhal__context_leave(device, &scope);
+  return status;
+}
+
+/* ---- buffers ---- */
+
+static gpuhal_status_t gpuhal__buffer_new(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
+                                          gpuhal_buffer_t** out_buffer) {
+  gpuhal_buffer_t* buffer = NULL;
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__alloc_zeroed(device->allocator, sizeof(*buffer), "gpuhal_buffer_t", (void**)&buffer));
+  gpuhal__object_init(&buffer->header, GPUHAL__MAGIC_BUFFER);
+  gpuhal_device_retain(device);
+  buffer->device = device;
+  buffer->kind = kind;
+  buffer->size = size;
+  buffer->state = GPUHAL__BUFFER_UNALLOCATED;
+  *out_buffer = buffer;
+  return NULL;
+}
+
+/* A device buffer with no memory yet, for queue_alloca: the queue sets `address` (then
+ * state LIVE) when the allocation is issued. */
+static gpuhal_status_t gpuhal__buffer_create_pending(gpuhal_device_t* device, uint64_t size,
+                                                     gpuhal_buffer_t** out_buffer) {
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_new(device, GPUHAL_MEMORY_DEVICE, size, out_buffer));
+  (*out_buffer)->pending = 1;
+  return NULL;
+}
+
+/* For gpuhal_queue_dealloca: `buffer` must come from gpuhal_queue_alloca and must not
+ * have been deallocated already. */
+static gpuhal_status_t gpuhal__buffer_check_pending(const char* func, gpuhal_buffer_t* buffer) {
+  if (!buffer->pending)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument 'buffer' was not allocated by gpuhal_queue_alloca (release it instead)",
+                              func);
+  if (gpuhal__atomic_load(&buffer->state) == GPUHAL__BUFFER_FREED)
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: argument 'buffer' was already deallocated",
+                              func);
+  return NULL;
+}
+
+/* Issues a pending buffer's allocation on `stream` (the queue's worker, at alloca issue):
+ * sets its address, then makes it LIVE. */
+static gpuhal_status_t gpuhal__buffer_pending_allocate(gpuhal_buffer_t* buffer, gpuhal_device_t* device,
+                                                       CUstream stream) {
+  CUdeviceptr ptr = 0;
+  if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_UNALLOCATED)
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "queue_alloca: the buffer was already allocated");
+  GPUHAL__RETURN_IF_ERROR(gpuhal_status_annotate(gpuhal__pool_alloc_async(device, stream, buffer->size, &ptr),
+                                                 "queue_alloca of %llu bytes on device %d",
+                                                 (unsigned long long)buffer->size, device->ordinal));
+  gpuhal__atomic_store(&buffer->address, ptr);
+  gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_LIVE);
+  return NULL;
+}
+
+/* Issues a pending buffer's free on `stream` (queue_dealloca); the buffer becomes FREED. */
+static gpuhal_status_t gpuhal__buffer_pending_free(gpuhal_buffer_t* buffer, gpuhal_device_t* device, CUstream stream) {
+  if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_LIVE)
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                              "queue_dealloca: the buffer's memory is not live (never allocated, or already freed)");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__pool_free_async(device, stream, buffer->address));
+  gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_FREED);
+  return NULL;
+}
+
+static gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* buffer) {
+  gpuhal_device_t* device = buffer->device;
+  const gpuhal__cuda_symbols_t* cu = device->cu;
+  size_t size = (size_t)buffer->size;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status = NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  switch (buffer->kind) {
+    case GPUHAL_MEMORY_DEVICE:
+      status = GPUHAL__CU(cu, cuMemAlloc, (&buffer->address, size));
+      break;
+    case GPUHAL_MEMORY_HOST_PINNED:
+      status = GPUHAL__CU(cu, cuMemAllocHost, (&buffer->host_pointer, size));
+      /* Unified addressing (every 64-bit platform CUDA still supports) makes the host
+       * pointer valid on the device too. */
+      if (!status) buffer->address = (CUdeviceptr)(uintptr_t)buffer->host_pointer;
+      break;
+    case GPUHAL_MEMORY_MANAGED:
+      status = GPUHAL__CU(cu, cuMemAllocManaged, (&buffer->address, size, CU_MEM_ATTACH_GLOBAL));
+      if (!status) buffer->host_pointer = (void*)(uintptr_t)buffer->address;
+      break;
+  }
+  gpuhal__context_leave(device, &scope);
+  return status;
+}
+
+static gpuhal_status_t gpuhal__buffer_free_pending_sync(void* arg) {
+  gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)arg;
+  gpuhal_device_t* device = buffer->device;
+  CUstream stream = device->streams ? device->streams[0] : NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__pool_free_async(device, stream, buffer->address));
+  return GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
+}
+
+static gpuhal_status_t gpuhal__buffer_free_memory(gpuhal_buffer_t* buffer) {
+  gpuhal_device_t* device = buffer->device;
+  const gpuhal__cuda_symbols_t* cu = device->cu;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status = NULL;
+  if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_LIVE) return NULL;
+  if (buffer->pending) return gpuhal__worker_call(device, gpuhal__buffer_free_pending_sync, buffer);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  if (buffer->kind == GPUHAL_MEMORY_HOST_PINNED) {
+    status = GPUHAL__CU(cu, cuMemFreeHost, (buffer->host_pointer));
+  } else {
+    status = GPUHAL__CU(cu, cuMemFree, (buffer->address));
+  }
+  gpuhal__context_leave(device, &scope);
+  return status;
+}
+
+static void gpuhal__buffer_destroy(gpuhal_buffer_t* buffer) {
+  gpuhal_device_t* device = buffer->device;
+  if (buffer->pending && buffer->release_hook) {
+    buffer->release_hook(buffer);
+  } else {
+    gpuhal_status_t status = gpuhal__buffer_free_memory(buffer);
+    if (status) {
+      gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "freeing a buffer of %llu bytes: %s",
+                  (unsigned long long)buffer->size, gpuhal_status_message(status));
+      gpuhal_status_free(status);
+    }
+  }
+  gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_FREED);
+  gpuhal__quarantine_free(device->allocator, device->driver, buffer);
+  gpuhal_device_release(device);
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
+                                                  gpuhal_buffer_t** out_buffer) {
+  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_status_t status;
+  GPUHAL__CHECK_ARG(out_buffer != NULL, "out_buffer", "must not be NULL");
+  *out_buffer = NULL;
+  GPUHAL__CHECK_HANDLE(device, GPUHAL__MAGIC_DEVICE);
+  GPUHAL__CHECK_ARG((unsigned)kind <= (unsigned)GPUHAL_MEMORY_MANAGED, "kind",
+                    "must be GPUHAL_MEMORY_DEVICE, _HOST_PINNED or _MANAGED");
+  GPUHAL__CHECK_ARG(size > 0, "size", "must be > 0");
+  GPUHAL__CHECK_RANGE(size <= (uint64_t)SIZE_MAX, "size", "exceeds the address space (SIZE_MAX)");
+  GPUHAL__CHECK_RANGE(size <= device->info.total_memory || kind != GPUHAL_MEMORY_DEVICE, "size",
+                      "exceeds the device's total memory");
+  if (kind == GPUHAL_MEMORY_MANAGED && !device->info.managed_memory)
+    return gpuhal_status_make(GPUHAL_STATUS_UNIMPLEMENTED, "%s: device %d does not support managed memory", __func__,
+                              device->ordinal);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_new(device, kind, size, &buffer));
+  status = gpuhal__buffer_allocate_memory(buffer);
+  if (status) {
+    gpuhal__atomic_store(&buffer->header.magic, GPUHAL__MAGIC_DEAD);
+    gpuhal__quarantine_free(device->allocator, device->driver, buffer);
+    gpuhal_device_release(device);
+    return gpuhal_status_annotate(status, "allocating %llu bytes of %s memory on device %d", (unsigned long long)size,
+                                  kind == GPUHAL_MEMORY_DEVICE ? "device"
+                                  : kind == GPUHAL_MEMORY_HOST_PINNED ? "pinned host" : "managed",
+                                  device->ordinal);
+  }
+  gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_LIVE);
+  *out_buffer = buffer;
+  return NULL;
+}
+
+static int gpuhal__buffer_is_valid(gpuhal_buffer_t* buffer) {
+  return buffer && gpuhal__atomic_load(&buffer->header.magic) == GPUHAL__MAGIC_BUFFER;
+}
+
+GPUHAL_API void gpuhal_buffer_retain(gpuhal_buffer_t* buffer) {
+  if (gpuhal__buffer_is_valid(buffer)) gpuhal__object_retain(&buffer->header);
+}
+
+GPUHAL_API void gpuhal_buffer_release(gpuhal_buffer_t* buffer) {
+  if (!gpuhal__buffer_is_valid(buffer)) return;
+  if (gpuhal__object_release(&buffer->header)) gpuhal__buffer_destroy(buffer);
+}
+
+GPUHAL_API uint64_t gpuhal_buffer_size(gpuhal_buffer_t* buffer) {
+  return gpuhal__buffer_is_valid(buffer) ? buffer->size : 0;
+}
+
+GPUHAL_API gpuhal_memory_kind_t gpuhal_buffer_kind(gpuhal_buffer_t* buffer) {
+  return gpuhal__buffer_is_valid(buffer) ? buffer->kind : GPUHAL_MEMORY_DEVICE;
+}
+
+GPUHAL_API gpuhal_device_t* gpuhal_buffer_device(gpuhal_buffer_t* buffer) {
+  return gpuhal__buffer_is_valid(buffer) ? buffer->device : NULL;
+}
+
+GPUHAL_API void* gpuhal_buffer_host_pointer(gpuhal_buffer_t* buffer) {
+  return gpuhal__buffer_is_valid(buffer) ? buffer->host_pointer : NULL;
+}
+
+/* FAILED_PRECONDITION unless the buffer's memory is LIVE. */
+static gpuhal_status_t gpuhal__buffer_check_live(gpuhal_buffer_t* buffer, const char* func) {
+  int32_t state = gpuhal__atomic_load(&buffer->state);
+  if (state == GPUHAL__BUFFER_LIVE) return NULL;
+  return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: argument 'buffer' %s", func,
+                            state == GPUHAL__BUFFER_UNALLOCATED
+                                ? "has no memory yet: its queue_alloca has not been issued (wait on its signal first)"
+                                : "has no memory any more: its queue_dealloca was issued");
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_buffer_device_address(gpuhal_buffer_t* buffer, uint64_t* out_address) {
+  GPUHAL__CHECK_HANDLE(buffer, GPUHAL__MAGIC_BUFFER);
+  GPUHAL__CHECK_ARG(out_address != NULL, "out_address", "must not be NULL");
+  *out_address = 0;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_check_live(buffer, __func__));
+  *out_address = (uint64_t)buffer->address;
+  return NULL;
+}
+
+/* Checks [offset, offset + size) lies inside the buffer, without overflow. */
+static gpuhal_status_t gpuhal__buffer_check_range(gpuhal_buffer_t* buffer, uint64_t offset, uint64_t size,
+                                                  const char* func) {
+  if (size == 0)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument 'size' must be > 0", func);
+  if (offset >= buffer->size)
+    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
+                              "%s: argument 'offset' is %llu, past the end of the buffer (%llu bytes)", func,
+                              (unsigned long long)offset, (unsigned long long)buffer->size);
+  if (size > buffer->size - offset)
+    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
+                              "%s: argument 'size' is %llu, but only %llu bytes follow offset %llu in the buffer",
+                              func, (unsigned long long)size, (unsigned long long)(buffer->size - offset),
+                              (unsigned long long)offset);
+  return NULL;
+}
+
+/* cuMemcpyHtoD from pageable memory may return before the DMA lands (it is staged on the
+ * legacy stream). Our queues are non-blocking streams, which do not wait for the legacy
+ * stream, so the write is only complete once that stream is synchronized. */
+static gpuhal_status_t gpuhal__buffer_copy_to_device(gpuhal_buffer_t* buffer, uint64_t offset, const void* src,
+                                                     uint64_t size) {
+  gpuhal_device_t* device = buffer->device;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  status = GPUHAL__CU(device->cu, cuMemcpyHtoD, (buffer->address + (CUdeviceptr)offset, src, (size_t)size));
+  if (!status) status = GPUHAL__CU(device->cu, cuStreamSynchronize, ((CUstream)NULL));
+  gpuhal__context_leave(device, &scope);
+  return status;
+}
+
+static gpuhal_status_t gpuhal__buffer_copy_from_device(gpuhal_buffer_t* buffer, uint64_t offset, void* dst,
+                                                       uint64_t size) {
+  gpuhal_device_t* device = buffer->device;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  status = GPUHAL__CU(device->cu, cuMemcpyDtoH, (dst, buffer->address + (CUdeviceptr)offset, (size_t)size));
+  gpuhal__context_leave(device, &scope);
+  return status;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_buffer_read(gpuhal_buffer_t* buffer, uint64_t offset, void* dst, uint64_t size) {
+  GPUHAL__CHECK_HANDLE(buffer, GPUHAL__MAGIC_BUFFER);
+  GPUHAL__CHECK_ARG(dst != NULL, "dst", "must not be NULL");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_check_range(buffer, offset, size, __func__));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_check_live(buffer, __func__));
+  /* Pinned memory is plain host memory. Managed memory goes through the driver, which is
+   * safe even on devices without concurrent managed access. */
+  if (buffer->kind == GPUHAL_MEMORY_HOST_PINNED) {
+    memcpy(dst, (const char*)buffer->host_pointer + offset, (size_t)size);
+    return NULL;
+  }
+  return gpuhal_status_annotate(gpuhal__buffer_copy_from_device(buffer, offset, dst, size),
+                                "reading %llu bytes at offset %llu", (unsigned long long)size,
+                                (unsigned long long)offset);
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_buffer_write(gpuhal_buffer_t* buffer, uint64_t offset, const void* src,
+                                               uint64_t size) {
+  GPUHAL__CHECK_HANDLE(buffer, GPUHAL__MAGIC_BUFFER);
+  GPUHAL__CHECK_ARG(src != NULL, "src", "must not be NULL");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_check_range(buffer, offset, size, __func__));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_check_live(buffer, __func__));
+  if (buffer->kind == GPUHAL_MEMORY_HOST_PINNED) {
+    memcpy((char*)buffer->host_pointer + offset, src, (size_t)size);
+    return NULL;
+  }
+  return gpuhal_status_annotate(gpuhal__buffer_copy_to_device(buffer, offset, src, size),
+                                "writing %llu bytes at offset %llu", (unsigned long long)size,
+                                (unsigned long long)offset);
+}
