@@ -802,7 +802,7 @@ static int sc_flat_build(sc_flat* f, const sc_graph* g) {
   for (i = 0; i < f->n; ++i) {
     indeg[i] = f->x[i].ndeps;
     if (!indeg[i]) queue[tail++] = i;
-    qsort(f->x[i].deps, (size_t)f->x[i].ndeps, sizeof(int), sc_int_cmp);
+    if (f->x[i].ndeps > 1) qsort(f->x[i].deps, (size_t)f->x[i].ndeps, sizeof(int), sc_int_cmp); /* deps is NULL when 0 */
   }
   while (head < tail) {
     int v = queue[head++], k;
@@ -1561,8 +1561,6 @@ CUresult CUDAAPI sc_cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
   cs = r == CUDA_SUCCESS ? (sc_cap_stream*)s->capture : NULL;
   if (r == CUDA_SUCCESS && !cs) r = CUDA_ERROR_ILLEGAL_STATE; /* not capturing */
   if (r == CUDA_SUCCESS && cs->cap->origin != s) r = CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
-  if (r == CUDA_SUCCESS && cs->cap->mode != CU_STREAM_CAPTURE_MODE_RELAXED && cs->cap->thread != sc_thread())
-    r = CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
   if (r != CUDA_SUCCESS) {
     SC_UNLOCK();
     return r;
@@ -1570,6 +1568,9 @@ CUresult CUDAAPI sc_cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
   c = cs->cap;
   /* an invalidated capture ends with INVALIDATED (the offending call returned the cause) */
   r = c->invalid != CUDA_SUCCESS ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+  /* Ending a global or thread-local capture on another thread fails AND ends the capture
+   * (the graph is discarded), as the real driver does: a later end finds no capture. */
+  if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && c->thread != sc_thread()) r = CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
   /* every forked stream must have been joined back into the origin */
   for (i = 1; i < c->nstreams && r == CUDA_SUCCESS; ++i) {
     sc_cap_stream* o = (sc_cap_stream*)c->streams[i]->capture;

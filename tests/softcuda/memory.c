@@ -73,7 +73,10 @@ SOFTCUDA_API int softcuda_accessible(const void* ptr, size_t bytes) {
   int ok;
   SC_LOCK();
   a = sc_alloc_find((uintptr_t)ptr);
-  ok = a && !a->free_pending && bytes <= a->size && (uintptr_t)ptr - a->base <= a->size - bytes;
+  /* Run-time check: a pool block freed with cuMemFreeAsync stays accessible until that
+   * free runs on its stream (work ordered before the free may still use it); the enqueue
+   * checks (sc_check_range) refuse work enqueued after the free. */
+  ok = a && bytes <= a->size && (uintptr_t)ptr - a->base <= a->size - bytes;
   SC_UNLOCK();
   return ok;
 }

@@ -279,6 +279,9 @@ TU_TEST(capture_rules) {
   TU_REQUIRE(pthread_create(&t, NULL, end_capture_elsewhere, &ea) == 0);
   pthread_join(t, NULL);
   CONF_EQ(ea.r, CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+  /* the failed end ended the capture too (real drivers do this): nothing left to end */
+  CONF_EQ(cu.cuStreamEndCapture(s, &g), CUDA_ERROR_ILLEGAL_STATE);
+  CONF_OK(cu.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
   CONF_OK(cu.cuStreamEndCapture(s, &g));
   TU_REQUIRE(g != NULL);
   CONF_OK(cu.cuGraphDestroy(g)); /* an empty capture is an empty graph */
