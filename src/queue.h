@@ -1,0 +1,1020 @@
+/* queue: the deferred issue queue (DESIGN §6).
+ *
+ * Every queue operation waits on a semaphore list and signals a semaphore list. A call
+ * copies and retains what it needs, appends an action and returns: it never blocks on the
+ * GPU and never waits for its semaphores on the calling thread.
+ *
+ * Three threads serve a device:
+ *  - the device's worker thread (device.h) runs the "pump": it issues every action whose
+ *    waits are each *completed* (value reached) or *submitted* (the work that reaches it is
+ *    issued and its event recorded: the wait becomes cuStreamWaitEvent), puts the action's
+ *    work on its queue's stream, records one pooled event and publishes the signalled values
+ *    as submitted timepoints. So chains of dependent work, across queues and devices, run on
+ *    the GPU with no host round trip. It also releases retired actions (CUDA calls allowed).
+ *  - the completion thread observes issued actions in issue order (cuEventQuery, spinning
+ *    briefly, then between growing sleeps), advances the signalled semaphores, wakes
+ *    waiters, and hands the action back to the worker for release (in batches).
+ * Fast paths (DESIGN §6): a submitter issues a ready action itself, inside a push/pop of the
+ * device's context, when nothing is queued ahead (GPUHAL__SUBMIT_CALLER_MAY_ISSUE); a host
+ * waiter polls the recorded event of the value it waits for and advances the semaphore
+ * itself once that event completed (semaphore.h).
+ *  - the host-call thread runs gpuhal_queue_host_call functions once their waits completed,
+ *    then signals. No user function runs inside a CUDA callback; gpuhal never uses
+ *    cuLaunchHostFunc.
+ * A CUDA error fails the action's signal semaphores with the original error; actions that
+ * wait on a failed semaphore fail with that cause in their message; a sticky error marks the
+ * device lost and every pending and later action fails fast with it. */
+
+#define GPUHAL__HAVE_QUEUE 1
+
+/* A host function for gpuhal_queue_host_call: runs on a gpuhal thread; a returned error
+ * fails the call's signal semaphores. It must not wait for work queued after it on the same
+ * device's host calls. */
+typedef gpuhal_status_t (*gpuhal_host_fn_t)(void* user);
+
+#ifdef GPUHAL__HAVE_MEMORY
+/* Allocates `size` bytes from the device's stream-ordered pool once `wait` is reached, then
+ * signals `signal`. *out_buffer is returned at once; its device address is assigned when the
+ * allocation is issued (use it only in queue work ordered after `signal`). Devices without
+ * memory pool support allocate synchronously on the worker thread. */
+GPUHAL_API gpuhal_status_t gpuhal_queue_alloca(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
+                                               gpuhal_semaphore_list_t signal, uint64_t size,
+                                               gpuhal_buffer_t** out_buffer);
+/* Frees `buffer` (from gpuhal_queue_alloca) in stream order once `wait` is reached, then
+ * signals `signal`. The call holds a reference to the buffer until then. */
+GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32_t queue,
+                                                 gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
+                                                 gpuhal_buffer_t* buffer);
+#endif
+/* Runs fn(user) on a gpuhal thread once `wait` is reached and the queue's earlier work is
+ * done, then signals `signal` (or fails it with fn's error). */
+GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint32_t queue,
+                                                  gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
+                                                  gpuhal_host_fn_t fn, void* user);
+/* Waits until every queue operation submitted to the device so far is done (completed or
+ * failed, its resources released). Returns the loss cause if the device is lost. */
+GPUHAL_API gpuhal_status_t gpuhal_device_wait_idle(gpuhal_device_t* device, gpuhal_timeout_t timeout);
+/* NULL while the device is healthy; after a sticky CUDA error, a clone of the loss cause. */
+GPUHAL_API gpuhal_status_t gpuhal_device_lost_status(gpuhal_device_t* device);
+
+/* ---- gpuhal:implementation ---- */
+
+/* What an action does; see the queue <-> command-buffer contract. */
+typedef struct gpuhal__action_ops_s {
+  const char* name; /* "execute", "alloca", "dealloca", "host_call", "barrier" */
+  /* On the worker thread, context current, after every wait became a cuStreamWaitEvent (or
+   * was already complete): put the work on `stream`. An error fails the signals. */
+  gpuhal_status_t (*issue)(void* user, gpuhal_device_t* device, CUstream stream);
+  /* Optional. Once the work is complete (status NULL) or failed. No CUDA calls. Runs on the
+   * completion thread, or on the worker for actions that failed before they were issued. */
+  void (*complete)(void* user, gpuhal_status_t status);
+  /* Optional. On the worker thread after completion or failure (CUDA calls allowed). Always
+   * called exactly once for a submitted action, even one that never ran. */
+  void (*release)(void* user, gpuhal_device_t* device);
+} gpuhal__action_ops_t;
+
+/* Flags of gpuhal__queue_submit_ex. */
+enum {
+  /* `issue` may also run on the submitting thread, with the device's context pushed and
+   * serialized with every other issue of the device, when nothing is queued ahead
+   * (DESIGN §6's fast path: no worker wake-up in a round trip). Such an issue must not
+   * block and must not call gpuhal__worker_call. */
+  GPUHAL__SUBMIT_CALLER_MAY_ISSUE = 1u << 0
+};
+
+/* The completion thread polls an event (cuEventQuery) for this long, then keeps polling with
+ * sleeps that double up to GPUHAL_COMPLETION_MAX_SLEEP_NS. It never blocks inside the driver:
+ * measured on an H200, a thread blocked in cuEventSynchronize on the event that a host waiter
+ * is polling made that waiter's round trip bimodal (about 12 or 45 us). */
+#ifndef GPUHAL_COMPLETION_SPIN_NS
+#define GPUHAL_COMPLETION_SPIN_NS 2000
+#endif
+#ifndef GPUHAL_COMPLETION_MAX_SLEEP_NS
+#define GPUHAL_COMPLETION_MAX_SLEEP_NS 200000
+#endif
+/* How long the completion thread watches for new work (a memory flag, no CUDA call) before
+ * it sleeps on its condition variable. 0 by default: on an H200 a 20 us watch did not pay
+ * in bench_queue (it competes for cores with the submitter and the worker). */
+#ifndef GPUHAL_COMPLETION_IDLE_SPIN_NS
+#define GPUHAL_COMPLETION_IDLE_SPIN_NS 0
+#endif
+/* Retired actions are handed to the worker in batches of this many (and whenever the
+ * completion thread runs out of work), not one wake-up each. */
+#define GPUHAL__RETIRE_BATCH 32
+#define GPUHAL__ACTION_INLINE_ENTRIES 4
+#define GPUHAL__ACTION_POOL_BLOCK 32
+
+struct gpuhal__queue_state_s;
+
+/* One wait of an action. */
+typedef struct gpuhal__action_wait_s {
+  gpuhal__semaphore_waiter_t waiter; /* registered while the action is blocked on this wait */
+  gpuhal_semaphore_t* semaphore;     /* retained */
+  uint64_t value;
+  gpuhal__event_t* event; /* resolved by a submitted timepoint: wait on this event (retained) */
+} gpuhal__action_wait_t;
+
+typedef struct gpuhal__action_s {
+  gpuhal__list_node_t link; /* in exactly one of the state's lists */
+  struct gpuhal__action_s* next_free;
+  struct gpuhal__queue_state_s* state;
+  uint32_t queue_index;
+  const gpuhal__action_ops_t* ops;
+  void* user;
+  gpuhal_host_fn_t host_fn; /* host calls: run after completion; signals are host signals */
+  void* host_user;
+  uint32_t wait_count;
+  uint32_t signal_count;
+  uint32_t next_wait; /* waits before this one are resolved */
+  int32_t wake;       /* 1: new, or a semaphore it is blocked on changed: resolve it again */
+  int completed_ok;   /* the work completed and its values were advanced */
+  gpuhal__action_wait_t* waits;
+  gpuhal__timepoint_t* signals;
+  /* Storage for lists longer than the inline one; kept across reuse (grow-only), so a
+   * steady state of similar submissions allocates nothing. */
+  gpuhal__action_wait_t* wait_storage;
+  uint32_t wait_capacity;
+  gpuhal__timepoint_t* signal_storage;
+  uint32_t signal_capacity;
+  gpuhal__action_wait_t inline_waits[GPUHAL__ACTION_INLINE_ENTRIES];
+  gpuhal__timepoint_t inline_signals[GPUHAL__ACTION_INLINE_ENTRIES];
+  gpuhal__event_t* event; /* recorded after the work (one reference) */
+  gpuhal_status_t failure;
+} gpuhal__action_t;
+
+typedef struct gpuhal__action_block_s {
+  struct gpuhal__action_block_s* next;
+  gpuhal__action_t actions[GPUHAL__ACTION_POOL_BLOCK];
+} gpuhal__action_block_t;
+
+typedef struct gpuhal__queue_state_s {
+  gpuhal_device_t* device;
+  gpuhal__mutex_t mutex; /* guards everything below up to `pending` */
+  gpuhal__mutex_t issue_mutex; /* held by whoever issues: the pump, or a submitter's fast path */
+  gpuhal__cond_t completion_cond;
+  gpuhal__cond_t host_call_cond;
+  gpuhal__cond_t idle_cond;
+  gpuhal__list_node_t incoming;   /* submitted, not yet seen by the worker */
+  gpuhal__list_node_t in_flight;  /* issued, in issue order: the completion thread's FIFO */
+  gpuhal__list_node_t host_calls; /* host calls whose function is due */
+  gpuhal__list_node_t retired;    /* done; release due on the worker */
+  uint64_t outstanding;           /* submitted and not yet released */
+  uint32_t in_flight_count;       /* length of in_flight, readable without the mutex */
+  uint32_t retired_unkicked;      /* retired since the worker was last kicked */
+  gpuhal_status_t lost;           /* the loss cause after a sticky error */
+  int32_t lost_flag;              /* lost != NULL, readable without the mutex */
+  int32_t issue_needed;           /* new submissions, woken or to-be-failed actions: the pump must look */
+  int stopping;                   /* device release has begun: no new submissions */
+  int threads_stop;
+  gpuhal__action_t* free_actions;
+  gpuhal__action_block_t* action_blocks;
+  /* Under issue_mutex. */
+  gpuhal__list_node_t pending; /* waiting for their waits */
+  gpuhal__task_t pump_task; /* posted whenever something changed; the worker dedups it */
+  gpuhal__event_pool_t events;
+  gpuhal__thread_t completion_thread;
+  gpuhal__thread_t host_call_thread;
+  int threads_started;
+} gpuhal__queue_state_t;
+
+static gpuhal__queue_state_t* gpuhal__queue_state(gpuhal_device_t* device) {
+  return (gpuhal__queue_state_t*)device->queue_state;
+}
+
+/* ---- kicking the pump ---- */
+/* Makes sure the pump runs (again) on the worker soon. Any thread; no allocation. */
+static void gpuhal__queue_kick(gpuhal__queue_state_t* state) { gpuhal__worker_post(state->device, &state->pump_task); }
+
+/* Asks the pump to look at the pending actions (not only to release retired ones). */
+static void gpuhal__queue_kick_issue(gpuhal__queue_state_t* state) {
+  gpuhal__atomic_store(&state->issue_needed, 1);
+  gpuhal__queue_kick(state);
+}
+
+static void gpuhal__action_wait_notify(gpuhal__semaphore_waiter_t* waiter) {
+  gpuhal__action_t* a = (gpuhal__action_t*)waiter->user;
+  gpuhal__atomic_store(&a->wake, 1);
+  gpuhal__queue_kick_issue(a->state);
+}
+
+/* ---- the action pool ---- */
+static gpuhal_status_t gpuhal__action_acquire_locked(gpuhal__queue_state_t* state, gpuhal__action_t** out) {
+  gpuhal__action_t* a = state->free_actions;
+  if (!a) {
+    gpuhal__action_block_t* block = NULL;
+    uint32_t i;
+    GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(state->device->allocator, sizeof(*block), "queue action pool block",
+                                                 (void**)&block));
+    block->next = state->action_blocks;
+    state->action_blocks = block;
+    for (i = 0; i < GPUHAL__ACTION_POOL_BLOCK; ++i) {
+      block->actions[i].next_free = state->free_actions;
+      state->free_actions = &block->actions[i];
+    }
+    a = state->free_actions;
+  }
+  state->free_actions = a->next_free;
+  a->next_free = NULL;
+  *out = a;
+  return NULL;
+}
+
+/* Room for the lists: inline, or the action's grow-only storage. */
+static gpuhal_status_t gpuhal__action_reserve(gpuhal__queue_state_t* state, gpuhal__action_t* a, uint32_t waits,
+                                              uint32_t signals) {
+  const gpuhal_allocator_t* allocator = state->device->allocator;
+  if (waits <= GPUHAL__ACTION_INLINE_ENTRIES) {
+    a->waits = a->inline_waits;
+  } else {
+    if (waits > a->wait_capacity) {
+      size_t bytes = sizeof(gpuhal__action_wait_t) * (size_t)waits;
+      gpuhal__action_wait_t* grown = (gpuhal__action_wait_t*)gpuhal__alloc(allocator, bytes);
+      if (!grown) return gpuhal__status_oom("queue action wait list", bytes);
+      gpuhal__free(allocator, a->wait_storage);
+      a->wait_storage = grown;
+      a->wait_capacity = waits;
+    }
+    a->waits = a->wait_storage;
+  }
+  if (signals <= GPUHAL__ACTION_INLINE_ENTRIES) {
+    a->signals = a->inline_signals;
+  } else {
+    if (signals > a->signal_capacity) {
+      size_t bytes = sizeof(gpuhal__timepoint_t) * (size_t)signals;
+      gpuhal__timepoint_t* grown = (gpuhal__timepoint_t*)gpuhal__alloc(allocator, bytes);
+      if (!grown) return gpuhal__status_oom("queue action signal list", bytes);
+      gpuhal__free(allocator, a->signal_storage);
+      a->signal_storage = grown;
+      a->signal_capacity = signals;
+    }
+    a->signals = a->signal_storage;
+  }
+  return NULL;
+}
+
+/* ---- failing and retiring ---- */
+
+/* Hands a finished action to the worker for release. Any thread. With `batch`, the worker
+ * is kicked only every GPUHAL__RETIRE_BATCH actions (the completion thread flushes when it
+ * runs out of work). */
+static void gpuhal__action_retire_ex(gpuhal__action_t* a, int batch) {
+  gpuhal__queue_state_t* state = a->state;
+  int kick;
+  gpuhal__mutex_lock(&state->mutex);
+  gpuhal__list_push_back(&state->retired, &a->link);
+  kick = !batch || ++state->retired_unkicked >= GPUHAL__RETIRE_BATCH;
+  if (kick) state->retired_unkicked = 0;
+  gpuhal__mutex_unlock(&state->mutex);
+  if (kick) gpuhal__queue_kick(state);
+}
+static void gpuhal__action_retire(gpuhal__action_t* a) { gpuhal__action_retire_ex(a, 0); }
+
+/* Fails every signal of `a` with `cause` (owned; kept in the action) and tells its ops. */
+static void gpuhal__action_fail(gpuhal__action_t* a, gpuhal_status_t cause) {
+  uint32_t i;
+  if (!cause) cause = gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "queue action failed without a cause");
+  for (i = 0; i < a->signal_count; ++i) {
+    gpuhal__timepoint_t* tp = &a->signals[i];
+    gpuhal__semaphore_remove_timepoint(tp);
+    gpuhal__semaphore_fail_owned(
+        tp->semaphore, gpuhal_status_annotate(gpuhal_status_clone(cause),
+                                              "failing the semaphore that queue '%s' (device %d, queue %u) "
+                                              "was to signal to %llu",
+                                              a->ops->name, a->state->device->ordinal, a->queue_index,
+                                              (unsigned long long)tp->value));
+  }
+  if (a->ops->complete) a->ops->complete(a->user, cause);
+  gpuhal_status_free(a->failure);
+  a->failure = cause;
+}
+
+/* The work reached its values: advance them (host calls: after their function ran). */
+static void gpuhal__action_succeed(gpuhal__action_t* a) {
+  uint32_t i;
+  for (i = 0; i < a->signal_count; ++i) gpuhal__semaphore_advance(a->signals[i].semaphore, a->signals[i].value);
+  /* Advancing unlinked every timepoint of the action (each is at or below the new value). */
+  a->completed_ok = 1;
+  if (a->ops->complete) a->ops->complete(a->user, NULL);
+}
+
+/* Marks the device lost (first cause wins) and kicks the pump so pending work fails fast. */
+static void gpuhal__queue_mark_lost(gpuhal__queue_state_t* state, gpuhal_status_t cause) {
+  int first = 0;
+  gpuhal__mutex_lock(&state->mutex);
+  if (!state->lost) {
+    state->lost = gpuhal_status_annotate(gpuhal_status_clone(cause), "device %d is lost", state->device->ordinal);
+    gpuhal__atomic_store(&state->lost_flag, 1);
+    first = 1;
+  }
+  state->device->lost = 1;
+  gpuhal__mutex_unlock(&state->mutex);
+  if (first) {
+    gpuhal__log(state->device->logger, GPUHAL_LOG_ERROR, "device %d lost: %s", state->device->ordinal,
+                gpuhal_status_message(cause));
+    gpuhal__queue_kick_issue(state);
+  }
+}
+
+/* A clone of the loss cause, or NULL. */
+static gpuhal_status_t gpuhal__queue_lost_clone(gpuhal__queue_state_t* state) {
+  gpuhal_status_t s = NULL;
+  if (!gpuhal__atomic_load(&state->lost_flag)) return NULL;
+  gpuhal__mutex_lock(&state->mutex);
+  if (state->lost) s = gpuhal_status_clone(state->lost);
+  gpuhal__mutex_unlock(&state->mutex);
+  return s;
+}
+
+/* On the worker: drops everything the action holds and returns it to the pool. */
+static void gpuhal__action_release(gpuhal__action_t* a) {
+  gpuhal__queue_state_t* state = a->state;
+  uint32_t i;
+  if (a->ops->release) a->ops->release(a->user, state->device);
+  for (i = 0; i < a->wait_count; ++i) {
+    gpuhal__action_wait_t* w = &a->waits[i];
+    /* Only an action that never issued can still be registered (on its blocking wait). */
+    if (!a->event && i == a->next_wait) gpuhal__semaphore_unregister(w->semaphore, &w->waiter);
+    gpuhal__event_release(w->event);
+    w->event = NULL;
+    gpuhal_semaphore_release(w->semaphore);
+  }
+  for (i = 0; i < a->signal_count; ++i) {
+    if (!a->completed_ok) gpuhal__semaphore_remove_timepoint(&a->signals[i]);
+    gpuhal_semaphore_release(a->signals[i].semaphore);
+  }
+  a->completed_ok = 0;
+  gpuhal__event_release(a->event);
+  a->event = NULL;
+  gpuhal_status_free(a->failure);
+  a->failure = NULL;
+  a->ops = NULL;
+  a->user = NULL;
+  a->host_fn = NULL;
+  gpuhal__mutex_lock(&state->mutex);
+  a->next_free = state->free_actions;
+  state->free_actions = a;
+  if (--state->outstanding == 0) gpuhal__cond_broadcast(&state->idle_cond);
+  gpuhal__mutex_unlock(&state->mutex);
+}
+
+/* ---- the pump (worker thread) ---- */
+
+typedef enum gpuhal__resolve_e { GPUHAL__RESOLVE_READY, GPUHAL__RESOLVE_BLOCKED, GPUHAL__RESOLVE_FAILED } gpuhal__resolve_t;
+
+/* Resolves the waits in order; stops at the first one neither completed nor submitted
+ * (registering on its semaphore so its change kicks the pump). */
+static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, gpuhal_status_t* out_failure) {
+  while (a->next_wait < a->wait_count) {
+    gpuhal__action_wait_t* w = &a->waits[a->next_wait];
+    gpuhal_status_t failure = NULL;
+    gpuhal__wait_state_t st = gpuhal__semaphore_check(w->semaphore, w->value, &w->waiter, &w->event, NULL, &failure);
+    if (st == GPUHAL__WAIT_PENDING) return GPUHAL__RESOLVE_BLOCKED;
+    if (st == GPUHAL__WAIT_FAILED) {
+      char who[96];
+      snprintf(who, sizeof(who), "queue '%s' (device %d, queue %u)", a->ops->name, a->state->device->ordinal,
+               a->queue_index);
+      *out_failure = gpuhal__semaphore_failure_for(failure, who, w->value);
+      return GPUHAL__RESOLVE_FAILED;
+    }
+    a->next_wait++;
+  }
+  return GPUHAL__RESOLVE_READY;
+}
+
+/* Puts the action on its stream: stream waits, the work, the event; publishes timepoints. */
+static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
+  gpuhal_device_t* device = a->state->device;
+  CUstream stream = device->streams[a->queue_index];
+  gpuhal__event_t* event = NULL;
+  uint32_t i;
+  for (i = 0; i < a->wait_count; ++i) {
+    gpuhal__action_wait_t* w = &a->waits[i];
+    if (!w->event) continue;
+    /* On the same stream, order already implies the wait. Otherwise the wait captures the
+     * event's current record, so the event may be reused after. */
+    if (w->event->stream != stream)
+      GPUHAL__RETURN_IF_ERROR(GPUHAL__CU(device->cu, cuStreamWaitEvent, (stream, w->event->handle, 0)));
+    gpuhal__event_release(w->event);
+    w->event = NULL;
+  }
+  if (a->ops->issue) GPUHAL__RETURN_IF_ERROR(a->ops->issue(a->user, device, stream));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__event_pool_acquire(&a->state->events, &event));
+  a->event = event;
+  GPUHAL__CU_RETURN(device->cu, cuEventRecord, (event->handle, stream));
+  event->stream = stream;
+  if (!a->host_fn) {
+    for (i = 0; i < a->signal_count; ++i) {
+      a->signals[i].event = event;
+      gpuhal__semaphore_add_timepoint(a->signals[i].semaphore, &a->signals[i]);
+    }
+  }
+  return NULL;
+}
+
+/* An issue failed: sticky errors (the stream says so too) lose the device. */
+static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t status) {
+  gpuhal__queue_state_t* state = a->state;
+  CUresult r = state->device->cu->cuStreamQuery(state->device->streams[a->queue_index]);
+  status = gpuhal_status_annotate(status, "issuing queue '%s' (device %d, queue %u)", a->ops->name,
+                                  state->device->ordinal, a->queue_index);
+  if (gpuhal__cuda_error_is_sticky(r)) gpuhal__queue_mark_lost(state, status);
+  gpuhal__action_fail(a, status);
+  gpuhal__action_retire(a);
+}
+
+/* Issues a ready action and hands it to the completion thread (or fails it). Under
+ * issue_mutex with the device's context current. */
+static void gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+  gpuhal_status_t status = gpuhal__action_issue(a);
+  if (status) {
+    gpuhal__action_issue_failed(a, status);
+    return;
+  }
+  gpuhal__mutex_lock(&state->mutex);
+  gpuhal__list_push_back(&state->in_flight, &a->link);
+  gpuhal__atomic_add(&state->in_flight_count, 1);
+  gpuhal__cond_signal(&state->completion_cond);
+  gpuhal__mutex_unlock(&state->mutex);
+}
+
+/* One pass over the pending actions; returns how many left the list. */
+static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state) {
+  gpuhal__list_node_t* n = state->pending.next;
+  int progress = 0;
+  while (n != &state->pending) {
+    gpuhal__list_node_t* next = n->next;
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    gpuhal_status_t failure = gpuhal__queue_lost_clone(state);
+    gpuhal__resolve_t r;
+    /* An action blocked on a semaphore that did not change since is skipped unlocked:
+     * a rescan costs nothing per blocked action. */
+    if (!failure && !__atomic_exchange_n(&a->wake, 0, __ATOMIC_ACQ_REL)) {
+      n = next;
+      continue;
+    }
+    r = failure ? GPUHAL__RESOLVE_FAILED : gpuhal__action_resolve(a, &failure);
+    if (r != GPUHAL__RESOLVE_BLOCKED) {
+      gpuhal__list_remove(&a->link);
+      progress++;
+      if (r == GPUHAL__RESOLVE_FAILED) {
+        gpuhal__action_fail(a, failure);
+        gpuhal__action_retire(a);
+      } else {
+        gpuhal__action_dispatch(state, a);
+      }
+    }
+    n = next;
+  }
+  return progress;
+}
+
+static void gpuhal__list_splice_back(gpuhal__list_node_t* to, gpuhal__list_node_t* from) {
+  if (gpuhal__list_empty(from)) return;
+  from->next->prev = to->prev;
+  to->prev->next = from->next;
+  from->prev->next = to;
+  to->prev = from->prev;
+  gpuhal__list_init(from);
+}
+
+static void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
+  gpuhal__list_node_t retired;
+  gpuhal__list_node_t* n;
+  gpuhal__list_init(&retired);
+  gpuhal__mutex_lock(&state->mutex);
+  gpuhal__list_splice_back(&state->pending, &state->incoming);
+  gpuhal__list_splice_back(&retired, &state->retired);
+  gpuhal__mutex_unlock(&state->mutex);
+  /* Most kicks only bring retired actions: then leave issuing (and the fast path) alone. */
+  if (__atomic_exchange_n(&state->issue_needed, 0, __ATOMIC_ACQ_REL)) {
+    gpuhal__mutex_lock(&state->issue_mutex);
+    while (gpuhal__queue_pump_pass(state) > 0) {
+    }
+    gpuhal__mutex_unlock(&state->issue_mutex);
+  }
+  while ((n = gpuhal__list_pop_front(&retired)) != NULL)
+    gpuhal__action_release(GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link));
+}
+
+static void gpuhal__queue_pump_task(gpuhal__task_t* task) {
+  gpuhal__queue_pump(GPUHAL__CONTAINER_OF(task, gpuhal__queue_state_t, pump_task));
+}
+
+/* ---- the completion thread ---- */
+
+/* Waits for the event: polls briefly, then polls between sleeps that grow (see above). */
+static CUresult gpuhal__event_wait_spin_then_block(gpuhal__event_t* e) {
+  const gpuhal__cuda_symbols_t* cu = e->pool->device->cu;
+  int64_t spin_end = gpuhal_now_ns() + GPUHAL_COMPLETION_SPIN_NS;
+  int64_t sleep_ns = 2000;
+  for (;;) {
+    CUresult r = cu->cuEventQuery(e->handle);
+    if (r != CUDA_ERROR_NOT_READY) return r;
+    if (gpuhal_now_ns() < spin_end) continue;
+    gpuhal__sleep_ns(sleep_ns);
+    if (sleep_ns < GPUHAL_COMPLETION_MAX_SLEEP_NS) sleep_ns *= 2;
+  }
+}
+
+static void gpuhal__action_observe(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+  CUresult r = gpuhal__event_wait_spin_then_block(a->event);
+  gpuhal_status_t lost;
+  if (r != CUDA_SUCCESS) {
+    gpuhal_status_t status = gpuhal__cuda_status(state->device->cu, r, "cuEventQuery", __FILE__, __LINE__);
+    if (gpuhal__cuda_error_is_sticky(r)) gpuhal__queue_mark_lost(state, status);
+    /* After a loss, every later action fails with the original cause. */
+    lost = gpuhal__queue_lost_clone(state);
+    if (lost) {
+      gpuhal_status_free(status);
+      status = lost;
+    }
+    gpuhal__action_fail(a, gpuhal_status_annotate(status, "running queue '%s' (device %d, queue %u)", a->ops->name,
+                                                  state->device->ordinal, a->queue_index));
+    gpuhal__action_retire(a);
+    return;
+  }
+  if (a->host_fn) {
+    gpuhal__mutex_lock(&state->mutex);
+    gpuhal__list_push_back(&state->host_calls, &a->link);
+    gpuhal__cond_signal(&state->host_call_cond);
+    gpuhal__mutex_unlock(&state->mutex);
+    return;
+  }
+  gpuhal__action_succeed(a);
+  gpuhal__action_retire_ex(a, 1);
+}
+
+/* Out of work: release what is retired, then watch the in-flight count for a short while
+ * before sleeping. */
+static void gpuhal__completion_idle(gpuhal__queue_state_t* state) {
+  int64_t end;
+  int kick;
+  gpuhal__mutex_lock(&state->mutex);
+  kick = state->retired_unkicked > 0;
+  state->retired_unkicked = 0;
+  gpuhal__mutex_unlock(&state->mutex);
+  if (kick) gpuhal__queue_kick(state);
+  end = gpuhal_now_ns() + GPUHAL_COMPLETION_IDLE_SPIN_NS;
+  while (gpuhal__atomic_load(&state->in_flight_count) == 0 && gpuhal_now_ns() < end) {
+  }
+}
+
+static void* gpuhal__completion_main(void* arg) {
+  gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
+  gpuhal__context_scope_t scope;
+  /* cuEventQuery/Synchronize need no context on CUDA, but a gpuhal thread may hold it. */
+  gpuhal_status_t status = gpuhal__context_enter(state->device, &scope);
+  gpuhal_status_free(status);
+  for (;;) {
+    gpuhal__action_t* a;
+    if (gpuhal__atomic_load(&state->in_flight_count) == 0) gpuhal__completion_idle(state);
+    gpuhal__mutex_lock(&state->mutex);
+    while (gpuhal__list_empty(&state->in_flight) && !state->threads_stop)
+      gpuhal__cond_wait(&state->completion_cond, &state->mutex);
+    if (gpuhal__list_empty(&state->in_flight)) {
+      gpuhal__mutex_unlock(&state->mutex);
+      break;
+    }
+    a = GPUHAL__CONTAINER_OF(gpuhal__list_pop_front(&state->in_flight), gpuhal__action_t, link);
+    gpuhal__atomic_sub(&state->in_flight_count, 1);
+    gpuhal__mutex_unlock(&state->mutex);
+    gpuhal__action_observe(state, a);
+  }
+  if (!status) gpuhal__context_leave(state->device, &scope);
+  return NULL;
+}
+
+static void* gpuhal__host_call_main(void* arg) {
+  gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
+  for (;;) {
+    gpuhal__action_t* a;
+    gpuhal_status_t status;
+    gpuhal__mutex_lock(&state->mutex);
+    while (gpuhal__list_empty(&state->host_calls) && !state->threads_stop)
+      gpuhal__cond_wait(&state->host_call_cond, &state->mutex);
+    if (gpuhal__list_empty(&state->host_calls)) {
+      gpuhal__mutex_unlock(&state->mutex);
+      break;
+    }
+    a = GPUHAL__CONTAINER_OF(gpuhal__list_pop_front(&state->host_calls), gpuhal__action_t, link);
+    gpuhal__mutex_unlock(&state->mutex);
+    status = a->host_fn(a->host_user);
+    if (status) {
+      gpuhal__action_fail(a, gpuhal_status_annotate(status, "in the function of gpuhal_queue_host_call (device %d, queue %u)",
+                                                    state->device->ordinal, a->queue_index));
+    } else {
+      gpuhal__action_succeed(a);
+    }
+    gpuhal__action_retire(a);
+  }
+  return NULL;
+}
+
+/* ---- submission ---- */
+
+/* The fast path: when nothing is queued ahead and no one else is issuing, the submitting
+ * thread resolves and issues the action itself inside a push/pop of the device's context,
+ * saving the worker's wake-up. Returns 0 when the action must take the normal path. */
+static int gpuhal__queue_try_issue_here(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t failure = NULL;
+  gpuhal__resolve_t r;
+  int idle;
+  if (pthread_mutex_trylock(&state->issue_mutex) != 0) return 0;
+  gpuhal__mutex_lock(&state->mutex);
+  idle = gpuhal__list_empty(&state->incoming) && !state->stopping && !state->lost;
+  gpuhal__mutex_unlock(&state->mutex);
+  if (!idle) {
+    gpuhal__mutex_unlock(&state->issue_mutex);
+    return 0;
+  }
+  a->wake = 0;
+  r = gpuhal__action_resolve(a, &failure);
+  if (r == GPUHAL__RESOLVE_BLOCKED) {
+    /* Registered on the semaphore it waits for; its change kicks the pump. */
+    gpuhal__list_push_back(&state->pending, &a->link);
+  } else if (r == GPUHAL__RESOLVE_FAILED) {
+    gpuhal__action_fail(a, failure);
+    gpuhal__action_retire(a);
+  } else if ((failure = gpuhal__context_enter(state->device, &scope)) != NULL) {
+    gpuhal_status_free(failure); /* the worker will do it */
+    a->wake = 1;
+    gpuhal__list_push_back(&state->pending, &a->link);
+    gpuhal__queue_kick_issue(state);
+  } else {
+    gpuhal__action_dispatch(state, a);
+    gpuhal__context_leave(state->device, &scope);
+  }
+  gpuhal__mutex_unlock(&state->issue_mutex);
+  return 1;
+}
+
+static gpuhal_status_t gpuhal__queue_validate_list(const char* func, const char* arg, gpuhal_driver_t* driver,
+                                                   gpuhal_semaphore_list_t list) {
+  uint32_t i;
+  if (list.count == 0) return NULL;
+  if (!list.semaphores || !list.values)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument '%s' has count %u but NULL semaphores or values", func, arg, list.count);
+  for (i = 0; i < list.count; ++i) {
+    gpuhal_semaphore_t* s = list.semaphores[i];
+    gpuhal_status_t bad = gpuhal__object_check(s, GPUHAL__MAGIC_SEMAPHORE, func, arg);
+    if (bad) return gpuhal_status_annotate(bad, "at index %u", i);
+    if (s->driver != driver)
+      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                                "%s: argument '%s' entry %u is a semaphore of another driver than the device's",
+                                func, arg, i);
+  }
+  return NULL;
+}
+
+/* The common argument checks of every queue operation; names `func` in messages. */
+static gpuhal_status_t gpuhal__queue_validate(const char* func, gpuhal_device_t* device, uint32_t queue_index,
+                                              gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal) {
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_check(device, GPUHAL__MAGIC_DEVICE, func, "device"));
+  if (queue_index >= device->queue_count)
+    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE, "%s: argument 'queue' (%u) must be below the device's queue count (%u)",
+                              func, queue_index, device->queue_count);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate_list(func, "wait", device->driver, wait));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate_list(func, "signal", device->driver, signal));
+  if (!gpuhal__queue_state(device))
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: the device has no queues", func);
+  return NULL;
+}
+
+static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device_t* device, uint32_t queue_index,
+                                                 gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
+                                                 const gpuhal__action_ops_t* ops, void* user,
+                                                 gpuhal_host_fn_t host_fn, void* host_user, unsigned flags) {
+  gpuhal__queue_state_t* state;
+  gpuhal__action_t* a = NULL;
+  gpuhal_status_t status;
+  uint32_t i;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate(func, device, queue_index, wait, signal));
+  if (!ops || !ops->name)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: internal: action ops must be given", func);
+  state = gpuhal__queue_state(device);
+  gpuhal__mutex_lock(&state->mutex);
+  if (state->stopping) {
+    gpuhal__mutex_unlock(&state->mutex);
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: the device is being released", func);
+  }
+  status = gpuhal__action_acquire_locked(state, &a);
+  if (!status) {
+    status = gpuhal__action_reserve(state, a, wait.count, signal.count);
+    if (status) {
+      a->next_free = state->free_actions;
+      state->free_actions = a;
+    }
+  }
+  if (status) {
+    gpuhal__mutex_unlock(&state->mutex);
+    return status;
+  }
+  state->outstanding++;
+  gpuhal__mutex_unlock(&state->mutex);
+
+  gpuhal__list_init(&a->link);
+  a->state = state;
+  a->queue_index = queue_index;
+  a->ops = ops;
+  a->user = user;
+  a->host_fn = host_fn;
+  a->host_user = host_user;
+  a->wait_count = wait.count;
+  a->signal_count = signal.count;
+  a->next_wait = 0;
+  a->wake = 1;
+  a->event = NULL;
+  a->failure = NULL;
+  for (i = 0; i < wait.count; ++i) {
+    gpuhal__action_wait_t* w = &a->waits[i];
+    gpuhal__semaphore_waiter_init(&w->waiter);
+    w->waiter.wants_submitted = 1;
+    w->waiter.notify = gpuhal__action_wait_notify;
+    w->waiter.user = a;
+    w->semaphore = wait.semaphores[i];
+    w->value = wait.values[i];
+    w->event = NULL;
+    gpuhal__object_retain(&w->semaphore->object);
+  }
+  for (i = 0; i < signal.count; ++i) {
+    gpuhal__timepoint_t* tp = &a->signals[i];
+    gpuhal__list_init(&tp->link);
+    tp->semaphore = signal.semaphores[i];
+    tp->value = signal.values[i];
+    tp->event = NULL;
+    gpuhal__object_retain(&tp->semaphore->object);
+  }
+  if ((flags & GPUHAL__SUBMIT_CALLER_MAY_ISSUE) && gpuhal__queue_try_issue_here(state, a)) return NULL;
+  gpuhal__mutex_lock(&state->mutex);
+  gpuhal__list_push_back(&state->incoming, &a->link);
+  gpuhal__mutex_unlock(&state->mutex);
+  gpuhal__queue_kick_issue(state);
+  return NULL;
+}
+
+/* See the queue <-> command-buffer contract. */
+static gpuhal_status_t gpuhal__queue_submit(gpuhal_device_t* device, uint32_t queue_index, gpuhal_semaphore_list_t wait,
+                                            gpuhal_semaphore_list_t signal, const gpuhal__action_ops_t* ops,
+                                            void* user) {
+  return gpuhal__queue_submit_impl(ops && ops->name ? ops->name : "gpuhal__queue_submit", device, queue_index, wait,
+                                   signal, ops, user, NULL, NULL, 0);
+}
+
+/* gpuhal__queue_submit with GPUHAL__SUBMIT_* flags. */
+static gpuhal_status_t gpuhal__queue_submit_ex(gpuhal_device_t* device, uint32_t queue_index,
+                                               gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
+                                               const gpuhal__action_ops_t* ops, void* user, unsigned flags) {
+  return gpuhal__queue_submit_impl(ops && ops->name ? ops->name : "gpuhal__queue_submit", device, queue_index, wait,
+                                   signal, ops, user, NULL, NULL, flags);
+}
+
+/* ---- host calls ---- */
+static const gpuhal__action_ops_t gpuhal__host_call_ops = {"host_call", NULL, NULL, NULL};
+
+GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint32_t queue,
+                                                  gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
+                                                  gpuhal_host_fn_t fn, void* user) {
+  GPUHAL__CHECK_ARG(fn != NULL, "fn", "must not be NULL");
+  return gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__host_call_ops, NULL, fn, user,
+                                   GPUHAL__SUBMIT_CALLER_MAY_ISSUE);
+}
+
+#ifdef GPUHAL__HAVE_MEMORY
+/* ---- alloca / dealloca ---- */
+/* The address is assigned here, on the worker, when the allocation is issued; command
+ * buffers that name the buffer resolve it when they are issued after this. */
+static gpuhal_status_t gpuhal__alloca_issue(void* user, gpuhal_device_t* device, CUstream stream) {
+  gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)user;
+  CUdeviceptr address = 0;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__pool_alloc_async(device, stream, buffer->size, &address));
+  buffer->address = address;
+  gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_LIVE);
+  return NULL;
+}
+static gpuhal_status_t gpuhal__dealloca_issue(void* user, gpuhal_device_t* device, CUstream stream) {
+  gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)user;
+  if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_LIVE)
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                              "gpuhal_queue_dealloca: the buffer has no memory to free: its gpuhal_queue_alloca "
+                              "failed or was not ordered before the dealloca (wait on the alloca's signal)");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__pool_free_async(device, stream, buffer->address));
+  gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_FREED);
+  return NULL;
+}
+static void gpuhal__buffer_action_release(void* user, gpuhal_device_t* device) {
+  GPUHAL__UNUSED(device);
+  gpuhal_buffer_release((gpuhal_buffer_t*)user);
+}
+/* With a pool, allocation and free are stream-ordered calls that never block, so the
+ * submitting thread may issue them; the synchronous fallback stays on the worker. */
+static const gpuhal__action_ops_t gpuhal__alloca_ops = {"alloca", gpuhal__alloca_issue, NULL,
+                                                        gpuhal__buffer_action_release};
+static const gpuhal__action_ops_t gpuhal__dealloca_ops = {"dealloca", gpuhal__dealloca_issue, NULL,
+                                                          gpuhal__buffer_action_release};
+static unsigned gpuhal__pool_submit_flags(gpuhal_device_t* device) {
+  return (device->memory && device->memory->pool) ? (unsigned)GPUHAL__SUBMIT_CALLER_MAY_ISSUE : 0u;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_queue_alloca(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
+                                               gpuhal_semaphore_list_t signal, uint64_t size,
+                                               gpuhal_buffer_t** out_buffer) {
+  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_status_t status;
+  GPUHAL__CHECK_ARG(out_buffer != NULL, "out_buffer", "must not be NULL");
+  *out_buffer = NULL;
+  GPUHAL__CHECK_ARG(size > 0, "size", "must be > 0");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate(__func__, device, queue, wait, signal));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_create_pending(device, size, &buffer));
+  gpuhal_buffer_retain(buffer); /* the action's reference */
+  status = gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__alloca_ops, buffer, NULL, NULL,
+                                     gpuhal__pool_submit_flags(device));
+  if (status) {
+    gpuhal_buffer_release(buffer);
+    gpuhal_buffer_release(buffer);
+    return status;
+  }
+  *out_buffer = buffer;
+  return NULL;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32_t queue,
+                                                 gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
+                                                 gpuhal_buffer_t* buffer) {
+  gpuhal_status_t status;
+  GPUHAL__CHECK_OBJECT(buffer, GPUHAL__MAGIC_BUFFER);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate(__func__, device, queue, wait, signal));
+  if (buffer->device != device)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "gpuhal_queue_dealloca: argument 'buffer' belongs to another device");
+  if (!buffer->pending)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "gpuhal_queue_dealloca: argument 'buffer' must come from gpuhal_queue_alloca");
+  {
+    /* One dealloca per buffer: the queue's per-buffer word records that it was submitted. */
+    void* expected = NULL;
+    if (!__atomic_compare_exchange_n(&buffer->queue_data, &expected, (void*)buffer, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+      return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                                "gpuhal_queue_dealloca: argument 'buffer' already has a dealloca queued");
+  }
+  gpuhal_buffer_retain(buffer);
+  status = gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__dealloca_ops, buffer, NULL, NULL,
+                                     gpuhal__pool_submit_flags(device));
+  if (status) {
+    gpuhal__atomic_store(&buffer->queue_data, (void*)NULL);
+    gpuhal_buffer_release(buffer);
+  }
+  return status;
+}
+
+#endif /* GPUHAL__HAVE_MEMORY */
+
+/* ---- idle, loss ---- */
+GPUHAL_API gpuhal_status_t gpuhal_device_wait_idle(gpuhal_device_t* device, gpuhal_timeout_t timeout) {
+  gpuhal__queue_state_t* state;
+  gpuhal_status_t result = NULL;
+  GPUHAL__CHECK_OBJECT(device, GPUHAL__MAGIC_DEVICE);
+  state = gpuhal__queue_state(device);
+  if (!state) return NULL;
+  gpuhal__mutex_lock(&state->mutex);
+  while (state->outstanding > 0) {
+    if (!gpuhal__cond_wait_until(&state->idle_cond, &state->mutex, timeout) && state->outstanding > 0) {
+      result = gpuhal_status_make(GPUHAL_STATUS_DEADLINE_EXCEEDED,
+                                  "gpuhal_device_wait_idle: %llu queue operations still outstanding when the timeout passed",
+                                  (unsigned long long)state->outstanding);
+      break;
+    }
+  }
+  if (!result && state->lost) result = gpuhal_status_clone(state->lost);
+  gpuhal__mutex_unlock(&state->mutex);
+  return result;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_device_lost_status(gpuhal_device_t* device) {
+  gpuhal__queue_state_t* state;
+  GPUHAL__CHECK_OBJECT(device, GPUHAL__MAGIC_DEVICE);
+  state = gpuhal__queue_state(device);
+  return state ? gpuhal__queue_lost_clone(state) : NULL;
+}
+
+/* ---- the device hooks ---- */
+
+static gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device) {
+  gpuhal__queue_state_t* state = NULL;
+  gpuhal_status_t status;
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__alloc_zeroed(device->allocator, sizeof(*state), "queue state", (void**)&state));
+  state->device = device;
+  gpuhal__mutex_init(&state->mutex);
+  gpuhal__mutex_init(&state->issue_mutex);
+  gpuhal__cond_init(&state->completion_cond);
+  gpuhal__cond_init(&state->host_call_cond);
+  gpuhal__cond_init(&state->idle_cond);
+  gpuhal__list_init(&state->incoming);
+  gpuhal__list_init(&state->in_flight);
+  gpuhal__list_init(&state->host_calls);
+  gpuhal__list_init(&state->retired);
+  gpuhal__list_init(&state->pending);
+  gpuhal__list_init(&state->pump_task.node);
+  state->pump_task.fn = gpuhal__queue_pump_task;
+  gpuhal__event_pool_init(&state->events, device, CU_EVENT_DISABLE_TIMING);
+  device->queue_state = state;
+  status = gpuhal__thread_create(&state->completion_thread, gpuhal__completion_main, state, "gpuhal-complete");
+  if (!status) {
+    status = gpuhal__thread_create(&state->host_call_thread, gpuhal__host_call_main, state, "gpuhal-hostcall");
+    if (status) {
+      gpuhal__mutex_lock(&state->mutex);
+      state->threads_stop = 1;
+      gpuhal__cond_broadcast(&state->completion_cond);
+      gpuhal__mutex_unlock(&state->mutex);
+      gpuhal__thread_join(state->completion_thread);
+    }
+  }
+  if (status) {
+    device->queue_state = NULL;
+    gpuhal__event_pool_deinit(&state->events);
+    gpuhal__cond_destroy(&state->idle_cond);
+    gpuhal__cond_destroy(&state->host_call_cond);
+    gpuhal__cond_destroy(&state->completion_cond);
+    gpuhal__mutex_destroy(&state->issue_mutex);
+    gpuhal__mutex_destroy(&state->mutex);
+    gpuhal__free(device->allocator, state);
+    return status;
+  }
+  state->threads_started = 1;
+  return NULL;
+}
+
+/* On the worker: fails what is still waiting for its semaphores (it would never run). */
+static gpuhal_status_t gpuhal__queue_abort_pending(void* arg) {
+  gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
+  gpuhal__list_node_t* n;
+  gpuhal__mutex_lock(&state->issue_mutex);
+  gpuhal__mutex_lock(&state->mutex);
+  gpuhal__list_splice_back(&state->pending, &state->incoming);
+  gpuhal__mutex_unlock(&state->mutex);
+  /* Whatever can run now still runs; the rest is aborted. */
+  while (gpuhal__queue_pump_pass(state) > 0) {
+  }
+  while ((n = gpuhal__list_pop_front(&state->pending)) != NULL) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    gpuhal__action_fail(a, gpuhal_status_make(GPUHAL_STATUS_ABORTED,
+                                              "queue '%s' (device %d, queue %u) was aborted: the device was released "
+                                              "while it still waited for its semaphores",
+                                              a->ops->name, state->device->ordinal, a->queue_index));
+    gpuhal__action_retire(a);
+  }
+  gpuhal__mutex_unlock(&state->issue_mutex);
+  return NULL;
+}
+
+static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
+  gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
+  gpuhal__queue_pump(state); /* releases the last retired actions */
+  gpuhal__event_pool_deinit(&state->events);
+  return NULL;
+}
+
+/* Device release: finishes issued work, fails work that never became ready, joins the
+ * threads, frees everything. Called by device.h with the worker still running. */
+static void gpuhal__queue_state_destroy(gpuhal_device_t* device) {
+  gpuhal__queue_state_t* state = gpuhal__queue_state(device);
+  gpuhal__action_block_t* block;
+  if (!state) return;
+  gpuhal__mutex_lock(&state->mutex);
+  state->stopping = 1;
+  gpuhal__mutex_unlock(&state->mutex);
+  gpuhal_status_free(gpuhal__worker_call(device, gpuhal__queue_abort_pending, state));
+  /* Issued work completes (or fails) on the completion and host-call threads and comes
+   * back through the pump, which releases it. */
+  gpuhal__mutex_lock(&state->mutex);
+  while (state->outstanding > 0) gpuhal__cond_wait(&state->idle_cond, &state->mutex);
+  state->threads_stop = 1;
+  gpuhal__cond_broadcast(&state->completion_cond);
+  gpuhal__cond_broadcast(&state->host_call_cond);
+  gpuhal__mutex_unlock(&state->mutex);
+  gpuhal__thread_join(state->completion_thread);
+  gpuhal__thread_join(state->host_call_thread);
+  gpuhal_status_free(gpuhal__worker_call(device, gpuhal__queue_finish_destroy, state));
+  block = state->action_blocks;
+  while (block) {
+    gpuhal__action_block_t* next = block->next;
+    uint32_t i;
+    for (i = 0; i < GPUHAL__ACTION_POOL_BLOCK; ++i) {
+      gpuhal__free(device->allocator, block->actions[i].wait_storage);
+      gpuhal__free(device->allocator, block->actions[i].signal_storage);
+    }
+    gpuhal__free(device->allocator, block);
+    block = next;
+  }
+  gpuhal_status_free(state->lost);
+  gpuhal__cond_destroy(&state->idle_cond);
+  gpuhal__cond_destroy(&state->host_call_cond);
+  gpuhal__cond_destroy(&state->completion_cond);
+  gpuhal__mutex_destroy(&state->issue_mutex);
+  gpuhal__mutex_destroy(&state->mutex);
+  device->queue_state = NULL;
+  gpuhal__free(device->allocator, state);
+}

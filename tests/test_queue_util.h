@@ -1,0 +1,323 @@
+/* test_queue_util.h - helpers of the queue tests and benchmarks (include after gpuhal.h
+ * with GPUHAL_IMPLEMENTATION): a device fixture, test-local queue actions, the spin and
+ * fault test kernels, a counting allocator and the softcuda counters. */
+#ifndef GPUHAL_TEST_QUEUE_UTIL_H
+#define GPUHAL_TEST_QUEUE_UTIL_H
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Each test uses some of these helpers. */
+#pragma GCC diagnostic ignored "-Wunused-function"
+
+#ifndef GPUHAL_KERNELS_DIR
+#define GPUHAL_KERNELS_DIR "tests/kernels"
+#endif
+
+static gpuhal_timeout_t qt_seconds(int s) { return gpuhal_timeout_relative_ns((int64_t)s * 1000000000ll); }
+
+/* ---- fixture ---- */
+typedef struct qt_fixture_s {
+  gpuhal_driver_t* driver;
+  gpuhal_device_t* device;
+  /* test kernels, loaded in the primary context that the fixture retains itself, so that
+   * they can be unloaded after the device is gone (release-in-flight tests) */
+  CUcontext context;
+  CUmodule spin_module, fault_module;
+  CUfunction spin, fault;
+} qt_fixture_t;
+
+static int qt_open(qt_fixture_t* f, uint32_t queues, const gpuhal_allocator_t* allocator) {
+  gpuhal_driver_options_t options;
+  gpuhal_device_params_t params;
+  gpuhal_status_t s;
+  int count = 0;
+  memset(f, 0, sizeof(*f));
+  memset(&options, 0, sizeof(options));
+  if (allocator) options.allocator = *allocator;
+  s = gpuhal_driver_create(&options, &f->driver);
+  if (!s) s = gpuhal_driver_device_count(f->driver, &count);
+  if (!s && count == 0) s = gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "no devices");
+  memset(&params, 0, sizeof(params));
+  params.queue_count = queues;
+  if (!s) s = gpuhal_device_create(f->driver, 0, &params, &f->device);
+  if (s) {
+    fprintf(stderr, "  fixture: %s\n", gpuhal_status_message(s));
+    gpuhal_status_free(s);
+    gpuhal_driver_release(f->driver);
+    f->driver = NULL;
+    return 0;
+  }
+  return 1;
+}
+
+static void qt_kernels_unload(qt_fixture_t* f) {
+  const gpuhal__cuda_symbols_t* cu;
+  CUcontext popped;
+  if (!f->context) return;
+  cu = &f->driver->cu;
+  if (cu->cuCtxPushCurrent(f->context) == CUDA_SUCCESS) {
+    if (f->spin_module) cu->cuModuleUnload(f->spin_module);
+    if (f->fault_module) cu->cuModuleUnload(f->fault_module);
+    cu->cuCtxPopCurrent(&popped);
+  }
+  f->spin_module = f->fault_module = NULL;
+  f->spin = f->fault = NULL;
+  {
+    CUdevice dev = 0;
+    cu->cuDeviceGet(&dev, 0);
+    cu->cuDevicePrimaryCtxRelease(dev);
+  }
+  f->context = NULL;
+}
+
+/* Releases the device (draining it), then the kernels, then the driver. */
+static void qt_close(qt_fixture_t* f) {
+  gpuhal_device_release(f->device);
+  f->device = NULL;
+  qt_kernels_unload(f);
+  gpuhal_driver_release(f->driver);
+  f->driver = NULL;
+}
+
+static char* qt_read_file(const char* path) {
+  FILE* file = fopen(path, "rb");
+  long n;
+  char* data;
+  if (!file) return NULL;
+  fseek(file, 0, SEEK_END);
+  n = ftell(file);
+  fseek(file, 0, SEEK_SET);
+  data = (char*)malloc((size_t)n + 1);
+  if (data && fread(data, 1, (size_t)n, file) != (size_t)n) {
+    free(data);
+    data = NULL;
+  }
+  if (data) data[n] = 0;
+  fclose(file);
+  return data;
+}
+
+static int qt_load_one(qt_fixture_t* f, const char* file, const char* entry, CUmodule* module, CUfunction* fn) {
+  const gpuhal__cuda_symbols_t* cu = &f->driver->cu;
+  char path[1024];
+  char* image;
+  CUresult r;
+  snprintf(path, sizeof(path), "%s/%s", GPUHAL_KERNELS_DIR, file);
+  image = qt_read_file(path);
+  if (!image) {
+    fprintf(stderr, "  cannot read %s\n", path);
+    return 0;
+  }
+  r = cu->cuModuleLoadData(module, image);
+  free(image);
+  if (r == CUDA_SUCCESS) r = cu->cuModuleGetFunction(fn, *module, entry);
+  if (r != CUDA_SUCCESS) fprintf(stderr, "  loading %s: CUresult %d\n", path, (int)r);
+  return r == CUDA_SUCCESS;
+}
+
+/* Loads spin_us and fault; 0 when they are not available. */
+static int qt_kernels_load(qt_fixture_t* f) {
+  const gpuhal__cuda_symbols_t* cu = &f->driver->cu;
+  CUcontext popped;
+  int ok;
+  if (cu->cuDevicePrimaryCtxRetain(&f->context, f->device->cu_device) != CUDA_SUCCESS) {
+    f->context = NULL;
+    return 0;
+  }
+  if (cu->cuCtxPushCurrent(f->context) != CUDA_SUCCESS) return 0;
+  ok = qt_load_one(f, "spin_us.ptx", "spin_us", &f->spin_module, &f->spin) &&
+       qt_load_one(f, "fault.ptx", "fault", &f->fault_module, &f->fault);
+  cu->cuCtxPopCurrent(&popped);
+  return ok;
+}
+
+/* ---- softcuda counters (absent on a real driver) ---- */
+static int qt_softcuda(void) { return tu_softcuda(); }
+static unsigned long long qt_softcuda_calls(const char* entry) {
+  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
+  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  unsigned long long n = 0;
+  if (h) {
+    unsigned long long (*fn)(const char*) = NULL;
+    void* sym = dlsym(h, "softcuda_query_calls");
+    memcpy(&fn, &sym, sizeof(fn));
+    if (fn) n = fn(entry);
+    dlclose(h);
+  }
+  return n;
+}
+
+/* ---- test actions ---- */
+typedef struct qt_counter_s {
+  int32_t issued, completed_ok, completed_failed, released;
+} qt_counter_t;
+static qt_counter_t qt_global_counter;
+static void qt_counter_init(qt_counter_t* c) { memset(c, 0, sizeof(*c)); }
+static int32_t qt_counter_get(int32_t* p) { return gpuhal__atomic_load(p); }
+
+static gpuhal_status_t qt_counting_issue(void* user, gpuhal_device_t* device, CUstream stream) {
+  GPUHAL__UNUSED(device);
+  GPUHAL__UNUSED(stream);
+  gpuhal__atomic_add(&((qt_counter_t*)user)->issued, 1);
+  return NULL;
+}
+static void qt_counting_complete(void* user, gpuhal_status_t status) {
+  qt_counter_t* c = (qt_counter_t*)user;
+  if (status) {
+    gpuhal__atomic_add(&c->completed_failed, 1);
+  } else {
+    gpuhal__atomic_add(&c->completed_ok, 1);
+  }
+}
+static void qt_counting_release(void* user, gpuhal_device_t* device) {
+  GPUHAL__UNUSED(device);
+  gpuhal__atomic_add(&((qt_counter_t*)user)->released, 1);
+}
+static const gpuhal__action_ops_t qt_counting_ops = {"test_counting", qt_counting_issue, qt_counting_complete,
+                                                     qt_counting_release};
+static const gpuhal__action_ops_t qt_barrier_ops = {"barrier", NULL, NULL, NULL};
+/* The same, always issued by the worker. */
+static const gpuhal__action_ops_t qt_worker_barrier_ops = {"barrier", NULL, NULL, NULL};
+
+/* Submits with the submitting-thread fast path allowed, except for qt_worker_barrier_ops,
+ * which always go through the worker (the tests exercise both paths). */
+static gpuhal_status_t qt_submit(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
+                                 gpuhal_semaphore_list_t signal, const gpuhal__action_ops_t* ops, void* user) {
+  return gpuhal__queue_submit_ex(device, queue, wait, signal, ops, user,
+                                 ops == &qt_worker_barrier_ops ? 0u : (unsigned)GPUHAL__SUBMIT_CALLER_MAY_ISSUE);
+}
+
+/* Fails at issue with a CUDA error status, as a command buffer whose launch fails would. */
+static gpuhal_status_t qt_failing_issue(void* user, gpuhal_device_t* device, CUstream stream) {
+  GPUHAL__UNUSED(user);
+  GPUHAL__UNUSED(stream);
+  return gpuhal__cuda_status(device->cu, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "cuLaunchKernel", __FILE__, __LINE__);
+}
+static const gpuhal__action_ops_t qt_failing_ops = {"test_failing", qt_failing_issue, NULL, NULL};
+
+/* Launches spin_us: `first_us` for the first launch, `rest_us` after. */
+typedef struct qt_spin_s {
+  qt_fixture_t* fixture;
+  unsigned long long first_us, rest_us;
+  int32_t launched;
+} qt_spin_t;
+static gpuhal_status_t qt_spin_issue(void* user, gpuhal_device_t* device, CUstream stream) {
+  qt_spin_t* spin = (qt_spin_t*)user;
+  unsigned long long us = gpuhal__atomic_load(&spin->launched) == 0 ? spin->first_us : spin->rest_us;
+  void* params[1];
+  params[0] = &us;
+  GPUHAL__CU_RETURN(device->cu, cuLaunchKernel, (spin->fixture->spin, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
+  gpuhal__atomic_add(&spin->launched, 1);
+  return NULL;
+}
+static const gpuhal__action_ops_t qt_spin_ops = {"test_spin", qt_spin_issue, NULL, NULL};
+
+static gpuhal_status_t qt_fault_issue(void* user, gpuhal_device_t* device, CUstream stream) {
+  qt_fixture_t* f = (qt_fixture_t*)user;
+  unsigned long long address = 0x10;
+  void* params[1];
+  params[0] = &address;
+  return GPUHAL__CU(device->cu, cuLaunchKernel, (f->fault, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
+}
+static const gpuhal__action_ops_t qt_fault_ops = {"test_fault", qt_fault_issue, NULL, NULL};
+
+/* Records the address a queue_alloca buffer has when work after the alloca is issued. */
+typedef struct qt_address_probe_s {
+  gpuhal_buffer_t* buffer;
+  CUdeviceptr address;
+} qt_address_probe_t;
+static gpuhal_status_t qt_address_probe_issue(void* user, gpuhal_device_t* device, CUstream stream) {
+  qt_address_probe_t* p = (qt_address_probe_t*)user;
+  uint64_t address = 0;
+  GPUHAL__UNUSED(device);
+  GPUHAL__UNUSED(stream);
+  GPUHAL__RETURN_IF_ERROR(gpuhal_buffer_device_address(p->buffer, &address));
+  p->address = (CUdeviceptr)address;
+  return NULL;
+}
+static const gpuhal__action_ops_t qt_address_probe_ops = {"test_probe", qt_address_probe_issue, NULL, NULL};
+
+/* ---- host functions ---- */
+static pthread_t qt_main_thread;
+static gpuhal_status_t qt_host_fn_nop(void* user) {
+  GPUHAL__UNUSED(user);
+  return NULL;
+}
+static gpuhal_status_t qt_host_fn_fail(void* user) {
+  GPUHAL__UNUSED(user);
+  return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "the host function said no");
+}
+typedef struct qt_recorder_s qt_recorder_t;
+typedef struct qt_record_arg_s {
+  qt_recorder_t* recorder;
+  int id;
+} qt_record_arg_t;
+struct qt_recorder_s {
+  pthread_mutex_t mutex;
+  int order[64];
+  int count;
+  int ran_on_caller;
+  qt_record_arg_t args[64];
+};
+static void qt_recorder_init(qt_recorder_t* r) {
+  memset(r, 0, sizeof(*r));
+  pthread_mutex_init(&r->mutex, NULL);
+  qt_main_thread = pthread_self();
+}
+static gpuhal_status_t qt_host_fn_record(void* user) {
+  qt_record_arg_t* arg = (qt_record_arg_t*)user;
+  qt_recorder_t* r = arg->recorder;
+  pthread_mutex_lock(&r->mutex);
+  if (r->count < 64) r->order[r->count++] = arg->id;
+  if (pthread_equal(pthread_self(), qt_main_thread)) r->ran_on_caller = 1;
+  pthread_mutex_unlock(&r->mutex);
+  return NULL;
+}
+
+/* ---- counting allocator ---- */
+typedef struct qt_counting_allocator_s {
+  gpuhal_allocator_t allocator;
+  int64_t allocs, frees;
+} qt_counting_allocator_t;
+static void* qt_counting_alloc(size_t size, void* user) {
+  gpuhal__atomic_add(&((qt_counting_allocator_t*)user)->allocs, 1);
+  return malloc(size);
+}
+static void qt_counting_free(void* ptr, void* user) {
+  gpuhal__atomic_add(&((qt_counting_allocator_t*)user)->frees, 1);
+  free(ptr);
+}
+static const gpuhal_allocator_t* qt_counting_allocator(qt_counting_allocator_t* c) {
+  memset(c, 0, sizeof(*c));
+  c->allocator.alloc = qt_counting_alloc;
+  c->allocator.free = qt_counting_free;
+  c->allocator.user = c;
+  return &c->allocator;
+}
+static uint64_t qt_counting_allocs(qt_counting_allocator_t* c) { return (uint64_t)gpuhal__atomic_load(&c->allocs); }
+
+/* One of a mix of submissions on timeline s[0] (prev -> next), also signalling s[1]:
+ * barriers, counting actions and host calls, on alternating queues. */
+static gpuhal_status_t qt_submit_mixed(qt_fixture_t* f, uint64_t i, gpuhal_semaphore_t** s, uint64_t prev,
+                                       uint64_t next) {
+  uint64_t signal_values[2];
+  gpuhal_semaphore_list_t wait = gpuhal_semaphore_list_one(&s[0], &prev);
+  gpuhal_semaphore_list_t signal;
+  uint32_t queue = (uint32_t)(i % 2);
+  signal_values[0] = next;
+  signal_values[1] = next;
+  signal.count = 2;
+  signal.semaphores = s;
+  signal.values = signal_values;
+  switch (i % 3) {
+    case 0: return qt_submit(f->device, queue, wait, signal, i % 2 ? &qt_barrier_ops : &qt_worker_barrier_ops, NULL);
+    case 1: return qt_submit(f->device, queue, wait, signal, &qt_counting_ops, &qt_global_counter);
+    default: return gpuhal_queue_host_call(f->device, queue, wait, signal, qt_host_fn_nop, NULL);
+  }
+}
+
+#endif /* GPUHAL_TEST_QUEUE_UTIL_H */
