@@ -1,0 +1,331 @@
+/* bench_multi_gpu: several GPUs, gpuhal against the raw driver / NCCL in the same run.
+ *
+ *   1. scaling: two devices running independent dispatch chains together vs one alone
+ *      (throughput ratio; target >= 1.8)
+ *   2. cross-device hop: a ping-pong A -> B -> A ordered by semaphores (gpuhal) vs by
+ *      cuEventRecord + cross-context cuStreamWaitEvent (raw); microseconds per hop
+ *   3. all-reduce bus bandwidth, 1 MiB ... max (float sum over every device): gpuhal
+ *      command buffers vs raw ncclAllReduce calls on the same buffers (target >= 0.95)
+ *
+ *   NCCL_NVLS_ENABLE=0 ./bench/bench_multi_gpu [max_mib=1024] [iterations=20]
+ * Needs 2 devices (softcuda: SOFTCUDA_DEVICES=2 or more; its timings mean nothing). */
+#define GPUHAL_IMPLEMENTATION
+#include "gpuhal.h"
+#include "../test_multi_device_util.h"
+
+#define BM_CHECK(expr)                                                                          \
+  do {                                                                                          \
+    gpuhal_status_t bm_s_ = (expr);                                                             \
+    if (bm_s_) {                                                                                \
+      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #expr, gpuhal_status_message(bm_s_)); \
+      exit(1);                                                                                  \
+    }                                                                                           \
+  } while (0)
+#define BM_CU(expr)                                                                   \
+  do {                                                                                \
+    CUresult bm_r_ = (expr);                                                          \
+    if (bm_r_ != CUDA_SUCCESS) {                                                      \
+      fprintf(stderr, "%s:%d: %s -> CUDA error %d\n", __FILE__, __LINE__, #expr, (int)bm_r_); \
+      exit(1);                                                                        \
+    }                                                                                 \
+  } while (0)
+
+static md_fixture_t f;
+static const gpuhal__cuda_symbols_t* cu;
+
+static double bm_seconds(int64_t ns) { return (double)ns / 1e9; }
+
+/* A REUSABLE graph of `n` short spin_store dispatches on device `dev`. */
+static gpuhal_command_buffer_t* bm_chain(int dev, gpuhal_buffer_t* dst, int n, uint64_t us) {
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_arg_t args[4];
+  int i;
+  args[0] = gpuhal_arg_buffer(dst, 0);
+  args[1] = gpuhal_arg_u32(1);
+  args[2] = gpuhal_arg_u32(1);
+  args[3] = gpuhal_arg_u64(us);
+  BM_CHECK(gpuhal_command_buffer_create(f.devices[dev], GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cb));
+  BM_CHECK(gpuhal_command_buffer_begin(cb));
+  for (i = 0; i < n; ++i) {
+    BM_CHECK(gpuhal_cmd_dispatch(cb, f.spin_store[dev], gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 4, args));
+    BM_CHECK(gpuhal_cmd_barrier(cb));
+  }
+  BM_CHECK(gpuhal_command_buffer_end(cb));
+  return cb;
+}
+
+/* Runs `executes` executes of cbs[d] on devices [0, ndev) at once; returns seconds. */
+static double bm_run_chains(gpuhal_command_buffer_t** cbs, gpuhal_semaphore_t** sems, uint64_t* values, int ndev,
+                            int executes) {
+  int64_t start = gpuhal_now_ns();
+  int d, k;
+  for (k = 0; k < executes; ++k)
+    for (d = 0; d < ndev; ++d) {
+      uint64_t v = ++values[d];
+      BM_CHECK(gpuhal_queue_execute(f.devices[d], 0, gpuhal_semaphore_list_empty(),
+                                    gpuhal_semaphore_list_one(&sems[d], &v), cbs[d], NULL));
+    }
+  for (d = 0; d < ndev; ++d) BM_CHECK(gpuhal_semaphore_wait(sems[d], values[d], md_seconds(600)));
+  return bm_seconds(gpuhal_now_ns() - start);
+}
+
+static double bm_scaling(void) {
+  gpuhal_buffer_t* buf[2];
+  gpuhal_command_buffer_t* cbs[2];
+  gpuhal_semaphore_t* sems[2];
+  uint64_t values[2] = {0, 0};
+  const int executes = 200, dispatches = 64;
+  double one, two, ratio;
+  int d;
+  for (d = 0; d < 2; ++d) {
+    BM_CHECK(gpuhal_buffer_allocate(f.devices[d], GPUHAL_MEMORY_DEVICE, 256, &buf[d]));
+    BM_CHECK(gpuhal_semaphore_create(f.driver, 0, &sems[d]));
+    cbs[d] = bm_chain(d, buf[d], dispatches, 5);
+  }
+  bm_run_chains(cbs, sems, values, 2, 5); /* warm up */
+  one = bm_run_chains(cbs, sems, values, 1, executes);
+  two = bm_run_chains(cbs, sems, values, 2, executes);
+  ratio = (2.0 * executes / two) / (executes / one);
+  printf("scaling: 1 device %.1f ms, 2 devices %.1f ms for %d x %d dispatches each: throughput x%.2f (target >= 1.8)\n",
+         one * 1e3, two * 1e3, executes, dispatches, ratio);
+  for (d = 0; d < 2; ++d) {
+    gpuhal_command_buffer_release(cbs[d]);
+    gpuhal_semaphore_release(sems[d]);
+    gpuhal_buffer_release(buf[d]);
+  }
+  return ratio;
+}
+
+/* ---- the hop ---- */
+static double bm_hop_gpuhal(int hops) {
+  gpuhal_buffer_t* buf[2];
+  gpuhal_command_buffer_t* cbs[2];
+  gpuhal_semaphore_t *ping = NULL, *pong = NULL;
+  int64_t start;
+  int d, i;
+  double us;
+  BM_CHECK(gpuhal_semaphore_create(f.driver, 0, &ping));
+  BM_CHECK(gpuhal_semaphore_create(f.driver, 0, &pong));
+  for (d = 0; d < 2; ++d) {
+    BM_CHECK(gpuhal_buffer_allocate(f.devices[d], GPUHAL_MEMORY_DEVICE, 256, &buf[d]));
+    cbs[d] = bm_chain(d, buf[d], 1, 0);
+  }
+  start = gpuhal_now_ns();
+  for (i = 1; i <= hops; ++i) {
+    uint64_t prev = (uint64_t)i - 1, cur = (uint64_t)i;
+    BM_CHECK(gpuhal_queue_execute(f.devices[0], 0, gpuhal_semaphore_list_one(&pong, &prev),
+                                  gpuhal_semaphore_list_one(&ping, &cur), cbs[0], NULL));
+    BM_CHECK(gpuhal_queue_execute(f.devices[1], 0, gpuhal_semaphore_list_one(&ping, &cur),
+                                  gpuhal_semaphore_list_one(&pong, &cur), cbs[1], NULL));
+  }
+  BM_CHECK(gpuhal_semaphore_wait(pong, (uint64_t)hops, md_seconds(600)));
+  us = (double)(gpuhal_now_ns() - start) / 1e3 / (2.0 * hops);
+  for (d = 0; d < 2; ++d) {
+    gpuhal_command_buffer_release(cbs[d]);
+    gpuhal_buffer_release(buf[d]);
+  }
+  gpuhal_semaphore_release(ping);
+  gpuhal_semaphore_release(pong);
+  return us;
+}
+
+typedef struct bm_raw_s {
+  CUcontext ctx[2];
+  CUstream stream[2];
+  CUevent event[2];
+  CUmodule module[2];
+  CUfunction fn[2];
+  CUdeviceptr ptr[2];
+} bm_raw_t;
+
+static void bm_raw_open(bm_raw_t* r) {
+  size_t size = 0;
+  char* ptx = md_read_file("spin_store.ptx", &size);
+  int d;
+  memset(r, 0, sizeof(*r));
+  for (d = 0; d < 2; ++d) {
+    CUcontext popped;
+    r->ctx[d] = f.devices[d]->context; /* the same primary contexts gpuhal uses */
+    BM_CU(cu->cuCtxPushCurrent(r->ctx[d]));
+    BM_CU(cu->cuStreamCreate(&r->stream[d], CU_STREAM_NON_BLOCKING));
+    BM_CU(cu->cuEventCreate(&r->event[d], CU_EVENT_DISABLE_TIMING));
+    BM_CU(cu->cuModuleLoadData(&r->module[d], ptx));
+    BM_CU(cu->cuModuleGetFunction(&r->fn[d], r->module[d], "spin_store"));
+    BM_CU(cu->cuMemAlloc(&r->ptr[d], 256));
+    BM_CU(cu->cuCtxPopCurrent(&popped));
+  }
+  free(ptx);
+}
+
+static void bm_raw_close(bm_raw_t* r) {
+  int d;
+  for (d = 0; d < 2; ++d) {
+    CUcontext popped;
+    BM_CU(cu->cuCtxPushCurrent(r->ctx[d]));
+    BM_CU(cu->cuStreamSynchronize(r->stream[d]));
+    cu->cuMemFree(r->ptr[d]);
+    cu->cuModuleUnload(r->module[d]);
+    cu->cuEventDestroy(r->event[d]);
+    cu->cuStreamDestroy(r->stream[d]);
+    BM_CU(cu->cuCtxPopCurrent(&popped));
+  }
+}
+
+static void bm_raw_launch(bm_raw_t* r, int d) {
+  unsigned value = 1, n = 1;
+  unsigned long long us = 0;
+  void* params[4];
+  params[0] = &r->ptr[d];
+  params[1] = &value;
+  params[2] = &n;
+  params[3] = &us;
+  BM_CU(cu->cuLaunchKernel(r->fn[d], 1, 1, 1, 1, 1, 1, 0, r->stream[d], params, NULL));
+}
+
+static double bm_hop_raw(bm_raw_t* r, int hops) {
+  int64_t start = gpuhal_now_ns();
+  int i, d;
+  CUcontext popped;
+  for (i = 0; i < hops; ++i) {
+    for (d = 0; d < 2; ++d) {
+      BM_CU(cu->cuCtxPushCurrent(r->ctx[d]));
+      BM_CU(cu->cuStreamWaitEvent(r->stream[d], r->event[1 - d], 0)); /* cross-context wait */
+      bm_raw_launch(r, d);
+      BM_CU(cu->cuEventRecord(r->event[d], r->stream[d]));
+      BM_CU(cu->cuCtxPopCurrent(&popped));
+    }
+  }
+  BM_CU(cu->cuEventSynchronize(r->event[1]));
+  return (double)(gpuhal_now_ns() - start) / 1e3 / (2.0 * hops);
+}
+
+/* ---- all-reduce bus bandwidth ---- */
+static double bm_busbw(uint64_t bytes, double seconds, int n) {
+  return (double)bytes * 2.0 * (n - 1) / n / seconds / 1e9;
+}
+
+static void bm_all_reduce(int max_mib, int iterations, double* worst_ratio) {
+  const gpuhal__nccl_symbols_t* nccl = &f.driver->nccl;
+  gpuhal_channel_t* ch[MD_MAX_DEVICES];
+  ncclComm_t raw[MD_MAX_DEVICES];
+  int ordinals[MD_MAX_DEVICES];
+  gpuhal_semaphore_t* sems[MD_MAX_DEVICES];
+  uint64_t values[MD_MAX_DEVICES];
+  int n = f.count, d, it;
+  uint64_t mib;
+  *worst_ratio = 1e9;
+  BM_CHECK(gpuhal_channel_create_local(f.driver, (uint32_t)n, f.devices, ch));
+  for (d = 0; d < n; ++d) {
+    ordinals[d] = d;
+    values[d] = 0;
+    BM_CHECK(gpuhal_semaphore_create(f.driver, 0, &sems[d]));
+  }
+  if (nccl->ncclCommInitAll(raw, n, ordinals) != ncclSuccess) {
+    fprintf(stderr, "raw ncclCommInitAll failed\n");
+    exit(1);
+  }
+  cu->cuCtxSetCurrent(NULL); /* NCCL set a device on this thread, which had none current */
+  for (mib = 1; mib <= (uint64_t)max_mib; mib *= 4) {
+    uint64_t bytes = mib << 20;
+    gpuhal_buffer_t *send[MD_MAX_DEVICES], *recv[MD_MAX_DEVICES];
+    gpuhal_command_buffer_t* cbs[MD_MAX_DEVICES];
+    CUstream streams[MD_MAX_DEVICES];
+    double t_gpuhal, t_raw;
+    int64_t start = 0;
+    for (d = 0; d < n; ++d) {
+      gpuhal_collective_t c;
+      BM_CHECK(gpuhal_buffer_allocate(f.devices[d], GPUHAL_MEMORY_DEVICE, bytes, &send[d]));
+      BM_CHECK(gpuhal_buffer_allocate(f.devices[d], GPUHAL_MEMORY_DEVICE, bytes, &recv[d]));
+      BM_CHECK(gpuhal_command_buffer_create(f.devices[d], GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cbs[d]));
+      BM_CHECK(gpuhal_command_buffer_begin(cbs[d]));
+      memset(&c, 0, sizeof(c));
+      c.kind = GPUHAL_COLLECTIVE_ALL_REDUCE;
+      c.type = GPUHAL_ELEMENT_FLOAT32;
+      c.op = GPUHAL_REDUCTION_SUM;
+      c.count = bytes / 4;
+      c.send = gpuhal_ref_buffer(send[d], 0);
+      c.recv = gpuhal_ref_buffer(recv[d], 0);
+      BM_CHECK(gpuhal_cmd_collective(cbs[d], ch[d], &c));
+      BM_CHECK(gpuhal_command_buffer_end(cbs[d]));
+      streams[d] = f.devices[d]->streams[0]; /* raw calls use the queue's own stream */
+    }
+    bm_run_chains(cbs, sems, values, n, 2); /* warm up */
+    t_gpuhal = bm_run_chains(cbs, sems, values, n, iterations) / iterations;
+    /* raw: the same buffers, one group per iteration, then wait for every stream */
+    for (it = 0; it < 2 + iterations; ++it) {
+      if (it == 2) start = gpuhal_now_ns();
+      nccl->ncclGroupStart();
+      for (d = 0; d < n; ++d)
+        nccl->ncclAllReduce((const void*)(uintptr_t)send[d]->address, (void*)(uintptr_t)recv[d]->address,
+                            (size_t)(bytes / 4), ncclFloat32, ncclSum, raw[d], streams[d]);
+      nccl->ncclGroupEnd();
+      if (it == 1) {
+        for (d = 0; d < n; ++d) {
+          CUcontext popped;
+          BM_CU(cu->cuCtxPushCurrent(f.devices[d]->context));
+          BM_CU(cu->cuStreamSynchronize(streams[d]));
+          BM_CU(cu->cuCtxPopCurrent(&popped));
+        }
+      }
+    }
+    for (d = 0; d < n; ++d) {
+      CUcontext popped;
+      BM_CU(cu->cuCtxPushCurrent(f.devices[d]->context));
+      BM_CU(cu->cuStreamSynchronize(streams[d]));
+      BM_CU(cu->cuCtxPopCurrent(&popped));
+    }
+    t_raw = bm_seconds(gpuhal_now_ns() - start) / iterations;
+    printf("all-reduce %6llu MiB x %d: gpuhal %8.2f GB/s, raw NCCL %8.2f GB/s, ratio %.3f (target >= 0.95)\n",
+           (unsigned long long)mib, n, bm_busbw(bytes, t_gpuhal, n), bm_busbw(bytes, t_raw, n), t_raw / t_gpuhal);
+    if (t_raw / t_gpuhal < *worst_ratio) *worst_ratio = t_raw / t_gpuhal;
+    for (d = 0; d < n; ++d) {
+      gpuhal_command_buffer_release(cbs[d]);
+      gpuhal_buffer_release(send[d]);
+      gpuhal_buffer_release(recv[d]);
+    }
+    if (mib < (uint64_t)max_mib && mib * 4 > (uint64_t)max_mib) mib = (uint64_t)max_mib / 4; /* end on max */
+  }
+  for (d = 0; d < n; ++d) {
+    nccl->ncclCommDestroy(raw[d]);
+    gpuhal_channel_release(ch[d]);
+    gpuhal_semaphore_release(sems[d]);
+  }
+}
+
+int main(int argc, char** argv) {
+  int max_mib = argc > 1 ? atoi(argv[1]) : 1024;
+  int iterations = argc > 2 ? atoi(argv[2]) : 20;
+  bm_raw_t raw;
+  double hop_gpuhal, hop_raw, scaling, worst = 0;
+  const char* nvls = getenv("NCCL_NVLS_ENABLE");
+  if (!nvls || strcmp(nvls, "0") != 0) setenv("NCCL_NVLS_ENABLE", "0", 1); /* never NVLink multicast */
+  if (max_mib < 1) max_mib = 1;
+  if (iterations < 1) iterations = 1;
+  if (!md_open(&f, MD_MAX_DEVICES, 2, NULL)) {
+    fprintf(stderr, "bench_multi_gpu needs 2 devices\n");
+    return 77;
+  }
+  cu = f.devices[0]->cu;
+  BM_CHECK(md_load_kernels(&f));
+  printf("bench_multi_gpu: %d devices (%s)%s\n", f.count, gpuhal_driver_cuda_library(f.driver),
+         md_softcuda_symbol("softcuda_query_calls") ? " -- softcuda: timings are meaningless" : "");
+  scaling = bm_scaling();
+  bm_raw_open(&raw);
+  bm_hop_raw(&raw, 50);
+  hop_raw = bm_hop_raw(&raw, 2000);
+  bm_hop_gpuhal(50);
+  hop_gpuhal = bm_hop_gpuhal(2000);
+  bm_raw_close(&raw);
+  printf("cross-device hop: gpuhal %.2f us, raw cuEventRecord + cuStreamWaitEvent %.2f us, ratio %.2f\n", hop_gpuhal,
+         hop_raw, hop_gpuhal / hop_raw);
+  if (gpuhal_driver_has_feature(f.driver, GPUHAL_FEATURE_NCCL)) {
+    bm_all_reduce(max_mib, iterations, &worst);
+    printf("summary: scaling x%.2f (>= 1.8: %s), hop ratio %.2f, worst all-reduce ratio %.3f (>= 0.95: %s)\n", scaling,
+           scaling >= 1.8 ? "yes" : "NO", hop_gpuhal / hop_raw, worst, worst >= 0.95 ? "yes" : "NO");
+  } else {
+    printf("all-reduce: skipped (NCCL not loaded)\nsummary: scaling x%.2f (>= 1.8: %s), hop ratio %.2f\n", scaling,
+           scaling >= 1.8 ? "yes" : "NO", hop_gpuhal / hop_raw);
+  }
+  md_close(&f);
+  return 0;
+}
