@@ -521,6 +521,7 @@ CUresult CUDAAPI sc_cuFuncGetName(const char** name, CUfunction hfunc) {
 typedef struct sc_launch {
   softcuda_dim3 grid, block;
   unsigned shared;
+  void* align_params; /* unused: makes sizeof a multiple of void*, so the params array after it is aligned */
 } sc_launch;
 
 static CUresult sc_run_kernel(sc_op* op) {

@@ -179,6 +179,7 @@ static CUresult sc_pool_alloc_locked(sc_pool* p, sc_ctx* c, size_t bytes, uintpt
     }
   if (!b) {
     void* mem = NULL;
+    if (need < bytes) return CUDA_ERROR_OUT_OF_MEMORY; /* the rounding wrapped: a size near SIZE_MAX */
     if (p->max_size && p->reserved + need > p->max_size) return CUDA_ERROR_OUT_OF_MEMORY;
     if ((r = sc_dev_reserve(p->dev, need)) != CUDA_SUCCESS) return r;
     if (posix_memalign(&mem, 256, need) != 0) {

@@ -1,0 +1,33 @@
+# Reliability tests (issue #9): the fault-injection sweep, stress, device loss and the
+# bad-input tables are ordinary test_*.c files (registered by tests/CMakeLists.txt); this
+# part gives them what they need beyond the defaults: a label, longer limits (the sweep
+# forks hundreds of children, slow under TSan/valgrind), and softnccl beside softcuda.
+# Options: GPUHAL_SWEEP_DEPTH (faults per entry point, besides the last call; raise it for
+# a nightly run), GPUHAL_STRESS_OPS (operations of the stress test).
+set(GPUHAL_SWEEP_DEPTH "2" CACHE STRING "test_fault_sweep: inject at calls 1..N of each entry point (plus the last)")
+set(GPUHAL_STRESS_OPS "4000" CACHE STRING "test_stress: total operations of the 16 threads")
+
+set(gpuhal_reliability_tests test_fault_sweep test_stress test_device_loss test_bad_input_all test_bad_input_foundation)
+foreach(t ${gpuhal_reliability_tests})
+  if(TARGET ${t})
+    set_property(TEST ${t} APPEND PROPERTY LABELS reliability)
+  endif()
+endforeach()
+
+set(gpuhal_reliability_env "")
+if(GPUHAL_TEST_DRIVER STREQUAL "softcuda" AND TARGET softnccl)
+  list(APPEND gpuhal_reliability_env "GPUHAL_NCCL_LIBRARY=$<TARGET_FILE:softnccl>")
+endif()
+if(TARGET test_fault_sweep)
+  set_tests_properties(test_fault_sweep PROPERTIES TIMEOUT 1800)
+  set_property(TEST test_fault_sweep APPEND PROPERTY ENVIRONMENT ${gpuhal_reliability_env}
+               "GPUHAL_SWEEP_DEPTH=${GPUHAL_SWEEP_DEPTH}")
+  if(TARGET softnccl)
+    add_dependencies(test_fault_sweep softnccl)
+  endif()
+endif()
+if(TARGET test_stress)
+  set_tests_properties(test_stress PROPERTIES TIMEOUT 900)
+  set_property(TEST test_stress APPEND PROPERTY ENVIRONMENT ${gpuhal_reliability_env}
+               "GPUHAL_STRESS_OPS=${GPUHAL_STRESS_OPS}")
+endif()

@@ -1,0 +1,68 @@
+/* libFuzzer target: image-kind detection of gpuhal_executable_load (PTX / cubin / fatbin),
+ * gpuhal__image_detect in src/module_cache.h. Arbitrary bytes must give a status or a
+ * format whose claims hold: never a read past `size`, never an accepted image that is
+ * shorter than its own header says. Seeds: tests/fuzz/corpus/image_detect. */
+#define GPUHAL_IMPLEMENTATION
+#include "gpuhal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define FUZZ_REQUIRE(c)                                                         \
+  do {                                                                          \
+    if (!(c)) {                                                                 \
+      fprintf(stderr, "fuzz_image_detect: broken promise: %s (line %d)\n", #c, __LINE__); \
+      abort();                                                                  \
+    }                                                                           \
+  } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  gpuhal__image_format_t format = (gpuhal__image_format_t)0;
+  size_t meaningful = 0;
+  /* A private copy of exactly `size` bytes, so ASan sees any read past the end. */
+  unsigned char* copy = (unsigned char*)calloc(size ? size : 1, 1);
+  gpuhal_status_t st;
+  if (!copy) return 0;
+  if (size) memcpy(copy, data, size);
+  st = gpuhal__image_detect(copy, size, "fuzz", &format, &meaningful);
+  if (st) {
+    FUZZ_REQUIRE(gpuhal_status_code(st) == GPUHAL_STATUS_INVALID_ARGUMENT);
+    FUZZ_REQUIRE(strstr(gpuhal_status_message(st), "image") != NULL); /* names the argument */
+    gpuhal_status_free(st);
+  } else {
+    FUZZ_REQUIRE(meaningful <= size);
+    switch (format) {
+      case GPUHAL__IMAGE_CUBIN: {
+        uint64_t shoff, shend;
+        FUZZ_REQUIRE(memcmp(copy, "\177ELF", 4) == 0);
+        /* The driver reads at least an ELF header from an ELF image: a shorter one is
+         * refused here (ELF32: 52 bytes). */
+        FUZZ_REQUIRE(size >= 52);
+        if (copy[4] == 2) { /* ELF64: the section headers lie inside the image */
+          FUZZ_REQUIRE(size >= 64);
+          shoff = gpuhal__le64(copy + 0x28);
+          shend = shoff + (uint64_t)gpuhal__le16(copy + 0x3A) * gpuhal__le16(copy + 0x3C);
+          FUZZ_REQUIRE(shoff <= size && shend <= size && shend >= shoff);
+        }
+        break;
+      }
+      case GPUHAL__IMAGE_FATBIN: {
+        uint64_t header = gpuhal__le16(copy + 6), payload = gpuhal__le64(copy + 8);
+        FUZZ_REQUIRE(size >= 16);
+        FUZZ_REQUIRE(payload <= size && header <= size && header + payload <= size);
+        break;
+      }
+      case GPUHAL__IMAGE_PTX: {
+        size_t i;
+        FUZZ_REQUIRE(meaningful >= 8);
+        for (i = 0; i < meaningful; ++i) FUZZ_REQUIRE(copy[i] != 0); /* text: NULs only at the end */
+        break;
+      }
+      default:
+        FUZZ_REQUIRE(!"unknown format");
+    }
+  }
+  free(copy);
+  return 0;
+}
