@@ -389,6 +389,10 @@ static gpuhal_status_t gpuhal__object_check(const void* object, uint32_t magic, 
                               "%s: argument '%s' is not a gpuhal object of the right type", func, arg);
   return NULL;
 }
+/* The same test without making a status: for functions that return no status. */
+static int gpuhal__object_is_live(const void* object, uint32_t magic) {
+  return object && gpuhal__atomic_load(&((const gpuhal__object_t*)object)->magic) == magic;
+}
 #define GPUHAL__CHECK_OBJECT(obj, magic)                                              \
   do {                                                                                \
     if (!(obj)) return gpuhal__object_check(NULL, (magic), __func__, #obj);           \

@@ -196,7 +196,7 @@ static gpuhal_status_t gpuhal__channel_new(gpuhal_device_t* device, ncclComm_t c
   gpuhal_channel_t* ch = NULL;
   GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(*ch), "gpuhal_channel_t", (void**)&ch));
   gpuhal__object_init(&ch->header, GPUHAL__MAGIC_CHANNEL);
-  gpuhal_device_retain(device);
+  gpuhal__device_retain_ref(device);
   ch->device = device;
   ch->comm = comm;
   ch->rank = rank;
@@ -385,7 +385,7 @@ GPUHAL_API void gpuhal_channel_release(gpuhal_channel_t* channel) {
   gpuhal__comm_destroy(device, channel->comm);
   channel->comm = NULL;
   gpuhal__quarantine_free(device->allocator, device->driver, channel);
-  gpuhal_device_release(device);
+  gpuhal__device_release_ref(device);
 }
 
 GPUHAL_API int gpuhal_channel_rank(gpuhal_channel_t* channel) {

@@ -595,6 +595,11 @@ typedef struct gpuhal__cmd_s {
   uint32_t native_follower; /* grouped with the NATIVE command before it */
 } gpuhal__cmd_t;
 
+/* ---- trace hook (trace.h; see device.h): a GPU span per command of a STREAM execute ---- */
+#ifdef GPUHAL__HAVE_TRACE
+static void gpuhal__trace_command(gpuhal_device_t* device, CUstream stream, const gpuhal__cmd_t* cmd);
+#endif
+
 typedef enum gpuhal__cb_state_e {
   GPUHAL__CB_INITIAL = 0,
   GPUHAL__CB_RECORDING = 1,
@@ -644,6 +649,13 @@ struct gpuhal_command_buffer_s {
   uint32_t retained_buffer_count, retained_buffer_capacity;
   gpuhal_executable_t** retained_executables;
   uint32_t retained_executable_count, retained_executable_capacity;
+
+  /* Collectives (NATIVE commands) need every rank to take part at once when NCCL sets up
+   * its connections, so such a command buffer is issued only on the device's worker (never
+   * by the submitting thread), and a GRAPH one is built there at its first execute (not at
+   * end, where one thread recording rank after rank would wait for itself). */
+  int has_native;
+  int graph_deferred; /* GRAPH with NATIVE commands, not built yet */
 
   /* GRAPH */
   CUgraph graph;
@@ -725,7 +737,7 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_create(gpuhal_device_t* device,
     return st;
   }
   gpuhal__object_init(&cb->object, GPUHAL__MAGIC_COMMAND_BUFFER);
-  gpuhal_device_retain(device);
+  gpuhal__device_retain_ref(device);
   cb->device = device;
   cb->flags = flags;
   cb->binding_slots = binding_slots;
@@ -791,7 +803,7 @@ static void gpuhal__cb_destroy(gpuhal_command_buffer_t* cb) {
   gpuhal__free(a, cb->late_cmds);
   gpuhal__mutex_destroy(&cb->action_mutex);
   gpuhal__quarantine_free(a, device->driver, cb);
-  gpuhal_device_release(device);
+  gpuhal__device_release_ref(device);
 }
 
 GPUHAL_API void gpuhal_command_buffer_release(gpuhal_command_buffer_t* command_buffer) {
@@ -1074,7 +1086,7 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_dispatch(gpuhal_command_buffer_t* command_
   gpuhal_command_buffer_t* cb = command_buffer;
   gpuhal__cmd_t* cmd;
   uint32_t g[3], b[3], i;
-  GPUHAL__CHECK_RECORDING(cb);
+  GPUHAL__CHECK_RECORDING(command_buffer);
   GPUHAL__CHECK_OBJECT(kernel, GPUHAL__MAGIC_KERNEL);
   if (kernel->executable->device != cb->device)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
@@ -1185,6 +1197,7 @@ static gpuhal_status_t gpuhal__cb_record_native(gpuhal_command_buffer_t* cb, con
   prev = cb->cmd_count > 1 ? &cb->cmds[cb->cmd_count - 2] : NULL;
   cmd->native_ops = ops;
   cmd->native_user = user;
+  cb->has_native = 1;
   cmd->native_follower =
       (uint32_t)(prev && prev->type == GPUHAL__CMD_NATIVE && prev->native_ops == ops && ops->group_begin);
   return NULL;
@@ -1305,7 +1318,7 @@ static gpuhal_status_t gpuhal__cb_check_copy_ref(gpuhal_command_buffer_t* cb, gp
                                                  const char* func, const char* what, gpuhal__ref_t* out) {
   gpuhal_buffer_t* buffer = ref.buffer;
   int peer = 0;
-  if (!buffer || gpuhal__object_check(buffer, GPUHAL__MAGIC_BUFFER, func, what) != NULL || buffer->device == cb->device ||
+  if (!gpuhal__object_is_live(buffer, GPUHAL__MAGIC_BUFFER) || buffer->device == cb->device ||
       buffer->device->driver != cb->device->driver || buffer->kind != GPUHAL_MEMORY_DEVICE)
     return gpuhal__cb_check_ref(cb, ref, size, func, what, out); /* its messages for everything else */
   memset(out, 0, sizeof(*out));
@@ -1337,7 +1350,7 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_copy(gpuhal_command_buffer_t* command_buff
                                            gpuhal_buffer_ref_t dst, uint64_t size) {
   gpuhal_command_buffer_t* cb = command_buffer;
   gpuhal__ref_t s, d;
-  GPUHAL__CHECK_RECORDING(cb);
+  GPUHAL__CHECK_RECORDING(command_buffer);
   GPUHAL__CHECK_ARG(size > 0, "size", "must be > 0");
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_check_copy_ref(cb, src, size, __func__, "src", &s)); /* multi-device: peers */
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_check_copy_ref(cb, dst, size, __func__, "dst", &d));
@@ -1389,7 +1402,7 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_fill(gpuhal_command_buffer_t* command_buff
   gpuhal__ref_t d;
   uint32_t reduced;
   uint64_t expanded[2];
-  GPUHAL__CHECK_RECORDING(cb);
+  GPUHAL__CHECK_RECORDING(command_buffer);
   GPUHAL__CHECK_ARG(pattern != NULL, "pattern", "must not be NULL");
   GPUHAL__CHECK_ARG(pattern_size == 1 || pattern_size == 2 || pattern_size == 4 || pattern_size == 8 ||
                         pattern_size == 16,
@@ -1428,7 +1441,7 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_update(gpuhal_command_buffer_t* command_bu
   gpuhal_command_buffer_t* cb = command_buffer;
   gpuhal__ref_t d, s;
   size_t offset, update_capacity;
-  GPUHAL__CHECK_RECORDING(cb);
+  GPUHAL__CHECK_RECORDING(command_buffer);
   GPUHAL__CHECK_ARG(host_src != NULL, "host_src", "must not be NULL");
   GPUHAL__CHECK_ARG(size > 0, "size", "must be > 0");
   GPUHAL__CHECK_ARG(size <= (uint64_t)(SIZE_MAX / 2), "size", "is too large for host memory");
@@ -1665,9 +1678,14 @@ static gpuhal_status_t gpuhal__cb_finish_graph(gpuhal_command_buffer_t* cb) {
 GPUHAL_API gpuhal_status_t gpuhal_command_buffer_end(gpuhal_command_buffer_t* command_buffer) {
   gpuhal_command_buffer_t* cb = command_buffer;
   gpuhal_status_t st;
-  GPUHAL__CHECK_RECORDING(cb);
+  GPUHAL__CHECK_RECORDING(command_buffer);
   st = gpuhal__cb_build_param_ptrs(cb);
-  if (!st && gpuhal__cb_is_graph(cb)) st = gpuhal__cb_finish_graph(cb);
+  if (!st && gpuhal__cb_is_graph(cb)) {
+    if (cb->has_native)
+      cb->graph_deferred = 1; /* built by the first execute, on the worker */
+    else
+      st = gpuhal__cb_finish_graph(cb);
+  }
   if (!st) st = gpuhal__cb_collect_late_cmds(cb);
   if (st) {
     /* Back to recording with nothing built, so end can be retried (or the buffer dropped). */
@@ -1695,6 +1713,10 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_native_graph(gpuhal_command_buf
   if (command_buffer->state != GPUHAL__CB_EXECUTABLE)
     return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
                               "gpuhal_command_buffer_native_graph: the graph exists once the command buffer has ended");
+  if (gpuhal__atomic_load(&command_buffer->graph_deferred))
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                              "gpuhal_command_buffer_native_graph: a command buffer with collectives builds its graph "
+                              "at its first execute");
   *out_cu_graph = (void*)command_buffer->graph;
   return NULL;
 }
@@ -1841,12 +1863,18 @@ static gpuhal_status_t gpuhal__execute_issue(void* user, gpuhal_device_t* device
   uint32_t c;
   GPUHAL__UNUSED(device);
   if (gpuhal__cb_is_graph(cb)) {
+    if (gpuhal__atomic_load(&cb->graph_deferred)) { /* only ever on the worker: see has_native */
+      GPUHAL__RETURN_IF_ERROR(gpuhal__cb_finish_graph(cb));
+      gpuhal__atomic_store(&cb->graph_deferred, 0);
+    }
     if (!cb->exec) return NULL; /* nothing was recorded */
     GPUHAL__RETURN_IF_ERROR(gpuhal__cb_patch_graph(cb, action));
     return GPUHAL__CU(cb->device->cu, cuGraphLaunch, (cb->exec, stream));
   }
   for (c = 0; c < cb->cmd_count; ++c) {
-    gpuhal_status_t st = gpuhal__stream_issue_cmd(cb, action, &cb->cmds[c], stream);
+    gpuhal_status_t st;
+    GPUHAL__TRACE(device, gpuhal__trace_command(device, stream, &cb->cmds[c])); /* trace hook */
+    st = gpuhal__stream_issue_cmd(cb, action, &cb->cmds[c], stream);
     if (st) return gpuhal_status_annotate(st, "command %u of a stream command buffer", c);
   }
   return NULL;
@@ -1979,7 +2007,9 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_
   uint32_t i;
   GPUHAL__CHECK_OBJECT(device, GPUHAL__MAGIC_DEVICE);
   if (!cb) {
-    st = gpuhal__queue_submit(device, queue, wait, signal, &gpuhal__barrier_ops, NULL);
+    /* A barrier issues nothing: the calling thread may issue it (no worker wake-up). */
+    st = gpuhal__queue_submit_ex(device, queue, wait, signal, &gpuhal__barrier_ops, NULL,
+                                 GPUHAL__SUBMIT_CALLER_MAY_ISSUE);
     return st ? gpuhal_status_annotate(st, "in gpuhal_queue_execute") : NULL;
   }
   GPUHAL__RETURN_IF_ERROR(gpuhal__execute_check(device, cb, bindings));
@@ -1998,9 +2028,10 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_
     gpuhal_buffer_retain(action->buffers[i]);
   }
   /* The issue (node patching, a graph launch or stream launches) never blocks and never
-   * needs the worker: the calling thread may issue it when nothing is queued ahead. */
+   * needs the worker: the calling thread may issue it when nothing is queued ahead. Not so
+   * with collectives: NCCL may block there until every rank joins (see has_native). */
   st = gpuhal__queue_submit_ex(device, queue, wait, signal, &gpuhal__execute_ops, action,
-                               GPUHAL__SUBMIT_CALLER_MAY_ISSUE);
+                               cb->has_native ? 0u : (unsigned)GPUHAL__SUBMIT_CALLER_MAY_ISSUE);
   if (st) {
     gpuhal__execute_action_recycle(action);
     gpuhal__atomic_store(&cb->executed, 0);

@@ -67,11 +67,27 @@ GPUHAL_API int gpuhal_driver_has_feature(gpuhal_driver_t* driver, gpuhal_feature
 GPUHAL_API const char* gpuhal_driver_cuda_library(gpuhal_driver_t* driver);
 
 /* ---------------------------------------------------------------- device ---- */
+/* A compile hook (gpuhal_device_params_t.compile_fn): replaces gpuhal's PTX -> cubin step
+ * for every PTX image the device loads. It gets the PTX text (NUL-terminated; ptx_size
+ * excludes the NUL) and the device's compute capability, and returns a cubin (or fatbin)
+ * in *out_cubin / *out_cubin_size, or a status (the load fails with it). The cubin stays
+ * the hook's: gpuhal copies what it needs and then calls compile_free_fn(user, cubin) once
+ * (when compile_free_fn is NULL the cubin must be static). Runs on the loading thread, with
+ * no gpuhal lock held, possibly on several threads at once (for different images). See
+ * module_cache.h. */
+typedef gpuhal_status_t (*gpuhal_compile_fn_t)(void* user, const void* ptx, size_t ptx_size, int cc_major,
+                                               int cc_minor, void** out_cubin, size_t* out_cubin_size);
+typedef void (*gpuhal_compile_free_fn_t)(void* user, void* cubin);
+
 typedef struct gpuhal_device_params_t {
   uint32_t queue_count;         /* 0 = 1; each queue is one non-blocking stream */
-  const char* module_cache_dir; /* used by the module cache; NULL = $GPUHAL_CACHE_DIR */
-  uint64_t module_cache_max_entries, module_cache_max_bytes; /* 0 = defaults */
+  const char* module_cache_dir; /* disk cache of compiled PTX; NULL = $GPUHAL_CACHE_DIR; "" = none */
+  uint64_t module_cache_max_entries, module_cache_max_bytes; /* 0 = defaults (1024, 256 MiB of images) */
   uint64_t pool_release_threshold; /* bytes the stream-ordered pool keeps; 0 = UINT64_MAX */
+  uint64_t module_cache_disk_max_bytes; /* bound of the cache directory; 0 = 1 GiB */
+  gpuhal_compile_fn_t compile_fn;       /* NULL: the driver compiles PTX */
+  gpuhal_compile_free_fn_t compile_free_fn;
+  void* compile_user;
 } gpuhal_device_params_t;
 
 #define GPUHAL_MAX_QUEUES 64
@@ -119,6 +135,14 @@ struct gpuhal_driver_s {
   int driver_version;
   int device_count;
   uint32_t features; /* bit (1 << gpuhal_feature_t) */
+  struct gpuhal__trace_s* trace; /* trace.h: NULL when tracing is off */
+  /* Live devices and the teardown threads of devices released on their own worker: the
+   * application's gpuhal_driver_release waits for those, so a program that waited for its
+   * work, released everything and exits leaves nothing behind (see gpuhal_driver_release). */
+  gpuhal__mutex_t devices_mutex;
+  gpuhal__cond_t devices_cond;
+  gpuhal__list_node_t devices; /* gpuhal_device_s.driver_link */
+  int reapers;                 /* device teardown threads still running */
 };
 
 /* ---- the worker: one thread per device, its context current for its whole life ---- */
@@ -146,7 +170,10 @@ typedef struct gpuhal__worker_s {
 } gpuhal__worker_t;
 
 struct gpuhal_device_s {
-  gpuhal__object_t header;
+  gpuhal__object_t header; /* every reference: the application's and gpuhal's own */
+  int32_t user_refs;       /* the application's (gpuhal_device_create/retain/release) */
+  int settled;             /* the driver release has settled it (under driver->devices_mutex) */
+  gpuhal__list_node_t driver_link; /* in driver->devices while alive */
   gpuhal_driver_t* driver; /* retained */
   const gpuhal__cuda_symbols_t* cu;
   const gpuhal_allocator_t* allocator;
@@ -165,6 +192,7 @@ struct gpuhal_device_s {
   /* Subsystems of later modules (NULL until they exist). */
   struct gpuhal__queue_state_s* queue_state;
   struct gpuhal__module_cache_s* module_cache;
+  struct gpuhal__trace_device_s* trace; /* trace.h: NULL when tracing is off */
 };
 
 /* Subsystem hooks, defined by modules that come after this one.
@@ -187,11 +215,29 @@ static void gpuhal__memory_state_destroy(gpuhal_device_t* device);
 #ifdef GPUHAL__HAVE_QUEUE
 static gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device);
 static void gpuhal__queue_state_destroy(gpuhal_device_t* device);
+static void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeout_t timeout);
 #endif
 #ifdef GPUHAL__HAVE_MODULE_CACHE
 static gpuhal_status_t gpuhal__module_cache_create(gpuhal_device_t* device);
 static void gpuhal__module_cache_destroy(gpuhal_device_t* device);
 #endif
+/* ---- trace hooks (trace.h, amalgamated last; #define GPUHAL__HAVE_TRACE 1) ----
+ * The driver's and each device's trace state are NULL when tracing is off, so every hook
+ * call below and in later modules is `GPUHAL__TRACE(owner, call)`: one pointer test. The
+ * device's trace starts first and stops last, around the queue that feeds it. */
+#ifdef GPUHAL__HAVE_TRACE
+#define GPUHAL__TRACE(owner, call) \
+  do {                             \
+    if ((owner)->trace) call;      \
+  } while (0)
+static gpuhal_status_t gpuhal__trace_create(gpuhal_driver_t* driver);
+static void gpuhal__trace_destroy(gpuhal_driver_t* driver);
+static gpuhal_status_t gpuhal__trace_device_create(gpuhal_device_t* device);
+static void gpuhal__trace_device_destroy(gpuhal_device_t* device);
+#else
+#define GPUHAL__TRACE(owner, call) ((void)0)
+#endif
+/* ---- end of trace hooks ---- */
 
 /* 1 when the calling thread is `device`'s worker. */
 static int gpuhal__on_worker(gpuhal_device_t* device) {
@@ -356,6 +402,9 @@ static void gpuhal__context_leave(gpuhal_device_t* device, gpuhal__context_scope
   scope->pushed = 0;
   status = GPUHAL__CU(device->cu, cuCtxPopCurrent, (&popped));
   if (status) {
+    /* The caller's current context must come back even so: set it directly. */
+    CUresult set = device->cu->cuCtxSetCurrent(scope->saved);
+    if (set == CUDA_SUCCESS) status = gpuhal_status_annotate(status, "the caller's context was set back instead");
     gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "restoring the caller's context: %s",
                 gpuhal_status_message(status));
     gpuhal_status_free(status);
@@ -410,7 +459,12 @@ static gpuhal_status_t gpuhal__driver_init_cuda(gpuhal_driver_t* driver) {
 static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
   gpuhal_allocator_t allocator = driver->allocator;
   int default_allocator = allocator.alloc == gpuhal__default_alloc;
+#ifdef GPUHAL__HAVE_TRACE
+  gpuhal__trace_destroy(driver); /* trace hook: writes the file */
+#endif
   gpuhal__quarantine_flush(driver);
+  gpuhal__cond_destroy(&driver->devices_cond);
+  gpuhal__mutex_destroy(&driver->devices_mutex);
   /* The CUDA driver and NCCL start threads of their own: unloading them under those
    * threads is not safe, so the libraries stay loaded (dlopen counts references, so
    * creating drivers again costs nothing). */
@@ -444,6 +498,9 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   allocator = gpuhal__allocator_resolve(&options->allocator);
   GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(&allocator, sizeof(*driver), "gpuhal_driver_t", (void**)&driver));
   gpuhal__object_init(&driver->header, GPUHAL__MAGIC_DRIVER);
+  gpuhal__mutex_init(&driver->devices_mutex);
+  gpuhal__cond_init(&driver->devices_cond);
+  gpuhal__list_init(&driver->devices);
   driver->allocator = allocator;
   driver->logger = gpuhal__logger_from_options(options);
   status = gpuhal__symbols_load_cuda(options->cuda_library, &driver->logger, &driver->cu, &driver->cuda_handle,
@@ -460,6 +517,13 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   driver->features = gpuhal__driver_features(driver);
   trace = options->trace_path ? options->trace_path : gpuhal__getenv("GPUHAL_TRACE");
   if (trace) snprintf(driver->trace_path, sizeof(driver->trace_path), "%s", trace);
+#ifdef GPUHAL__HAVE_TRACE
+  status = gpuhal__trace_create(driver); /* trace hook */
+  if (status) {
+    gpuhal__free(&allocator, driver);
+    return status;
+  }
+#endif
   gpuhal__log(&driver->logger, GPUHAL_LOG_INFO, "driver: '%s', CUDA %d.%d, %d device%s%s%s", driver->cuda_library,
               driver->driver_version / 1000, (driver->driver_version % 1000) / 10, driver->device_count,
               driver->device_count == 1 ? "" : "s", driver->nccl.loaded ? ", NCCL " : ", no NCCL",
@@ -473,9 +537,62 @@ GPUHAL_API void gpuhal_driver_retain(gpuhal_driver_t* driver) {
     gpuhal__object_retain(&driver->header);
 }
 
+/* gpuhal's own driver references (devices, semaphores): no waiting. */
+static void gpuhal__driver_release_ref(gpuhal_driver_t* driver) {
+  if (gpuhal__object_release(&driver->header)) gpuhal__driver_destroy(driver);
+}
+
+/* Takes a reference unless the count already reached zero (the device is being torn down). */
+static int gpuhal__object_try_retain(gpuhal__object_t* o) {
+  int32_t n = gpuhal__atomic_load(&o->refcount);
+  while (n > 0)
+    if (gpuhal__atomic_cas(&o->refcount, &n, n + 1)) return 1;
+  return 0;
+}
+
+/* How long the application's driver release waits for released devices to settle. */
+#ifndef GPUHAL_DRIVER_RELEASE_SETTLE_NS
+#define GPUHAL_DRIVER_RELEASE_SETTLE_NS (30ll * 1000000000)
+#endif
+
+static void gpuhal__device_release_ref(gpuhal_device_t* device);
+
+/* Devices the application has released may live on for a moment: queue work that finished
+ * still holds references to what it used until the worker drops them, and the last of
+ * those may tear the device down on a thread of its own. Settle those devices and wait
+ * for their teardown threads, so that the application's last release really ends gpuhal's
+ * work. Work still blocked on a semaphore is left alone (the device stays until it runs or
+ * its release aborts it); every wait is bounded. */
+static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
+  gpuhal_timeout_t timeout = gpuhal_timeout_relative_ns(GPUHAL_DRIVER_RELEASE_SETTLE_NS);
+  for (;;) {
+    gpuhal_device_t* device = NULL;
+    gpuhal__list_node_t* n;
+    gpuhal__mutex_lock(&driver->devices_mutex);
+    for (n = driver->devices.next; n != &driver->devices && !device; n = n->next) {
+      gpuhal_device_t* d = GPUHAL__CONTAINER_OF(n, gpuhal_device_t, driver_link);
+      if (gpuhal__atomic_load(&d->user_refs) == 0 && !d->settled && gpuhal__object_try_retain(&d->header)) {
+        d->settled = 1;
+        device = d;
+      }
+    }
+    gpuhal__mutex_unlock(&driver->devices_mutex);
+    if (!device) break;
+#ifdef GPUHAL__HAVE_QUEUE
+    gpuhal__queue_settle(device, timeout);
+#endif
+    gpuhal__device_release_ref(device); /* often the last: the teardown runs right here */
+  }
+  gpuhal__mutex_lock(&driver->devices_mutex);
+  while (driver->reapers > 0)
+    if (!gpuhal__cond_wait_until(&driver->devices_cond, &driver->devices_mutex, timeout)) break;
+  gpuhal__mutex_unlock(&driver->devices_mutex);
+}
+
 GPUHAL_API void gpuhal_driver_release(gpuhal_driver_t* driver) {
   if (!driver || gpuhal__atomic_load(&driver->header.magic) != GPUHAL__MAGIC_DRIVER) return;
-  if (gpuhal__object_release(&driver->header)) gpuhal__driver_destroy(driver);
+  gpuhal__driver_settle_released_devices(driver);
+  gpuhal__driver_release_ref(driver);
 }
 
 GPUHAL_API gpuhal_status_t gpuhal_driver_device_count(gpuhal_driver_t* driver, int* out_count) {
@@ -645,7 +762,13 @@ static gpuhal_status_t gpuhal__device_destroy_streams(void* arg) {
     gpuhal_status_t status;
     if (!device->streams[i]) continue;
     status = GPUHAL__CU(device->cu, cuStreamSynchronize, (device->streams[i]));
-    if (!status) status = GPUHAL__CU(device->cu, cuStreamDestroy, (device->streams[i]));
+    {
+      /* Destroyed even when the synchronize failed (a lost device): cuStreamDestroy is legal
+       * with work pending, and skipping it would leak the stream. */
+      gpuhal_status_t destroyed = GPUHAL__CU(device->cu, cuStreamDestroy, (device->streams[i]));
+      if (!status) status = destroyed;
+      else gpuhal_status_free(destroyed);
+    }
     if (status) {
       gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: destroying stream %u: %s", device->ordinal,
                   (unsigned)i, gpuhal_status_message(status));
@@ -657,6 +780,9 @@ static gpuhal_status_t gpuhal__device_destroy_streams(void* arg) {
 }
 
 static gpuhal_status_t gpuhal__device_create_subsystems(gpuhal_device_t* device) {
+#ifdef GPUHAL__HAVE_TRACE
+  GPUHAL__RETURN_IF_ERROR(gpuhal__trace_device_create(device)); /* trace hook */
+#endif
 #ifdef GPUHAL__HAVE_MEMORY
   GPUHAL__RETURN_IF_ERROR(gpuhal__memory_state_create(device));
 #endif
@@ -681,12 +807,18 @@ static void gpuhal__device_destroy_subsystems(gpuhal_device_t* device) {
 #ifdef GPUHAL__HAVE_MEMORY
   gpuhal__memory_state_destroy(device);
 #endif
+#ifdef GPUHAL__HAVE_TRACE
+  gpuhal__trace_device_destroy(device); /* trace hook */
+#endif
   GPUHAL__UNUSED(device);
 }
 
 /* Tears down whatever part of a device exists; used by release and by a failed create. */
 static void gpuhal__device_destroy(gpuhal_device_t* device) {
   gpuhal_driver_t* driver = device->driver;
+  gpuhal__mutex_lock(&driver->devices_mutex);
+  gpuhal__list_remove(&device->driver_link); /* a node never linked points at itself */
+  gpuhal__mutex_unlock(&driver->devices_mutex);
   if (device->worker.started) {
     gpuhal__device_destroy_subsystems(device);
     gpuhal_status_free(gpuhal__worker_call(device, gpuhal__device_destroy_streams, device));
@@ -704,7 +836,7 @@ static void gpuhal__device_destroy(gpuhal_device_t* device) {
   gpuhal__free(device->allocator, (void*)device->params.module_cache_dir);
   gpuhal__log(device->logger, GPUHAL_LOG_DEBUG, "device %d destroyed", device->ordinal);
   gpuhal__quarantine_free(device->allocator, driver, device);
-  gpuhal_driver_release(driver);
+  gpuhal__driver_release_ref(driver);
 }
 
 /* The steps of gpuhal_device_create after the object exists. */
@@ -733,6 +865,7 @@ GPUHAL_API gpuhal_status_t gpuhal_device_create(gpuhal_driver_t* driver, int ord
   GPUHAL__RETURN_IF_ERROR(
       gpuhal__alloc_zeroed(&driver->allocator, sizeof(*device), "gpuhal_device_t", (void**)&device));
   gpuhal__object_init(&device->header, GPUHAL__MAGIC_DEVICE);
+  gpuhal__list_init(&device->driver_link);
   gpuhal_driver_retain(driver);
   device->driver = driver;
   device->cu = &driver->cu;
@@ -750,38 +883,67 @@ GPUHAL_API gpuhal_status_t gpuhal_device_create(gpuhal_driver_t* driver, int ord
   gpuhal__log(device->logger, GPUHAL_LOG_INFO, "device %d (%s, sm_%d%d) created with %u queue%s", ordinal,
               device->info.name, device->info.compute_capability_major, device->info.compute_capability_minor,
               (unsigned)device->queue_count, device->queue_count == 1 ? "" : "s");
+  device->user_refs = 1;
+  gpuhal__mutex_lock(&driver->devices_mutex);
+  gpuhal__list_push_back(&driver->devices, &device->driver_link);
+  gpuhal__mutex_unlock(&driver->devices_mutex);
   *out_device = device;
   return NULL;
 }
 
+/* gpuhal's own references (buffers, command buffers, executables, channels). */
+static void gpuhal__device_retain_ref(gpuhal_device_t* device) { gpuhal__object_retain(&device->header); }
+
 GPUHAL_API void gpuhal_device_retain(gpuhal_device_t* device) {
-  if (device && gpuhal__atomic_load(&device->header.magic) == GPUHAL__MAGIC_DEVICE)
-    gpuhal__object_retain(&device->header);
+  if (!gpuhal__object_is_live(device, GPUHAL__MAGIC_DEVICE)) return;
+  gpuhal__atomic_add(&device->user_refs, 1);
+  gpuhal__device_retain_ref(device);
 }
 
 static void* gpuhal__device_reaper_main(void* arg) {
-  gpuhal__device_destroy((gpuhal_device_t*)arg);
+  gpuhal_device_t* device = (gpuhal_device_t*)arg;
+  gpuhal_driver_t* driver = device->driver;
+  gpuhal_driver_retain(driver); /* outlive the device's own reference */
+  gpuhal__device_destroy(device);
+  gpuhal__mutex_lock(&driver->devices_mutex);
+  driver->reapers--;
+  gpuhal__cond_broadcast(&driver->devices_cond);
+  gpuhal__mutex_unlock(&driver->devices_mutex);
+  gpuhal__driver_release_ref(driver);
   return NULL;
 }
 
-GPUHAL_API void gpuhal_device_release(gpuhal_device_t* device) {
-  if (!device || gpuhal__atomic_load(&device->header.magic) != GPUHAL__MAGIC_DEVICE) return;
+static void gpuhal__device_release_ref(gpuhal_device_t* device) {
+  gpuhal_driver_t* driver = device->driver;
+  pthread_t reaper;
+  pthread_attr_t attr;
   if (!gpuhal__object_release(&device->header)) return;
-  if (gpuhal__on_worker(device)) {
-    /* The last reference went on the worker itself (a task released the last buffer of
-     * an already released device): the worker cannot join itself, so a short-lived
-     * thread does the teardown. */
-    pthread_t reaper;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&reaper, &attr, gpuhal__device_reaper_main, device) != 0)
-      gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: could not start its teardown thread; it leaks",
-                  device->ordinal);
-    pthread_attr_destroy(&attr);
+  if (!gpuhal__on_worker(device)) {
+    gpuhal__device_destroy(device);
     return;
   }
-  gpuhal__device_destroy(device);
+  /* The last reference went on the worker itself (a task released the last buffer of an
+   * already released device): the worker cannot join itself, so a short-lived thread does
+   * the teardown; the application's driver release waits for it. */
+  gpuhal__mutex_lock(&driver->devices_mutex);
+  driver->reapers++;
+  gpuhal__mutex_unlock(&driver->devices_mutex);
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&reaper, &attr, gpuhal__device_reaper_main, device) != 0) {
+    gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: could not start its teardown thread; it leaks",
+                device->ordinal);
+    gpuhal__mutex_lock(&driver->devices_mutex);
+    driver->reapers--;
+    gpuhal__mutex_unlock(&driver->devices_mutex);
+  }
+  pthread_attr_destroy(&attr);
+}
+
+GPUHAL_API void gpuhal_device_release(gpuhal_device_t* device) {
+  if (!gpuhal__object_is_live(device, GPUHAL__MAGIC_DEVICE)) return;
+  gpuhal__atomic_sub(&device->user_refs, 1);
+  gpuhal__device_release_ref(device);
 }
 
 GPUHAL_API gpuhal_status_t gpuhal_device_info(gpuhal_device_t* device, gpuhal_device_info_t* out_info) {

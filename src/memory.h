@@ -183,7 +183,7 @@ static gpuhal_status_t gpuhal__buffer_new(gpuhal_device_t* device, gpuhal_memory
   GPUHAL__RETURN_IF_ERROR(
       gpuhal__alloc_zeroed(device->allocator, sizeof(*buffer), "gpuhal_buffer_t", (void**)&buffer));
   gpuhal__object_init(&buffer->header, GPUHAL__MAGIC_BUFFER);
-  gpuhal_device_retain(device);
+  gpuhal__device_retain_ref(device);
   buffer->device = device;
   buffer->kind = kind;
   buffer->size = size;
@@ -273,6 +273,14 @@ static gpuhal_status_t gpuhal__buffer_free_pending_sync(void* arg) {
   return GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
 }
 
+/* Frees a (non-pending) buffer's memory; the device's context is current. */
+static gpuhal_status_t gpuhal__buffer_free_current(void* arg) {
+  gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)arg;
+  const gpuhal__cuda_symbols_t* cu = buffer->device->cu;
+  if (buffer->kind == GPUHAL_MEMORY_HOST_PINNED) return GPUHAL__CU(cu, cuMemFreeHost, (buffer->host_pointer));
+  return GPUHAL__CU(cu, cuMemFree, (buffer->address));
+}
+
 static gpuhal_status_t gpuhal__buffer_free_memory(gpuhal_buffer_t* buffer) {
   gpuhal_device_t* device = buffer->device;
   const gpuhal__cuda_symbols_t* cu = device->cu;
@@ -280,12 +288,15 @@ static gpuhal_status_t gpuhal__buffer_free_memory(gpuhal_buffer_t* buffer) {
   gpuhal_status_t status = NULL;
   if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_LIVE) return NULL;
   if (buffer->pending) return gpuhal__worker_call(device, gpuhal__buffer_free_pending_sync, buffer);
-  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
-  if (buffer->kind == GPUHAL_MEMORY_HOST_PINNED) {
-    status = GPUHAL__CU(cu, cuMemFreeHost, (buffer->host_pointer));
-  } else {
-    status = GPUHAL__CU(cu, cuMemFree, (buffer->address));
+  GPUHAL__UNUSED(cu);
+  status = gpuhal__context_enter(device, &scope);
+  if (status) {
+    /* This thread cannot take the device's context now; the worker thread holds it for its
+     * life, so free there rather than leak the memory. */
+    gpuhal_status_free(status);
+    return gpuhal__worker_call(device, gpuhal__buffer_free_current, buffer);
   }
+  status = gpuhal__buffer_free_current(buffer);
   gpuhal__context_leave(device, &scope);
   return status;
 }
@@ -304,7 +315,7 @@ static void gpuhal__buffer_destroy(gpuhal_buffer_t* buffer) {
   }
   gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_FREED);
   gpuhal__quarantine_free(device->allocator, device->driver, buffer);
-  gpuhal_device_release(device);
+  gpuhal__device_release_ref(device);
 }
 
 GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
@@ -328,7 +339,7 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate(gpuhal_device_t* device, gpuha
   if (status) {
     gpuhal__atomic_store(&buffer->header.magic, GPUHAL__MAGIC_DEAD);
     gpuhal__quarantine_free(device->allocator, device->driver, buffer);
-    gpuhal_device_release(device);
+    gpuhal__device_release_ref(device);
     return gpuhal_status_annotate(status, "allocating %llu bytes of %s memory on device %d", (unsigned long long)size,
                                   kind == GPUHAL_MEMORY_DEVICE ? "device"
                                   : kind == GPUHAL_MEMORY_HOST_PINNED ? "pinned host" : "managed",

@@ -1,17 +1,26 @@
 /* bench_queue - the queue against the raw driver API, same work, same process run.
  *
- *   bench_queue [iterations]      (default 2000; use a handful on softcuda)
+ *   bench_queue [iterations] [repetitions] [diagnostics]
+ *       (defaults 2000, 5, 1; use a handful of iterations on softcuda)
+ *
+ * Each case is warmed up with the full iteration count (the pools reach their steady
+ * state), then measured `repetitions` times, gpuhal and raw alternating; the table gives the
+ * medians (and the median of the per-repetition ratios). With diagnostics, each gpuhal case
+ * runs once more with counting wrappers on the driver's function table and the table of
+ * CUDA calls per operation (all threads) and the time spent inside them is printed.
  *
  * 1. host round trip: one tiny dispatch that signals, host waits
  *      vs cuLaunchKernel + cuEventRecord + cuEventSynchronize              target <= 1.5x
  * 2. dependent chain, per hop: each submission waits on the previous one's value,
  *    alternating two queues
  *      vs a two-stream cuEventRecord / cuStreamWaitEvent ping-pong         target <= 1.3x
- * 3. queue_alloca + queue_dealloca pair
- *      vs cuMemAllocFromPoolAsync + cuMemFreeAsync                        target <= 2x
+ * 3. queue_alloca + queue_dealloca pair, each signalling a value the host can observe
+ *      vs cuMemAllocFromPoolAsync + cuEventRecord + cuMemFreeAsync + cuEventRecord
+ *      (the same CUDA work: a signal the host or another stream can wait on needs a recorded
+ *      event)                                                              target <= 2x
+ *    also shown against the bare cuMemAllocFromPoolAsync + cuMemFreeAsync (no signals)
  * 4. submission throughput: queue_execute of a recorded graph with one wait and one signal
  *      vs cuGraphLaunch + cuEventRecord                                    target <= 1.5x
- *    (needs command buffers: compiled in with GPUHAL_BENCH_COMMAND_BUFFERS=1)
  *
  * The tiny dispatch is spin_us(0) from tests/kernels. Numbers mean something only on a real
  * GPU; on softcuda this is a smoke test. */
@@ -23,19 +32,16 @@
 #include "test_util.h"
 #include "test_queue_util.h"
 
-/* Benchmark 4 uses the command buffer API (src/command_buffer.h, module_cache.h). */
-#ifndef GPUHAL_BENCH_COMMAND_BUFFERS
-#define GPUHAL_BENCH_COMMAND_BUFFERS 0
-#endif
 
 typedef struct bench_s {
   qt_fixture_t f;
   gpuhal_semaphore_t* s;
   uint64_t value; /* the timeline's last value */
   CUstream raw_streams[2];
-  CUevent raw_events[2];
+  CUevent raw_events[4];
   int iterations;
   int failures;
+  struct bench_graph_s* graph; /* case 4 */
 } bench_t;
 
 static double us_per(int64_t start_ns, int n) { return (double)(gpuhal_now_ns() - start_ns) / 1000.0 / (double)n; }
@@ -178,8 +184,27 @@ static double raw_alloca(bench_t* b, int n) {
   return us_per(start, n);
 }
 
+/* The same CUDA work as a signalled alloca + dealloca pair: each signal is a recorded event. */
+static double raw_alloca_signalled(bench_t* b, int n) {
+  const gpuhal__cuda_symbols_t* cu = b->f.device->cu;
+  CUmemoryPool pool = b->f.device->memory ? b->f.device->memory->pool : NULL;
+  int64_t start;
+  int i;
+  if (!pool || !cu->cuMemAllocFromPoolAsync || !cu->cuMemFreeAsync) return 0;
+  start = gpuhal_now_ns();
+  for (i = 0; i < n; ++i) {
+    CUdeviceptr p = 0;
+    if (!check_cu(b, cu->cuMemAllocFromPoolAsync(&p, BENCH_ALLOCA_BYTES, pool, b->raw_streams[0]), "alloc async") ||
+        !check_cu(b, cu->cuEventRecord(b->raw_events[2], b->raw_streams[0]), "record") ||
+        !check_cu(b, cu->cuMemFreeAsync(p, b->raw_streams[0]), "free async") ||
+        !check_cu(b, cu->cuEventRecord(b->raw_events[3], b->raw_streams[0]), "record"))
+      return 0;
+  }
+  if (!check_cu(b, cu->cuEventSynchronize(b->raw_events[3]), "synchronize")) return 0;
+  return us_per(start, n);
+}
+
 /* ---- 4. graph execute ---- */
-#if GPUHAL_BENCH_COMMAND_BUFFERS
 typedef struct bench_graph_s {
   gpuhal_executable_t* executable;
   gpuhal_kernel_t* kernel;
@@ -220,7 +245,8 @@ static void bench_graph_teardown(bench_t* b, bench_graph_t* g) {
   gpuhal_executable_release(g->executable);
 }
 
-static double gpuhal_graph(bench_t* b, bench_graph_t* g, int n) {
+static double gpuhal_graph(bench_t* b, int n) {
+  bench_graph_t* g = b->graph;
   int64_t start = gpuhal_now_ns();
   int i;
   for (i = 0; i < n; ++i) {
@@ -234,8 +260,9 @@ static double gpuhal_graph(bench_t* b, bench_graph_t* g, int n) {
   return us_per(start, n);
 }
 
-static double raw_graph(bench_t* b, bench_graph_t* g, int n) {
+static double raw_graph(bench_t* b, int n) {
   const gpuhal__cuda_symbols_t* cu = b->f.device->cu;
+  bench_graph_t* g = b->graph;
   int64_t start = gpuhal_now_ns();
   int i;
   for (i = 0; i < n; ++i) {
@@ -246,18 +273,174 @@ static double raw_graph(bench_t* b, bench_graph_t* g, int n) {
   if (!check_cu(b, cu->cuStreamSynchronize(b->raw_streams[0]), "synchronize")) return 0;
   return us_per(start, n);
 }
-#endif
 
-/* Runs each side once to warm up, then measures; gpuhal and raw alternate. */
+/* ---- diagnostics: CUDA calls per operation ----
+ * Counting wrappers replace entries of the driver's function table (which gpuhal and the
+ * raw side both call through) while one case runs: calls and time inside each entry, on the
+ * benchmark thread and on gpuhal's threads. */
+typedef struct diag_counter_s {
+  const char* name;
+  int64_t calls, ns, calls_main, ns_main;
+} diag_counter_t;
+static pthread_t diag_main_thread;
+static void diag_count(diag_counter_t* c, int64_t start_ns) {
+  int64_t ns = gpuhal_now_ns() - start_ns;
+  if (pthread_equal(pthread_self(), diag_main_thread)) {
+    __atomic_add_fetch(&c->calls_main, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&c->ns_main, ns, __ATOMIC_RELAXED);
+  } else {
+    __atomic_add_fetch(&c->calls, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&c->ns, ns, __ATOMIC_RELAXED);
+  }
+}
+#define DIAG_ENTRIES(X)                                                                                            \
+  X(cuEventRecord, (CUevent e, CUstream s), (e, s))                                                                \
+  X(cuEventQuery, (CUevent e), (e))                                                                                \
+  X(cuEventSynchronize, (CUevent e), (e))                                                                          \
+  X(cuStreamWaitEvent, (CUstream s, CUevent e, unsigned int f), (s, e, f))                                         \
+  X(cuLaunchKernel,                                                                                                \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,             \
+     unsigned int bz, unsigned int sh, CUstream s, void** p, void** x),                                            \
+    (f, gx, gy, gz, bx, by, bz, sh, s, p, x))                                                                      \
+  X(cuGraphLaunch, (CUgraphExec g, CUstream s), (g, s))                                                            \
+  X(cuMemAllocFromPoolAsync, (CUdeviceptr * p, size_t n, CUmemoryPool pool, CUstream s), (p, n, pool, s))          \
+  X(cuMemFreeAsync, (CUdeviceptr p, CUstream s), (p, s))                                                           \
+  X(cuCtxGetCurrent, (CUcontext * c), (c))                                                                         \
+  X(cuCtxPushCurrent, (CUcontext c), (c))                                                                          \
+  X(cuCtxPopCurrent, (CUcontext * c), (c))                                                                         \
+  X(cuEventCreate, (CUevent * e, unsigned int f), (e, f))                                                          \
+  X(cuStreamQuery, (CUstream s), (s))
+#define DIAG_DEFINE(name, params, args)                                    \
+  static gpuhal_PFN_##name diag_orig_##name;                              \
+  static diag_counter_t diag_##name = {#name, 0, 0, 0, 0};                \
+  static CUresult CUDAAPI diag_fn_##name params {                         \
+    int64_t start_ns = gpuhal_now_ns();                                   \
+    CUresult r = diag_orig_##name args;                                   \
+    diag_count(&diag_##name, start_ns);                                   \
+    return r;                                                             \
+  }
+DIAG_ENTRIES(DIAG_DEFINE)
+#define DIAG_INSTALL(name, params, args) \
+  diag_orig_##name = cu->name;           \
+  if (diag_orig_##name) cu->name = diag_fn_##name;
+#define DIAG_REMOVE(name, params, args) \
+  if (diag_orig_##name) cu->name = diag_orig_##name;
+#define DIAG_RESET(name, params, args) \
+  diag_##name.calls = diag_##name.ns = diag_##name.calls_main = diag_##name.ns_main = 0;
+#define DIAG_PRINT(name, params, args)                                                                          \
+  if (diag_##name.calls || diag_##name.calls_main)                                                              \
+    printf("    %-24s %8.2f calls %7.3f us (bench thread) | %8.2f calls %7.3f us (gpuhal threads)\n", #name,    \
+           (double)diag_##name.calls_main / n, (double)diag_##name.ns_main / 1000.0 / n,                         \
+           (double)diag_##name.calls / n, (double)diag_##name.ns / 1000.0 / n);
+
+static int64_t thread_cpu_ns(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+/* Runs `fn` once for n iterations with the counting wrappers in place. */
+static void diagnose(bench_t* b, const char* name, double (*fn)(bench_t*, int), int n) {
+  gpuhal__cuda_symbols_t* cu = (gpuhal__cuda_symbols_t*)(void*)&b->f.driver->cu;
+  int64_t cpu0, proc0;
+  double us;
+  check(b, gpuhal_device_wait_idle(b->f.device, gpuhal_timeout_infinite()), "idle");
+  DIAG_ENTRIES(DIAG_RESET)
+  DIAG_ENTRIES(DIAG_INSTALL)
+#if defined(GPUHAL_QUEUE_PROFILE) && GPUHAL_QUEUE_PROFILE
+  memset(gpuhal__queue_profile_ns, 0, sizeof(gpuhal__queue_profile_ns));
+  memset(gpuhal__queue_profile_calls, 0, sizeof(gpuhal__queue_profile_calls));
+#endif
+  cpu0 = thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID);
+  proc0 = thread_cpu_ns(CLOCK_PROCESS_CPUTIME_ID);
+  us = fn(b, n);
+  check(b, gpuhal_device_wait_idle(b->f.device, gpuhal_timeout_infinite()), "idle");
+  printf("  %s: %.2f us/op wall (wrapped), bench thread cpu %.2f us/op, process cpu %.2f us/op\n", name, us,
+         (double)(thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0) / 1000.0 / n,
+         (double)(thread_cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - proc0) / 1000.0 / n);
+  DIAG_ENTRIES(DIAG_REMOVE)
+  DIAG_ENTRIES(DIAG_PRINT)
+#if defined(GPUHAL_QUEUE_PROFILE) && GPUHAL_QUEUE_PROFILE
+  {
+    int k;
+    for (k = 0; k < GPUHAL__QP_COUNT; ++k)
+      if (gpuhal__queue_profile_calls[k])
+        printf("    step %-26s %8.2f per op %7.3f us per op\n", gpuhal__queue_profile_names[k],
+               (double)gpuhal__queue_profile_calls[k] / n, (double)gpuhal__queue_profile_ns[k] / 1000.0 / n);
+  }
+#endif
+}
+
+/* ---- repetitions and medians ---- */
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+static double median(const double* v, int n) {
+  double sorted[64];
+  int i;
+  if (n > 64) n = 64;
+  for (i = 0; i < n; ++i) sorted[i] = v[i];
+  qsort(sorted, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
+static double min_of(const double* v, int n) {
+  double m = v[0];
+  int i;
+  for (i = 1; i < n; ++i) m = v[i] < m ? v[i] : m;
+  return m;
+}
+static double max_of(const double* v, int n) {
+  double m = v[0];
+  int i;
+  for (i = 1; i < n; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+/* Warms both sides with the full count, then measures `reps` times, alternating which side
+ * goes first; prints medians (the ratio is the median of the per-repetition ratios). */
+static void run_case(bench_t* b, const char* name, double target, double (*ours)(bench_t*, int),
+                     double (*raw)(bench_t*, int), int n, int reps, double* out_ours) {
+  double g[64], r[64], ratio[64], mg, mr, mratio;
+  int i;
+  if (reps > 64) reps = 64;
+  ours(b, n);
+  raw(b, n);
+  for (i = 0; i < reps; ++i) {
+    if (i & 1) r[i] = raw(b, n);
+    g[i] = ours(b, n);
+    if (!(i & 1)) r[i] = raw(b, n);
+    ratio[i] = r[i] > 0 ? g[i] / r[i] : 0;
+  }
+  mg = median(g, reps);
+  mr = median(r, reps);
+  mratio = median(ratio, reps);
+  if (out_ours) *out_ours = mg;
+  if (mr <= 0) {
+    printf("%-40s %10.2f %10s (not available on this device)\n", name, mg, "-");
+    return;
+  }
+  printf("%-40s %10.2f %10.2f %7.2fx %7.2fx %-13s [gpuhal %.2f..%.2f raw %.2f..%.2f]\n", name, mg, mr, mratio,
+         target, target <= 0 ? "" : mratio <= target ? "met" : "(over target)", min_of(g, reps), max_of(g, reps),
+         min_of(r, reps), max_of(r, reps));
+  fflush(stdout);
+}
+
 int main(int argc, char** argv) {
   bench_t b;
+  bench_graph_t graph;
   gpuhal__context_scope_t scope;
   const gpuhal__cuda_symbols_t* cu;
   int n = argc > 1 ? atoi(argv[1]) : 2000;
-  int warm, i;
+  int reps = argc > 2 ? atoi(argv[2]) : 5;
+  int diagnostics = argc > 3 ? atoi(argv[3]) : 1;
+  const char* only = argc > 4 ? argv[4] : "1234"; /* the cases to run, by number */
+  int i, have_graph;
   if (n < 1) n = 1;
-  warm = n / 10 + 1;
+  if (reps < 1) reps = 1;
   memset(&b, 0, sizeof(b));
+  diag_main_thread = pthread_self();
   if (!qt_open(&b.f, 2, NULL)) return 77;
   if (!qt_kernels_load(&b.f)) {
     fprintf(stderr, "bench_queue: cannot load the test kernels from %s\n", GPUHAL_KERNELS_DIR);
@@ -268,60 +451,42 @@ int main(int argc, char** argv) {
   if (!check(&b, gpuhal_semaphore_create(b.f.driver, 0, &b.s), "semaphore")) return 1;
   /* The raw side runs on this thread with the device's context pushed, as a raw user would. */
   if (!check(&b, gpuhal__context_enter(b.f.device, &scope), "context")) return 1;
-  for (i = 0; i < 2; ++i) {
-    check_cu(&b, cu->cuStreamCreate(&b.raw_streams[i], CU_STREAM_NON_BLOCKING), "stream");
-    check_cu(&b, cu->cuEventCreate(&b.raw_events[i], CU_EVENT_DISABLE_TIMING), "event");
-  }
-  printf("bench_queue: %d iterations on %s (%s)\n", n, b.f.device->info.name,
+  for (i = 0; i < 2; ++i) check_cu(&b, cu->cuStreamCreate(&b.raw_streams[i], CU_STREAM_NON_BLOCKING), "stream");
+  for (i = 0; i < 4; ++i) check_cu(&b, cu->cuEventCreate(&b.raw_events[i], CU_EVENT_DISABLE_TIMING), "event");
+  printf("bench_queue: %d iterations, median of %d repetitions, on %s (%s)\n", n, reps, b.f.device->info.name,
          tu_softcuda() ? "softcuda: the numbers mean nothing" : gpuhal_driver_cuda_library(b.f.driver));
-  printf("%-34s %10s %10s %8s %8s\n", "case", "gpuhal us", "raw us", "ratio", "target");
+  printf("%-40s %10s %10s %8s %8s\n", "case", "gpuhal us", "raw us", "ratio", "target");
 
-  gpuhal_round_trip(&b, warm);
-  raw_round_trip(&b, warm);
-  {
-    double g = gpuhal_round_trip(&b, n), r = raw_round_trip(&b, n);
-    report("1 round trip (dispatch+wait)", g, r, 1.5);
+  if (strchr(only, '1'))
+    run_case(&b, "1 round trip (dispatch+wait)", 1.5, gpuhal_round_trip, raw_round_trip, n, reps, NULL);
+  if (strchr(only, '2')) run_case(&b, "2 dependent chain, per hop", 1.3, gpuhal_chain, raw_chain, n, reps, NULL);
+  if (strchr(only, '3')) {
+    run_case(&b, "3 alloca+dealloca pair (signalled raw)", 2.0, gpuhal_alloca, raw_alloca_signalled, n, reps, NULL);
+    run_case(&b, "3b  same vs bare alloc+free (no signals)", 0, gpuhal_alloca, raw_alloca, n, reps, NULL);
   }
-  gpuhal_chain(&b, warm);
-  raw_chain(&b, warm);
-  {
-    double g = gpuhal_chain(&b, n), r = raw_chain(&b, n);
-    report("2 dependent chain, per hop", g, r, 1.3);
-  }
-  gpuhal_alloca(&b, warm);
-  raw_alloca(&b, warm);
-  {
-    double g = gpuhal_alloca(&b, n), r = raw_alloca(&b, n);
-    if (r > 0) {
-      report("3 alloca+dealloca pair", g, r, 2.0);
-    } else {
-      printf("%-34s %10.2f %10s (no stream-ordered pools on this device)\n", "3 alloca+dealloca pair", g, "-");
+  b.graph = &graph;
+  have_graph = bench_graph_setup(&b, &graph);
+  if (have_graph && strchr(only, '4')) run_case(&b, "4 graph execute, 1 wait 1 signal", 1.5, gpuhal_graph, raw_graph, n, reps, NULL);
+  check(&b, gpuhal_device_wait_idle(b.f.device, gpuhal_timeout_infinite()), "idle");
+
+  if (diagnostics) {
+    printf("diagnostics: CUDA calls and time inside them per operation (counting wrappers)\n");
+    if (strchr(only, '1')) diagnose(&b, "1 round trip gpuhal", gpuhal_round_trip, n);
+    if (strchr(only, '1')) diagnose(&b, "1 round trip raw", raw_round_trip, n);
+    if (strchr(only, '2')) diagnose(&b, "2 chain gpuhal", gpuhal_chain, n);
+    if (strchr(only, '2')) diagnose(&b, "2 chain raw", raw_chain, n);
+    if (strchr(only, '3')) diagnose(&b, "3 alloca pair gpuhal", gpuhal_alloca, n);
+    if (strchr(only, '3')) diagnose(&b, "3 alloca pair raw signalled", raw_alloca_signalled, n);
+    if (have_graph && strchr(only, '4')) {
+      diagnose(&b, "4 graph execute gpuhal", gpuhal_graph, n);
+      diagnose(&b, "4 graph execute raw", raw_graph, n);
     }
   }
-#if GPUHAL_BENCH_COMMAND_BUFFERS
-  {
-    bench_graph_t graph;
-    if (bench_graph_setup(&b, &graph)) {
-      double g, r;
-      gpuhal_graph(&b, &graph, warm);
-      raw_graph(&b, &graph, warm);
-      g = gpuhal_graph(&b, &graph, n);
-      r = raw_graph(&b, &graph, n);
-      report("4 graph execute, 1 wait 1 signal", g, r, 1.5);
-    }
-    check(&b, gpuhal_device_wait_idle(b.f.device, gpuhal_timeout_infinite()), "idle");
-    bench_graph_teardown(&b, &graph);
-  }
-#else
-  printf("%-34s (compiled out: build with -DGPUHAL_BENCH_COMMAND_BUFFERS=1 once command buffers land)\n",
-         "4 graph execute, 1 wait 1 signal");
-#endif
 
   check(&b, gpuhal_device_wait_idle(b.f.device, gpuhal_timeout_infinite()), "idle");
-  for (i = 0; i < 2; ++i) {
-    cu->cuEventDestroy(b.raw_events[i]);
-    cu->cuStreamDestroy(b.raw_streams[i]);
-  }
+  bench_graph_teardown(&b, &graph);
+  for (i = 0; i < 4; ++i) cu->cuEventDestroy(b.raw_events[i]);
+  for (i = 0; i < 2; ++i) cu->cuStreamDestroy(b.raw_streams[i]);
   gpuhal__context_leave(b.f.device, &scope);
   gpuhal_semaphore_release(b.s);
   qt_close(&b.f);

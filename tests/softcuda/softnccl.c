@@ -111,6 +111,7 @@ struct ncclComm {
   size_t board_bytes;
   int shared_file; /* board is an mmap of a /dev/shm file */
   int destroyed;
+  int connected; /* made its first collective call (see sn_connect) */
   ncclResult_t async_error;
 };
 
@@ -426,9 +427,32 @@ static __thread int sn_group_depth;
 static __thread sn_pending* sn_group_items;
 static __thread int sn_group_count, sn_group_cap;
 
+/* NCCL sets up its connections lazily, in a communicator's first collective call, and
+ * that call BLOCKS on the host until every rank of the group has made its own first call.
+ * softnccl does the same, so code that issues rank after rank from one thread (which
+ * deadlocks on real NCCL) fails here too instead of passing. */
+static ncclResult_t sn_connect(ncclComm_t comm) {
+  if (comm->connected) return ncclSuccess;
+  if (sn_barrier(comm)) {
+    __atomic_store_n(&comm->board->failed, 1, __ATOMIC_RELEASE);
+    fprintf(stderr,
+            "softnccl: rank %d of %d timed out in its first collective waiting for the other ranks: NCCL's "
+            "connection setup blocks until every rank makes its first call, so ranks must be issued from "
+            "different threads\n",
+            comm->rank, comm->nranks);
+    comm->async_error = ncclSystemError;
+    return ncclSystemError;
+  }
+  comm->connected = 1;
+  return ncclSuccess;
+}
+
 static ncclResult_t sn_enqueue_items(ncclComm_t comm, CUstream stream, const sn_item* items, int count) {
-  sn_task* t = (sn_task*)calloc(1, sizeof(sn_task) + sizeof(sn_item) * (size_t)(count > 0 ? count - 1 : 0));
+  sn_task* t;
   int i, r;
+  ncclResult_t connected = sn_connect(comm);
+  if (connected != ncclSuccess) return connected;
+  t = (sn_task*)calloc(1, sizeof(sn_task) + sizeof(sn_item) * (size_t)(count > 0 ? count - 1 : 0));
   if (!t) return ncclSystemError;
   t->comm = comm;
   t->nitems = count;
