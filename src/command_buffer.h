@@ -1346,6 +1346,27 @@ static gpuhal_status_t gpuhal__cb_check_copy_ref(gpuhal_command_buffer_t* cb, gp
 }
 /* ---- end of the multi-device hook ---- */
 
+/* Records a copy (or an update, whose source is the staging buffer) from s to d. In a graph,
+ * a late-bound address cannot sit in a memcpy node (drivers refuse address 0), so then the
+ * built-in copy kernel does it and its node is patched at execute. */
+static gpuhal_status_t gpuhal__cb_record_transfer(gpuhal_command_buffer_t* cb, gpuhal__cmd_type_t type,
+                                                  gpuhal__ref_t s, gpuhal__ref_t d, uint64_t size) {
+  gpuhal__cmd_t* cmd;
+  if (gpuhal__cb_is_graph(cb) && (gpuhal__ref_is_late(&s) || gpuhal__ref_is_late(&d))) {
+    gpuhal__ref_t refs[2];
+    uint64_t value = size;
+    if (!cb->builtins) GPUHAL__RETURN_IF_ERROR(gpuhal__builtins_get(cb->device, &cb->builtins));
+    refs[0] = d;
+    refs[1] = s;
+    return gpuhal__cb_record_builtin(cb, cb->builtins->copy, "gpuhal_builtin_copy", size, refs, 2, &value, 1);
+  }
+  GPUHAL__RETURN_IF_ERROR(gpuhal__cb_append(cb, type, &cmd));
+  cmd->src = s;
+  cmd->dst = d;
+  cmd->size = size;
+  return NULL;
+}
+
 GPUHAL_API gpuhal_status_t gpuhal_cmd_copy(gpuhal_command_buffer_t* command_buffer, gpuhal_buffer_ref_t src,
                                            gpuhal_buffer_ref_t dst, uint64_t size) {
   gpuhal_command_buffer_t* cb = command_buffer;
@@ -1357,21 +1378,7 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_copy(gpuhal_command_buffer_t* command_buff
   GPUHAL__CHECK_ARG(!gpuhal__ref_same_buffer_overlap(&s, &d, size), "src",
                     "and 'dst' overlap (same buffer or slot, overlapping ranges)");
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_reserve_retained(cb, 2));
-  if (gpuhal__cb_is_graph(cb) && (gpuhal__ref_is_late(&s) || gpuhal__ref_is_late(&d))) {
-    gpuhal__ref_t refs[2];
-    uint64_t value = size;
-    if (!cb->builtins) GPUHAL__RETURN_IF_ERROR(gpuhal__builtins_get(cb->device, &cb->builtins));
-    refs[0] = d;
-    refs[1] = s;
-    GPUHAL__RETURN_IF_ERROR(
-        gpuhal__cb_record_builtin(cb, cb->builtins->copy, "gpuhal_builtin_copy", size, refs, 2, &value, 1));
-  } else {
-    gpuhal__cmd_t* cmd;
-    GPUHAL__RETURN_IF_ERROR(gpuhal__cb_append(cb, GPUHAL__CMD_COPY, &cmd));
-    cmd->src = s;
-    cmd->dst = d;
-    cmd->size = size;
-  }
+  GPUHAL__RETURN_IF_ERROR(gpuhal__cb_record_transfer(cb, GPUHAL__CMD_COPY, s, d, size));
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_take_ref(cb, &s, size));
   return gpuhal__cb_take_ref(cb, &d, size);
 }
@@ -1455,21 +1462,7 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_update(gpuhal_command_buffer_t* command_bu
   memset(&s, 0, sizeof(s));
   s.kind = GPUHAL__REF_STAGING;
   s.offset = offset;
-  if (gpuhal__cb_is_graph(cb) && gpuhal__ref_is_late(&d)) {
-    gpuhal__ref_t refs[2];
-    uint64_t value = size;
-    if (!cb->builtins) GPUHAL__RETURN_IF_ERROR(gpuhal__builtins_get(cb->device, &cb->builtins));
-    refs[0] = d;
-    refs[1] = s;
-    GPUHAL__RETURN_IF_ERROR(
-        gpuhal__cb_record_builtin(cb, cb->builtins->copy, "gpuhal_builtin_copy", size, refs, 2, &value, 1));
-  } else {
-    gpuhal__cmd_t* cmd;
-    GPUHAL__RETURN_IF_ERROR(gpuhal__cb_append(cb, GPUHAL__CMD_UPDATE, &cmd));
-    cmd->src = s;
-    cmd->dst = d;
-    cmd->size = size;
-  }
+  GPUHAL__RETURN_IF_ERROR(gpuhal__cb_record_transfer(cb, GPUHAL__CMD_UPDATE, s, d, size));
   memcpy(cb->update_data + offset, host_src, (size_t)size);
   cb->update_size = offset + (size_t)size;
   return gpuhal__cb_take_ref(cb, &d, size);
