@@ -361,25 +361,9 @@ static const row_t rows[] = {
 };
 
 static char* read_kernel(const char* name, size_t* size) {
-  char path[1024];
-  FILE* f;
-  long n;
-  char* data;
-  snprintf(path, sizeof(path), "%s/%s.ptx", GPUHAL_KERNELS_DIR, name);
-  f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  data = (char*)malloc((size_t)n + 1);
-  if (data && fread(data, 1, (size_t)n, f) != (size_t)n) {
-    free(data);
-    data = NULL;
-  }
-  fclose(f);
-  if (data) data[n] = 0;
-  *size = (size_t)n;
-  return data;
+  char file[256];
+  snprintf(file, sizeof(file), "%s.ptx", name);
+  return tu_read_kernel_file(file, size);
 }
 
 static int setup(void) {

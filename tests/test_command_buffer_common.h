@@ -23,25 +23,7 @@ typedef struct cbt {
 } cbt;
 
 static char* cbt_read_file(const char* name, size_t* size) {
-  char path[1024];
-  FILE* f;
-  long n;
-  char* data;
-  snprintf(path, sizeof(path), "%s/%s", GPUHAL_KERNELS_DIR, name);
-  f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  data = (char*)malloc((size_t)n + 1);
-  if (data && fread(data, 1, (size_t)n, f) != (size_t)n) {
-    free(data);
-    data = NULL;
-  }
-  fclose(f);
-  if (data) data[n] = 0;
-  *size = (size_t)n;
-  return data;
+  return tu_read_kernel_file(name, size);
 }
 
 static gpuhal_status_t cbt_load(cbt* t, int index, const char* name, gpuhal_kernel_t** out) {

@@ -21,25 +21,9 @@
 static gpuhal_timeout_t seconds(int s) { return gpuhal_timeout_relative_ns((int64_t)s * 1000000000ll); }
 
 static char* read_kernel(const char* name, size_t* size) {
-  char path[1024];
-  FILE* f;
-  long n;
-  char* data;
-  snprintf(path, sizeof(path), "%s/%s.ptx", GPUHAL_KERNELS_DIR, name);
-  f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  data = (char*)malloc((size_t)n + 1);
-  if (data && fread(data, 1, (size_t)n, f) != (size_t)n) {
-    free(data);
-    data = NULL;
-  }
-  fclose(f);
-  if (data) data[n] = 0;
-  *size = (size_t)n;
-  return data;
+  char file[256];
+  snprintf(file, sizeof(file), "%s.ptx", name);
+  return tu_read_kernel_file(file, size);
 }
 
 static gpuhal_status_t load_kernel(gpuhal_device_t* device, const char* name, gpuhal_executable_t** exe,

@@ -5,6 +5,7 @@
 #define GPUHAL_TEST_MULTI_DEVICE_UTIL_H
 
 #include <dlfcn.h>
+#include "test_util.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -71,25 +72,7 @@ static int md_open(md_fixture_t* f, int want, int need, const char* nccl_library
 }
 
 static char* md_read_file(const char* name, size_t* size) {
-  char path[1024];
-  FILE* file;
-  long n;
-  char* data;
-  snprintf(path, sizeof(path), "%s/%s", GPUHAL_KERNELS_DIR, name);
-  file = fopen(path, "rb");
-  if (!file) return NULL;
-  fseek(file, 0, SEEK_END);
-  n = ftell(file);
-  fseek(file, 0, SEEK_SET);
-  data = (char*)malloc((size_t)n + 1);
-  if (data && fread(data, 1, (size_t)n, file) != (size_t)n) {
-    free(data);
-    data = NULL;
-  }
-  fclose(file);
-  if (data) data[n] = 0;
-  *size = (size_t)n;
-  return data;
+  return tu_read_kernel_file(name, size);
 }
 
 /* Loads spin_store on every device of the fixture. */

@@ -111,11 +111,50 @@ static int tu_softcuda(void) {
   return yes;
 }
 
+/* Reads a whole file into a NUL-terminated malloc'ed buffer (the caller frees it); NULL if
+ * it cannot be read. With GPUHAL_KERNELS_DIR (set by CMake), tu_read_kernel_file reads
+ * tests/kernels/<file>. */
+#if defined(__GNUC__)
+__attribute__((unused))
+#endif
+static char* tu_read_file(const char* path, size_t* size) {
+  FILE* f = fopen(path, "rb");
+  long n;
+  char* data;
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  data = n >= 0 ? (char*)malloc((size_t)n + 1) : NULL;
+  if (data && fread(data, 1, (size_t)n, f) != (size_t)n) {
+    free(data);
+    data = NULL;
+  }
+  fclose(f);
+  if (!data) return NULL;
+  data[n] = 0;
+  if (size) *size = (size_t)n;
+  return data;
+}
+#ifdef GPUHAL_KERNELS_DIR
+#if defined(__GNUC__)
+__attribute__((unused))
+#endif
+static char* tu_read_kernel_file(const char* file, size_t* size) {
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/%s", GPUHAL_KERNELS_DIR, file);
+  return tu_read_file(path, size);
+}
+#endif
+
 typedef struct tu_case_s {
   const char* name;
   void (*fn)(void);
 } tu_case_t;
 
+#if defined(__GNUC__)
+__attribute__((unused))
+#endif
 static int tu_run(const tu_case_t* cases, int count, int argc, char** argv) {
   int passed = 0, failed = 0, skipped = 0, i, j;
   for (i = 0; i < count; ++i) {

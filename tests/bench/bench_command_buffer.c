@@ -18,6 +18,7 @@
  * The dispatch is spin_us(0) (tests/kernels). Timings mean something only on a GPU. */
 #define GPUHAL_IMPLEMENTATION
 #include "gpuhal.h"
+#include "test_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,25 +63,7 @@ static void report(const char* name, double gpuhal_us, double raw_us, double tar
 }
 
 static char* read_file(const char* name, size_t* size) {
-  char path[1024];
-  FILE* f;
-  long n;
-  char* data;
-  snprintf(path, sizeof(path), "%s/%s", GPUHAL_KERNELS_DIR, name);
-  f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  data = (char*)malloc((size_t)n + 1);
-  if (data && fread(data, 1, (size_t)n, f) != (size_t)n) {
-    free(data);
-    data = NULL;
-  }
-  fclose(f);
-  if (data) data[n] = 0;
-  *size = (size_t)n;
-  return data;
+  return tu_read_kernel_file(name, size);
 }
 
 static gpuhal_status_t load(bench* b, const char* name, gpuhal_executable_t** exe, gpuhal_kernel_t** k) {
