@@ -196,7 +196,7 @@ static void gpuhal__semaphore_fail_owned(gpuhal_semaphore_t* s, gpuhal_status_t 
     gpuhal_status_free(cause);
     return;
   }
-  s->failure = cause;
+  gpuhal__atomic_store(&s->failure, cause); /* host waiters read it without the mutex */
   while (!gpuhal__list_empty(&s->timepoints)) gpuhal__list_pop_front(&s->timepoints);
   gpuhal__semaphore_notify_locked(s, 0);
   gpuhal__mutex_unlock(&s->mutex);
@@ -305,11 +305,31 @@ GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore) {
   }
 }
 
+/* Looks at the newest submitted value's event (one cuEventQuery; never blocks) and advances
+ * the semaphore if that work is done, so a query is current even before the completion
+ * thread gets there: after waiting on work that depended on this value, a query shows it. */
+static void gpuhal__semaphore_poll(gpuhal_semaphore_t* s) {
+  gpuhal__event_t* event = NULL;
+  uint64_t value = 0;
+  gpuhal__mutex_lock(&s->mutex);
+  if (!s->failure && !gpuhal__list_empty(&s->timepoints)) {
+    gpuhal__timepoint_t* newest = GPUHAL__CONTAINER_OF(s->timepoints.prev, gpuhal__timepoint_t, link);
+    event = newest->event;
+    value = newest->value;
+    gpuhal__event_retain(event);
+  }
+  gpuhal__mutex_unlock(&s->mutex);
+  if (!event) return;
+  if (gpuhal__event_query(event) == 0) gpuhal__semaphore_advance(s, value);
+  gpuhal__event_release(event);
+}
+
 GPUHAL_API gpuhal_status_t gpuhal_semaphore_query(gpuhal_semaphore_t* semaphore, uint64_t* out_value) {
   gpuhal_status_t failure = NULL;
   GPUHAL__CHECK_ARG(out_value != NULL, "out_value", "must not be NULL");
   *out_value = 0;
   GPUHAL__CHECK_OBJECT(semaphore, GPUHAL__MAGIC_SEMAPHORE);
+  gpuhal__semaphore_poll(semaphore);
   gpuhal__mutex_lock(&semaphore->mutex);
   if (semaphore->failure) failure = gpuhal_status_clone(semaphore->failure);
   *out_value = semaphore->value;

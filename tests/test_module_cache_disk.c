@@ -249,8 +249,11 @@ TU_TEST(parser_survives_arbitrary_bytes) {
   TU_CHECK_OK(gpuhal__disk_cache_parse(file, sizeof(file), &key, &out, &out_size));
   TU_CHECK(out == file + GPUHAL__DISK_HEADER_SIZE && out_size == sizeof(payload));
   for (n = 0; n < sizeof(file); ++n) {
+    gpuhal_status_t st;
     memcpy(copy, file, n);
-    TU_CHECK(gpuhal_status_code(gpuhal__disk_cache_parse(copy, n, &key, &out, &out_size)) != GPUHAL_STATUS_OK);
+    st = gpuhal__disk_cache_parse(copy, n, &key, &out, &out_size);
+    TU_CHECK(gpuhal_status_code(st) != GPUHAL_STATUS_OK);
+    gpuhal_status_free(st);
   }
   TU_CHECK_STATUS(gpuhal__disk_cache_parse(NULL, 0, &key, &out, &out_size), GPUHAL_STATUS_DATA_LOSS, "truncated");
   for (i = 0; i < 20000; ++i) {

@@ -44,8 +44,15 @@ def main(argv):
     cc = "cc"
     run = "--run" in argv
     keep = None
+    extra = []
     if "--cc" in argv:
         cc = argv[argv.index("--cc") + 1]
+    if "--sanitize" in argv:  # match a sanitizer build (its softcuda needs the runtime)
+        kind = argv[argv.index("--sanitize") + 1]
+        if kind == "address":
+            extra = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
+        elif kind == "thread":
+            extra = ["-fsanitize=thread", "-fno-omit-frame-pointer"]
     if "--keep" in argv:
         keep = argv[argv.index("--keep") + 1]
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
@@ -64,7 +71,7 @@ def main(argv):
         with open(src, "w", encoding="utf-8") as f:
             f.write(source)
         what = "README.md:%d (%s)" % (line, "fragment" if fragment else "program")
-        cmd = [cc] + FLAGS + ["-I", ROOT, src, "-o", exe, "-ldl", "-lpthread"]
+        cmd = [cc] + FLAGS + extra + ["-I", ROOT, src, "-o", exe, "-ldl", "-lpthread"]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
         if r.returncode != 0:
             print("FAIL %s does not compile:\n%s" % (what, r.stdout))

@@ -3,7 +3,8 @@
 # See tools/check_readme.py.
 if(Python3_FOUND)
   add_test(NAME test_readme_code_blocks
-           COMMAND ${Python3_EXECUTABLE} ${GPUHAL_ROOT}/tools/check_readme.py --cc ${CMAKE_C_COMPILER} --run)
+           COMMAND ${Python3_EXECUTABLE} ${GPUHAL_ROOT}/tools/check_readme.py --cc ${CMAKE_C_COMPILER} --run
+                   --sanitize "${GPUHAL_SANITIZE}")
   set_tests_properties(test_readme_code_blocks PROPERTIES TIMEOUT 300)
   if(GPUHAL_TEST_ENV)
     set_tests_properties(test_readme_code_blocks PROPERTIES ENVIRONMENT "${GPUHAL_TEST_ENV}")
