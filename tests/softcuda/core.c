@@ -7,7 +7,9 @@ static __thread sc_tls* sc_tls_self;
 
 static const char* const sc_fn_names[SC_FN_COUNT] = {
 #define SC_FN_NAME(name, dlsym_name, pinned, params) #name,
-    GPUHAL_CUDA_REQUIRED_SYMBOLS(SC_FN_NAME) GPUHAL_CUDA_OPTIONAL_SYMBOLS(SC_FN_NAME) "cuGetProcAddress"};
+#define SC_NCCL_FN_NAME(name, params) #name,
+    GPUHAL_CUDA_REQUIRED_SYMBOLS(SC_FN_NAME) GPUHAL_CUDA_OPTIONAL_SYMBOLS(SC_FN_NAME) "cuGetProcAddress",
+    GPUHAL_NCCL_SYMBOLS(SC_NCCL_FN_NAME)};
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
@@ -778,6 +780,31 @@ SOFTCUDA_API int softcuda_set_faults(const char* spec) {
   sc_configure_locked();
   r = sc_parse_faults_locked(spec);
   SC_UNLOCK();
+  return r;
+}
+
+/* The fault point of an entry point softcuda does not implement (softnccl's nccl*): the
+ * call is counted, and the matching rule's result (or 0) comes back. No cuInit or
+ * callback rule: those are CUDA's, and the caller applies its own. */
+SOFTCUDA_API int softcuda_fault_point(const char* entry_name) {
+  int fn, i, r = 0;
+  if (!entry_name) return 0;
+  fn = sc_fn_index(entry_name, strlen(entry_name));
+  if (fn < 0) return 0;
+  __atomic_add_fetch(&sc.calls[fn], 1, __ATOMIC_RELAXED);
+  SC_LOCK();
+  sc_configure_locked();
+  for (i = 0; i < sc.nfaults; ++i) {
+    sc_fault* f = &sc.faults[i];
+    if (f->fn != fn) continue;
+    f->count++;
+    if (f->nth == 0 || f->count == f->nth) {
+      r = (int)f->result;
+      break;
+    }
+  }
+  SC_UNLOCK();
+  if (r != 0 && sc.verbose) fprintf(stderr, "softcuda: %s -> %d (injected)\n", entry_name, r);
   return r;
 }
 

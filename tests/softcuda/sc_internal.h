@@ -39,9 +39,14 @@
 
 /* ---- entry point ids ---------------------------------------------------------------- */
 #define SC_FN_ENUM(name, dlsym_name, pinned, params) SC_FN_##name,
+/* softnccl's entry points (libnccl.so.2, a separate library) have ids here too, after the
+ * CUDA ones, so that softcuda counts them and injects faults into them: softnccl asks
+ * through softcuda_fault_point(). */
+#define SC_NCCL_FN_ENUM(name, params) SC_FN_##name,
 enum {
   GPUHAL_CUDA_REQUIRED_SYMBOLS(SC_FN_ENUM) GPUHAL_CUDA_OPTIONAL_SYMBOLS(SC_FN_ENUM)
   SC_FN_cuGetProcAddress,
+  GPUHAL_NCCL_SYMBOLS(SC_NCCL_FN_ENUM)
   SC_FN_COUNT
 };
 

@@ -114,6 +114,13 @@ SOFTCUDA_API void softcuda_reset_counters(void);
  * Adds to the rules in force; returns 0, or -1 (and changes nothing) on a bad spec. */
 SOFTCUDA_API int softcuda_set_faults(const char* spec);
 SOFTCUDA_API void softcuda_clear_faults(void);
+/* For a library that stands in beside softcuda (softnccl): counts one call of entry_name
+ * (so softcuda_query_calls sees it) and returns the result of the fault rule that fires
+ * for it (the rule's number as written, e.g. 2 for CUDA_ERROR_OUT_OF_MEMORY), or 0 when
+ * none does. Only names softcuda knows count: the CUDA entry points and the nccl* names of
+ * GPUHAL_NCCL_SYMBOLS (src/cuda_api.h); any other name returns 0. softnccl calls it first
+ * in every nccl* entry point (ncclGetErrorString excepted). */
+SOFTCUDA_API int softcuda_fault_point(const char* entry_name);
 
 /* Lists every live object (contexts, allocations, streams, events, modules, link states,
  * pools, graphs) on stderr when print is non-zero; returns how many there are. */

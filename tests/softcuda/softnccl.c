@@ -48,6 +48,26 @@
 #define SN_MAX_RANKS 64
 #define SN_MAGIC 0x534e4343u /* "SNCC" */
 
+/* ---------------------------------------------------------------- fault injection ---- */
+/* Every nccl* entry point (ncclGetErrorString excepted) first asks softcuda whether this
+ * call is to fail (SOFTCUDA_FAULTS / softcuda_set_faults rules name nccl* entry points like
+ * CUDA ones; softcuda counts the calls for softcuda_query_calls). The rule's number is the
+ * ncclResult_t when it is one (1..6: ncclUnhandledCudaError .. ncclRemoteError, so
+ * "ncclAllReduce@1=2" gives ncclSystemError, as does the name CUDA_ERROR_OUT_OF_MEMORY,
+ * whose number is 2); any other number gives ncclUnhandledCudaError. A failed call has no
+ * side effect, except ncclGroupEnd, which closes the group and drops its calls (as NCCL's
+ * failed ncclGroupEnd leaves no group open). */
+static ncclResult_t sn_fault(const char* entry) {
+  int r = softcuda_fault_point(entry);
+  if (r == 0) return ncclSuccess;
+  return r >= (int)ncclUnhandledCudaError && r <= (int)ncclRemoteError ? (ncclResult_t)r : ncclUnhandledCudaError;
+}
+#define SN_FAULT(name)                               \
+  do {                                               \
+    ncclResult_t sn_fault_r_ = sn_fault(#name);      \
+    if (sn_fault_r_ != ncclSuccess) return sn_fault_r_; \
+  } while (0)
+
 /* ---------------------------------------------------------------- time, waiting ---- */
 static int64_t sn_now_ns(void) {
   struct timespec ts;
@@ -113,7 +133,34 @@ struct ncclComm {
   int destroyed;
   int connected; /* made its first collective call (see sn_connect) */
   ncclResult_t async_error;
+  struct ncclComm* next_live; /* sn_live_comms */
+  int refs; /* the user's (until destroy or abort) and one per enqueued operation */
 };
+
+/* Every live communicator. A communicator whose destroy failed (fault injection) stays here,
+ * as a driver keeps what it failed to release: reachable, so LeakSanitizer does not count
+ * it as the caller's leak. */
+static pthread_mutex_t sn_live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ncclComm* sn_live_comms;
+
+static void sn_live_add(struct ncclComm* c) {
+  pthread_mutex_lock(&sn_live_mu);
+  c->next_live = sn_live_comms;
+  sn_live_comms = c;
+  pthread_mutex_unlock(&sn_live_mu);
+}
+
+static void sn_live_remove(struct ncclComm* c) {
+  struct ncclComm** p;
+  pthread_mutex_lock(&sn_live_mu);
+  for (p = &sn_live_comms; *p; p = &(*p)->next_live) {
+    if (*p == c) {
+      *p = c->next_live;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&sn_live_mu);
+}
 
 /* Generation barrier over all ranks. 0, or -1 on timeout / a failed board. */
 static int sn_barrier(ncclComm_t comm) {
@@ -414,7 +461,15 @@ static int sn_task_run(void* payload) {
   return 0;
 }
 
-static void sn_task_fini(void* payload) { free(payload); }
+static void sn_comm_unref(ncclComm_t comm);
+
+/* The operation is dropped (it ran, or the graph holding it is gone): its communicator
+ * reference goes with it. */
+static void sn_task_fini(void* payload) {
+  sn_task* t = (sn_task*)payload;
+  sn_comm_unref(t->comm);
+  free(t);
+}
 
 /* --------------------------------------------------------------- grouping ---- */
 typedef struct sn_pending {
@@ -457,8 +512,12 @@ static ncclResult_t sn_enqueue_items(ncclComm_t comm, CUstream stream, const sn_
   t->comm = comm;
   t->nitems = count;
   for (i = 0; i < count; ++i) t->items[i] = items[i];
+  /* The operation keeps the communicator (and its board) alive: as NCCL's destroy lets
+   * enqueued work finish, a destroy while it is queued or running must not free them. */
+  __atomic_add_fetch(&comm->refs, 1, __ATOMIC_ACQ_REL);
   r = softcuda_stream_enqueue((void*)stream, "nccl", sn_task_run, sn_task_fini, t);
   if (r != 0) {
+    __atomic_sub_fetch(&comm->refs, 1, __ATOMIC_ACQ_REL);
     free(t);
     return ncclUnhandledCudaError;
   }
@@ -496,14 +555,19 @@ static ncclResult_t sn_submit(ncclComm_t comm, CUstream stream, const sn_item* i
 }
 
 SN_API ncclResult_t ncclGroupStart(void) {
+  SN_FAULT(ncclGroupStart);
   sn_group_depth++;
   return ncclSuccess;
 }
 
 /* One operation per (communicator, stream), in the order of first appearance. */
 SN_API ncclResult_t ncclGroupEnd(void) {
-  ncclResult_t result = ncclSuccess;
+  ncclResult_t result = sn_fault("ncclGroupEnd");
   int i, j;
+  if (result != ncclSuccess) {
+    if (sn_group_depth > 0 && --sn_group_depth == 0) sn_group_count = 0; /* the group's calls are dropped */
+    return result;
+  }
   if (sn_group_depth <= 0) return ncclInvalidUsage;
   if (--sn_group_depth > 0) return ncclSuccess;
   for (i = 0; i < sn_group_count; ++i) {
@@ -524,6 +588,11 @@ SN_API ncclResult_t ncclGroupEnd(void) {
     sn_group_items[i].comm = NULL;
   }
   sn_group_count = 0;
+  /* The list is per thread and threads come and go (gpuhal issues on device workers):
+   * don't keep it past the group. */
+  free(sn_group_items);
+  sn_group_items = NULL;
+  sn_group_cap = 0;
   return result;
 }
 
@@ -545,41 +614,49 @@ static sn_item sn_make(sn_kind kind, const void* send, void* recv, size_t count,
 SN_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                   ncclRedOp_t op, ncclComm_t comm, CUstream stream) {
   sn_item it = sn_make(SN_ALL_REDUCE, sendbuff, recvbuff, count, datatype, op, 0);
+  SN_FAULT(ncclAllReduce);
   return sn_submit(comm, stream, &it);
 }
 SN_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                                   ncclComm_t comm, CUstream stream) {
   sn_item it = sn_make(SN_ALL_GATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0);
+  SN_FAULT(ncclAllGather);
   return sn_submit(comm, stream, &it);
 }
 SN_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                                       ncclRedOp_t op, ncclComm_t comm, CUstream stream) {
   sn_item it = sn_make(SN_REDUCE_SCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0);
+  SN_FAULT(ncclReduceScatter);
   return sn_submit(comm, stream, &it);
 }
 SN_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                                   ncclComm_t comm, CUstream stream) {
   sn_item it = sn_make(SN_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root);
+  SN_FAULT(ncclBroadcast);
   return sn_submit(comm, stream, &it);
 }
 SN_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                ncclRedOp_t op, int root, ncclComm_t comm, CUstream stream) {
   sn_item it = sn_make(SN_REDUCE, sendbuff, recvbuff, count, datatype, op, root);
+  SN_FAULT(ncclReduce);
   return sn_submit(comm, stream, &it);
 }
 SN_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                              CUstream stream) {
   sn_item it = sn_make(SN_SEND, sendbuff, NULL, count, datatype, ncclSum, peer);
+  SN_FAULT(ncclSend);
   return sn_submit(comm, stream, &it);
 }
 SN_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                              CUstream stream) {
   sn_item it = sn_make(SN_RECV, NULL, recvbuff, count, datatype, ncclSum, peer);
+  SN_FAULT(ncclRecv);
   return sn_submit(comm, stream, &it);
 }
 
 /* --------------------------------------------------------- communicators ---- */
 SN_API ncclResult_t ncclGetVersion(int* version) {
+  SN_FAULT(ncclGetVersion);
   if (!version) return ncclInvalidArgument;
   *version = 22304; /* reports itself as NCCL 2.23.4 */
   return ncclSuccess;
@@ -589,6 +666,7 @@ static const char sn_id_prefix[] = "softnccl-id:";
 
 SN_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   unsigned char rnd[16];
+  SN_FAULT(ncclGetUniqueId);
   FILE* f;
   size_t i;
   if (!uniqueId) return ncclInvalidArgument;
@@ -616,11 +694,14 @@ static ncclComm_t sn_comm_new(int rank, int nranks, int dev, sn_board* board, si
   c->board = board;
   c->board_bytes = bytes;
   c->shared_file = shared_file;
+  c->refs = 1;
+  sn_live_add(c);
   return c;
 }
 
 SN_API ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
   size_t bytes;
+  SN_FAULT(ncclCommInitAll);
   sn_board* board;
   int i, j;
   if (!comm || ndev <= 0 || ndev > SN_MAX_RANKS) return ncclInvalidArgument;
@@ -638,7 +719,10 @@ SN_API ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devli
   for (i = 0; i < ndev; ++i) {
     comm[i] = sn_comm_new(i, ndev, devlist ? devlist[i] : i, board, bytes, 0);
     if (!comm[i]) {
-      while (i-- > 0) free(comm[i]);
+      while (i-- > 0) {
+        sn_live_remove(comm[i]);
+        free(comm[i]);
+      }
       munmap(board, bytes);
       return ncclSystemError;
     }
@@ -659,6 +743,7 @@ static int sn_id_valid(const ncclUniqueId* id) {
 SN_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
   char path[128];
   size_t bytes;
+  SN_FAULT(ncclCommInitRank);
   sn_board* board;
   int fd, expected = 0;
   int64_t deadline;
@@ -702,6 +787,7 @@ SN_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId 
 }
 
 static void sn_comm_free(ncclComm_t comm) {
+  sn_live_remove(comm);
   if (comm->shared_file) {
     munmap(comm->board, comm->board_bytes);
   } else if (__atomic_sub_fetch(&comm->board->refs, 1, __ATOMIC_ACQ_REL) == 0) {
@@ -711,30 +797,41 @@ static void sn_comm_free(ncclComm_t comm) {
   free(comm);
 }
 
+static void sn_comm_unref(ncclComm_t comm) {
+  if (__atomic_sub_fetch(&comm->refs, 1, __ATOMIC_ACQ_REL) == 0) sn_comm_free(comm);
+}
+
 SN_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  SN_FAULT(ncclCommDestroy);
   if (!comm) return ncclSuccess;
   if (!sn_check_comm(comm)) return ncclInvalidArgument;
-  sn_comm_free(comm);
+  comm->destroyed = 1;
+  sn_comm_unref(comm);
   return ncclSuccess;
 }
 SN_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  SN_FAULT(ncclCommAbort);
   if (!comm) return ncclSuccess;
   if (!sn_check_comm(comm)) return ncclInvalidArgument;
   __atomic_store_n(&comm->board->failed, 1, __ATOMIC_RELEASE);
-  sn_comm_free(comm);
+  comm->destroyed = 1;
+  sn_comm_unref(comm);
   return ncclSuccess;
 }
 SN_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  SN_FAULT(ncclCommGetAsyncError);
   if (!sn_check_comm(comm) || !asyncError) return ncclInvalidArgument;
   *asyncError = comm->async_error;
   return ncclSuccess;
 }
 SN_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  SN_FAULT(ncclCommCount);
   if (!sn_check_comm(comm) || !count) return ncclInvalidArgument;
   *count = comm->nranks;
   return ncclSuccess;
 }
 SN_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  SN_FAULT(ncclCommUserRank);
   if (!sn_check_comm(comm) || !rank) return ncclInvalidArgument;
   *rank = comm->rank;
   return ncclSuccess;
