@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "test_util.h"
 
 /* Each test uses some of these helpers. */
 #pragma GCC diagnostic ignored "-Wunused-function"
@@ -84,21 +85,7 @@ static void qt_close(qt_fixture_t* f) {
 }
 
 static char* qt_read_file(const char* path) {
-  FILE* file = fopen(path, "rb");
-  long n;
-  char* data;
-  if (!file) return NULL;
-  fseek(file, 0, SEEK_END);
-  n = ftell(file);
-  fseek(file, 0, SEEK_SET);
-  data = (char*)malloc((size_t)n + 1);
-  if (data && fread(data, 1, (size_t)n, file) != (size_t)n) {
-    free(data);
-    data = NULL;
-  }
-  if (data) data[n] = 0;
-  fclose(file);
-  return data;
+  return tu_read_file(path, NULL);
 }
 
 static int qt_load_one(qt_fixture_t* f, const char* file, const char* entry, CUmodule* module, CUfunction* fn) {
