@@ -440,6 +440,51 @@ TU_TEST(reusable_graph_two_steps) { ct_graph_reusable_body(GPUHAL_COMMAND_BUFFER
 TU_TEST(reusable_stream_two_steps) { ct_graph_reusable_body(GPUHAL_COMMAND_BUFFER_STREAM); }
 
 /* ---- argument checks ---- */
+/* Raw NCCL, as an application drives several GPUs from one thread: every rank's first
+ * collective in one ncclGroupStart/End. Real NCCL connects the ranks of a group together;
+ * softnccl must too (bench_multi_gpu's raw reference does exactly this). */
+TU_TEST(raw_group_of_all_ranks_from_one_thread) {
+  ct_t t;
+  const gpuhal__nccl_symbols_t* nccl;
+  const gpuhal__cuda_symbols_t* cu;
+  ncclComm_t comms[MD_MAX_DEVICES];
+  int ordinals[MD_MAX_DEVICES];
+  CUcontext before = NULL;
+  const size_t count = 1024;
+  int32_t host[1024];
+  int r;
+  size_t i;
+  if (!ct_open(&t)) TU_SKIP("needs 2+ devices and NCCL");
+  nccl = &t.f.driver->nccl;
+  cu = t.f.devices[0]->cu;
+  TU_CHECK_OK(ct_alloc(&t, count * 4, count * 4));
+  for (r = 0; r < t.n; ++r) {
+    for (i = 0; i < count; ++i) host[i] = (int32_t)(r + 1);
+    TU_CHECK_OK(gpuhal_buffer_write(t.send[r], 0, host, count * 4));
+    ordinals[r] = t.f.devices[r]->ordinal;
+  }
+  TU_CHECK(cu->cuCtxGetCurrent(&before) == CUDA_SUCCESS);
+  TU_CHECK(nccl->ncclCommInitAll(comms, t.n, ordinals) == ncclSuccess);
+  TU_CHECK(nccl->ncclGroupStart() == ncclSuccess);
+  for (r = 0; r < t.n; ++r)
+    TU_CHECK(nccl->ncclAllReduce((const void*)(uintptr_t)t.send[r]->address, (void*)(uintptr_t)t.recv[r]->address,
+                                 count, ncclInt32, ncclSum, comms[r], t.f.devices[r]->streams[0]) == ncclSuccess);
+  TU_CHECK(nccl->ncclGroupEnd() == ncclSuccess);
+  for (r = 0; r < t.n; ++r) {
+    CUcontext popped;
+    int bad = 0;
+    TU_CHECK(cu->cuCtxPushCurrent(t.f.devices[r]->context) == CUDA_SUCCESS);
+    TU_CHECK(cu->cuStreamSynchronize(t.f.devices[r]->streams[0]) == CUDA_SUCCESS);
+    TU_CHECK(cu->cuCtxPopCurrent(&popped) == CUDA_SUCCESS);
+    TU_CHECK_OK(gpuhal_buffer_read(t.recv[r], 0, host, count * 4));
+    for (i = 0; i < count && !bad; ++i) bad = host[i] != (int32_t)(t.n * (t.n + 1) / 2);
+    TU_CHECK(!bad);
+  }
+  for (r = 0; r < t.n; ++r) TU_CHECK(nccl->ncclCommDestroy(comms[r]) == ncclSuccess);
+  TU_CHECK(cu->cuCtxSetCurrent(before) == CUDA_SUCCESS); /* NCCL moved this thread's device */
+  ct_close(&t);
+}
+
 TU_TEST(bad_input) {
   ct_t t;
   gpuhal_command_buffer_t* cb = NULL;
@@ -560,5 +605,6 @@ TU_TEST(unavailable_without_nccl) {
 
 TU_MAIN(TU_CASE(all_reduce_stream), TU_CASE(all_reduce_graph), TU_CASE(collectives_stream),
         TU_CASE(collectives_graph), TU_CASE(send_recv_ring_stream), TU_CASE(send_recv_ring_graph),
-        TU_CASE(reusable_graph_two_steps), TU_CASE(reusable_stream_two_steps), TU_CASE(bad_input),
+        TU_CASE(reusable_graph_two_steps), TU_CASE(reusable_stream_two_steps),
+        TU_CASE(raw_group_of_all_ranks_from_one_thread), TU_CASE(bad_input),
         TU_CASE(unavailable_without_nccl))

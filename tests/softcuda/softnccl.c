@@ -19,6 +19,10 @@
  *     ncclGroupStart and ncclGroupEnd are enqueued as one operation per (communicator,
  *     stream) at ncclGroupEnd; its point-to-point parts progress together, so a rank may
  *     send to and receive from the same peer in one group, as with NCCL.
+ *   - As NCCL's connection setup, a communicator's first call blocks on the host until
+ *     every rank of its board has made its first call (so issuing rank after rank from one
+ *     thread deadlocks here as it does on a GPU), except that the ranks whose first calls
+ *     sit in one ncclGroupStart/End arrive together (one thread driving several GPUs).
  *   - Every wait has a deadline ($SOFTNCCL_TIMEOUT_MS, default 60000): a rank that never
  *     arrives makes the operation fail with CUDA_ERROR_LAUNCH_TIMEOUT (the context is
  *     poisoned, as after a hung kernel) and the communicator's async error ncclSystemError.
@@ -163,12 +167,13 @@ static void sn_live_remove(struct ncclComm* c) {
 }
 
 /* Generation barrier over all ranks. 0, or -1 on timeout / a failed board. */
-static int sn_barrier(ncclComm_t comm) {
+/* `ranks` ranks of the board arrive at once (one thread calling for several ranks). */
+static int sn_barrier_n(ncclComm_t comm, uint32_t ranks) {
   sn_board* b = comm->board;
   uint32_t gen = __atomic_load_n(&b->generation, __ATOMIC_ACQUIRE);
   int64_t deadline = sn_now_ns() + sn_timeout_ns();
   unsigned spins = 0;
-  if (__atomic_add_fetch(&b->arrived, 1, __ATOMIC_ACQ_REL) == (uint32_t)b->nranks) {
+  if (__atomic_add_fetch(&b->arrived, ranks, __ATOMIC_ACQ_REL) == (uint32_t)b->nranks) {
     __atomic_store_n(&b->arrived, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&b->generation, gen + 1, __ATOMIC_RELEASE);
     return 0;
@@ -179,6 +184,7 @@ static int sn_barrier(ncclComm_t comm) {
   }
   return 0;
 }
+static int sn_barrier(ncclComm_t comm) { return sn_barrier_n(comm, 1); }
 
 /* ------------------------------------------------------------ element types ---- */
 static size_t sn_type_size(ncclDataType_t t) {
@@ -486,9 +492,9 @@ static __thread int sn_group_count, sn_group_cap;
  * that call BLOCKS on the host until every rank of the group has made its own first call.
  * softnccl does the same, so code that issues rank after rank from one thread (which
  * deadlocks on real NCCL) fails here too instead of passing. */
-static ncclResult_t sn_connect(ncclComm_t comm) {
+static ncclResult_t sn_connect_n(ncclComm_t comm, uint32_t ranks) {
   if (comm->connected) return ncclSuccess;
-  if (sn_barrier(comm)) {
+  if (sn_barrier_n(comm, ranks)) {
     __atomic_store_n(&comm->board->failed, 1, __ATOMIC_RELEASE);
     fprintf(stderr,
             "softnccl: rank %d of %d timed out in its first collective waiting for the other ranks: NCCL's "
@@ -499,6 +505,35 @@ static ncclResult_t sn_connect(ncclComm_t comm) {
     return ncclSystemError;
   }
   comm->connected = 1;
+  return ncclSuccess;
+}
+static ncclResult_t sn_connect(ncclComm_t comm) { return sn_connect_n(comm, 1); }
+
+/* A group that holds the first calls of several ranks of one board (one thread driving
+ * several GPUs, as ncclGroupStart/End allows) connects them together: they arrive at the
+ * board's barrier as one. */
+static ncclResult_t sn_group_connect(void) {
+  int i, j;
+  for (i = 0; i < sn_group_count; ++i) {
+    ncclComm_t comm = sn_group_items[i].comm;
+    uint32_t ranks = 1;
+    ncclResult_t r;
+    if (!comm || comm->connected) continue;
+    for (j = 0; j < i; ++j)
+      if (sn_group_items[j].comm == comm) break;
+    if (j < i) continue; /* counted at its first appearance */
+    for (j = i + 1; j < sn_group_count; ++j) {
+      ncclComm_t other = sn_group_items[j].comm;
+      int k, seen = 0;
+      if (!other || other == comm || other->board != comm->board || other->connected) continue;
+      for (k = i; k < j; ++k) seen |= sn_group_items[k].comm == other;
+      if (!seen) ranks++;
+    }
+    r = sn_connect_n(comm, ranks);
+    if (r != ncclSuccess) return r;
+    for (j = i + 1; j < sn_group_count; ++j)
+      if (sn_group_items[j].comm && sn_group_items[j].comm->board == comm->board) sn_group_items[j].comm->connected = 1;
+  }
   return ncclSuccess;
 }
 
@@ -570,7 +605,8 @@ SN_API ncclResult_t ncclGroupEnd(void) {
   }
   if (sn_group_depth <= 0) return ncclInvalidUsage;
   if (--sn_group_depth > 0) return ncclSuccess;
-  for (i = 0; i < sn_group_count; ++i) {
+  result = sn_group_connect();
+  for (i = 0; result == ncclSuccess && i < sn_group_count; ++i) {
     sn_item items[64];
     int count = 0;
     if (!sn_group_items[i].comm) continue;
