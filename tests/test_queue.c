@@ -499,9 +499,40 @@ TU_TEST(steady_state_allocates_nothing) {
   qt_close(&f);
 }
 
+/* A host wait longer than the polling windows (semaphore.h, phase 3: sleeps between polls
+ * of the value's own event): a finite timeout that passes while the work runs reports
+ * DEADLINE_EXCEEDED; an infinite one returns once the work is done, with the value reached
+ * (the waiter advances it; the completion thread may not even have looked yet). */
+TU_TEST(long_wait_sleeps_between_polls) {
+  qt_fixture_t f;
+  gpuhal_semaphore_t* s = NULL;
+  qt_spin_t spin;
+  uint64_t one = 1, v = 0;
+  int64_t start;
+  TU_REQUIRE(qt_open(&f, 1, NULL));
+  TU_REQUIRE(qt_kernels_load(&f));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  memset(&spin, 0, sizeof(spin));
+  spin.fixture = &f;
+  spin.first_us = spin.rest_us = 40000; /* 40 ms: well past the 2 ms yield window */
+  start = gpuhal_now_ns();
+  TU_CHECK_OK(gpuhal__queue_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one),
+                                   &qt_spin_ops, &spin));
+  TU_CHECK_STATUS(gpuhal_semaphore_wait(s, 1, gpuhal_timeout_relative_ns(5000000)), GPUHAL_STATUS_DEADLINE_EXCEEDED,
+                  "timeout");
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, 1, gpuhal_timeout_infinite()));
+  TU_CHECK(gpuhal_now_ns() - start >= 30000000); /* it did wait for the work */
+  TU_CHECK_OK(gpuhal_semaphore_query(s, &v));
+  TU_CHECK_EQ_INT(v, 1);
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(10)));
+  gpuhal_semaphore_release(s);
+  qt_close(&f);
+}
+
 TU_MAIN(TU_CASE(barrier_signals), TU_CASE(argument_checks), TU_CASE(waiter_submitted_before_signaller),
         TU_CASE(host_signal_gates_work), TU_CASE(failure_propagates_through_a_chain),
         TU_CASE(host_failed_wait_fails_queued_work), TU_CASE(host_call_ordering), TU_CASE(host_call_error_fails_signal),
         TU_CASE(alloca_execute_dealloca), TU_CASE(chain_of_100_issues_without_host_waits),
         TU_CASE(release_with_work_in_flight),
-        TU_CASE(eight_threads_mixed_submissions), TU_CASE(steady_state_allocates_nothing))
+        TU_CASE(eight_threads_mixed_submissions), TU_CASE(steady_state_allocates_nothing),
+        TU_CASE(long_wait_sleeps_between_polls))
