@@ -138,24 +138,37 @@ static void gpuhal__memory_state_destroy(gpuhal_device_t* device) {
 }
 
 /* Allocates `size` bytes in stream order on `stream` from the device pool; without pool
- * support, a synchronous cuMemAlloc. Any thread: the device's context is entered (free on
- * the worker, where it is already current). */
+ * support, a synchronous cuMemAlloc. The _current form needs the device's context current
+ * (the queue's issue); the _async form enters it (any thread). */
+static gpuhal_status_t gpuhal__pool_alloc_current(gpuhal_device_t* device, CUstream stream, uint64_t size,
+                                                  CUdeviceptr* out_ptr) {
+  *out_ptr = 0;
+  if (size > (uint64_t)SIZE_MAX)
+    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE, "allocation of %llu bytes exceeds the address space",
+                              (unsigned long long)size);
+  if (device->memory && device->memory->pool)
+    return GPUHAL__CU(device->cu, cuMemAllocFromPoolAsync, (out_ptr, (size_t)size, device->memory->pool, stream));
+  return GPUHAL__CU(device->cu, cuMemAlloc, (out_ptr, (size_t)size));
+}
+
 static gpuhal_status_t gpuhal__pool_alloc_async(gpuhal_device_t* device, CUstream stream, uint64_t size,
                                                 CUdeviceptr* out_ptr) {
   gpuhal__context_scope_t scope;
   gpuhal_status_t status;
   *out_ptr = 0;
-  if (size > (uint64_t)SIZE_MAX)
-    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE, "allocation of %llu bytes exceeds the address space",
-                              (unsigned long long)size);
   GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
-  if (device->memory && device->memory->pool) {
-    status = GPUHAL__CU(device->cu, cuMemAllocFromPoolAsync, (out_ptr, (size_t)size, device->memory->pool, stream));
-  } else {
-    status = GPUHAL__CU(device->cu, cuMemAlloc, (out_ptr, (size_t)size));
-  }
+  status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
   gpuhal__context_leave(device, &scope);
   return status;
+}
+
+/* gpuhal__pool_free_async with the device's context already current (the queue's issue). */
+static gpuhal_status_t gpuhal__pool_free_current(gpuhal_device_t* device, CUstream stream, CUdeviceptr ptr) {
+  gpuhal_status_t status;
+  if (!ptr) return NULL;
+  if (device->memory && device->memory->pool) return GPUHAL__CU(device->cu, cuMemFreeAsync, (ptr, stream));
+  status = GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
+  return status ? status : GPUHAL__CU(device->cu, cuMemFree, (ptr));
 }
 
 /* Frees `ptr` in stream order; without pool support, waits for `stream` then cuMemFree.
@@ -165,12 +178,7 @@ static gpuhal_status_t gpuhal__pool_free_async(gpuhal_device_t* device, CUstream
   gpuhal_status_t status;
   if (!ptr) return NULL;
   GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
-  if (device->memory && device->memory->pool) {
-    status = GPUHAL__CU(device->cu, cuMemFreeAsync, (ptr, stream));
-  } else {
-    status = GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
-    if (!status) status = GPUHAL__CU(device->cu, cuMemFree, (ptr));
-  }
+  status = gpuhal__pool_free_current(device, stream, ptr);
   gpuhal__context_leave(device, &scope);
   return status;
 }
