@@ -1990,6 +1990,16 @@ static gpuhal_status_t gpuhal__execute_check(gpuhal_device_t* device, gpuhal_com
   return NULL;
 }
 
+/* The issue (node patching, a graph launch or stream launches) never blocks and never
+ * needs the worker: the calling thread may issue it when nothing is queued ahead. Not so
+ * with collectives in a STREAM command buffer, or in a GRAPH one not built yet: NCCL may
+ * block there until every rank joins (see has_native). Once built, a GRAPH command buffer's
+ * collectives are graph nodes, and its execute is a graph launch like any other. */
+static unsigned gpuhal__execute_submit_flags(gpuhal_command_buffer_t* cb) {
+  int blocking = cb->has_native && (!gpuhal__cb_is_graph(cb) || gpuhal__atomic_load(&cb->graph_deferred));
+  return blocking ? 0u : (unsigned)GPUHAL__SUBMIT_CALLER_MAY_ISSUE;
+}
+
 GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
                                                 gpuhal_semaphore_list_t signal,
                                                 gpuhal_command_buffer_t* command_buffer,
@@ -2020,11 +2030,8 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_
     action->offsets[i] = bindings->offsets ? bindings->offsets[i] : 0;
     gpuhal_buffer_retain(action->buffers[i]);
   }
-  /* The issue (node patching, a graph launch or stream launches) never blocks and never
-   * needs the worker: the calling thread may issue it when nothing is queued ahead. Not so
-   * with collectives: NCCL may block there until every rank joins (see has_native). */
   st = gpuhal__queue_submit_ex(device, queue, wait, signal, &gpuhal__execute_ops, action,
-                               cb->has_native ? 0u : (unsigned)GPUHAL__SUBMIT_CALLER_MAY_ISSUE);
+                               gpuhal__execute_submit_flags(cb));
   if (st) {
     gpuhal__execute_action_recycle(action);
     gpuhal__atomic_store(&cb->executed, 0);
