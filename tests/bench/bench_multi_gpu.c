@@ -4,8 +4,14 @@
  *      (throughput ratio; target >= 1.8)
  *   2. cross-device hop: a ping-pong A -> B -> A ordered by semaphores (gpuhal) vs by
  *      cuEventRecord + cross-context cuStreamWaitEvent (raw); microseconds per hop
- *   3. all-reduce bus bandwidth, 1 MiB ... max (float sum over every device): gpuhal
- *      command buffers vs raw ncclAllReduce calls on the same buffers (target >= 0.95)
+ *   3. all-reduce bus bandwidth, 1 MiB ... max (float sum over every device): gpuhal STREAM
+ *      and GRAPH command buffers (one execute per device per all-reduce, each signalling a
+ *      semaphore) vs raw ncclAllReduce calls on the same buffers and streams, every rank in
+ *      one ncclGroupStart/End per all-reduce from one thread (target >= 0.95). Each run
+ *      all-reduces at least $BM_TOTAL_MIB (default 1024) MiB, at least `iterations` times;
+ *      medians of 5 runs. Diagnostics beside it: raw calls from one thread per rank, the
+ *      same with an event recorded after each call (as gpuhal does), and the same on
+ *      gpuhal's own communicators.
  *
  *   NCCL_NVLS_ENABLE=0 ./bench/bench_multi_gpu [max_mib=1024] [iterations=20]
  * Needs 2 devices (softcuda: SOFTCUDA_DEVICES=2 or more; its timings mean nothing). */
@@ -204,13 +210,133 @@ static double bm_busbw(uint64_t bytes, double seconds, int n) {
   return (double)bytes * 2.0 * (n - 1) / n / seconds / 1e9;
 }
 
-static void bm_all_reduce(int max_mib, int iterations, double* worst_ratio) {
+#define BM_EVENTS 64
+/* The raw side, one thread per rank (a diagnostic: gpuhal issues each rank on its device's
+ * worker thread, so this tells how much of a gap comes from per-rank issue itself). */
+typedef struct bm_rank_thread_s {
+  const gpuhal__nccl_symbols_t* nccl;
+  pthread_barrier_t* go;
+  CUcontext ctx;
+  ncclComm_t comm;
+  CUstream stream;
+  const void* send;
+  void* recv;
+  size_t count;
+  int iterations;
+  const CUevent* events; /* when set: one of these, in turn, recorded after each call (as gpuhal
+                          * records a pooled event per execute) */
+} bm_rank_thread_t;
+
+static void* bm_rank_thread_main(void* arg) {
+  bm_rank_thread_t* t = (bm_rank_thread_t*)arg;
+  CUcontext popped;
+  int it;
+  BM_CU(cu->cuCtxPushCurrent(t->ctx));
+  pthread_barrier_wait(t->go);
+  for (it = 0; it < t->iterations; ++it) {
+    t->nccl->ncclAllReduce(t->send, t->recv, t->count, ncclFloat32, ncclSum, t->comm, t->stream);
+    if (t->events) BM_CU(cu->cuEventRecord(t->events[it % BM_EVENTS], t->stream));
+  }
+  BM_CU(cu->cuStreamSynchronize(t->stream));
+  BM_CU(cu->cuCtxPopCurrent(&popped));
+  return NULL;
+}
+
+static double bm_raw_threads(const ncclComm_t* comms, gpuhal_buffer_t** send, gpuhal_buffer_t** recv,
+                             const CUstream* streams, size_t count, int n, int iterations, const CUevent* events) {
+  bm_rank_thread_t t[MD_MAX_DEVICES];
+  pthread_t threads[MD_MAX_DEVICES];
+  pthread_barrier_t go;
+  int64_t start;
+  int d;
+  pthread_barrier_init(&go, NULL, (unsigned)n + 1);
+  for (d = 0; d < n; ++d) {
+    t[d].nccl = &f.driver->nccl;
+    t[d].go = &go;
+    t[d].ctx = f.devices[d]->context;
+    t[d].comm = comms[d];
+    t[d].stream = streams[d];
+    t[d].send = (const void*)(uintptr_t)send[d]->address;
+    t[d].recv = (void*)(uintptr_t)recv[d]->address;
+    t[d].count = count;
+    t[d].iterations = iterations;
+    t[d].events = events ? events + d * BM_EVENTS : NULL;
+    pthread_create(&threads[d], NULL, bm_rank_thread_main, &t[d]);
+  }
+  pthread_barrier_wait(&go);
+  start = gpuhal_now_ns();
+  for (d = 0; d < n; ++d) pthread_join(threads[d], NULL);
+  pthread_barrier_destroy(&go);
+  return bm_seconds(gpuhal_now_ns() - start);
+}
+
+/* The raw side as the issue asks: every rank in one ncclGroupStart/End per iteration from
+ * one thread, then a wait for every stream. */
+static double bm_raw_grouped(const ncclComm_t* comms, gpuhal_buffer_t** send, gpuhal_buffer_t** recv,
+                             const CUstream* streams, size_t count, int n, int iterations) {
   const gpuhal__nccl_symbols_t* nccl = &f.driver->nccl;
+  int64_t start = gpuhal_now_ns();
+  int it, d;
+  for (it = 0; it < iterations; ++it) {
+    nccl->ncclGroupStart();
+    for (d = 0; d < n; ++d)
+      nccl->ncclAllReduce((const void*)(uintptr_t)send[d]->address, (void*)(uintptr_t)recv[d]->address, count,
+                          ncclFloat32, ncclSum, comms[d], streams[d]);
+    nccl->ncclGroupEnd();
+  }
+  for (d = 0; d < n; ++d) {
+    CUcontext popped;
+    BM_CU(cu->cuCtxPushCurrent(f.devices[d]->context));
+    BM_CU(cu->cuStreamSynchronize(streams[d]));
+    BM_CU(cu->cuCtxPopCurrent(&popped));
+  }
+  return bm_seconds(gpuhal_now_ns() - start);
+}
+
+/* One all-reduce command buffer per device (`flags`: STREAM or GRAPH). */
+static void bm_all_reduce_cbs(gpuhal_channel_t** ch, gpuhal_buffer_t** send, gpuhal_buffer_t** recv, uint64_t bytes,
+                              int n, uint32_t flags, gpuhal_command_buffer_t** cbs) {
+  int d;
+  for (d = 0; d < n; ++d) {
+    gpuhal_collective_t c;
+    BM_CHECK(gpuhal_command_buffer_create(f.devices[d], GPUHAL_COMMAND_BUFFER_REUSABLE | flags, 0, &cbs[d]));
+    BM_CHECK(gpuhal_command_buffer_begin(cbs[d]));
+    memset(&c, 0, sizeof(c));
+    c.kind = GPUHAL_COLLECTIVE_ALL_REDUCE;
+    c.type = GPUHAL_ELEMENT_FLOAT32;
+    c.op = GPUHAL_REDUCTION_SUM;
+    c.count = bytes / 4;
+    c.send = gpuhal_ref_buffer(send[d], 0);
+    c.recv = gpuhal_ref_buffer(recv[d], 0);
+    BM_CHECK(gpuhal_cmd_collective(cbs[d], ch[d], &c));
+    BM_CHECK(gpuhal_command_buffer_end(cbs[d]));
+  }
+}
+
+static void bm_release_cbs(gpuhal_command_buffer_t** cbs, int n) {
+  int d;
+  for (d = 0; d < n; ++d) gpuhal_command_buffer_release(cbs[d]);
+}
+
+/* Median of `reps` timings of `iterations` all-reduces, seconds per all-reduce. */
+#define BM_REPS 5
+static int bm_cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+static double bm_median(double* v, int n) {
+  qsort(v, (size_t)n, sizeof(double), bm_cmp_double);
+  return v[n / 2];
+}
+
+static void bm_all_reduce(int max_mib, int min_iterations, double* worst_ratio) {
   gpuhal_channel_t* ch[MD_MAX_DEVICES];
   ncclComm_t raw[MD_MAX_DEVICES];
   int ordinals[MD_MAX_DEVICES];
   gpuhal_semaphore_t* sems[MD_MAX_DEVICES];
   uint64_t values[MD_MAX_DEVICES];
+  CUevent events[MD_MAX_DEVICES * BM_EVENTS];
+  uint64_t total_mib = getenv("BM_TOTAL_MIB") ? (uint64_t)atoi(getenv("BM_TOTAL_MIB")) : 1024;
   int n = f.count, d, it;
   uint64_t mib;
   *worst_ratio = 1e9;
@@ -220,73 +346,81 @@ static void bm_all_reduce(int max_mib, int iterations, double* worst_ratio) {
     values[d] = 0;
     BM_CHECK(gpuhal_semaphore_create(f.driver, 0, &sems[d]));
   }
-  if (nccl->ncclCommInitAll(raw, n, ordinals) != ncclSuccess) {
+  if (f.driver->nccl.ncclCommInitAll(raw, n, ordinals) != ncclSuccess) {
     fprintf(stderr, "raw ncclCommInitAll failed\n");
     exit(1);
   }
   cu->cuCtxSetCurrent(NULL); /* NCCL set a device on this thread, which had none current */
+  for (d = 0; d < n; ++d) {
+    CUcontext popped;
+    BM_CU(cu->cuCtxPushCurrent(f.devices[d]->context));
+    for (it = 0; it < BM_EVENTS; ++it) BM_CU(cu->cuEventCreate(&events[d * BM_EVENTS + it], CU_EVENT_DISABLE_TIMING));
+    BM_CU(cu->cuCtxPopCurrent(&popped));
+  }
+  printf("all-reduce, float sum over %d devices: bus bandwidth GB/s, median of %d runs; gpuhal STREAM and GRAPH "
+         "command buffers vs raw NCCL (all ranks in one group per call, one thread); raw-threads: one thread per "
+         "rank, +event: and an event recorded after each call, as gpuhal does (diagnostics)\n",
+         n, BM_REPS);
   for (mib = 1; mib <= (uint64_t)max_mib; mib *= 4) {
     uint64_t bytes = mib << 20;
+    size_t count = (size_t)(bytes / 4);
+    /* Enough iterations that one run all-reduces at least BM_TOTAL_MIB (default 1024) MiB:
+     * a run of a few milliseconds would weigh the fixed costs of starting and ending it. */
+    int iterations = (int)(total_mib / mib) > min_iterations ? (int)(total_mib / mib) : min_iterations;
     gpuhal_buffer_t *send[MD_MAX_DEVICES], *recv[MD_MAX_DEVICES];
-    gpuhal_command_buffer_t* cbs[MD_MAX_DEVICES];
+    gpuhal_command_buffer_t* stream_cbs[MD_MAX_DEVICES];
+    gpuhal_command_buffer_t* graph_cbs[MD_MAX_DEVICES];
     CUstream streams[MD_MAX_DEVICES];
-    double t_gpuhal, t_raw;
-    int64_t start = 0;
+    double t_stream[BM_REPS], t_graph[BM_REPS], t_raw[BM_REPS], t_threads[BM_REPS], t_events[BM_REPS];
+    double t_comms[BM_REPS];
+    double ms, mg, mr, mt, me, mc;
+    ncclComm_t gpuhal_comms[MD_MAX_DEVICES];
+    int rep;
     for (d = 0; d < n; ++d) {
-      gpuhal_collective_t c;
       BM_CHECK(gpuhal_buffer_allocate(f.devices[d], GPUHAL_MEMORY_DEVICE, bytes, &send[d]));
       BM_CHECK(gpuhal_buffer_allocate(f.devices[d], GPUHAL_MEMORY_DEVICE, bytes, &recv[d]));
-      BM_CHECK(gpuhal_command_buffer_create(f.devices[d], GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cbs[d]));
-      BM_CHECK(gpuhal_command_buffer_begin(cbs[d]));
-      memset(&c, 0, sizeof(c));
-      c.kind = GPUHAL_COLLECTIVE_ALL_REDUCE;
-      c.type = GPUHAL_ELEMENT_FLOAT32;
-      c.op = GPUHAL_REDUCTION_SUM;
-      c.count = bytes / 4;
-      c.send = gpuhal_ref_buffer(send[d], 0);
-      c.recv = gpuhal_ref_buffer(recv[d], 0);
-      BM_CHECK(gpuhal_cmd_collective(cbs[d], ch[d], &c));
-      BM_CHECK(gpuhal_command_buffer_end(cbs[d]));
       streams[d] = f.devices[d]->streams[0]; /* raw calls use the queue's own stream */
     }
-    bm_run_chains(cbs, sems, values, n, 2); /* warm up */
-    t_gpuhal = bm_run_chains(cbs, sems, values, n, iterations) / iterations;
-    /* raw: the same buffers, one group per iteration, then wait for every stream */
-    for (it = 0; it < 2 + iterations; ++it) {
-      if (it == 2) start = gpuhal_now_ns();
-      nccl->ncclGroupStart();
-      for (d = 0; d < n; ++d)
-        nccl->ncclAllReduce((const void*)(uintptr_t)send[d]->address, (void*)(uintptr_t)recv[d]->address,
-                            (size_t)(bytes / 4), ncclFloat32, ncclSum, raw[d], streams[d]);
-      nccl->ncclGroupEnd();
-      if (it == 1) {
-        for (d = 0; d < n; ++d) {
-          CUcontext popped;
-          BM_CU(cu->cuCtxPushCurrent(f.devices[d]->context));
-          BM_CU(cu->cuStreamSynchronize(streams[d]));
-          BM_CU(cu->cuCtxPopCurrent(&popped));
-        }
-      }
+    for (d = 0; d < n; ++d) gpuhal_comms[d] = ch[d]->comm;
+    bm_all_reduce_cbs(ch, send, recv, bytes, n, 0, stream_cbs);
+    bm_all_reduce_cbs(ch, send, recv, bytes, n, GPUHAL_COMMAND_BUFFER_GRAPH, graph_cbs);
+    /* warm up every variant */
+    bm_run_chains(stream_cbs, sems, values, n, 2);
+    bm_run_chains(graph_cbs, sems, values, n, 2);
+    bm_raw_grouped(raw, send, recv, streams, count, n, 2);
+    bm_raw_threads(raw, send, recv, streams, count, n, 2, NULL);
+    for (rep = 0; rep < BM_REPS; ++rep) {
+      t_raw[rep] = bm_raw_grouped(raw, send, recv, streams, count, n, iterations) / iterations;
+      t_stream[rep] = bm_run_chains(stream_cbs, sems, values, n, iterations) / iterations;
+      t_graph[rep] = bm_run_chains(graph_cbs, sems, values, n, iterations) / iterations;
+      t_threads[rep] = bm_raw_threads(raw, send, recv, streams, count, n, iterations, NULL) / iterations;
+      t_events[rep] = bm_raw_threads(raw, send, recv, streams, count, n, iterations, events) / iterations;
+      t_comms[rep] = bm_raw_threads(gpuhal_comms, send, recv, streams, count, n, iterations, events) / iterations;
     }
+    ms = bm_median(t_stream, BM_REPS);
+    mg = bm_median(t_graph, BM_REPS);
+    mr = bm_median(t_raw, BM_REPS);
+    mt = bm_median(t_threads, BM_REPS);
+    me = bm_median(t_events, BM_REPS);
+    mc = bm_median(t_comms, BM_REPS);
+    printf("all-reduce %5llu MiB x %3d: gpuhal stream %7.2f graph %7.2f | raw %7.2f | raw-threads %7.2f, "
+           "+event %7.2f, on gpuhal's communicators %7.2f | ratio stream %.3f graph %.3f (target >= 0.95)\n",
+           (unsigned long long)mib, iterations, bm_busbw(bytes, ms, n), bm_busbw(bytes, mg, n), bm_busbw(bytes, mr, n),
+           bm_busbw(bytes, mt, n), bm_busbw(bytes, me, n), bm_busbw(bytes, mc, n), mr / ms, mr / mg);
+    fflush(stdout);
+    if (mr / ms < *worst_ratio) *worst_ratio = mr / ms;
+    if (mr / mg < *worst_ratio) *worst_ratio = mr / mg;
+    bm_release_cbs(stream_cbs, n);
+    bm_release_cbs(graph_cbs, n);
     for (d = 0; d < n; ++d) {
-      CUcontext popped;
-      BM_CU(cu->cuCtxPushCurrent(f.devices[d]->context));
-      BM_CU(cu->cuStreamSynchronize(streams[d]));
-      BM_CU(cu->cuCtxPopCurrent(&popped));
-    }
-    t_raw = bm_seconds(gpuhal_now_ns() - start) / iterations;
-    printf("all-reduce %6llu MiB x %d: gpuhal %8.2f GB/s, raw NCCL %8.2f GB/s, ratio %.3f (target >= 0.95)\n",
-           (unsigned long long)mib, n, bm_busbw(bytes, t_gpuhal, n), bm_busbw(bytes, t_raw, n), t_raw / t_gpuhal);
-    if (t_raw / t_gpuhal < *worst_ratio) *worst_ratio = t_raw / t_gpuhal;
-    for (d = 0; d < n; ++d) {
-      gpuhal_command_buffer_release(cbs[d]);
       gpuhal_buffer_release(send[d]);
       gpuhal_buffer_release(recv[d]);
     }
     if (mib < (uint64_t)max_mib && mib * 4 > (uint64_t)max_mib) mib = (uint64_t)max_mib / 4; /* end on max */
   }
   for (d = 0; d < n; ++d) {
-    nccl->ncclCommDestroy(raw[d]);
+    for (it = 0; it < BM_EVENTS; ++it) cu->cuEventDestroy(events[d * BM_EVENTS + it]);
+    f.driver->nccl.ncclCommDestroy(raw[d]);
     gpuhal_channel_release(ch[d]);
     gpuhal_semaphore_release(sems[d]);
   }
