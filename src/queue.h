@@ -718,6 +718,37 @@ static void gpuhal__completion_retire_done(gpuhal__queue_state_t* state, gpuhal_
   if (kick) gpuhal__queue_kick(state);
 }
 
+/* cuEventQuery of `a`'s event failed with `query_error`, which is not sticky: the work may
+ * still be running, so its semaphores must not fail (or advance) yet. Retries the event a
+ * few times (a transient failure), then waits until the queue's stream has drained: that
+ * tells whether the work completed (CUDA_SUCCESS) or how it failed. On the completion
+ * thread (the device's context is current there). */
+static CUresult gpuhal__action_recheck(gpuhal__queue_state_t* state, gpuhal__action_t* a, CUresult query_error) {
+  const gpuhal__cuda_symbols_t* cu = state->device->cu;
+  const char* name = NULL;
+  const char* text = NULL;
+  int64_t sleep_ns = 2000;
+  int tries;
+  for (tries = 0; tries < 3; ++tries) {
+    CUresult r;
+    gpuhal__sleep_ns(sleep_ns);
+    r = gpuhal__event_wait_spin_then_block(a->event);
+    if (r == CUDA_SUCCESS || gpuhal__cuda_error_is_sticky(r)) return r;
+  }
+  gpuhal__cuda_error_describe(cu, query_error, &name, &text);
+  gpuhal__log(state->device->logger, GPUHAL_LOG_WARN,
+              "device %d, queue %u: cuEventQuery keeps failing (%s, %d); waiting for the queue's stream to drain "
+              "to learn how queue '%s' ended",
+              state->device->ordinal, a->queue_index, name ? name : "unknown CUDA error", (int)query_error,
+              a->ops->name);
+  for (;;) {
+    CUresult r = cu->cuStreamQuery(state->device->streams[a->queue_index]);
+    if (r != CUDA_ERROR_NOT_READY) return r;
+    gpuhal__sleep_ns(sleep_ns);
+    if (sleep_ns < GPUHAL_COMPLETION_MAX_SLEEP_NS) sleep_ns *= 2;
+  }
+}
+
 /* Observes `a`: complete already when `known_complete` (a later event of its stream has
  * completed), else waits for its own event. A successful action goes on `done` (retired by
  * the caller, after any advance it skipped was made by a later action: `skip_advance`). */
@@ -725,6 +756,7 @@ static void gpuhal__action_observe(gpuhal__queue_state_t* state, gpuhal__action_
                                    int skip_advance, gpuhal__list_node_t* done, uint32_t* done_count) {
   CUresult r = known_complete ? CUDA_SUCCESS : gpuhal__event_wait_spin_then_block(a->event);
   gpuhal_status_t lost;
+  if (r != CUDA_SUCCESS && !gpuhal__cuda_error_is_sticky(r)) r = gpuhal__action_recheck(state, a, r);
   if (r != CUDA_SUCCESS) {
     gpuhal_status_t status = gpuhal__cuda_status(state->device->cu, r, "cuEventQuery", __FILE__, __LINE__);
     if (gpuhal__cuda_error_is_sticky(r)) gpuhal__queue_mark_lost(state, status);
