@@ -46,8 +46,13 @@ typedef struct gpuhal__event_pool_s {
   gpuhal__event_t* free_list;
   gpuhal__event_block_t* blocks;
   uint32_t total;
-  uint32_t outstanding; /* events handed out and not yet returned */
+  uint32_t outstanding; /* events out of free_list: handed out, or in acquire_cache */
   unsigned flags;
+  /* Events taken from free_list in bulk for gpuhal__event_pool_acquire, whose callers are
+   * serialized (the queue's issue lock): most acquires take no lock, so the submitting
+   * thread does not contend with the worker returning events on every action. */
+  gpuhal__event_t* acquire_cache;
+  uint32_t acquire_cached;
 } gpuhal__event_pool_t;
 
 static void gpuhal__event_pool_init(gpuhal__event_pool_t* pool, gpuhal_device_t* device, unsigned flags) {
@@ -89,26 +94,36 @@ static gpuhal_status_t gpuhal__event_pool_grow(gpuhal__event_pool_t* pool) {
   return NULL;
 }
 
-/* An event with one reference. On the worker thread: may grow the pool. */
-static gpuhal_status_t gpuhal__event_pool_acquire(gpuhal__event_pool_t* pool, gpuhal__event_t** out_event) {
-  for (;;) {
-    gpuhal__event_t* e;
-    gpuhal__mutex_lock(&pool->mutex);
-    e = pool->free_list;
-    if (e) {
-      pool->free_list = e->next_free;
-      pool->outstanding++;
-    }
-    gpuhal__mutex_unlock(&pool->mutex);
-    if (e) {
-      e->next_free = NULL;
-      e->stream = NULL;
-      e->refcount = 1;
-      *out_event = e;
-      return NULL;
-    }
-    GPUHAL__RETURN_IF_ERROR(gpuhal__event_pool_grow(pool));
+/* Moves every free event to the acquire cache (under the pool's lock). */
+static void gpuhal__event_pool_refill_cache(gpuhal__event_pool_t* pool) {
+  gpuhal__event_t* e;
+  gpuhal__mutex_lock(&pool->mutex);
+  while ((e = pool->free_list) != NULL) {
+    pool->free_list = e->next_free;
+    e->next_free = pool->acquire_cache;
+    pool->acquire_cache = e;
+    pool->acquire_cached++;
+    pool->outstanding++;
   }
+  gpuhal__mutex_unlock(&pool->mutex);
+}
+
+/* An event with one reference. Callers are serialized (the queue's issue lock), with the
+ * device's context current: may grow the pool. */
+static gpuhal_status_t gpuhal__event_pool_acquire(gpuhal__event_pool_t* pool, gpuhal__event_t** out_event) {
+  gpuhal__event_t* e;
+  while (!pool->acquire_cache) {
+    gpuhal__event_pool_refill_cache(pool);
+    if (!pool->acquire_cache) GPUHAL__RETURN_IF_ERROR(gpuhal__event_pool_grow(pool));
+  }
+  e = pool->acquire_cache;
+  pool->acquire_cache = e->next_free;
+  pool->acquire_cached--;
+  e->next_free = NULL;
+  e->stream = NULL;
+  e->refcount = 1;
+  *out_event = e;
+  return NULL;
 }
 
 static void gpuhal__event_retain(gpuhal__event_t* e) { gpuhal__atomic_add(&e->refcount, 1); }
@@ -139,6 +154,9 @@ static void gpuhal__event_pool_deinit(gpuhal__event_pool_t* pool) {
   gpuhal__event_block_t* block;
   if (!pool->device) return;
   gpuhal__mutex_lock(&pool->mutex);
+  pool->outstanding -= pool->acquire_cached; /* nobody acquires any more */
+  pool->acquire_cache = NULL;
+  pool->acquire_cached = 0;
   while (pool->outstanding > 0) gpuhal__cond_wait(&pool->returned, &pool->mutex);
   gpuhal__mutex_unlock(&pool->mutex);
   block = pool->blocks;

@@ -180,6 +180,7 @@ static void gpuhal__queue_profile_mark(int64_t* t, int section) {
 #define GPUHAL__RETIRE_BATCH 32
 #define GPUHAL__ACTION_INLINE_ENTRIES 4
 #define GPUHAL__ACTION_POOL_BLOCK 32
+#define GPUHAL__ACTION_ISSUE_BATCH 16 /* free actions the fast path takes per refill */
 
 struct gpuhal__queue_state_s;
 
@@ -252,13 +253,14 @@ typedef struct gpuhal__queue_state_s {
   gpuhal__list_node_t in_flight;  /* issued, in issue order: the completion thread's FIFO */
   gpuhal__list_node_t host_calls; /* host calls whose function is due */
   gpuhal__list_node_t retired;    /* done; release due on the worker */
-  uint64_t outstanding;           /* submitted and not yet released */
+  uint64_t outstanding;           /* submitted and not yet released (atomic; drops under mutex) */
+  uint32_t incoming_count;        /* length of incoming (atomic; changes under mutex) */
   uint32_t in_flight_count;       /* length of in_flight, readable without the mutex */
   uint32_t retired_unkicked;      /* retired since the worker was last kicked */
   gpuhal_status_t lost;           /* the loss cause after a sticky error */
   int32_t lost_flag;              /* lost != NULL, readable without the mutex */
   int32_t issue_needed;           /* new submissions, woken or to-be-failed actions: the pump must look */
-  int stopping;                   /* device release has begun: no new submissions */
+  int32_t stopping;               /* device release has begun: no new submissions (atomic) */
   int completion_sleeping;        /* the completion thread waits for a signal: dispatch must wake it */
   int completion_napping;         /* it naps (GPUHAL_COMPLETION_NAP_NS, MIN_AGE_NS): only host calls wake it */
   uint32_t in_flight_host_calls;  /* host calls in `in_flight`: the completion thread takes them at once */
@@ -268,6 +270,7 @@ typedef struct gpuhal__queue_state_s {
   gpuhal__action_block_t* action_blocks;
   /* Under issue_mutex. */
   gpuhal__list_node_t pending; /* waiting for their waits */
+  gpuhal__action_t* issue_free; /* free actions taken in bulk by the fast path (see below) */
   gpuhal__task_t pump_task; /* posted whenever something changed; the worker dedups it */
   gpuhal__event_pool_t events;
   gpuhal__thread_t completion_thread;
@@ -470,8 +473,7 @@ static void gpuhal__actions_release(gpuhal__queue_state_t* state, gpuhal__list_n
   gpuhal__mutex_lock(&state->mutex);
   last->next_free = state->free_actions;
   state->free_actions = first;
-  state->outstanding -= count;
-  if (state->outstanding == 0) gpuhal__cond_broadcast(&state->idle_cond);
+  if (__atomic_sub_fetch(&state->outstanding, count, __ATOMIC_ACQ_REL) == 0) gpuhal__cond_broadcast(&state->idle_cond);
   gpuhal__mutex_unlock(&state->mutex);
 }
 
@@ -626,6 +628,7 @@ static void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
     gpuhal__mutex_lock(&state->issue_mutex);
     gpuhal__mutex_lock(&state->mutex);
     gpuhal__list_splice_back(&state->pending, &state->incoming);
+    gpuhal__atomic_store(&state->incoming_count, 0u);
     gpuhal__mutex_unlock(&state->mutex);
     while (gpuhal__queue_pump_pass(state) > 0) {
     }
@@ -981,6 +984,76 @@ static gpuhal_status_t gpuhal__queue_validate(const char* func, gpuhal_device_t*
   return NULL;
 }
 
+/* The fast path's acquisition, with issue_mutex held and without the state's mutex (which
+ * the worker and the completion thread also take): 1 with `*out` reserved and counted when
+ * nothing is queued ahead for the worker, the device is healthy and not being released;
+ * 0 sends the caller to the locked path (which also grows the pool and reports errors).
+ * Free actions come from issue_free, refilled from the free list in batches under one lock. */
+static int gpuhal__action_acquire_issuing(gpuhal__queue_state_t* state, uint32_t waits, uint32_t signals,
+                                          gpuhal__action_t** out) {
+  gpuhal__action_t* a;
+  gpuhal_status_t status;
+  if (gpuhal__atomic_load(&state->stopping) || gpuhal__atomic_load(&state->incoming_count) ||
+      gpuhal__atomic_load(&state->lost_flag))
+    return 0;
+  if (!state->issue_free) {
+    /* A bounded batch: the locked path must not find the free list empty (and grow the
+     * pool) just because the fast path holds every free action. */
+    uint32_t taken = 0;
+    gpuhal__mutex_lock(&state->mutex);
+    while (state->free_actions && taken < GPUHAL__ACTION_ISSUE_BATCH) {
+      gpuhal__action_t* f = state->free_actions;
+      state->free_actions = f->next_free;
+      f->next_free = state->issue_free;
+      state->issue_free = f;
+      taken++;
+    }
+    gpuhal__mutex_unlock(&state->mutex);
+    if (!state->issue_free) return 0;
+  }
+  a = state->issue_free;
+  status = gpuhal__action_reserve(state, a, waits, signals);
+  if (status) {
+    gpuhal_status_free(status); /* the locked path tries again and reports it */
+    return 0;
+  }
+  state->issue_free = a->next_free;
+  a->next_free = NULL;
+  __atomic_add_fetch(&state->outstanding, 1, __ATOMIC_ACQ_REL);
+  *out = a;
+  return 1;
+}
+
+/* The general acquisition, under the state's mutex: reserves and counts `*out`; *out_idle
+ * tells whether a caller holding issue_mutex (`issuing`) may issue it here (nothing queued
+ * ahead for the worker: issuing here keeps submission order). */
+static gpuhal_status_t gpuhal__action_acquire_locked_path(gpuhal__queue_state_t* state, const char* func,
+                                                          uint32_t waits, uint32_t signals, int issuing,
+                                                          gpuhal__action_t** out, int* out_idle) {
+  gpuhal__action_t* a = NULL;
+  gpuhal_status_t status;
+  gpuhal__mutex_lock(&state->mutex);
+  if (gpuhal__atomic_load(&state->stopping)) {
+    gpuhal__mutex_unlock(&state->mutex);
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: the device is being released", func);
+  }
+  status = gpuhal__action_acquire_locked(state, &a);
+  if (!status) {
+    status = gpuhal__action_reserve(state, a, waits, signals);
+    if (status) {
+      a->next_free = state->free_actions;
+      state->free_actions = a;
+    }
+  }
+  if (!status) {
+    __atomic_add_fetch(&state->outstanding, 1, __ATOMIC_ACQ_REL);
+    *out_idle = issuing && gpuhal__list_empty(&state->incoming) && !state->lost;
+    *out = a;
+  }
+  gpuhal__mutex_unlock(&state->mutex);
+  return status;
+}
+
 static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device_t* device, uint32_t queue_index,
                                                  gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
                                                  const gpuhal__action_ops_t* ops, void* user,
@@ -1001,29 +1074,15 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   /* The fast path needs the issue lock; without it (someone else is issuing) the worker
    * issues. Lock order: issue_mutex, then mutex (as in the pump). */
   if (flags & GPUHAL__SUBMIT_CALLER_MAY_ISSUE) issuing = pthread_mutex_trylock(&state->issue_mutex) == 0;
-  gpuhal__mutex_lock(&state->mutex);
-  if (state->stopping) {
-    gpuhal__mutex_unlock(&state->mutex);
-    if (issuing) gpuhal__mutex_unlock(&state->issue_mutex);
-    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: the device is being released", func);
-  }
-  status = gpuhal__action_acquire_locked(state, &a);
-  if (!status) {
-    status = gpuhal__action_reserve(state, a, wait.count, signal.count);
+  if (issuing && gpuhal__action_acquire_issuing(state, wait.count, signal.count, &a)) {
+    idle = 1;
+  } else {
+    status = gpuhal__action_acquire_locked_path(state, func, wait.count, signal.count, issuing, &a, &idle);
     if (status) {
-      a->next_free = state->free_actions;
-      state->free_actions = a;
+      if (issuing) gpuhal__mutex_unlock(&state->issue_mutex);
+      return status;
     }
   }
-  if (status) {
-    gpuhal__mutex_unlock(&state->mutex);
-    if (issuing) gpuhal__mutex_unlock(&state->issue_mutex);
-    return status;
-  }
-  state->outstanding++;
-  /* Nothing queued ahead for the worker: issuing here keeps submission order. */
-  idle = issuing && gpuhal__list_empty(&state->incoming) && !state->lost;
-  gpuhal__mutex_unlock(&state->mutex);
   GPUHAL__QP_MARK(qp, GPUHAL__QP_ACQUIRE);
 
   gpuhal__list_init(&a->link);
@@ -1068,6 +1127,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   if (!idle) {
     gpuhal__mutex_lock(&state->mutex);
     gpuhal__list_push_back(&state->incoming, &a->link);
+    gpuhal__atomic_add(&state->incoming_count, 1u);
     gpuhal__mutex_unlock(&state->mutex);
     gpuhal__queue_kick_issue(state);
   }
@@ -1209,7 +1269,7 @@ static void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeout_t timeo
     for (n = state->pending.next; n != &state->pending; n = n->next) ++blocked;
     gpuhal__mutex_unlock(&state->issue_mutex);
     gpuhal__mutex_lock(&state->mutex);
-    outstanding = state->outstanding;
+    outstanding = __atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE);
     gpuhal__mutex_unlock(&state->mutex);
     if (outstanding <= blocked || gpuhal__timeout_expired(timeout)) return;
     gpuhal__sleep_ns(50000);
@@ -1225,11 +1285,12 @@ GPUHAL_API gpuhal_status_t gpuhal_device_wait_idle(gpuhal_device_t* device, gpuh
   gpuhal__mutex_lock(&state->mutex);
   state->idle_waiters++;
   if (state->completion_napping) gpuhal__cond_signal(&state->completion_cond); /* stop aging the work */
-  while (state->outstanding > 0) {
-    if (!gpuhal__cond_wait_until(&state->idle_cond, &state->mutex, timeout) && state->outstanding > 0) {
+  while (__atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) {
+    if (!gpuhal__cond_wait_until(&state->idle_cond, &state->mutex, timeout) &&
+        __atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) {
       result = gpuhal_status_make(GPUHAL_STATUS_DEADLINE_EXCEEDED,
                                   "gpuhal_device_wait_idle: %llu queue operations still outstanding when the timeout passed",
-                                  (unsigned long long)state->outstanding);
+                                  (unsigned long long)__atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE));
       break;
     }
   }
@@ -1301,6 +1362,7 @@ static gpuhal_status_t gpuhal__queue_abort_pending(void* arg) {
   gpuhal__mutex_lock(&state->issue_mutex);
   gpuhal__mutex_lock(&state->mutex);
   gpuhal__list_splice_back(&state->pending, &state->incoming);
+  gpuhal__atomic_store(&state->incoming_count, 0u);
   gpuhal__mutex_unlock(&state->mutex);
   /* Whatever can run now still runs; the rest is aborted. */
   while (gpuhal__queue_pump_pass(state) > 0) {
@@ -1331,13 +1393,13 @@ static void gpuhal__queue_state_destroy(gpuhal_device_t* device) {
   gpuhal__action_block_t* block;
   if (!state) return;
   gpuhal__mutex_lock(&state->mutex);
-  state->stopping = 1;
+  gpuhal__atomic_store(&state->stopping, 1);
   gpuhal__mutex_unlock(&state->mutex);
   gpuhal_status_free(gpuhal__worker_call(device, gpuhal__queue_abort_pending, state));
   /* Issued work completes (or fails) on the completion and host-call threads and comes
    * back through the pump, which releases it. */
   gpuhal__mutex_lock(&state->mutex);
-  while (state->outstanding > 0) gpuhal__cond_wait(&state->idle_cond, &state->mutex);
+  while (__atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) gpuhal__cond_wait(&state->idle_cond, &state->mutex);
   state->threads_stop = 1;
   gpuhal__cond_broadcast(&state->completion_cond);
   gpuhal__cond_broadcast(&state->host_call_cond);
