@@ -221,23 +221,12 @@ TU_TEST(device_pool) {
 TU_TEST(driver_errors_are_translated) {
   fixture_t f;
   gpuhal_buffer_t* buffer = NULL;
-  int (*set_faults)(const char*) = NULL;
-  void (*clear_faults)(void) = NULL;
-  void* lib;
-  void* p;
   gpuhal_status_t s;
   if (!tu_softcuda()) TU_SKIP("needs softcuda's fault injection");
   if (!fixture_open(&f)) TU_SKIP("no device");
-  lib = dlopen(getenv("GPUHAL_CUDA_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
-  TU_REQUIRE(lib != NULL);
-  p = dlsym(lib, "softcuda_set_faults");
-  memcpy(&set_faults, &p, sizeof(p));
-  p = dlsym(lib, "softcuda_clear_faults");
-  memcpy(&clear_faults, &p, sizeof(p));
-  TU_REQUIRE(set_faults && clear_faults);
-  TU_REQUIRE(set_faults("cuMemAlloc@1=CUDA_ERROR_OUT_OF_MEMORY") == 0);
+  TU_REQUIRE(tu_softcuda_faults("cuMemAlloc@1=CUDA_ERROR_OUT_OF_MEMORY") == 0);
   s = gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 1024, &buffer);
-  clear_faults();
+  tu_softcuda_faults(NULL);
   TU_CHECK_EQ_INT(gpuhal_status_code(s), GPUHAL_STATUS_RESOURCE_EXHAUSTED);
   TU_CHECK_STR_CONTAINS(gpuhal_status_message(s), "CUDA_ERROR_OUT_OF_MEMORY");
   TU_CHECK_STR_CONTAINS(gpuhal_status_message(s), "in cuMemAlloc at gpuhal.h:");
@@ -245,7 +234,6 @@ TU_TEST(driver_errors_are_translated) {
   gpuhal_status_free(s);
   TU_CHECK(buffer == NULL);
   TU_CHECK_EQ_INT(f.device->header.refcount, 1);
-  dlclose(lib);
   fixture_close(&f);
 }
 

@@ -529,29 +529,6 @@ TU_TEST(long_wait_sleeps_between_polls) {
   qt_close(&f);
 }
 
-/* softcuda's fault injection (absent on a real driver: the test skips). */
-static int qt_set_faults(const char* spec) {
-  void* lib = dlopen(getenv("GPUHAL_CUDA_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
-  int (*set_faults)(const char*) = NULL;
-  void (*clear_faults)(void) = NULL;
-  void* p;
-  int r = -1;
-  if (!lib) return -1;
-  p = dlsym(lib, "softcuda_set_faults");
-  memcpy(&set_faults, &p, sizeof(p));
-  p = dlsym(lib, "softcuda_clear_faults");
-  memcpy(&clear_faults, &p, sizeof(p));
-  if (set_faults && clear_faults) {
-    if (spec) r = set_faults(spec);
-    else {
-      clear_faults();
-      r = 0;
-    }
-  }
-  dlclose(lib);
-  return r;
-}
-
 /* Every cuEventQuery fails with an error that is not sticky: the work's state is unknown,
  * so its semaphore must neither fail nor advance while it may still run. The completion
  * thread learns the outcome from the stream instead: the wait succeeds, after the work. */
@@ -569,13 +546,13 @@ TU_TEST(failing_event_queries_wait_for_the_work) {
   memset(&spin, 0, sizeof(spin));
   spin.fixture = &f;
   spin.first_us = spin.rest_us = 30000;
-  TU_REQUIRE(qt_set_faults("cuEventQuery@*=CUDA_ERROR_INVALID_VALUE") == 0);
+  TU_REQUIRE(tu_softcuda_faults("cuEventQuery@*=CUDA_ERROR_INVALID_VALUE") == 0);
   start = gpuhal_now_ns();
   TU_CHECK_OK(gpuhal__queue_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one),
                                    &qt_spin_ops, &spin));
   status = gpuhal_semaphore_wait(s, 1, qt_seconds(20));
   TU_CHECK(gpuhal_now_ns() - start >= 30000000);
-  qt_set_faults(NULL);
+  tu_softcuda_faults(NULL);
   TU_CHECK_OK(status);
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(10)));
   gpuhal_semaphore_release(s);
