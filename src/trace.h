@@ -111,6 +111,7 @@ typedef struct gpuhal__trace_action_s {
   char detail[GPUHAL__TRACE_NAME]; /* the GPU span's name */
   CUevent start, end;              /* timing events around the work (created on first use) */
   int timed;                       /* both were recorded by this issue */
+  int64_t issued_ns;               /* host clock just before the start event was recorded */
   uint32_t mark_count, mark_capacity;
   CUevent* marks; /* STREAM command buffers: one before each command */
   char (*mark_names)[GPUHAL__TRACE_NAME];
@@ -283,7 +284,10 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_trace_flush(gpuhal_driver_t* driver) {
 
 /* The anchor: an event whose GPU time is known on the host clock. It completed between
  * the record call and the synchronize's return; of a few tries the tightest window is kept
- * and its middle taken (a few us on a GPU; a loaded CPU can stretch a window, hence tries). */
+ * (a few us on a GPU; a loaded CPU can stretch a window, hence tries) and its START taken:
+ * the estimate is never later than the truth, so no GPU span is drawn later than it ran
+ * (an arrow from it to the host never points back), and gpuhal__trace_correct_anchor moves
+ * it up as issues prove it early. */
 static gpuhal_status_t gpuhal__trace_device_start(void* arg) {
   gpuhal__trace_device_t* td = (gpuhal__trace_device_t*)arg;
   gpuhal_device_t* device = td->device;
@@ -303,7 +307,7 @@ static gpuhal_status_t gpuhal__trace_device_start(void* arg) {
       td->anchor = trial;
       trial = swap;
       best = t1 - t0;
-      td->anchor_ns = t0 + (t1 - t0) / 2;
+      td->anchor_ns = t0;
     }
   }
   if (trial) device->cu->cuEventDestroy(trial);
@@ -463,6 +467,7 @@ static int64_t gpuhal__trace_issue_begin(gpuhal_device_t* device, gpuhal__action
   if (!ta) return 0;
   gpuhal__trace_nvtx_push(td->trace, "issue", ta->name);
   ta->mark_count = 0;
+  ta->issued_ns = gpuhal_now_ns(); /* before the record: the event cannot complete earlier */
   ta->timed = td->trace->json && a->ops->issue && gpuhal__trace_event_record(device, &ta->start, stream);
   return gpuhal_now_ns();
 }
@@ -502,6 +507,21 @@ static void gpuhal__trace_gpu_span(gpuhal__trace_device_t* td, const gpuhal__tra
   gpuhal__trace_put(td->trace, &r);
 }
 
+/* The anchor's host time is an estimate (the middle of a window around a sync), and GPU
+ * times have the resolution of cuEventElapsedTime. One bound is certain: the work started
+ * after the host began recording its start event. A span found before that moves there,
+ * and the anchor with it for the spans after it. Only ever later: spans of one stream are
+ * converted with anchors that never decrease, so they stay in order, and no correction
+ * overshoots (the corrected anchor is at most the true one). */
+static void gpuhal__trace_correct_anchor(gpuhal__trace_device_t* td, const gpuhal__trace_action_t* ta, int64_t* t0,
+                                         int64_t* t1) {
+  int64_t shift = ta->issued_ns - *t0;
+  if (shift <= 0) return;
+  *t0 += shift;
+  *t1 += shift;
+  td->anchor_ns += shift;
+}
+
 /* Completion thread, once the action's work completed: resolves its GPU times. */
 static void gpuhal__trace_action_complete(gpuhal_device_t* device, gpuhal__action_t* a) {
   gpuhal__trace_device_t* td = device->trace;
@@ -510,6 +530,7 @@ static void gpuhal__trace_action_complete(gpuhal_device_t* device, gpuhal__actio
   uint32_t i;
   if (!td || !ta || !ta->timed) return;
   if (!gpuhal__trace_event_time(td, ta->start, &t0) || !gpuhal__trace_event_time(td, ta->end, &t1)) return;
+  gpuhal__trace_correct_anchor(td, ta, &t0, &t1);
   gpuhal__trace_gpu_span(td, ta, 0, ta->detail, t0, t1);
   for (i = 0; i < ta->mark_count; ++i) {
     if (!gpuhal__trace_event_time(td, ta->marks[i], &m0)) continue;
@@ -729,11 +750,12 @@ static const gpuhal__trace_out_span_t* gpuhal__trace_find_anchor(gpuhal__trace_o
  * ended, a GPU span after its submit began; midpoints need not be). */
 static int64_t gpuhal__trace_flow_ts(const gpuhal__trace_out_span_t* s) { return s->ts + GPUHAL__MIN(s->dur / 2, 50); }
 
+/* A flow arrow from `from` (at from_ts, inside it) to `to`. */
 static void gpuhal__trace_flow(gpuhal__trace_writer_t* w, const char* cat, uint64_t id, const gpuhal__trace_out_span_t* from,
-                               const gpuhal__trace_out_span_t* to, uint64_t value) {
+                               int64_t from_ts, const gpuhal__trace_out_span_t* to, uint64_t value) {
   gpuhal__trace_begin_event(w, "s", cat, from->pid, from->tid);
   fprintf(w->f, ",\"cat\":\"%s\",\"id\":%llu,\"ts\":%.3f", cat, (unsigned long long)id,
-          gpuhal__trace_us(w, gpuhal__trace_flow_ts(from)));
+          gpuhal__trace_us(w, from_ts));
   if (value) fprintf(w->f, ",\"args\":{\"value\":%llu}", (unsigned long long)value);
   fprintf(w->f, "}");
   gpuhal__trace_begin_event(w, "f", cat, to->pid, to->tid);
@@ -911,7 +933,9 @@ static void gpuhal__trace_write_flows(gpuhal__trace_writer_t* w, const gpuhal__t
     const gpuhal__trace_out_span_t* to;
     if (o->r->kind != GPUHAL__TRACE_HOST_SPAN || !(o->r->flags & GPUHAL__TRACE_SUBMIT)) continue;
     to = gpuhal__trace_find_anchor(s->anchors, s->anchor_count, o->r->span);
-    if (to) gpuhal__trace_flow(w, "submit", flow_id++, o, to, 0);
+    /* From the submit's start: its work was issued after that (GPU spans start no earlier
+     * than their issue, see gpuhal__trace_correct_anchor), however short the submit. */
+    if (to) gpuhal__trace_flow(w, "submit", flow_id++, o, o->ts, to, 0);
   }
   /* signal of (semaphore, value) -> each operation that waited for exactly that value */
   for (i = 0; i < s->count; ++i) {
@@ -926,7 +950,9 @@ static void gpuhal__trace_write_flows(gpuhal__trace_writer_t* w, const gpuhal__t
     found = (const gpuhal__trace_signal_t*)bsearch(&key, s->signals, s->signal_count, sizeof(key),
                                                    gpuhal__trace_signal_cmp);
     to = gpuhal__trace_find_anchor(s->anchors, s->anchor_count, r->span);
-    if (found && to && found->at != to) gpuhal__trace_flow(w, "semaphore", flow_id++, found->at, to, r->value);
+    /* From the signaller's start: the waiter ran after its end, so the arrow keeps its
+     * direction even where host and GPU clocks disagree by up to the signaller's length. */
+    if (found && to && found->at != to) gpuhal__trace_flow(w, "semaphore", flow_id++, found->at, found->at->ts, to, r->value);
   }
 }
 
