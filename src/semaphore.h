@@ -59,11 +59,12 @@ GPUHAL_API gpuhal_semaphore_list_t gpuhal_semaphore_list_one(gpuhal_semaphore_t*
  * on the waiting thread, in three phases (DESIGN §6's host-waiter fast path):
  *  1. poll it (cuEventQuery) for GPUHAL_HOST_WAIT_SPIN_NS: a short op's round trip against
  *     a raw cuEventSynchronize lives in this window;
- *  2. keep polling, yielding the CPU between polls, up to GPUHAL_HOST_WAIT_YIELD_NS after the
- *     start (0 or anything at or below the spin window: no such phase). On an H200 a
- *     1000-node graph (735 us) waited for this way returned 1.00x the raw
- *     cuStreamSynchronize, against 1.09x when the waiter slept on its condition variable and
- *     1.3x with the old 200 us spin; the window bounds how long a waiter burns a core;
+ *  2. optionally, keep polling, yielding the CPU between polls, up to GPUHAL_HOST_WAIT_YIELD_NS
+ *     after the start (0, the default, or anything at or below the spin window: no such
+ *     phase). Off by default: on 2 H200s a waiter polling back to back for 2 ms slowed the
+ *     NCCL launches of the device's worker (4 MiB all-reduces at 0.88-0.90 of raw NCCL's
+ *     bandwidth against 0.94 without it), while phase 3 alone kept a 1000-node graph's
+ *     replay (735 us) at 1.01x the raw cuStreamSynchronize;
  *  3. with blocking-sync events (GPUHAL_QUEUE_EVENT_FLAGS; not the default, see event_pool.h),
  *     an infinite timeout and one event to wait for: block in cuEventSynchronize on that
  *     event, woken by the driver. Otherwise, when the waiter needs only that event (a wait
@@ -83,7 +84,7 @@ GPUHAL_API gpuhal_semaphore_list_t gpuhal_semaphore_list_one(gpuhal_semaphore_t*
 #define GPUHAL_HOST_WAIT_SPIN_NS 200000
 #endif
 #ifndef GPUHAL_HOST_WAIT_YIELD_NS
-#define GPUHAL_HOST_WAIT_YIELD_NS 2000000
+#define GPUHAL_HOST_WAIT_YIELD_NS 0
 #endif
 #ifndef GPUHAL_HOST_WAIT_SLEEP_FRACTION
 #define GPUHAL_HOST_WAIT_SLEEP_FRACTION 64

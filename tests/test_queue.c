@@ -514,7 +514,7 @@ TU_TEST(long_wait_sleeps_between_polls) {
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
   memset(&spin, 0, sizeof(spin));
   spin.fixture = &f;
-  spin.first_us = spin.rest_us = 40000; /* 40 ms: well past the 2 ms yield window */
+  spin.first_us = spin.rest_us = 40000; /* 40 ms: well past the polling windows */
   start = gpuhal_now_ns();
   TU_CHECK_OK(gpuhal__queue_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one),
                                    &qt_spin_ops, &spin));
