@@ -499,6 +499,16 @@ TU_TEST(steady_state_allocates_nothing) {
   qt_close(&f);
 }
 
+/* Submits one spin_us(us) launch on queue 0 that signals s to `value`. */
+static gpuhal_status_t qt_submit_spin(qt_fixture_t* f, qt_spin_t* spin, unsigned long long us, gpuhal_semaphore_t* s,
+                                      uint64_t value) {
+  memset(spin, 0, sizeof(*spin));
+  spin->fixture = f;
+  spin->first_us = spin->rest_us = us;
+  return gpuhal__queue_submit(f->device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &value),
+                              &qt_spin_ops, spin);
+}
+
 /* A host wait longer than the polling windows (semaphore.h, phase 3: sleeps between polls
  * of the value's own event): a finite timeout that passes while the work runs reports
  * DEADLINE_EXCEEDED; an infinite one returns once the work is done, with the value reached
@@ -507,17 +517,13 @@ TU_TEST(long_wait_sleeps_between_polls) {
   qt_fixture_t f;
   gpuhal_semaphore_t* s = NULL;
   qt_spin_t spin;
-  uint64_t one = 1, v = 0;
+  uint64_t v = 0;
   int64_t start;
   TU_REQUIRE(qt_open(&f, 1, NULL));
   TU_REQUIRE(qt_kernels_load(&f));
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
-  memset(&spin, 0, sizeof(spin));
-  spin.fixture = &f;
-  spin.first_us = spin.rest_us = 40000; /* 40 ms: well past the polling windows */
   start = gpuhal_now_ns();
-  TU_CHECK_OK(gpuhal__queue_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one),
-                                   &qt_spin_ops, &spin));
+  TU_CHECK_OK(qt_submit_spin(&f, &spin, 40000, s, 1)); /* 40 ms: well past the polling windows */
   TU_CHECK_STATUS(gpuhal_semaphore_wait(s, 1, gpuhal_timeout_relative_ns(5000000)), GPUHAL_STATUS_DEADLINE_EXCEEDED,
                   "timeout");
   TU_CHECK_OK(gpuhal_semaphore_wait(s, 1, gpuhal_timeout_infinite()));
@@ -536,20 +542,15 @@ TU_TEST(failing_event_queries_wait_for_the_work) {
   qt_fixture_t f;
   gpuhal_semaphore_t* s = NULL;
   qt_spin_t spin;
-  uint64_t one = 1;
   int64_t start;
   gpuhal_status_t status;
   if (!tu_softcuda()) TU_SKIP("needs softcuda's fault injection");
   TU_REQUIRE(qt_open(&f, 1, NULL));
   TU_REQUIRE(qt_kernels_load(&f));
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
-  memset(&spin, 0, sizeof(spin));
-  spin.fixture = &f;
-  spin.first_us = spin.rest_us = 30000;
   TU_REQUIRE(tu_softcuda_faults("cuEventQuery@*=CUDA_ERROR_INVALID_VALUE") == 0);
   start = gpuhal_now_ns();
-  TU_CHECK_OK(gpuhal__queue_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one),
-                                   &qt_spin_ops, &spin));
+  TU_CHECK_OK(qt_submit_spin(&f, &spin, 30000, s, 1));
   status = gpuhal_semaphore_wait(s, 1, qt_seconds(20));
   TU_CHECK(gpuhal_now_ns() - start >= 30000000);
   tu_softcuda_faults(NULL);
