@@ -497,8 +497,6 @@ TU_TEST(user_allocator) {
 /* Driver errors during creation name the call and leave nothing behind (softcuda only). */
 TU_TEST(creation_failures_clean_up) {
   raw_cuda_t raw;
-  int (*set_faults)(const char*) = NULL;
-  void (*clear_faults)(void) = NULL;
   size_t (*leak_report)(int) = NULL;
   void* p;
   gpuhal_driver_t* driver;
@@ -511,21 +509,17 @@ TU_TEST(creation_failures_clean_up) {
       {"cuDeviceGetName@1=CUDA_ERROR_INVALID_DEVICE", "cuDeviceGetName"}};
   size_t i;
   if (!tu_softcuda() || !raw_open(&raw)) TU_SKIP("needs softcuda's fault injection");
-  p = dlsym(raw.lib, "softcuda_set_faults");
-  memcpy(&set_faults, &p, sizeof(p));
-  p = dlsym(raw.lib, "softcuda_clear_faults");
-  memcpy(&clear_faults, &p, sizeof(p));
   p = dlsym(raw.lib, "softcuda_leak_report");
   memcpy(&leak_report, &p, sizeof(p));
-  TU_REQUIRE(set_faults && clear_faults && leak_report);
+  TU_REQUIRE(leak_report != NULL);
   driver = open_driver();
   TU_REQUIRE(driver != NULL);
   leaks_before = leak_report(0);
   for (i = 0; i < sizeof(faults) / sizeof(faults[0]); ++i) {
     gpuhal_status_t s;
-    TU_REQUIRE(set_faults(faults[i][0]) == 0);
+    TU_REQUIRE(tu_softcuda_faults(faults[i][0]) == 0);
     s = gpuhal_device_create(driver, 0, NULL, &device);
-    clear_faults();
+    tu_softcuda_faults(NULL);
     TU_CHECK(s != NULL);
     TU_CHECK(device == NULL);
     TU_CHECK_STR_CONTAINS(gpuhal_status_message(s), faults[i][1]);
