@@ -140,6 +140,32 @@ static void gpuhal__event_release(gpuhal__event_t* e) {
   gpuhal__mutex_unlock(&pool->mutex);
 }
 
+/* Drops a reference like gpuhal__event_release, but an event whose last reference this was
+ * goes on `*chain` (linked through next_free) for gpuhal__event_pool_put_chain: whoever
+ * releases many events of one pool at once takes its lock once. */
+static void gpuhal__event_release_to(gpuhal__event_t* e, gpuhal__event_t** chain) {
+  if (!e || gpuhal__atomic_sub(&e->refcount, 1) != 0) return;
+  e->next_free = *chain;
+  *chain = e;
+}
+
+/* Returns a chain of events of `pool` (from gpuhal__event_release_to) under one lock. */
+static void gpuhal__event_pool_put_chain(gpuhal__event_pool_t* pool, gpuhal__event_t* chain) {
+  gpuhal__event_t* last = chain;
+  uint32_t n = 1;
+  if (!chain) return;
+  while (last->next_free) {
+    last = last->next_free;
+    n++;
+  }
+  gpuhal__mutex_lock(&pool->mutex);
+  last->next_free = pool->free_list;
+  pool->free_list = chain;
+  pool->outstanding -= n;
+  if (pool->outstanding == 0) gpuhal__cond_broadcast(&pool->returned);
+  gpuhal__mutex_unlock(&pool->mutex);
+}
+
 /* 0: complete; 1: not yet; -1: error (left for the completion thread to report).
  * cuEventQuery needs no current context. */
 static int gpuhal__event_query(gpuhal__event_t* e) {

@@ -111,12 +111,13 @@ enum {
 enum {
   GPUHAL__QP_VALIDATE, GPUHAL__QP_ACQUIRE, GPUHAL__QP_INIT, GPUHAL__QP_ISSUE_HERE, GPUHAL__QP_RESOLVE,
   GPUHAL__QP_CONTEXT, GPUHAL__QP_WAITS, GPUHAL__QP_WORK, GPUHAL__QP_EVENT_ACQUIRE, GPUHAL__QP_RECORD,
-  GPUHAL__QP_TIMEPOINTS, GPUHAL__QP_DISPATCH, GPUHAL__QP_LEAVE, GPUHAL__QP_BUFFER, GPUHAL__QP_COUNT
+  GPUHAL__QP_TIMEPOINTS, GPUHAL__QP_DISPATCH, GPUHAL__QP_LEAVE, GPUHAL__QP_BUFFER, GPUHAL__QP_HARVEST,
+  GPUHAL__QP_COUNT
 };
 static const char* const gpuhal__queue_profile_names[GPUHAL__QP_COUNT] = {
     "validate", "acquire+lock", "init+retain", "issue here (all)", " resolve", " context enter", " stream waits",
     " work (ops->issue)", " event acquire", " cuEventRecord", " timepoints", " dispatch (lock+signal)",
-    " context leave", "alloca buffer object"};
+    " context leave", "alloca buffer object", "harvest"};
 static int64_t gpuhal__queue_profile_ns[GPUHAL__QP_COUNT];
 static int64_t gpuhal__queue_profile_calls[GPUHAL__QP_COUNT];
 static void gpuhal__queue_profile_mark(int64_t* t, int section) {
@@ -219,6 +220,7 @@ typedef struct gpuhal__action_s {
   gpuhal__event_t* event; /* recorded after the work (one reference) */
   gpuhal_status_t failure;
   int64_t dispatch_ns; /* when it was handed to the completion thread */
+  uint64_t seq;        /* dispatch order on the device (state->dispatch_seq) */
   struct gpuhal__trace_action_s* trace; /* trace.h: NULL when tracing is off */
 } gpuhal__action_t;
 
@@ -265,6 +267,13 @@ typedef struct gpuhal__queue_state_s {
   int completion_napping;         /* it naps (GPUHAL_COMPLETION_NAP_NS, MIN_AGE_NS): only host calls wake it */
   uint32_t in_flight_host_calls;  /* host calls in `in_flight`: the completion thread takes them at once */
   uint32_t idle_waiters;          /* threads in gpuhal_device_wait_idle: no aging while there are any */
+  uint64_t dispatch_seq;          /* actions handed to the completion side so far (under mutex) */
+  int32_t harvesting;             /* a submitter is harvesting (atomic; one at a time) */
+  int32_t harvest_skip;           /* fast-path submissions left before the next look (atomic) */
+  int32_t harvest_backoff;        /* what harvest_skip is set to after a fruitless look */
+  int64_t last_harvest_ns;        /* when a submitter last retired work itself (under mutex) */
+  int64_t harvest_due_ns;         /* when a look pays even with few actions in flight (atomic hint) */
+  uint64_t harvest_looks, harvest_misses, harvested; /* statistics (atomic): queries, fruitless ones, actions */
   int threads_stop;
   gpuhal__action_t* free_actions;
   gpuhal__action_block_t* action_blocks;
@@ -426,8 +435,9 @@ static gpuhal_status_t gpuhal__queue_lost_clone(gpuhal__queue_state_t* state) {
   return s;
 }
 
-/* On the worker: drops everything the action holds and returns it to the pool. */
-static void gpuhal__action_drop(gpuhal__action_t* a) {
+/* On the worker (or a harvesting submitter): drops everything the action holds. Its own
+ * event, when this was the last reference, goes on `*events` (the state's pool). */
+static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
   gpuhal__queue_state_t* state = a->state;
   uint32_t i;
   if (a->ops->release) a->ops->release(a->user, state->device);
@@ -445,7 +455,7 @@ static void gpuhal__action_drop(gpuhal__action_t* a) {
     gpuhal_semaphore_release(a->signals[i].semaphore);
   }
   a->completed_ok = 0;
-  gpuhal__event_release(a->event);
+  gpuhal__event_release_to(a->event, events);
   a->event = NULL;
   gpuhal_status_free(a->failure);
   a->failure = NULL;
@@ -454,21 +464,24 @@ static void gpuhal__action_drop(gpuhal__action_t* a) {
   a->host_fn = NULL;
 }
 
-/* On the worker: releases a list of retired actions and returns them to the pool under one
- * lock of the state (not one per action: submitters take that lock on every submission). */
+/* On the worker (or a harvesting submitter, holding no queue lock): releases a list of
+ * retired actions and returns them, and their events, to the pools under one lock each
+ * (not one per action: submitters take the state's lock on every submission). */
 static void gpuhal__actions_release(gpuhal__queue_state_t* state, gpuhal__list_node_t* retired) {
   gpuhal__action_t* first = NULL;
   gpuhal__action_t* last = NULL;
+  gpuhal__event_t* events = NULL;
   gpuhal__list_node_t* n;
   uint64_t count = 0;
   while ((n = gpuhal__list_pop_front(retired)) != NULL) {
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
-    gpuhal__action_drop(a);
+    gpuhal__action_drop(a, &events);
     a->next_free = first;
     if (!last) last = a;
     first = a;
     count++;
   }
+  gpuhal__event_pool_put_chain(&state->events, events);
   if (!count) return;
   gpuhal__mutex_lock(&state->mutex);
   last->next_free = state->free_actions;
@@ -564,8 +577,9 @@ static void gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action
     return;
   }
   GPUHAL__QP_START(qp);
-  if (GPUHAL_COMPLETION_BATCH || GPUHAL_COMPLETION_MIN_AGE_NS > 0) a->dispatch_ns = gpuhal_now_ns();
+  a->dispatch_ns = gpuhal_now_ns();
   gpuhal__mutex_lock(&state->mutex);
+  a->seq = ++state->dispatch_seq;
   gpuhal__list_push_back(&state->in_flight, &a->link);
   if (a->host_fn) state->in_flight_host_calls++;
   gpuhal__atomic_add(&state->in_flight_count, 1);
@@ -697,14 +711,31 @@ static int gpuhal__completion_batch_covers(gpuhal__completion_batch_t* b, gpuhal
   return covered;
 }
 
-/* 1 when `a` and `next`, both known complete, signal only the same semaphore, `next` to a
- * value at or above `a`'s: `a` need not advance it, `next` will (before either is released). */
+/* 1 when `a` and `next` (of the same queue, not host calls) signal only the same semaphore,
+ * `next` to a value at or above `a`'s: once both are known complete, `a` need not advance
+ * it, `next` will (before either is released). */
+static int gpuhal__actions_share_signal(const gpuhal__action_t* a, const gpuhal__action_t* next) {
+  return next && next->queue_index == a->queue_index && !a->host_fn && !next->host_fn && a->signal_count == 1 &&
+         next->signal_count == 1 && a->signals[0].semaphore == next->signals[0].semaphore &&
+         next->signals[0].value >= a->signals[0].value;
+}
+
+/* gpuhal__actions_share_signal, with both known complete through the batch's probe. */
 static int gpuhal__completion_may_skip_advance(const gpuhal__completion_batch_t* b, const gpuhal__action_t* a,
                                                const gpuhal__action_t* next) {
   uint32_t slot = a->queue_index % GPUHAL__PROBE_SLOTS;
-  return next && next->queue_index == a->queue_index && b->probe[slot] && b->complete[slot] && !a->host_fn &&
-         !next->host_fn && a->signal_count == 1 && next->signal_count == 1 &&
-         a->signals[0].semaphore == next->signals[0].semaphore && next->signals[0].value >= a->signals[0].value;
+  return b->probe[slot] && b->complete[slot] && gpuhal__actions_share_signal(a, next);
+}
+
+/* The work of `a` (not a host call) completed: advance its values, unless a later complete
+ * action of its queue advances the same semaphore past them (`skip_advance`). */
+static void gpuhal__action_complete_ok(gpuhal__action_t* a, int skip_advance) {
+  if (skip_advance) {
+    a->completed_ok = 1; /* its timepoint goes with the later action's advance */
+    if (a->ops->complete) a->ops->complete(a->user, NULL);
+  } else {
+    gpuhal__action_succeed(a);
+  }
 }
 
 /* Hands the actions observed so far to the worker for release, under one lock. */
@@ -782,12 +813,7 @@ static void gpuhal__action_observe(gpuhal__queue_state_t* state, gpuhal__action_
     gpuhal__mutex_unlock(&state->mutex);
     return;
   }
-  if (skip_advance) {
-    a->completed_ok = 1; /* its timepoint goes with the later action's advance */
-    if (a->ops->complete) a->ops->complete(a->user, NULL);
-  } else {
-    gpuhal__action_succeed(a);
-  }
+  gpuhal__action_complete_ok(a, skip_advance);
   gpuhal__list_push_back(done, &a->link);
   (*done_count)++;
 }
@@ -816,7 +842,9 @@ static int gpuhal__completion_let_age(gpuhal__queue_state_t* state) {
       state->idle_waiters > 0)
     return 0;
   oldest = GPUHAL__CONTAINER_OF(state->in_flight.next, gpuhal__action_t, link);
-  age = gpuhal_now_ns() - oldest->dispatch_ns;
+  /* A submitter that harvested lately keeps the list short itself: leave it the work. */
+  age = gpuhal_now_ns() -
+        (state->last_harvest_ns > oldest->dispatch_ns ? state->last_harvest_ns : oldest->dispatch_ns);
   if (age >= GPUHAL_COMPLETION_MIN_AGE_NS) return 0;
   state->completion_napping = 1; /* a host call's dispatch wakes it */
   gpuhal__cond_wait_until(&state->completion_cond, &state->mutex,
@@ -914,6 +942,160 @@ static void* gpuhal__host_call_main(void* arg) {
     gpuhal__action_retire(a);
   }
   return NULL;
+}
+
+/* ---- harvesting: a busy submitter retires completed work itself ----
+ * While a thread keeps submitting on the fast path, it also takes the oldest issued actions
+ * whose work has completed off the completion thread's list and retires them on the spot:
+ * advances their values, drops their references and returns them to the pool. Everything
+ * an action touches (the action, its semaphores' locks and counts, its event, a command
+ * buffer's execute record) then stays in the submitting thread's cache instead of moving
+ * through the completion thread and the worker on every operation, and the completion
+ * thread's cuEventQuery calls no longer compete with the submitter's own calls for the
+ * driver. One cuEventQuery covers every older action of the same stream (as in the
+ * completion thread's batches); a look that finds nothing complete backs off (doubling,
+ * GPUHAL_HARVEST_MAX_BACKOFF), so long-running work costs the submitter almost nothing.
+ * The completion thread still takes whatever ages past GPUHAL_COMPLETION_MIN_AGE_NS (work
+ * nobody harvested), host calls (the host-call thread runs them) and anything that failed.
+ * Releasing here is safe: no queue lock is held, and every release that makes CUDA calls
+ * enters the device's context itself (or asks the worker). Off while tracing (the trace's
+ * GPU timing is the completion thread's). GPUHAL_HARVEST_MIN 0 turns harvesting off. */
+#ifndef GPUHAL_HARVEST_MIN
+#define GPUHAL_HARVEST_MIN 32 /* issued actions old enough to look at before one looks */
+#endif
+#ifndef GPUHAL_HARVEST_AGE_NS
+#define GPUHAL_HARVEST_AGE_NS 10000 /* how long an action is issued before it is worth a query */
+#endif
+#ifndef GPUHAL_HARVEST_MAX_WAIT_NS
+#define GPUHAL_HARVEST_MAX_WAIT_NS 50000 /* fewer than GPUHAL_HARVEST_MIN: look once the oldest is this old */
+#endif
+#ifndef GPUHAL_HARVEST_MAX_BACKOFF
+#define GPUHAL_HARVEST_MAX_BACKOFF 256 /* fast-path submissions skipped at most after a fruitless look */
+#endif
+#define GPUHAL__HARVEST_SLOTS 4 /* queues probed per look */
+
+typedef struct gpuhal__harvest_probe_s {
+  uint32_t queue_index;
+  uint64_t seq;           /* the newest action of the queue old enough to look at */
+  gpuhal__event_t* event; /* its event, retained */
+  int complete;
+} gpuhal__harvest_probe_t;
+
+/* Under the state's mutex: one probe per queue among the contiguous run of old-enough
+ * actions at the front of in_flight (host calls end it), when that run is worth a query:
+ * GPUHAL_HARVEST_MIN long, or its oldest has waited GPUHAL_HARVEST_MAX_WAIT_NS. Returns the
+ * number of probes (their events retained). */
+static uint32_t gpuhal__harvest_pick(gpuhal__queue_state_t* state, gpuhal__harvest_probe_t* probes) {
+  int64_t now = gpuhal_now_ns(), cutoff = now - GPUHAL_HARVEST_AGE_NS;
+  int64_t oldest = gpuhal__list_empty(&state->in_flight)
+                       ? now
+                       : GPUHAL__CONTAINER_OF(state->in_flight.next, gpuhal__action_t, link)->dispatch_ns;
+  uint32_t run = 0, count = 0, k;
+  gpuhal__list_node_t* n;
+  for (n = state->in_flight.next; n != &state->in_flight; n = n->next) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    if (a->dispatch_ns > cutoff || a->host_fn) break;
+    for (k = 0; k < count && probes[k].queue_index != a->queue_index; ++k) {
+    }
+    if (k == count) {
+      if (count == GPUHAL__HARVEST_SLOTS) break;
+      probes[count++].queue_index = a->queue_index;
+    }
+    probes[k].seq = a->seq;
+    probes[k].event = a->event;
+    run++;
+  }
+  gpuhal__atomic_store(&state->harvest_due_ns, oldest + GPUHAL_HARVEST_MAX_WAIT_NS);
+  if (run < (uint32_t)GPUHAL_HARVEST_MIN && (run == 0 || now - oldest < GPUHAL_HARVEST_MAX_WAIT_NS)) return 0;
+  for (k = 0; k < count; ++k) {
+    gpuhal__event_retain(probes[k].event);
+    probes[k].complete = 0;
+  }
+  return count;
+}
+
+/* Under the state's mutex: moves the front actions that the completed probes cover to
+ * `taken` (stopping at the first that is not covered: completion stays in issue order) and
+ * returns how many. */
+static uint32_t gpuhal__harvest_take(gpuhal__queue_state_t* state, const gpuhal__harvest_probe_t* probes,
+                                     uint32_t count, gpuhal__list_node_t* taken) {
+  uint32_t n = 0;
+  while (!gpuhal__list_empty(&state->in_flight)) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(state->in_flight.next, gpuhal__action_t, link);
+    uint32_t k;
+    for (k = 0; k < count && probes[k].queue_index != a->queue_index; ++k) {
+    }
+    /* Taken by the completion thread since, and reused, means a newer seq: not covered. */
+    if (k == count || !probes[k].complete || a->seq > probes[k].seq || a->host_fn) break;
+    gpuhal__list_remove(&a->link);
+    gpuhal__list_push_back(taken, &a->link);
+    gpuhal__atomic_sub(&state->in_flight_count, 1);
+    n++;
+  }
+  if (n) state->last_harvest_ns = gpuhal_now_ns();
+  return n;
+}
+
+/* Queries the probes; 1 when at least one completed. Releases their events. */
+static int gpuhal__harvest_query(gpuhal__harvest_probe_t* probes, uint32_t count) {
+  uint32_t k;
+  int any = 0;
+  for (k = 0; k < count; ++k) {
+    /* Errors and unfinished work alike are left to the completion thread. */
+    probes[k].complete = gpuhal__event_query(probes[k].event) == 0;
+    any |= probes[k].complete;
+    gpuhal__event_release(probes[k].event);
+    probes[k].event = NULL;
+  }
+  return any;
+}
+
+/* After a fast-path issue, on the submitting thread, with no queue lock held. */
+static void gpuhal__queue_harvest(gpuhal__queue_state_t* state) {
+  gpuhal__harvest_probe_t probes[GPUHAL__HARVEST_SLOTS];
+  gpuhal__list_node_t taken;
+  gpuhal__list_node_t* n;
+  uint32_t count, in_flight = gpuhal__atomic_load(&state->in_flight_count);
+  int32_t expected = 0;
+  if (GPUHAL_HARVEST_MIN <= 0 || in_flight == 0 || state->device->trace) return;
+  if (in_flight < (uint32_t)GPUHAL_HARVEST_MIN && gpuhal_now_ns() < gpuhal__atomic_load(&state->harvest_due_ns)) return;
+  if (gpuhal__atomic_load(&state->harvest_skip) > 0) {
+    gpuhal__atomic_sub(&state->harvest_skip, 1);
+    return;
+  }
+  if (!gpuhal__atomic_cas(&state->harvesting, &expected, 1)) return;
+  gpuhal__mutex_lock(&state->mutex);
+  count = gpuhal__harvest_pick(state, probes);
+  gpuhal__mutex_unlock(&state->mutex);
+  if (count) {
+    __atomic_add_fetch(&state->harvest_looks, 1, __ATOMIC_RELAXED);
+    if (gpuhal__harvest_query(probes, count)) {
+      state->harvest_backoff = 0;
+    } else {
+      /* Nothing done yet: the GPU is behind. Look less often until it catches up. */
+      int32_t backoff = state->harvest_backoff < 4 ? 4 : state->harvest_backoff * 2;
+      if (backoff > GPUHAL_HARVEST_MAX_BACKOFF) backoff = GPUHAL_HARVEST_MAX_BACKOFF;
+      state->harvest_backoff = backoff;
+      gpuhal__atomic_store(&state->harvest_skip, backoff);
+      __atomic_add_fetch(&state->harvest_misses, 1, __ATOMIC_RELAXED);
+      count = 0;
+    }
+  }
+  gpuhal__list_init(&taken);
+  if (count) {
+    uint32_t n_taken;
+    gpuhal__mutex_lock(&state->mutex);
+    n_taken = gpuhal__harvest_take(state, probes, count, &taken);
+    gpuhal__mutex_unlock(&state->mutex);
+    __atomic_add_fetch(&state->harvested, n_taken, __ATOMIC_RELAXED);
+  }
+  gpuhal__atomic_store(&state->harvesting, 0);
+  for (n = taken.next; n != &taken; n = n->next) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    gpuhal__action_t* next = n->next == &taken ? NULL : GPUHAL__CONTAINER_OF(n->next, gpuhal__action_t, link);
+    gpuhal__action_complete_ok(a, gpuhal__actions_share_signal(a, next));
+  }
+  gpuhal__actions_release(state, &taken);
 }
 
 /* ---- submission ---- */
@@ -1123,7 +1305,11 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   GPUHAL__QP_MARK(qp, GPUHAL__QP_INIT);
   if (issuing && idle) gpuhal__queue_issue_here(state, a);
   if (issuing) gpuhal__mutex_unlock(&state->issue_mutex);
-  if (issuing && idle) GPUHAL__QP_MARK(qp, GPUHAL__QP_ISSUE_HERE);
+  if (issuing && idle) {
+    GPUHAL__QP_MARK(qp, GPUHAL__QP_ISSUE_HERE);
+    gpuhal__queue_harvest(state);
+    GPUHAL__QP_MARK(qp, GPUHAL__QP_HARVEST);
+  }
   if (!idle) {
     gpuhal__mutex_lock(&state->mutex);
     gpuhal__list_push_back(&state->incoming, &a->link);

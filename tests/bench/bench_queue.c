@@ -342,6 +342,8 @@ static int64_t thread_cpu_ns(clockid_t clock) {
 /* Runs `fn` once for n iterations with the counting wrappers in place. */
 static void diagnose(bench_t* b, const char* name, double (*fn)(bench_t*, int), int n) {
   gpuhal__cuda_symbols_t* cu = (gpuhal__cuda_symbols_t*)(void*)&b->f.driver->cu;
+  gpuhal__queue_state_t* qs = gpuhal__queue_state(b->f.device);
+  uint64_t looks0, misses0, harvested0;
   int64_t cpu0, proc0;
   double us;
   check(b, gpuhal_device_wait_idle(b->f.device, gpuhal_timeout_infinite()), "idle");
@@ -351,10 +353,16 @@ static void diagnose(bench_t* b, const char* name, double (*fn)(bench_t*, int), 
   memset(gpuhal__queue_profile_ns, 0, sizeof(gpuhal__queue_profile_ns));
   memset(gpuhal__queue_profile_calls, 0, sizeof(gpuhal__queue_profile_calls));
 #endif
+  looks0 = qs->harvest_looks;
+  misses0 = qs->harvest_misses;
+  harvested0 = qs->harvested;
   cpu0 = thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID);
   proc0 = thread_cpu_ns(CLOCK_PROCESS_CPUTIME_ID);
   us = fn(b, n);
   check(b, gpuhal_device_wait_idle(b->f.device, gpuhal_timeout_infinite()), "idle");
+  printf("  %s: harvest: %llu looks (%llu found nothing), %.2f of the operations retired by the submitter\n", name,
+         (unsigned long long)(qs->harvest_looks - looks0), (unsigned long long)(qs->harvest_misses - misses0),
+         (double)(qs->harvested - harvested0) / n);
   printf("  %s: %.2f us/op wall (wrapped), bench thread cpu %.2f us/op, process cpu %.2f us/op\n", name, us,
          (double)(thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0) / 1000.0 / n,
          (double)(thread_cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - proc0) / 1000.0 / n);
