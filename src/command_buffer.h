@@ -1850,11 +1850,11 @@ static gpuhal_status_t gpuhal__stream_issue_cmd(gpuhal_command_buffer_t* cb, con
   }
 }
 
-static gpuhal_status_t gpuhal__execute_issue(void* user, gpuhal_device_t* device, CUstream stream) {
-  gpuhal__execute_action_t* action = (gpuhal__execute_action_t*)user;
-  gpuhal_command_buffer_t* cb = action->command_buffer;
+/* Puts an execute of `cb` on `stream`; `action` holds its binding table (NULL when the
+ * command buffer has no binding slots: nothing refers to one then). */
+static gpuhal_status_t gpuhal__execute_issue_on(gpuhal_command_buffer_t* cb, const gpuhal__execute_action_t* action,
+                                                gpuhal_device_t* device, CUstream stream) {
   uint32_t c;
-  GPUHAL__UNUSED(device);
   if (gpuhal__cb_is_graph(cb)) {
     if (gpuhal__atomic_load(&cb->graph_deferred)) { /* only ever on the worker: see has_native */
       GPUHAL__RETURN_IF_ERROR(gpuhal__cb_finish_graph(cb));
@@ -1871,6 +1871,11 @@ static gpuhal_status_t gpuhal__execute_issue(void* user, gpuhal_device_t* device
     if (st) return gpuhal_status_annotate(st, "command %u of a stream command buffer", c);
   }
   return NULL;
+}
+
+static gpuhal_status_t gpuhal__execute_issue(void* user, gpuhal_device_t* device, CUstream stream) {
+  gpuhal__execute_action_t* action = (gpuhal__execute_action_t*)user;
+  return gpuhal__execute_issue_on(action->command_buffer, action, device, stream);
 }
 
 /* Drops what the action holds and returns it to its command buffer's pool. */
@@ -1897,6 +1902,26 @@ static void gpuhal__execute_release(void* user, gpuhal_device_t* device) {
 
 static const gpuhal__action_ops_t gpuhal__execute_ops = {"execute", gpuhal__execute_issue, NULL,
                                                          gpuhal__execute_release};
+
+/* A command buffer without binding slots needs no execute record: the queue action holds
+ * the command buffer itself (one lock and one record fewer per execute, on submission and
+ * on release). */
+static gpuhal_status_t gpuhal__execute_unbound_issue(void* user, gpuhal_device_t* device, CUstream stream) {
+  return gpuhal__execute_issue_on((gpuhal_command_buffer_t*)user, NULL, device, stream);
+}
+static void gpuhal__execute_unbound_release(void* user, gpuhal_device_t* device) {
+  GPUHAL__UNUSED(device);
+  gpuhal_command_buffer_release((gpuhal_command_buffer_t*)user);
+}
+static const gpuhal__action_ops_t gpuhal__execute_unbound_ops = {"execute", gpuhal__execute_unbound_issue, NULL,
+                                                                 gpuhal__execute_unbound_release};
+
+/* The command buffer a queue action executes; NULL when it is no execute. */
+static const gpuhal_command_buffer_t* gpuhal__action_command_buffer(const gpuhal__action_t* a) {
+  if (a->ops == &gpuhal__execute_ops) return ((const gpuhal__execute_action_t*)a->user)->command_buffer;
+  if (a->ops == &gpuhal__execute_unbound_ops) return (const gpuhal_command_buffer_t*)a->user;
+  return NULL;
+}
 
 static gpuhal_status_t gpuhal__barrier_issue(void* user, gpuhal_device_t* device, CUstream stream) {
   GPUHAL__UNUSED(user);
@@ -2016,6 +2041,15 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_
     return st ? gpuhal_status_annotate(st, "in gpuhal_queue_execute") : NULL;
   }
   GPUHAL__RETURN_IF_ERROR(gpuhal__execute_check(device, cb, bindings));
+  if (cb->binding_slots == 0) {
+    gpuhal_command_buffer_retain(cb); /* the action's reference */
+    st = gpuhal__queue_submit_ex(device, queue, wait, signal, &gpuhal__execute_unbound_ops, cb,
+                                 gpuhal__execute_submit_flags(cb));
+    if (!st) return NULL;
+    gpuhal__atomic_store(&cb->executed, 0);
+    gpuhal_command_buffer_release(cb);
+    return gpuhal_status_annotate(st, "in gpuhal_queue_execute");
+  }
   st = gpuhal__execute_action_acquire(cb, &action);
   if (st) {
     gpuhal__atomic_store(&cb->executed, 0);

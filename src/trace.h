@@ -400,8 +400,8 @@ static gpuhal__trace_action_t* gpuhal__trace_action_acquire(gpuhal__trace_device
 
 /* The GPU span's name: the operation, with the command buffer's kind for executes. */
 static void gpuhal__trace_describe(gpuhal__trace_action_t* ta, const gpuhal__action_t* a) {
-  if (a->ops == &gpuhal__execute_ops) {
-    const gpuhal_command_buffer_t* cb = ((const gpuhal__execute_action_t*)a->user)->command_buffer;
+  const gpuhal_command_buffer_t* cb = gpuhal__action_command_buffer(a);
+  if (cb) {
     snprintf(ta->detail, sizeof(ta->detail), "execute %s (%u commands)", gpuhal__cb_is_graph(cb) ? "graph" : "stream",
              (unsigned)cb->cmd_count);
   } else {
