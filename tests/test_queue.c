@@ -500,15 +500,6 @@ TU_TEST(steady_state_allocates_nothing) {
 }
 
 /* Submits one spin_us(us) launch on queue 0 that signals s to `value`. */
-static gpuhal_status_t qt_submit_spin(qt_fixture_t* f, qt_spin_t* spin, unsigned long long us, gpuhal_semaphore_t* s,
-                                      uint64_t value) {
-  memset(spin, 0, sizeof(*spin));
-  spin->fixture = f;
-  spin->first_us = spin->rest_us = us;
-  return gpuhal__queue_submit(f->device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &value),
-                              &qt_spin_ops, spin);
-}
-
 /* A host wait longer than the polling windows (semaphore.h, phase 3: sleeps between polls
  * of the value's own event): a finite timeout that passes while the work runs reports
  * DEADLINE_EXCEEDED; an infinite one returns once the work is done, with the value reached
@@ -560,72 +551,10 @@ TU_TEST(failing_event_queries_wait_for_the_work) {
   qt_close(&f);
 }
 
-/* ---- harvesting: a busy submitter retires completed work itself ---- */
-typedef struct harvest_counter_s {
-  qt_counter_t counts;
-  pthread_t submitter;
-  int32_t released_by_submitter;
-} harvest_counter_t;
-static void harvest_release(void* user, gpuhal_device_t* device) {
-  harvest_counter_t* c = (harvest_counter_t*)user;
-  GPUHAL__UNUSED(device);
-  gpuhal__atomic_add(&c->counts.released, 1);
-  if (pthread_equal(pthread_self(), c->submitter)) gpuhal__atomic_add(&c->released_by_submitter, 1);
-}
-static void harvest_complete(void* user, gpuhal_status_t status) { qt_counting_complete(user, status); }
-static const gpuhal__action_ops_t harvest_ops = {"test_harvest", qt_counting_issue, harvest_complete,
-                                                 harvest_release};
-
-/* Fast-path submissions on two queues, each waiting on the previous one's value, with a
- * host call now and then (which a harvest must leave to the host-call thread). Spaced out so
- * that work ages past GPUHAL_HARVEST_MAX_WAIT_NS between submissions: the submitting thread
- * retires some of it itself (released on that thread); every action completes and is
- * released exactly once; the timeline ends where it should. */
-TU_TEST(busy_submitter_harvests_completed_work) {
-  qt_fixture_t f;
-  gpuhal_semaphore_t* s = NULL;
-  gpuhal__queue_state_t* state;
-  harvest_counter_t c;
-  uint64_t i, total = 0, harvested0, v = 0;
-  int round;
-  TU_REQUIRE(qt_open(&f, 2, NULL));
-  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
-  memset(&c, 0, sizeof(c));
-  c.submitter = pthread_self();
-  state = gpuhal__queue_state(f.device);
-  harvested0 = gpuhal__atomic_load(&state->harvested);
-  /* Rounds until the submitter has harvested something (a loaded machine may need more). */
-  for (round = 0; round < 10 && gpuhal__atomic_load(&c.released_by_submitter) == 0; ++round) {
-    for (i = 0; i < 400; ++i, ++total) {
-      uint64_t prev = total, next = total + 1;
-      gpuhal_semaphore_list_t wait = gpuhal_semaphore_list_one(&s, &prev);
-      gpuhal_semaphore_list_t signal = gpuhal_semaphore_list_one(&s, &next);
-      if (i % 97 == 96) {
-        TU_REQUIRE_OK(gpuhal_queue_host_call(f.device, (uint32_t)(i % 2), wait, signal, qt_host_fn_nop, NULL));
-      } else {
-        TU_REQUIRE_OK(qt_submit(f.device, (uint32_t)(i % 2), wait, signal, &harvest_ops, &c));
-      }
-      if (i % 4 == 3) gpuhal__sleep_ns(2 * GPUHAL_HARVEST_MAX_WAIT_NS);
-    }
-  }
-  TU_CHECK_OK(gpuhal_semaphore_wait(s, total, qt_seconds(60)));
-  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(60)));
-  TU_CHECK_OK(gpuhal_semaphore_query(s, &v));
-  TU_CHECK_EQ_INT(v, total);
-  TU_CHECK(gpuhal__atomic_load(&c.released_by_submitter) > 0);
-  TU_CHECK(gpuhal__atomic_load(&state->harvested) > harvested0);
-  TU_CHECK_EQ_INT(qt_counter_get(&c.counts.issued), qt_counter_get(&c.counts.completed_ok));
-  TU_CHECK_EQ_INT(qt_counter_get(&c.counts.issued), qt_counter_get(&c.counts.released));
-  TU_CHECK_EQ_INT(qt_counter_get(&c.counts.completed_failed), 0);
-  gpuhal_semaphore_release(s);
-  qt_close(&f);
-}
-
 TU_MAIN(TU_CASE(barrier_signals), TU_CASE(argument_checks), TU_CASE(waiter_submitted_before_signaller),
         TU_CASE(host_signal_gates_work), TU_CASE(failure_propagates_through_a_chain),
         TU_CASE(host_failed_wait_fails_queued_work), TU_CASE(host_call_ordering), TU_CASE(host_call_error_fails_signal),
         TU_CASE(alloca_execute_dealloca), TU_CASE(chain_of_100_issues_without_host_waits),
         TU_CASE(release_with_work_in_flight),
         TU_CASE(eight_threads_mixed_submissions), TU_CASE(steady_state_allocates_nothing),
-        TU_CASE(long_wait_sleeps_between_polls), TU_CASE(failing_event_queries_wait_for_the_work),
-        TU_CASE(busy_submitter_harvests_completed_work))
+        TU_CASE(long_wait_sleeps_between_polls), TU_CASE(failing_event_queries_wait_for_the_work))

@@ -203,6 +203,16 @@ static gpuhal_status_t qt_spin_issue(void* user, gpuhal_device_t* device, CUstre
 }
 static const gpuhal__action_ops_t qt_spin_ops = {"test_spin", qt_spin_issue, NULL, NULL};
 
+/* Submits one spin_us launch of `us` on queue 0 that signals (s, value). */
+static gpuhal_status_t qt_submit_spin(qt_fixture_t* f, qt_spin_t* spin, unsigned long long us, gpuhal_semaphore_t* s,
+                                      uint64_t value) {
+  memset(spin, 0, sizeof(*spin));
+  spin->fixture = f;
+  spin->first_us = spin->rest_us = us;
+  return gpuhal__queue_submit(f->device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &value),
+                              &qt_spin_ops, spin);
+}
+
 static gpuhal_status_t qt_fault_issue(void* user, gpuhal_device_t* device, CUstream stream) {
   qt_fixture_t* f = (qt_fixture_t*)user;
   unsigned long long address = 0x10;

@@ -12,7 +12,7 @@ case "$BUILD" in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac
 # The subset: every module's main test, device loss, bad input and a short stress run.
 TESTS=("$@")
 if [ ${#TESTS[@]} -eq 0 ]; then
-  TESTS=(test_status test_device test_buffer test_semaphore test_queue test_executable
+  TESTS=(test_status test_device test_buffer test_semaphore test_queue test_queue_harvest test_executable
          test_command_buffer_graph test_device_loss test_bad_input_all test_stress)
 fi
 SUPP="$ROOT/tests/valgrind.supp"
