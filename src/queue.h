@@ -83,7 +83,9 @@ enum {
    * serialized with every other issue of the device, when nothing is queued ahead
    * (DESIGN §6's fast path: no worker wake-up in a round trip). Such an issue must not
    * block and must not call gpuhal__worker_call. */
-  GPUHAL__SUBMIT_CALLER_MAY_ISSUE = 1u << 0
+  GPUHAL__SUBMIT_CALLER_MAY_ISSUE = 1u << 0,
+  /* The caller already ran gpuhal__queue_validate on these arguments. */
+  GPUHAL__SUBMIT_VALIDATED = 1u << 1
 };
 
 /* The completion thread polls an event (cuEventQuery) for this long, then keeps polling with
@@ -570,15 +572,17 @@ static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t sta
 }
 
 /* Issues a ready action and hands it to the completion thread (or fails it). Under
- * issue_mutex with the device's context current. */
-static void gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+ * issue_mutex with the device's context current. Returns when it was handed over (0: it
+ * failed). */
+static int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
   gpuhal_status_t status = gpuhal__action_issue(a);
+  int64_t now;
   if (status) {
     gpuhal__action_issue_failed(a, status);
-    return;
+    return 0;
   }
   GPUHAL__QP_START(qp);
-  a->dispatch_ns = gpuhal_now_ns();
+  a->dispatch_ns = now = gpuhal_now_ns();
   gpuhal__mutex_lock(&state->mutex);
   a->seq = ++state->dispatch_seq;
   gpuhal__list_push_back(&state->in_flight, &a->link);
@@ -590,6 +594,7 @@ static void gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action
     gpuhal__cond_signal(&state->completion_cond);
   gpuhal__mutex_unlock(&state->mutex);
   GPUHAL__QP_MARK(qp, GPUHAL__QP_DISPATCH);
+  return now;
 }
 
 /* One pass over the pending actions; returns how many left the list. */
@@ -1051,15 +1056,18 @@ static int gpuhal__harvest_query(gpuhal__harvest_probe_t* probes, uint32_t count
   return any;
 }
 
-/* After a fast-path issue, on the submitting thread, with no queue lock held. */
-static void gpuhal__queue_harvest(gpuhal__queue_state_t* state) {
+/* After a fast-path issue (at `now`, 0 if unknown), on the submitting thread, with no
+ * queue lock held. */
+static void gpuhal__queue_harvest(gpuhal__queue_state_t* state, int64_t now) {
   gpuhal__harvest_probe_t probes[GPUHAL__HARVEST_SLOTS];
   gpuhal__list_node_t taken;
   gpuhal__list_node_t* n;
   uint32_t count, in_flight = gpuhal__atomic_load(&state->in_flight_count);
   int32_t expected = 0;
   if (GPUHAL_HARVEST_MIN <= 0 || in_flight == 0 || state->device->trace) return;
-  if (in_flight < (uint32_t)GPUHAL_HARVEST_MIN && gpuhal_now_ns() < gpuhal__atomic_load(&state->harvest_due_ns)) return;
+  if (in_flight < (uint32_t)GPUHAL_HARVEST_MIN &&
+      (now ? now : gpuhal_now_ns()) < gpuhal__atomic_load(&state->harvest_due_ns))
+    return;
   if (gpuhal__atomic_load(&state->harvest_skip) > 0) {
     gpuhal__atomic_sub(&state->harvest_skip, 1);
     return;
@@ -1105,11 +1113,13 @@ static void gpuhal__queue_harvest(gpuhal__queue_state_t* state) {
  * thread resolves and issues the action itself inside a push/pop of the device's context,
  * saving the worker's wake-up. The caller holds issue_mutex (taken with a trylock before
  * the action was acquired, so that "nothing queued ahead" is checked in the same critical
- * section of state->mutex as the acquisition) and releases it after. */
-static void gpuhal__queue_issue_here(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+ * section of state->mutex as the acquisition) and releases it after. Returns when the
+ * action was handed to the completion side (0: not issued here). */
+static int64_t gpuhal__queue_issue_here(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
   gpuhal__context_scope_t scope;
   gpuhal_status_t failure = NULL;
   gpuhal__resolve_t r;
+  int64_t dispatched = 0;
   GPUHAL__QP_START(qp);
   a->wake = 0;
   r = gpuhal__action_resolve(a, &failure);
@@ -1127,11 +1137,12 @@ static void gpuhal__queue_issue_here(gpuhal__queue_state_t* state, gpuhal__actio
     gpuhal__queue_kick_issue(state);
   } else {
     GPUHAL__QP_MARK(qp, GPUHAL__QP_CONTEXT);
-    gpuhal__action_dispatch(state, a);
+    dispatched = gpuhal__action_dispatch(state, a);
     GPUHAL__QP_RESTART(qp);
     gpuhal__context_leave(state->device, &scope);
     GPUHAL__QP_MARK(qp, GPUHAL__QP_LEAVE);
   }
+  return dispatched;
 }
 
 static gpuhal_status_t gpuhal__queue_validate_list(const char* func, const char* arg, gpuhal_driver_t* driver,
@@ -1246,10 +1257,12 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   gpuhal_status_t status;
   uint32_t i;
   int issuing = 0, idle = 0;
+  int64_t dispatched = 0;
   uint64_t trace_span = 0; /* trace hook: the submit's host span */
   int64_t trace_t0 = 0;
   GPUHAL__QP_START(qp);
-  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate(func, device, queue_index, wait, signal));
+  if (!(flags & GPUHAL__SUBMIT_VALIDATED))
+    GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate(func, device, queue_index, wait, signal));
   if (!ops || !ops->name)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: internal: action ops must be given", func);
   state = gpuhal__queue_state(device);
@@ -1304,11 +1317,11 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   GPUHAL__TRACE(device, (trace_t0 = gpuhal_now_ns(), trace_span = gpuhal__trace_submit_begin(device, a, wait, signal)));
   /* From here `a` may complete and be reused at any time: the trace keeps only its span id. */
   GPUHAL__QP_MARK(qp, GPUHAL__QP_INIT);
-  if (issuing && idle) gpuhal__queue_issue_here(state, a);
+  if (issuing && idle) dispatched = gpuhal__queue_issue_here(state, a);
   if (issuing) gpuhal__mutex_unlock(&state->issue_mutex);
   if (issuing && idle) {
     GPUHAL__QP_MARK(qp, GPUHAL__QP_ISSUE_HERE);
-    gpuhal__queue_harvest(state);
+    gpuhal__queue_harvest(state, dispatched);
     GPUHAL__QP_MARK(qp, GPUHAL__QP_HARVEST);
   }
   if (!idle) {
@@ -1382,7 +1395,9 @@ static const gpuhal__action_ops_t gpuhal__alloca_ops = {"alloca", gpuhal__alloca
 static const gpuhal__action_ops_t gpuhal__dealloca_ops = {"dealloca", gpuhal__dealloca_issue, NULL,
                                                           gpuhal__buffer_action_release};
 static unsigned gpuhal__pool_submit_flags(gpuhal_device_t* device) {
-  return (device->memory && device->memory->pool) ? (unsigned)GPUHAL__SUBMIT_CALLER_MAY_ISSUE : 0u;
+  unsigned flags = GPUHAL__SUBMIT_VALIDATED; /* by gpuhal_queue_alloca / _dealloca */
+  if (device->memory && device->memory->pool) flags |= GPUHAL__SUBMIT_CALLER_MAY_ISSUE;
+  return flags;
 }
 
 GPUHAL_API gpuhal_status_t gpuhal_queue_alloca(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
