@@ -209,6 +209,7 @@ typedef struct gpuhal__action_s {
   uint32_t next_wait; /* waits before this one are resolved */
   int32_t wake;       /* 1: new, or a semaphore it is blocked on changed: resolve it again */
   int completed_ok;   /* the work completed and its values were advanced */
+  uint32_t shared_signal_refs; /* bit i: signal i uses a wait's semaphore reference */
   gpuhal__action_wait_t* waits;
   gpuhal__timepoint_t* signals;
   /* What the completion side reads of every action comes first (fewer cache lines). */
@@ -438,6 +439,30 @@ static gpuhal_status_t gpuhal__queue_lost_clone(gpuhal__queue_state_t* state) {
   return s;
 }
 
+/* 1 when signal `i` holds no semaphore reference of its own: a wait of the same semaphore
+ * holds the one the action needs (a timeline that waits on one value and signals the next
+ * costs one reference count change per submission and per release, not two). */
+static int gpuhal__action_signal_ref_shared(const gpuhal__action_t* a, uint32_t i) {
+  return i < 32 && ((a->shared_signal_refs >> i) & 1u);
+}
+
+/* At submission: takes the semaphore references of the lists, one per wait and one per
+ * signal whose semaphore none of the waits has. */
+static void gpuhal__action_retain_semaphores(gpuhal__action_t* a) {
+  uint32_t i, j;
+  a->shared_signal_refs = 0;
+  for (i = 0; i < a->wait_count; ++i) gpuhal__object_retain(&a->waits[i].semaphore->object);
+  for (i = 0; i < a->signal_count; ++i) {
+    for (j = 0; i < 32 && j < a->wait_count && a->waits[j].semaphore != a->signals[i].semaphore; ++j) {
+    }
+    if (i < 32 && j < a->wait_count) {
+      a->shared_signal_refs |= 1u << i;
+    } else {
+      gpuhal__object_retain(&a->signals[i].semaphore->object);
+    }
+  }
+}
+
 /* On the worker (or a harvesting submitter): drops everything the action holds. Its own
  * event, when this was the last reference, goes on `*events` (the state's pool). */
 static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
@@ -445,6 +470,11 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
   uint32_t i;
   if (a->ops->release) a->ops->release(a->user, state->device);
   GPUHAL__TRACE(state->device, gpuhal__trace_action_release(state->device, a)); /* trace hook */
+  /* Signals first: a signal may share its semaphore reference with a wait. */
+  for (i = 0; i < a->signal_count; ++i) {
+    if (!a->completed_ok) gpuhal__semaphore_remove_timepoint(&a->signals[i]);
+    if (!gpuhal__action_signal_ref_shared(a, i)) gpuhal_semaphore_release(a->signals[i].semaphore);
+  }
   for (i = 0; i < a->wait_count; ++i) {
     gpuhal__action_wait_t* w = &a->waits[i];
     /* Only an action that never issued can still be registered (on its blocking wait). */
@@ -453,11 +483,8 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
     w->event = NULL;
     gpuhal_semaphore_release(w->semaphore);
   }
-  for (i = 0; i < a->signal_count; ++i) {
-    if (!a->completed_ok) gpuhal__semaphore_remove_timepoint(&a->signals[i]);
-    gpuhal_semaphore_release(a->signals[i].semaphore);
-  }
   a->completed_ok = 0;
+  a->shared_signal_refs = 0;
   gpuhal__event_release_to(a->event, events);
   a->event = NULL;
   gpuhal_status_free(a->failure);
@@ -500,10 +527,13 @@ typedef enum gpuhal__resolve_e { GPUHAL__RESOLVE_READY, GPUHAL__RESOLVE_BLOCKED,
 /* Resolves the waits in order; stops at the first one neither completed nor submitted
  * (registering on its semaphore so its change kicks the pump). */
 static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, gpuhal_status_t* out_failure) {
+  CUstream stream = a->state->device->streams[a->queue_index];
   while (a->next_wait < a->wait_count) {
     gpuhal__action_wait_t* w = &a->waits[a->next_wait];
     gpuhal_status_t failure = NULL;
-    gpuhal__wait_state_t st = gpuhal__semaphore_check(w->semaphore, w->value, &w->waiter, &w->event, NULL, &failure);
+    /* A value submitted on this action's own stream needs no wait: stream order has it. */
+    gpuhal__wait_state_t st = gpuhal__semaphore_check(w->semaphore, w->value, &w->waiter, stream, &w->event, NULL,
+                                                      &failure);
     if (st == GPUHAL__WAIT_PENDING) return GPUHAL__RESOLVE_BLOCKED;
     if (st == GPUHAL__WAIT_FAILED) {
       char who[96];
@@ -1304,7 +1334,6 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
     w->semaphore = wait.semaphores[i];
     w->value = wait.values[i];
     w->event = NULL;
-    gpuhal__object_retain(&w->semaphore->object);
   }
   for (i = 0; i < signal.count; ++i) {
     gpuhal__timepoint_t* tp = &a->signals[i];
@@ -1312,8 +1341,8 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
     tp->semaphore = signal.semaphores[i];
     tp->value = signal.values[i];
     tp->event = NULL;
-    gpuhal__object_retain(&tp->semaphore->object);
   }
+  gpuhal__action_retain_semaphores(a);
   GPUHAL__TRACE(device, (trace_t0 = gpuhal_now_ns(), trace_span = gpuhal__trace_submit_begin(device, a, wait, signal)));
   /* From here `a` may complete and be reused at any time: the trace keeps only its span id. */
   GPUHAL__QP_MARK(qp, GPUHAL__QP_INIT);

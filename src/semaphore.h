@@ -225,10 +225,13 @@ typedef enum gpuhal__wait_state_e {
 
 /* Checks (semaphore, value) and, when pending, registers `waiter` (if not NULL and not
  * registered already) in the same critical section, so no change is missed. With
- * out_event NULL, submitted timepoints are not looked at. */
+ * out_event NULL, submitted timepoints are not looked at. A submitted value whose event
+ * was recorded on `order_stream` (NULL: none) is SUBMITTED without an event: work issued
+ * on that stream after now is ordered after it anyway. */
 static gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint64_t value,
-                                                     gpuhal__semaphore_waiter_t* waiter, gpuhal__event_t** out_event,
-                                                     uint64_t* out_event_value, gpuhal_status_t* out_status) {
+                                                     gpuhal__semaphore_waiter_t* waiter, CUstream order_stream,
+                                                     gpuhal__event_t** out_event, uint64_t* out_event_value,
+                                                     gpuhal_status_t* out_status) {
   gpuhal__wait_state_t state = GPUHAL__WAIT_PENDING;
   gpuhal__mutex_lock(&s->mutex);
   if (s->failure) {
@@ -248,8 +251,10 @@ static gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint6
         best = tp;
       }
       if (best) {
-        gpuhal__event_retain(best->event);
-        *out_event = best->event;
+        if (!order_stream || best->event->stream != order_stream) {
+          gpuhal__event_retain(best->event);
+          *out_event = best->event;
+        }
         if (out_event_value) *out_event_value = best->value;
         state = GPUHAL__WAIT_SUBMITTED;
       }
@@ -492,7 +497,7 @@ static int gpuhal__host_wait_evaluate(gpuhal_wait_mode_t mode, gpuhal_semaphore_
     gpuhal__event_t* event = NULL;
     uint64_t event_value = 0;
     gpuhal__wait_state_t st = gpuhal__semaphore_check(list.semaphores[i], list.values[i],
-                                                      register_nodes ? &nodes[i] : NULL,
+                                                      register_nodes ? &nodes[i] : NULL, NULL,
                                                       (out_event && !*out_event) ? &event : NULL, &event_value,
                                                       &failure);
     if (st == GPUHAL__WAIT_COMPLETED) {
