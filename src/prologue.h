@@ -43,6 +43,8 @@
  *   GPUHAL_NO_NCCL      leave out collectives; channel calls return UNAVAILABLE
  *   GPUHAL_USE_CUDA_H   use the real <cuda.h> instead of gpuhal's own declarations
  *                       (also chosen automatically when <cuda.h> was included first)
+ *   Tuning of the queue's threads (GPUHAL_COMPLETION_*, GPUHAL_HOST_WAIT_*, GPUHAL_HARVEST_*)
+ *   is described beside each default (the semaphore and queue sections) and in README.md.
  *
  * ENVIRONMENT
  *   GPUHAL_CUDA_LIBRARY   driver library to load (default libcuda.so.1, then libcuda.so)

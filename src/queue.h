@@ -18,13 +18,18 @@
  *    worker for release (in batches, one lock each). Between batches it naps rather than
  *    sleeps while work keeps coming (GPUHAL_COMPLETION_NAP_NS), so submitters need not
  *    wake it.
- * Fast paths (DESIGN §6): a submitter issues a ready action itself, inside a push/pop of the
- * device's context, when nothing is queued ahead (GPUHAL__SUBMIT_CALLER_MAY_ISSUE); a host
- * waiter polls the recorded event of the value it waits for and advances the semaphore
- * itself once that event completed (semaphore.h).
  *  - the host-call thread runs gpuhal_queue_host_call functions once their waits completed,
  *    then signals. No user function runs inside a CUDA callback; gpuhal never uses
  *    cuLaunchHostFunc.
+ * Fast paths (DESIGN §6):
+ *  - a submitter issues a ready action itself, inside a push/pop of the device's context,
+ *    when nothing is queued ahead (GPUHAL__SUBMIT_CALLER_MAY_ISSUE);
+ *  - a submitter that keeps issuing that way also retires the completed head of the issued
+ *    list itself ("harvesting", below): in a busy steady state the completion thread and the
+ *    worker have nothing to do, and an action's memory, its semaphores and its event stay
+ *    in that thread's cache;
+ *  - a host waiter polls the recorded event of the value it waits for and advances the
+ *    semaphore itself once that event completed (semaphore.h).
  * A CUDA error fails the action's signal semaphores with the original error; actions that
  * wait on a failed semaphore fail with that cause in their message; a sticky error marks the
  * device lost and every pending and later action fails fast with it. */
@@ -70,10 +75,14 @@ typedef struct gpuhal__action_ops_s {
    * was already complete): put the work on `stream`. An error fails the signals. */
   gpuhal_status_t (*issue)(void* user, gpuhal_device_t* device, CUstream stream);
   /* Optional. Once the work is complete (status NULL) or failed. No CUDA calls. Runs on the
-   * completion thread, or on the worker for actions that failed before they were issued. */
+   * completion thread, on a submitting thread that harvests the action (see harvesting),
+   * or on the worker for actions that failed before they were issued. */
   void (*complete)(void* user, gpuhal_status_t status);
-  /* Optional. On the worker thread after completion or failure (CUDA calls allowed). Always
-   * called exactly once for a submitted action, even one that never ran. */
+  /* Optional. After completion or failure, on the worker thread or on a harvesting
+   * submitter; no gpuhal lock is held either way, but only the worker is sure to have the
+   * device's context current: a release that makes CUDA calls enters the context itself
+   * (gpuhal__context_enter) or asks the worker, as buffer and command-buffer destruction
+   * do. Always called exactly once for a submitted action, even one that never ran. */
   void (*release)(void* user, gpuhal_device_t* device);
 } gpuhal__action_ops_t;
 
