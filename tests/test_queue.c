@@ -499,7 +499,64 @@ TU_TEST(steady_state_allocates_nothing) {
   qt_close(&f);
 }
 
-/* Submits one spin_us(us) launch on queue 0 that signals s to `value`. */
+/* queue_alloca's buffer objects are recycled: a steady chain of alloca/dealloca pairs
+ * allocates nothing, and a released handle is still caught as released while fewer than
+ * GPUHAL__RECYCLE_DISTANCE later buffers were released. */
+static gpuhal_status_t alloca_pair(qt_fixture_t* f, gpuhal_semaphore_t* s, uint64_t* value, gpuhal_buffer_t** out) {
+  uint64_t prev = *value, mid = prev + 1, next = prev + 2;
+  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_status_t st = gpuhal_queue_alloca(f->device, 0, gpuhal_semaphore_list_one(&s, &prev),
+                                           gpuhal_semaphore_list_one(&s, &mid), 256, &buffer);
+  if (!st)
+    st = gpuhal_queue_dealloca(f->device, 0, gpuhal_semaphore_list_one(&s, &mid),
+                               gpuhal_semaphore_list_one(&s, &next), buffer);
+  *value = next;
+  if (out) {
+    *out = buffer;
+  } else {
+    gpuhal_buffer_release(buffer);
+  }
+  return st;
+}
+
+TU_TEST(alloca_buffer_objects_are_recycled) {
+  qt_fixture_t f;
+  gpuhal_semaphore_t* s = NULL;
+  gpuhal_buffer_t* old = NULL;
+  uint64_t value = 0, address = 0, allocs_before, round_allocs[4] = {0, 0, 0, 0};
+  qt_counting_allocator_t counting;
+  int i, round, clean = 0;
+  TU_REQUIRE(qt_open(&f, 1, qt_counting_allocator(&counting)));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  for (i = 0; i < 200; ++i) TU_REQUIRE_OK(alloca_pair(&f, s, &value, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, value, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(30)));
+  /* A round may still grow a pool once on a slow machine; one round must allocate nothing. */
+  for (round = 0; round < 4 && !clean; ++round) {
+    allocs_before = qt_counting_allocs(&counting);
+    for (i = 0; i < 200; ++i) TU_REQUIRE_OK(alloca_pair(&f, s, &value, NULL));
+    TU_CHECK_OK(gpuhal_semaphore_wait(s, value, qt_seconds(30)));
+    TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(30)));
+    round_allocs[round] = qt_counting_allocs(&counting) - allocs_before;
+    clean = round_allocs[round] == 0;
+  }
+  if (!clean)
+    TU_FAIL_AT(__FILE__, __LINE__, "every round of 200 alloca/dealloca pairs allocated (%llu, %llu, %llu, %llu)",
+               (unsigned long long)round_allocs[0], (unsigned long long)round_allocs[1],
+               (unsigned long long)round_allocs[2], (unsigned long long)round_allocs[3]);
+  /* Released, then GPUHAL__RECYCLE_DISTANCE - 1 more released: still caught. */
+  TU_REQUIRE_OK(alloca_pair(&f, s, &value, &old));
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, value, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(30)));
+  gpuhal_buffer_release(old);
+  for (i = 0; i < GPUHAL__RECYCLE_DISTANCE - 1; ++i) TU_REQUIRE_OK(alloca_pair(&f, s, &value, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, value, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(30)));
+  TU_CHECK_STATUS(gpuhal_buffer_device_address(old, &address), GPUHAL_STATUS_INVALID_ARGUMENT, "already released");
+  gpuhal_semaphore_release(s);
+  qt_close(&f);
+}
+
 /* A host wait longer than the polling windows (semaphore.h, phase 3: sleeps between polls
  * of the value's own event): a finite timeout that passes while the work runs reports
  * DEADLINE_EXCEEDED; an infinite one returns once the work is done, with the value reached
@@ -556,5 +613,5 @@ TU_MAIN(TU_CASE(barrier_signals), TU_CASE(argument_checks), TU_CASE(waiter_submi
         TU_CASE(host_failed_wait_fails_queued_work), TU_CASE(host_call_ordering), TU_CASE(host_call_error_fails_signal),
         TU_CASE(alloca_execute_dealloca), TU_CASE(chain_of_100_issues_without_host_waits),
         TU_CASE(release_with_work_in_flight),
-        TU_CASE(eight_threads_mixed_submissions), TU_CASE(steady_state_allocates_nothing),
+        TU_CASE(eight_threads_mixed_submissions), TU_CASE(steady_state_allocates_nothing), TU_CASE(alloca_buffer_objects_are_recycled),
         TU_CASE(long_wait_sleeps_between_polls), TU_CASE(failing_event_queries_wait_for_the_work))
