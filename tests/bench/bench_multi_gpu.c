@@ -14,7 +14,9 @@
  *      gpuhal's own communicators.
  *
  *   NCCL_NVLS_ENABLE=0 ./bench/bench_multi_gpu [max_mib=1024] [iterations=20]
- * Needs 2 devices (softcuda: SOFTCUDA_DEVICES=2 or more; its timings mean nothing). */
+ * Needs 2 devices (softcuda: SOFTCUDA_DEVICES=2 or more; its timings mean nothing). With one
+ * device it measures only what one GPU can show: microseconds per all-reduce on a one-rank
+ * channel at each size (at small sizes, the cost of issuing a collective), gpuhal vs raw. */
 #define GPUHAL_IMPLEMENTATION
 #include "gpuhal.h"
 #include "../test_multi_device_util.h"
@@ -209,6 +211,11 @@ static double bm_hop_raw(bm_raw_t* r, int hops) {
 static double bm_busbw(uint64_t bytes, double seconds, int n) {
   return (double)bytes * 2.0 * (n - 1) / n / seconds / 1e9;
 }
+/* What a row reports: bus bandwidth in GB/s, or with one device (no bus) microseconds per
+ * all-reduce, which then measure the cost of issuing one. */
+static double bm_rate(uint64_t bytes, double seconds, int n) {
+  return n > 1 ? bm_busbw(bytes, seconds, n) : seconds * 1e6;
+}
 
 #define BM_EVENTS 64
 /* The raw side, one thread per rank (a diagnostic: gpuhal issues each rank on its device's
@@ -357,10 +364,11 @@ static void bm_all_reduce(int max_mib, int min_iterations, double* worst_ratio) 
     for (it = 0; it < BM_EVENTS; ++it) BM_CU(cu->cuEventCreate(&events[d * BM_EVENTS + it], CU_EVENT_DISABLE_TIMING));
     BM_CU(cu->cuCtxPopCurrent(&popped));
   }
-  printf("all-reduce, float sum over %d devices: bus bandwidth GB/s, median of %d runs; gpuhal STREAM and GRAPH "
+  printf("all-reduce, float sum over %d devices: %s, median of %d runs; gpuhal STREAM and GRAPH "
          "command buffers vs raw NCCL (all ranks in one group per call, one thread); raw-threads: one thread per "
          "rank, +event: and an event recorded after each call, as gpuhal does (diagnostics)\n",
-         n, BM_REPS);
+         n, n > 1 ? "bus bandwidth GB/s" : "one rank, no bus: microseconds per all-reduce (the cost of issuing one)",
+         BM_REPS);
   for (mib = 1; mib <= (uint64_t)max_mib; mib *= 4) {
     uint64_t bytes = mib << 20;
     size_t count = (size_t)(bytes / 4);
@@ -405,8 +413,8 @@ static void bm_all_reduce(int max_mib, int min_iterations, double* worst_ratio) 
     mc = bm_median(t_comms, BM_REPS);
     printf("all-reduce %5llu MiB x %3d: gpuhal stream %7.2f graph %7.2f | raw %7.2f | raw-threads %7.2f, "
            "+event %7.2f, on gpuhal's communicators %7.2f | ratio stream %.3f graph %.3f (target >= 0.95)\n",
-           (unsigned long long)mib, iterations, bm_busbw(bytes, ms, n), bm_busbw(bytes, mg, n), bm_busbw(bytes, mr, n),
-           bm_busbw(bytes, mt, n), bm_busbw(bytes, me, n), bm_busbw(bytes, mc, n), mr / ms, mr / mg);
+           (unsigned long long)mib, iterations, bm_rate(bytes, ms, n), bm_rate(bytes, mg, n), bm_rate(bytes, mr, n),
+           bm_rate(bytes, mt, n), bm_rate(bytes, me, n), bm_rate(bytes, mc, n), mr / ms, mr / mg);
     fflush(stdout);
     if (mr / ms < *worst_ratio) *worst_ratio = mr / ms;
     if (mr / mg < *worst_ratio) *worst_ratio = mr / mg;
@@ -435,14 +443,26 @@ int main(int argc, char** argv) {
   if (!nvls || strcmp(nvls, "0") != 0) setenv("NCCL_NVLS_ENABLE", "0", 1); /* never NVLink multicast */
   if (max_mib < 1) max_mib = 1;
   if (iterations < 1) iterations = 1;
-  if (!md_open(&f, MD_MAX_DEVICES, 2, NULL)) {
-    fprintf(stderr, "bench_multi_gpu needs 2 devices\n");
+  if (!md_open(&f, MD_MAX_DEVICES, 1, NULL)) {
+    fprintf(stderr, "bench_multi_gpu needs a device\n");
     return 77;
   }
   cu = f.devices[0]->cu;
   BM_CHECK(md_load_kernels(&f));
   printf("bench_multi_gpu: %d devices (%s)%s\n", f.count, gpuhal_driver_cuda_library(f.driver),
          md_softcuda_symbol("softcuda_query_calls") ? " -- softcuda: timings are meaningless" : "");
+  if (f.count == 1) {
+    /* One GPU: no scaling, hop or bus bandwidth, but the cost of issuing a collective
+     * (small all-reduces on a one-rank channel) against raw NCCL calls. */
+    if (gpuhal_driver_has_feature(f.driver, GPUHAL_FEATURE_NCCL)) {
+      bm_all_reduce(max_mib, iterations, &worst);
+      printf("summary: 1 device; worst all-reduce rate ratio %.3f (raw time / gpuhal time)\n", worst);
+    } else {
+      printf("summary: 1 device and no NCCL: nothing to measure\n");
+    }
+    md_close(&f);
+    return 0;
+  }
   scaling = bm_scaling();
   bm_raw_open(&raw);
   bm_hop_raw(&raw, 50);
