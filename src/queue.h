@@ -540,9 +540,14 @@ static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, gpuhal_stat
   while (a->next_wait < a->wait_count) {
     gpuhal__action_wait_t* w = &a->waits[a->next_wait];
     gpuhal_status_t failure = NULL;
-    /* A value submitted on this action's own stream needs no wait: stream order has it. */
-    gpuhal__wait_state_t st = gpuhal__semaphore_check(w->semaphore, w->value, &w->waiter, stream, &w->event, NULL,
-                                                      &failure);
+    gpuhal__wait_state_t st;
+    /* A value submitted on this action's own stream needs no wait: stream order has it
+     * (told without the semaphore's lock when the newest submitted value covers it). */
+    if (gpuhal__semaphore_covered_on_stream(w->semaphore, w->value, stream)) {
+      a->next_wait++;
+      continue;
+    }
+    st = gpuhal__semaphore_check(w->semaphore, w->value, &w->waiter, stream, &w->event, NULL, &failure);
     if (st == GPUHAL__WAIT_PENDING) return GPUHAL__RESOLVE_BLOCKED;
     if (st == GPUHAL__WAIT_FAILED) {
       char who[96];

@@ -128,6 +128,13 @@ struct gpuhal_semaphore_s {
   gpuhal_status_t failure; /* NULL while healthy; first cause wins */
   gpuhal__list_node_t timepoints;
   gpuhal__list_node_t waiters;
+  /* The newest submitted timepoint, readable without the mutex (a sequence lock: written
+   * under the mutex, `newest_seq` odd while it changes): lets a queue action whose wait is
+   * covered by work already issued on its own stream skip the lock (see
+   * gpuhal__semaphore_covered_on_stream). */
+  uint32_t newest_seq;
+  uint64_t newest_value; /* 0: no submitted timepoint */
+  CUstream newest_stream;
 };
 
 static void gpuhal__semaphore_waiter_init(gpuhal__semaphore_waiter_t* w) { gpuhal__list_init(&w->link); }
@@ -152,6 +159,40 @@ static void gpuhal__semaphore_notify_locked(gpuhal_semaphore_t* s, uint64_t subm
   }
 }
 
+/* Under the lock: republishes the newest submitted timepoint after the list changed. */
+static void gpuhal__semaphore_publish_newest_locked(gpuhal_semaphore_t* s) {
+  const gpuhal__timepoint_t* newest =
+      gpuhal__list_empty(&s->timepoints) ? NULL : GPUHAL__CONTAINER_OF(s->timepoints.prev, gpuhal__timepoint_t, link);
+  uint64_t value = newest ? newest->value : 0;
+  CUstream stream = newest ? newest->event->stream : NULL;
+  uint32_t seq = __atomic_load_n(&s->newest_seq, __ATOMIC_RELAXED);
+  if (value == gpuhal__atomic_load(&s->newest_value) && stream == gpuhal__atomic_load(&s->newest_stream)) return;
+  __atomic_store_n(&s->newest_seq, seq + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  __atomic_store_n(&s->newest_value, value, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->newest_stream, stream, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->newest_seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+/* Without the lock: 1 when a wait for `value` needs nothing on `stream`: the value is
+ * reached, or the newest submitted timepoint, at or above it, was recorded on that stream
+ * (work issued there later runs after it). 0 when that cannot be told this way: ask
+ * gpuhal__semaphore_check. A failure seen or not here is the same race as with the lock. */
+static int gpuhal__semaphore_covered_on_stream(gpuhal_semaphore_t* s, uint64_t value, CUstream stream) {
+  uint32_t seq;
+  uint64_t newest_value;
+  CUstream newest_stream;
+  if (gpuhal__atomic_load(&s->failure) != NULL) return 0;
+  if (gpuhal__atomic_load(&s->value) >= value) return 1;
+  seq = __atomic_load_n(&s->newest_seq, __ATOMIC_ACQUIRE);
+  if (seq & 1u) return 0;
+  newest_value = __atomic_load_n(&s->newest_value, __ATOMIC_RELAXED);
+  newest_stream = __atomic_load_n(&s->newest_stream, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  if (__atomic_load_n(&s->newest_seq, __ATOMIC_RELAXED) != seq) return 0;
+  return newest_stream == stream && stream != NULL && newest_value >= value;
+}
+
 /* Under the lock: forgets timepoints at or below the completed value. */
 static void gpuhal__semaphore_drop_completed_timepoints_locked(gpuhal_semaphore_t* s) {
   while (!gpuhal__list_empty(&s->timepoints)) {
@@ -159,6 +200,7 @@ static void gpuhal__semaphore_drop_completed_timepoints_locked(gpuhal_semaphore_
     if (tp->value > s->value) break;
     gpuhal__list_remove(&tp->link);
   }
+  gpuhal__semaphore_publish_newest_locked(s);
 }
 
 /* Raises the value to `value` (no-op if not above, or failed) and wakes who it satisfies.
@@ -189,6 +231,7 @@ static void gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuhal__timep
   tp->link.next = n->next;
   n->next->prev = &tp->link;
   n->next = &tp->link;
+  gpuhal__semaphore_publish_newest_locked(s);
   gpuhal__semaphore_notify_locked(s, tp->value);
   gpuhal__mutex_unlock(&s->mutex);
 }
@@ -197,6 +240,7 @@ static void gpuhal__semaphore_remove_timepoint(gpuhal__timepoint_t* tp) {
   gpuhal_semaphore_t* s = tp->semaphore;
   gpuhal__mutex_lock(&s->mutex);
   gpuhal__list_remove(&tp->link);
+  gpuhal__semaphore_publish_newest_locked(s);
   gpuhal__mutex_unlock(&s->mutex);
 }
 
@@ -211,6 +255,7 @@ static void gpuhal__semaphore_fail_owned(gpuhal_semaphore_t* s, gpuhal_status_t 
   }
   gpuhal__atomic_store(&s->failure, cause); /* host waiters read it without the mutex */
   while (!gpuhal__list_empty(&s->timepoints)) gpuhal__list_pop_front(&s->timepoints);
+  gpuhal__semaphore_publish_newest_locked(s);
   gpuhal__semaphore_notify_locked(s, 0);
   gpuhal__mutex_unlock(&s->mutex);
 }
