@@ -1023,6 +1023,7 @@ static void* gpuhal__host_call_main(void* arg) {
 #define GPUHAL_HARVEST_MAX_BACKOFF 256 /* fast-path submissions skipped at most after a fruitless look */
 #endif
 #define GPUHAL__HARVEST_SLOTS 4 /* queues probed per look */
+#define GPUHAL__HARVEST_MAX_RUN 512 /* actions looked at per look: bounds the time under the state's lock */
 
 typedef struct gpuhal__harvest_probe_s {
   uint32_t queue_index;
@@ -1044,7 +1045,7 @@ static uint32_t gpuhal__harvest_pick(gpuhal__queue_state_t* state, gpuhal__harve
   gpuhal__list_node_t* n;
   for (n = state->in_flight.next; n != &state->in_flight; n = n->next) {
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
-    if (a->dispatch_ns > cutoff || a->host_fn) break;
+    if (a->dispatch_ns > cutoff || a->host_fn || run == GPUHAL__HARVEST_MAX_RUN) break;
     for (k = 0; k < count && probes[k].queue_index != a->queue_index; ++k) {
     }
     if (k == count) {
