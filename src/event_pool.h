@@ -128,21 +128,9 @@ static gpuhal_status_t gpuhal__event_pool_acquire(gpuhal__event_pool_t* pool, gp
 
 static void gpuhal__event_retain(gpuhal__event_t* e) { gpuhal__atomic_add(&e->refcount, 1); }
 
-/* Drops a reference; the last one returns the event to its pool. No CUDA call. */
-static void gpuhal__event_release(gpuhal__event_t* e) {
-  gpuhal__event_pool_t* pool;
-  if (!e || gpuhal__atomic_sub(&e->refcount, 1) != 0) return;
-  pool = e->pool;
-  gpuhal__mutex_lock(&pool->mutex);
-  e->next_free = pool->free_list;
-  pool->free_list = e;
-  if (--pool->outstanding == 0) gpuhal__cond_broadcast(&pool->returned);
-  gpuhal__mutex_unlock(&pool->mutex);
-}
-
-/* Drops a reference like gpuhal__event_release, but an event whose last reference this was
- * goes on `*chain` (linked through next_free) for gpuhal__event_pool_put_chain: whoever
- * releases many events of one pool at once takes its lock once. */
+/* Drops a reference; an event whose last reference this was goes on `*chain` (linked
+ * through next_free) for gpuhal__event_pool_put_chain: whoever releases many events of one
+ * pool at once takes its lock once. */
 static void gpuhal__event_release_to(gpuhal__event_t* e, gpuhal__event_t** chain) {
   if (!e || gpuhal__atomic_sub(&e->refcount, 1) != 0) return;
   e->next_free = *chain;
@@ -164,6 +152,13 @@ static void gpuhal__event_pool_put_chain(gpuhal__event_pool_t* pool, gpuhal__eve
   pool->outstanding -= n;
   if (pool->outstanding == 0) gpuhal__cond_broadcast(&pool->returned);
   gpuhal__mutex_unlock(&pool->mutex);
+}
+
+/* Drops a reference; the last one returns the event to its pool. No CUDA call. */
+static void gpuhal__event_release(gpuhal__event_t* e) {
+  gpuhal__event_t* chain = NULL;
+  gpuhal__event_release_to(e, &chain);
+  if (chain) gpuhal__event_pool_put_chain(chain->pool, chain);
 }
 
 /* 0: complete; 1: not yet; -1: error (left for the completion thread to report).
