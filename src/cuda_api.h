@@ -590,6 +590,35 @@ typedef enum CUevent_record_flags_enum {
     CU_EVENT_RECORD_EXTERNAL = 0x1
 } CUevent_record_flags;
 
+/* Stream memory operations (cuStreamWaitValue32/64, cuStreamWriteValue32/64,
+ * cuStreamBatchMemOp and batch memop graph nodes). */
+typedef enum CUstreamWaitValue_flags_enum {
+    CU_STREAM_WAIT_VALUE_GEQ   = 0x0,    /* (int32_t)(*addr - value) >= 0 (int64_t for 64-bit): cyclic */
+    CU_STREAM_WAIT_VALUE_EQ    = 0x1,    /* *addr == value */
+    CU_STREAM_WAIT_VALUE_AND   = 0x2,    /* (*addr & value) != 0 */
+    CU_STREAM_WAIT_VALUE_NOR   = 0x3,    /* ~(*addr | value) != 0 */
+    CU_STREAM_WAIT_VALUE_FLUSH = 1 << 30 /* then flush remote writes (CAN_FLUSH_REMOTE_WRITES) */
+} CUstreamWaitValue_flags;
+
+typedef enum CUstreamWriteValue_flags_enum {
+    CU_STREAM_WRITE_VALUE_DEFAULT           = 0x0,
+    CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER = 0x1 /* not supported by the _v2 API gpuhal resolves */
+} CUstreamWriteValue_flags;
+
+typedef enum CUstreamBatchMemOpType_enum {
+    CU_STREAM_MEM_OP_WAIT_VALUE_32       = 1,
+    CU_STREAM_MEM_OP_WRITE_VALUE_32      = 2,
+    CU_STREAM_MEM_OP_WAIT_VALUE_64       = 4,
+    CU_STREAM_MEM_OP_WRITE_VALUE_64      = 5,
+    CU_STREAM_MEM_OP_BARRIER             = 6,
+    CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES = 3
+} CUstreamBatchMemOpType;
+
+typedef enum CUstreamMemoryBarrier_flags_enum {
+    CU_STREAM_MEMORY_BARRIER_TYPE_SYS = 0x0,
+    CU_STREAM_MEMORY_BARRIER_TYPE_GPU = 0x1
+} CUstreamMemoryBarrier_flags;
+
 typedef enum CUmemAttach_flags_enum {
     CU_MEM_ATTACH_GLOBAL = 0x1,
     CU_MEM_ATTACH_HOST   = 0x2,
@@ -829,6 +858,66 @@ typedef struct CUgraphExecUpdateResultInfo_st {
 } CUgraphExecUpdateResultInfo_v1;
 typedef CUgraphExecUpdateResultInfo_v1 CUgraphExecUpdateResultInfo;
 
+/* cuda.h nests an anonymous union (value / value64) here: standard in C11 and C++, an
+ * extension in C99 that __extension__ admits without a -Wpedantic warning. The layout
+ * (48 bytes, padded by pad[6]) is the same in every CUDA 12/13 release. */
+#if defined(__GNUC__) && !defined(__cplusplus)
+#define GPUHAL__ANONYMOUS_UNION __extension__ union
+#else
+#define GPUHAL__ANONYMOUS_UNION union
+#endif
+typedef union CUstreamBatchMemOpParams_union {
+    CUstreamBatchMemOpType operation; /* the tag: first field of every member */
+    struct CUstreamMemOpWaitValueParams_st {
+        CUstreamBatchMemOpType operation;
+        CUdeviceptr address;
+        GPUHAL__ANONYMOUS_UNION {
+            cuuint32_t value;
+            cuuint64_t value64;
+        };
+        unsigned int flags; /* CUstreamWaitValue_flags */
+        CUdeviceptr alias;  /* driver-internal */
+    } waitValue;
+    struct CUstreamMemOpWriteValueParams_st {
+        CUstreamBatchMemOpType operation;
+        CUdeviceptr address;
+        GPUHAL__ANONYMOUS_UNION {
+            cuuint32_t value;
+            cuuint64_t value64;
+        };
+        unsigned int flags; /* CUstreamWriteValue_flags */
+        CUdeviceptr alias;  /* driver-internal */
+    } writeValue;
+    struct CUstreamMemOpFlushRemoteWritesParams_st {
+        CUstreamBatchMemOpType operation;
+        unsigned int flags; /* must be 0 */
+    } flushRemoteWrites;
+    struct CUstreamMemOpMemoryBarrierParams_st {
+        CUstreamBatchMemOpType operation;
+        unsigned int flags; /* CUstreamMemoryBarrier_flags */
+    } memoryBarrier;
+    cuuint64_t pad[6];
+} CUstreamBatchMemOpParams_v1;
+typedef CUstreamBatchMemOpParams_v1 CUstreamBatchMemOpParams;
+#undef GPUHAL__ANONYMOUS_UNION
+
+/* v1 is what cuGraphAddBatchMemOpNode and cuGraphExecBatchMemOpNodeSetParams take; v2
+ * (same layout) is cuGraphAddNode's member. */
+typedef struct CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st {
+    CUcontext ctx;
+    unsigned int count;
+    CUstreamBatchMemOpParams* paramArray;
+    unsigned int flags;
+} CUDA_BATCH_MEM_OP_NODE_PARAMS_v1;
+typedef CUDA_BATCH_MEM_OP_NODE_PARAMS_v1 CUDA_BATCH_MEM_OP_NODE_PARAMS;
+
+typedef struct CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st {
+    CUcontext ctx;
+    unsigned int count;
+    CUstreamBatchMemOpParams* paramArray;
+    unsigned int flags;
+} CUDA_BATCH_MEM_OP_NODE_PARAMS_v2;
+
 #endif /* !GPUHAL__HAVE_CUDA_TYPES */
 
 /* ------------------------------------------------------------------------------------ */
@@ -1043,7 +1132,11 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
  * the release that introduced them (an earlier version finds nothing).
  * cuCtxCreate is pinned to 11000 on purpose: at 11040 and later (12000 included) the
  * driver answers "cuCtxCreate" with cuCtxCreate_v3, the 5-argument exec-affinity form
- * (seen on driver 580); before 11040 it is always the 3-argument cuCtxCreate_v2. */
+ * (seen on driver 580); before 11040 it is always the 3-argument cuCtxCreate_v2.
+ * The stream memory operations resolve to their _v2 exports (the 11.7 API, the only one
+ * CUDA 12 has): they are always available there, the 64-bit ones and WAIT_VALUE_NOR only
+ * where CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS / _CAN_USE_STREAM_WAIT_VALUE_NOR
+ * say so. cuMemHostGetDevicePointer gives the device address of mapped pinned memory. */
 #define GPUHAL_CUDA_OPTIONAL_SYMBOLS(X)                                                                       \
     X(cuMemPoolCreate, "cuMemPoolCreate", 12000, (CUmemoryPool* pool, const CUmemPoolProps* poolProps))       \
     X(cuMemPoolDestroy, "cuMemPoolDestroy", 12000, (CUmemoryPool pool))                                       \
@@ -1067,7 +1160,24 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
     X(cuCtxDisablePeerAccess, "cuCtxDisablePeerAccess", 12000, (CUcontext peerContext))                       \
     X(cuMemcpyPeer, "cuMemcpyPeer", 12000,                                                                    \
       (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,              \
-       size_t byteCount))
+       size_t byteCount))                                                                                     \
+    X(cuStreamWaitValue32, "cuStreamWaitValue32_v2", 12000,                                                   \
+      (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags))                              \
+    X(cuStreamWaitValue64, "cuStreamWaitValue64_v2", 12000,                                                   \
+      (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags))                              \
+    X(cuStreamWriteValue32, "cuStreamWriteValue32_v2", 12000,                                                 \
+      (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags))                              \
+    X(cuStreamWriteValue64, "cuStreamWriteValue64_v2", 12000,                                                 \
+      (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags))                              \
+    X(cuStreamBatchMemOp, "cuStreamBatchMemOp_v2", 12000,                                                     \
+      (CUstream stream, unsigned int count, CUstreamBatchMemOpParams* paramArray, unsigned int flags))        \
+    X(cuGraphAddBatchMemOpNode, "cuGraphAddBatchMemOpNode", 12000,                                            \
+      (CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies, size_t numDependencies,     \
+       const CUDA_BATCH_MEM_OP_NODE_PARAMS* nodeParams))                                                      \
+    X(cuGraphExecBatchMemOpNodeSetParams, "cuGraphExecBatchMemOpNodeSetParams", 12000,                        \
+      (CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS* nodeParams))           \
+    X(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", 12000,                                       \
+      (CUdeviceptr* pdptr, void* p, unsigned int Flags))
 
 /* NCCL: X(name, (params)); every entry returns ncclResult_t. ncclGetErrorString returns
  * const char* and is declared on its own below. Streams are CUstream, which is the same

@@ -17,8 +17,18 @@ struct abi_header_c_all {
     CUmemPoolProps pool;
     CUmemAccessDesc access;
     CUgraphExecUpdateResultInfo update;
+    CUstreamBatchMemOpParams memop;
+    CUDA_BATCH_MEM_OP_NODE_PARAMS memop_node;
+    CUDA_BATCH_MEM_OP_NODE_PARAMS_v2 memop_node_v2;
     ncclUniqueId id;
 };
 
 int abi_header_c_size(void);
 int abi_header_c_size(void) { return (int)sizeof(struct abi_header_c_all); }
+
+/* The anonymous value / value64 union must be reachable by name, as with cuda.h. */
+unsigned long long abi_header_c_memop_value(CUstreamBatchMemOpParams* p);
+unsigned long long abi_header_c_memop_value(CUstreamBatchMemOpParams* p) {
+    p->writeValue.value = 1u;
+    return p->waitValue.value64;
+}

@@ -11,8 +11,17 @@ struct abi_header_cxx_all {
     gpuhal_PFN_ncclGetErrorString ncclGetErrorString_ptr;
     CUDA_KERNEL_NODE_PARAMS kernel;
     CUmemPoolProps pool;
+    CUstreamBatchMemOpParams memop;
+    CUDA_BATCH_MEM_OP_NODE_PARAMS memop_node;
     ncclUniqueId id;
 };
+
+// The anonymous value / value64 union must be reachable by name, as with cuda.h.
+unsigned long long abi_header_cxx_memop_value(CUstreamBatchMemOpParams* p);
+unsigned long long abi_header_cxx_memop_value(CUstreamBatchMemOpParams* p) {
+    p->writeValue.value = 1u;
+    return p->waitValue.value64;
+}
 
 int abi_header_cxx_size();
 int abi_header_cxx_size() { return static_cast<int>(sizeof(abi_header_cxx_all)); }

@@ -81,6 +81,10 @@ typedef struct abi_item_t {
     SIZE(CUevent_flags) KIND(CUevent_flags) \
     SIZE(CUevent_wait_flags) KIND(CUevent_wait_flags) \
     SIZE(CUevent_record_flags) KIND(CUevent_record_flags) \
+    SIZE(CUstreamWaitValue_flags) KIND(CUstreamWaitValue_flags) \
+    SIZE(CUstreamWriteValue_flags) KIND(CUstreamWriteValue_flags) \
+    SIZE(CUstreamBatchMemOpType) KIND(CUstreamBatchMemOpType) \
+    SIZE(CUstreamMemoryBarrier_flags) KIND(CUstreamMemoryBarrier_flags) \
     SIZE(CUmemAttach_flags) KIND(CUmemAttach_flags) \
     SIZE(CUmemorytype) KIND(CUmemorytype) \
     SIZE(CUmemAllocationType) KIND(CUmemAllocationType) \
@@ -179,7 +183,57 @@ typedef struct abi_item_t {
     OFFSET(CUgraphExecUpdateResultInfo_v1, result) \
     OFFSET(CUgraphExecUpdateResultInfo_v1, errorNode) \
     OFFSET(CUgraphExecUpdateResultInfo_v1, errorFromNode) \
+    SIZE(CUstreamBatchMemOpParams_v1) \
+    OFFSET(CUstreamBatchMemOpParams_v1, operation) \
+    OFFSET(CUstreamBatchMemOpParams_v1, waitValue) \
+    OFFSET(CUstreamBatchMemOpParams_v1, waitValue.operation) \
+    OFFSET(CUstreamBatchMemOpParams_v1, waitValue.address) \
+    OFFSET(CUstreamBatchMemOpParams_v1, waitValue.value) \
+    OFFSET(CUstreamBatchMemOpParams_v1, waitValue.value64) \
+    OFFSET(CUstreamBatchMemOpParams_v1, waitValue.flags) \
+    OFFSET(CUstreamBatchMemOpParams_v1, waitValue.alias) \
+    OFFSET(CUstreamBatchMemOpParams_v1, writeValue) \
+    OFFSET(CUstreamBatchMemOpParams_v1, writeValue.operation) \
+    OFFSET(CUstreamBatchMemOpParams_v1, writeValue.address) \
+    OFFSET(CUstreamBatchMemOpParams_v1, writeValue.value) \
+    OFFSET(CUstreamBatchMemOpParams_v1, writeValue.value64) \
+    OFFSET(CUstreamBatchMemOpParams_v1, writeValue.flags) \
+    OFFSET(CUstreamBatchMemOpParams_v1, writeValue.alias) \
+    OFFSET(CUstreamBatchMemOpParams_v1, flushRemoteWrites) \
+    OFFSET(CUstreamBatchMemOpParams_v1, flushRemoteWrites.operation) \
+    OFFSET(CUstreamBatchMemOpParams_v1, flushRemoteWrites.flags) \
+    OFFSET(CUstreamBatchMemOpParams_v1, memoryBarrier) \
+    OFFSET(CUstreamBatchMemOpParams_v1, memoryBarrier.operation) \
+    OFFSET(CUstreamBatchMemOpParams_v1, memoryBarrier.flags) \
+    OFFSET(CUstreamBatchMemOpParams_v1, pad) \
+    SIZE(CUstreamBatchMemOpParams) \
+    SIZE(CUDA_BATCH_MEM_OP_NODE_PARAMS_v1) \
+    OFFSET(CUDA_BATCH_MEM_OP_NODE_PARAMS_v1, ctx) \
+    OFFSET(CUDA_BATCH_MEM_OP_NODE_PARAMS_v1, count) \
+    OFFSET(CUDA_BATCH_MEM_OP_NODE_PARAMS_v1, paramArray) \
+    OFFSET(CUDA_BATCH_MEM_OP_NODE_PARAMS_v1, flags) \
+    SIZE(CUDA_BATCH_MEM_OP_NODE_PARAMS) \
+    SIZE(CUDA_BATCH_MEM_OP_NODE_PARAMS_v2) \
+    OFFSET(CUDA_BATCH_MEM_OP_NODE_PARAMS_v2, ctx) \
+    OFFSET(CUDA_BATCH_MEM_OP_NODE_PARAMS_v2, count) \
+    OFFSET(CUDA_BATCH_MEM_OP_NODE_PARAMS_v2, paramArray) \
+    OFFSET(CUDA_BATCH_MEM_OP_NODE_PARAMS_v2, flags) \
     VALUE(CUDA_SUCCESS) \
+    VALUE(CU_STREAM_WAIT_VALUE_GEQ) \
+    VALUE(CU_STREAM_WAIT_VALUE_EQ) \
+    VALUE(CU_STREAM_WAIT_VALUE_AND) \
+    VALUE(CU_STREAM_WAIT_VALUE_NOR) \
+    VALUE(CU_STREAM_WAIT_VALUE_FLUSH) \
+    VALUE(CU_STREAM_WRITE_VALUE_DEFAULT) \
+    VALUE(CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) \
+    VALUE(CU_STREAM_MEM_OP_WAIT_VALUE_32) \
+    VALUE(CU_STREAM_MEM_OP_WRITE_VALUE_32) \
+    VALUE(CU_STREAM_MEM_OP_WAIT_VALUE_64) \
+    VALUE(CU_STREAM_MEM_OP_WRITE_VALUE_64) \
+    VALUE(CU_STREAM_MEM_OP_BARRIER) \
+    VALUE(CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES) \
+    VALUE(CU_STREAM_MEMORY_BARRIER_TYPE_SYS) \
+    VALUE(CU_STREAM_MEMORY_BARRIER_TYPE_GPU) \
     VALUE(CUDA_ERROR_INVALID_VALUE) \
     VALUE(CUDA_ERROR_OUT_OF_MEMORY) \
     VALUE(CUDA_ERROR_NOT_INITIALIZED) \
@@ -799,6 +853,14 @@ typedef struct abi_item_t {
     FUNC(cuDeviceCanAccessPeer, PFN_cuDeviceCanAccessPeer_v4000) \
     FUNC(cuCtxEnablePeerAccess, PFN_cuCtxEnablePeerAccess_v4000) \
     FUNC(cuCtxDisablePeerAccess, PFN_cuCtxDisablePeerAccess_v4000) \
-    FUNC(cuMemcpyPeer, PFN_cuMemcpyPeer_v4000)
+    FUNC(cuMemcpyPeer, PFN_cuMemcpyPeer_v4000) \
+    FUNC(cuStreamWaitValue32, PFN_cuStreamWaitValue32_v11070) \
+    FUNC(cuStreamWaitValue64, PFN_cuStreamWaitValue64_v11070) \
+    FUNC(cuStreamWriteValue32, PFN_cuStreamWriteValue32_v11070) \
+    FUNC(cuStreamWriteValue64, PFN_cuStreamWriteValue64_v11070) \
+    FUNC(cuStreamBatchMemOp, PFN_cuStreamBatchMemOp_v11070) \
+    FUNC(cuGraphAddBatchMemOpNode, PFN_cuGraphAddBatchMemOpNode_v11070) \
+    FUNC(cuGraphExecBatchMemOpNodeSetParams, PFN_cuGraphExecBatchMemOpNodeSetParams_v11070) \
+    FUNC(cuMemHostGetDevicePointer, PFN_cuMemHostGetDevicePointer_v3020)
 
 #endif /* GPUHAL_ABI_ITEMS_H */

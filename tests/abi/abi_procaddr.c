@@ -39,7 +39,10 @@ static const char* const alternates[] = {
     "cuStreamBeginCapture", "cuStreamBeginCapture_v2", "cuGraphAddKernelNode",
     "cuGraphAddKernelNode_v2", "cuGraphExecKernelNodeSetParams", "cuGraphExecKernelNodeSetParams_v2",
     "cuDeviceGetUuid", "cuDeviceGetUuid_v2", "cuDevicePrimaryCtxRelease",
-    "cuDevicePrimaryCtxRelease_v2", "cuMemAlloc", "cuMemAlloc_v2", "cuLinkCreate", "cuLinkCreate_v2"};
+    "cuDevicePrimaryCtxRelease_v2", "cuMemAlloc", "cuMemAlloc_v2", "cuLinkCreate", "cuLinkCreate_v2",
+    "cuStreamWaitValue32", "cuStreamWaitValue32_v2", "cuStreamWaitValue64", "cuStreamWaitValue64_v2",
+    "cuStreamWriteValue32", "cuStreamWriteValue32_v2", "cuStreamWriteValue64", "cuStreamWriteValue64_v2",
+    "cuStreamBatchMemOp", "cuStreamBatchMemOp_v2", "cuMemHostGetDevicePointer", "cuMemHostGetDevicePointer_v2"};
 
 static const char* which_export(void* lib, void* fn) {
     size_t i;

@@ -15,6 +15,7 @@
 #include "module.c"
 #include "pool.c"
 #include "graph.c"
+#include "memop.c"
 
 /* ---- cuGetProcAddress ---------------------------------------------------------------- */
 
