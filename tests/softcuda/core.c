@@ -84,6 +84,8 @@ static void sc_configure_locked(void) {
   sc.jit_delay_ms = e && *e ? atoi(e) : 0;
   e = getenv("SOFTCUDA_LEAKS");
   sc.leaks_fatal = e && strcmp(e, "fatal") == 0;
+  e = getenv("SOFTCUDA_NO_MEMOPS");
+  sc.no_memops = e && *e && strcmp(e, "0") != 0;
   e = getenv("SOFTCUDA_VERBOSE");
   sc.verbose = e && *e && strcmp(e, "0") != 0;
   e = getenv("SOFTCUDA_FAULTS");
@@ -385,6 +387,8 @@ CUresult CUDAAPI sc_cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUd
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: v = !sc.no_memops; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR: v = !sc.no_memops; break;
     default: v = 0; break;
   }
   *pi = v;
@@ -583,6 +587,7 @@ static void sc_free_ctx_allocs_locked(sc_ctx* c);
 static void sc_ctx_teardown_locked(sc_ctx* c) {
   size_t n;
   uint64_t i;
+  sc_memop_teardown_locked(c); /* a wait that can never be met must not hang the sync */
   sc_ctx_sync_locked(c);
   if (c->sticky == CUDA_SUCCESS) {
     n = sc_report_ctx_leaks_locked(c, stderr);
@@ -950,7 +955,14 @@ SOFTCUDA_API size_t softcuda_leak_report(int print) {
 /* At process exit (softcuda is linked -z nodelete, so this never runs at dlclose). */
 __attribute__((destructor)) static void sc_at_exit(void) {
   size_t n;
-  if (pthread_mutex_trylock(&sc.mu) != 0) return; /* a thread died holding it: say nothing */
+  int tries = 0;
+  /* Workers parked on stream memory waits take sc.mu briefly and often: retry a while
+   * before concluding that a thread died holding it (then say nothing). */
+  while (pthread_mutex_trylock(&sc.mu) != 0) {
+    struct timespec pause = {0, 1000000};
+    if (++tries > 200) return;
+    nanosleep(&pause, NULL);
+  }
   if (!sc.config_done) {
     pthread_mutex_unlock(&sc.mu);
     return;
@@ -960,6 +972,7 @@ __attribute__((destructor)) static void sc_at_exit(void) {
     fprintf(stderr, "softcuda: %zu leaked object(s) at exit:\n", n);
     sc_report_locked(NULL, stderr, 1);
   }
+  n += sc_memop_report_parked_locked(stderr);
   n += sc.leaks;
   pthread_mutex_unlock(&sc.mu);
   if (n && sc.leaks_fatal) {

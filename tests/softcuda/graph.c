@@ -448,6 +448,7 @@ static CUgraphNodeType sc_graph_op_type(const sc_op* op) {
   if (op->run == sc_run_host_fn) return CU_GRAPH_NODE_TYPE_HOST;
   if (op->run == sc_run_wait) return CU_GRAPH_NODE_TYPE_WAIT_EVENT;
   if (op->run == sc_run_nothing) return CU_GRAPH_NODE_TYPE_EMPTY;
+  if (op->run == sc_run_memops) return CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
   return CU_GRAPH_NODE_TYPE_KERNEL;
 }
 
@@ -894,9 +895,9 @@ typedef struct sc_glaunch {
   uint64_t prev_seq;
 } sc_glaunch;
 
-static void sc_wait_seq_unlocked(sc_stream* s, uint64_t seq) {
+static void sc_wait_seq_unlocked(sc_stream* self, sc_stream* s, uint64_t seq) {
   SC_LOCK();
-  while (s->done_seq < seq) pthread_cond_wait(&sc.cv, &sc.mu);
+  sc_wait_other_stream_locked(self, s, seq);
   SC_UNLOCK();
 }
 
@@ -909,7 +910,7 @@ static CUresult sc_graph_run_node(sc_glaunch* L, int i, const sc_op* launch) {
     tmp.seq = launch->seq;
     return tmp.run(&tmp);
   }
-  if (p->type == CU_GRAPH_NODE_TYPE_WAIT_EVENT && L->wait_s[i]) sc_wait_seq_unlocked(L->wait_s[i], L->wait_seq[i]);
+  if (p->type == CU_GRAPH_NODE_TYPE_WAIT_EVENT && L->wait_s[i]) sc_wait_seq_unlocked(launch->stream, L->wait_s[i], L->wait_seq[i]);
   if (p->type == CU_GRAPH_NODE_TYPE_EVENT_RECORD) {
     SC_LOCK();
     if (p->ev->gen == L->rec_gen[i]) {
@@ -952,7 +953,7 @@ static CUresult sc_run_graph(sc_op* op) {
   int* heap = (int*)sc_xcalloc((size_t)L->n + 1, sizeof(int));
   int nheap = 0, i;
   CUresult r = CUDA_SUCCESS;
-  if (L->prev_s) sc_wait_seq_unlocked(L->prev_s, L->prev_seq);
+  if (L->prev_s) sc_wait_seq_unlocked(op->stream, L->prev_s, L->prev_seq);
   for (i = 0; i < L->n; ++i) {
     indeg[i] = f->x[i].ndeps;
     if (!indeg[i]) sc_heap_push(heap, &nheap, i);
@@ -999,6 +1000,8 @@ static CUresult sc_graph_check_alive(const sc_flat* f) {
     if (p->op && p->op->run == sc_run_copy3d && sc_copy3d_check(&((sc_copy3d*)p->op->a)->p) != CUDA_SUCCESS)
       return CUDA_ERROR_INVALID_VALUE; /* sc_check_range counted the violation */
     if (p->op && p->op->run == sc_run_set2d && sc_set2d_check(&((sc_set2d*)p->op->a)->p) != CUDA_SUCCESS)
+      return CUDA_ERROR_INVALID_VALUE;
+    if (p->op && p->op->run == sc_run_memops && sc_memops_recheck((const sc_memops*)p->op->a) != CUDA_SUCCESS)
       return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
@@ -1120,6 +1123,61 @@ CUresult CUDAAPI sc_cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgra
       r = CUDA_ERROR_INVALID_VALUE; /* "the owning context of the function cannot change" */
     if (r == CUDA_SUCCESS)
       sc_exec_swap(x, xi, p);
+    else
+      sc_gnp_unref(p);
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+/* ---- batch memop nodes (the op of memop.c) ----------------------------------------------------- */
+
+/* The op cuStreamBatchMemOp enqueues, for the node's context (NULL: the current one). */
+static CUresult sc_graph_memop_op(const CUDA_BATCH_MEM_OP_NODE_PARAMS* np, sc_op** out) {
+  sc_ctx* c = NULL;
+  sc_memops* b = NULL;
+  CUresult r;
+  if (np->flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  r = np->ctx ? sc_lookup_ctx(np->ctx, &c) : sc_current_ctx(&c);
+  if (r == CUDA_SUCCESS) r = sc_memops_build("batch memop node", np->count, np->paramArray, c, &b);
+  if (r != CUDA_SUCCESS) return r;
+  *out = sc_op_new("batch memop node", sc_run_memops, sc_fini_memops);
+  (*out)->a = b;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI sc_cuGraphAddBatchMemOpNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                             size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS* nodeParams) {
+  sc_gnp* p;
+  CUresult r;
+  SC_ENTER(cuGraphAddBatchMemOpNode);
+  if (!phGraphNode || !nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  p = sc_gnp_new(CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+  r = sc_graph_memop_op(nodeParams, &p->op);
+  if (r == CUDA_SUCCESS)
+    r = sc_graph_add_entry(phGraphNode, hGraph, dependencies, numDependencies, p, NULL);
+  else
+    sc_gnp_unref(p);
+  SC_UNLOCK();
+  return r;
+}
+
+CUresult CUDAAPI sc_cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                       const CUDA_BATCH_MEM_OP_NODE_PARAMS* nodeParams) {
+  sc_exec* x = NULL;
+  CUresult r;
+  int xi = -1;
+  SC_ENTER(cuGraphExecBatchMemOpNodeSetParams);
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  r = sc_get_exec(hGraphExec, &x);
+  if (r == CUDA_SUCCESS) xi = sc_exec_node_of(x, hNode, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, &r);
+  if (r == CUDA_SUCCESS) {
+    sc_gnp* p = sc_gnp_new(CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+    r = sc_graph_memop_op(nodeParams, &p->op);
+    if (r == CUDA_SUCCESS)
+      sc_exec_swap(x, xi, p); /* later launches only: a launch in flight keeps its own */
     else
       sc_gnp_unref(p);
   }

@@ -134,6 +134,10 @@ struct sc_stream {
   uint64_t enq_seq;  /* last sequence number handed out */
   uint64_t done_seq; /* last sequence number completed */
   void* capture;     /* graph.c: stream capture state, NULL when not capturing */
+  /* memop.c: what the worker is blocked on, for context teardown and the exit report */
+  const struct sc_park* parked; /* a stream memory wait it is parked on, or NULL */
+  sc_stream* waiting_on;        /* a stream it waits for (cuStreamWaitEvent), or NULL */
+  int abandon;                  /* teardown released a wait that could never be met: skip the rest */
 };
 
 typedef struct sc_event {
@@ -242,6 +246,7 @@ typedef struct sc_global {
   int jit_delay_ms;
   int leaks_fatal;
   int verbose;
+  int no_memops; /* SOFTCUDA_NO_MEMOPS: no 64-bit stream memory operations, no WAIT_VALUE_NOR */
   /* handle table */
   sc_obj** objs;
   uint64_t nobjs, cap_objs;
@@ -324,6 +329,10 @@ static int sc_graph_capture_op(sc_stream* s, sc_op* op);
  * enqueued. cuStreamSynchronize / cuStreamQuery on a capturing stream return
  * sc_graph_capture_sync_refused(s) (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; invalidates). */
 static int sc_graph_capture_wait(sc_stream* s, sc_event* e, CUresult* r);
+/* memop.c: context teardown first releases waits that can never be met (reporting each
+ * as a leak), so that it does not hang; the exit report lists waits still parked. */
+static void sc_memop_teardown_locked(sc_ctx* c);
+static size_t sc_memop_report_parked_locked(FILE* f);
 static CUresult sc_graph_capture_sync_refused(sc_stream* s);
 
 #endif /* SC_INTERNAL_H */

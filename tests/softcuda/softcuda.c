@@ -14,8 +14,8 @@
 #include "stream.c"
 #include "module.c"
 #include "pool.c"
-#include "graph.c"
 #include "memop.c"
+#include "graph.c"
 
 /* ---- cuGetProcAddress ---------------------------------------------------------------- */
 

@@ -24,9 +24,10 @@ static void* sc_worker_main(void* arg) {
     op = s->head;
     s->head = op->next;
     if (!s->head) s->tail = NULL;
-    poisoned = s->ctx->sticky != CUDA_SUCCESS;
+    poisoned = s->ctx->sticky != CUDA_SUCCESS || s->abandon;
     SC_UNLOCK();
-    if (!poisoned && op->run) r = op->run(op); /* a poisoned context runs nothing more */
+    /* a poisoned context runs nothing more, nor does a stream whose wait teardown released */
+    if (!poisoned && op->run) r = op->run(op);
     SC_LOCK();
     if (r != CUDA_SUCCESS && s->ctx->sticky == CUDA_SUCCESS) {
       s->ctx->sticky = r;
@@ -142,11 +143,18 @@ static void sc_enqueue_raw(sc_stream* s, sc_op* op) {
   pthread_cond_signal(&s->cv);
 }
 
+/* Waits (under sc.mu) on the worker of s until stream t has completed seq; s says what it
+ * waits for, so that context teardown can tell a stream stuck behind a parked one. */
+static void sc_wait_other_stream_locked(sc_stream* s, sc_stream* t, uint64_t seq) {
+  s->waiting_on = t;
+  while (t->done_seq < seq && !s->abandon) pthread_cond_wait(&sc.cv, &sc.mu);
+  s->waiting_on = NULL;
+}
+
 /* Waits on the worker until stream t has completed seq. */
 static CUresult sc_run_wait(sc_op* op) {
-  sc_stream* t = (sc_stream*)op->a;
   SC_LOCK();
-  while (t->done_seq < op->u0) pthread_cond_wait(&sc.cv, &sc.mu);
+  sc_wait_other_stream_locked(op->stream, (sc_stream*)op->a, op->u0);
   SC_UNLOCK();
   return CUDA_SUCCESS;
 }
