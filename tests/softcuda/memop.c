@@ -422,11 +422,32 @@ static void sc_memop_teardown_locked(sc_ctx* c) {
   }
 }
 
-/* At exit: lists the streams still parked on a wait; returns how many. Under sc.mu. */
+/* Whether some live context has a stream still running (neither drained nor stalled). */
+static int sc_memop_any_running_locked(void) {
+  uint64_t k;
+  int i;
+  for (k = 1; k <= sc.nobjs; ++k) {
+    sc_obj* o = sc.objs[k];
+    if (!o || o->kind != SC_K_CTX) continue;
+    for (i = 0; i < ((sc_ctx*)o)->nstreams; ++i)
+      if (sc_stream_state(((sc_ctx*)o)->streams[i], 0) == SC_STREAM_RUNNING) return 1;
+  }
+  return 0;
+}
+
+/* At exit: lists the streams still parked on a wait; returns how many. A wait enqueued
+ * just before exit may not have reached its worker yet: streams still running get up to
+ * 100 ms to park or drain first. Under sc.mu. */
 static size_t sc_memop_report_parked_locked(FILE* f) {
   size_t n = 0;
   uint64_t k;
   int i;
+  int64_t until = sc_now_ns() + 100 * 1000000LL;
+  while (sc_memop_any_running_locked() && sc_now_ns() < until) {
+    struct timespec ts;
+    sc_timespec_after_ns(&ts, 1000000);
+    pthread_cond_timedwait(&sc.cv, &sc.mu, &ts);
+  }
   for (k = 1; k <= sc.nobjs; ++k) {
     sc_obj* o = sc.objs[k];
     sc_ctx* c;
