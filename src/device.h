@@ -14,6 +14,11 @@ typedef struct gpuhal_driver_options_t {
   gpuhal_log_fn_t log_fn;       /* NULL: stderr */
   void* log_user;
   const char* trace_path; /* reserved for tracing: NULL = $GPUHAL_TRACE */
+  /* 1 (or $GPUHAL_SEMAPHORE_MEMOPS=1): GPU-resident timeline values where every device has
+   * 64-bit stream memory operations (GPUHAL_FEATURE_SEMAPHORE_MEMOPS). Off by default: work
+   * issued behind a GPU wait holds up later work of its queue's stream, which can deadlock
+   * independent timelines that share queues (see README, "Semaphores in device memory"). */
+  int semaphore_memops;
 } gpuhal_driver_options_t;
 
 /* Loads the CUDA driver (and NCCL when present) and counts the devices. `options` may be
@@ -58,7 +63,13 @@ typedef enum gpuhal_feature_e {
   GPUHAL_FEATURE_KERNEL_PARAM_INFO, /* kernel parameter checks (cuFuncGetParamInfo) */
   GPUHAL_FEATURE_PEER_ACCESS,       /* peer copies between devices */
   GPUHAL_FEATURE_CONTEXT_CREATE,    /* non-primary contexts (cuCtxCreate) */
-  GPUHAL_FEATURE_NCCL               /* collectives: NCCL loaded */
+  GPUHAL_FEATURE_NCCL,              /* collectives: NCCL loaded */
+  /* Timeline values live in pinned, device-mapped memory: GPU work waits on a value that is
+   * not submitted yet with cuStreamWaitValue64 and is released by whoever signals it, with
+   * no host round trip. Needs 64-bit stream memory operations and mapped host memory on
+   * every device of the driver; otherwise such work waits on the host until its signal is
+   * submitted (the event path), with the same semantics. */
+  GPUHAL_FEATURE_SEMAPHORE_MEMOPS
 } gpuhal_feature_t;
 
 /* 1 when the optional symbols a feature needs all resolved; 0 otherwise (or bad input). */
@@ -79,6 +90,28 @@ typedef gpuhal_status_t (*gpuhal_compile_fn_t)(void* user, const void* ptx, size
                                                int cc_minor, void** out_cubin, size_t* out_cubin_size);
 typedef void (*gpuhal_compile_free_fn_t)(void* user, void* cubin);
 
+/* Run-time tuning of the queue (gpuhal_device_params_t.tuning). Zero in any field means its
+ * documented default; a negative time means "none" where that is allowed. */
+typedef struct gpuhal_queue_tuning_t {
+  /* A host wait polls its value's event this long before it sleeps between polls
+   * (0 = 200 us; < 0 = do not spin). */
+  int64_t host_wait_spin_ns;
+  /* The longest sleep between polls of a host wait (0 = 1 ms). */
+  int64_t host_wait_max_sleep_ns;
+  /* Issued work ages this long before the completion thread looks at it, so it handles
+   * many actions per look (0 = 100 us; < 0 = look at once). Host calls, device idle waits
+   * and release cut it short; nothing's promptness depends on it. */
+  int64_t completion_min_age_ns;
+  /* The longest sleep of the completion thread between polls of unfinished work
+   * (0 = 200 us). */
+  int64_t completion_max_sleep_ns;
+  /* A submitter that issues on its own thread retires completed work itself once this many
+   * actions of its queue are in flight (0 = 48; < 0 = never: harvesting off). */
+  int32_t harvest_min;
+  /* 1: every action is issued by the device's worker thread, never by the submitter. */
+  int32_t no_caller_issue;
+} gpuhal_queue_tuning_t;
+
 typedef struct gpuhal_device_params_t {
   uint32_t queue_count;         /* 0 = 1; each queue is one non-blocking stream */
   const char* module_cache_dir; /* disk cache of compiled PTX; NULL = $GPUHAL_CACHE_DIR; "" = none */
@@ -88,6 +121,7 @@ typedef struct gpuhal_device_params_t {
   gpuhal_compile_fn_t compile_fn;       /* NULL: the driver compiles PTX */
   gpuhal_compile_free_fn_t compile_free_fn;
   void* compile_user;
+  gpuhal_queue_tuning_t tuning; /* zeroed: the defaults */
 } gpuhal_device_params_t;
 
 #define GPUHAL_MAX_QUEUES 64
@@ -143,6 +177,13 @@ struct gpuhal_driver_s {
   gpuhal__cond_t devices_cond;
   gpuhal__list_node_t devices; /* gpuhal_device_s.driver_link */
   int reapers;                 /* device teardown threads still running */
+  /* Semaphore value words (semaphore.h): slabs of pinned, device-mapped memory, made on
+   * first use in the primary context of the device that needed one; the driver keeps that
+   * context retained until it frees the slab. */
+  int memops; /* GPUHAL_FEATURE_SEMAPHORE_MEMOPS */
+  gpuhal__mutex_t words_mutex;
+  struct gpuhal__word_slab_s* word_slabs;
+  uint64_t* free_words; /* each free word holds the address of the next */
 };
 
 /* ---- the worker: one thread per device, its context current for its whole life ---- */
@@ -216,7 +257,9 @@ static void gpuhal__memory_state_destroy(gpuhal_device_t* device);
 static gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device);
 static void gpuhal__queue_state_destroy(gpuhal_device_t* device);
 static void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeout_t timeout);
+static int gpuhal__queue_owns_thread(gpuhal_device_t* device);
 #endif
+static void gpuhal__semaphore_words_free(gpuhal_driver_t* driver); /* semaphore.h */
 #ifdef GPUHAL__HAVE_MODULE_CACHE
 static gpuhal_status_t gpuhal__module_cache_create(gpuhal_device_t* device);
 static void gpuhal__module_cache_destroy(gpuhal_device_t* device);
@@ -427,7 +470,34 @@ static uint32_t gpuhal__driver_features(const gpuhal_driver_t* driver) {
     features |= gpuhal__feature_bit(GPUHAL_FEATURE_PEER_ACCESS);
   if (cu->cuCtxCreate) features |= gpuhal__feature_bit(GPUHAL_FEATURE_CONTEXT_CREATE);
   if (driver->nccl.loaded) features |= gpuhal__feature_bit(GPUHAL_FEATURE_NCCL);
+  if (driver->memops) features |= gpuhal__feature_bit(GPUHAL_FEATURE_SEMAPHORE_MEMOPS);
   return features;
+}
+
+/* 1 when every device of the driver can wait on and write 64-bit values in stream order
+ * and map pinned host memory at one address (unified addressing): then semaphore values
+ * live in device-mapped memory (GPUHAL_FEATURE_SEMAPHORE_MEMOPS). Needs no context. */
+static int gpuhal__driver_supports_memops(gpuhal_driver_t* driver, const gpuhal_driver_options_t* options) {
+  const gpuhal__cuda_symbols_t* cu = &driver->cu;
+  const char* env = gpuhal__getenv("GPUHAL_SEMAPHORE_MEMOPS");
+  int ordinal;
+  if (!(options->semaphore_memops || (env && strcmp(env, "1") == 0)) || (env && strcmp(env, "0") == 0) ||
+      driver->device_count == 0)
+    return 0;
+  if (!cu->cuStreamWaitValue64 || !cu->cuStreamWriteValue64 || !cu->cuMemHostAlloc || !cu->cuMemFreeHost ||
+      !cu->cuMemHostGetDevicePointer)
+    return 0;
+  for (ordinal = 0; ordinal < driver->device_count; ++ordinal) {
+    CUdevice dev = 0;
+    int memops = 0, mapped = 0, unified = 0;
+    if (cu->cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS) return 0;
+    if (cu->cuDeviceGetAttribute(&memops, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev) != CUDA_SUCCESS ||
+        cu->cuDeviceGetAttribute(&mapped, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, dev) != CUDA_SUCCESS ||
+        cu->cuDeviceGetAttribute(&unified, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, dev) != CUDA_SUCCESS)
+      return 0;
+    if (!memops || !mapped || !unified) return 0;
+  }
+  return 1;
 }
 
 static gpuhal__logger_t gpuhal__logger_from_options(const gpuhal_driver_options_t* options) {
@@ -462,6 +532,8 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
 #ifdef GPUHAL__HAVE_TRACE
   gpuhal__trace_destroy(driver); /* trace hook: writes the file */
 #endif
+  gpuhal__semaphore_words_free(driver);
+  gpuhal__mutex_destroy(&driver->words_mutex);
   gpuhal__quarantine_flush(driver);
   gpuhal__cond_destroy(&driver->devices_cond);
   gpuhal__mutex_destroy(&driver->devices_mutex);
@@ -499,6 +571,7 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(&allocator, sizeof(*driver), "gpuhal_driver_t", (void**)&driver));
   gpuhal__object_init(&driver->header, GPUHAL__MAGIC_DRIVER);
   gpuhal__mutex_init(&driver->devices_mutex);
+  gpuhal__mutex_init(&driver->words_mutex);
   gpuhal__cond_init(&driver->devices_cond);
   gpuhal__list_init(&driver->devices);
   driver->allocator = allocator;
@@ -514,6 +587,7 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
     gpuhal__free(&allocator, driver);
     return status;
   }
+  driver->memops = gpuhal__driver_supports_memops(driver, options);
   driver->features = gpuhal__driver_features(driver);
   trace = options->trace_path ? options->trace_path : gpuhal__getenv("GPUHAL_TRACE");
   if (trace) snprintf(driver->trace_path, sizeof(driver->trace_path), "%s", trace);
@@ -604,7 +678,7 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_device_count(gpuhal_driver_t* driver, i
 
 GPUHAL_API int gpuhal_driver_has_feature(gpuhal_driver_t* driver, gpuhal_feature_t feature) {
   if (!driver || gpuhal__atomic_load(&driver->header.magic) != GPUHAL__MAGIC_DRIVER) return 0;
-  if ((unsigned)feature > (unsigned)GPUHAL_FEATURE_NCCL) return 0;
+  if ((unsigned)feature > (unsigned)GPUHAL_FEATURE_SEMAPHORE_MEMOPS) return 0;
   return (driver->features & gpuhal__feature_bit(feature)) != 0;
 }
 
@@ -900,6 +974,16 @@ GPUHAL_API void gpuhal_device_retain(gpuhal_device_t* device) {
   gpuhal__device_retain_ref(device);
 }
 
+/* 1 when the calling thread is one of the device's own (its worker, or a queue thread):
+ * the device's teardown joins those, so it must not run there. */
+static int gpuhal__device_owns_thread(gpuhal_device_t* device) {
+  if (gpuhal__on_worker(device)) return 1;
+#ifdef GPUHAL__HAVE_QUEUE
+  if (gpuhal__queue_owns_thread(device)) return 1;
+#endif
+  return 0;
+}
+
 static void* gpuhal__device_reaper_main(void* arg) {
   gpuhal_device_t* device = (gpuhal_device_t*)arg;
   gpuhal_driver_t* driver = device->driver;
@@ -918,13 +1002,14 @@ static void gpuhal__device_release_ref(gpuhal_device_t* device) {
   pthread_t reaper;
   pthread_attr_t attr;
   if (!gpuhal__object_release(&device->header)) return;
-  if (!gpuhal__on_worker(device)) {
+  if (!gpuhal__device_owns_thread(device)) {
     gpuhal__device_destroy(device);
     return;
   }
-  /* The last reference went on the worker itself (a task released the last buffer of an
-   * already released device): the worker cannot join itself, so a short-lived thread does
-   * the teardown; the application's driver release waits for it. */
+  /* The last reference went on one of the device's own threads (the worker releasing the
+   * last buffer of an already released device, a host call's function releasing the
+   * device): a thread cannot join itself, so a short-lived thread does the teardown; the
+   * application's driver release waits for it. */
   gpuhal__mutex_lock(&driver->devices_mutex);
   driver->reapers++;
   gpuhal__mutex_unlock(&driver->devices_mutex);

@@ -17,10 +17,6 @@
 
 /* ---- gpuhal:implementation ---- */
 
-#ifndef GPUHAL_QUEUE_EVENT_FLAGS
-#define GPUHAL_QUEUE_EVENT_FLAGS CU_EVENT_DISABLE_TIMING
-#endif
-
 #ifndef GPUHAL_EVENT_POOL_BLOCK
 #define GPUHAL_EVENT_POOL_BLOCK 32 /* events created per growth step */
 #endif

@@ -71,12 +71,12 @@ GPUHAL_API gpuhal_status_t gpuhal_device_lost_status(gpuhal_device_t* device);
 /* What an action does; see the queue <-> command-buffer contract. */
 typedef struct gpuhal__action_ops_s {
   const char* name; /* "execute", "alloca", "dealloca", "host_call", "barrier" */
-  /* On the worker thread, context current, after every wait became a cuStreamWaitEvent (or
-   * was already complete): put the work on `stream`. An error fails the signals. */
+  /* With the device's context current, after every wait became a stream wait (or was
+   * already complete): put the work on `stream`. An error fails the signals. */
   gpuhal_status_t (*issue)(void* user, gpuhal_device_t* device, CUstream stream);
   /* Optional. Once the work is complete (status NULL) or failed. No CUDA calls. Runs on the
-   * completion thread, on a submitting thread that harvests the action (see harvesting),
-   * or on the worker for actions that failed before they were issued. */
+   * completion thread, on a submitting thread that harvests the action, or on whichever
+   * thread failed it before it was issued. */
   void (*complete)(void* user, gpuhal_status_t status);
   /* Optional. After completion or failure, on the worker thread or on a harvesting
    * submitter; no gpuhal lock is held either way, but only the worker is sure to have the
@@ -90,122 +90,48 @@ typedef struct gpuhal__action_ops_s {
 enum {
   /* `issue` may also run on the submitting thread, with the device's context pushed and
    * serialized with every other issue of the device, when nothing is queued ahead
-   * (DESIGN §6's fast path: no worker wake-up in a round trip). Such an issue must not
-   * block and must not call gpuhal__worker_call. */
+   * (no worker wake-up in a round trip). Such an issue must not block and must not call
+   * gpuhal__worker_call. */
   GPUHAL__SUBMIT_CALLER_MAY_ISSUE = 1u << 0,
   /* The caller already ran gpuhal__queue_validate on these arguments. */
   GPUHAL__SUBMIT_VALIDATED = 1u << 1
 };
 
-/* The completion thread polls an event (cuEventQuery) for this long, then keeps polling with
- * sleeps that double up to GPUHAL_COMPLETION_MAX_SLEEP_NS. It never blocks inside the driver:
- * measured on an H200, a thread blocked in cuEventSynchronize on the event that a host waiter
- * is polling made that waiter's round trip bimodal (about 12 or 45 us). */
-#ifndef GPUHAL_COMPLETION_SPIN_NS
-#define GPUHAL_COMPLETION_SPIN_NS 2000
-#endif
-#ifndef GPUHAL_COMPLETION_MAX_SLEEP_NS
-#define GPUHAL_COMPLETION_MAX_SLEEP_NS 200000
-#endif
-/* How long the completion thread watches for new work (a memory flag, no CUDA call) before
- * it sleeps on its condition variable. 0 by default: on an H200 a 20 us watch did not pay
- * in bench_queue (it competes for cores with the submitter and the worker). */
-#ifndef GPUHAL_COMPLETION_IDLE_SPIN_NS
-#define GPUHAL_COMPLETION_IDLE_SPIN_NS 0
-#endif
-/* GPUHAL_QUEUE_PROFILE=1 (benchmarks only): time spent in each step of submission and
- * issue, summed over all threads; bench_queue prints it per case. */
-#ifndef GPUHAL_QUEUE_PROFILE
-#define GPUHAL_QUEUE_PROFILE 0
-#endif
-#if GPUHAL_QUEUE_PROFILE
-enum {
-  GPUHAL__QP_VALIDATE, GPUHAL__QP_ACQUIRE, GPUHAL__QP_INIT, GPUHAL__QP_ISSUE_HERE, GPUHAL__QP_RESOLVE,
-  GPUHAL__QP_CONTEXT, GPUHAL__QP_WAITS, GPUHAL__QP_WORK, GPUHAL__QP_EVENT_ACQUIRE, GPUHAL__QP_RECORD,
-  GPUHAL__QP_TIMEPOINTS, GPUHAL__QP_DISPATCH, GPUHAL__QP_LEAVE, GPUHAL__QP_BUFFER, GPUHAL__QP_HARVEST,
-  GPUHAL__QP_COUNT
-};
-static const char* const gpuhal__queue_profile_names[GPUHAL__QP_COUNT] = {
-    "validate", "acquire+lock", "init+retain", "issue here (all)", " resolve", " context enter", " stream waits",
-    " work (ops->issue)", " event acquire", " cuEventRecord", " timepoints", " dispatch (lock+signal)",
-    " context leave", "alloca buffer object", "harvest"};
-static int64_t gpuhal__queue_profile_ns[GPUHAL__QP_COUNT];
-static int64_t gpuhal__queue_profile_calls[GPUHAL__QP_COUNT];
-static void gpuhal__queue_profile_mark(int64_t* t, int section) {
-  int64_t now = gpuhal_now_ns();
-  __atomic_add_fetch(&gpuhal__queue_profile_ns[section], now - *t, __ATOMIC_RELAXED);
-  __atomic_add_fetch(&gpuhal__queue_profile_calls[section], 1, __ATOMIC_RELAXED);
-  *t = now;
-}
-#define GPUHAL__QP_START(t) int64_t t = gpuhal_now_ns()
-#define GPUHAL__QP_RESTART(t) t = gpuhal_now_ns()
-#define GPUHAL__QP_MARK(t, section) gpuhal__queue_profile_mark(&(t), (section))
-#else
-#define GPUHAL__QP_START(t) ((void)0)
-#define GPUHAL__QP_RESTART(t) ((void)0)
-#define GPUHAL__QP_MARK(t, section) ((void)0)
-#endif
-
-/* After work, the completion thread does not sleep on its condition variable at once: for
- * GPUHAL_COMPLETION_ACTIVE_NS it naps (timed waits of GPUHAL_COMPLETION_NAP_NS) and looks
- * for new work itself, so a submitter does not pay a futex wake-up (a system call, slow in
- * a virtual machine) for every action of a busy stream of submissions; host calls still wake
- * it at once. Nobody depends on its promptness for a fast path: host waiters watch their
- * own value's event, GPU waits use submitted timepoints. 0: sleep on the condition variable
- * whenever there is no work (every dispatch wakes it). */
-#ifndef GPUHAL_COMPLETION_NAP_NS
-#define GPUHAL_COMPLETION_NAP_NS 50000
-#endif
-#ifndef GPUHAL_COMPLETION_ACTIVE_NS
-#define GPUHAL_COMPLETION_ACTIVE_NS 2000000
-#endif
-/* The completion thread takes every issued action at once and works through the batch in
- * issue order. Events of one stream complete in order, so for each queue it first queries
- * the newest action of the batch issued at least GPUHAL_COMPLETION_PROBE_AGE_NS before the
- * batch was taken: once that one is complete, so is every earlier action of that queue,
- * and they complete without a query each. Fewer cuEventQuery calls: on an H200 each cost
- * the completion thread about 2 us and made the submitting thread's own CUDA calls slower
- * (cuEventRecord 0.2 -> 0.45 us). 0: query every action's own event. */
-#ifndef GPUHAL_COMPLETION_BATCH
-#define GPUHAL_COMPLETION_BATCH 1
-#endif
-#ifndef GPUHAL_COMPLETION_PROBE_AGE_NS
-#define GPUHAL_COMPLETION_PROBE_AGE_NS 10000
-#endif
-/* The completion thread lets issued work age this long before it takes it (unless a host
- * call is among it): it then handles many actions per look, with one query, one lock of
- * each semaphore and one hand-over to the worker for all of them, instead of competing with
- * the submitting thread for the same locks and for the driver on every action. Nobody's
- * fast path waits for it (host waiters poll their own value's event, GPU waits use submitted
- * timepoints, gpuhal_device_wait_idle cuts the nap short); what it delays is resource
- * release. On an H200 (bench_queue), 100 us took an alloca + dealloca pair from 4.0 to 2.8 us
- * and a graph execute from 2.8 to 2.3 us, against 3.2 and 2.7 us at 20 us. 0: take work as
- * soon as it is issued. */
-#ifndef GPUHAL_COMPLETION_MIN_AGE_NS
-#define GPUHAL_COMPLETION_MIN_AGE_NS 100000
-#endif
-#define GPUHAL__PROBE_SLOTS 8 /* queues probed per batch (by index modulo this) */
-/* Retired actions are handed to the worker in batches of this many (and whenever the
- * completion thread runs out of work), not one wake-up each. The release at idle must
- * stay: retired actions hold references (command buffers, buffers) that keep the device
- * alive, so holding them back can keep a released device from ever being destroyed. */
-#define GPUHAL__RETIRE_BATCH 32
+/* Fixed constants of the machinery (the tunable ones are gpuhal_queue_tuning_t). */
 #define GPUHAL__ACTION_INLINE_ENTRIES 4
 #define GPUHAL__ACTION_POOL_BLOCK 32
-#define GPUHAL__ACTION_ISSUE_BATCH 16 /* free actions the fast path takes per refill */
+#define GPUHAL__ACTION_ISSUE_BATCH 16     /* free actions the fast path takes per refill */
+#define GPUHAL__RETIRE_BATCH 32           /* retired actions per wake-up of the worker */
+#define GPUHAL__COMPLETION_FIRST_SLEEP_NS 2000 /* the completion thread's first sleep between polls */
+#define GPUHAL__COMPLETION_NAP_NS 50000   /* its nap while work keeps coming, instead of a wake-up */
+#define GPUHAL__COMPLETION_ACTIVE_NS 2000000 /* how long after work it keeps napping */
+#define GPUHAL__HARVEST_AGE_NS 10000      /* an action is issued this long before a harvest queries it */
+#define GPUHAL__HARVEST_MAX_WAIT_NS 80000 /* below harvest_min in flight: look once the oldest is this old */
+#define GPUHAL__HARVEST_MAX_BACKOFF 256   /* fast-path submissions skipped at most after a fruitless look */
+#define GPUHAL__HARVEST_MAX_RUN 512       /* actions looked at per look: bounds the time under the lock */
 
 struct gpuhal__queue_state_s;
+
+/* How one wait of an action was resolved. */
+enum {
+  GPUHAL__WAIT_UNRESOLVED = 0,
+  GPUHAL__WAIT_NOTHING = 1, /* reached, or submitted on the action's own stream: no GPU wait */
+  GPUHAL__WAIT_EVENT = 2,   /* submitted elsewhere: cuStreamWaitEvent on its event at issue */
+  GPUHAL__WAIT_VALUE = 3    /* not submitted (memops): cuStreamWaitValue64 on the word at issue */
+};
 
 /* One wait of an action. */
 typedef struct gpuhal__action_wait_s {
   gpuhal__semaphore_waiter_t waiter; /* registered while the action is blocked on this wait */
   gpuhal_semaphore_t* semaphore;     /* retained */
   uint64_t value;
-  gpuhal__event_t* event; /* resolved by a submitted timepoint: wait on this event (retained) */
+  int kind;                /* GPUHAL__WAIT_* above */
+  gpuhal__event_t* event;  /* EVENT: retained only between resolving and issuing at once */
+  CUdeviceptr word;        /* VALUE: the semaphore's word */
 } gpuhal__action_wait_t;
 
 typedef struct gpuhal__action_s {
-  gpuhal__list_node_t link; /* in exactly one of the state's lists */
+  gpuhal__list_node_t link; /* in exactly one list at a time */
   struct gpuhal__action_s* next_free;
   struct gpuhal__queue_state_s* state;
   uint32_t queue_index;
@@ -218,14 +144,15 @@ typedef struct gpuhal__action_s {
   uint32_t next_wait; /* waits before this one are resolved */
   int32_t wake;       /* 1: new, or a semaphore it is blocked on changed: resolve it again */
   int completed_ok;   /* the work completed and its values were advanced */
+  int value_waits;    /* some wait is GPUHAL__WAIT_VALUE */
   uint32_t shared_signal_refs; /* bit i: signal i uses a wait's semaphore reference */
   gpuhal__action_wait_t* waits;
   gpuhal__timepoint_t* signals;
   /* What the completion side reads of every action comes first (fewer cache lines). */
   gpuhal__event_t* event; /* recorded after the work (one reference) */
   gpuhal_status_t failure;
-  int64_t dispatch_ns; /* when it was handed to the completion thread */
-  uint64_t seq;        /* dispatch order on the device (state->dispatch_seq) */
+  int64_t dispatch_ns; /* when it was issued */
+  uint64_t seq;        /* issue order on the device */
   struct gpuhal__trace_action_s* trace; /* trace.h: NULL when tracing is off */
   /* Storage for lists longer than the inline one; kept across reuse (grow-only), so a
    * steady state of similar submissions allocates nothing. */
@@ -251,41 +178,52 @@ static void gpuhal__trace_host_call(gpuhal_device_t* device, gpuhal__action_t* a
 static void gpuhal__trace_action_release(gpuhal_device_t* device, gpuhal__action_t* a);
 #endif
 /* ---- end of trace hooks ---- */
-
 typedef struct gpuhal__action_block_s {
   struct gpuhal__action_block_s* next;
   gpuhal__action_t actions[GPUHAL__ACTION_POOL_BLOCK];
 } gpuhal__action_block_t;
 
+/* One queue (stream) of the device: its issued actions in issue order. Progress is observed
+ * per lane, so no queue waits for another's work. */
+typedef struct gpuhal__queue_lane_s {
+  gpuhal__list_node_t in_flight; /* issued, not taken by the completion thread or a harvest (mutex) */
+  gpuhal__list_node_t observing; /* taken by the completion thread; only it touches this list */
+  gpuhal__list_node_t deferred;  /* done on the GPU, inputs not known yet (completion thread only) */
+  uint32_t count;                /* in_flight + observing (atomic) */
+  uint32_t host_calls;           /* host calls in in_flight: taken at once (mutex) */
+  int32_t harvesting;            /* a submitter is harvesting this lane (atomic; one at a time) */
+  int32_t harvest_skip;          /* fast-path submissions left before the next look (atomic) */
+  int32_t harvest_backoff;       /* what harvest_skip is set to after a fruitless look */
+  int64_t harvest_due_ns;        /* when a look pays even with few actions in flight (atomic hint) */
+  int64_t last_harvest_ns;       /* when a submitter last retired work of this lane (mutex) */
+} gpuhal__queue_lane_t;
+
 typedef struct gpuhal__queue_state_s {
   gpuhal_device_t* device;
-  gpuhal__mutex_t mutex; /* guards everything below up to `pending` */
-  gpuhal__mutex_t issue_mutex; /* held by whoever issues: the pump, or a submitter's fast path */
+  gpuhal_queue_tuning_t tuning; /* device->params.tuning with the defaults filled in */
+  int memops;                   /* the driver keeps values in device-mapped words */
+  gpuhal__mutex_t mutex;        /* guards the lists and counters below up to `pending` */
+  gpuhal__mutex_t issue_mutex;  /* held by whoever issues: the pump, or a submitter's fast path */
   gpuhal__cond_t completion_cond;
   gpuhal__cond_t host_call_cond;
   gpuhal__cond_t idle_cond;
+  gpuhal__queue_lane_t* lanes;    /* device->queue_count */
   gpuhal__list_node_t incoming;   /* submitted, not yet seen by the worker */
-  gpuhal__list_node_t in_flight;  /* issued, in issue order: the completion thread's FIFO */
   gpuhal__list_node_t host_calls; /* host calls whose function is due */
   gpuhal__list_node_t retired;    /* done; release due on the worker */
   uint64_t outstanding;           /* submitted and not yet released (atomic; drops under mutex) */
   uint32_t incoming_count;        /* length of incoming (atomic; changes under mutex) */
-  uint32_t in_flight_count;       /* length of in_flight, readable without the mutex */
+  uint32_t in_flight_count;       /* issued and not yet observed, all lanes (atomic) */
   uint32_t retired_unkicked;      /* retired since the worker was last kicked */
   gpuhal_status_t lost;           /* the loss cause after a sticky error */
   int32_t lost_flag;              /* lost != NULL, readable without the mutex */
   int32_t issue_needed;           /* new submissions, woken or to-be-failed actions: the pump must look */
   int32_t stopping;               /* device release has begun: no new submissions (atomic) */
-  int completion_sleeping;        /* the completion thread waits for a signal: dispatch must wake it */
-  int completion_napping;         /* it naps (GPUHAL_COMPLETION_NAP_NS, MIN_AGE_NS): only host calls wake it */
-  uint32_t in_flight_host_calls;  /* host calls in `in_flight`: the completion thread takes them at once */
+  int completion_sleeping;        /* the completion thread waits untimed: dispatch must wake it */
+  int completion_napping;         /* it waits timed: only host calls and idle waiters wake it */
   uint32_t idle_waiters;          /* threads in gpuhal_device_wait_idle: no aging while there are any */
-  uint64_t dispatch_seq;          /* actions handed to the completion side so far (under mutex) */
-  int32_t harvesting;             /* a submitter is harvesting (atomic; one at a time) */
-  int32_t harvest_skip;           /* fast-path submissions left before the next look (atomic) */
-  int32_t harvest_backoff;        /* what harvest_skip is set to after a fruitless look */
-  int64_t last_harvest_ns;        /* when a submitter last retired work itself (under mutex) */
-  int64_t harvest_due_ns;         /* when a look pays even with few actions in flight (atomic hint) */
+  int abandon_value_waits;        /* release: fail what GPU value waits still wait for */
+  uint64_t dispatch_seq;          /* actions issued so far (under mutex) */
   uint64_t harvest_looks, harvest_misses, harvested; /* statistics (atomic): queries, fruitless ones, actions */
   int threads_stop;
   gpuhal__action_t* free_actions;
@@ -302,6 +240,29 @@ typedef struct gpuhal__queue_state_s {
 
 static gpuhal__queue_state_t* gpuhal__queue_state(gpuhal_device_t* device) {
   return (gpuhal__queue_state_t*)device->queue_state;
+}
+
+/* The device's tuning with every default filled in (zero fields take the defaults). */
+static gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_queue_tuning_t* in) {
+  gpuhal_queue_tuning_t t = *in;
+  if (t.host_wait_spin_ns == 0) t.host_wait_spin_ns = 200000;
+  if (t.host_wait_spin_ns < 0) t.host_wait_spin_ns = 0;
+  if (t.host_wait_max_sleep_ns <= 0) t.host_wait_max_sleep_ns = 1000000;
+  if (t.completion_min_age_ns == 0) t.completion_min_age_ns = 100000;
+  if (t.completion_min_age_ns < 0) t.completion_min_age_ns = 0;
+  if (t.completion_max_sleep_ns <= 0) t.completion_max_sleep_ns = 200000;
+  if (t.harvest_min == 0) t.harvest_min = 48;
+  if (t.harvest_min < 0) t.harvest_min = 0; /* off */
+  return t;
+}
+
+/* 1 when the calling thread is one of the queue's own threads (device teardown must not
+ * run there: it joins them). */
+static int gpuhal__queue_owns_thread(gpuhal_device_t* device) {
+  gpuhal__queue_state_t* state = gpuhal__queue_state(device);
+  pthread_t self = pthread_self();
+  return state && state->threads_started &&
+         (pthread_equal(self, state->completion_thread) || pthread_equal(self, state->host_call_thread));
 }
 
 /* ---- kicking the pump ---- */
@@ -342,55 +303,67 @@ static gpuhal_status_t gpuhal__action_acquire_locked(gpuhal__queue_state_t* stat
   return NULL;
 }
 
-/* Room for the lists: inline, or the action's grow-only storage. */
+/* Room for `count` entries of `size` bytes: inline, or the action's grow-only storage. */
+static gpuhal_status_t gpuhal__action_reserve_list(const gpuhal_allocator_t* allocator, uint32_t count, size_t size,
+                                                   void* inline_storage, void** storage, uint32_t* capacity,
+                                                   void** out, const char* what) {
+  if (count <= GPUHAL__ACTION_INLINE_ENTRIES) {
+    *out = inline_storage;
+    return NULL;
+  }
+  if (count > *capacity) {
+    size_t bytes = size * (size_t)count;
+    void* grown = gpuhal__alloc(allocator, bytes);
+    if (!grown) return gpuhal__status_oom(what, bytes);
+    gpuhal__free(allocator, *storage);
+    *storage = grown;
+    *capacity = count;
+  }
+  *out = *storage;
+  return NULL;
+}
+
 static gpuhal_status_t gpuhal__action_reserve(gpuhal__queue_state_t* state, gpuhal__action_t* a, uint32_t waits,
                                               uint32_t signals) {
   const gpuhal_allocator_t* allocator = state->device->allocator;
-  if (waits <= GPUHAL__ACTION_INLINE_ENTRIES) {
-    a->waits = a->inline_waits;
-  } else {
-    if (waits > a->wait_capacity) {
-      size_t bytes = sizeof(gpuhal__action_wait_t) * (size_t)waits;
-      gpuhal__action_wait_t* grown = (gpuhal__action_wait_t*)gpuhal__alloc(allocator, bytes);
-      if (!grown) return gpuhal__status_oom("queue action wait list", bytes);
-      gpuhal__free(allocator, a->wait_storage);
-      a->wait_storage = grown;
-      a->wait_capacity = waits;
-    }
-    a->waits = a->wait_storage;
-  }
-  if (signals <= GPUHAL__ACTION_INLINE_ENTRIES) {
-    a->signals = a->inline_signals;
-  } else {
-    if (signals > a->signal_capacity) {
-      size_t bytes = sizeof(gpuhal__timepoint_t) * (size_t)signals;
-      gpuhal__timepoint_t* grown = (gpuhal__timepoint_t*)gpuhal__alloc(allocator, bytes);
-      if (!grown) return gpuhal__status_oom("queue action signal list", bytes);
-      gpuhal__free(allocator, a->signal_storage);
-      a->signal_storage = grown;
-      a->signal_capacity = signals;
-    }
-    a->signals = a->signal_storage;
-  }
+  void* waits_at = NULL;
+  void* signals_at = NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__action_reserve_list(allocator, waits, sizeof(gpuhal__action_wait_t), a->inline_waits,
+                                                      (void**)&a->wait_storage, &a->wait_capacity, &waits_at,
+                                                      "queue action wait list"));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__action_reserve_list(allocator, signals, sizeof(gpuhal__timepoint_t),
+                                                      a->inline_signals, (void**)&a->signal_storage,
+                                                      &a->signal_capacity, &signals_at, "queue action signal list"));
+  a->waits = (gpuhal__action_wait_t*)waits_at;
+  a->signals = (gpuhal__timepoint_t*)signals_at;
   return NULL;
 }
 
 /* ---- failing and retiring ---- */
 
-/* Hands a finished action to the worker for release. Any thread. With `batch`, the worker
- * is kicked only every GPUHAL__RETIRE_BATCH actions (the completion thread flushes when it
- * runs out of work). */
-static void gpuhal__action_retire_ex(gpuhal__action_t* a, int batch) {
+/* Hands a finished action to the worker for release. Any thread. */
+static void gpuhal__action_retire(gpuhal__action_t* a) {
   gpuhal__queue_state_t* state = a->state;
-  int kick;
   gpuhal__mutex_lock(&state->mutex);
   gpuhal__list_push_back(&state->retired, &a->link);
-  kick = !batch || ++state->retired_unkicked >= GPUHAL__RETIRE_BATCH;
-  if (kick) state->retired_unkicked = 0;
+  state->retired_unkicked = 0;
   gpuhal__mutex_unlock(&state->mutex);
-  if (kick) gpuhal__queue_kick(state);
+  gpuhal__queue_kick(state);
 }
-static void gpuhal__action_retire(gpuhal__action_t* a) { gpuhal__action_retire_ex(a, 0); }
+
+/* Fails every semaphore of `signal` with a clone of `cause` (annotated with `what`): so a
+ * queue call that fails after its arguments were accepted tells whoever waits for its
+ * signals, and work that would have signalled them fails them the same way. */
+static void gpuhal__queue_fail_signals(gpuhal_semaphore_list_t signal, gpuhal_status_t cause, const char* what,
+                                       int ordinal, uint32_t queue) {
+  uint32_t i;
+  for (i = 0; i < signal.count; ++i)
+    gpuhal__semaphore_fail_owned(
+        signal.semaphores[i],
+        gpuhal_status_annotate(gpuhal_status_clone(cause),
+                               "failing the semaphore that queue '%s' (device %d, queue %u) was to signal to %llu", what,
+                               ordinal, queue, (unsigned long long)signal.values[i]));
+}
 
 /* Fails every signal of `a` with `cause` (owned; kept in the action) and tells its ops. */
 static void gpuhal__action_fail(gpuhal__action_t* a, gpuhal_status_t cause) {
@@ -398,13 +371,9 @@ static void gpuhal__action_fail(gpuhal__action_t* a, gpuhal_status_t cause) {
   if (!cause) cause = gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "queue action failed without a cause");
   for (i = 0; i < a->signal_count; ++i) {
     gpuhal__timepoint_t* tp = &a->signals[i];
+    gpuhal_semaphore_list_t one = gpuhal_semaphore_list_one(&tp->semaphore, &tp->value);
     gpuhal__semaphore_remove_timepoint(tp);
-    gpuhal__semaphore_fail_owned(
-        tp->semaphore, gpuhal_status_annotate(gpuhal_status_clone(cause),
-                                              "failing the semaphore that queue '%s' (device %d, queue %u) "
-                                              "was to signal to %llu",
-                                              a->ops->name, a->state->device->ordinal, a->queue_index,
-                                              (unsigned long long)tp->value));
+    gpuhal__queue_fail_signals(one, cause, a->ops->name, a->state->device->ordinal, a->queue_index);
   }
   if (a->ops->complete) a->ops->complete(a->user, cause);
   gpuhal_status_free(a->failure);
@@ -472,6 +441,16 @@ static void gpuhal__action_retain_semaphores(gpuhal__action_t* a) {
   }
 }
 
+/* Drops the events that resolved waits hold (an action blocked on a later wait must hold no
+ * other device's event: that device's release would wait for it). */
+static void gpuhal__action_drop_wait_events(gpuhal__action_t* a) {
+  uint32_t i;
+  for (i = 0; i < a->wait_count; ++i) {
+    gpuhal__event_release(a->waits[i].event);
+    a->waits[i].event = NULL;
+  }
+}
+
 /* On the worker (or a harvesting submitter): drops everything the action holds. Its own
  * event, when this was the last reference, goes on `*events` (the state's pool). */
 static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
@@ -484,15 +463,15 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
     if (!a->completed_ok) gpuhal__semaphore_remove_timepoint(&a->signals[i]);
     if (!gpuhal__action_signal_ref_shared(a, i)) gpuhal_semaphore_release(a->signals[i].semaphore);
   }
+  gpuhal__action_drop_wait_events(a);
   for (i = 0; i < a->wait_count; ++i) {
     gpuhal__action_wait_t* w = &a->waits[i];
     /* Only an action that never issued can still be registered (on its blocking wait). */
     if (!a->event && i == a->next_wait) gpuhal__semaphore_unregister(w->semaphore, &w->waiter);
-    gpuhal__event_release(w->event);
-    w->event = NULL;
     gpuhal_semaphore_release(w->semaphore);
   }
   a->completed_ok = 0;
+  a->value_waits = 0;
   a->shared_signal_refs = 0;
   gpuhal__event_release_to(a->event, events);
   a->event = NULL;
@@ -529,56 +508,158 @@ static void gpuhal__actions_release(gpuhal__queue_state_t* state, gpuhal__list_n
   gpuhal__mutex_unlock(&state->mutex);
 }
 
-/* ---- the pump (worker thread) ---- */
+static void gpuhal__list_splice_back(gpuhal__list_node_t* to, gpuhal__list_node_t* from) {
+  if (gpuhal__list_empty(from)) return;
+  from->next->prev = to->prev;
+  to->prev->next = from->next;
+  from->prev->next = to;
+  to->prev = from->prev;
+  gpuhal__list_init(from);
+}
+
+/* ---- resolving and issuing (the pump on the worker, or a submitter's fast path) ---- */
 
 typedef enum gpuhal__resolve_e { GPUHAL__RESOLVE_READY, GPUHAL__RESOLVE_BLOCKED, GPUHAL__RESOLVE_FAILED } gpuhal__resolve_t;
 
-/* Resolves the waits in order; stops at the first one neither completed nor submitted
- * (registering on its semaphore so its change kicks the pump). */
-static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, gpuhal_status_t* out_failure) {
-  CUstream stream = a->state->device->streams[a->queue_index];
+/* A spare word for arming `s` (memops): a sentinel when it has one already, else a new one
+ * (NULL when none could be had: the wait then blocks on the host as on the event path). */
+static uint64_t gpuhal__arm_sentinel;
+static uint64_t* gpuhal__action_spare_word(gpuhal__queue_state_t* state, gpuhal_semaphore_t* s) {
+  uint64_t* word = NULL;
+  gpuhal_status_t status;
+  if (!state->memops) return NULL;
+  if (gpuhal__atomic_load(&s->word)) return &gpuhal__arm_sentinel;
+  status = gpuhal__word_acquire(state->device->driver, state->device, &word);
+  if (status) {
+    gpuhal__log(state->device->logger, GPUHAL_LOG_WARN, "device %d: no semaphore word (%s); waiting on the host",
+                state->device->ordinal, gpuhal_status_message(status));
+    gpuhal_status_free(status);
+    return NULL;
+  }
+  return word;
+}
+
+/* Resolves the waits in order; stops at the first one that can be neither skipped, turned
+ * into an event wait nor (memops) a value wait, registering on its semaphore so that its
+ * change kicks the pump. With `take_events` (the action will be issued right away if
+ * ready) event waits keep their event; on BLOCKED every event is dropped again. */
+static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_events, gpuhal_status_t* out_failure) {
+  gpuhal__queue_state_t* state = a->state;
+  CUstream stream = state->device->streams[a->queue_index];
   while (a->next_wait < a->wait_count) {
     gpuhal__action_wait_t* w = &a->waits[a->next_wait];
-    gpuhal_status_t failure = NULL;
+    gpuhal__wait_query_t q;
     gpuhal__wait_state_t st;
     /* A value submitted on this action's own stream needs no wait: stream order has it
      * (told without the semaphore's lock when the newest submitted value covers it). */
     if (gpuhal__semaphore_covered_on_stream(w->semaphore, w->value, stream)) {
+      w->kind = GPUHAL__WAIT_NOTHING;
       a->next_wait++;
       continue;
     }
-    st = gpuhal__semaphore_check(w->semaphore, w->value, &w->waiter, stream, &w->event, NULL, &failure);
-    if (st == GPUHAL__WAIT_PENDING) return GPUHAL__RESOLVE_BLOCKED;
+    memset(&q, 0, sizeof(q));
+    q.waiter = &w->waiter;
+    q.order_stream = stream;
+    q.look_submitted = 1;
+    q.take_event = take_events;
+    q.spare_word = gpuhal__action_spare_word(state, w->semaphore);
+    st = gpuhal__semaphore_check(w->semaphore, w->value, &q);
+    if (q.spare_word && q.spare_word != &gpuhal__arm_sentinel) gpuhal__word_return(state->device->driver, q.spare_word);
+    if (st == GPUHAL__WAIT_PENDING) {
+      gpuhal__action_drop_wait_events(a);
+      return GPUHAL__RESOLVE_BLOCKED;
+    }
     if (st == GPUHAL__WAIT_FAILED) {
       char who[96];
-      snprintf(who, sizeof(who), "queue '%s' (device %d, queue %u)", a->ops->name, a->state->device->ordinal,
+      snprintf(who, sizeof(who), "queue '%s' (device %d, queue %u)", a->ops->name, state->device->ordinal,
                a->queue_index);
-      *out_failure = gpuhal__semaphore_failure_for(failure, who, w->value);
+      gpuhal__action_drop_wait_events(a);
+      *out_failure = gpuhal__semaphore_failure_for(q.failure, who, w->value);
       return GPUHAL__RESOLVE_FAILED;
     }
+    w->kind = st == GPUHAL__WAIT_ARMED ? GPUHAL__WAIT_VALUE
+              : st == GPUHAL__WAIT_SUBMITTED && (q.event || !take_events) ? GPUHAL__WAIT_EVENT
+                                                                         : GPUHAL__WAIT_NOTHING;
+    w->event = q.event;
+    w->word = q.word_address;
+    if (w->kind == GPUHAL__WAIT_VALUE) a->value_waits = 1;
     a->next_wait++;
   }
   return GPUHAL__RESOLVE_READY;
 }
 
-/* Puts the action on its stream: stream waits, the work, the event; publishes timepoints. */
+/* An event wait resolved earlier without keeping its event: the event of the submitted
+ * value again (a submitted value stays submitted until it is reached or fails). */
+static gpuhal_status_t gpuhal__action_wait_event(gpuhal__action_t* a, gpuhal__action_wait_t* w, CUstream stream) {
+  gpuhal__wait_query_t q;
+  gpuhal__wait_state_t st;
+  memset(&q, 0, sizeof(q));
+  q.order_stream = stream;
+  q.look_submitted = 1;
+  q.take_event = 1;
+  st = gpuhal__semaphore_check(w->semaphore, w->value, &q);
+  if (st == GPUHAL__WAIT_FAILED) {
+    char who[96];
+    snprintf(who, sizeof(who), "queue '%s' (device %d, queue %u)", a->ops->name, a->state->device->ordinal,
+             a->queue_index);
+    return gpuhal__semaphore_failure_for(q.failure, who, w->value);
+  }
+  if (st == GPUHAL__WAIT_PENDING)
+    return gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "queue '%s': a submitted value %llu is no longer submitted",
+                              a->ops->name, (unsigned long long)w->value);
+  w->event = q.event;
+  return NULL;
+}
+
+/* Puts the action's waits on `stream`: event waits, then value waits. */
+static gpuhal_status_t gpuhal__action_issue_waits(gpuhal__action_t* a, CUstream stream) {
+  gpuhal_device_t* device = a->state->device;
+  uint32_t i;
+  for (i = 0; i < a->wait_count; ++i) {
+    gpuhal__action_wait_t* w = &a->waits[i];
+    if (w->kind == GPUHAL__WAIT_VALUE) {
+      GPUHAL__CU_RETURN(device->cu, cuStreamWaitValue64, (stream, w->word, w->value, CU_STREAM_WAIT_VALUE_GEQ));
+    } else if (w->kind == GPUHAL__WAIT_EVENT) {
+      if (!w->event) GPUHAL__RETURN_IF_ERROR(gpuhal__action_wait_event(a, w, stream));
+      /* The wait captures the event's current record, so the event may be reused after. */
+      if (w->event && w->event->stream != stream)
+        GPUHAL__RETURN_IF_ERROR(GPUHAL__CU(device->cu, cuStreamWaitEvent, (stream, w->event->handle, 0)));
+      gpuhal__event_release(w->event);
+      w->event = NULL;
+    }
+  }
+  return NULL;
+}
+
+static int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp);
+
+/* Publishes the action's signals as submitted timepoints; the armed ones (a GPU wait on
+ * their word may already be issued) get their value written after the work. */
+static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstream stream) {
+  gpuhal_device_t* device = a->state->device;
+  uint32_t i;
+  for (i = 0; i < a->signal_count; ++i) {
+    CUdeviceptr word;
+    a->signals[i].event = a->event;
+    a->signals[i].settled = gpuhal__timepoint_settled;
+    a->signals[i].owner = a;
+    word = gpuhal__semaphore_add_timepoint(a->signals[i].semaphore, &a->signals[i]);
+    if (word)
+      GPUHAL__CU_RETURN(device->cu, cuStreamWriteValue64, (stream, word, a->signals[i].value, CU_STREAM_WRITE_VALUE_DEFAULT));
+  }
+  return NULL;
+}
+
+/* Puts the action on its stream: waits, the work, the event, the signals. */
 static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
   gpuhal_device_t* device = a->state->device;
   CUstream stream = device->streams[a->queue_index];
   gpuhal__event_t* event = NULL;
-  uint32_t i;
-  GPUHAL__QP_START(qp);
-  for (i = 0; i < a->wait_count; ++i) {
-    gpuhal__action_wait_t* w = &a->waits[i];
-    if (!w->event) continue;
-    /* On the same stream, order already implies the wait. Otherwise the wait captures the
-     * event's current record, so the event may be reused after. */
-    if (w->event->stream != stream)
-      GPUHAL__RETURN_IF_ERROR(GPUHAL__CU(device->cu, cuStreamWaitEvent, (stream, w->event->handle, 0)));
-    gpuhal__event_release(w->event);
-    w->event = NULL;
+  gpuhal_status_t status = gpuhal__action_issue_waits(a, stream);
+  if (status) {
+    gpuhal__action_drop_wait_events(a);
+    return status;
   }
-  GPUHAL__QP_MARK(qp, GPUHAL__QP_WAITS);
   if (a->ops->issue) {
     int64_t trace_t0 = 0; /* trace hook: GPU timing events around the work */
     gpuhal_status_t issued;
@@ -587,21 +668,11 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
     GPUHAL__TRACE(device, gpuhal__trace_issue_end(device, a, stream, trace_t0, issued != NULL));
     GPUHAL__RETURN_IF_ERROR(issued);
   }
-  GPUHAL__QP_MARK(qp, GPUHAL__QP_WORK);
   GPUHAL__RETURN_IF_ERROR(gpuhal__event_pool_acquire(&a->state->events, &event));
   a->event = event;
-  GPUHAL__QP_MARK(qp, GPUHAL__QP_EVENT_ACQUIRE);
   GPUHAL__CU_RETURN(device->cu, cuEventRecord, (event->handle, stream));
   event->stream = stream;
-  GPUHAL__QP_MARK(qp, GPUHAL__QP_RECORD);
-  if (!a->host_fn) {
-    for (i = 0; i < a->signal_count; ++i) {
-      a->signals[i].event = event;
-      gpuhal__semaphore_add_timepoint(a->signals[i].semaphore, &a->signals[i]);
-    }
-  }
-  GPUHAL__QP_MARK(qp, GPUHAL__QP_TIMEPOINTS);
-  return NULL;
+  return a->host_fn ? NULL : gpuhal__action_issue_signals(a, stream);
 }
 
 /* An issue failed: sticky errors (the stream says so too) lose the device. */
@@ -615,29 +686,28 @@ static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t sta
   gpuhal__action_retire(a);
 }
 
-/* Issues a ready action and hands it to the completion thread (or fails it). Under
- * issue_mutex with the device's context current. Returns when it was handed over (0: it
- * failed). */
+/* Issues a ready action and puts it on its lane (or fails it). Under issue_mutex with the
+ * device's context current. Returns when it was issued (0: it failed). */
 static int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
   gpuhal_status_t status = gpuhal__action_issue(a);
+  gpuhal__queue_lane_t* lane = &state->lanes[a->queue_index];
   int64_t now;
   if (status) {
     gpuhal__action_issue_failed(a, status);
     return 0;
   }
-  GPUHAL__QP_START(qp);
   a->dispatch_ns = now = gpuhal_now_ns();
   gpuhal__mutex_lock(&state->mutex);
   a->seq = ++state->dispatch_seq;
-  gpuhal__list_push_back(&state->in_flight, &a->link);
-  if (a->host_fn) state->in_flight_host_calls++;
-  gpuhal__atomic_add(&state->in_flight_count, 1);
-  /* A napping completion thread finds the action at its next look (see
-   * GPUHAL_COMPLETION_NAP_NS); a host call's function should not wait for that. */
+  gpuhal__list_push_back(&lane->in_flight, &a->link);
+  if (a->host_fn) lane->host_calls++;
+  gpuhal__atomic_add(&lane->count, 1u);
+  gpuhal__atomic_add(&state->in_flight_count, 1u);
+  /* A napping completion thread finds the action at its next look; a host call's function
+   * should not wait for that. */
   if (state->completion_sleeping || (state->completion_napping && a->host_fn))
     gpuhal__cond_signal(&state->completion_cond);
   gpuhal__mutex_unlock(&state->mutex);
-  GPUHAL__QP_MARK(qp, GPUHAL__QP_DISPATCH);
   return now;
 }
 
@@ -656,7 +726,7 @@ static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state) {
       n = next;
       continue;
     }
-    r = failure ? GPUHAL__RESOLVE_FAILED : gpuhal__action_resolve(a, &failure);
+    r = failure ? GPUHAL__RESOLVE_FAILED : gpuhal__action_resolve(a, 1, &failure);
     if (r != GPUHAL__RESOLVE_BLOCKED) {
       gpuhal__list_remove(&a->link);
       progress++;
@@ -670,15 +740,6 @@ static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state) {
     n = next;
   }
   return progress;
-}
-
-static void gpuhal__list_splice_back(gpuhal__list_node_t* to, gpuhal__list_node_t* from) {
-  if (gpuhal__list_empty(from)) return;
-  from->next->prev = to->prev;
-  to->prev->next = from->next;
-  from->prev->next = to;
-  to->prev = from->prev;
-  gpuhal__list_init(from);
 }
 
 static void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
@@ -708,58 +769,7 @@ static void gpuhal__queue_pump_task(gpuhal__task_t* task) {
   gpuhal__queue_pump(GPUHAL__CONTAINER_OF(task, gpuhal__queue_state_t, pump_task));
 }
 
-/* ---- the completion thread ---- */
-
-/* Waits for the event: polls briefly, then polls between sleeps that grow (see above). */
-static CUresult gpuhal__event_wait_spin_then_block(gpuhal__event_t* e) {
-  const gpuhal__cuda_symbols_t* cu = e->pool->device->cu;
-  int64_t spin_end = gpuhal_now_ns() + GPUHAL_COMPLETION_SPIN_NS;
-  int64_t sleep_ns = 2000;
-  for (;;) {
-    CUresult r = cu->cuEventQuery(e->handle);
-    if (r != CUDA_ERROR_NOT_READY) return r;
-    if (gpuhal_now_ns() < spin_end) continue;
-    gpuhal__sleep_ns(sleep_ns);
-    if (sleep_ns < GPUHAL_COMPLETION_MAX_SLEEP_NS) sleep_ns *= 2;
-  }
-}
-
-/* What the completion thread knows about one batch: per queue slot, the action probed (the
- * newest old enough) and whether it was found complete. */
-typedef struct gpuhal__completion_batch_s {
-  gpuhal__action_t* probe[GPUHAL__PROBE_SLOTS];
-  int probed[GPUHAL__PROBE_SLOTS];   /* its event was queried */
-  int complete[GPUHAL__PROBE_SLOTS]; /* ... and had completed: everything of its queue up to it has */
-} gpuhal__completion_batch_t;
-
-/* Picks the probes of a batch: the newest action per queue issued before `cutoff_ns`. */
-static void gpuhal__completion_batch_init(gpuhal__completion_batch_t* b, gpuhal__list_node_t* batch,
-                                          int64_t cutoff_ns) {
-  gpuhal__list_node_t* n;
-  memset(b, 0, sizeof(*b));
-  if (!GPUHAL_COMPLETION_BATCH) return;
-  for (n = batch->next; n != batch; n = n->next) {
-    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
-    uint32_t slot = a->queue_index % GPUHAL__PROBE_SLOTS;
-    if (a->dispatch_ns > cutoff_ns) break; /* in dispatch order: the rest is newer */
-    if (!b->probe[slot] || b->probe[slot]->queue_index == a->queue_index) b->probe[slot] = a;
-  }
-}
-
-/* 1 when `a` is known complete through its queue's probe (querying the probe once). */
-static int gpuhal__completion_batch_covers(gpuhal__completion_batch_t* b, gpuhal__action_t* a) {
-  uint32_t slot = a->queue_index % GPUHAL__PROBE_SLOTS;
-  gpuhal__action_t* probe = b->probe[slot];
-  int covered;
-  if (!probe || probe->queue_index != a->queue_index) return 0;
-  if (!b->probed[slot]) {
-    b->probed[slot] = 1;
-    b->complete[slot] = probe != a && gpuhal__event_query(probe->event) == 0;
-  }
-  covered = b->complete[slot];
-  if (probe == a) b->probe[slot] = NULL; /* later actions of this queue are past it */
-  return covered;
-}
+/* ---- the completion thread: progress, per queue ---- */
 
 /* 1 when `a` and `next` (of the same queue, not host calls) signal only the same semaphore,
  * `next` to a value at or above `a`'s: once both are known complete, `a` need not advance
@@ -770,17 +780,52 @@ static int gpuhal__actions_share_signal(const gpuhal__action_t* a, const gpuhal_
          next->signals[0].value >= a->signals[0].value;
 }
 
-/* gpuhal__actions_share_signal, with both known complete through the batch's probe. */
-static int gpuhal__completion_may_skip_advance(const gpuhal__completion_batch_t* b, const gpuhal__action_t* a,
-                                               const gpuhal__action_t* next) {
-  uint32_t slot = a->queue_index % GPUHAL__PROBE_SLOTS;
-  return b->probe[slot] && b->complete[slot] && gpuhal__actions_share_signal(a, next);
+/* What is known of the inputs of an action whose work ran. Its GPU waits were released by
+ * what the GPU saw (an event, a word), but a word may have been written by work that then
+ * failed, or by a failure store: the values count as reached only once the host side has
+ * them (the signalling work observed, or a host signal). Atomic loads only. */
+typedef enum gpuhal__inputs_e {
+  GPUHAL__INPUTS_REACHED, /* every waited value is reached: the work ran on good input */
+  GPUHAL__INPUTS_UNKNOWN, /* some value is neither reached nor failed yet: look again later */
+  GPUHAL__INPUTS_FAILED   /* some waited semaphore failed below its value: *out_failure says why */
+} gpuhal__inputs_t;
+
+static gpuhal__inputs_t gpuhal__action_inputs(const gpuhal__action_t* a, gpuhal_status_t* out_failure) {
+  gpuhal__inputs_t result = GPUHAL__INPUTS_REACHED;
+  uint32_t i;
+  for (i = 0; i < a->wait_count; ++i) {
+    const gpuhal__action_wait_t* w = &a->waits[i];
+    gpuhal__wait_query_t q;
+    char who[96];
+    if (gpuhal__atomic_load(&w->semaphore->value) >= w->value) continue;
+    if (!gpuhal__atomic_load(&w->semaphore->failure)) {
+      result = GPUHAL__INPUTS_UNKNOWN;
+      continue;
+    }
+    if (!out_failure) return GPUHAL__INPUTS_FAILED;
+    memset(&q, 0, sizeof(q));
+    gpuhal__semaphore_check(w->semaphore, w->value, &q);
+    snprintf(who, sizeof(who), "queue '%s' (device %d, queue %u)", a->ops->name, a->state->device->ordinal,
+             a->queue_index);
+    *out_failure = gpuhal__semaphore_failure_for(q.failure, who, w->value);
+    return GPUHAL__INPUTS_FAILED;
+  }
+  return result;
+}
+
+/* Timepoint callback (under the signalled semaphore's lock, the action alive): 1 when the
+ * action's inputs are all reached, so its completed event means its values are reached. */
+static int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp) {
+  return gpuhal__action_inputs((const gpuhal__action_t*)tp->owner, NULL) == GPUHAL__INPUTS_REACHED;
 }
 
 /* The work of `a` (not a host call) completed: advance its values, unless a later complete
  * action of its queue advances the same semaphore past them (`skip_advance`). */
 static void gpuhal__action_complete_ok(gpuhal__action_t* a, int skip_advance) {
-  if (skip_advance) {
+  gpuhal_status_t failed = NULL;
+  if (gpuhal__action_inputs(a, &failed) == GPUHAL__INPUTS_FAILED) {
+    gpuhal__action_fail(a, failed);
+  } else if (skip_advance) {
     a->completed_ok = 1; /* its timepoint goes with the later action's advance */
     if (a->ops->complete) a->ops->complete(a->user, NULL);
   } else {
@@ -803,20 +848,19 @@ static void gpuhal__completion_retire_done(gpuhal__queue_state_t* state, gpuhal_
 }
 
 /* cuEventQuery of `a`'s event failed with `query_error`, which is not sticky: the work may
- * still be running, so its semaphores must not fail (or advance) yet. Retries the event a
- * few times (a transient failure), then waits until the queue's stream has drained: that
- * tells whether the work completed (CUDA_SUCCESS) or how it failed. On the completion
- * thread (the device's context is current there). */
+ * still be running, so its semaphores must not fail (or advance) yet. Waits until the
+ * queue's stream has drained: that tells whether the work completed (CUDA_SUCCESS) or how
+ * it failed. Blocks this queue's progress only, and only on this rare path. */
 static CUresult gpuhal__action_recheck(gpuhal__queue_state_t* state, gpuhal__action_t* a, CUresult query_error) {
   const gpuhal__cuda_symbols_t* cu = state->device->cu;
   const char* name = NULL;
   const char* text = NULL;
-  int64_t sleep_ns = 2000;
+  int64_t sleep_ns = GPUHAL__COMPLETION_FIRST_SLEEP_NS;
   int tries;
   for (tries = 0; tries < 3; ++tries) {
     CUresult r;
     gpuhal__sleep_ns(sleep_ns);
-    r = gpuhal__event_wait_spin_then_block(a->event);
+    r = cu->cuEventQuery(a->event->handle);
     if (r == CUDA_SUCCESS || gpuhal__cuda_error_is_sticky(r)) return r;
   }
   gpuhal__cuda_error_describe(cu, query_error, &name, &text);
@@ -829,16 +873,14 @@ static CUresult gpuhal__action_recheck(gpuhal__queue_state_t* state, gpuhal__act
     CUresult r = cu->cuStreamQuery(state->device->streams[a->queue_index]);
     if (r != CUDA_ERROR_NOT_READY) return r;
     gpuhal__sleep_ns(sleep_ns);
-    if (sleep_ns < GPUHAL_COMPLETION_MAX_SLEEP_NS) sleep_ns *= 2;
+    if (sleep_ns < state->tuning.completion_max_sleep_ns) sleep_ns *= 2;
   }
 }
 
-/* Observes `a`: complete already when `known_complete` (a later event of its stream has
- * completed), else waits for its own event. A successful action goes on `done` (retired by
- * the caller, after any advance it skipped was made by a later action: `skip_advance`). */
-static void gpuhal__action_observe(gpuhal__queue_state_t* state, gpuhal__action_t* a, int known_complete,
-                                   int skip_advance, gpuhal__list_node_t* done, uint32_t* done_count) {
-  CUresult r = known_complete ? CUDA_SUCCESS : gpuhal__event_wait_spin_then_block(a->event);
+/* Records how `a` ended (`r`: its event's query). A successful action goes on `done`
+ * (retired by the caller); a host call goes to the host-call thread. */
+static void gpuhal__action_observe(gpuhal__queue_state_t* state, gpuhal__action_t* a, CUresult r, int skip_advance,
+                                   gpuhal__list_node_t* done, uint32_t* done_count) {
   gpuhal_status_t lost;
   if (r != CUDA_SUCCESS && !gpuhal__cuda_error_is_sticky(r)) r = gpuhal__action_recheck(state, a, r);
   if (r != CUDA_SUCCESS) {
@@ -868,101 +910,194 @@ static void gpuhal__action_observe(gpuhal__queue_state_t* state, gpuhal__action_
   (*done_count)++;
 }
 
-/* Out of work: release what is retired, then watch the in-flight count for a short while
- * before sleeping. */
-static void gpuhal__completion_idle(gpuhal__queue_state_t* state) {
-  int64_t end;
-  int kick;
-  gpuhal__mutex_lock(&state->mutex);
-  kick = state->retired_unkicked > 0;
-  state->retired_unkicked = 0;
-  gpuhal__mutex_unlock(&state->mutex);
-  if (kick) gpuhal__queue_kick(state);
-  end = gpuhal_now_ns() + GPUHAL_COMPLETION_IDLE_SPIN_NS;
-  while (gpuhal__atomic_load(&state->in_flight_count) == 0 && gpuhal_now_ns() < end) {
+/* Observes a lane's taken actions in order without blocking: stops at the first whose work
+ * is not done. One query of the newest covers every older one (a stream runs in order).
+ * Returns how many were observed. */
+static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane,
+                                                gpuhal__list_node_t* done, uint32_t* done_count) {
+  const gpuhal__cuda_symbols_t* cu = state->device->cu;
+  gpuhal__list_node_t* list = &lane->observing;
+  uint32_t observed = 0;
+  int all_done = 0;
+  gpuhal__list_node_t* n = lane->deferred.next;
+  while (n != &lane->deferred) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    n = n->next;
+    if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) continue;
+    gpuhal__list_remove(&a->link);
+    gpuhal__action_observe(state, a, CUDA_SUCCESS, 0, done, done_count);
+    gpuhal__atomic_sub(&lane->count, 1u);
+    gpuhal__atomic_sub(&state->in_flight_count, 1u);
+    observed++;
+  }
+  if (gpuhal__list_empty(list)) return observed;
+  if (list->next != list->prev)
+    all_done = cu->cuEventQuery(GPUHAL__CONTAINER_OF(list->prev, gpuhal__action_t, link)->event->handle) == CUDA_SUCCESS;
+  while (!gpuhal__list_empty(list)) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(list->next, gpuhal__action_t, link);
+    gpuhal__action_t* next = list->next->next == list ? NULL : GPUHAL__CONTAINER_OF(list->next->next, gpuhal__action_t, link);
+    int skip;
+    CUresult r = all_done ? CUDA_SUCCESS : cu->cuEventQuery(a->event->handle);
+    if (r == CUDA_ERROR_NOT_READY) break;
+    gpuhal__list_remove(&a->link);
+    /* Done, but on inputs not known good yet: other lanes will tell (perhaps only once this
+     * lane's later work is observed, so the lane goes on without it). */
+    if (r == CUDA_SUCCESS && gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
+      gpuhal__list_push_back(&lane->deferred, &a->link);
+      continue;
+    }
+    /* `a` may leave its advance to `next` only when `next` will make it now: a `next` that
+     * waits for inputs (perhaps for `a`'s own value, through another lane) would not. */
+    skip = all_done && gpuhal__actions_share_signal(a, next) &&
+           gpuhal__action_inputs(next, NULL) == GPUHAL__INPUTS_REACHED;
+    gpuhal__action_observe(state, a, r, skip, done, done_count);
+    gpuhal__atomic_sub(&lane->count, 1u);
+    gpuhal__atomic_sub(&state->in_flight_count, 1u);
+    observed++;
+    if (*done_count >= GPUHAL__RETIRE_BATCH && !skip)
+      gpuhal__completion_retire_done(state, done, done_count);
+  }
+  return observed;
+}
+
+/* Under the state's mutex: moves to each lane's `observing` list the issued actions old
+ * enough to look at (all of a lane with a host call, and everything while someone waits for
+ * idle or the device stops). Returns when the youngest action left behind ages (INT64_MAX:
+ * none left). */
+static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
+  int64_t now = gpuhal_now_ns(), next_due = INT64_MAX;
+  int take_all = state->threads_stop || state->idle_waiters > 0 || state->tuning.completion_min_age_ns == 0;
+  uint32_t q;
+  for (q = 0; q < state->device->queue_count; ++q) {
+    gpuhal__queue_lane_t* lane = &state->lanes[q];
+    /* A submitter that harvested lately keeps the lane short itself: leave it the work. */
+    int64_t since = lane->last_harvest_ns;
+    while (!gpuhal__list_empty(&lane->in_flight)) {
+      gpuhal__action_t* a = GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
+      int64_t due = (a->dispatch_ns > since ? a->dispatch_ns : since) + state->tuning.completion_min_age_ns;
+      if (!take_all && lane->host_calls == 0 && due > now) {
+        if (due < next_due) next_due = due;
+        break;
+      }
+      gpuhal__list_remove(&a->link);
+      if (a->host_fn) lane->host_calls--;
+      gpuhal__list_push_back(&lane->observing, &a->link);
+    }
+  }
+  return next_due;
+}
+
+/* At device release, for GPU value waits whose values nobody reached: fails those
+ * semaphores (the failure store releases the waits), so the streams drain. */
+static void gpuhal__completion_abandon_value_waits(gpuhal__queue_state_t* state) {
+  uint32_t q;
+  for (q = 0; q < state->device->queue_count; ++q) {
+    gpuhal__list_node_t* n;
+    for (n = state->lanes[q].observing.next; n != &state->lanes[q].observing; n = n->next) {
+      gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+      uint32_t i;
+      for (i = 0; a->value_waits && i < a->wait_count; ++i) {
+        gpuhal__action_wait_t* w = &a->waits[i];
+        if (w->kind != GPUHAL__WAIT_VALUE || gpuhal__atomic_load(&w->semaphore->value) >= w->value) continue;
+        gpuhal__semaphore_fail_owned(
+            w->semaphore, gpuhal_status_make(GPUHAL_STATUS_ABORTED,
+                                             "device %d was released while queue '%s' (queue %u) waited on the GPU "
+                                             "for this semaphore to reach %llu",
+                                             state->device->ordinal, a->ops->name, a->queue_index,
+                                             (unsigned long long)w->value));
+      }
+    }
   }
 }
 
-/* Under the state's mutex, with work in flight: 1 after napping while the oldest issued
- * action is younger than GPUHAL_COMPLETION_MIN_AGE_NS (look again), 0 to take the work now. */
-static int gpuhal__completion_let_age(gpuhal__queue_state_t* state) {
-  const gpuhal__action_t* oldest;
-  int64_t age;
-  if (GPUHAL_COMPLETION_MIN_AGE_NS <= 0 || state->threads_stop || state->in_flight_host_calls > 0 ||
-      state->idle_waiters > 0)
-    return 0;
-  oldest = GPUHAL__CONTAINER_OF(state->in_flight.next, gpuhal__action_t, link);
-  /* A submitter that harvested lately keeps the list short itself: leave it the work. */
-  age = gpuhal_now_ns() -
-        (state->last_harvest_ns > oldest->dispatch_ns ? state->last_harvest_ns : oldest->dispatch_ns);
-  if (age >= GPUHAL_COMPLETION_MIN_AGE_NS) return 0;
-  state->completion_napping = 1; /* a host call's dispatch wakes it */
-  gpuhal__cond_wait_until(&state->completion_cond, &state->mutex,
-                          gpuhal_timeout_relative_ns(GPUHAL_COMPLETION_MIN_AGE_NS - age));
-  state->completion_napping = 0;
-  return 1;
+/* Sleeps until `until` (INT64_MAX: until woken). Under the state's mutex. */
+static void gpuhal__completion_sleep_locked(gpuhal__queue_state_t* state, int64_t until) {
+  if (until == INT64_MAX) {
+    state->completion_sleeping = 1;
+    gpuhal__cond_wait(&state->completion_cond, &state->mutex);
+    state->completion_sleeping = 0;
+  } else {
+    state->completion_napping = 1;
+    gpuhal__cond_wait_until(&state->completion_cond, &state->mutex, gpuhal_timeout_deadline_ns(until));
+    state->completion_napping = 0;
+  }
+}
+
+static int gpuhal__completion_observing(gpuhal__queue_state_t* state) {
+  uint32_t q;
+  for (q = 0; q < state->device->queue_count; ++q)
+    if (!gpuhal__list_empty(&state->lanes[q].observing) || !gpuhal__list_empty(&state->lanes[q].deferred)) return 1;
+  return 0;
 }
 
 static void* gpuhal__completion_main(void* arg) {
   gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
   gpuhal__context_scope_t scope;
-  /* cuEventQuery/Synchronize need no context on CUDA, but a gpuhal thread may hold it. */
+  /* cuEventQuery needs no current context on CUDA, but a gpuhal thread may hold it. */
   gpuhal_status_t status = gpuhal__context_enter(state->device, &scope);
   int64_t last_work_ns = gpuhal_now_ns();
+  int64_t poll_sleep_ns = 0;
   gpuhal_status_free(status);
   for (;;) {
-    gpuhal__list_node_t batch, done;
-    gpuhal__completion_batch_t known;
-    gpuhal__list_node_t* n;
-    int64_t taken_ns;
-    uint32_t done_count = 0;
-    if (gpuhal__atomic_load(&state->in_flight_count) == 0) gpuhal__completion_idle(state);
+    gpuhal__list_node_t done;
+    uint32_t done_count = 0, observed = 0, q;
+    int64_t next_due, now;
+    int observing;
     gpuhal__mutex_lock(&state->mutex);
-    while (gpuhal__list_empty(&state->in_flight) && !state->threads_stop) {
-      if (GPUHAL_COMPLETION_NAP_NS > 0 && gpuhal_now_ns() - last_work_ns < GPUHAL_COMPLETION_ACTIVE_NS) {
-        state->completion_napping = 1;
-        gpuhal__cond_wait_until(&state->completion_cond, &state->mutex,
-                                gpuhal_timeout_relative_ns(GPUHAL_COMPLETION_NAP_NS));
-        state->completion_napping = 0;
-      } else {
-        state->completion_sleeping = 1;
-        gpuhal__cond_wait(&state->completion_cond, &state->mutex);
-        state->completion_sleeping = 0;
+    next_due = gpuhal__completion_take_locked(state);
+    observing = gpuhal__completion_observing(state);
+    if (state->abandon_value_waits) {
+      state->abandon_value_waits = 0;
+      gpuhal__mutex_unlock(&state->mutex);
+      gpuhal__completion_abandon_value_waits(state);
+      gpuhal__mutex_lock(&state->mutex);
+    }
+    if (!observing) {
+      if (state->threads_stop && gpuhal__atomic_load(&state->in_flight_count) == 0) {
+        gpuhal__mutex_unlock(&state->mutex);
+        break;
       }
-    }
-    if (gpuhal__list_empty(&state->in_flight)) {
+      /* Nothing to look at yet: sleep until the oldest issued action ages, or, with
+       * nothing issued, nap while work keeps coming, then sleep until woken. */
+      now = gpuhal_now_ns();
+      if (next_due == INT64_MAX && now - last_work_ns < GPUHAL__COMPLETION_ACTIVE_NS) next_due = now + GPUHAL__COMPLETION_NAP_NS;
+      gpuhal__completion_sleep_locked(state, next_due);
       gpuhal__mutex_unlock(&state->mutex);
-      break;
-    }
-    if (gpuhal__completion_let_age(state)) {
-      gpuhal__mutex_unlock(&state->mutex);
+      poll_sleep_ns = 0;
       continue;
     }
-    /* The whole list, in issue order; in_flight_count counts it until each is observed. */
-    gpuhal__list_init(&batch);
-    gpuhal__list_splice_back(&batch, &state->in_flight);
-    state->in_flight_host_calls = 0;
     gpuhal__mutex_unlock(&state->mutex);
-    taken_ns = gpuhal_now_ns();
-    gpuhal__completion_batch_init(&known, &batch, taken_ns - GPUHAL_COMPLETION_PROBE_AGE_NS);
     gpuhal__list_init(&done);
-    while ((n = gpuhal__list_pop_front(&batch)) != NULL) {
-      gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
-      gpuhal__action_t* next =
-          gpuhal__list_empty(&batch) ? NULL : GPUHAL__CONTAINER_OF(batch.next, gpuhal__action_t, link);
-      int covered = gpuhal__completion_batch_covers(&known, a);
-      int skip = covered && gpuhal__completion_may_skip_advance(&known, a, next);
-      gpuhal__action_observe(state, a, covered, skip, &done, &done_count);
-      gpuhal__atomic_sub(&state->in_flight_count, 1);
-      if (!skip && done_count >= GPUHAL__RETIRE_BATCH) gpuhal__completion_retire_done(state, &done, &done_count);
-    }
+    for (q = 0; q < state->device->queue_count; ++q)
+      observed += gpuhal__completion_observe_lane(state, &state->lanes[q], &done, &done_count);
     gpuhal__completion_retire_done(state, &done, &done_count);
+    gpuhal__mutex_lock(&state->mutex);
+    if (state->retired_unkicked > 0) {
+      state->retired_unkicked = 0;
+      gpuhal__mutex_unlock(&state->mutex);
+      gpuhal__queue_kick(state);
+      gpuhal__mutex_lock(&state->mutex);
+    }
     last_work_ns = gpuhal_now_ns();
+    if (observed) {
+      poll_sleep_ns = 0;
+    } else {
+      /* Work is running on some lane: poll again after a sleep that doubles, and sooner
+       * when issued work ages or a host call arrives. */
+      poll_sleep_ns = poll_sleep_ns ? poll_sleep_ns * 2 : GPUHAL__COMPLETION_FIRST_SLEEP_NS;
+      if (poll_sleep_ns > state->tuning.completion_max_sleep_ns) poll_sleep_ns = state->tuning.completion_max_sleep_ns;
+      now = gpuhal_now_ns();
+      if (next_due > now + poll_sleep_ns) next_due = now + poll_sleep_ns;
+      if (!state->threads_stop && state->idle_waiters == 0 && !state->abandon_value_waits)
+        gpuhal__completion_sleep_locked(state, next_due);
+    }
+    gpuhal__mutex_unlock(&state->mutex);
   }
   if (!status) gpuhal__context_leave(state->device, &scope);
   return NULL;
 }
 
+/* ---- the host-call thread ---- */
 static void* gpuhal__host_call_main(void* arg) {
   gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
   for (;;) {
@@ -977,15 +1112,18 @@ static void* gpuhal__host_call_main(void* arg) {
     }
     a = GPUHAL__CONTAINER_OF(gpuhal__list_pop_front(&state->host_calls), gpuhal__action_t, link);
     gpuhal__mutex_unlock(&state->mutex);
-    {
+    status = NULL;
+    if (gpuhal__action_inputs(a, &status) != GPUHAL__INPUTS_FAILED) {
       int64_t trace_t0 = 0; /* trace hook: the host function's span */
       GPUHAL__TRACE(state->device, trace_t0 = gpuhal_now_ns());
       status = a->host_fn(a->host_user);
       GPUHAL__TRACE(state->device, gpuhal__trace_host_call(state->device, a, trace_t0));
+      if (status)
+        status = gpuhal_status_annotate(status, "in the function of gpuhal_queue_host_call (device %d, queue %u)",
+                                        state->device->ordinal, a->queue_index);
     }
     if (status) {
-      gpuhal__action_fail(a, gpuhal_status_annotate(status, "in the function of gpuhal_queue_host_call (device %d, queue %u)",
-                                                    state->device->ordinal, a->queue_index));
+      gpuhal__action_fail(a, status);
     } else {
       gpuhal__action_succeed(a);
     }
@@ -994,156 +1132,119 @@ static void* gpuhal__host_call_main(void* arg) {
   return NULL;
 }
 
-/* ---- harvesting: a busy submitter retires completed work itself ----
+/* ---- harvesting: a busy submitter retires completed work of its queue itself ----
  * While a thread keeps submitting on the fast path, it also takes the oldest issued actions
- * whose work has completed off the completion thread's list and retires them on the spot:
- * advances their values, drops their references and returns them to the pool. Everything
- * an action touches (the action, its semaphores' locks and counts, its event, a command
- * buffer's execute record) then stays in the submitting thread's cache instead of moving
- * through the completion thread and the worker on every operation, and the completion
- * thread's cuEventQuery calls no longer compete with the submitter's own calls for the
- * driver. One cuEventQuery covers every older action of the same stream (as in the
- * completion thread's batches); a look that finds nothing complete backs off (doubling,
- * GPUHAL_HARVEST_MAX_BACKOFF), so long-running work costs the submitter almost nothing.
- * The completion thread still takes whatever ages past GPUHAL_COMPLETION_MIN_AGE_NS (work
- * nobody harvested), host calls (the host-call thread runs them) and anything that failed.
- * Releasing here is safe: no queue lock is held, and every release that makes CUDA calls
- * enters the device's context itself (or asks the worker). Off while tracing (the trace's
- * GPU timing is the completion thread's). GPUHAL_HARVEST_MIN 0 turns harvesting off. */
-#ifndef GPUHAL_HARVEST_MIN
-#define GPUHAL_HARVEST_MIN 48 /* issued actions old enough to look at before one looks */
-#endif
-#ifndef GPUHAL_HARVEST_AGE_NS
-#define GPUHAL_HARVEST_AGE_NS 10000 /* how long an action is issued before it is worth a query */
-#endif
-#ifndef GPUHAL_HARVEST_MAX_WAIT_NS
-#define GPUHAL_HARVEST_MAX_WAIT_NS 80000 /* fewer than GPUHAL_HARVEST_MIN: look once the oldest is this old */
-#endif
-#ifndef GPUHAL_HARVEST_MAX_BACKOFF
-#define GPUHAL_HARVEST_MAX_BACKOFF 256 /* fast-path submissions skipped at most after a fruitless look */
-#endif
-#define GPUHAL__HARVEST_SLOTS 4 /* queues probed per look */
-#define GPUHAL__HARVEST_MAX_RUN 512 /* actions looked at per look: bounds the time under the state's lock */
+ * of its queue whose work has completed and retires them on the spot: advances their
+ * values, drops their references and returns them to the pool. Everything an action
+ * touches then stays in that thread's cache instead of moving through the completion
+ * thread and the worker on every operation, and the completion thread's cuEventQuery calls
+ * no longer compete with the submitter's own calls for the driver. One cuEventQuery covers
+ * every older action of the queue; a look that finds nothing complete backs off, so
+ * long-running work costs the submitter almost nothing. The completion thread still takes
+ * whatever ages past tuning.completion_min_age_ns, host calls and failures. Releasing here
+ * is safe: no queue lock is held, and every release that makes CUDA calls enters the
+ * device's context itself (or asks the worker). Off while tracing (the trace's GPU timing
+ * belongs to the completion thread) and with tuning.harvest_min < 0. */
 
-typedef struct gpuhal__harvest_probe_s {
-  uint32_t queue_index;
-  uint64_t seq;           /* the newest action of the queue old enough to look at */
-  gpuhal__event_t* event; /* its event, retained */
-  int complete;
-} gpuhal__harvest_probe_t;
-
-/* Under the state's mutex: one probe per queue among the contiguous run of old-enough
- * actions at the front of in_flight (host calls end it), when that run is worth a query:
- * GPUHAL_HARVEST_MIN long, or its oldest has waited GPUHAL_HARVEST_MAX_WAIT_NS. Returns the
- * number of probes (their events retained). */
-static uint32_t gpuhal__harvest_pick(gpuhal__queue_state_t* state, gpuhal__harvest_probe_t* probes) {
-  int64_t now = gpuhal_now_ns(), cutoff = now - GPUHAL_HARVEST_AGE_NS;
-  int64_t oldest = gpuhal__list_empty(&state->in_flight)
+/* Under the state's mutex: the newest action of the lane's contiguous run of old-enough
+ * actions (host calls end it), when that run is worth a query (tuning.harvest_min long, or
+ * its oldest has waited GPUHAL__HARVEST_MAX_WAIT_NS); NULL otherwise. */
+static gpuhal__action_t* gpuhal__harvest_pick(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane) {
+  int64_t now = gpuhal_now_ns(), cutoff = now - GPUHAL__HARVEST_AGE_NS;
+  int64_t oldest = gpuhal__list_empty(&lane->in_flight)
                        ? now
-                       : GPUHAL__CONTAINER_OF(state->in_flight.next, gpuhal__action_t, link)->dispatch_ns;
-  uint32_t run = 0, count = 0, k;
+                       : GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link)->dispatch_ns;
+  gpuhal__action_t* probe = NULL;
+  uint32_t run = 0;
   gpuhal__list_node_t* n;
-  for (n = state->in_flight.next; n != &state->in_flight; n = n->next) {
+  for (n = lane->in_flight.next; n != &lane->in_flight; n = n->next) {
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
     if (a->dispatch_ns > cutoff || a->host_fn || run == GPUHAL__HARVEST_MAX_RUN) break;
-    for (k = 0; k < count && probes[k].queue_index != a->queue_index; ++k) {
-    }
-    if (k == count) {
-      if (count == GPUHAL__HARVEST_SLOTS) break;
-      probes[count++].queue_index = a->queue_index;
-    }
-    probes[k].seq = a->seq;
-    probes[k].event = a->event;
+    probe = a;
     run++;
   }
-  gpuhal__atomic_store(&state->harvest_due_ns, oldest + GPUHAL_HARVEST_MAX_WAIT_NS);
-  if (run < (uint32_t)GPUHAL_HARVEST_MIN && (run == 0 || now - oldest < GPUHAL_HARVEST_MAX_WAIT_NS)) return 0;
-  for (k = 0; k < count; ++k) {
-    gpuhal__event_retain(probes[k].event);
-    probes[k].complete = 0;
-  }
-  return count;
+  gpuhal__atomic_store(&lane->harvest_due_ns, oldest + GPUHAL__HARVEST_MAX_WAIT_NS);
+  if (run < (uint32_t)state->tuning.harvest_min && (run == 0 || now - oldest < GPUHAL__HARVEST_MAX_WAIT_NS)) return NULL;
+  return probe;
 }
 
-/* Under the state's mutex: moves the front actions that the completed probes cover to
- * `taken` (stopping at the first that is not covered: completion stays in issue order) and
- * returns how many. */
-static uint32_t gpuhal__harvest_take(gpuhal__queue_state_t* state, const gpuhal__harvest_probe_t* probes,
-                                     uint32_t count, gpuhal__list_node_t* taken) {
+/* Under the state's mutex: moves the lane's front actions up to `seq` to `taken`. */
+static uint32_t gpuhal__harvest_take(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane, uint64_t seq,
+                                     gpuhal__list_node_t* taken) {
   uint32_t n = 0;
-  while (!gpuhal__list_empty(&state->in_flight)) {
-    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(state->in_flight.next, gpuhal__action_t, link);
-    uint32_t k;
-    for (k = 0; k < count && probes[k].queue_index != a->queue_index; ++k) {
-    }
-    /* Taken by the completion thread since, and reused, means a newer seq: not covered. */
-    if (k == count || !probes[k].complete || a->seq > probes[k].seq || a->host_fn) break;
+  while (!gpuhal__list_empty(&lane->in_flight)) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
+    /* Work whose inputs are not known good yet is left to the completion thread. */
+    if (a->seq > seq || a->host_fn || gpuhal__action_inputs(a, NULL) != GPUHAL__INPUTS_REACHED) break;
     gpuhal__list_remove(&a->link);
     gpuhal__list_push_back(taken, &a->link);
-    gpuhal__atomic_sub(&state->in_flight_count, 1);
+    gpuhal__atomic_sub(&lane->count, 1u);
+    gpuhal__atomic_sub(&state->in_flight_count, 1u);
     n++;
   }
-  if (n) state->last_harvest_ns = gpuhal_now_ns();
+  if (n) lane->last_harvest_ns = gpuhal_now_ns();
   return n;
 }
 
-/* Queries the probes; 1 when at least one completed. Releases their events. */
-static int gpuhal__harvest_query(gpuhal__harvest_probe_t* probes, uint32_t count) {
-  uint32_t k;
-  int any = 0;
-  for (k = 0; k < count; ++k) {
-    /* Errors and unfinished work alike are left to the completion thread. */
-    probes[k].complete = gpuhal__event_query(probes[k].event) == 0;
-    any |= probes[k].complete;
-    gpuhal__event_release(probes[k].event);
-    probes[k].event = NULL;
+/* The look itself: picks a probe, queries it, takes what it covers. */
+static uint32_t gpuhal__harvest_look(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane,
+                                     gpuhal__list_node_t* taken) {
+  gpuhal__action_t* probe;
+  gpuhal__event_t* event = NULL;
+  uint64_t seq = 0;
+  int complete;
+  uint32_t n = 0;
+  gpuhal__mutex_lock(&state->mutex);
+  probe = gpuhal__harvest_pick(state, lane);
+  if (probe) {
+    event = probe->event;
+    seq = probe->seq;
+    gpuhal__event_retain(event);
   }
-  return any;
+  gpuhal__mutex_unlock(&state->mutex);
+  if (!probe) return 0;
+  __atomic_add_fetch(&state->harvest_looks, 1, __ATOMIC_RELAXED);
+  /* Errors and unfinished work alike are left to the completion thread. */
+  complete = gpuhal__event_query(event) == 0;
+  gpuhal__event_release(event);
+  if (!complete) {
+    /* Nothing done yet: the GPU is behind. Look less often until it catches up. */
+    int32_t backoff = lane->harvest_backoff < 4 ? 4 : lane->harvest_backoff * 2;
+    if (backoff > GPUHAL__HARVEST_MAX_BACKOFF) backoff = GPUHAL__HARVEST_MAX_BACKOFF;
+    lane->harvest_backoff = backoff;
+    gpuhal__atomic_store(&lane->harvest_skip, backoff);
+    __atomic_add_fetch(&state->harvest_misses, 1, __ATOMIC_RELAXED);
+    return 0;
+  }
+  lane->harvest_backoff = 0;
+  /* Taken by the completion thread since means the front moved on: take what is left. */
+  gpuhal__mutex_lock(&state->mutex);
+  n = gpuhal__harvest_take(state, lane, seq, taken);
+  gpuhal__mutex_unlock(&state->mutex);
+  __atomic_add_fetch(&state->harvested, n, __ATOMIC_RELAXED);
+  return n;
 }
 
-/* After a fast-path issue (at `now`, 0 if unknown), on the submitting thread, with no
- * queue lock held. */
-static void gpuhal__queue_harvest(gpuhal__queue_state_t* state, int64_t now) {
-  gpuhal__harvest_probe_t probes[GPUHAL__HARVEST_SLOTS];
+/* After a fast-path issue on `queue` (at `now`, 0 if unknown), on the submitting thread,
+ * with no queue lock held. */
+static void gpuhal__queue_harvest(gpuhal__queue_state_t* state, uint32_t queue, int64_t now) {
+  gpuhal__queue_lane_t* lane = &state->lanes[queue];
   gpuhal__list_node_t taken;
   gpuhal__list_node_t* n;
-  uint32_t count, in_flight = gpuhal__atomic_load(&state->in_flight_count);
+  uint32_t in_flight = gpuhal__atomic_load(&lane->count);
   int32_t expected = 0;
-  if (GPUHAL_HARVEST_MIN <= 0 || in_flight == 0 || state->device->trace) return;
-  if (in_flight < (uint32_t)GPUHAL_HARVEST_MIN &&
-      (now ? now : gpuhal_now_ns()) < gpuhal__atomic_load(&state->harvest_due_ns))
+  if (state->tuning.harvest_min <= 0 || in_flight == 0 || state->device->trace) return;
+  if (in_flight < (uint32_t)state->tuning.harvest_min &&
+      (now ? now : gpuhal_now_ns()) < gpuhal__atomic_load(&lane->harvest_due_ns))
     return;
-  if (gpuhal__atomic_load(&state->harvest_skip) > 0) {
-    gpuhal__atomic_sub(&state->harvest_skip, 1);
+  if (gpuhal__atomic_load(&lane->harvest_skip) > 0) {
+    gpuhal__atomic_sub(&lane->harvest_skip, 1);
     return;
   }
-  if (!gpuhal__atomic_cas(&state->harvesting, &expected, 1)) return;
-  gpuhal__mutex_lock(&state->mutex);
-  count = gpuhal__harvest_pick(state, probes);
-  gpuhal__mutex_unlock(&state->mutex);
-  if (count) {
-    __atomic_add_fetch(&state->harvest_looks, 1, __ATOMIC_RELAXED);
-    if (gpuhal__harvest_query(probes, count)) {
-      state->harvest_backoff = 0;
-    } else {
-      /* Nothing done yet: the GPU is behind. Look less often until it catches up. */
-      int32_t backoff = state->harvest_backoff < 4 ? 4 : state->harvest_backoff * 2;
-      if (backoff > GPUHAL_HARVEST_MAX_BACKOFF) backoff = GPUHAL_HARVEST_MAX_BACKOFF;
-      state->harvest_backoff = backoff;
-      gpuhal__atomic_store(&state->harvest_skip, backoff);
-      __atomic_add_fetch(&state->harvest_misses, 1, __ATOMIC_RELAXED);
-      count = 0;
-    }
-  }
+  if (!gpuhal__atomic_cas(&lane->harvesting, &expected, 1)) return;
   gpuhal__list_init(&taken);
-  if (count) {
-    uint32_t n_taken;
-    gpuhal__mutex_lock(&state->mutex);
-    n_taken = gpuhal__harvest_take(state, probes, count, &taken);
-    gpuhal__mutex_unlock(&state->mutex);
-    __atomic_add_fetch(&state->harvested, n_taken, __ATOMIC_RELAXED);
-  }
-  gpuhal__atomic_store(&state->harvesting, 0);
+  gpuhal__harvest_look(state, lane, &taken);
+  gpuhal__atomic_store(&lane->harvesting, 0);
   for (n = taken.next; n != &taken; n = n->next) {
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
     gpuhal__action_t* next = n->next == &taken ? NULL : GPUHAL__CONTAINER_OF(n->next, gpuhal__action_t, link);
@@ -1165,10 +1266,8 @@ static int64_t gpuhal__queue_issue_here(gpuhal__queue_state_t* state, gpuhal__ac
   gpuhal_status_t failure = NULL;
   gpuhal__resolve_t r;
   int64_t dispatched = 0;
-  GPUHAL__QP_START(qp);
   a->wake = 0;
-  r = gpuhal__action_resolve(a, &failure);
-  GPUHAL__QP_MARK(qp, GPUHAL__QP_RESOLVE);
+  r = gpuhal__action_resolve(a, 1, &failure);
   if (r == GPUHAL__RESOLVE_BLOCKED) {
     /* Registered on the semaphore it waits for; its change kicks the pump. */
     gpuhal__list_push_back(&state->pending, &a->link);
@@ -1177,15 +1276,13 @@ static int64_t gpuhal__queue_issue_here(gpuhal__queue_state_t* state, gpuhal__ac
     gpuhal__action_retire(a);
   } else if ((failure = gpuhal__context_enter(state->device, &scope)) != NULL) {
     gpuhal_status_free(failure); /* the worker will do it */
+    gpuhal__action_drop_wait_events(a);
     a->wake = 1;
     gpuhal__list_push_back(&state->pending, &a->link);
     gpuhal__queue_kick_issue(state);
   } else {
-    GPUHAL__QP_MARK(qp, GPUHAL__QP_CONTEXT);
     dispatched = gpuhal__action_dispatch(state, a);
-    GPUHAL__QP_RESTART(qp);
     gpuhal__context_leave(state->device, &scope);
-    GPUHAL__QP_MARK(qp, GPUHAL__QP_LEAVE);
   }
   return dispatched;
 }
@@ -1305,26 +1402,26 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   int64_t dispatched = 0;
   uint64_t trace_span = 0; /* trace hook: the submit's host span */
   int64_t trace_t0 = 0;
-  GPUHAL__QP_START(qp);
   if (!(flags & GPUHAL__SUBMIT_VALIDATED))
     GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate(func, device, queue_index, wait, signal));
   if (!ops || !ops->name)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: internal: action ops must be given", func);
   state = gpuhal__queue_state(device);
-  GPUHAL__QP_MARK(qp, GPUHAL__QP_VALIDATE);
   /* The fast path needs the issue lock; without it (someone else is issuing) the worker
    * issues. Lock order: issue_mutex, then mutex (as in the pump). */
-  if (flags & GPUHAL__SUBMIT_CALLER_MAY_ISSUE) issuing = pthread_mutex_trylock(&state->issue_mutex) == 0;
+  if ((flags & GPUHAL__SUBMIT_CALLER_MAY_ISSUE) && !state->tuning.no_caller_issue)
+    issuing = pthread_mutex_trylock(&state->issue_mutex) == 0;
   if (issuing && gpuhal__action_acquire_issuing(state, wait.count, signal.count, &a)) {
     idle = 1;
   } else {
     status = gpuhal__action_acquire_locked_path(state, func, wait.count, signal.count, issuing, &a, &idle);
     if (status) {
       if (issuing) gpuhal__mutex_unlock(&state->issue_mutex);
+      /* The arguments were fine: whoever waits for the signals must learn of this too. */
+      gpuhal__queue_fail_signals(signal, status, ops->name, device->ordinal, queue_index);
       return status;
     }
   }
-  GPUHAL__QP_MARK(qp, GPUHAL__QP_ACQUIRE);
 
   gpuhal__list_init(&a->link);
   a->state = state;
@@ -1340,6 +1437,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   a->event = NULL;
   a->failure = NULL;
   a->trace = NULL;
+  a->value_waits = 0;
   for (i = 0; i < wait.count; ++i) {
     gpuhal__action_wait_t* w = &a->waits[i];
     gpuhal__semaphore_waiter_init(&w->waiter);
@@ -1348,7 +1446,9 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
     w->waiter.user = a;
     w->semaphore = wait.semaphores[i];
     w->value = wait.values[i];
+    w->kind = GPUHAL__WAIT_UNRESOLVED;
     w->event = NULL;
+    w->word = 0;
   }
   for (i = 0; i < signal.count; ++i) {
     gpuhal__timepoint_t* tp = &a->signals[i];
@@ -1360,13 +1460,10 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   gpuhal__action_retain_semaphores(a);
   GPUHAL__TRACE(device, (trace_t0 = gpuhal_now_ns(), trace_span = gpuhal__trace_submit_begin(device, a, wait, signal)));
   /* From here `a` may complete and be reused at any time: the trace keeps only its span id. */
-  GPUHAL__QP_MARK(qp, GPUHAL__QP_INIT);
   if (issuing && idle) dispatched = gpuhal__queue_issue_here(state, a);
   if (issuing) gpuhal__mutex_unlock(&state->issue_mutex);
   if (issuing && idle) {
-    GPUHAL__QP_MARK(qp, GPUHAL__QP_ISSUE_HERE);
-    gpuhal__queue_harvest(state, dispatched);
-    GPUHAL__QP_MARK(qp, GPUHAL__QP_HARVEST);
+    gpuhal__queue_harvest(state, queue_index, dispatched);
   }
   if (!idle) {
     gpuhal__mutex_lock(&state->mutex);
@@ -1452,11 +1549,13 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_alloca(gpuhal_device_t* device, uint32_t
   GPUHAL__CHECK_ARG(out_buffer != NULL, "out_buffer", "must not be NULL");
   *out_buffer = NULL;
   GPUHAL__CHECK_ARG(size > 0, "size", "must be > 0");
-  GPUHAL__QP_START(qp);
   GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate(__func__, device, queue, wait, signal));
   GPUHAL__CHECK_RANGE(size <= device->info.total_memory, "size", "must not exceed the device's total memory");
-  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_create_pending(device, size, &buffer));
-  GPUHAL__QP_MARK(qp, GPUHAL__QP_BUFFER);
+  status = gpuhal__buffer_create_pending(device, size, &buffer);
+  if (status) {
+    gpuhal__queue_fail_signals(signal, status, "alloca", device->ordinal, queue);
+    return status;
+  }
   gpuhal_buffer_retain(buffer); /* the action's reference */
   status = gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__alloca_ops, buffer, NULL, NULL,
                                      gpuhal__pool_submit_flags(device));
@@ -1553,11 +1652,13 @@ GPUHAL_API gpuhal_status_t gpuhal_device_lost_status(gpuhal_device_t* device) {
   return state ? gpuhal__queue_lost_clone(state) : NULL;
 }
 
+
 /* ---- the device hooks ---- */
 
 static gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device) {
   gpuhal__queue_state_t* state = NULL;
   gpuhal_status_t status;
+  uint32_t i;
   GPUHAL__RETURN_IF_ERROR(
       gpuhal__alloc_zeroed(device->allocator, sizeof(*state), "queue state", (void**)&state));
   state->device = device;
@@ -1566,14 +1667,27 @@ static gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device) {
   gpuhal__cond_init(&state->completion_cond);
   gpuhal__cond_init(&state->host_call_cond);
   gpuhal__cond_init(&state->idle_cond);
+  state->tuning = gpuhal__queue_tuning_resolve(&device->params.tuning);
+  device->params.tuning = state->tuning; /* host waits read it from the device */
+  state->memops = device->driver->memops;
+  status = gpuhal__alloc_zeroed(device->allocator, sizeof(*state->lanes) * device->queue_count, "queue lanes",
+                                (void**)&state->lanes);
+  if (status) {
+    gpuhal__free(device->allocator, state);
+    return status;
+  }
+  for (i = 0; i < device->queue_count; ++i) {
+    gpuhal__list_init(&state->lanes[i].in_flight);
+    gpuhal__list_init(&state->lanes[i].observing);
+    gpuhal__list_init(&state->lanes[i].deferred);
+  }
   gpuhal__list_init(&state->incoming);
-  gpuhal__list_init(&state->in_flight);
   gpuhal__list_init(&state->host_calls);
   gpuhal__list_init(&state->retired);
   gpuhal__list_init(&state->pending);
   gpuhal__list_init(&state->pump_task.node);
   state->pump_task.fn = gpuhal__queue_pump_task;
-  gpuhal__event_pool_init(&state->events, device, GPUHAL_QUEUE_EVENT_FLAGS);
+  gpuhal__event_pool_init(&state->events, device, CU_EVENT_DISABLE_TIMING);
   device->queue_state = state;
   status = gpuhal__thread_create(&state->completion_thread, gpuhal__completion_main, state, "gpuhal-complete");
   if (!status) {
@@ -1594,6 +1708,7 @@ static gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device) {
     gpuhal__cond_destroy(&state->completion_cond);
     gpuhal__mutex_destroy(&state->issue_mutex);
     gpuhal__mutex_destroy(&state->mutex);
+    gpuhal__free(device->allocator, state->lanes);
     gpuhal__free(device->allocator, state);
     return status;
   }
@@ -1643,9 +1758,22 @@ static void gpuhal__queue_state_destroy(gpuhal_device_t* device) {
   gpuhal__mutex_unlock(&state->mutex);
   gpuhal_status_free(gpuhal__worker_call(device, gpuhal__queue_abort_pending, state));
   /* Issued work completes (or fails) on the completion and host-call threads and comes
-   * back through the pump, which releases it. */
+   * back through the pump, which releases it. GPU value waits that nothing reached would
+   * keep their streams blocked forever: the completion thread fails those semaphores. */
   gpuhal__mutex_lock(&state->mutex);
-  while (__atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) gpuhal__cond_wait(&state->idle_cond, &state->mutex);
+  state->idle_waiters++;
+  state->abandon_value_waits = 1;
+  gpuhal__cond_signal(&state->completion_cond);
+  while (__atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) {
+    /* Value waits issued since the last look (none are: submission is closed) or found
+     * after it: look again now and then. */
+    if (!gpuhal__cond_wait_until(&state->idle_cond, &state->mutex, gpuhal_timeout_relative_ns(10000000)) &&
+        __atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) {
+      state->abandon_value_waits = 1;
+      gpuhal__cond_signal(&state->completion_cond);
+    }
+  }
+  state->idle_waiters--;
   state->threads_stop = 1;
   gpuhal__cond_broadcast(&state->completion_cond);
   gpuhal__cond_broadcast(&state->host_call_cond);
@@ -1671,5 +1799,6 @@ static void gpuhal__queue_state_destroy(gpuhal_device_t* device) {
   gpuhal__mutex_destroy(&state->issue_mutex);
   gpuhal__mutex_destroy(&state->mutex);
   device->queue_state = NULL;
+  gpuhal__free(device->allocator, state->lanes);
   gpuhal__free(device->allocator, state);
 }

@@ -53,48 +53,22 @@ GPUHAL_API gpuhal_semaphore_list_t gpuhal_semaphore_list_one(gpuhal_semaphore_t*
 
 #define GPUHAL__MAGIC_SEMAPHORE 0x414D4553u /* "SEMA" */
 
-#include <sched.h>
-
-/* A host wait on a value whose work is submitted waits on that value's own recorded event,
- * on the waiting thread, in three phases (DESIGN §6's host-waiter fast path):
- *  1. poll it (cuEventQuery) for GPUHAL_HOST_WAIT_SPIN_NS: a short op's round trip against
- *     a raw cuEventSynchronize lives in this window;
- *  2. optionally, keep polling, yielding the CPU between polls, up to GPUHAL_HOST_WAIT_YIELD_NS
- *     after the start (0, the default, or anything at or below the spin window: no such
- *     phase). Off by default: on 2 H200s a waiter polling back to back for 2 ms slowed the
- *     NCCL launches of the device's worker (4 MiB all-reduces at 0.88-0.90 of raw NCCL's
- *     bandwidth against 0.94 without it), while phase 3 alone kept a 1000-node graph's
- *     replay (735 us) at 1.01x the raw cuStreamSynchronize;
- *  3. with blocking-sync events (GPUHAL_QUEUE_EVENT_FLAGS; not the default, see event_pool.h),
- *     an infinite timeout and one event to wait for: block in cuEventSynchronize on that
- *     event, woken by the driver. Otherwise, when the waiter needs only that event (a wait
- *     on one value, or ALL), keep polling it between sleeps that grow with the time already
- *     waited (1/GPUHAL_HOST_WAIT_SLEEP_FRACTION of it, at least 10 us, at most
- *     GPUHAL_HOST_WAIT_MAX_SLEEP_NS): the wake-up comes within a small fraction of the
- *     wait's length, and a long wait costs almost no CPU. On 2 H200s, leaving this phase to
- *     the completion thread (the semaphore's condition variable, polled at most every
- *     GPUHAL_COMPLETION_MAX_SLEEP_NS) kept 64 MiB all-reduces at 0.95 of raw NCCL's bus
- *     bandwidth; this phase brought them to 0.98. Waits on ANY of several values sleep on
- *     the condition variable until the completion thread advances a semaphore, fails it,
- *     or the timeout passes.
- * Every phase ends early when the value is reached another way or the semaphore fails,
- * except the blocking cuEventSynchronize: there a failure is seen once the event's work is
- * done (that work always finishes: it waits only on work already recorded). */
-#ifndef GPUHAL_HOST_WAIT_SPIN_NS
-#define GPUHAL_HOST_WAIT_SPIN_NS 200000
-#endif
-#ifndef GPUHAL_HOST_WAIT_YIELD_NS
-#define GPUHAL_HOST_WAIT_YIELD_NS 0
-#endif
-#ifndef GPUHAL_HOST_WAIT_SLEEP_FRACTION
-#define GPUHAL_HOST_WAIT_SLEEP_FRACTION 64
-#endif
-#ifndef GPUHAL_HOST_WAIT_MAX_SLEEP_NS
-#define GPUHAL_HOST_WAIT_MAX_SLEEP_NS 1000000
-#endif
-#ifndef GPUHAL_HOST_WAIT_BLOCK
-#define GPUHAL_HOST_WAIT_BLOCK 1 /* 0: phase 3 always sleeps on the condition variable */
-#endif
+/* A host wait on a value whose work is submitted polls that value's own recorded event on
+ * the waiting thread (cuEventQuery) for the device's tuning.host_wait_spin_ns, then keeps
+ * polling between sleeps that grow with the time already waited (1/64 of it, at least
+ * 10 us, at most tuning.host_wait_max_sleep_ns): the wake-up comes within a small fraction
+ * of the wait's length, and a long wait costs almost no CPU. A wait on values that are not
+ * submitted, or on several values, sleeps on a condition variable that every advance of
+ * its semaphores signals; where the values live in device-mapped memory it also reads them
+ * there between sleeps (GPU signals write them directly). Every path returns every
+ * reference it took, whatever the timeout. */
+#define GPUHAL__HOST_WAIT_SLEEP_FRACTION 64
+#define GPUHAL__HOST_WAIT_MIN_SLEEP_NS 10000
+#define GPUHAL__WORD_SLAB_WORDS 4096 /* 32 KiB of value words per pinned allocation */
+/* What a failed semaphore's word holds: far enough above the value that every GPU wait on
+ * it is released. CUDA's GEQ compares with wraparound ((int64_t)(*word - value) >= 0), so
+ * UINT64_MAX would release nothing; value + 2^62 releases every wait up to 2^62 above. */
+#define GPUHAL__WORD_FAILED(s) ((s)->value + (1ull << 62))
 
 /* A registration on a semaphore. `notify` runs under the semaphore's lock (so it must not
  * call back into the semaphore) when the value reaches `value`, when a submitted timepoint
@@ -117,6 +91,12 @@ typedef struct gpuhal__timepoint_s {
   gpuhal_semaphore_t* semaphore; /* retained by the owning action */
   uint64_t value;
   gpuhal__event_t* event; /* the action's event; the action holds the reference */
+  /* The work's GPU waits may have been released by a word that work which then failed
+   * wrote, or by a failure store: its event completing means the value is reached only
+   * when `settled` (called under the semaphore's lock while the timepoint is linked, so
+   * its owner is alive) says every input of the work is known reached. */
+  int (*settled)(const struct gpuhal__timepoint_s* tp);
+  void* owner;
 } gpuhal__timepoint_t;
 
 struct gpuhal_semaphore_s {
@@ -135,7 +115,121 @@ struct gpuhal_semaphore_s {
   uint32_t newest_seq;
   uint64_t newest_value; /* 0: no submitted timepoint */
   CUstream newest_stream;
+  /* The value's word in pinned, device-mapped memory (GPUHAL_FEATURE_SEMAPHORE_MEMOPS), made
+   * when the first GPU wait on a value that is not submitted yet is issued ("armed"): from
+   * then on every advance (host signal, completion, failure) stores the value there too, and
+   * GPU work that signals the semaphore writes it in stream order after its work. NULL:
+   * the value lives in `value` alone. Set once, under the mutex. */
+  volatile uint64_t* word;
+  CUdeviceptr word_address;
 };
+
+/* A slab of value words: pinned host memory mapped into every context (portable), at the
+ * same address on the host and every device (unified addressing). */
+typedef struct gpuhal__word_slab_s {
+  struct gpuhal__word_slab_s* next;
+  uint64_t* words;
+  CUdeviceptr address;
+  CUdevice cu_device; /* whose primary context holds the allocation (retained by the driver) */
+  CUcontext context;
+} gpuhal__word_slab_t;
+
+/* A fresh slab in `device`'s primary context; its words go on the driver's free list. Under
+ * driver->words_mutex. */
+static gpuhal_status_t gpuhal__word_slab_create(gpuhal_driver_t* driver, gpuhal_device_t* device) {
+  const gpuhal__cuda_symbols_t* cu = &driver->cu;
+  gpuhal__word_slab_t* slab = NULL;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  void* host = NULL;
+  uint32_t i;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(&driver->allocator, sizeof(*slab), "semaphore word slab", (void**)&slab));
+  status = GPUHAL__CU(cu, cuDevicePrimaryCtxRetain, (&slab->context, device->cu_device));
+  if (status) {
+    gpuhal__free(&driver->allocator, slab);
+    return status;
+  }
+  slab->cu_device = device->cu_device;
+  status = gpuhal__context_enter(device, &scope);
+  if (!status) {
+    status = GPUHAL__CU(cu, cuMemHostAlloc,
+                        (&host, GPUHAL__WORD_SLAB_WORDS * sizeof(uint64_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+    if (!status) {
+      status = GPUHAL__CU(cu, cuMemHostGetDevicePointer, (&slab->address, host, 0));
+      if (status) cu->cuMemFreeHost(host);
+    }
+    gpuhal__context_leave(device, &scope);
+  }
+  if (status) {
+    cu->cuDevicePrimaryCtxRelease(slab->cu_device);
+    gpuhal__free(&driver->allocator, slab);
+    return gpuhal_status_annotate(status, "allocating pinned memory for semaphore values");
+  }
+  slab->words = (uint64_t*)host;
+  for (i = GPUHAL__WORD_SLAB_WORDS; i-- > 0;) {
+    slab->words[i] = (uint64_t)(uintptr_t)driver->free_words;
+    driver->free_words = &slab->words[i];
+  }
+  slab->next = driver->word_slabs;
+  driver->word_slabs = slab;
+  return NULL;
+}
+
+/* The device address of `word` (a word of one of the driver's slabs). */
+static CUdeviceptr gpuhal__word_address(gpuhal_driver_t* driver, const volatile uint64_t* word) {
+  gpuhal__word_slab_t* slab;
+  for (slab = driver->word_slabs; slab; slab = slab->next)
+    if (word >= slab->words && word < slab->words + GPUHAL__WORD_SLAB_WORDS)
+      return slab->address + (CUdeviceptr)((const uint64_t*)word - slab->words) * sizeof(uint64_t);
+  return 0;
+}
+
+/* A free word of the driver (a new slab through `device` when none is left). */
+static gpuhal_status_t gpuhal__word_acquire(gpuhal_driver_t* driver, gpuhal_device_t* device, uint64_t** out) {
+  gpuhal_status_t status = NULL;
+  gpuhal__mutex_lock(&driver->words_mutex);
+  if (!driver->free_words) status = gpuhal__word_slab_create(driver, device);
+  if (!status) {
+    *out = driver->free_words;
+    driver->free_words = (uint64_t*)(uintptr_t)**out;
+  }
+  gpuhal__mutex_unlock(&driver->words_mutex);
+  return status;
+}
+
+static void gpuhal__word_return(gpuhal_driver_t* driver, volatile uint64_t* word) {
+  gpuhal__mutex_lock(&driver->words_mutex);
+  *word = (uint64_t)(uintptr_t)driver->free_words;
+  driver->free_words = (uint64_t*)word;
+  gpuhal__mutex_unlock(&driver->words_mutex);
+}
+
+/* At driver destruction (no semaphore is left): frees every slab in its own context. */
+static void gpuhal__semaphore_words_free(gpuhal_driver_t* driver) {
+  const gpuhal__cuda_symbols_t* cu = &driver->cu;
+  while (driver->word_slabs) {
+    gpuhal__word_slab_t* slab = driver->word_slabs;
+    CUcontext popped = NULL;
+    driver->word_slabs = slab->next;
+    if (cu->cuCtxPushCurrent(slab->context) == CUDA_SUCCESS) {
+      gpuhal_status_t status = GPUHAL__CU(cu, cuMemFreeHost, (slab->words));
+      if (status) {
+        gpuhal__log(&driver->logger, GPUHAL_LOG_ERROR, "freeing semaphore words: %s", gpuhal_status_message(status));
+        gpuhal_status_free(status);
+      }
+      cu->cuCtxPopCurrent(&popped);
+    }
+    cu->cuDevicePrimaryCtxRelease(slab->cu_device);
+    gpuhal__free(&driver->allocator, slab);
+  }
+  driver->free_words = NULL;
+}
+
+/* Under the lock: the value (and, once armed, its word) becomes `value`. */
+static void gpuhal__semaphore_store_locked(gpuhal_semaphore_t* s, uint64_t value) {
+  gpuhal__atomic_store(&s->value, value);
+  if (s->word) __atomic_store_n(s->word, value, __ATOMIC_RELEASE);
+}
 
 static void gpuhal__semaphore_waiter_init(gpuhal__semaphore_waiter_t* w) { gpuhal__list_init(&w->link); }
 static int gpuhal__semaphore_waiter_registered(const gpuhal__semaphore_waiter_t* w) {
@@ -207,22 +301,60 @@ static void gpuhal__semaphore_drop_completed_timepoints_locked(gpuhal_semaphore_
  * The completion path and host waiters that saw the event complete call this. */
 static void gpuhal__semaphore_advance(gpuhal_semaphore_t* s, uint64_t value) {
   gpuhal__mutex_lock(&s->mutex);
-  if (!s->failure && value > s->value) {
-    gpuhal__atomic_store(&s->value, value);
+  if (s->failure) {
+    /* GPU work that signals a failed semaphore writes its value over the failed word when
+     * it runs: store it again once that work is seen done, so no GPU wait stays blocked. */
+    if (s->word) __atomic_store_n(s->word, GPUHAL__WORD_FAILED(s), __ATOMIC_RELEASE);
+  } else if (value > s->value) {
+    gpuhal__semaphore_store_locked(s, value);
     gpuhal__semaphore_drop_completed_timepoints_locked(s);
     gpuhal__semaphore_notify_locked(s, 0);
   }
   gpuhal__mutex_unlock(&s->mutex);
 }
 
-/* Publishes a submitted timepoint: GPU waits on values up to tp->value may now be turned
- * into stream waits on its event. A value that is already complete is not published. */
-static void gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuhal__timepoint_t* tp) {
+/* The work of submitted timepoint (`event`, `value`) is done: advance to `value` unless the
+ * the work's inputs are not all known reached yet (then the completion side advances it or
+ * fails it once the work's inputs are known). 1 when the value is reached (or failed). */
+static int gpuhal__semaphore_advance_from_event(gpuhal_semaphore_t* s, const gpuhal__event_t* event, uint64_t value) {
   gpuhal__list_node_t* n;
+  int reached = 1;
   gpuhal__mutex_lock(&s->mutex);
+  if (!s->failure && s->value < value) {
+    for (n = s->timepoints.next; n != &s->timepoints; n = n->next) {
+      gpuhal__timepoint_t* tp = GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link);
+      if (tp->event == event && tp->value == value) break;
+    }
+    if (n == &s->timepoints) {
+      reached = 0;
+    } else {
+      gpuhal__timepoint_t* tp = GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link);
+      reached = tp->settled(tp);
+    }
+    if (reached) {
+      gpuhal__semaphore_store_locked(s, value);
+      gpuhal__semaphore_drop_completed_timepoints_locked(s);
+      gpuhal__semaphore_notify_locked(s, 0);
+    }
+  }
+  gpuhal__mutex_unlock(&s->mutex);
+  return reached;
+}
+
+/* Publishes a submitted timepoint: GPU waits on values up to tp->value may now be turned
+ * into stream waits on its event. A value that is already complete is not published.
+ * Returns the device address of the semaphore's word when it is armed (the signalling work
+ * must then write its value there: a GPU wait issued before this timepoint existed waits on
+ * the word), else 0. Arming and publishing share this lock, so a GPU wait either sees the
+ * timepoint or is seen here. */
+static CUdeviceptr gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuhal__timepoint_t* tp) {
+  gpuhal__list_node_t* n;
+  CUdeviceptr armed;
+  gpuhal__mutex_lock(&s->mutex);
+  armed = s->word ? s->word_address : 0;
   if (s->failure || tp->value <= s->value) {
     gpuhal__mutex_unlock(&s->mutex);
-    return;
+    return armed;
   }
   /* Sorted insert, searching from the back: values are mostly signalled in order. */
   n = s->timepoints.prev;
@@ -234,6 +366,7 @@ static void gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuhal__timep
   gpuhal__semaphore_publish_newest_locked(s);
   gpuhal__semaphore_notify_locked(s, tp->value);
   gpuhal__mutex_unlock(&s->mutex);
+  return armed;
 }
 
 static void gpuhal__semaphore_remove_timepoint(gpuhal__timepoint_t* tp) {
@@ -254,6 +387,7 @@ static void gpuhal__semaphore_fail_owned(gpuhal_semaphore_t* s, gpuhal_status_t 
     return;
   }
   gpuhal__atomic_store(&s->failure, cause); /* host waiters read it without the mutex */
+  if (s->word) __atomic_store_n(s->word, GPUHAL__WORD_FAILED(s), __ATOMIC_RELEASE); /* releases GPU waits */
   while (!gpuhal__list_empty(&s->timepoints)) gpuhal__list_pop_front(&s->timepoints);
   gpuhal__semaphore_publish_newest_locked(s);
   gpuhal__semaphore_notify_locked(s, 0);
@@ -265,28 +399,37 @@ typedef enum gpuhal__wait_state_e {
   GPUHAL__WAIT_COMPLETED = 0, /* the value is reached */
   GPUHAL__WAIT_SUBMITTED = 1, /* work reaching it is issued: *out_event is retained for the caller */
   GPUHAL__WAIT_PENDING = 2,   /* neither; `waiter` (if given) is registered */
-  GPUHAL__WAIT_FAILED = 3     /* the semaphore failed: *out_status is a clone of the cause */
+  GPUHAL__WAIT_FAILED = 3,    /* the semaphore failed: *out_status is a clone of the cause */
+  GPUHAL__WAIT_ARMED = 4      /* not submitted: wait on the word at *out_word_address (memops) */
 } gpuhal__wait_state_t;
 
-/* Checks (semaphore, value) and, when pending, registers `waiter` (if not NULL and not
- * registered already) in the same critical section, so no change is missed. With
- * out_event NULL, submitted timepoints are not looked at. A submitted value whose event
- * was recorded on `order_stream` (NULL: none) is SUBMITTED without an event: work issued
- * on that stream after now is ordered after it anyway. */
-static gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint64_t value,
-                                                     gpuhal__semaphore_waiter_t* waiter, CUstream order_stream,
-                                                     gpuhal__event_t** out_event, uint64_t* out_event_value,
-                                                     gpuhal_status_t* out_status) {
+/* How gpuhal__semaphore_check looks at (semaphore, value). */
+typedef struct gpuhal__wait_query_s {
+  gpuhal__semaphore_waiter_t* waiter; /* registered when PENDING (if not registered already) */
+  CUstream order_stream;   /* a value submitted there is SUBMITTED without an event */
+  int look_submitted;      /* tell SUBMITTED from PENDING (else submitted values are PENDING) */
+  int take_event;          /* SUBMITTED: retain the event in *event (NULL on order_stream) */
+  uint64_t* spare_word;    /* not NULL: arm the semaphore (with this word unless it has one)
+                              instead of PENDING; the word is consumed when used */
+  gpuhal__event_t* event;  /* out */
+  uint64_t event_value;    /* out: the submitted value found */
+  CUdeviceptr word_address; /* out, ARMED */
+  gpuhal_status_t failure; /* out, FAILED: a clone of the cause */
+} gpuhal__wait_query_t;
+
+/* Checks (semaphore, value) as `q` asks, in one critical section (so no change is missed
+ * between the check and a registration or an arming). */
+static gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint64_t value, gpuhal__wait_query_t* q) {
   gpuhal__wait_state_t state = GPUHAL__WAIT_PENDING;
   gpuhal__mutex_lock(&s->mutex);
   if (s->failure) {
-    if (out_status) *out_status = gpuhal_status_clone(s->failure);
+    q->failure = gpuhal_status_clone(s->failure);
     state = GPUHAL__WAIT_FAILED;
   } else if (s->value >= value) {
     state = GPUHAL__WAIT_COMPLETED;
   } else {
     gpuhal__list_node_t* n;
-    if (out_event) {
+    if (q->look_submitted) {
       /* The earliest submitted timepoint at or above `value`: search from the newest, since
        * a chain waits on the value just submitted while many older ones are in flight. */
       gpuhal__timepoint_t* best = NULL;
@@ -296,17 +439,26 @@ static gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint6
         best = tp;
       }
       if (best) {
-        if (!order_stream || best->event->stream != order_stream) {
+        if (q->take_event && (!q->order_stream || best->event->stream != q->order_stream)) {
           gpuhal__event_retain(best->event);
-          *out_event = best->event;
+          q->event = best->event;
         }
-        if (out_event_value) *out_event_value = best->value;
+        q->event_value = best->value;
         state = GPUHAL__WAIT_SUBMITTED;
       }
     }
-    if (state == GPUHAL__WAIT_PENDING && waiter && !gpuhal__semaphore_waiter_registered(waiter)) {
-      waiter->value = value;
-      gpuhal__list_push_back(&s->waiters, &waiter->link);
+    if (state == GPUHAL__WAIT_PENDING && q->spare_word) {
+      if (!s->word) {
+        *q->spare_word = s->value;
+        s->word_address = gpuhal__word_address(s->driver, q->spare_word);
+        gpuhal__atomic_store(&s->word, (volatile uint64_t*)q->spare_word);
+        q->spare_word = NULL; /* consumed */
+      }
+      q->word_address = s->word_address;
+      state = GPUHAL__WAIT_ARMED;
+    } else if (state == GPUHAL__WAIT_PENDING && q->waiter && !gpuhal__semaphore_waiter_registered(q->waiter)) {
+      q->waiter->value = value;
+      gpuhal__list_push_back(&s->waiters, &q->waiter->link);
     }
   }
   gpuhal__mutex_unlock(&s->mutex);
@@ -360,6 +512,9 @@ GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore) {
   GPUHAL_ASSERT(gpuhal__list_empty(&semaphore->waiters));
   gpuhal_status_free(semaphore->failure);
   semaphore->failure = NULL;
+  /* No GPU work refers to the word now: every action that used it held a reference. */
+  if (semaphore->word) gpuhal__word_return(semaphore->driver, semaphore->word);
+  semaphore->word = NULL;
   gpuhal__mutex_destroy(&semaphore->mutex);
   {
     gpuhal_driver_t* driver = semaphore->driver;
@@ -383,7 +538,7 @@ static void gpuhal__semaphore_poll(gpuhal_semaphore_t* s) {
   }
   gpuhal__mutex_unlock(&s->mutex);
   if (!event) return;
-  if (gpuhal__event_query(event) == 0) gpuhal__semaphore_advance(s, value);
+  if (gpuhal__event_query(event) == 0) gpuhal__semaphore_advance_from_event(s, event, value);
   gpuhal__event_release(event);
 }
 
@@ -413,7 +568,7 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_signal(gpuhal_semaphore_t* semaphore
                                 "value (%llu): timeline values only grow",
                                 (unsigned long long)value, (unsigned long long)semaphore->value);
   } else {
-    gpuhal__atomic_store(&semaphore->value, value);
+    gpuhal__semaphore_store_locked(semaphore, value);
     gpuhal__semaphore_drop_completed_timepoints_locked(semaphore);
     gpuhal__semaphore_notify_locked(semaphore, 0);
   }
@@ -468,97 +623,75 @@ static void gpuhal__host_wait_notify(gpuhal__semaphore_waiter_t* waiter) {
   gpuhal__mutex_unlock(&hw->mutex);
 }
 
-/* Phase 3 without a blocking event: polls `event` between sleeps that grow with the time
- * waited since `start`. Returns as gpuhal__event_query (1: still pending when the value was
- * reached another way, the semaphore failed or the timeout passed). */
-static int gpuhal__semaphore_sleep_poll_event(gpuhal_semaphore_t* s, uint64_t value, gpuhal__event_t* event,
-                                             int64_t start, gpuhal_timeout_t timeout) {
-  int infinite = gpuhal__timeout_is_infinite(timeout);
-  for (;;) {
-    int64_t now = gpuhal_now_ns();
-    int64_t sleep_ns = (now - start) / GPUHAL_HOST_WAIT_SLEEP_FRACTION;
-    int r;
-    if (sleep_ns < 10000) sleep_ns = 10000;
-    if (sleep_ns > GPUHAL_HOST_WAIT_MAX_SLEEP_NS) sleep_ns = GPUHAL_HOST_WAIT_MAX_SLEEP_NS;
-    if (!infinite) {
-      if (now >= timeout.deadline_ns) return 1;
-      if (sleep_ns > timeout.deadline_ns - now) sleep_ns = timeout.deadline_ns - now;
-    }
-    gpuhal__sleep_ns(sleep_ns);
-    r = gpuhal__event_query(event);
-    if (r != 1) return r;
-    if (gpuhal__atomic_load(&s->value) >= value || gpuhal__atomic_load(&s->failure) != NULL) return 1;
-  }
+/* The sleep before the next poll of a wait that started at `start`: a small fraction of the
+ * time waited, bounded, and never past the deadline. */
+static int64_t gpuhal__host_wait_sleep_ns(int64_t start, int64_t max_sleep_ns, gpuhal_timeout_t timeout) {
+  int64_t now = gpuhal_now_ns();
+  int64_t sleep_ns = (now - start) / GPUHAL__HOST_WAIT_SLEEP_FRACTION;
+  if (sleep_ns < GPUHAL__HOST_WAIT_MIN_SLEEP_NS) sleep_ns = GPUHAL__HOST_WAIT_MIN_SLEEP_NS;
+  if (sleep_ns > max_sleep_ns) sleep_ns = max_sleep_ns;
+  if (!gpuhal__timeout_is_infinite(timeout) && sleep_ns > timeout.deadline_ns - now) sleep_ns = timeout.deadline_ns - now;
+  return sleep_ns;
 }
 
-/* Waits for the event that reaches `event_value` on this thread (the phases above); once
- * it completed, the value is advanced right here (the work that reaches it is done), without
- * waiting for the completion thread to wake us. Returns 1 when it completed, 0 when the
- * window or the timeout passed first, or the query failed (errors are the completion
- * thread's to report). `may_block` allows phase 3. Consumes the event reference. */
+/* Waits on this thread for `event`, which reaches `event_value` >= `value` of `s`: polls it
+ * for the event's device's spin window, then (with `may_sleep`: the wait needs nothing
+ * else) between growing sleeps until the timeout. Once it completed, the value is advanced
+ * right here. Returns 1 when it completed, 0 when the window or the timeout passed first,
+ * the value was reached or failed another way, or the query failed (errors are the
+ * completion side's to report). Always releases the event. */
 static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, gpuhal__event_t* event,
-                                         uint64_t event_value, gpuhal_timeout_t timeout, int may_block) {
+                                         uint64_t event_value, gpuhal_timeout_t timeout, int may_sleep) {
+  const gpuhal_queue_tuning_t* tuning = &event->pool->device->params.tuning;
   int64_t start = gpuhal_now_ns();
-  int64_t spin_end = start + GPUHAL_HOST_WAIT_SPIN_NS;
-  int64_t yield_end = start + GPUHAL_HOST_WAIT_YIELD_NS;
-  int infinite = gpuhal__timeout_is_infinite(timeout);
+  int64_t spin_end = start + tuning->host_wait_spin_ns;
   int r;
-  if (yield_end < spin_end) yield_end = spin_end;
-  if (!infinite && timeout.deadline_ns < spin_end) spin_end = timeout.deadline_ns;
-  if (!infinite && timeout.deadline_ns < yield_end) yield_end = timeout.deadline_ns;
   for (;;) {
     int64_t now;
     r = gpuhal__event_query(event);
     if (r != 1) break;
-    /* Reached through another path (the completion thread, a host signal) or failed. */
     if (gpuhal__atomic_load(&s->value) >= value || gpuhal__atomic_load(&s->failure) != NULL) break;
     now = gpuhal_now_ns();
-    if (now >= yield_end) break;
-    if (now >= spin_end) sched_yield();
+    if (gpuhal__timeout_expired(timeout) || (now >= spin_end && !may_sleep)) break;
+    if (now >= spin_end) gpuhal__sleep_ns(gpuhal__host_wait_sleep_ns(start, tuning->host_wait_max_sleep_ns, timeout));
   }
-  if (r == 1 && may_block && infinite && GPUHAL_HOST_WAIT_BLOCK && (event->pool->flags & CU_EVENT_BLOCKING_SYNC) &&
-      gpuhal__atomic_load(&s->value) < value && gpuhal__atomic_load(&s->failure) == NULL) {
-    /* cuEventSynchronize needs no current context. The event stays recorded as it is while
-     * we hold our reference (the pool reuses it only after the last one is dropped). */
-    r = event->pool->device->cu->cuEventSynchronize(event->handle) == CUDA_SUCCESS ? 0 : -1;
-  } else if (r == 1 && may_block) {
-    r = gpuhal__semaphore_sleep_poll_event(s, value, event, start, timeout);
-  }
-  if (r == 0) gpuhal__semaphore_advance(s, event_value);
+  if (r == 0 && !gpuhal__semaphore_advance_from_event(s, event, event_value)) r = 1;
   gpuhal__event_release(event);
   return r == 0;
 }
 
-/* The outcome of the entries: 1 when satisfied for `mode`, 0 when not; a failure status
- * in *out_status (for ALL: any failed entry; for ANY: only when every entry failed). */
+/* The outcome of the entries: 1 when the wait is over for `mode` (satisfied, or failed with
+ * *out_status: for ALL any failed entry; for ANY a failed entry while none is reached), 0
+ * when not. With `nodes`, entries not reached register their node. With `out_event`, the
+ * first entry whose value is submitted hands over its event (retained; the caller must
+ * release it) and which entry that was. */
 static int gpuhal__host_wait_evaluate(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list,
-                                      gpuhal__semaphore_waiter_t* nodes, int register_nodes,
-                                      gpuhal_status_t* out_status, gpuhal__event_t** out_event,
-                                      uint64_t* out_event_value, uint32_t* out_event_index) {
-  uint32_t i, completed = 0, failed = 0;
+                                      gpuhal__semaphore_waiter_t* nodes, gpuhal_status_t* out_status,
+                                      gpuhal__event_t** out_event, uint64_t* out_event_value,
+                                      uint32_t* out_event_index) {
+  uint32_t i, completed = 0;
   gpuhal_status_t first_failure = NULL;
   for (i = 0; i < list.count; ++i) {
-    gpuhal_status_t failure = NULL;
-    gpuhal__event_t* event = NULL;
-    uint64_t event_value = 0;
-    gpuhal__wait_state_t st = gpuhal__semaphore_check(list.semaphores[i], list.values[i],
-                                                      register_nodes ? &nodes[i] : NULL, NULL,
-                                                      (out_event && !*out_event) ? &event : NULL, &event_value,
-                                                      &failure);
+    gpuhal__wait_query_t q;
+    gpuhal__wait_state_t st;
+    memset(&q, 0, sizeof(q));
+    q.waiter = nodes ? &nodes[i] : NULL;
+    q.look_submitted = out_event != NULL;
+    q.take_event = out_event != NULL && *out_event == NULL;
+    st = gpuhal__semaphore_check(list.semaphores[i], list.values[i], &q);
     if (st == GPUHAL__WAIT_COMPLETED) {
       completed++;
       if (mode == GPUHAL_WAIT_ANY) break;
     } else if (st == GPUHAL__WAIT_FAILED) {
-      failed++;
       if (!first_failure) {
-        first_failure = gpuhal__semaphore_failure_for(failure, "a host wait", list.values[i]);
+        first_failure = gpuhal__semaphore_failure_for(q.failure, "a host wait", list.values[i]);
       } else {
-        gpuhal_status_free(failure);
+        gpuhal_status_free(q.failure);
       }
       if (mode == GPUHAL_WAIT_ALL) break;
-    } else if (st == GPUHAL__WAIT_SUBMITTED) {
-      *out_event = event;
-      *out_event_value = event_value;
+    } else if (st == GPUHAL__WAIT_SUBMITTED && q.event) {
+      *out_event = q.event;
+      *out_event_value = q.event_value;
       *out_event_index = i;
     }
   }
@@ -566,12 +699,15 @@ static int gpuhal__host_wait_evaluate(gpuhal_wait_mode_t mode, gpuhal_semaphore_
     gpuhal_status_free(first_failure);
     return 1;
   }
-  if (first_failure && (mode == GPUHAL_WAIT_ALL || failed == list.count)) {
+  if (first_failure) {
     *out_status = first_failure;
     return 1;
   }
-  gpuhal_status_free(first_failure);
   return 0;
+}
+
+static gpuhal_status_t gpuhal__host_wait_deadline(void) {
+  return gpuhal_status_make(GPUHAL_STATUS_DEADLINE_EXCEEDED, "semaphore wait: the timeout passed first");
 }
 
 static gpuhal_status_t gpuhal__validate_wait_list(const char* func, gpuhal_semaphore_list_t list) {
@@ -588,6 +724,30 @@ static gpuhal_status_t gpuhal__validate_wait_list(const char* func, gpuhal_semap
 }
 
 #define GPUHAL__HOST_WAIT_INLINE_NODES 8
+#define GPUHAL__HOST_WAIT_MAX_SLEEP_NS 1000000 /* between reads of armed words while registered */
+
+/* Phase 1: no registration. Polls the event of the first submitted entry on this thread
+ * (once per entry at most), which for a single value or ALL may run until the timeout. 1
+ * when the wait is over (*out_status says how), 0 to go on registered. */
+static int gpuhal__host_wait_poll(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list, gpuhal_timeout_t timeout,
+                                  gpuhal_status_t* out_status) {
+  uint32_t polls = 0;
+  for (;;) {
+    gpuhal__event_t* event = NULL;
+    uint64_t event_value = 0;
+    uint32_t index = 0;
+    int want_event = !gpuhal__timeout_is_immediate(timeout) && polls < list.count;
+    if (gpuhal__host_wait_evaluate(mode, list, NULL, out_status, want_event ? &event : NULL, &event_value, &index)) {
+      if (event) gpuhal__event_release(event);
+      return 1;
+    }
+    if (!event) return 0;
+    polls++;
+    gpuhal__semaphore_await_event(list.semaphores[index], list.values[index], event, event_value, timeout,
+                                  mode == GPUHAL_WAIT_ALL || list.count == 1);
+    if (gpuhal__timeout_expired(timeout)) return 0;
+  }
+}
 
 static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list,
                                                     gpuhal_timeout_t timeout) {
@@ -596,30 +756,15 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
   const gpuhal_allocator_t* allocator = &list.semaphores[0]->allocator;
   gpuhal__host_wait_t hw;
   gpuhal_status_t result = NULL;
+  int64_t start = gpuhal_now_ns();
   uint32_t i;
-  int polled = 0;
 
-  /* First, without registering: satisfied already, or a recorded event worth polling? */
-  for (;;) {
-    gpuhal__event_t* event = NULL;
-    uint64_t event_value = 0;
-    uint32_t event_index = 0;
-    int done = gpuhal__host_wait_evaluate(mode, list, NULL, 0, &result, polled ? NULL : &event, &event_value,
-                                          &event_index);
-    if (done) {
-      if (event) gpuhal__event_release(event);
-      return result;
-    }
-    if (gpuhal__timeout_is_immediate(timeout) || !event) break;
-    /* Each completed event advances an entry, so this loop ends; one that did not complete
-     * in its window sends us to the condition variable. */
-    if (!gpuhal__semaphore_await_event(list.semaphores[event_index], list.values[event_index], event, event_value,
-                                       timeout, mode == GPUHAL_WAIT_ALL || list.count == 1))
-      polled = 1;
+  if (gpuhal__host_wait_poll(mode, list, timeout, &result)) return result;
+  if (gpuhal__timeout_expired(timeout)) {
+    /* One last look, so a value reached during the poll's last sleep still counts. */
+    if (gpuhal__host_wait_evaluate(mode, list, NULL, &result, NULL, NULL, NULL)) return result;
+    return gpuhal__host_wait_deadline();
   }
-  if (gpuhal__timeout_expired(timeout))
-    return gpuhal_status_make(GPUHAL_STATUS_DEADLINE_EXCEEDED, "semaphore wait: the timeout passed first");
-
   if (list.count > GPUHAL__HOST_WAIT_INLINE_NODES) {
     size_t bytes = sizeof(*nodes) * (size_t)list.count;
     nodes = (gpuhal__semaphore_waiter_t*)gpuhal__alloc(allocator, bytes);
@@ -636,25 +781,22 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
   }
   for (;;) {
     uint32_t seen;
-    int done;
+    gpuhal_timeout_t nap;
     gpuhal__mutex_lock(&hw.mutex);
     seen = hw.notified;
     gpuhal__mutex_unlock(&hw.mutex);
     /* Registers the nodes not registered yet (notified ones were unlinked) and checks. */
-    done = gpuhal__host_wait_evaluate(mode, list, nodes, 1, &result, NULL, NULL, NULL);
-    if (done) break;
-    gpuhal__mutex_lock(&hw.mutex);
-    while (hw.notified == seen) {
-      if (!gpuhal__cond_wait_until(&hw.cond, &hw.mutex, timeout) && hw.notified == seen) break;
-    }
-    done = hw.notified == seen; /* timed out with nothing new */
-    gpuhal__mutex_unlock(&hw.mutex);
-    if (done && gpuhal__timeout_expired(timeout)) {
-      done = gpuhal__host_wait_evaluate(mode, list, nodes, 0, &result, NULL, NULL, NULL);
-      if (!done)
-        result = gpuhal_status_make(GPUHAL_STATUS_DEADLINE_EXCEEDED, "semaphore wait: the timeout passed first");
+    if (gpuhal__host_wait_evaluate(mode, list, nodes, &result, NULL, NULL, NULL)) break;
+    if (gpuhal__timeout_expired(timeout)) {
+      result = gpuhal__host_wait_deadline();
       break;
     }
+    /* Sleep until notified, bounded so that words written by GPU signals are read again. */
+    nap = gpuhal_timeout_relative_ns(gpuhal__host_wait_sleep_ns(start, GPUHAL__HOST_WAIT_MAX_SLEEP_NS, timeout));
+    gpuhal__mutex_lock(&hw.mutex);
+    while (hw.notified == seen && gpuhal__cond_wait_until(&hw.cond, &hw.mutex, nap)) {
+    }
+    gpuhal__mutex_unlock(&hw.mutex);
   }
   for (i = 0; i < list.count; ++i) gpuhal__semaphore_unregister(list.semaphores[i], &nodes[i]);
   gpuhal__cond_destroy(&hw.cond);

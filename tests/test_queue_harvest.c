@@ -1,9 +1,9 @@
 /* test_queue_harvest - a busy submitter retires completed work itself (queue.h, harvesting).
  *
- * The completion thread is told to leave issued work alone for 20 ms here (it still takes
+ * The completion thread is told to leave issued work alone for 20 ms here
+ * (tuning.completion_min_age_ns) (it still takes
  * host calls at once, and gpuhal_device_wait_idle cuts its wait short), so what these
  * tests see is the submitting thread's own harvest, not a race against that thread. */
-#define GPUHAL_COMPLETION_MIN_AGE_NS 20000000
 #define GPUHAL_IMPLEMENTATION
 #include "gpuhal.h"
 
@@ -39,7 +39,7 @@ static void harvest_check_counts(harvest_counter_t* c) {
 
 /* Fast-path submissions on two queues, each waiting on the previous one's value, with a
  * host call now and then (which a harvest leaves to the host-call thread). Spaced out so
- * that work ages past GPUHAL_HARVEST_MAX_WAIT_NS: the submitting thread retires it itself
+ * that work ages past GPUHAL__HARVEST_MAX_WAIT_NS: the submitting thread retires it itself
  * (releases run on that thread); the timeline ends where it should. */
 TU_TEST(busy_submitter_retires_completed_work) {
   qt_fixture_t f;
@@ -48,6 +48,7 @@ TU_TEST(busy_submitter_retires_completed_work) {
   harvest_counter_t c;
   uint64_t i, total = 0, harvested0, v = 0;
   int round;
+  qt_tuning.completion_min_age_ns = 20000000;
   TU_REQUIRE(qt_open(&f, 2, NULL));
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
   harvest_counter_init(&c);
@@ -64,7 +65,7 @@ TU_TEST(busy_submitter_retires_completed_work) {
       } else {
         TU_REQUIRE_OK(qt_submit(f.device, (uint32_t)(i % 2), wait, signal, &harvest_ops, &c));
       }
-      if (i % 4 == 3) gpuhal__sleep_ns(GPUHAL_HARVEST_MAX_WAIT_NS + 20000);
+      if (i % 4 == 3) gpuhal__sleep_ns(GPUHAL__HARVEST_MAX_WAIT_NS + 20000);
     }
   }
   TU_CHECK_OK(gpuhal_semaphore_wait(s, total, qt_seconds(60)));
@@ -90,6 +91,7 @@ TU_TEST(harvest_waits_for_the_gpu_and_backs_off) {
   qt_spin_t spin;
   uint64_t i, misses0, slow_value = 0, v = 0;
   const uint64_t n = 120;
+  qt_tuning.completion_min_age_ns = 20000000;
   TU_REQUIRE(qt_open(&f, 1, NULL));
   TU_REQUIRE(qt_kernels_load(&f));
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &slow));
@@ -102,7 +104,7 @@ TU_TEST(harvest_waits_for_the_gpu_and_backs_off) {
     uint64_t next = i + 1;
     TU_REQUIRE_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &next),
                             &harvest_ops, &c));
-    if (i % 8 == 7) gpuhal__sleep_ns(GPUHAL_HARVEST_MAX_WAIT_NS + 20000);
+    if (i % 8 == 7) gpuhal__sleep_ns(GPUHAL__HARVEST_MAX_WAIT_NS + 20000);
   }
   /* Everything after the kernel is in its stream's order: nothing may have completed yet. */
   TU_CHECK_OK(gpuhal_semaphore_query(slow, &slow_value));
@@ -111,7 +113,7 @@ TU_TEST(harvest_waits_for_the_gpu_and_backs_off) {
     TU_CHECK_EQ_INT(v, 0);
     TU_CHECK_EQ_INT(qt_counter_get(&c.counts.completed_ok), 0);
     TU_CHECK(gpuhal__atomic_load(&state->harvest_misses) > misses0);
-    TU_CHECK(gpuhal__atomic_load(&state->harvest_backoff) > 0);
+    TU_CHECK(gpuhal__atomic_load(&state->lanes[0].harvest_backoff) > 0);
   }
   TU_CHECK_OK(gpuhal_semaphore_wait(s, n, qt_seconds(60)));
   TU_CHECK_OK(gpuhal_semaphore_query(slow, &slow_value));

@@ -31,6 +31,9 @@ typedef struct qt_fixture_s {
   CUfunction spin, fault;
 } qt_fixture_t;
 
+/* The queue tuning qt_open gives its device (zeroed: the defaults). */
+static gpuhal_queue_tuning_t qt_tuning;
+
 static int qt_open(qt_fixture_t* f, uint32_t queues, const gpuhal_allocator_t* allocator) {
   gpuhal_driver_options_t options;
   gpuhal_device_params_t params;
@@ -44,6 +47,7 @@ static int qt_open(qt_fixture_t* f, uint32_t queues, const gpuhal_allocator_t* a
   if (!s && count == 0) s = gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "no devices");
   memset(&params, 0, sizeof(params));
   params.queue_count = queues;
+  params.tuning = qt_tuning;
   if (!s) s = gpuhal_device_create(f->driver, 0, &params, &f->device);
   if (s) {
     fprintf(stderr, "  fixture: %s\n", gpuhal_status_message(s));
