@@ -433,7 +433,7 @@ static void failed_entry_ends_wait(gpuhal_wait_mode_t mode, int while_blocked, g
   TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_DATA_LOSS);
   TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), QC_CAUSE);
   if (took >= 5000000000ll)
-    TU_FAIL_AT(__FILE__, __LINE__, "%s wait %s: returned the failure only after %lld ms",
+    TU_FAIL_AT(__FILE__, __LINE__, "%s wait %s: took %lld ms to end",
                mode == GPUHAL_WAIT_ANY ? "ANY" : "ALL", while_blocked ? "(failed while blocked)" : "(failed before)",
                (long long)(took / 1000000));
   gpuhal_status_free(st);
