@@ -321,4 +321,187 @@ static gpuhal_status_t qt_submit_mixed(qt_fixture_t* f, uint64_t i, gpuhal_semap
   }
 }
 
+/* ---- public-API helpers of the queue core tests (issue #14) ----
+ * test_queue_core.c, test_queue_reject.c and test_queue_random.c use only gpuhal.h's public
+ * API through these, so that they test the queue's contract and not its internals. */
+#include <time.h>
+#include <unistd.h>
+
+static void qc_sleep_ms(int ms) {
+  struct timespec ts;
+  ts.tv_sec = ms / 1000;
+  ts.tv_nsec = (long)(ms % 1000) * 1000000l;
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+/* Watchdog: a call that has no timeout (gpuhal_device_release, gpuhal_driver_release) runs
+ * between qc_watchdog_arm and qc_watchdog_disarm; if it is still running after the limit,
+ * the process aborts with a message naming it, so a hang fails the test with a reason
+ * instead of running into CTest's timeout. */
+static pthread_mutex_t qc_watchdog_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t qc_watchdog_cond = PTHREAD_COND_INITIALIZER;
+static int64_t qc_watchdog_deadline_ns; /* 0: disarmed */
+static const char* qc_watchdog_what;
+static int qc_watchdog_started;
+static void* qc_watchdog_main(void* arg) {
+  (void)arg;
+  pthread_mutex_lock(&qc_watchdog_mutex);
+  for (;;) {
+    int64_t now = gpuhal_now_ns();
+    if (qc_watchdog_deadline_ns && now >= qc_watchdog_deadline_ns) {
+      fprintf(stderr, "  WATCHDOG: '%s' did not return in time: it hangs; aborting\n",
+              qc_watchdog_what ? qc_watchdog_what : "?");
+      fflush(stderr);
+      abort();
+    }
+    if (qc_watchdog_deadline_ns) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 50000000l;
+      if (ts.tv_nsec >= 1000000000l) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000l;
+      }
+      pthread_cond_timedwait(&qc_watchdog_cond, &qc_watchdog_mutex, &ts);
+    } else {
+      pthread_cond_wait(&qc_watchdog_cond, &qc_watchdog_mutex);
+    }
+  }
+  return NULL;
+}
+static void qc_watchdog_arm(int seconds, const char* what) {
+  pthread_mutex_lock(&qc_watchdog_mutex);
+  if (!qc_watchdog_started) {
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, qc_watchdog_main, NULL) == 0) {
+      pthread_detach(thread);
+      qc_watchdog_started = 1;
+    }
+  }
+  qc_watchdog_deadline_ns = gpuhal_now_ns() + (int64_t)seconds * 1000000000ll;
+  qc_watchdog_what = what;
+  pthread_cond_broadcast(&qc_watchdog_cond);
+  pthread_mutex_unlock(&qc_watchdog_mutex);
+}
+static void qc_watchdog_disarm(void) {
+  pthread_mutex_lock(&qc_watchdog_mutex);
+  qc_watchdog_deadline_ns = 0;
+  qc_watchdog_what = NULL;
+  pthread_cond_broadcast(&qc_watchdog_cond);
+  pthread_mutex_unlock(&qc_watchdog_mutex);
+}
+
+/* A call that has no timeout, run on its own thread so that the test can give up waiting
+ * for it (a clean failure) and still join it once whatever it waits for is let go. */
+typedef struct qc_async_s {
+  pthread_t thread;
+  pthread_mutex_t mutex;
+  pthread_cond_t cond;
+  void (*fn)(void* arg);
+  void* arg;
+  int done;
+  int64_t returned_ns;
+} qc_async_t;
+static void* qc_async_main(void* p) {
+  qc_async_t* a = (qc_async_t*)p;
+  a->fn(a->arg);
+  pthread_mutex_lock(&a->mutex);
+  a->done = 1;
+  a->returned_ns = gpuhal_now_ns();
+  pthread_cond_broadcast(&a->cond);
+  pthread_mutex_unlock(&a->mutex);
+  return NULL;
+}
+static int qc_async_start(qc_async_t* a, void (*fn)(void*), void* arg) {
+  memset(a, 0, sizeof(*a));
+  pthread_mutex_init(&a->mutex, NULL);
+  pthread_cond_init(&a->cond, NULL);
+  a->fn = fn;
+  a->arg = arg;
+  return pthread_create(&a->thread, NULL, qc_async_main, a) == 0;
+}
+/* 1 when the call returned within `ms`. */
+static int qc_async_wait(qc_async_t* a, int ms) {
+  int64_t deadline = gpuhal_now_ns() + (int64_t)ms * 1000000ll;
+  int done;
+  pthread_mutex_lock(&a->mutex);
+  while (!a->done && gpuhal_now_ns() < deadline) {
+    pthread_mutex_unlock(&a->mutex);
+    qc_sleep_ms(2);
+    pthread_mutex_lock(&a->mutex);
+  }
+  done = a->done;
+  pthread_mutex_unlock(&a->mutex);
+  return done;
+}
+/* Joins the thread; the watchdog guards it (the call must return once it was let go). */
+static void qc_async_join(qc_async_t* a, const char* what) {
+  qc_watchdog_arm(60, what);
+  pthread_join(a->thread, NULL);
+  qc_watchdog_disarm();
+  pthread_mutex_destroy(&a->mutex);
+  pthread_cond_destroy(&a->cond);
+}
+static void qc_device_release_fn(void* device) { gpuhal_device_release((gpuhal_device_t*)device); }
+static void qc_driver_release_fn(void* driver) { gpuhal_driver_release((gpuhal_driver_t*)driver); }
+
+/* Loads tests/kernels/<name>.ptx and looks up the kernel `name`. */
+static gpuhal_status_t qc_load_kernel(gpuhal_device_t* device, const char* name, gpuhal_executable_t** exe,
+                                      gpuhal_kernel_t** kernel) {
+  char file[256];
+  size_t size = 0;
+  char* ptx;
+  gpuhal_status_t st;
+  snprintf(file, sizeof(file), "%s.ptx", name);
+  ptx = tu_read_kernel_file(file, &size);
+  if (!ptx) return gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "cannot read %s/%s", GPUHAL_KERNELS_DIR, file);
+  st = gpuhal_executable_load(device, ptx, size, exe);
+  free(ptx);
+  if (!st) st = gpuhal_executable_kernel(*exe, name, kernel);
+  return st;
+}
+
+/* A command buffer (flags as given) holding one dispatch of `kernel` on grid x block. */
+static gpuhal_status_t qc_record_dispatch(gpuhal_device_t* device, gpuhal_command_buffer_flags_t flags,
+                                          gpuhal_kernel_t* kernel, uint32_t grid, uint32_t block, uint32_t arg_count,
+                                          const gpuhal_arg_t* args, gpuhal_command_buffer_t** out) {
+  gpuhal_status_t st = gpuhal_command_buffer_create(device, flags, 0, out);
+  if (!st) st = gpuhal_command_buffer_begin(*out);
+  if (!st) st = gpuhal_cmd_dispatch(*out, kernel, gpuhal_dim3(grid, 1, 1), gpuhal_dim3(block, 1, 1), 0, arg_count, args);
+  if (!st) st = gpuhal_command_buffer_end(*out);
+  if (st) {
+    gpuhal_command_buffer_release(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+/* spin_flag(flag, out, timeout_us): in flight until the host stores non-zero to *flag (both
+ * words in one pinned buffer the caller owns: flag at byte 0, out at byte 4). */
+static gpuhal_status_t qc_record_spin_flag(gpuhal_device_t* device, gpuhal_kernel_t* spin_flag,
+                                           gpuhal_buffer_t* words, uint64_t timeout_us,
+                                           gpuhal_command_buffer_t** out) {
+  gpuhal_arg_t args[3];
+  args[0] = gpuhal_arg_buffer(words, 0);
+  args[1] = gpuhal_arg_buffer(words, 4);
+  args[2] = gpuhal_arg_u64(timeout_us);
+  return qc_record_dispatch(device, GPUHAL_COMMAND_BUFFER_STREAM, spin_flag, 1, 1, 3, args, out);
+}
+static void qc_flag_store(gpuhal_buffer_t* words, uint32_t value) {
+  uint32_t* p = (uint32_t*)gpuhal_buffer_host_pointer(words);
+  if (p) __atomic_store_n(&p[0], value, __ATOMIC_SEQ_CST);
+}
+static uint32_t qc_flag_out(gpuhal_buffer_t* words) {
+  uint32_t* p = (uint32_t*)gpuhal_buffer_host_pointer(words);
+  return p ? __atomic_load_n(&p[1], __ATOMIC_SEQ_CST) : 0;
+}
+
+/* Frees `st` and returns its code. */
+static gpuhal_status_code_t qc_code(gpuhal_status_t st) {
+  gpuhal_status_code_t code = gpuhal_status_code(st);
+  gpuhal_status_free(st);
+  return code;
+}
+
 #endif /* GPUHAL_TEST_QUEUE_UTIL_H */

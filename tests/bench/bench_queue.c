@@ -22,6 +22,22 @@
  * 4. submission throughput: queue_execute of a recorded graph with one wait and one signal
  *      vs cuGraphLaunch + cuEventRecord                                    target <= 1.5x
  *
+ * 5. host signal -> queued dispatch -> host sees its signal: execute(wait S, signal T) is
+ *    queued ~200 us ahead; timed from gpuhal_semaphore_signal(S) to gpuhal_semaphore_wait(T)
+ *    returning
+ *      vs a stream parked on cuStreamWaitValue64 of a pinned device-mapped word, a launch
+ *      and cuStreamWriteValue64 to another word; the host stores the first and spins on the
+ *      second (built with GPUHAL_BENCH_HAVE_MEMOPS: needs those entries in gpuhal's CUDA
+ *      table)                                                             target <= 1.5x
+ * 6. a host waiter that starts before the producer is submitted: a thread is blocked in
+ *    gpuhal_semaphore_wait(T) when the dispatch reaching T is submitted; timed from the
+ *    submit to the waiter waking
+ *      vs case 1's raw round trip                                          target <= 1.5x
+ * 7. dependent chain, every hop submitted before the one it waits on (reverse order), two
+ *    queues, then the head released: per hop from the release to the last value
+ *      vs case 2's two-stream event ping-pong (which includes its submissions)
+ *                                                                          target <= 1.3x
+ *
  * The tiny dispatch is spin_us(0) from tests/kernels. Numbers mean something only on a real
  * GPU; on softcuda this is a smoke test. */
 #define GPUHAL_IMPLEMENTATION
@@ -33,9 +49,23 @@
 #include "test_queue_util.h"
 
 
+/* Case 5's raw side needs cuStreamWaitValue64 / cuStreamWriteValue64 /
+ * cuMemHostGetDevicePointer in gpuhal's CUDA table (the queue core's memops). Built when the
+ * table has them (its CU_STREAM_WAIT_VALUE_GEQ constant comes with them), or force it either
+ * way with -DGPUHAL_BENCH_HAVE_MEMOPS=0/1. */
+#ifndef GPUHAL_BENCH_HAVE_MEMOPS
+#ifdef CU_STREAM_WAIT_VALUE_GEQ
+#define GPUHAL_BENCH_HAVE_MEMOPS 1
+#else
+#define GPUHAL_BENCH_HAVE_MEMOPS 0
+#endif
+#endif
+
 typedef struct bench_s {
   qt_fixture_t f;
   gpuhal_semaphore_t* s;
+  gpuhal_semaphore_t* gate; /* cases 5 and 7: the host-signalled semaphore work waits on */
+  uint64_t gate_value;
   uint64_t value; /* the timeline's last value */
   CUstream raw_streams[2];
   CUevent raw_events[4];
@@ -274,6 +304,150 @@ static double raw_graph(bench_t* b, int n) {
   return us_per(start, n);
 }
 
+/* ---- 5. host signal -> queued dispatch -> host ---- */
+static void bench_sleep_us(long us) {
+  struct timespec ts;
+  ts.tv_sec = us / 1000000;
+  ts.tv_nsec = (us % 1000000) * 1000;
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+static double gpuhal_signal_to_host(bench_t* b, int n) {
+  int64_t total = 0;
+  int i;
+  for (i = 0; i < n; ++i) {
+    uint64_t gate = ++b->gate_value, next = ++b->value;
+    int64_t start;
+    if (!check(b, gpuhal_queue_execute(b->f.device, 0, one(&b->gate, &gate), one(&b->s, &next),
+                                       b->graph->command_buffer, NULL),
+               "signal-to-host execute"))
+      return 0;
+    bench_sleep_us(200);
+    start = gpuhal_now_ns();
+    if (!check(b, gpuhal_semaphore_signal(b->gate, gate), "signal-to-host signal") ||
+        !check(b, gpuhal_semaphore_wait(b->s, next, qt_seconds(10)), "signal-to-host wait"))
+      return 0;
+    total += gpuhal_now_ns() - start;
+  }
+  return (double)total / 1000.0 / n;
+}
+
+#if GPUHAL_BENCH_HAVE_MEMOPS
+/* Two 64-bit words of pinned, device-mapped host memory: [0] the gate the stream waits on,
+ * [1] the word the stream writes when its launch is done. */
+static double raw_signal_to_host(bench_t* b, int n) {
+  const gpuhal__cuda_symbols_t* cu = b->f.device->cu;
+  volatile uint64_t* words = NULL;
+  void* host = NULL;
+  CUdeviceptr dev = 0;
+  unsigned long long us = 0;
+  void* params[1];
+  int64_t total = 0;
+  int i, ok = 1;
+  if (!cu->cuStreamWaitValue64 || !cu->cuStreamWriteValue64 || !cu->cuMemHostAlloc ||
+      !cu->cuMemHostGetDevicePointer || !cu->cuMemFreeHost)
+    return 0;
+  if (!check_cu(b, cu->cuMemHostAlloc(&host, 2 * sizeof(uint64_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+                "cuMemHostAlloc"))
+    return 0;
+  words = (volatile uint64_t*)host;
+  words[0] = words[1] = 0;
+  params[0] = &us;
+  ok = check_cu(b, cu->cuMemHostGetDevicePointer(&dev, host, 0), "cuMemHostGetDevicePointer");
+  for (i = 0; ok && i < n; ++i) {
+    uint64_t k = (uint64_t)i + 1;
+    int64_t start;
+    ok = check_cu(b, cu->cuStreamWaitValue64(b->raw_streams[0], dev, k, CU_STREAM_WAIT_VALUE_GEQ), "wait value") &&
+         check_cu(b, cu->cuLaunchKernel(b->f.spin, 1, 1, 1, 1, 1, 1, 0, b->raw_streams[0], params, NULL), "launch") &&
+         check_cu(b, cu->cuStreamWriteValue64(b->raw_streams[0], dev + sizeof(uint64_t), k, CU_STREAM_WRITE_VALUE_DEFAULT),
+                  "write value");
+    if (!ok) break;
+    bench_sleep_us(200);
+    start = gpuhal_now_ns();
+    __atomic_store_n((uint64_t*)&words[0], k, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n((uint64_t*)&words[1], __ATOMIC_SEQ_CST) < k) {
+      if (gpuhal_now_ns() - start > 10000000000ll) {
+        fprintf(stderr, "bench_queue: raw signal-to-host: the stream never wrote its word\n");
+        b->failures++;
+        ok = 0;
+        break;
+      }
+    }
+    total += gpuhal_now_ns() - start;
+  }
+  check_cu(b, cu->cuStreamSynchronize(b->raw_streams[0]), "synchronize");
+  cu->cuMemFreeHost(host);
+  return ok ? (double)total / 1000.0 / n : 0;
+}
+#else
+static double raw_signal_to_host(bench_t* b, int n) {
+  (void)b;
+  (void)n;
+  return 0; /* not built: see GPUHAL_BENCH_HAVE_MEMOPS */
+}
+#endif
+
+/* ---- 6. a host waiter blocked before the producer is submitted ---- */
+typedef struct bench_waiter_s {
+  bench_t* b;
+  uint64_t value;
+  int64_t woke_ns;
+  gpuhal_status_t status;
+} bench_waiter_t;
+static void* bench_waiter_main(void* p) {
+  bench_waiter_t* w = (bench_waiter_t*)p;
+  w->status = gpuhal_semaphore_wait(w->b->s, w->value, qt_seconds(10));
+  w->woke_ns = gpuhal_now_ns();
+  return NULL;
+}
+
+static double gpuhal_early_waiter(bench_t* b, int n) {
+  int64_t total = 0;
+  int i;
+  for (i = 0; i < n; ++i) {
+    bench_waiter_t w;
+    pthread_t thread;
+    uint64_t next = ++b->value;
+    int64_t start;
+    w.b = b;
+    w.value = next;
+    w.woke_ns = 0;
+    w.status = NULL;
+    if (pthread_create(&thread, NULL, bench_waiter_main, &w) != 0) return 0;
+    bench_sleep_us(200); /* the waiter is blocked by now */
+    start = gpuhal_now_ns();
+    check(b, gpuhal_queue_execute(b->f.device, 0, gpuhal_semaphore_list_empty(), one(&b->s, &next),
+                                  b->graph->command_buffer, NULL),
+          "early-waiter execute");
+    pthread_join(thread, NULL);
+    if (!check(b, w.status, "early-waiter wait")) return 0;
+    total += w.woke_ns - start;
+  }
+  return (double)total / 1000.0 / n;
+}
+
+/* ---- 7. chain submitted in reverse order, then released ---- */
+static double gpuhal_reverse_chain(bench_t* b, int n) {
+  uint64_t first = b->value, gate = ++b->gate_value;
+  int64_t start;
+  int i;
+  for (i = n - 1; i >= 0; --i) {
+    uint64_t prev = first + (uint64_t)i, next = prev + 1;
+    gpuhal_semaphore_list_t wait = i == 0 ? one(&b->gate, &gate) : one(&b->s, &prev);
+    if (!check(b, gpuhal_queue_execute(b->f.device, (uint32_t)(i % 2), wait, one(&b->s, &next),
+                                       b->graph->command_buffer, NULL),
+               "reverse chain execute"))
+      return 0;
+  }
+  b->value = first + (uint64_t)n;
+  start = gpuhal_now_ns();
+  if (!check(b, gpuhal_semaphore_signal(b->gate, gate), "reverse chain release") ||
+      !check(b, gpuhal_semaphore_wait(b->s, b->value, qt_seconds(60)), "reverse chain wait"))
+    return 0;
+  return us_per(start, n);
+}
+
 /* ---- diagnostics: CUDA calls per operation ----
  * Counting wrappers replace entries of the driver's function table (which gpuhal and the
  * raw side both call through) while one case runs: calls and time inside each entry, on the
@@ -443,7 +617,7 @@ int main(int argc, char** argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2000;
   int reps = argc > 2 ? atoi(argv[2]) : 5;
   int diagnostics = argc > 3 ? atoi(argv[3]) : 1;
-  const char* only = argc > 4 ? argv[4] : "1234"; /* the cases to run, by number */
+  const char* only = argc > 4 ? argv[4] : "1234567"; /* the cases to run, by number */
   int i, have_graph;
   if (n < 1) n = 1;
   if (reps < 1) reps = 1;
@@ -456,7 +630,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   cu = b.f.device->cu;
-  if (!check(&b, gpuhal_semaphore_create(b.f.driver, 0, &b.s), "semaphore")) return 1;
+  if (!check(&b, gpuhal_semaphore_create(b.f.driver, 0, &b.s), "semaphore") ||
+      !check(&b, gpuhal_semaphore_create(b.f.driver, 0, &b.gate), "semaphore"))
+    return 1;
   /* The raw side runs on this thread with the device's context pushed, as a raw user would. */
   if (!check(&b, gpuhal__context_enter(b.f.device, &scope), "context")) return 1;
   for (i = 0; i < 2; ++i) check_cu(&b, cu->cuStreamCreate(&b.raw_streams[i], CU_STREAM_NON_BLOCKING), "stream");
@@ -475,6 +651,14 @@ int main(int argc, char** argv) {
   b.graph = &graph;
   have_graph = bench_graph_setup(&b, &graph);
   if (have_graph && strchr(only, '4')) run_case(&b, "4 graph execute, 1 wait 1 signal", 1.5, gpuhal_graph, raw_graph, n, reps, NULL);
+  if (have_graph && strchr(only, '5')) {
+    if (!GPUHAL_BENCH_HAVE_MEMOPS) printf("  (case 5 raw side not built: GPUHAL_BENCH_HAVE_MEMOPS=0)\n");
+    run_case(&b, "5 host signal -> dispatch -> host", 1.5, gpuhal_signal_to_host, raw_signal_to_host, n, reps, NULL);
+  }
+  if (have_graph && strchr(only, '6'))
+    run_case(&b, "6 waiter blocked before the submit", 1.5, gpuhal_early_waiter, raw_round_trip, n, reps, NULL);
+  if (have_graph && strchr(only, '7'))
+    run_case(&b, "7 reverse-submitted chain, per hop", 1.3, gpuhal_reverse_chain, raw_chain, n, reps, NULL);
   check(&b, gpuhal_device_wait_idle(b.f.device, gpuhal_timeout_infinite()), "idle");
 
   if (diagnostics) {
@@ -497,6 +681,7 @@ int main(int argc, char** argv) {
   for (i = 0; i < 2; ++i) cu->cuStreamDestroy(b.raw_streams[i]);
   gpuhal__context_leave(b.f.device, &scope);
   gpuhal_semaphore_release(b.s);
+  gpuhal_semaphore_release(b.gate);
   qt_close(&b.f);
   return b.failures ? 1 : 0;
 }
