@@ -752,6 +752,30 @@ GPUHAL_API void gpuhal_command_buffer_retain(gpuhal_command_buffer_t* command_bu
   gpuhal__object_retain(&command_buffer->object);
 }
 
+/* Destroys the graph, its instantiation and the staging memory; the device's context is
+ * current. Every handle is cleared whatever fails (a failed destroy leaves the object to
+ * the driver, which is all that can be done with it). */
+static gpuhal_status_t gpuhal__cb_destroy_graph_current(void* arg) {
+  gpuhal_command_buffer_t* cb = (gpuhal_command_buffer_t*)arg;
+  const gpuhal__cuda_symbols_t* cu = cb->device->cu;
+  gpuhal_status_t st = NULL, st2 = NULL, st3 = NULL;
+  if (cb->exec) st = GPUHAL__CU(cu, cuGraphExecDestroy, (cb->exec));
+  if (cb->graph) st2 = GPUHAL__CU(cu, cuGraphDestroy, (cb->graph));
+  if (cb->staging) st3 = GPUHAL__CU(cu, cuMemFree, (cb->staging));
+  cb->exec = NULL;
+  cb->graph = NULL;
+  cb->staging = 0;
+  if (!st) st = st2;
+  else gpuhal_status_free(st2);
+  if (!st) st = st3;
+  else gpuhal_status_free(st3);
+  return st;
+}
+
+/* Runs on any thread, with no gpuhal lock held (a last release may come from the
+ * completion thread or the worker). When this thread cannot take the device's context,
+ * the worker, which holds it for its life, does the destroying (run directly when this is
+ * the worker): the handles are never dropped with their objects still alive. */
 static void gpuhal__cb_destroy_graph(gpuhal_command_buffer_t* cb) {
   gpuhal_device_t* device = cb->device;
   gpuhal__context_scope_t scope;
@@ -759,23 +783,16 @@ static void gpuhal__cb_destroy_graph(gpuhal_command_buffer_t* cb) {
   if (!cb->graph && !cb->exec && !cb->staging) return;
   st = gpuhal__context_enter(device, &scope);
   if (!st) {
-    gpuhal_status_t st2 = NULL;
-    if (cb->exec) st = GPUHAL__CU(device->cu, cuGraphExecDestroy, (cb->exec));
-    if (cb->graph) st2 = GPUHAL__CU(device->cu, cuGraphDestroy, (cb->graph));
-    if (!st) st = st2;
-    else gpuhal_status_free(st2);
-    st2 = cb->staging ? GPUHAL__CU(device->cu, cuMemFree, (cb->staging)) : NULL;
-    if (!st) st = st2;
-    else gpuhal_status_free(st2);
+    st = gpuhal__cb_destroy_graph_current(cb);
     gpuhal__context_leave(device, &scope);
+  } else {
+    gpuhal_status_free(st);
+    st = gpuhal__worker_call(device, gpuhal__cb_destroy_graph_current, cb);
   }
   if (st) {
     gpuhal__log(device->logger, GPUHAL_LOG_WARN, "destroying a command buffer's graph: %s", gpuhal_status_message(st));
     gpuhal_status_free(st);
   }
-  cb->exec = NULL;
-  cb->graph = NULL;
-  cb->staging = 0;
 }
 
 static void gpuhal__cb_release_natives(gpuhal_command_buffer_t* cb); /* multi-device hook, defined below */
