@@ -1,10 +1,10 @@
 /* Command buffers: the GRAPH recorder. The same bodies as test_command_buffer.c (every
  * command byte for byte, every fill pattern size at odd offsets, barrier ordering with a
  * slow writer, 1,000 executes with rotating binding tables patched into the instantiated
- * graph, late-bound queue_alloca buffers, validation), plus the graph's structure read
- * back from the driver: nodes between barriers independent, barrier edges present; and a
- * command buffer's graph destroyed without leaks when the releasing thread cannot push the
- * device's context (softcuda only). */
+ * graph, late-bound queue_alloca buffers, transient buffers after their dealloca,
+ * validation), plus the graph's structure read back from the driver (nodes between
+ * barriers independent, barrier edges present), and a command buffer's graph destroyed
+ * without leaks when the releasing thread cannot push the device's context (softcuda). */
 #include "test_command_buffer_common.h"
 
 #define GRAPH GPUHAL_COMMAND_BUFFER_GRAPH
@@ -16,6 +16,10 @@ TU_TEST(graph_reusable_1000_rotating_tables) { body_reusable_rotating(GRAPH); }
 TU_TEST(graph_late_bound_alloca) { body_late_alloca(GRAPH); }
 TU_TEST(graph_unordered_alloca_fails) { body_unordered_alloca_fails(GRAPH); }
 TU_TEST(graph_empty) { body_empty(GRAPH); }
+TU_TEST(graph_transient_after_dealloca) { body_transient_after_dealloca(GRAPH); }
+TU_TEST(graph_transient_dealloca_queued_first) { body_transient_dealloca_queued_first(GRAPH); }
+TU_TEST(graph_transient_through_slot) { body_transient_through_slot(GRAPH); }
+TU_TEST(graph_transient_reusable_named) { body_transient_reusable_named(GRAPH); }
 TU_TEST(graph_validation) { body_validation(GRAPH); }
 
 /* The driver's own view of the graph, through the library gpuhal loaded. */
@@ -329,6 +333,8 @@ TU_MAIN(TU_CASE(graph_structure), TU_CASE(graph_single_node_segments_chain), TU_
         TU_CASE(graph_commands_bytes), TU_CASE(graph_fill_every_pattern), TU_CASE(graph_barrier_orders),
         TU_CASE(graph_reusable_1000_rotating_tables), TU_CASE(graph_late_bound_alloca),
         TU_CASE(graph_unordered_alloca_fails), TU_CASE(graph_empty), TU_CASE(graph_validation),
+        TU_CASE(graph_transient_after_dealloca), TU_CASE(graph_transient_dealloca_queued_first),
+        TU_CASE(graph_transient_through_slot), TU_CASE(graph_transient_reusable_named),
         TU_CASE(graph_release_with_context_push_failing),
         TU_CASE(graph_release_on_host_call_thread_with_context_push_failing),
         TU_CASE(graph_release_by_execute_with_context_push_failing))
