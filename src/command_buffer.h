@@ -10,13 +10,23 @@
  *                    execute (no instantiate cost: for one-shot, tiny work).
  * ONE_SHOT (default) command buffers execute once; REUSABLE ones any number of times.
  *
- * Late binding: a dispatch argument or a copy/fill/update target may be a binding slot,
- * filled from the binding table given to gpuhal_queue_execute, or a buffer whose address
- * is not known yet (a gpuhal_queue_alloca result). Both are resolved when the execute is
- * issued; a graph then gets the changed node parameters rewritten in place (no
- * re-instantiation). A late-bound copy or fill in a graph is done by gpuhal's built-in
- * copy/fill kernel (a kernel node's parameters can be rewritten freely; memcpy/memset
- * nodes only under narrow rules).
+ * Late binding: a dispatch argument or a copy/fill/update operand may be a binding slot,
+ * filled from the binding table given to gpuhal_queue_execute, or a transient buffer (a
+ * gpuhal_queue_alloca result). Both are resolved when the execute is issued; a graph then
+ * gets the changed node parameters rewritten in place (no re-instantiation). A late-bound
+ * copy, fill or update in a graph is done by gpuhal's built-in copy/fill kernel (a kernel
+ * node's parameters can be rewritten freely; memcpy/memset nodes only under narrow rules).
+ *
+ * Transient buffers, named directly (not through a slot), in both recorders: the address
+ * is read at every execute, never baked in at record time, even when the buffer already
+ * had one then (its memory returns to the pool at its dealloca and a later
+ * gpuhal_queue_alloca may get the same address). An execute issued when such a buffer has
+ * no address fails its signal semaphores with FAILED_PRECONDITION naming the command and
+ * the buffer, and runs none of its commands: before the buffer's alloca was issued (order
+ * the execute after the alloca's signal), or after its dealloca was issued (order the
+ * dealloca after the execute's signal; a dealloca queued but not yet issued does not
+ * refuse an execute issued before it). To use a new transient buffer at each execute,
+ * name a binding slot.
  *
  * Recording: one thread at a time per command buffer. Every command is validated when it
  * is recorded; a rejected command leaves the command buffer as it was (still recording).
@@ -124,7 +134,9 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_native_graph(gpuhal_command_buf
 /* Queues the command buffer on `queue` after `wait`; `signal` is reached when it has run.
  * A NULL command buffer is a barrier (it only orders wait before signal). `bindings`
  * supplies the binding slots (NULL when the command buffer uses none); its buffers are
- * retained until the work completes. Never blocks. */
+ * retained until the work completes. Never blocks. Addresses of slots and transient
+ * buffers are resolved when the execute is issued; one that has none then (see
+ * "Transient buffers" above) fails `signal` with FAILED_PRECONDITION and nothing runs. */
 GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
                                                 gpuhal_semaphore_list_t signal,
                                                 gpuhal_command_buffer_t* command_buffer,
@@ -752,6 +764,30 @@ GPUHAL_API void gpuhal_command_buffer_retain(gpuhal_command_buffer_t* command_bu
   gpuhal__object_retain(&command_buffer->object);
 }
 
+/* Destroys the graph, its instantiation and the staging memory; the device's context is
+ * current. Every handle is cleared whatever fails (a failed destroy leaves the object to
+ * the driver, which is all that can be done with it). */
+static gpuhal_status_t gpuhal__cb_destroy_graph_current(void* arg) {
+  gpuhal_command_buffer_t* cb = (gpuhal_command_buffer_t*)arg;
+  const gpuhal__cuda_symbols_t* cu = cb->device->cu;
+  gpuhal_status_t st = NULL, st2 = NULL, st3 = NULL;
+  if (cb->exec) st = GPUHAL__CU(cu, cuGraphExecDestroy, (cb->exec));
+  if (cb->graph) st2 = GPUHAL__CU(cu, cuGraphDestroy, (cb->graph));
+  if (cb->staging) st3 = GPUHAL__CU(cu, cuMemFree, (cb->staging));
+  cb->exec = NULL;
+  cb->graph = NULL;
+  cb->staging = 0;
+  if (!st) st = st2;
+  else gpuhal_status_free(st2);
+  if (!st) st = st3;
+  else gpuhal_status_free(st3);
+  return st;
+}
+
+/* Runs on any thread, with no gpuhal lock held (a last release may come from the
+ * completion thread or the worker). When this thread cannot take the device's context,
+ * the worker, which holds it for its life, does the destroying (run directly when this is
+ * the worker): the handles are never dropped with their objects still alive. */
 static void gpuhal__cb_destroy_graph(gpuhal_command_buffer_t* cb) {
   gpuhal_device_t* device = cb->device;
   gpuhal__context_scope_t scope;
@@ -759,23 +795,16 @@ static void gpuhal__cb_destroy_graph(gpuhal_command_buffer_t* cb) {
   if (!cb->graph && !cb->exec && !cb->staging) return;
   st = gpuhal__context_enter(device, &scope);
   if (!st) {
-    gpuhal_status_t st2 = NULL;
-    if (cb->exec) st = GPUHAL__CU(device->cu, cuGraphExecDestroy, (cb->exec));
-    if (cb->graph) st2 = GPUHAL__CU(device->cu, cuGraphDestroy, (cb->graph));
-    if (!st) st = st2;
-    else gpuhal_status_free(st2);
-    st2 = cb->staging ? GPUHAL__CU(device->cu, cuMemFree, (cb->staging)) : NULL;
-    if (!st) st = st2;
-    else gpuhal_status_free(st2);
+    st = gpuhal__cb_destroy_graph_current(cb);
     gpuhal__context_leave(device, &scope);
+  } else {
+    gpuhal_status_free(st);
+    st = gpuhal__worker_call(device, gpuhal__cb_destroy_graph_current, cb);
   }
   if (st) {
     gpuhal__log(device->logger, GPUHAL_LOG_WARN, "destroying a command buffer's graph: %s", gpuhal_status_message(st));
     gpuhal_status_free(st);
   }
-  cb->exec = NULL;
-  cb->graph = NULL;
-  cb->staging = 0;
 }
 
 static void gpuhal__cb_release_natives(gpuhal_command_buffer_t* cb); /* multi-device hook, defined below */
@@ -873,9 +902,13 @@ static gpuhal_status_t gpuhal__cb_check_ref(gpuhal_command_buffer_t* cb, gpuhal_
   return NULL;
 }
 
-/* A ref whose address is only known at execute. */
+/* A ref whose address is resolved at each execute: a slot, or a transient (queue_alloca)
+ * buffer, even one whose address is known now: its memory goes back to the pool at its
+ * dealloca, and a later allocation may get the same address, so an address baked in at
+ * record time could write into someone else's memory. */
 static int gpuhal__ref_is_late(const gpuhal__ref_t* ref) {
-  return ref->kind == GPUHAL__REF_SLOT || (ref->kind == GPUHAL__REF_BUFFER && gpuhal__buffer_address(ref->buffer) == 0);
+  if (ref->kind == GPUHAL__REF_SLOT) return 1;
+  return ref->kind == GPUHAL__REF_BUFFER && (ref->buffer->pending || gpuhal__buffer_address(ref->buffer) == 0);
 }
 
 /* Notes what a recorded ref needs from the binding table (after the command is accepted). */
@@ -1715,17 +1748,45 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_native_graph(gpuhal_command_buf
 }
 
 /* ---- execute: resolving late addresses, issuing ---- */
+
+/* What a recorded command is, for messages (a graph does a late-bound fill, copy or update
+ * with a built-in kernel). */
+static const char* gpuhal__cmd_name(const gpuhal__cmd_t* cmd) {
+  switch (cmd->type) {
+    case GPUHAL__CMD_DISPATCH:
+      if (strcmp(cmd->kernel_name, "gpuhal_builtin_fill") == 0) return "fill, by the built-in kernel";
+      if (strcmp(cmd->kernel_name, "gpuhal_builtin_copy") == 0) return "copy or update, by the built-in kernel";
+      return cmd->kernel_name;
+    case GPUHAL__CMD_COPY: return "copy";
+    case GPUHAL__CMD_FILL: return "fill";
+    case GPUHAL__CMD_UPDATE: return "update";
+    case GPUHAL__CMD_NATIVE: return cmd->native_ops->name;
+    default: return "barrier";
+  }
+}
+
+/* Why a buffer a command names directly has no address at this execute. */
+static gpuhal_status_t gpuhal__cb_unresolved_buffer(gpuhal_buffer_t* buffer) {
+  if (gpuhal__atomic_load(&buffer->state) == (int32_t)GPUHAL__BUFFER_FREED)
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                              "gpuhal_queue_execute: buffer %p (%llu bytes, from gpuhal_queue_alloca) has no device "
+                              "address: it was deallocated (gpuhal_queue_dealloca) before this execute; a command "
+                              "buffer that names a transient buffer directly cannot run after its dealloca (name a "
+                              "binding slot to use a new buffer at each execute)",
+                              (void*)buffer, (unsigned long long)buffer->size);
+  return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                            "gpuhal_queue_execute: buffer %p (%llu bytes, from gpuhal_queue_alloca) has no device "
+                            "address yet: its gpuhal_queue_alloca must be ordered before this execute (wait on its "
+                            "signal), and its gpuhal_queue_dealloca after it",
+                            (void*)buffer, (unsigned long long)buffer->size);
+}
 static gpuhal_status_t gpuhal__cb_resolve(const gpuhal_command_buffer_t* cb, const gpuhal__execute_action_t* action,
                                           const gpuhal__ref_t* ref, uint64_t* out_address) {
   uint64_t base;
   switch (ref->kind) {
     case GPUHAL__REF_BUFFER:
       base = gpuhal__buffer_address(ref->buffer);
-      if (!base)
-        return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
-                                  "gpuhal_queue_execute: a buffer the command buffer uses has no device address: its "
-                                  "gpuhal_queue_alloca must be ordered before this execute (wait on its signal), and "
-                                  "its gpuhal_queue_dealloca after it");
+      if (!base) return gpuhal__cb_unresolved_buffer(ref->buffer);
       break;
     case GPUHAL__REF_SLOT:
       base = gpuhal__buffer_address(action->buffers[ref->slot]);
@@ -1777,7 +1838,9 @@ static gpuhal_status_t gpuhal__cb_patch_graph(gpuhal_command_buffer_t* cb, const
     gpuhal__cmd_t* cmd = &cb->cmds[cb->late_cmds[k]];
     CUDA_KERNEL_NODE_PARAMS p;
     int changed = 0;
-    GPUHAL__RETURN_IF_ERROR(gpuhal__cb_resolve_args(cb, action, cmd, &changed));
+    gpuhal_status_t st = gpuhal__cb_resolve_args(cb, action, cmd, &changed);
+    if (st) return gpuhal_status_annotate(st, "command %u (%s) of a graph command buffer", cb->late_cmds[k],
+                                          gpuhal__cmd_name(cmd));
     if (!changed && !cmd->stale) continue;
     gpuhal__kernel_node_params(cb, cmd, &p);
     cmd->stale = 1; /* until the driver took it */
@@ -1850,6 +1913,42 @@ static gpuhal_status_t gpuhal__stream_issue_cmd(gpuhal_command_buffer_t* cb, con
   }
 }
 
+/* Resolves every address `cmd` needs, writing nothing. */
+static gpuhal_status_t gpuhal__cmd_check_addresses(const gpuhal_command_buffer_t* cb,
+                                                   const gpuhal__execute_action_t* action, const gpuhal__cmd_t* cmd) {
+  uint64_t address;
+  uint32_t i;
+  switch (cmd->type) {
+    case GPUHAL__CMD_DISPATCH:
+      for (i = 0; i < cmd->arg_count; ++i) {
+        const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
+        if (arg->late) GPUHAL__RETURN_IF_ERROR(gpuhal__cb_resolve(cb, action, &arg->ref, &address));
+      }
+      return NULL;
+    case GPUHAL__CMD_COPY:
+      GPUHAL__RETURN_IF_ERROR(gpuhal__cb_resolve(cb, action, &cmd->src, &address));
+      return gpuhal__cb_resolve(cb, action, &cmd->dst, &address);
+    case GPUHAL__CMD_FILL:
+    case GPUHAL__CMD_UPDATE:
+      return gpuhal__cb_resolve(cb, action, &cmd->dst, &address);
+    default:
+      return NULL;
+  }
+}
+
+/* STREAM: checks that every address resolves before anything is issued, so that a refused
+ * execute runs none of its commands (as a refused graph is not launched). */
+static gpuhal_status_t gpuhal__stream_check_addresses(const gpuhal_command_buffer_t* cb,
+                                                      const gpuhal__execute_action_t* action) {
+  uint32_t c;
+  for (c = 0; c < cb->cmd_count; ++c) {
+    gpuhal_status_t st = gpuhal__cmd_check_addresses(cb, action, &cb->cmds[c]);
+    if (st) return gpuhal_status_annotate(st, "command %u (%s) of a stream command buffer", c,
+                                          gpuhal__cmd_name(&cb->cmds[c]));
+  }
+  return NULL;
+}
+
 /* Puts an execute of `cb` on `stream`; `action` holds its binding table (NULL when the
  * command buffer has no binding slots: nothing refers to one then). */
 static gpuhal_status_t gpuhal__execute_issue_on(gpuhal_command_buffer_t* cb, const gpuhal__execute_action_t* action,
@@ -1864,11 +1963,13 @@ static gpuhal_status_t gpuhal__execute_issue_on(gpuhal_command_buffer_t* cb, con
     GPUHAL__RETURN_IF_ERROR(gpuhal__cb_patch_graph(cb, action));
     return GPUHAL__CU(cb->device->cu, cuGraphLaunch, (cb->exec, stream));
   }
+  GPUHAL__RETURN_IF_ERROR(gpuhal__stream_check_addresses(cb, action));
   for (c = 0; c < cb->cmd_count; ++c) {
+    const gpuhal__cmd_t* cmd = &cb->cmds[c];
     gpuhal_status_t st;
-    GPUHAL__TRACE(device, gpuhal__trace_command(device, stream, &cb->cmds[c])); /* trace hook */
-    st = gpuhal__stream_issue_cmd(cb, action, &cb->cmds[c], stream);
-    if (st) return gpuhal_status_annotate(st, "command %u of a stream command buffer", c);
+    GPUHAL__TRACE(device, gpuhal__trace_command(device, stream, cmd)); /* trace hook */
+    st = gpuhal__stream_issue_cmd(cb, action, cmd, stream);
+    if (st) return gpuhal_status_annotate(st, "command %u (%s) of a stream command buffer", c, gpuhal__cmd_name(cmd));
   }
   return NULL;
 }

@@ -1,7 +1,8 @@
 /* Command buffers: the STREAM recorder (every command byte for byte, fills of every
  * pattern size, barriers, 1,000 executes with rotating binding tables, late-bound
- * queue_alloca buffers), record-time and execute-time validation, and the built-in
- * kernels' embedded PTX. The GRAPH recorder runs the same bodies in
+ * queue_alloca buffers, transient buffers named by every kind of command: refused after
+ * their dealloca, rebound through a slot, reused), record-time and execute-time
+ * validation, and the built-in kernels' embedded PTX. The GRAPH recorder runs the same bodies in
  * test_command_buffer_graph.c. */
 #include "test_command_buffer_common.h"
 
@@ -45,6 +46,10 @@ TU_TEST(stream_reusable_1000_rotating_tables) { body_reusable_rotating(STREAM); 
 TU_TEST(stream_late_bound_alloca) { body_late_alloca(STREAM); }
 TU_TEST(stream_unordered_alloca_fails) { body_unordered_alloca_fails(STREAM); }
 TU_TEST(stream_empty) { body_empty(STREAM); }
+TU_TEST(stream_transient_after_dealloca) { body_transient_after_dealloca(STREAM); }
+TU_TEST(stream_transient_dealloca_queued_first) { body_transient_dealloca_queued_first(STREAM); }
+TU_TEST(stream_transient_through_slot) { body_transient_through_slot(STREAM); }
+TU_TEST(stream_transient_reusable_named) { body_transient_reusable_named(STREAM); }
 
 TU_TEST(execute_null_is_a_barrier) {
   cbt t;
@@ -101,4 +106,6 @@ TU_MAIN(TU_CASE(builtin_ptx_matches_checked_in_file), TU_CASE(pattern_helpers), 
         TU_CASE(stream_fill_every_pattern), TU_CASE(stream_barrier_orders),
         TU_CASE(stream_reusable_1000_rotating_tables), TU_CASE(stream_late_bound_alloca),
         TU_CASE(stream_unordered_alloca_fails), TU_CASE(stream_empty), TU_CASE(execute_null_is_a_barrier),
-        TU_CASE(stream_validation), TU_CASE(command_buffer_retains_resources))
+        TU_CASE(stream_validation), TU_CASE(command_buffer_retains_resources),
+        TU_CASE(stream_transient_after_dealloca), TU_CASE(stream_transient_dealloca_queued_first),
+        TU_CASE(stream_transient_through_slot), TU_CASE(stream_transient_reusable_named))

@@ -673,4 +673,301 @@ static void body_validation(uint32_t mode) {
   cbt_close(&t);
 }
 
+/* ---- transient (queue_alloca) buffers named by commands (issue #15) ----
+ * Every command that can name a buffer, with a 256-byte transient buffer as its operand:
+ * a dispatch argument (fill_u32), a copy's source, a copy's target, a fill, an update. */
+enum { TR_BYTES = 256, TR_WORDS = TR_BYTES / 4 };
+typedef enum tr_kind_e { TR_DISPATCH, TR_COPY_SRC, TR_COPY_DST, TR_FILL, TR_UPDATE, TR_KIND_COUNT } tr_kind_t;
+static const char* const tr_kind_names[TR_KIND_COUNT] = {"dispatch argument", "copy source", "copy target", "fill",
+                                                         "update"};
+#define TR_SENTINEL 0xB0B0B0B0u
+#define TR_WAIT_NS 30000000000ll
+
+/* A queue_alloca of TR_BYTES on queue 0, waited for: its address is assigned. */
+static gpuhal_status_t tr_alloca(cbt* t, gpuhal_buffer_t** out) {
+  gpuhal_semaphore_t* sem = NULL;
+  uint64_t one = 1;
+  gpuhal_status_t st = gpuhal_semaphore_create(t->driver, 0, &sem);
+  if (!st)
+    st = gpuhal_queue_alloca(t->device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &one),
+                             TR_BYTES, out);
+  if (!st) st = gpuhal_semaphore_wait(sem, 1, gpuhal_timeout_relative_ns(TR_WAIT_NS));
+  gpuhal_semaphore_release(sem);
+  return st;
+}
+
+/* Deallocates a transient buffer, waits for it, and drops the caller's reference. */
+static gpuhal_status_t tr_dealloca(cbt* t, gpuhal_buffer_t* buffer) {
+  gpuhal_semaphore_t* sem = NULL;
+  uint64_t one = 1;
+  gpuhal_status_t st = gpuhal_semaphore_create(t->driver, 0, &sem);
+  if (!st)
+    st = gpuhal_queue_dealloca(t->device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &one),
+                               buffer);
+  if (!st) st = gpuhal_semaphore_wait(sem, 1, gpuhal_timeout_relative_ns(TR_WAIT_NS));
+  gpuhal_semaphore_release(sem);
+  gpuhal_buffer_release(buffer);
+  return st;
+}
+
+static gpuhal_status_t tr_set(gpuhal_buffer_t* buffer, uint32_t value) {
+  uint32_t words[TR_WORDS];
+  int i;
+  for (i = 0; i < TR_WORDS; ++i) words[i] = value;
+  return gpuhal_buffer_write(buffer, 0, words, TR_BYTES);
+}
+
+/* 1 when every word of the buffer is `value`; reports the first that is not. */
+static int tr_holds(gpuhal_buffer_t* buffer, uint32_t value, const char* what, tr_kind_t kind, uint32_t mode) {
+  uint32_t words[TR_WORDS];
+  gpuhal_status_t st = gpuhal_buffer_read(buffer, 0, words, TR_BYTES);
+  int i;
+  if (st) {
+    TU_FAIL_AT(__FILE__, __LINE__, "%s %s: reading %s: %s", cbt_mode_name(mode), tr_kind_names[kind], what,
+               gpuhal_status_message(st));
+    gpuhal_status_free(st);
+    return 0;
+  }
+  for (i = 0; i < TR_WORDS; ++i) {
+    if (words[i] != value) {
+      TU_FAIL_AT(__FILE__, __LINE__, "%s %s: %s word %d is 0x%x, expected 0x%x", cbt_mode_name(mode),
+                 tr_kind_names[kind], what, i, words[i], value);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Records one command of `kind` with `ref` as its transient operand and `aux` (a plain
+ * buffer) as a copy's other operand. What it does when run:
+ *   COPY_SRC  aux <- the transient; every other kind: the transient <- `value` words
+ *   (COPY_DST copies them from aux, which tr_prepare fills). */
+static gpuhal_status_t tr_record(cbt* t, gpuhal_command_buffer_t* cb, tr_kind_t kind, gpuhal_buffer_ref_t ref,
+                                 gpuhal_buffer_t* aux, uint32_t value) {
+  uint32_t words[TR_WORDS];
+  gpuhal_arg_t args[3];
+  int i;
+  switch (kind) {
+    case TR_DISPATCH:
+      args[0] = ref.buffer ? gpuhal_arg_buffer(ref.buffer, ref.offset) : gpuhal_arg_slot(ref.slot, ref.offset);
+      args[1] = gpuhal_arg_u32(value);
+      args[2] = gpuhal_arg_u32(TR_WORDS);
+      return gpuhal_cmd_dispatch(cb, t->fill_u32, gpuhal_dim3(1, 1, 1), gpuhal_dim3(TR_WORDS, 1, 1), 0, 3, args);
+    case TR_COPY_SRC:
+      return gpuhal_cmd_copy(cb, ref, gpuhal_ref_buffer(aux, 0), TR_BYTES);
+    case TR_COPY_DST:
+      return gpuhal_cmd_copy(cb, gpuhal_ref_buffer(aux, 0), ref, TR_BYTES);
+    case TR_FILL:
+      return gpuhal_cmd_fill(cb, ref, TR_BYTES, &value, 4);
+    default:
+      for (i = 0; i < TR_WORDS; ++i) words[i] = value;
+      return gpuhal_cmd_update(cb, words, ref, TR_BYTES);
+  }
+}
+
+/* Sets the buffers up for one run that should leave `value` in tr_result(...): a copy
+ * source gets `value`, aux gets what a copy target should receive. */
+static gpuhal_status_t tr_prepare(tr_kind_t kind, gpuhal_buffer_t* transient, gpuhal_buffer_t* aux, uint32_t value) {
+  gpuhal_status_t st = tr_set(transient, kind == TR_COPY_SRC ? value : 0);
+  if (!st) st = tr_set(aux, kind == TR_COPY_DST ? value : 0);
+  return st;
+}
+static gpuhal_buffer_t* tr_result(tr_kind_t kind, gpuhal_buffer_t* transient, gpuhal_buffer_t* aux) {
+  return kind == TR_COPY_SRC ? aux : transient;
+}
+
+/* Checks a refused execute's status: FAILED_PRECONDITION naming the command and why. */
+static void tr_check_refused(gpuhal_status_t st, const char* why, tr_kind_t kind, uint32_t mode) {
+  if (gpuhal_status_code(st) != GPUHAL_STATUS_FAILED_PRECONDITION) {
+    TU_FAIL_AT(__FILE__, __LINE__, "%s %s: execute -> %s, expected FAILED_PRECONDITION", cbt_mode_name(mode),
+               tr_kind_names[kind], st ? gpuhal_status_message(st) : "OK");
+  } else {
+    TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "command 0");
+    TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), why);
+  }
+  gpuhal_status_free(st);
+}
+
+/* (a) A REUSABLE command buffer names transient A directly and runs. A is deallocated; a
+ * new transient B (the pool may hand back A's memory) is set to a sentinel. Executing
+ * again is refused, and B (and, for a copy from A, the copy's target) is untouched. */
+static void body_transient_after_dealloca(uint32_t mode) {
+  cbt t;
+  int k;
+  if (!cbt_open(&t)) return;
+  for (k = 0; k < TR_KIND_COUNT && !tu_state.failed; ++k) {
+    tr_kind_t kind = (tr_kind_t)k;
+    gpuhal_buffer_t* a = NULL;
+    gpuhal_buffer_t* b = NULL;
+    gpuhal_buffer_t* aux = NULL;
+    gpuhal_command_buffer_t* cb = NULL;
+    TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, TR_BYTES, &aux));
+    TU_REQUIRE_OK(tr_alloca(&t, &a));
+    TU_REQUIRE_OK(gpuhal_command_buffer_create(t.device, mode | GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cb));
+    TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+    TU_CHECK_OK(tr_record(&t, cb, kind, gpuhal_ref_buffer(a, 0), aux, 0x1234u));
+    TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+    TU_CHECK_OK(tr_prepare(kind, a, aux, 0x1234u));
+    TU_CHECK_OK(cbt_run(&t, cb, NULL));
+    tr_holds(tr_result(kind, a, aux), 0x1234u, "first run's result", kind, mode);
+
+    TU_CHECK_OK(tr_dealloca(&t, a)); /* drops our reference: the command buffer holds its own */
+    TU_CHECK_OK(gpuhal_device_wait_idle(t.device, gpuhal_timeout_relative_ns(TR_WAIT_NS)));
+    TU_REQUIRE_OK(tr_alloca(&t, &b));
+    TU_CHECK_OK(tr_set(b, TR_SENTINEL));
+    TU_CHECK_OK(tr_set(aux, kind == TR_COPY_DST ? 0x1234u : 0));
+    tr_check_refused(cbt_run(&t, cb, NULL), "deallocated", kind, mode);
+    TU_CHECK_OK(gpuhal_device_wait_idle(t.device, gpuhal_timeout_relative_ns(TR_WAIT_NS)));
+    tr_holds(b, TR_SENTINEL, "a new transient buffer (maybe at the old address)", kind, mode);
+    if (kind == TR_COPY_SRC) tr_holds(aux, 0, "the copy's target", kind, mode);
+    if (kind == TR_COPY_DST) tr_holds(aux, 0x1234u, "the copy's source", kind, mode);
+    gpuhal_command_buffer_release(cb); /* the last reference to A */
+    TU_CHECK_OK(tr_dealloca(&t, b));
+    gpuhal_buffer_release(aux);
+  }
+  cbt_close(&t);
+}
+
+/* (a') The dealloca is queued right before the execute on the same queue (no host wait
+ * between): the execute is issued after the free, so it is refused. */
+static void body_transient_dealloca_queued_first(uint32_t mode) {
+  cbt t;
+  gpuhal_buffer_t* a = NULL;
+  gpuhal_buffer_t* aux = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_semaphore_t* sem = NULL;
+  uint64_t one = 1, two = 2;
+  if (!cbt_open(&t)) return;
+  TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &sem));
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, TR_BYTES, &aux));
+  TU_REQUIRE_OK(tr_alloca(&t, &a));
+  TU_REQUIRE_OK(gpuhal_command_buffer_create(t.device, mode, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  TU_CHECK_OK(tr_record(&t, cb, TR_FILL, gpuhal_ref_buffer(a, 0), aux, 0x1234u));
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  TU_CHECK_OK(gpuhal_queue_dealloca(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &one),
+                                    a));
+  TU_CHECK_OK(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &two),
+                                   cb, NULL));
+  tr_check_refused(gpuhal_semaphore_wait(sem, 2, gpuhal_timeout_relative_ns(TR_WAIT_NS)), "deallocated", TR_FILL,
+                   mode);
+  TU_CHECK_OK(gpuhal_device_wait_idle(t.device, gpuhal_timeout_relative_ns(TR_WAIT_NS)));
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(a);
+  gpuhal_buffer_release(aux);
+  gpuhal_semaphore_release(sem);
+  cbt_close(&t);
+}
+
+/* (b) A REUSABLE command buffer names slot 0; each execute binds another transient buffer
+ * (three live at once, so at different addresses, used in turn and then in reverse).
+ * Each run writes only the bound one. A deallocated one bound later is refused; a new one
+ * bound after that works. */
+static void body_transient_through_slot(uint32_t mode) {
+  enum { COUNT = 3, RUNS = 2 * COUNT };
+  cbt t;
+  int k, r, j;
+  if (!cbt_open(&t)) return;
+  for (k = 0; k < TR_KIND_COUNT && !tu_state.failed; ++k) {
+    tr_kind_t kind = (tr_kind_t)k;
+    gpuhal_buffer_t* transient[COUNT];
+    gpuhal_buffer_t* aux = NULL;
+    gpuhal_buffer_t* fresh = NULL;
+    gpuhal_command_buffer_t* cb = NULL;
+    gpuhal_binding_table_t table;
+    table.count = 1;
+    table.offsets = NULL;
+    TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, TR_BYTES, &aux));
+    for (j = 0; j < COUNT; ++j) TU_REQUIRE_OK(tr_alloca(&t, &transient[j]));
+    TU_REQUIRE_OK(gpuhal_command_buffer_create(t.device, mode | GPUHAL_COMMAND_BUFFER_REUSABLE, 1, &cb));
+    TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+    TU_CHECK_OK(tr_record(&t, cb, kind, gpuhal_ref_slot(0, 0), aux, 0x5107u));
+    TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+    for (r = 0; r < RUNS && !tu_state.failed; ++r) {
+      int bound = r < COUNT ? r : RUNS - 1 - r;
+      /* A copy source holds its own index, so the copy's target shows which one was read. */
+      uint32_t expected = kind == TR_COPY_SRC ? 0x5100u + (uint32_t)bound : 0x5107u;
+      for (j = 0; j < COUNT; ++j) TU_CHECK_OK(tr_set(transient[j], kind == TR_COPY_SRC ? 0x5100u + (uint32_t)j : 0));
+      TU_CHECK_OK(tr_set(aux, kind == TR_COPY_DST ? 0x5107u : 0));
+      table.buffers = &transient[bound];
+      TU_CHECK_OK(cbt_run(&t, cb, &table));
+      tr_holds(tr_result(kind, transient[bound], aux), expected, "the bound buffer's result", kind, mode);
+      for (j = 0; j < COUNT; ++j)
+        if (j != bound)
+          tr_holds(transient[j], kind == TR_COPY_SRC ? 0x5100u + (uint32_t)j : 0, "an unbound buffer", kind, mode);
+    }
+    gpuhal_buffer_retain(transient[0]);
+    for (j = 0; j < COUNT; ++j) TU_CHECK_OK(tr_dealloca(&t, transient[j]));
+    table.buffers = &transient[0];
+    {
+      gpuhal_status_t st = cbt_run(&t, cb, &table);
+      TU_CHECK(gpuhal_status_code(st) == GPUHAL_STATUS_FAILED_PRECONDITION);
+      if (st) TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "slot 0");
+      gpuhal_status_free(st);
+    }
+    gpuhal_buffer_release(transient[0]);
+    TU_REQUIRE_OK(tr_alloca(&t, &fresh));
+    TU_CHECK_OK(tr_prepare(kind, fresh, aux, 0x5107u));
+    table.buffers = &fresh;
+    TU_CHECK_OK(cbt_run(&t, cb, &table));
+    tr_holds(tr_result(kind, fresh, aux), 0x5107u, "a new buffer bound after a dealloca", kind, mode);
+    gpuhal_command_buffer_release(cb);
+    TU_CHECK_OK(tr_dealloca(&t, fresh));
+    gpuhal_buffer_release(aux);
+  }
+  cbt_close(&t);
+}
+
+/* (c) A REUSABLE command buffer names transient A directly, recorded after A got its
+ * address (and, second pass, before: the alloca held back by a gate). Every execute
+ * writes into A, also with other transient buffers allocated and freed in between. */
+static void body_transient_reusable_named(uint32_t mode) {
+  enum { RUNS = 3 };
+  cbt t;
+  int k, late, r;
+  uint64_t one = 1;
+  if (!cbt_open(&t)) return;
+  for (late = 0; late < 2; ++late) {
+    for (k = 0; k < TR_KIND_COUNT && !tu_state.failed; ++k) {
+      tr_kind_t kind = (tr_kind_t)k;
+      gpuhal_buffer_t* a = NULL;
+      gpuhal_buffer_t* aux = NULL;
+      gpuhal_command_buffer_t* cb = NULL;
+      gpuhal_semaphore_t* gate = NULL;
+      gpuhal_semaphore_t* allocated = NULL;
+      TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, TR_BYTES, &aux));
+      if (late) {
+        TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &gate));
+        TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &allocated));
+        TU_REQUIRE_OK(gpuhal_queue_alloca(t.device, 0, gpuhal_semaphore_list_one(&gate, &one),
+                                          gpuhal_semaphore_list_one(&allocated, &one), TR_BYTES, &a));
+      } else {
+        TU_REQUIRE_OK(tr_alloca(&t, &a));
+      }
+      TU_REQUIRE_OK(gpuhal_command_buffer_create(t.device, mode | GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cb));
+      TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+      TU_CHECK_OK(tr_record(&t, cb, kind, gpuhal_ref_buffer(a, 0), aux, 0xA11Cu));
+      TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+      if (late) {
+        TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+        TU_CHECK_OK(gpuhal_semaphore_wait(allocated, 1, gpuhal_timeout_relative_ns(TR_WAIT_NS)));
+      }
+      for (r = 0; r < RUNS && !tu_state.failed; ++r) {
+        gpuhal_buffer_t* other = NULL;
+        TU_CHECK_OK(tr_prepare(kind, a, aux, 0xA11Cu));
+        TU_CHECK_OK(cbt_run(&t, cb, NULL));
+        tr_holds(tr_result(kind, a, aux), 0xA11Cu, late ? "run (recorded before the address)" : "run", kind, mode);
+        TU_CHECK_OK(tr_alloca(&t, &other));
+        TU_CHECK_OK(tr_dealloca(&t, other));
+      }
+      gpuhal_command_buffer_release(cb);
+      TU_CHECK_OK(tr_dealloca(&t, a));
+      gpuhal_buffer_release(aux);
+      gpuhal_semaphore_release(gate);
+      gpuhal_semaphore_release(allocated);
+    }
+  }
+  cbt_close(&t);
+}
+
 #endif /* TEST_COMMAND_BUFFER_COMMON_H */

@@ -25,8 +25,9 @@
  * row. Children run in parallel (GPUHAL_SWEEP_JOBS, default 2).
  *
  * Scenarios: device, executable, record, execute, alloca, host, multi (two devices), disk
- * (module disk cache, cold then warm) and collective (NCCL all-reduce over two devices;
- * softnccl's nccl* entry points are injected like CUDA ones).
+ * (module disk cache, cold then warm), collective (NCCL all-reduce over two devices;
+ * softnccl's nccl* entry points are injected like CUDA ones) and cb_release (a GRAPH
+ * command buffer released when entering the context fails).
  *
  * Environment: GPUHAL_SWEEP_DEPTH (faults per entry point besides the last call, default 2;
  * a nightly run raises it), GPUHAL_SWEEP_SCENARIOS (comma-separated subset),
@@ -741,6 +742,46 @@ static void scenario_collective(sw_run_t* r) {
   sw_close(&o);
 }
 
+/* A GRAPH command buffer (a fill and an update, so a graph, its exec and staging memory)
+ * over a transient buffer, released as the last step that enters the device's context on
+ * this thread (after the buffer's dealloca, whose issue may enter it too): the last call
+ * of cuCtxGetCurrent and cuCtxPushCurrent, which the sweep always injects, falls on its
+ * release, whose graph must then be destroyed on the worker rather than leaked. */
+static void scenario_cb_release(sw_run_t* r) {
+  sw_objs_t o;
+  gpuhal_buffer_t* scratch = NULL;
+  gpuhal_semaphore_t* a;
+  uint32_t four = 0x44444444u, update[4] = {1, 2, 3, 4};
+  if (sw_open(r, &o, 1, 1)) {
+    a = o.sem[0];
+    if (sw_ok(r, gpuhal_queue_alloca(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                     gpuhal_semaphore_list_one(&a, &V1), 256, &scratch),
+              "queue_alloca")) {
+      o.buf[0] = scratch;
+      sw_expect(r, a, 1);
+      if (sw_wait(r, a, 1, "wait a=1") &&
+          sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[0]),
+                "command_buffer_create") &&
+          sw_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
+          sw_ok(r, gpuhal_cmd_fill(o.cb[0], gpuhal_ref_buffer(scratch, 0), 128, &four, 4), "cmd_fill") &&
+          sw_ok(r, gpuhal_cmd_update(o.cb[0], update, gpuhal_ref_buffer(scratch, 128), sizeof(update)),
+                "cmd_update"))
+        sw_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end");
+      if (sw_ok(r, gpuhal_queue_dealloca(o.device[0], 0, gpuhal_semaphore_list_one(&a, &V1),
+                                         gpuhal_semaphore_list_one(&a, &V2), scratch),
+                "queue_dealloca")) {
+        sw_expect(r, a, 2);
+        sw_wait(r, a, 2, "wait a=2");
+      }
+    }
+    sw_settle(r);
+    sw_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SW_WAIT_NS)), "device_wait_idle");
+    gpuhal_command_buffer_release(o.cb[0]);
+    o.cb[0] = NULL;
+  }
+  sw_close(&o);
+}
+
 typedef struct sw_scenario_s {
   const char* name;
   void (*run)(sw_run_t* r);
@@ -749,6 +790,7 @@ static const sw_scenario_t sw_scenarios[] = {
     {"device", scenario_device},   {"executable", scenario_executable}, {"record", scenario_record},
     {"execute", scenario_execute}, {"alloca", scenario_alloca},         {"host", scenario_host},
     {"multi", scenario_multi},     {"disk", scenario_disk},             {"collective", scenario_collective},
+    {"cb_release", scenario_cb_release},
 };
 #define SW_SCENARIO_COUNT ((int)(sizeof(sw_scenarios) / sizeof(sw_scenarios[0])))
 
