@@ -647,7 +647,10 @@ typedef struct gpuhal__function_record_s {
   CUfunction function;
   gpuhal_kernel_info_t info; /* name and param arrays point into this record */
   uint32_t* params;          /* offsets then sizes (NULL when unknown) */
-  char name[1];              /* allocated to fit */
+  /* The name's bytes follow the record in its allocation. A pointer, not a trailing
+   * name[1] array: writing past name[0] draws -Warray-bounds at -O3, and C++ has no
+   * flexible array members. */
+  char* name;
 } gpuhal__function_record_t;
 
 typedef enum gpuhal__entry_state_e {
@@ -1767,8 +1770,9 @@ static gpuhal_status_t gpuhal__function_record_create(gpuhal_device_t* device, g
   gpuhal_status_t st;
   CUresult r;
   GPUHAL_ASSERT(entry->context == device->context); /* a module is only ever used in its own context */
-  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(*record) + name_length,
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(*record) + name_length + 1,
                                                "a kernel function record", (void**)&record));
+  record->name = (char*)(record + 1);
   memcpy(record->name, name, name_length + 1);
   record->info.name = record->name;
   st = gpuhal__context_enter(device, &scope);
