@@ -17,8 +17,11 @@
  * float precision of cuEventElapsedTime never exceeds ~0.1 us).
  *
  * Memory is bounded: records go to a ring of GPUHAL_TRACE_CAPACITY entries (the oldest are
- * overwritten; the file says how many). The file is written when the driver is released
- * (after its devices) and by gpuhal_driver_trace_flush.
+ * overwritten; the file says how many). The file is written when the driver is created
+ * (an empty trace), when it is released (after its devices) and by
+ * gpuhal_driver_trace_flush; always whole, to a temporary file of its own renamed over the
+ * path, so a reader, other threads' flushes, other drivers and other processes tracing to
+ * the same path only ever see a complete file (the last one written).
  *
  * NVTX: when $NVTX_INJECTION64_PATH is set (Nsight Systems / Compute set it) or
  * $GPUHAL_NVTX=1, gpuhal loads $GPUHAL_NVTX_LIBRARY (default libnvToolsExt.so.1) at run
@@ -30,8 +33,9 @@
 /* 1 when the driver writes a trace (GPUHAL_TRACE or options.trace_path); 0 otherwise. */
 GPUHAL_API int gpuhal_driver_trace_enabled(gpuhal_driver_t* driver);
 /* Writes the trace file now with everything recorded so far (the file is rewritten whole;
- * work still in flight appears in a later flush). The driver's release flushes too.
- * FAILED_PRECONDITION when tracing is off. */
+ * work still in flight appears in a later flush). The driver's release flushes too. Safe
+ * from any thread; flushes of one driver run one at a time. FAILED_PRECONDITION when
+ * tracing is off. */
 GPUHAL_API gpuhal_status_t gpuhal_driver_trace_flush(gpuhal_driver_t* driver);
 
 /* Tells device.h, queue.h and command_buffer.h that the trace hooks exist. */
