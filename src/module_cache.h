@@ -647,7 +647,10 @@ typedef struct gpuhal__function_record_s {
   CUfunction function;
   gpuhal_kernel_info_t info; /* name and param arrays point into this record */
   uint32_t* params;          /* offsets then sizes (NULL when unknown) */
-  char name[1];              /* allocated to fit */
+  /* The name's bytes follow the record in its allocation. A pointer, not a trailing
+   * name[1] array: writing past name[0] draws -Warray-bounds at -O3, and C++ has no
+   * flexible array members. */
+  char* name;
 } gpuhal__function_record_t;
 
 typedef enum gpuhal__entry_state_e {
@@ -742,6 +745,38 @@ static int gpuhal__disk_path(const gpuhal__module_cache_t* cache, const char* na
   return n > 0 && (size_t)n < out_size;
 }
 
+/* Opens a cache file for reading, refusing what the cache never writes. The cache only
+ * ever renames regular files into place, so anything else at an entry's path was put there
+ * by someone else: O_NONBLOCK keeps a FIFO (or a device) from hanging the open and every
+ * load of the image waiting behind it, O_NOFOLLOW refuses a symbolic link whatever it
+ * points to, and fstat on the opened descriptor refuses the rest (no check-then-open race).
+ * -1 with *status set (NOT_FOUND when there is no file, else DATA_LOSS), or the fd. */
+static int gpuhal__disk_open_regular(const char* path, struct stat* st, gpuhal_status_t* status) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  *status = NULL;
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT)
+      *status = gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "no file");
+    else if (err == ELOOP)
+      *status = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "a symbolic link, not a file the cache wrote");
+    else
+      *status = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "cannot open: %s", strerror(err));
+    return -1;
+  }
+  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+    *status = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "not a regular file (%s)",
+                                 S_ISFIFO(st->st_mode)  ? "a FIFO"
+                                 : S_ISDIR(st->st_mode) ? "a directory"
+                                 : S_ISCHR(st->st_mode) ? "a character device"
+                                 : S_ISSOCK(st->st_mode) ? "a socket"
+                                                         : "another kind");
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 /* Reads a whole regular file (at most GPUHAL__DISK_MAX_FILE_BYTES) into a new buffer and
  * refreshes its mtime (the LRU clock of the directory). NOT_FOUND when there is none. */
 static gpuhal_status_t gpuhal__disk_read_file(gpuhal_device_t* device, const char* path, void** out_bytes,
@@ -749,14 +784,16 @@ static gpuhal_status_t gpuhal__disk_read_file(gpuhal_device_t* device, const cha
   struct stat st;
   unsigned char* bytes;
   size_t done = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  gpuhal_status_t status;
+  int fd;
+  memset(&st, 0, sizeof(st));
+  fd = gpuhal__disk_open_regular(path, &st, &status);
   *out_bytes = NULL;
   *out_size = 0;
-  if (fd < 0) return gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "cannot open: %s", strerror(errno));
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 ||
-      (uint64_t)st.st_size > GPUHAL__DISK_MAX_FILE_BYTES) {
+  if (fd < 0) return status;
+  if (st.st_size < 0 || (uint64_t)st.st_size > GPUHAL__DISK_MAX_FILE_BYTES) {
     close(fd);
-    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "not a regular file of a sensible size");
+    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "not a file of a sensible size");
   }
   bytes = (unsigned char*)gpuhal__alloc(device->allocator, st.st_size ? (size_t)st.st_size : 1);
   if (!bytes) {
@@ -807,7 +844,32 @@ static int gpuhal__write_all(int fd, const void* data, size_t size) {
   return 0;
 }
 
-static uint32_t gpuhal__disk_temp_counter = 0;
+static uint32_t gpuhal__temp_counter = 0;
+
+/* Creates a new file beside `path` for writing (its name in `temp`), to be renamed over
+ * `path` once whole. The name is unique per process, call and clock reading
+ * ("<path>.tmp.<pid>.<n>.<salt>": a cache file's holds GPUHAL__DISK_TEMP_MARK), and
+ * O_EXCL | O_NOFOLLOW create it afresh: whatever already sits at a name (another writer's file, a FIFO, a symbolic link to anything) is
+ * never opened, never followed, never truncated; the next name is tried. Shared by the
+ * disk cache and the trace. The fd, or -1 with errno set. */
+static int gpuhal__temp_file_create(const char* path, char* temp, size_t temp_size) {
+  int fd = -1, attempt, n;
+  errno = 0;
+  for (attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+    unsigned k = __atomic_add_fetch(&gpuhal__temp_counter, 1, __ATOMIC_RELAXED);
+    /* The clock and a stack address tell apart processes of equal pids (containers). */
+    uint64_t salt = (uint64_t)gpuhal_now_ns() ^ ((uint64_t)(uintptr_t)&k << 16) ^ ((uint64_t)attempt << 56);
+    n = snprintf(temp, temp_size, "%s.tmp.%ld.%u.%llx", path, (long)getpid(), k,
+                 (unsigned long long)salt);
+    if (n <= 0 || (size_t)n >= temp_size) {
+      errno = ENAMETOOLONG;
+      return -1;
+    }
+    fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) return -1;
+  }
+  return fd;
+}
 
 /* Writes header + payload to a unique temporary file in the directory, fsyncs it and
  * renames it over `path`: readers (other processes too) see the old file, the new file or
@@ -815,14 +877,8 @@ static uint32_t gpuhal__disk_temp_counter = 0;
 static int gpuhal__disk_write_file(const char* path, const unsigned char* header,
                                    const void* payload, size_t payload_size, const char** what) {
   char temp[GPUHAL__PATH_MAX + 64];
-  int fd = -1, err = 0, attempt;
-  for (attempt = 0; attempt < 8 && fd < 0; ++attempt) {
-    unsigned n = __atomic_add_fetch(&gpuhal__disk_temp_counter, 1, __ATOMIC_RELAXED);
-    snprintf(temp, sizeof(temp), "%s.tmp.%ld.%u.%llx", path, (long)getpid(), n,
-             (unsigned long long)gpuhal_now_ns());
-    fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 && errno != EEXIST) break;
-  }
+  int err = 0;
+  int fd = gpuhal__temp_file_create(path, temp, sizeof(temp));
   if (fd < 0) {
     *what = "creating a temporary file";
     return errno ? errno : EEXIST;
@@ -875,7 +931,8 @@ static void gpuhal__disk_evict(gpuhal__module_cache_t* cache, const char* keep) 
     int temp = strstr(de->d_name, GPUHAL__DISK_TEMP_MARK) != NULL;
     if (!temp && !gpuhal__ends_with(de->d_name, GPUHAL__DISK_SUFFIX)) continue;
     if (strlen(de->d_name) >= sizeof(files[0].name)) continue;
-    if (!gpuhal__disk_path(cache, de->d_name, path, sizeof(path)) || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+    /* lstat: a link or a FIFO planted here is neither counted nor followed. */
+    if (!gpuhal__disk_path(cache, de->d_name, path, sizeof(path)) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
       continue;
     if (temp) {
       if ((int64_t)now.tv_sec - (int64_t)st.st_mtim.tv_sec > 3600) unlink(path);
@@ -1713,8 +1770,9 @@ static gpuhal_status_t gpuhal__function_record_create(gpuhal_device_t* device, g
   gpuhal_status_t st;
   CUresult r;
   GPUHAL_ASSERT(entry->context == device->context); /* a module is only ever used in its own context */
-  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(*record) + name_length,
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(*record) + name_length + 1,
                                                "a kernel function record", (void**)&record));
+  record->name = (char*)(record + 1);
   memcpy(record->name, name, name_length + 1);
   record->info.name = record->name;
   st = gpuhal__context_enter(device, &scope);

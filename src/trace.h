@@ -17,8 +17,11 @@
  * float precision of cuEventElapsedTime never exceeds ~0.1 us).
  *
  * Memory is bounded: records go to a ring of GPUHAL_TRACE_CAPACITY entries (the oldest are
- * overwritten; the file says how many). The file is written when the driver is released
- * (after its devices) and by gpuhal_driver_trace_flush.
+ * overwritten; the file says how many). The file is written when the driver is created
+ * (an empty trace), when it is released (after its devices) and by
+ * gpuhal_driver_trace_flush; always whole, to a temporary file of its own renamed over the
+ * path, so a reader, other threads' flushes, other drivers and other processes tracing to
+ * the same path only ever see a complete file (the last one written).
  *
  * NVTX: when $NVTX_INJECTION64_PATH is set (Nsight Systems / Compute set it) or
  * $GPUHAL_NVTX=1, gpuhal loads $GPUHAL_NVTX_LIBRARY (default libnvToolsExt.so.1) at run
@@ -30,8 +33,9 @@
 /* 1 when the driver writes a trace (GPUHAL_TRACE or options.trace_path); 0 otherwise. */
 GPUHAL_API int gpuhal_driver_trace_enabled(gpuhal_driver_t* driver);
 /* Writes the trace file now with everything recorded so far (the file is rewritten whole;
- * work still in flight appears in a later flush). The driver's release flushes too.
- * FAILED_PRECONDITION when tracing is off. */
+ * work still in flight appears in a later flush). The driver's release flushes too. Safe
+ * from any thread; flushes of one driver run one at a time. FAILED_PRECONDITION when
+ * tracing is off. */
 GPUHAL_API gpuhal_status_t gpuhal_driver_trace_flush(gpuhal_driver_t* driver);
 
 /* Tells device.h, queue.h and command_buffer.h that the trace hooks exist. */
@@ -91,6 +95,9 @@ typedef int (*gpuhal__nvtx_pop_fn_t)(void);
 typedef struct gpuhal__trace_s {
   gpuhal_driver_t* driver;
   gpuhal__mutex_t mutex; /* guards the ring */
+  /* One flush at a time per driver: a flush reads the whole ring and writes the whole
+   * file; two at once would only race to the same rename. Taken before `mutex`. */
+  gpuhal__mutex_t flush_mutex;
   gpuhal__trace_record_t* records;
   uint64_t capacity;
   uint64_t head; /* records ever written */
@@ -210,19 +217,13 @@ static void gpuhal__trace_load_nvtx(gpuhal__trace_t* trace) {
 }
 
 /* Called by gpuhal_driver_create: starts tracing when a path is set, or NVTX is wanted. */
+static gpuhal_status_t gpuhal__trace_write(gpuhal__trace_t* trace);
+static void gpuhal__trace_free(gpuhal_driver_t* driver, gpuhal__trace_t* trace);
+
 static gpuhal_status_t gpuhal__trace_create(gpuhal_driver_t* driver) {
   gpuhal__trace_t* trace = NULL;
+  gpuhal_status_t status;
   int json = driver->trace_path[0] != 0;
-  if (json) {
-    /* Fail now, not at the end of the run, when the file cannot be written. */
-    FILE* f = fopen(driver->trace_path, "w");
-    if (!f)
-      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                                "gpuhal_driver_create: the trace file '%s' (GPUHAL_TRACE or options.trace_path) "
-                                "cannot be written: %s",
-                                driver->trace_path, strerror(errno));
-    fclose(f);
-  }
   GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(&driver->allocator, sizeof(*trace), "trace state", (void**)&trace));
   trace->driver = driver;
   trace->json = json;
@@ -241,13 +242,33 @@ static gpuhal_status_t gpuhal__trace_create(gpuhal_driver_t* driver) {
     }
   }
   gpuhal__mutex_init(&trace->mutex);
+  gpuhal__mutex_init(&trace->flush_mutex);
   trace->start_ns = gpuhal_now_ns();
+  /* Fail now, not at the end of the run, when the file cannot be written; and write it
+   * the way every flush does (whole, then renamed), so the path holds a valid (empty)
+   * trace from the start instead of the truncated file another driver or process
+   * tracing to the same path would otherwise see. */
+  status = json ? gpuhal__trace_write(trace) : NULL;
+  if (status) {
+    gpuhal_status_t invalid = gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                                                 "gpuhal_driver_create: the trace file '%s' (GPUHAL_TRACE or "
+                                                 "options.trace_path) cannot be written: %s",
+                                                 driver->trace_path, gpuhal_status_message(status));
+    gpuhal_status_free(status);
+    gpuhal__trace_free(driver, trace);
+    return invalid;
+  }
   driver->trace = trace;
   if (json) gpuhal__log(&driver->logger, GPUHAL_LOG_INFO, "tracing to '%s'", driver->trace_path);
   return NULL;
 }
 
-static gpuhal_status_t gpuhal__trace_write(gpuhal__trace_t* trace);
+static void gpuhal__trace_free(gpuhal_driver_t* driver, gpuhal__trace_t* trace) {
+  gpuhal__mutex_destroy(&trace->flush_mutex);
+  gpuhal__mutex_destroy(&trace->mutex);
+  gpuhal__free(&driver->allocator, trace->records);
+  gpuhal__free(&driver->allocator, trace);
+}
 
 /* Called when the driver goes (after its devices): writes the file and frees the trace. */
 static void gpuhal__trace_destroy(gpuhal_driver_t* driver) {
@@ -261,9 +282,7 @@ static void gpuhal__trace_destroy(gpuhal_driver_t* driver) {
     }
   }
   driver->trace = NULL;
-  gpuhal__mutex_destroy(&trace->mutex);
-  gpuhal__free(&driver->allocator, trace->records);
-  gpuhal__free(&driver->allocator, trace);
+  gpuhal__trace_free(driver, trace);
 }
 
 GPUHAL_API int gpuhal_driver_trace_enabled(gpuhal_driver_t* driver) {
@@ -956,15 +975,34 @@ static void gpuhal__trace_write_flows(gpuhal__trace_writer_t* w, const gpuhal__t
   }
 }
 
+/* Opens a new temporary file beside the trace (gpuhal__temp_file_create: a name no other
+ * flush, driver or process uses, created afresh). NULL and *status when it cannot. */
+static FILE* gpuhal__trace_open_temp(const char* path, char* tmp, size_t tmp_size, gpuhal_status_t* status) {
+  FILE* f = NULL;
+  int fd = gpuhal__temp_file_create(path, tmp, tmp_size);
+  if (fd >= 0) {
+    f = fdopen(fd, "w");
+    if (!f) {
+      int err = errno;
+      close(fd);
+      unlink(tmp);
+      errno = err;
+    }
+  }
+  *status = f ? NULL
+              : gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "writing the trace: cannot create a file beside '%s': %s",
+                                   path, strerror(errno));
+  return f;
+}
+
 static gpuhal_status_t gpuhal__trace_write_file(gpuhal__trace_t* trace, const gpuhal__trace_snapshot_t* s) {
   gpuhal__trace_writer_t w;
-  char tmp[GPUHAL__LIBRARY_PATH_MAX + 16];
+  char tmp[GPUHAL__LIBRARY_PATH_MAX + 64];
+  gpuhal_status_t status;
   size_t i;
-  int bad;
-  snprintf(tmp, sizeof(tmp), "%s.tmp", trace->driver->trace_path);
-  w.f = fopen(tmp, "w");
-  if (!w.f)
-    return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "writing the trace: cannot open '%s': %s", tmp, strerror(errno));
+  int err = 0;
+  w.f = gpuhal__trace_open_temp(trace->driver->trace_path, tmp, sizeof(tmp), &status);
+  if (!w.f) return status;
   w.first = 1;
   w.origin = trace->start_ns;
   fprintf(w.f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"gpuhal_version\":\"%s\",\"cuda_library\":",
@@ -976,21 +1014,27 @@ static gpuhal_status_t gpuhal__trace_write_file(gpuhal__trace_t* trace, const gp
   for (i = 0; i < s->span_count; ++i) gpuhal__trace_write_span(&w, s->by_ts[i]);
   gpuhal__trace_write_flows(&w, s);
   fprintf(w.f, "\n]}\n");
-  bad = ferror(w.f);
-  if (fclose(w.f) != 0) bad = 1;
-  /* Written whole, then renamed: a reader never sees half a file. */
-  if (bad || rename(tmp, trace->driver->trace_path) != 0) {
-    remove(tmp);
+  if (ferror(w.f)) err = errno ? errno : EIO;
+  if (fclose(w.f) != 0 && !err) err = errno ? errno : EIO;
+  /* Written whole, then renamed: a reader never sees half a file, and concurrent writers
+   * (other drivers, other processes) each replace it with a whole one. No fsync: a trace
+   * is a diagnostic; what a crash of the machine loses is not worth a disk flush each time. */
+  if (!err && rename(tmp, trace->driver->trace_path) != 0) err = errno;
+  if (err) {
+    unlink(tmp);
     return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "writing the trace '%s' failed: %s", trace->driver->trace_path,
-                              strerror(errno));
+                              strerror(err));
   }
   return NULL;
 }
 
 static gpuhal_status_t gpuhal__trace_write(gpuhal__trace_t* trace) {
   gpuhal__trace_snapshot_t s;
-  gpuhal_status_t status = gpuhal__trace_snapshot(trace, &s);
+  gpuhal_status_t status;
+  gpuhal__mutex_lock(&trace->flush_mutex);
+  status = gpuhal__trace_snapshot(trace, &s);
   if (!status) status = gpuhal__trace_write_file(trace, &s);
   gpuhal__trace_snapshot_free(&trace->driver->allocator, &s);
+  gpuhal__mutex_unlock(&trace->flush_mutex);
   return status;
 }

@@ -511,6 +511,7 @@ static void body_validation(uint32_t mode) {
   unsigned char bytes[8] = {0};
   gpuhal_dim3_t one = gpuhal_dim3(1, 1, 1);
   gpuhal_device_info_t dinfo;
+  memset(&dinfo, 0, sizeof(dinfo)); /* gcc -O3 cannot see that the call below fills it */
   if (!cbt_open(&t)) return;
   TU_REQUIRE_OK(gpuhal_device_info(t.device, &dinfo));
   TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, 1024, &buf));

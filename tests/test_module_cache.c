@@ -604,6 +604,7 @@ TU_TEST(compile_hook_replaces_the_driver_compile) {
   gpuhal_device_info_t info;
   unsigned long long loads_ptx;
   if (!driver) TU_SKIP("no CUDA device");
+  memset(&info, 0, sizeof(info)); /* read below even when the call fails */
   hook_init(&h);
   TU_REQUIRE(hooked_device(driver, &h, NULL) != NULL);
   TU_CHECK_OK(gpuhal_device_info(h.device, &info));

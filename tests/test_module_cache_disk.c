@@ -3,13 +3,20 @@
  * truncated, wrong-version, foreign and garbage files are ignored and rebuilt; the file
  * parser on arbitrary bytes; two processes filling one directory at once (with and
  * without eviction racing); LRU eviction by mtime with touch on hit; an unusable
- * directory degrading to memory with a warning; the compile hook's files kept apart.
- * Child processes are this binary run as `--child load ...` (see main). */
+ * directory degrading to memory with a warning; the compile hook's files kept apart; a
+ * FIFO, socket, device or symbolic link at an entry's path refused without hanging (the
+ * loads are bounded in time) and replaced by a regular file. Child processes are this
+ * binary run as `--child load ...` (see main). */
+#define _DEFAULT_SOURCE 1 /* mknod, for a device node at an entry's path */
 #define GPUHAL_IMPLEMENTATION
 #include "gpuhal.h"
 
 #include "test_util.h"
 #include "test_module_cache_util.h"
+
+#include <sys/socket.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
 
 #define MANY 72
 
@@ -310,12 +317,12 @@ TU_TEST(two_processes_fill_one_directory) {
   gpuhal_driver_release(driver);
 }
 
-static int file_of_module_exists(const char* dir, unsigned k, gpuhal_device_t* device) {
+/* The path of module k's file in `dir` for `device`. */
+static void path_of_module(const char* dir, unsigned k, gpuhal_device_t* device, char* path, size_t path_size) {
   /* The name is the BLAKE2b of the PTX: recompute it the way the cache does. */
-  char ptx[4096], name[256], path[4096];
+  char ptx[4096], name[256];
   gpuhal__module_entry_t entry;
   gpuhal__disk_key_t key;
-  struct stat st;
   int n = gen_module_ptx(k, 0, ptx, sizeof(ptx));
   memset(&entry, 0, sizeof(entry));
   entry.image = ptx;
@@ -324,7 +331,13 @@ static int file_of_module_exists(const char* dir, unsigned k, gpuhal_device_t* d
   entry.jit = gpuhal__jit_options_default();
   gpuhal__disk_key_make(device, &entry, &key);
   gpuhal__disk_file_name(&key, name, sizeof(name));
-  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  snprintf(path, path_size, "%s/%s", dir, name);
+}
+
+static int file_of_module_exists(const char* dir, unsigned k, gpuhal_device_t* device) {
+  char path[4096];
+  struct stat st;
+  path_of_module(dir, k, device, path, sizeof(path));
   return stat(path, &st) == 0;
 }
 
@@ -472,12 +485,191 @@ TU_TEST(compile_hook_files_are_kept_apart) {
   gpuhal_driver_release(driver);
 }
 
+/* ---- what someone else put at an entry's path ---- */
+
+/* One load of module k on its own thread, so that the test can bound it in time. */
+typedef struct bounded_load_s {
+  gpuhal_device_t* device;
+  unsigned k;
+  gpuhal_status_t status;
+  int done; /* atomic */
+  pthread_t thread;
+} bounded_load_t;
+
+static void* bounded_load_main(void* arg) {
+  bounded_load_t* l = (bounded_load_t*)arg;
+  gpuhal_executable_t* exe = NULL;
+  l->status = mc_load(l->device, l->k, 0, &exe);
+  if (!l->status) l->status = mc_run_check(l->device, exe, l->k);
+  gpuhal_executable_release(exe);
+  __atomic_store_n(&l->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Loads module k on `count` threads at once (the second waits for the first's build) and
+ * checks each result. Each must finish within 10 s: a load stuck in open() cannot be
+ * undone, so a hang ends the test process as a failure. 0 or the number of failures. */
+static int bounded_loads(gpuhal_device_t* device, unsigned k, int count, const char* what) {
+  bounded_load_t loads[4];
+  int64_t deadline = gpuhal_now_ns() + 10ll * 1000000000ll;
+  int i, failures = 0;
+  memset(loads, 0, sizeof(loads));
+  for (i = 0; i < count && i < 4; ++i) {
+    loads[i].device = device;
+    loads[i].k = k;
+    if (pthread_create(&loads[i].thread, NULL, bounded_load_main, &loads[i]) != 0) return 1;
+  }
+  for (i = 0; i < count && i < 4; ++i) {
+    while (!__atomic_load_n(&loads[i].done, __ATOMIC_ACQUIRE) && gpuhal_now_ns() < deadline) gpuhal__sleep_ns(1000000);
+    if (!__atomic_load_n(&loads[i].done, __ATOMIC_ACQUIRE)) {
+      fprintf(stderr, "  FAIL %s:%d: %s: load %d of module %u still running after 10 s (hung)\n", __FILE__, __LINE__,
+              what, i, k);
+      printf("0 passed, 1 failed, 0 skipped\n");
+      fflush(stdout);
+      _exit(1);
+    }
+    pthread_join(loads[i].thread, NULL);
+    if (loads[i].status) {
+      fprintf(stderr, "  %s: load %d: %s\n", what, i, gpuhal_status_message(loads[i].status));
+      gpuhal_status_free(loads[i].status);
+      failures++;
+    }
+  }
+  return failures;
+}
+
+/* A socket at `path` (bound at a short name, then renamed: sun_path is short). */
+static int plant_socket(const char* dir, const char* path) {
+  struct sockaddr_un addr;
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0), ok;
+  if (fd < 0) return 0;
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  if ((size_t)snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/s", dir) >= sizeof(addr.sun_path)) {
+    close(fd);
+    return 0;
+  }
+  ok = bind(fd, (struct sockaddr*)&addr, sizeof(addr)) == 0 && rename(addr.sun_path, path) == 0;
+  close(fd);
+  return ok;
+}
+
+enum { PLANT_FIFO, PLANT_LINK_TO_FIFO, PLANT_LINK_TO_DEV_ZERO, PLANT_SOCKET, PLANT_CHAR_DEVICE, PLANT_LINK_TO_FILE,
+       PLANT_KINDS };
+static const char* const plant_names[PLANT_KINDS] = {"FIFO", "symlink to a FIFO", "symlink to /dev/zero", "socket",
+                                                     "character device", "symlink to a valid cache file"};
+
+/* Puts the kind at `path`; 0 when this machine does not let us (a device node needs root). */
+static int plant(int kind, const char* dir, const char* path, const char* good_file) {
+  char other[4096];
+  switch (kind) {
+    case PLANT_FIFO: return mkfifo(path, 0644) == 0;
+    case PLANT_LINK_TO_FIFO:
+      snprintf(other, sizeof(other), "%s/target.fifo", dir);
+      return mkfifo(other, 0644) == 0 && symlink(other, path) == 0;
+    case PLANT_LINK_TO_DEV_ZERO: return symlink("/dev/zero", path) == 0;
+    case PLANT_SOCKET: return plant_socket(dir, path);
+    case PLANT_CHAR_DEVICE: return mknod(path, S_IFCHR | 0600, makedev(1, 5)) == 0; /* /dev/zero's numbers */
+    default: return symlink(good_file, path) == 0;
+  }
+}
+
+TU_TEST(non_regular_files_are_refused_without_hanging) {
+  gpuhal_driver_t* driver = mc_driver();
+  gpuhal_device_params_t params;
+  gpuhal_device_t* device;
+  gpuhal_module_cache_stats_t s;
+  char dir[512], path[4096], good_file[4096], other[4096];
+  unsigned char* good = NULL;
+  size_t good_size = 0;
+  int kind;
+  struct stat st;
+  if (!driver) TU_SKIP("no CUDA device");
+  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  params = mc_params(dir);
+  /* A valid file of module 95, kept aside (outside the entry's name) for the last kind. */
+  TU_CHECK_EQ_INT(load_range(driver, dir, 0, 95, 1, 0, &s), 0);
+  TU_REQUIRE(mc_dir_files(dir, NULL, path, sizeof(path)) == 1);
+  TU_REQUIRE(read_whole(path, &good, &good_size));
+  unlink(path);
+  snprintf(good_file, sizeof(good_file), "%s/good.bin", dir);
+  write_whole(good_file, good, good_size);
+  free(good);
+  for (kind = 0; kind < PLANT_KINDS; ++kind) {
+    const char* what = plant_names[kind];
+    device = mc_device(driver, 0, &params);
+    TU_REQUIRE(device != NULL);
+    path_of_module(dir, 95, device, path, sizeof(path));
+    unlink(path);
+    snprintf(other, sizeof(other), "%s/target.fifo", dir);
+    unlink(other);
+    if (!plant(kind, dir, path, good_file)) {
+      fprintf(stderr, "  %s: cannot be made here (%s): not tested\n", what, strerror(errno));
+      gpuhal_device_release(device);
+      continue;
+    }
+    mc_log_clear();
+    /* Two loads of the image at once: neither may hang, the second waits on the first. */
+    TU_CHECK_EQ_INT(bounded_loads(device, 95, 2, what), 0);
+    s = mc_stats(device);
+    if (s.compiles != 1 || s.disk_rejects != 1 || s.disk_writes != 1 || s.disk_hits != 0 || !s.disk_enabled)
+      TU_FAIL_AT(__FILE__, __LINE__, "%s: compiles %llu rejects %llu writes %llu hits %llu enabled %d", what,
+                 (unsigned long long)s.compiles, (unsigned long long)s.disk_rejects,
+                 (unsigned long long)s.disk_writes, (unsigned long long)s.disk_hits, s.disk_enabled);
+    if (!mc_log_contains("ignoring disk cache file")) TU_FAIL_AT(__FILE__, __LINE__, "%s: no debug log", what);
+    if ((kind == PLANT_FIFO && !mc_log_contains("FIFO")) ||
+        (kind == PLANT_LINK_TO_FIFO && !mc_log_contains("symbolic link")))
+      TU_FAIL_AT(__FILE__, __LINE__, "%s: the debug log does not say what was refused", what);
+    /* The store replaced the thing itself (never wrote through a link). */
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+      TU_FAIL_AT(__FILE__, __LINE__, "%s: the entry is not a regular file after the store", what);
+    gpuhal_device_release(device);
+    /* A new device: the rebuilt file serves it, again within the bound. */
+    device = mc_device(driver, 0, &params);
+    TU_REQUIRE(device != NULL);
+    TU_CHECK_EQ_INT(bounded_loads(device, 95, 1, what), 0);
+    s = mc_stats(device);
+    if (s.disk_hits != 1 || s.compiles != 0)
+      TU_FAIL_AT(__FILE__, __LINE__, "%s: second device: hits %llu compiles %llu", what,
+                 (unsigned long long)s.disk_hits, (unsigned long long)s.compiles);
+    gpuhal_device_release(device);
+  }
+  /* The link's target was never written through. */
+  TU_REQUIRE(read_whole(good_file, &good, &good_size));
+  free(good);
+  TU_CHECK(stat(good_file, &st) == 0 && S_ISREG(st.st_mode));
+  mc_remove_dir(dir);
+  gpuhal_driver_release(driver);
+}
+
+/* The writer's temporary files: beside the entry, marked (so eviction can clear a crashed
+ * writer's), a new regular file under a different name for every call. */
+TU_TEST(temporary_files_are_unique_and_fresh) {
+  char dir[512], base[4096], names[8][4096 + 64];
+  int i, j;
+  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  snprintf(base, sizeof(base), "%s/entry.gpuhal", dir);
+  for (i = 0; i < 8; ++i) {
+    struct stat st;
+    int fd = gpuhal__temp_file_create(base, names[i], sizeof(names[i]));
+    TU_CHECK(fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0);
+    if (fd >= 0) close(fd);
+    TU_CHECK(strncmp(names[i], base, strlen(base)) == 0 && strstr(names[i], GPUHAL__DISK_TEMP_MARK) != NULL);
+    for (j = 0; j < i; ++j) TU_CHECK(strcmp(names[i], names[j]) != 0);
+  }
+  /* A name that cannot be made says why (errno), not a hang or a crash. */
+  TU_CHECK(gpuhal__temp_file_create("/nonexistent-dir/x", names[0], sizeof(names[0])) < 0 && errno == ENOENT);
+  TU_CHECK(gpuhal__temp_file_create(base, names[0], 8) < 0 && errno == ENAMETOOLONG);
+  mc_remove_dir(dir);
+}
+
 int main(int argc, char** argv) {
   static const tu_case_t cases[] = {
       TU_CASE(many_modules_cold_warm_and_from_disk), TU_CASE(second_process_hits_the_disk_cache),
       TU_CASE(bad_files_are_ignored_and_rebuilt),    TU_CASE(parser_survives_arbitrary_bytes),
       TU_CASE(two_processes_fill_one_directory),     TU_CASE(disk_eviction_is_lru_with_touch_on_hit),
-      TU_CASE(unusable_directory_degrades_to_memory), TU_CASE(compile_hook_files_are_kept_apart)};
+      TU_CASE(unusable_directory_degrades_to_memory), TU_CASE(compile_hook_files_are_kept_apart),
+      TU_CASE(non_regular_files_are_refused_without_hanging), TU_CASE(temporary_files_are_unique_and_fresh)};
   mc_remember_self(argv[0]);
   if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_main(argc, argv);
   return tu_run(cases, (int)(sizeof(cases) / sizeof(cases[0])), argc, argv);
