@@ -88,6 +88,9 @@ typedef struct gpuhal_device_params_t {
   gpuhal_compile_fn_t compile_fn;       /* NULL: the driver compiles PTX */
   gpuhal_compile_free_fn_t compile_free_fn;
   void* compile_user;
+  /* Most bytes the stream-ordered pool may reserve (CUmemPoolProps.maxSize, CUDA 12.2+);
+   * 0 = no limit but the device's memory. */
+  uint64_t pool_max_bytes;
 } gpuhal_device_params_t;
 
 #define GPUHAL_MAX_QUEUES 64

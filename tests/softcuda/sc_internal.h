@@ -134,6 +134,7 @@ struct sc_stream {
   uint64_t enq_seq;  /* last sequence number handed out */
   uint64_t done_seq; /* last sequence number completed */
   void* capture;     /* graph.c: stream capture state, NULL when not capturing */
+  sc_op* running;    /* the op the worker took off the queue and runs now, or NULL */
 };
 
 typedef struct sc_event {
@@ -186,6 +187,11 @@ typedef struct sc_alloc {
   int free_pending; /* pool: cuMemFreeAsync enqueued */
   unsigned long long id;
   unsigned flags;
+  /* pool.c: where the pending free runs, and whether an allocation ordered after it on the
+   * GPU took its block before it ran (then the free only retires this record) */
+  sc_stream* free_stream;
+  uint64_t free_seq;
+  int handed_over;
 } sc_alloc;
 
 typedef struct sc_block {

@@ -25,9 +25,11 @@ static void* sc_worker_main(void* arg) {
     s->head = op->next;
     if (!s->head) s->tail = NULL;
     poisoned = s->ctx->sticky != CUDA_SUCCESS;
+    s->running = op;
     SC_UNLOCK();
     if (!poisoned && op->run) r = op->run(op); /* a poisoned context runs nothing more */
     SC_LOCK();
+    s->running = NULL;
     if (r != CUDA_SUCCESS && s->ctx->sticky == CUDA_SUCCESS) {
       s->ctx->sticky = r;
       if (sc.verbose) fprintf(stderr, "softcuda: %s faulted with %d: context poisoned\n", op->what, (int)r);
