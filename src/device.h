@@ -122,6 +122,9 @@ typedef struct gpuhal_device_params_t {
   gpuhal_compile_free_fn_t compile_free_fn;
   void* compile_user;
   gpuhal_queue_tuning_t tuning; /* zeroed: the defaults */
+  /* Most bytes the stream-ordered pool may reserve (CUmemPoolProps.maxSize, CUDA 12.2+);
+   * 0 = no limit but the device's memory. */
+  uint64_t pool_max_bytes;
 } gpuhal_device_params_t;
 
 #define GPUHAL_MAX_QUEUES 64

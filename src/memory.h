@@ -29,6 +29,28 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_read(gpuhal_buffer_t* buffer, uint64_t 
 GPUHAL_API gpuhal_status_t gpuhal_buffer_write(gpuhal_buffer_t* buffer, uint64_t offset, const void* src,
                                                uint64_t size);
 
+/* Memory of a device. The pool is the stream-ordered pool of gpuhal_queue_alloca: it keeps
+ * memory that deallocas gave back (up to gpuhal_device_params_t.pool_release_threshold,
+ * by default all of it) for the next allocas. An allocation that runs out of memory
+ * (gpuhal_buffer_allocate or gpuhal_queue_alloca) trims the pool and tries once more; an
+ * alloca also waits, on the GPU, for deallocas other queues issued that are still in
+ * flight (see gpuhal_queue_alloca). Without pool support the pool_* figures are 0. */
+typedef struct gpuhal_memory_stats_t {
+  uint64_t pool_reserved;      /* bytes the pool holds from the device now */
+  uint64_t pool_used;          /* ... of which allocas use */
+  uint64_t pool_reserved_high; /* the most pool_reserved has been since the device was created */
+  uint64_t pool_used_high;     /* the most pool_used has been since the device was created */
+  uint64_t buffers_allocated;  /* bytes of GPUHAL_MEMORY_DEVICE buffers of gpuhal_buffer_allocate live */
+  uint64_t device_free;        /* free device memory (cuMemGetInfo: every process and pool counts) */
+  uint64_t device_total;
+} gpuhal_memory_stats_t;
+
+/* Gives the pool's unused memory back to the device. Memory of deallocas still in flight
+ * on the GPU is not unused yet: wait for them (or gpuhal_device_wait_idle) first. */
+GPUHAL_API gpuhal_status_t gpuhal_device_trim(gpuhal_device_t* device);
+/* Fills *out_stats. The high-water marks are never reset. */
+GPUHAL_API gpuhal_status_t gpuhal_device_memory_stats(gpuhal_device_t* device, gpuhal_memory_stats_t* out_stats);
+
 /* Tells device.h (whose implementation comes first) that the memory hooks exist; see the
  * comment above gpuhal__memory_state_create's declaration there. */
 #define GPUHAL__HAVE_MEMORY 1
@@ -80,6 +102,11 @@ typedef struct gpuhal__memory_state_s {
   gpuhal__mutex_t recycle_mutex;
   gpuhal_buffer_t* recycled[GPUHAL__RECYCLE_CAPACITY]; /* released pending buffers, oldest at head */
   uint32_t recycle_head, recycle_count;
+  /* Per queue: 1 once a pool free was issued on its stream, until an alloca that ran out of
+   * memory found the stream idle (atomic). Such an alloca waits for the streams still busy. */
+  int32_t frees_issued[GPUHAL_MAX_QUEUES];
+  CUevent oom_event;          /* recorded on those streams for the alloca to wait on; lazily made */
+  uint64_t buffers_allocated; /* bytes of live gpuhal_buffer_allocate device memory (atomic) */
 } gpuhal__memory_state_t;
 
 /* A released pending buffer's object that has waited long enough, or NULL. */
@@ -132,9 +159,14 @@ static gpuhal_status_t gpuhal__pool_create(void* arg) {
   props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
   props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   props.location.id = device->ordinal;
+  props.maxSize = (size_t)device->params.pool_max_bytes;
   status = GPUHAL__CU(cu, cuMemPoolCreate, (&memory->pool, &props));
   if (!status) {
     memory->owns_pool = 1;
+  } else if (device->params.pool_max_bytes) {
+    /* The default pool has no limit: falling back would drop the one asked for. */
+    return gpuhal_status_annotate(status, "creating a pool of at most %llu bytes (params->pool_max_bytes; "
+                                  "CUDA 12.2 or later)", (unsigned long long)device->params.pool_max_bytes);
   } else if (cu->cuDeviceGetDefaultMemPool) {
     gpuhal__log(device->logger, GPUHAL_LOG_INFO, "device %d: %s; using the default pool", device->ordinal,
                 gpuhal_status_message(status));
@@ -150,15 +182,29 @@ static gpuhal_status_t gpuhal__pool_create(void* arg) {
 static gpuhal_status_t gpuhal__pool_destroy(void* arg) {
   gpuhal_device_t* device = (gpuhal_device_t*)arg;
   gpuhal__memory_state_t* memory = device->memory;
-  if (memory->pool && memory->owns_pool) GPUHAL__CU_RETURN(device->cu, cuMemPoolDestroy, (memory->pool));
+  gpuhal_status_t status = NULL;
+  if (memory->oom_event) status = GPUHAL__CU(device->cu, cuEventDestroy, (memory->oom_event));
+  memory->oom_event = NULL;
+  if (memory->pool && memory->owns_pool) {
+    gpuhal_status_t destroyed = GPUHAL__CU(device->cu, cuMemPoolDestroy, (memory->pool));
+    if (!status) {
+      status = destroyed;
+    } else {
+      gpuhal_status_free(destroyed);
+    }
+  }
   memory->pool = NULL;
-  return NULL;
+  return status;
 }
 
 static gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device) {
   GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(gpuhal__memory_state_t),
                                                "device memory state", (void**)&device->memory));
   gpuhal__mutex_init(&device->memory->recycle_mutex);
+  if (!device->info.memory_pools_supported && device->params.pool_max_bytes)
+    return gpuhal_status_make(GPUHAL_STATUS_UNIMPLEMENTED,
+                              "gpuhal_device_create: argument 'params->pool_max_bytes' needs stream-ordered pools, "
+                              "which device %d does not support", device->ordinal);
   if (!device->info.memory_pools_supported) {
     gpuhal__log(device->logger, GPUHAL_LOG_INFO,
                 "device %d: no stream-ordered pools; queue allocations use cuMemAlloc", device->ordinal);
@@ -202,6 +248,7 @@ static gpuhal_status_t gpuhal__pool_alloc_current(gpuhal_device_t* device, CUstr
   return GPUHAL__CU(device->cu, cuMemAlloc, (out_ptr, (size_t)size));
 }
 
+/* gpuhal__pool_alloc_current from any thread: it enters the device's context. */
 static gpuhal_status_t gpuhal__pool_alloc_async(gpuhal_device_t* device, CUstream stream, uint64_t size,
                                                 CUdeviceptr* out_ptr) {
   gpuhal__context_scope_t scope;
@@ -213,17 +260,144 @@ static gpuhal_status_t gpuhal__pool_alloc_async(gpuhal_device_t* device, CUstrea
   return status;
 }
 
+/* The index of the queue whose stream is `stream`, or -1. */
+static int gpuhal__stream_queue_index(gpuhal_device_t* device, CUstream stream) {
+  uint32_t i;
+  for (i = 0; device->streams && i < device->queue_count; ++i)
+    if (device->streams[i] == stream) return (int)i;
+  return -1;
+}
+
 /* gpuhal__pool_free_async with the device's context already current (the queue's issue). */
 static gpuhal_status_t gpuhal__pool_free_current(gpuhal_device_t* device, CUstream stream, CUdeviceptr ptr) {
   gpuhal_status_t status;
   if (!ptr) return NULL;
-  if (device->memory && device->memory->pool) return GPUHAL__CU(device->cu, cuMemFreeAsync, (ptr, stream));
+  if (device->memory && device->memory->pool) {
+    int queue = gpuhal__stream_queue_index(device, stream);
+    if (queue >= 0) gpuhal__atomic_store(&device->memory->frees_issued[queue], 1);
+    return GPUHAL__CU(device->cu, cuMemFreeAsync, (ptr, stream));
+  }
   status = GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
   return status ? status : GPUHAL__CU(device->cu, cuMemFree, (ptr));
 }
 
+/* ---- running out of memory ---- */
+
+static int gpuhal__status_is_oom(gpuhal_status_t status) {
+  return gpuhal_status_code(status) == GPUHAL_STATUS_RESOURCE_EXHAUSTED;
+}
+
+/* Gives the pool's unused memory back to the device (no pool: nothing to do). */
+static gpuhal_status_t gpuhal__pool_trim_current(gpuhal_device_t* device) {
+  if (!device->memory || !device->memory->pool) return NULL;
+  return GPUHAL__CU(device->cu, cuMemPoolTrimTo, (device->memory->pool, 0));
+}
+
+static gpuhal_status_t gpuhal__pool_attribute(gpuhal_device_t* device, CUmemPool_attribute attr, uint64_t* out) {
+  cuuint64_t value = 0;
+  GPUHAL__CU_RETURN(device->cu, cuMemPoolGetAttribute, (device->memory->pool, attr, &value));
+  *out = (uint64_t)value;
+  return NULL;
+}
+
+/* gpuhal_device_memory_stats with the device's context current. */
+static gpuhal_status_t gpuhal__memory_stats_current(gpuhal_device_t* device, gpuhal_memory_stats_t* out) {
+  size_t free_bytes = 0, total_bytes = 0;
+  memset(out, 0, sizeof(*out));
+  if (device->memory) {
+    out->buffers_allocated = __atomic_load_n(&device->memory->buffers_allocated, __ATOMIC_RELAXED);
+    if (device->memory->pool) {
+      GPUHAL__RETURN_IF_ERROR(gpuhal__pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &out->pool_reserved));
+      GPUHAL__RETURN_IF_ERROR(gpuhal__pool_attribute(device, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &out->pool_used));
+      GPUHAL__RETURN_IF_ERROR(
+          gpuhal__pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &out->pool_reserved_high));
+      GPUHAL__RETURN_IF_ERROR(gpuhal__pool_attribute(device, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &out->pool_used_high));
+    }
+  }
+  GPUHAL__CU_RETURN(device->cu, cuMemGetInfo, (&free_bytes, &total_bytes));
+  out->device_free = (uint64_t)free_bytes;
+  out->device_total = (uint64_t)total_bytes;
+  return NULL;
+}
+
+/* Adds to an out-of-memory status what was asked and what the pool and the device hold. */
+static gpuhal_status_t gpuhal__oom_describe(gpuhal_device_t* device, gpuhal_status_t status, const char* what,
+                                            uint64_t size) {
+  gpuhal_memory_stats_t stats;
+  gpuhal_status_t failed = gpuhal__memory_stats_current(device, &stats);
+  if (failed) {
+    status = gpuhal_status_annotate(status,
+                                    "%s of %llu bytes on device %d failed after trimming the pool (no memory "
+                                    "statistics: %s)",
+                                    what, (unsigned long long)size, device->ordinal, gpuhal_status_message(failed));
+    gpuhal_status_free(failed);
+    return status;
+  }
+  return gpuhal_status_annotate(status,
+                                "%s of %llu bytes on device %d failed after trimming the pool: the pool holds %llu "
+                                "bytes (%llu in use; limit %llu, 0 = none), device buffers %llu; the device has "
+                                "%llu of %llu bytes free",
+                                what, (unsigned long long)size, device->ordinal,
+                                (unsigned long long)stats.pool_reserved, (unsigned long long)stats.pool_used,
+                                (unsigned long long)device->params.pool_max_bytes,
+                                (unsigned long long)stats.buffers_allocated, (unsigned long long)stats.device_free,
+                                (unsigned long long)stats.device_total);
+}
+
+/* Makes `stream` wait (on the GPU) for what is issued so far on each other queue stream
+ * that issued a pool free and is still busy, so the pool may hand that memory on by its
+ * event-dependency reuse rule. Never blocks. *out_count: the streams it waits for. */
+static gpuhal_status_t gpuhal__pool_wait_for_frees(gpuhal_device_t* device, CUstream stream, int* out_count) {
+  const gpuhal__cuda_symbols_t* cu = device->cu;
+  gpuhal__memory_state_t* memory = device->memory;
+  uint32_t i;
+  *out_count = 0;
+  for (i = 0; i < device->queue_count; ++i) {
+    CUstream other = device->streams[i];
+    CUresult r;
+    if (other == stream || !__atomic_exchange_n(&memory->frees_issued[i], 0, __ATOMIC_ACQ_REL)) continue;
+    r = cu->cuStreamQuery(other);
+    if (r == CUDA_SUCCESS) continue; /* idle: its frees ran before the trim */
+    gpuhal__atomic_store(&memory->frees_issued[i], 1);
+    if (r != CUDA_ERROR_NOT_READY) return gpuhal__cuda_status(cu, r, "cuStreamQuery", __FILE__, __LINE__);
+    if (!memory->oom_event) GPUHAL__CU_RETURN(cu, cuEventCreate, (&memory->oom_event, CU_EVENT_DISABLE_TIMING));
+    /* A wait takes the record in force when it is made, so one event serves every stream. */
+    GPUHAL__CU_RETURN(cu, cuEventRecord, (memory->oom_event, other));
+    GPUHAL__CU_RETURN(cu, cuStreamWaitEvent, (stream, memory->oom_event, 0));
+    (*out_count)++;
+  }
+  return NULL;
+}
+
+/* A queue_alloca's allocation on `stream` (context current, issues serialized). Out of
+ * memory, it trims the pool and tries again; then, if other queues have pool frees in
+ * flight, waits for them on the GPU and tries a last time. */
+static gpuhal_status_t gpuhal__pool_alloc_or_recover(gpuhal_device_t* device, CUstream stream, uint64_t size,
+                                                     CUdeviceptr* out_ptr) {
+  gpuhal_status_t status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
+  gpuhal_status_t step;
+  int waited = 0;
+  if (!gpuhal__status_is_oom(status)) return status;
+  step = gpuhal__pool_trim_current(device);
+  if (!step) {
+    gpuhal_status_free(status);
+    status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
+    if (gpuhal__status_is_oom(status) && device->memory && device->memory->pool)
+      step = gpuhal__pool_wait_for_frees(device, stream, &waited);
+  }
+  if (step) {
+    gpuhal_status_free(status);
+    return step;
+  }
+  if (waited) {
+    gpuhal_status_free(status);
+    status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
+  }
+  return gpuhal__status_is_oom(status) ? gpuhal__oom_describe(device, status, "queue_alloca", size) : status;
+}
+
 /* Frees `ptr` in stream order; without pool support, waits for `stream` then cuMemFree.
- * Any thread, like gpuhal__pool_alloc_async. */
+ * Any thread: it enters the device's context. */
 static gpuhal_status_t gpuhal__pool_free_async(gpuhal_device_t* device, CUstream stream, CUdeviceptr ptr) {
   gpuhal__context_scope_t scope;
   gpuhal_status_t status;
@@ -286,16 +460,20 @@ static gpuhal_status_t gpuhal__buffer_check_pending(const char* func, gpuhal_buf
   return NULL;
 }
 
-/* Issues a pending buffer's allocation on `stream` (the queue's worker, at alloca issue):
- * sets its address, then makes it LIVE. */
+/* Issues a pending buffer's allocation on `stream` (the queue's issue of a queue_alloca,
+ * context current): sets its address, then makes it LIVE. Out of memory, it recovers what
+ * it can first (gpuhal__pool_alloc_or_recover); it never blocks. */
 static gpuhal_status_t gpuhal__buffer_pending_allocate(gpuhal_buffer_t* buffer, gpuhal_device_t* device,
                                                        CUstream stream) {
   CUdeviceptr ptr = 0;
+  gpuhal_status_t status;
   if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_UNALLOCATED)
     return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "queue_alloca: the buffer was already allocated");
-  GPUHAL__RETURN_IF_ERROR(gpuhal_status_annotate(gpuhal__pool_alloc_async(device, stream, buffer->size, &ptr),
-                                                 "queue_alloca of %llu bytes on device %d",
-                                                 (unsigned long long)buffer->size, device->ordinal));
+  status = gpuhal__pool_alloc_or_recover(device, stream, buffer->size, &ptr);
+  if (status && !gpuhal__status_is_oom(status))
+    status = gpuhal_status_annotate(status, "queue_alloca of %llu bytes on device %d",
+                                    (unsigned long long)buffer->size, device->ordinal);
+  GPUHAL__RETURN_IF_ERROR(status);
   gpuhal__atomic_store(&buffer->address, ptr);
   gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_LIVE);
   return NULL;
@@ -311,13 +489,11 @@ static gpuhal_status_t gpuhal__buffer_pending_free(gpuhal_buffer_t* buffer, gpuh
   return NULL;
 }
 
-static gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* buffer) {
-  gpuhal_device_t* device = buffer->device;
-  const gpuhal__cuda_symbols_t* cu = device->cu;
+/* Allocates a plain buffer's memory of its kind; the device's context is current. */
+static gpuhal_status_t gpuhal__buffer_allocate_current(gpuhal_buffer_t* buffer) {
+  const gpuhal__cuda_symbols_t* cu = buffer->device->cu;
   size_t size = (size_t)buffer->size;
-  gpuhal__context_scope_t scope;
   gpuhal_status_t status = NULL;
-  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
   switch (buffer->kind) {
     case GPUHAL_MEMORY_DEVICE:
       status = GPUHAL__CU(cu, cuMemAlloc, (&buffer->address, size));
@@ -333,7 +509,31 @@ static gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* buffer) {
       if (!status) buffer->host_pointer = (void*)(uintptr_t)buffer->address;
       break;
   }
+  return status;
+}
+
+/* Out of device (or managed) memory, the pool may be holding what is missing: trim it and
+ * try once more. */
+static gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* buffer) {
+  gpuhal_device_t* device = buffer->device;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  status = gpuhal__buffer_allocate_current(buffer);
+  if (gpuhal__status_is_oom(status) && buffer->kind != GPUHAL_MEMORY_HOST_PINNED) {
+    gpuhal_status_t trimmed = gpuhal__pool_trim_current(device);
+    if (trimmed) {
+      gpuhal_status_free(status);
+      status = trimmed;
+    } else {
+      gpuhal_status_free(status);
+      status = gpuhal__buffer_allocate_current(buffer);
+      if (gpuhal__status_is_oom(status)) status = gpuhal__oom_describe(device, status, "buffer_allocate", buffer->size);
+    }
+  }
   gpuhal__context_leave(device, &scope);
+  if (!status && buffer->kind == GPUHAL_MEMORY_DEVICE && device->memory)
+    __atomic_add_fetch(&device->memory->buffers_allocated, buffer->size, __ATOMIC_RELAXED);
   return status;
 }
 
@@ -378,7 +578,11 @@ static void gpuhal__buffer_destroy(gpuhal_buffer_t* buffer) {
   if (buffer->pending && buffer->release_hook) {
     buffer->release_hook(buffer);
   } else {
-    gpuhal_status_t status = gpuhal__buffer_free_memory(buffer);
+    gpuhal_status_t status;
+    if (!buffer->pending && buffer->kind == GPUHAL_MEMORY_DEVICE && device->memory &&
+        gpuhal__atomic_load(&buffer->state) == GPUHAL__BUFFER_LIVE)
+      __atomic_sub_fetch(&device->memory->buffers_allocated, buffer->size, __ATOMIC_RELAXED);
+    status = gpuhal__buffer_free_memory(buffer);
     if (status) {
       gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "freeing a buffer of %llu bytes: %s",
                   (unsigned long long)buffer->size, gpuhal_status_message(status));
@@ -554,4 +758,29 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_write(gpuhal_buffer_t* buffer, uint64_t
   return gpuhal_status_annotate(gpuhal__buffer_copy_to_device(buffer, offset, src, size),
                                 "writing %llu bytes at offset %llu", (unsigned long long)size,
                                 (unsigned long long)offset);
+}
+
+/* ---- device memory: trim and statistics ---- */
+
+GPUHAL_API gpuhal_status_t gpuhal_device_trim(gpuhal_device_t* device) {
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  GPUHAL__CHECK_HANDLE(device, GPUHAL__MAGIC_DEVICE);
+  if (!device->memory || !device->memory->pool) return NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  status = gpuhal__pool_trim_current(device);
+  gpuhal__context_leave(device, &scope);
+  return gpuhal_status_annotate(status, "trimming the memory pool of device %d", device->ordinal);
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_device_memory_stats(gpuhal_device_t* device, gpuhal_memory_stats_t* out_stats) {
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  GPUHAL__CHECK_ARG(out_stats != NULL, "out_stats", "must not be NULL");
+  memset(out_stats, 0, sizeof(*out_stats));
+  GPUHAL__CHECK_HANDLE(device, GPUHAL__MAGIC_DEVICE);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  status = gpuhal__memory_stats_current(device, out_stats);
+  gpuhal__context_leave(device, &scope);
+  return gpuhal_status_annotate(status, "reading the memory statistics of device %d", device->ordinal);
 }

@@ -1508,12 +1508,7 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint3
 /* The address is assigned here, on the worker, when the allocation is issued; command
  * buffers that name the buffer resolve it when they are issued after this. */
 static gpuhal_status_t gpuhal__alloca_issue(void* user, gpuhal_device_t* device, CUstream stream) {
-  gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)user;
-  CUdeviceptr address = 0;
-  GPUHAL__RETURN_IF_ERROR(gpuhal__pool_alloc_current(device, stream, buffer->size, &address));
-  buffer->address = address;
-  gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_LIVE);
-  return NULL;
+  return gpuhal__buffer_pending_allocate((gpuhal_buffer_t*)user, device, stream);
 }
 static gpuhal_status_t gpuhal__dealloca_issue(void* user, gpuhal_device_t* device, CUstream stream) {
   gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)user;

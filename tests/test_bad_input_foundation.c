@@ -76,6 +76,14 @@ ROW(allocate_more_than_the_device, OUT_BUFFER;
     return gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, device->info.total_memory + 1, &b);)
 ROW(allocate_released_device, OUT_BUFFER; return gpuhal_buffer_allocate(released_device, GPUHAL_MEMORY_DEVICE, 16, &b);)
 /* gpuhal_buffer_device_address */
+ROW(trim_null_device, return gpuhal_device_trim(NULL);)
+ROW(trim_released_device, return gpuhal_device_trim(released_device);)
+ROW(trim_wrong_type, return gpuhal_device_trim((gpuhal_device_t*)(void*)driver);)
+ROW(stats_null_device, gpuhal_memory_stats_t m; return gpuhal_device_memory_stats(NULL, &m);)
+ROW(stats_null_out, return gpuhal_device_memory_stats(device, NULL);)
+ROW(stats_released_device, gpuhal_memory_stats_t m; return gpuhal_device_memory_stats(released_device, &m);)
+ROW(stats_wrong_type, gpuhal_memory_stats_t m; return gpuhal_device_memory_stats((gpuhal_device_t*)(void*)driver, &m);)
+
 ROW(address_null_buffer, uint64_t a; return gpuhal_buffer_device_address(NULL, &a);)
 ROW(address_null_out, return gpuhal_buffer_device_address(buffer, NULL);)
 ROW(address_released, uint64_t a; return gpuhal_buffer_device_address(released_buffer, &a);)
@@ -133,6 +141,13 @@ static const row_t rows[] = {
     {"buffer_allocate(UINT64_MAX)", row_allocate_huge_size, RANGE, "'size'", 1},
     {"buffer_allocate(total + 1)", row_allocate_more_than_the_device, RANGE, "'size' exceeds the device", 1},
     {"buffer_allocate(released device)", row_allocate_released_device, INVALID, "already released", 1},
+    {"device_trim(NULL)", row_trim_null_device, INVALID, "'device' must not be NULL", 0},
+    {"device_trim(released)", row_trim_released_device, INVALID, "already released", 1},
+    {"device_trim(a driver)", row_trim_wrong_type, INVALID, "right type", 0},
+    {"device_memory_stats(NULL)", row_stats_null_device, INVALID, "'device' must not be NULL", 0},
+    {"device_memory_stats(NULL out)", row_stats_null_out, INVALID, "'out_stats' must not be NULL", 1},
+    {"device_memory_stats(released)", row_stats_released_device, INVALID, "already released", 1},
+    {"device_memory_stats(a driver)", row_stats_wrong_type, INVALID, "right type", 0},
     {"device_address(NULL)", row_address_null_buffer, INVALID, "'buffer' must not be NULL", 0},
     {"device_address(NULL out)", row_address_null_out, INVALID, "'out_address' must not be NULL", 1},
     {"device_address(released)", row_address_released, INVALID, "already released", 1},

@@ -28,6 +28,8 @@
  * (module disk cache, cold then warm), collective (NCCL all-reduce over two devices;
  * softnccl's nccl* entry points are injected like CUDA ones) and cb_release (a GRAPH
  * command buffer released when entering the context fails).
+ * softnccl's nccl* entry points are injected like CUDA ones) and memory (a full pool, its
+ * recovery, trim and statistics).
  *
  * Environment: GPUHAL_SWEEP_DEPTH (faults per entry point besides the last call, default 2;
  * a nightly run raises it), GPUHAL_SWEEP_SCENARIOS (comma-separated subset),
@@ -225,6 +227,8 @@ static void sw_close(sw_objs_t* o) {
   memset(o, 0, sizeof(*o));
 }
 
+static uint64_t sw_pool_max_bytes; /* params.pool_max_bytes of sw_open's devices (scenario_memory) */
+
 static int sw_open(sw_run_t* r, sw_objs_t* o, int devices, uint32_t queues) {
   gpuhal_device_params_t params;
   int count = 0, i;
@@ -238,6 +242,7 @@ static int sw_open(sw_run_t* r, sw_objs_t* o, int devices, uint32_t queues) {
   }
   memset(&params, 0, sizeof(params));
   params.queue_count = queues;
+  params.pool_max_bytes = sw_pool_max_bytes;
   for (i = 0; i < devices; ++i)
     if (!sw_ok(r, gpuhal_device_create(o->driver, i, &params, &o->device[i]), "device_create")) return 0;
   for (i = 0; i < SW_SEMS; ++i)
@@ -779,6 +784,97 @@ static void scenario_cb_release(sw_run_t* r) {
     gpuhal_command_buffer_release(o.cb[0]);
     o.cb[0] = NULL;
   }
+/* Out of memory and back (issue #15): a pool limited to 4 MiB is filled with 1 MiB allocas;
+ * one more fails out of memory (expected: trim and retry happen inside); statistics; then
+ * queue 1 runs a 100 ms kernel and deallocates everything while an alloca on queue 0 is
+ * issued, which waits for those deallocas on the GPU; trim, statistics, buffer_allocate. */
+#define SW_MIB (1024ull * 1024ull)
+static void sw_memory_fill(sw_run_t* r, sw_objs_t* o, gpuhal_semaphore_t* a, gpuhal_semaphore_t* full) {
+  gpuhal_buffer_t* extra = NULL;
+  gpuhal_status_t st;
+  uint64_t i;
+  for (i = 0; i < 4; ++i) {
+    uint64_t v = i + 1;
+    if (!sw_ok(r, gpuhal_queue_alloca(o->device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&a, &v),
+                                      SW_MIB, &o->buf[i]),
+               "queue_alloca"))
+      return;
+    sw_expect(r, a, v);
+  }
+  if (!sw_wait(r, a, 4, "wait a=4")) return;
+  /* The fifth does not fit: its semaphore fails out of memory (its queue call succeeds). */
+  if (!sw_ok(r, gpuhal_queue_alloca(o->device[0], 0, gpuhal_semaphore_list_empty(),
+                                    gpuhal_semaphore_list_one(&full, &V1), SW_MIB, &extra),
+             "queue_alloca (full)"))
+    return;
+  st = gpuhal_semaphore_wait(full, 1, gpuhal_timeout_relative_ns(SW_WAIT_NS));
+  gpuhal_buffer_release(extra);
+  if (!st) {
+    sw_mark_wrong(r, "an alloca past the pool's limit succeeded");
+  } else if (gpuhal_status_code(st) == GPUHAL_STATUS_RESOURCE_EXHAUSTED &&
+             strstr(gpuhal_status_message(st), "failed after trimming the pool")) {
+    gpuhal_status_free(st); /* the expected out-of-memory */
+  } else {
+    sw_ok(r, st, "wait full=1 (expected out of memory)");
+  }
+}
+
+static void scenario_memory(sw_run_t* r) {
+  sw_objs_t o;
+  gpuhal_kernel_t* spin = NULL;
+  gpuhal_memory_stats_t stats;
+  gpuhal_arg_t arg = gpuhal_arg_u64(100000);
+  uint64_t i;
+  sw_pool_max_bytes = 4 * SW_MIB;
+  if (!sw_open(r, &o, 1, 2)) {
+    sw_close(&o);
+    return;
+  }
+  if (sw_ok(r, sw_load(o.device[0], "spin_us", &o.exe[0], &spin), "executable_load") &&
+      sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_STREAM, 0, &o.cb[0]),
+            "command_buffer_create") &&
+      sw_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
+      sw_ok(r, gpuhal_cmd_dispatch(o.cb[0], spin, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg),
+            "cmd_dispatch") &&
+      sw_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end")) {
+    gpuhal_semaphore_t *a = o.sem[0], *g = o.sem[1], *d = o.sem[2], *late = o.sem[3];
+    sw_memory_fill(r, &o, a, o.sem[4]);
+    if (!r->first && !r->wrong && sw_ok(r, gpuhal_device_memory_stats(o.device[0], &stats), "device_memory_stats") &&
+        stats.pool_used < 4 * SW_MIB)
+      sw_mark_wrong(r, "pool_used is below the 4 MiB of live allocas");
+    if (!r->first && !r->wrong &&
+        sw_ok(r, gpuhal_queue_execute(o.device[0], 1, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&g, &V1),
+                                      o.cb[0], NULL),
+              "queue_execute spin")) {
+      sw_expect(r, g, 1);
+      for (i = 0; i < 4 && !r->first; ++i) {
+        uint64_t v = i + 1;
+        if (sw_ok(r, gpuhal_queue_dealloca(o.device[0], 1, gpuhal_semaphore_list_empty(),
+                                           gpuhal_semaphore_list_one(&d, &v), o.buf[i]),
+                  "queue_dealloca"))
+          sw_expect(r, d, v);
+      }
+      if (!r->first && sw_ok(r, gpuhal_queue_alloca(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                                    gpuhal_semaphore_list_one(&late, &V1), SW_MIB, &o.buf[4]),
+                             "queue_alloca (deallocas in flight)")) {
+        sw_expect(r, late, 1);
+        if (sw_wait(r, late, 1, "wait late=1") &&
+            sw_ok(r, gpuhal_queue_dealloca(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                           gpuhal_semaphore_list_one(&late, &V2), o.buf[4]),
+                  "queue_dealloca late"))
+          sw_expect(r, late, 2);
+      }
+    }
+    sw_settle(r);
+    if (sw_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SW_WAIT_NS)), "device_wait_idle") &&
+        !r->first && sw_ok(r, gpuhal_device_trim(o.device[0]), "device_trim") &&
+        sw_ok(r, gpuhal_device_memory_stats(o.device[0], &stats), "device_memory_stats") &&
+        stats.pool_reserved != 0)
+      sw_mark_wrong(r, "the pool still holds memory after a trim at idle");
+    if (!r->first && !r->wrong)
+      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, SW_MIB, &o.buf[5]), "buffer_allocate");
+  }
+  sw_settle(r);
   sw_close(&o);
 }
 
@@ -791,6 +887,7 @@ static const sw_scenario_t sw_scenarios[] = {
     {"execute", scenario_execute}, {"alloca", scenario_alloca},         {"host", scenario_host},
     {"multi", scenario_multi},     {"disk", scenario_disk},             {"collective", scenario_collective},
     {"cb_release", scenario_cb_release},
+    {"memory", scenario_memory},
 };
 #define SW_SCENARIO_COUNT ((int)(sizeof(sw_scenarios) / sizeof(sw_scenarios[0])))
 

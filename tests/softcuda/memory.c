@@ -40,11 +40,29 @@ static void sc_alloc_insert(sc_alloc* a) {
   a->id = ++sc.next_alloc_id;
 }
 
+/* Two records share a base only while a pool block freed with cuMemFreeAsync was handed
+ * to a new allocation before that free ran (pool.c): the newer record comes later. */
 static void sc_alloc_remove(sc_alloc* a) {
   size_t i = sc_alloc_lower_bound(a->base);
+  while (i > 0 && sc.allocs[i - 1] != a && sc.allocs[i - 1]->base == a->base) --i;
   if (i == 0 || sc.allocs[i - 1] != a) return;
   memmove(sc.allocs + i - 1, sc.allocs + i, (sc.nallocs - i) * sizeof(sc_alloc*));
   sc.nallocs--;
+}
+
+/* 1 when [p, p+bytes) lies in a record of the allocation containing p, the newest or an
+ * older one sharing its base (work ordered before a handed-over block's free still runs
+ * on the old record's extent). */
+static int sc_alloc_covers(uintptr_t p, size_t bytes) {
+  size_t i = sc_alloc_lower_bound(p);
+  uintptr_t base;
+  if (i == 0) return 0;
+  base = sc.allocs[i - 1]->base;
+  for (; i > 0 && sc.allocs[i - 1]->base == base; --i) {
+    sc_alloc* a = sc.allocs[i - 1];
+    if (p >= a->base && bytes <= a->size && p - a->base <= a->size - bytes) return 1;
+  }
+  return 0;
 }
 
 /* [p, p+bytes) must lie in one live allocation. device_side: p must be in one at all
@@ -69,14 +87,12 @@ static CUresult sc_check_range(uintptr_t p, size_t bytes, int device_side, sc_al
 }
 
 SOFTCUDA_API int softcuda_accessible(const void* ptr, size_t bytes) {
-  sc_alloc* a;
   int ok;
   SC_LOCK();
-  a = sc_alloc_find((uintptr_t)ptr);
   /* Run-time check: a pool block freed with cuMemFreeAsync stays accessible until that
    * free runs on its stream (work ordered before the free may still use it); the enqueue
    * checks (sc_check_range) refuse work enqueued after the free. */
-  ok = a && bytes <= a->size && (uintptr_t)ptr - a->base <= a->size - bytes;
+  ok = sc_alloc_covers((uintptr_t)ptr, bytes);
   SC_UNLOCK();
   return ok;
 }

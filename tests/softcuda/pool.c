@@ -3,9 +3,13 @@
  * A pool reserves blocks (malloc'ed, counted against the device's memory) and hands them
  * out. cuMemAllocFromPoolAsync returns an address at once (as CUDA does); the memory is
  * valid for work ordered after it. cuMemFreeAsync makes the pointer invalid for any work
- * enqueued later and returns the block to the pool when the free runs on the stream:
- * only then may another allocation reuse it. Unused blocks above the release threshold
- * go back to the device at synchronisation points and on cuMemPoolTrimTo. */
+ * enqueued later and returns the block to the pool when the free runs on the stream.
+ * Before it runs, the block may go only to an allocation that the GPU runs after the free:
+ * on the same stream, or on a stream with a pending cuStreamWaitEvent for an event
+ * recorded after the free (CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES); softcuda does
+ * that only when the pool cannot grow. Unused blocks above the release threshold go back
+ * to the device at synchronisation points and on cuMemPoolTrimTo; the pool's maxSize and
+ * the device's memory (SOFTCUDA_DEVICE_MEMORY) bound what it reserves. */
 
 static void sc_pool_free(sc_obj* o) {
   sc_pool* p = (sc_pool*)o;
@@ -166,7 +170,68 @@ CUresult CUDAAPI sc_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
  * chunks); softcuda rounds to 256 so that overruns are still caught. */
 static size_t sc_pool_round(size_t n) { return (n + 255) & ~(size_t)255; }
 
-static CUresult sc_pool_alloc_locked(sc_pool* p, sc_ctx* c, size_t bytes, uintptr_t* out) {
+/* Reserves a new block of `need` bytes for p (within its maximum and the device's memory). */
+static CUresult sc_pool_grow_locked(sc_pool* p, size_t need, sc_block** out) {
+  void* mem = NULL;
+  sc_block* b;
+  CUresult r;
+  if (p->max_size && p->reserved + need > p->max_size) return CUDA_ERROR_OUT_OF_MEMORY;
+  if ((r = sc_dev_reserve(p->dev, need)) != CUDA_SUCCESS) return r;
+  if (posix_memalign(&mem, 256, need) != 0) {
+    sc_dev_unreserve(p->dev, need);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  b = (sc_block*)sc_xcalloc(1, sizeof(sc_block));
+  b->p = mem;
+  b->size = need;
+  p->reserved += need;
+  if (p->reserved > p->reserved_high) p->reserved_high = p->reserved;
+  *out = b;
+  return CUDA_SUCCESS;
+}
+
+/* 1 when op is a wait of its stream for stream t to reach at least seq. */
+static int sc_op_waits_for(const sc_op* op, const sc_stream* t, uint64_t seq) {
+  return op && op->run == sc_run_wait && op->a == t && op->u0 >= seq;
+}
+
+/* 1 when work enqueued on s now runs after op `seq` of stream t: the same stream, or s has
+ * a wait for it that has not finished (a finished one means the op already ran). Direct
+ * waits only; CUDA also follows chains of them. */
+static int sc_stream_follows(const sc_stream* s, const sc_stream* t, uint64_t seq, int follow_events) {
+  const sc_op* op;
+  if (s == t) return 1;
+  if (!follow_events) return 0;
+  if (sc_op_waits_for(s->running, t, seq)) return 1;
+  for (op = s->head; op; op = op->next)
+    if (sc_op_waits_for(op, t, seq)) return 1;
+  return 0;
+}
+
+/* A block of p freed with cuMemFreeAsync whose free has not run yet, but which work on s
+ * is ordered after (CUDA's stream-order and event-dependency reuse), of a size fit for
+ * `need`; it becomes a plain block record and the old allocation record is marked handed
+ * over. NULL when there is none. Only when the pool cannot grow: as a last resort, so
+ * that addresses are otherwise as before. */
+static sc_block* sc_pool_take_pending_locked(sc_pool* p, const sc_stream* s, size_t need) {
+  size_t i;
+  for (i = 0; i < sc.nallocs; ++i) {
+    sc_alloc* a = sc.allocs[i];
+    sc_block* b;
+    if (a->pool != p || !a->free_pending || a->handed_over || !a->free_stream) continue;
+    if (a->flags < need || a->flags > 2 * need) continue;
+    if (!sc_stream_follows(s, a->free_stream, a->free_seq, p->reuse_follow)) continue;
+    a->handed_over = 1;
+    p->used -= a->flags; /* counted again for the new allocation */
+    b = (sc_block*)sc_xcalloc(1, sizeof(sc_block));
+    b->p = (void*)a->base;
+    b->size = a->flags;
+    return b;
+  }
+  return NULL;
+}
+
+static CUresult sc_pool_alloc_locked(sc_pool* p, sc_stream* s, size_t bytes, uintptr_t* out) {
   size_t need = sc_pool_round(bytes);
   sc_block **link, *b = NULL;
   sc_alloc* a;
@@ -178,19 +243,9 @@ static CUresult sc_pool_alloc_locked(sc_pool* p, sc_ctx* c, size_t bytes, uintpt
       break;
     }
   if (!b) {
-    void* mem = NULL;
     if (need < bytes) return CUDA_ERROR_OUT_OF_MEMORY; /* the rounding wrapped: a size near SIZE_MAX */
-    if (p->max_size && p->reserved + need > p->max_size) return CUDA_ERROR_OUT_OF_MEMORY;
-    if ((r = sc_dev_reserve(p->dev, need)) != CUDA_SUCCESS) return r;
-    if (posix_memalign(&mem, 256, need) != 0) {
-      sc_dev_unreserve(p->dev, need);
-      return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    b = (sc_block*)sc_xcalloc(1, sizeof(sc_block));
-    b->p = mem;
-    b->size = need;
-    p->reserved += need;
-    if (p->reserved > p->reserved_high) p->reserved_high = p->reserved;
+    r = sc_pool_grow_locked(p, need, &b);
+    if (r != CUDA_SUCCESS && !(b = sc_pool_take_pending_locked(p, s, need))) return r;
   }
   a = (sc_alloc*)sc_xcalloc(1, sizeof(sc_alloc));
   a->base = (uintptr_t)b->p;
@@ -200,7 +255,6 @@ static CUresult sc_pool_alloc_locked(sc_pool* p, sc_ctx* c, size_t bytes, uintpt
   a->dev = p->dev;
   a->pool = p;
   a->flags = (unsigned)b->size; /* the block's real size */
-  (void)c;
   free(b);
   sc_alloc_insert(a);
   sc_ref(&p->h);
@@ -223,7 +277,7 @@ static CUresult sc_alloc_async(CUdeviceptr* dptr, size_t bytesize, sc_pool* p, C
     if (!sc.devs[dev].default_pool) sc.devs[dev].default_pool = sc_pool_new_locked(dev, 1, 0);
     p = sc.devs[dev].default_pool;
   }
-  if (r == CUDA_SUCCESS) r = sc_pool_alloc_locked(p, s->ctx, bytesize, &out);
+  if (r == CUDA_SUCCESS) r = sc_pool_alloc_locked(p, s, bytesize, &out);
   if (r == CUDA_SUCCESS) *dptr = (CUdeviceptr)out;
   return r;
 }
@@ -250,13 +304,22 @@ CUresult CUDAAPI sc_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, 
   return r;
 }
 
-/* Runs in stream order: the block goes back to its pool. */
+/* Runs in stream order: the block goes back to its pool (unless an allocation ordered
+ * after this free took it already). */
 static CUresult sc_run_pool_free(sc_op* op) {
   sc_alloc* a = (sc_alloc*)op->a;
   sc_pool* p = a->pool;
   sc_block* b = (sc_block*)sc_xcalloc(1, sizeof(sc_block));
   SC_LOCK();
   sc_alloc_remove(a);
+  if (a->handed_over) {
+    free(b);
+    p->live_allocs--;
+    free(a);
+    sc_unref(&p->h);
+    SC_UNLOCK();
+    return CUDA_SUCCESS;
+  }
   b->p = (void*)a->base;
   b->size = a->flags;
   b->next = p->free_blocks;
@@ -286,9 +349,14 @@ CUresult CUDAAPI sc_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
                        (unsigned long long)dptr);
     } else {
       sc_op* op = sc_op_new("pool free", sc_run_pool_free, NULL);
+      int captured = s->capture != NULL;
       a->free_pending = 1;
       op->a = a;
       sc_submit(s, op);
+      if (!captured) { /* its place in stream order: later work of s, or work waiting for it, may reuse the block */
+        a->free_stream = s;
+        a->free_seq = op->seq;
+      }
     }
   }
   SC_UNLOCK();

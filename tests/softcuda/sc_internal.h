@@ -138,6 +138,7 @@ struct sc_stream {
   const struct sc_park* parked; /* a stream memory wait it is parked on, or NULL */
   sc_stream* waiting_on;        /* a stream it waits for (cuStreamWaitEvent), or NULL */
   int abandon;                  /* teardown released a wait that could never be met: skip the rest */
+  sc_op* running;    /* the op the worker took off the queue and runs now, or NULL */
 };
 
 typedef struct sc_event {
@@ -190,6 +191,11 @@ typedef struct sc_alloc {
   int free_pending; /* pool: cuMemFreeAsync enqueued */
   unsigned long long id;
   unsigned flags;
+  /* pool.c: where the pending free runs, and whether an allocation ordered after it on the
+   * GPU took its block before it ran (then the free only retires this record) */
+  sc_stream* free_stream;
+  uint64_t free_seq;
+  int handed_over;
 } sc_alloc;
 
 typedef struct sc_block {

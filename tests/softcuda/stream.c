@@ -25,10 +25,12 @@ static void* sc_worker_main(void* arg) {
     s->head = op->next;
     if (!s->head) s->tail = NULL;
     poisoned = s->ctx->sticky != CUDA_SUCCESS || s->abandon;
+    s->running = op;
     SC_UNLOCK();
     /* a poisoned context runs nothing more, nor does a stream whose wait teardown released */
     if (!poisoned && op->run) r = op->run(op);
     SC_LOCK();
+    s->running = NULL;
     if (r != CUDA_SUCCESS && s->ctx->sticky == CUDA_SUCCESS) {
       s->ctx->sticky = r;
       if (sc.verbose) fprintf(stderr, "softcuda: %s faulted with %d: context poisoned\n", op->what, (int)r);
