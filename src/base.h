@@ -355,24 +355,52 @@ static char* gpuhal__strdup(const gpuhal_allocator_t* a, const char* s) {
   __atomic_compare_exchange_n((p), (expected_ptr), (desired), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
 
 /* ---- objects: a header every ref-counted gpuhal object starts with ----
- * `magic` names the type and is poisoned on final release, so a call on a released object
- * that is still in the quarantine (below) gets INVALID_ARGUMENT instead of a crash. */
+ * `magic` names the type. An object's memory comes from its driver's object pool (below),
+ * which never hands it back to the allocator while the driver lives: a released object
+ * keeps its header, poisoned (GPUHAL__MAGIC_DEAD), so a late call on a released handle
+ * reads that and gets INVALID_ARGUMENT instead of touching freed memory.
+ *
+ * Two counts, because gpuhal holds references of its own (a recorded command buffer holds
+ * its buffers, a queued action its semaphores, a buffer its device): `refcount` counts
+ * every reference and frees the object at zero; `user_refs` counts the application's
+ * alone (its create and its gpuhal_X_retain / gpuhal_X_release calls). A public release
+ * takes one of the application's, never one of gpuhal's, so a release too many is refused
+ * (logged as an error) instead of destroying the object under work that still uses it. */
 typedef struct gpuhal__object_s {
   uint32_t magic;
-  int32_t refcount;
+  int32_t refcount;  /* every reference: the application's and gpuhal's own */
+  int32_t user_refs; /* the application's: created with one, public retain/release */
+  struct gpuhal__object_s* next_released; /* its pool's FIFO while released */
 } gpuhal__object_t;
 
 #define GPUHAL__MAGIC_DEAD 0xDEADDEADu
 static void gpuhal__object_init(gpuhal__object_t* o, uint32_t magic) {
   o->magic = magic;
   o->refcount = 1;
+  o->user_refs = 1;
+  o->next_released = NULL;
 }
+/* gpuhal's own references. */
 static void gpuhal__object_retain(gpuhal__object_t* o) { gpuhal__atomic_add(&o->refcount, 1); }
 /* Returns 1 when this was the last reference (and poisons the magic). */
 static int gpuhal__object_release(gpuhal__object_t* o) {
   if (gpuhal__atomic_sub(&o->refcount, 1) != 0) return 0;
   gpuhal__atomic_store(&o->magic, GPUHAL__MAGIC_DEAD);
   return 1;
+}
+/* The application's references: gpuhal_X_retain takes one of each count. */
+static void gpuhal__object_user_retain(gpuhal__object_t* o) {
+  gpuhal__atomic_add(&o->user_refs, 1);
+  gpuhal__object_retain(o);
+}
+/* For gpuhal_X_release: drops one of the application's references and returns 1 (the
+ * caller then drops the object reference that goes with it), or returns 0 when the
+ * application holds none: the caller logs that and ignores the call. */
+static int gpuhal__object_user_release(gpuhal__object_t* o) {
+  int32_t n = gpuhal__atomic_load(&o->user_refs);
+  while (n > 0)
+    if (gpuhal__atomic_cas(&o->user_refs, &n, n - 1)) return 1;
+  return 0;
 }
 /* Checks a handle argument: non-NULL, right type, not released. */
 static gpuhal_status_t gpuhal__object_check(const void* object, uint32_t magic, const char* func,
@@ -398,51 +426,6 @@ static int gpuhal__object_is_live(const void* object, uint32_t magic) {
     if (!(obj)) return gpuhal__object_check(NULL, (magic), __func__, #obj);           \
     GPUHAL__RETURN_IF_ERROR(gpuhal__object_check((obj), (magic), __func__, #obj));    \
   } while (0)
-
-/* Quarantine: the memory of released objects is held back for a while (poisoned magic
- * intact) so that a late call on a released handle is caught, not a use-after-free. */
-#ifndef GPUHAL_QUARANTINE_SIZE
-#define GPUHAL_QUARANTINE_SIZE 64
-#endif
-typedef struct gpuhal__quarantine_entry_s {
-  void* ptr;
-  gpuhal_allocator_t allocator;
-  const void* owner; /* the driver; flushed when it goes */
-} gpuhal__quarantine_entry_t;
-static pthread_mutex_t gpuhal__quarantine_mutex = PTHREAD_MUTEX_INITIALIZER;
-static gpuhal__quarantine_entry_t gpuhal__quarantine[GPUHAL_QUARANTINE_SIZE];
-static unsigned gpuhal__quarantine_next = 0;
-
-static void gpuhal__quarantine_free(const gpuhal_allocator_t* a, const void* owner, void* ptr) {
-  gpuhal__quarantine_entry_t evicted;
-  gpuhal__quarantine_entry_t* slot;
-  if (!ptr) return;
-  pthread_mutex_lock(&gpuhal__quarantine_mutex);
-  slot = &gpuhal__quarantine[gpuhal__quarantine_next];
-  gpuhal__quarantine_next = (gpuhal__quarantine_next + 1) % GPUHAL_QUARANTINE_SIZE;
-  evicted = *slot;
-  slot->ptr = ptr;
-  slot->allocator = *a;
-  slot->owner = owner;
-  pthread_mutex_unlock(&gpuhal__quarantine_mutex);
-  if (evicted.ptr) gpuhal__free(&evicted.allocator, evicted.ptr);
-}
-/* Frees every quarantined object of `owner` (all of them for NULL). */
-static void gpuhal__quarantine_flush(const void* owner) {
-  unsigned i;
-  for (i = 0; i < GPUHAL_QUARANTINE_SIZE; ++i) {
-    gpuhal__quarantine_entry_t e;
-    pthread_mutex_lock(&gpuhal__quarantine_mutex);
-    e = gpuhal__quarantine[i];
-    if (e.ptr && (!owner || e.owner == owner)) {
-      gpuhal__quarantine[i].ptr = NULL;
-    } else {
-      e.ptr = NULL;
-    }
-    pthread_mutex_unlock(&gpuhal__quarantine_mutex);
-    if (e.ptr) gpuhal__free(&e.allocator, e.ptr);
-  }
-}
 
 /* ---- threads ---- */
 typedef pthread_mutex_t gpuhal__mutex_t;
@@ -498,6 +481,140 @@ static gpuhal_status_t gpuhal__thread_create(gpuhal__thread_t* thread, gpuhal__t
 }
 static void gpuhal__thread_join(gpuhal__thread_t thread) { pthread_join(thread, NULL); }
 static void gpuhal__once(gpuhal__once_t* once, void (*fn)(void)) { pthread_once(once, fn); }
+
+/* ---- object pools: type-stable memory for gpuhal objects ----
+ * Handles are raw pointers (the API passes gpuhal_buffer_t* and so on), so a handle cannot
+ * carry a generation: once an address holds a new live object of the same type, an old
+ * handle to it is indistinguishable from the new one. What the pool guarantees instead:
+ *   - the memory of a released object is never given back to the allocator while its
+ *     driver lives (the pool frees it with the driver), so reading a stale handle's header
+ *     is always safe and finds the poison or another object's magic, never freed memory;
+ *   - a released object's memory is reused only for an object of the same type, oldest
+ *     released first, and only once GPUHAL_HANDLE_REUSE_DISTANCE more objects of that type
+ *     have been released after it. So a stale handle is reported as released until at
+ *     least that many later objects of its type were released; after that it may name a
+ *     newer object of its type (still gpuhal memory of the right type, never a crash).
+ * Memory held back: at most GPUHAL_HANDLE_REUSE_DISTANCE released objects per type (plus
+ * the peak of live ones), reached only by a program that churns objects of that type.
+ * The checks stay one load of the magic: no lock, no lookup. */
+#ifndef GPUHAL_HANDLE_REUSE_DISTANCE
+#define GPUHAL_HANDLE_REUSE_DISTANCE 4096
+#endif
+#define GPUHAL__OBJECT_POOL_TYPES 16 /* more than gpuhal's object types */
+
+/* The released objects of one type, oldest first. */
+typedef struct gpuhal__object_fifo_s {
+  uint32_t magic; /* 0: unclaimed */
+  size_t size;
+  gpuhal__object_t* oldest;
+  gpuhal__object_t* newest;
+  size_t count;
+} gpuhal__object_fifo_t;
+
+typedef struct gpuhal__object_pool_s {
+  gpuhal__mutex_t mutex; /* taken to create and to free an object, never to check one */
+  gpuhal_allocator_t allocator;
+  gpuhal__object_fifo_t types[GPUHAL__OBJECT_POOL_TYPES];
+} gpuhal__object_pool_t;
+
+static void gpuhal__object_pool_init(gpuhal__object_pool_t* pool, const gpuhal_allocator_t* allocator) {
+  memset(pool->types, 0, sizeof(pool->types));
+  pool->allocator = *allocator;
+  gpuhal__mutex_init(&pool->mutex);
+}
+/* Frees every released object (the pool's owner is going: no handle of it is usable now).
+ * Objects still live are the application's leak and stay as they are. */
+static void gpuhal__object_pool_deinit(gpuhal__object_pool_t* pool) {
+  unsigned i;
+  for (i = 0; i < GPUHAL__OBJECT_POOL_TYPES; ++i) {
+    gpuhal__object_t* o = pool->types[i].oldest;
+    while (o) {
+      gpuhal__object_t* next = o->next_released;
+      gpuhal__free(&pool->allocator, o);
+      o = next;
+    }
+  }
+  memset(pool->types, 0, sizeof(pool->types));
+  gpuhal__mutex_destroy(&pool->mutex);
+}
+/* Under the mutex: the FIFO of `magic`, claimed on first use; NULL if all are taken.
+ * `size` 0: any (a free). */
+static gpuhal__object_fifo_t* gpuhal__object_fifo_locked(gpuhal__object_pool_t* pool, uint32_t magic, size_t size) {
+  unsigned i;
+  for (i = 0; i < GPUHAL__OBJECT_POOL_TYPES; ++i) {
+    gpuhal__object_fifo_t* fifo = &pool->types[i];
+    if (fifo->magic == 0) {
+      fifo->magic = magic;
+      fifo->size = size;
+    }
+    if (fifo->magic == magic) {
+      if (!fifo->size) fifo->size = size;
+      GPUHAL_ASSERT(size == 0 || fifo->size == size); /* one size per type: a reused object must fit */
+      return fifo;
+    }
+  }
+  return NULL;
+}
+/* Zeroed memory for an object of type `magic` (the caller then runs gpuhal__object_init):
+ * the oldest released one once it is GPUHAL_HANDLE_REUSE_DISTANCE releases old, otherwise
+ * new memory. RESOURCE_EXHAUSTED names `what`. */
+static gpuhal_status_t gpuhal__object_alloc(gpuhal__object_pool_t* pool, uint32_t magic, size_t size, const char* what,
+                                            void** out) {
+  gpuhal__object_t* reused = NULL;
+  gpuhal__object_fifo_t* fifo;
+  GPUHAL_ASSERT(size >= sizeof(gpuhal__object_t));
+  gpuhal__mutex_lock(&pool->mutex);
+  fifo = gpuhal__object_fifo_locked(pool, magic, size);
+  if (fifo && fifo->count > GPUHAL_HANDLE_REUSE_DISTANCE) {
+    reused = fifo->oldest;
+    fifo->oldest = reused->next_released;
+    if (!fifo->oldest) fifo->newest = NULL;
+    fifo->count--;
+  }
+  gpuhal__mutex_unlock(&pool->mutex);
+  if (!reused) return gpuhal__alloc_zeroed(&pool->allocator, size, what, out);
+  memset(reused, 0, size);
+  *out = reused;
+  return NULL;
+}
+/* Releases an object's memory to its pool: poisons the header (a late call on the handle
+ * is caught) and queues it for reuse. Also for an object whose creation failed. */
+static void gpuhal__object_free(gpuhal__object_pool_t* pool, uint32_t magic, void* object) {
+  gpuhal__object_t* o = (gpuhal__object_t*)object;
+  gpuhal__object_fifo_t* fifo;
+  if (!o) return;
+  gpuhal__atomic_store(&o->magic, GPUHAL__MAGIC_DEAD);
+  o->refcount = 0;
+  o->user_refs = 0;
+  o->next_released = NULL;
+  gpuhal__mutex_lock(&pool->mutex);
+  fifo = gpuhal__object_fifo_locked(pool, magic, 0);
+  if (fifo) {
+    if (fifo->newest) {
+      fifo->newest->next_released = o;
+    } else {
+      fifo->oldest = o;
+    }
+    fifo->newest = o;
+    fifo->count++;
+  }
+  gpuhal__mutex_unlock(&pool->mutex);
+  if (!fifo) gpuhal__free(&pool->allocator, o); /* cannot happen: more FIFOs than types */
+}
+
+/* Objects that outlive every driver (the drivers themselves, when they use the default
+ * allocator: a user's allocator may be gone once its driver is): one process-wide pool,
+ * never torn down; what it holds stays reachable from here, so leak checkers are content. */
+static gpuhal__object_pool_t gpuhal__process_objects;
+static gpuhal__once_t gpuhal__process_objects_once = GPUHAL__ONCE_INIT;
+static void gpuhal__process_objects_init(void) {
+  gpuhal_allocator_t a = gpuhal__allocator_resolve(NULL);
+  gpuhal__object_pool_init(&gpuhal__process_objects, &a);
+}
+static gpuhal__object_pool_t* gpuhal__process_object_pool(void) {
+  gpuhal__once(&gpuhal__process_objects_once, gpuhal__process_objects_init);
+  return &gpuhal__process_objects;
+}
 
 /* ---- intrusive doubly linked list ---- */
 typedef struct gpuhal__list_node_s {
@@ -583,4 +700,11 @@ static void gpuhal__log(const gpuhal__logger_t* logger, gpuhal_log_level_t level
   } else {
     fprintf(stderr, "gpuhal %s: %s\n", gpuhal__log_level_name(level), buffer);
   }
+}
+
+/* For a public release the application had no reference left for (see gpuhal__object_t). */
+static void gpuhal__log_extra_release(const gpuhal__logger_t* logger, const char* func, const char* what) {
+  gpuhal__log(logger, GPUHAL_LOG_ERROR,
+              "%s: %s was released more times than it was created and retained; this release is ignored", func,
+              what);
 }

@@ -194,7 +194,8 @@ static const gpuhal__nccl_symbols_t* gpuhal__channel_nccl(gpuhal_device_t* devic
 static gpuhal_status_t gpuhal__channel_new(gpuhal_device_t* device, ncclComm_t comm, int rank, int size,
                                            gpuhal_channel_t** out) {
   gpuhal_channel_t* ch = NULL;
-  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(*ch), "gpuhal_channel_t", (void**)&ch));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_CHANNEL, sizeof(*ch), "gpuhal_channel_t", (void**)&ch));
   gpuhal__object_init(&ch->header, GPUHAL__MAGIC_CHANNEL);
   gpuhal__device_retain_ref(device);
   ch->device = device;
@@ -374,18 +375,27 @@ GPUHAL_API gpuhal_status_t gpuhal_channel_create_rank(gpuhal_device_t* device, c
 
 GPUHAL_API void gpuhal_channel_retain(gpuhal_channel_t* channel) {
   if (channel && gpuhal__atomic_load(&channel->header.magic) == GPUHAL__MAGIC_CHANNEL)
-    gpuhal__object_retain(&channel->header);
+    gpuhal__object_user_retain(&channel->header);
 }
 
-GPUHAL_API void gpuhal_channel_release(gpuhal_channel_t* channel) {
+/* gpuhal's own references (recorded collectives). */
+static void gpuhal__channel_release_ref(gpuhal_channel_t* channel) {
   gpuhal_device_t* device;
-  if (!channel || gpuhal__atomic_load(&channel->header.magic) != GPUHAL__MAGIC_CHANNEL) return;
   if (!gpuhal__object_release(&channel->header)) return;
   device = channel->device;
   gpuhal__comm_destroy(device, channel->comm);
   channel->comm = NULL;
-  gpuhal__quarantine_free(device->allocator, device->driver, channel);
+  gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_CHANNEL, channel);
   gpuhal__device_release_ref(device);
+}
+
+GPUHAL_API void gpuhal_channel_release(gpuhal_channel_t* channel) {
+  if (!channel || gpuhal__atomic_load(&channel->header.magic) != GPUHAL__MAGIC_CHANNEL) return;
+  if (!gpuhal__object_user_release(&channel->header)) {
+    gpuhal__log_extra_release(channel->device->logger, __func__, "a channel");
+    return;
+  }
+  gpuhal__channel_release_ref(channel);
 }
 
 GPUHAL_API int gpuhal_channel_rank(gpuhal_channel_t* channel) {
@@ -477,10 +487,10 @@ static void gpuhal__collective_release(void* user) {
   gpuhal__collective_cmd_t* c = (gpuhal__collective_cmd_t*)user;
   gpuhal_channel_t* channel = c->channel;
   const gpuhal_allocator_t* allocator = channel->device->allocator;
-  gpuhal_buffer_release(c->send);
-  gpuhal_buffer_release(c->recv);
+  gpuhal__buffer_release_ref(c->send);
+  gpuhal__buffer_release_ref(c->recv);
   gpuhal__free(allocator, c);
-  gpuhal_channel_release(channel);
+  gpuhal__channel_release_ref(channel);
 }
 
 static const gpuhal__native_ops_t gpuhal__collective_ops = {"NCCL collective", gpuhal__collective_issue,
@@ -623,8 +633,8 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_collective(gpuhal_command_buffer_t* comman
     gpuhal__free(cb->device->allocator, rec);
     return gpuhal_status_annotate(st, "gpuhal_cmd_collective");
   }
-  gpuhal_channel_retain(channel);
-  if (rec->send) gpuhal_buffer_retain(rec->send);
-  if (rec->recv) gpuhal_buffer_retain(rec->recv);
+  gpuhal__object_retain(&channel->header);
+  gpuhal__buffer_retain_ref(rec->send);
+  gpuhal__buffer_retain_ref(rec->recv);
   return NULL;
 }

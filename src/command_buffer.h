@@ -735,8 +735,8 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_create(gpuhal_device_t* device,
   GPUHAL__CHECK_ARG((flags & ~(uint32_t)(GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_STREAM)) == 0, "flags",
                     "has unknown bits (allowed: GPUHAL_COMMAND_BUFFER_REUSABLE, GPUHAL_COMMAND_BUFFER_STREAM)");
   GPUHAL__CHECK_ARG(binding_slots <= (1u << 20), "binding_slots", "must be <= 1048576");
-  GPUHAL__RETURN_IF_ERROR(
-      gpuhal__alloc_zeroed(device->allocator, sizeof(*cb), "a command buffer", (void**)&cb));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_COMMAND_BUFFER, sizeof(*cb),
+                                               "a command buffer", (void**)&cb));
   gpuhal__dispatch_limits_of(&device->info, &cb->limits);
   st = NULL;
   if (binding_slots) {
@@ -745,7 +745,7 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_create(gpuhal_device_t* device,
     if (!st) cb->slot_used = (unsigned char*)(cb->slot_extent + binding_slots);
   }
   if (st) {
-    gpuhal__free(device->allocator, cb);
+    gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_COMMAND_BUFFER, cb);
     return st;
   }
   gpuhal__object_init(&cb->object, GPUHAL__MAGIC_COMMAND_BUFFER);
@@ -761,7 +761,7 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_create(gpuhal_device_t* device,
 
 GPUHAL_API void gpuhal_command_buffer_retain(gpuhal_command_buffer_t* command_buffer) {
   if (!command_buffer || gpuhal__atomic_load(&command_buffer->object.magic) != GPUHAL__MAGIC_COMMAND_BUFFER) return;
-  gpuhal__object_retain(&command_buffer->object);
+  gpuhal__object_user_retain(&command_buffer->object);
 }
 
 /* Destroys the graph, its instantiation and the staging memory; the device's context is
@@ -814,8 +814,8 @@ static void gpuhal__cb_destroy(gpuhal_command_buffer_t* cb) {
   uint32_t i;
   gpuhal__cb_destroy_graph(cb);
   gpuhal__cb_release_natives(cb); /* multi-device hook */
-  for (i = 0; i < cb->retained_buffer_count; ++i) gpuhal_buffer_release(cb->retained_buffers[i]);
-  for (i = 0; i < cb->retained_executable_count; ++i) gpuhal_executable_release(cb->retained_executables[i]);
+  for (i = 0; i < cb->retained_buffer_count; ++i) gpuhal__buffer_release_ref(cb->retained_buffers[i]);
+  for (i = 0; i < cb->retained_executable_count; ++i) gpuhal__executable_release_ref(cb->retained_executables[i]);
   while (cb->free_actions) {
     gpuhal__execute_action_t* next = cb->free_actions->next_free;
     gpuhal__free(a, cb->free_actions);
@@ -831,13 +831,23 @@ static void gpuhal__cb_destroy(gpuhal_command_buffer_t* cb) {
   gpuhal__free(a, cb->retained_executables);
   gpuhal__free(a, cb->late_cmds);
   gpuhal__mutex_destroy(&cb->action_mutex);
-  gpuhal__quarantine_free(a, device->driver, cb);
+  gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_COMMAND_BUFFER, cb);
   gpuhal__device_release_ref(device);
+}
+
+/* gpuhal's own references (queue actions). */
+static void gpuhal__cb_retain_ref(gpuhal_command_buffer_t* cb) { gpuhal__object_retain(&cb->object); }
+static void gpuhal__cb_release_ref(gpuhal_command_buffer_t* cb) {
+  if (gpuhal__object_release(&cb->object)) gpuhal__cb_destroy(cb);
 }
 
 GPUHAL_API void gpuhal_command_buffer_release(gpuhal_command_buffer_t* command_buffer) {
   if (!command_buffer || gpuhal__atomic_load(&command_buffer->object.magic) != GPUHAL__MAGIC_COMMAND_BUFFER) return;
-  if (gpuhal__object_release(&command_buffer->object)) gpuhal__cb_destroy(command_buffer);
+  if (!gpuhal__object_user_release(&command_buffer->object)) {
+    gpuhal__log_extra_release(command_buffer->device->logger, __func__, "a command buffer");
+    return;
+  }
+  gpuhal__cb_release_ref(command_buffer);
 }
 
 /* ---- recording: common checks and storage ---- */
@@ -924,7 +934,7 @@ static gpuhal_status_t gpuhal__cb_retain_buffer(gpuhal_command_buffer_t* cb, gpu
   GPUHAL__RETURN_IF_ERROR(gpuhal__grow32(cb->device->allocator, (void**)&cb->retained_buffers,
                                          &cb->retained_buffer_capacity, cb->retained_buffer_count + 1,
                                          sizeof(gpuhal_buffer_t*), "command buffer resources"));
-  gpuhal_buffer_retain(buffer);
+  gpuhal__buffer_retain_ref(buffer);
   cb->retained_buffers[cb->retained_buffer_count++] = buffer;
   return NULL;
 }
@@ -935,7 +945,7 @@ static gpuhal_status_t gpuhal__cb_retain_executable(gpuhal_command_buffer_t* cb,
   GPUHAL__RETURN_IF_ERROR(gpuhal__grow32(cb->device->allocator, (void**)&cb->retained_executables,
                                          &cb->retained_executable_capacity, cb->retained_executable_count + 1,
                                          sizeof(gpuhal_executable_t*), "command buffer resources"));
-  gpuhal_executable_retain(executable);
+  gpuhal__executable_retain_ref(executable);
   cb->retained_executables[cb->retained_executable_count++] = executable;
   return NULL;
 }
@@ -1984,7 +1994,7 @@ static void gpuhal__execute_action_recycle(gpuhal__execute_action_t* action) {
   gpuhal_command_buffer_t* cb = action->command_buffer;
   uint32_t i;
   for (i = 0; i < cb->binding_slots; ++i) {
-    gpuhal_buffer_release(action->buffers[i]);
+    gpuhal__buffer_release_ref(action->buffers[i]);
     action->buffers[i] = NULL;
   }
   gpuhal__mutex_lock(&cb->action_mutex);
@@ -1998,7 +2008,7 @@ static void gpuhal__execute_release(void* user, gpuhal_device_t* device) {
   gpuhal_command_buffer_t* cb = action->command_buffer;
   GPUHAL__UNUSED(device);
   gpuhal__execute_action_recycle(action);
-  gpuhal_command_buffer_release(cb); /* may free the pool, action included */
+  gpuhal__cb_release_ref(cb); /* may free the pool, action included */
 }
 
 static const gpuhal__action_ops_t gpuhal__execute_ops = {"execute", gpuhal__execute_issue, NULL,
@@ -2012,7 +2022,7 @@ static gpuhal_status_t gpuhal__execute_unbound_issue(void* user, gpuhal_device_t
 }
 static void gpuhal__execute_unbound_release(void* user, gpuhal_device_t* device) {
   GPUHAL__UNUSED(device);
-  gpuhal_command_buffer_release((gpuhal_command_buffer_t*)user);
+  gpuhal__cb_release_ref((gpuhal_command_buffer_t*)user);
 }
 static const gpuhal__action_ops_t gpuhal__execute_unbound_ops = {"execute", gpuhal__execute_unbound_issue, NULL,
                                                                  gpuhal__execute_unbound_release};
@@ -2143,12 +2153,12 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_
   }
   GPUHAL__RETURN_IF_ERROR(gpuhal__execute_check(device, cb, bindings));
   if (cb->binding_slots == 0) {
-    gpuhal_command_buffer_retain(cb); /* the action's reference */
+    gpuhal__cb_retain_ref(cb); /* the action's reference */
     st = gpuhal__queue_submit_ex(device, queue, wait, signal, &gpuhal__execute_unbound_ops, cb,
                                  gpuhal__execute_submit_flags(cb));
     if (!st) return NULL;
     gpuhal__atomic_store(&cb->executed, 0);
-    gpuhal_command_buffer_release(cb);
+    gpuhal__cb_release_ref(cb);
     return gpuhal_status_annotate(st, "in gpuhal_queue_execute");
   }
   st = gpuhal__execute_action_acquire(cb, &action);
@@ -2156,21 +2166,21 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_
     gpuhal__atomic_store(&cb->executed, 0);
     return st;
   }
-  gpuhal_command_buffer_retain(cb);
+  gpuhal__cb_retain_ref(cb);
   for (i = 0; i < cb->binding_slots; ++i) {
     action->offsets[i] = 0;
     action->buffers[i] = NULL;
     if (!cb->slot_used[i]) continue;
     action->buffers[i] = bindings->buffers[i];
     action->offsets[i] = bindings->offsets ? bindings->offsets[i] : 0;
-    gpuhal_buffer_retain(action->buffers[i]);
+    gpuhal__buffer_retain_ref(action->buffers[i]);
   }
   st = gpuhal__queue_submit_ex(device, queue, wait, signal, &gpuhal__execute_ops, action,
                                gpuhal__execute_submit_flags(cb));
   if (st) {
     gpuhal__execute_action_recycle(action);
     gpuhal__atomic_store(&cb->executed, 0);
-    gpuhal_command_buffer_release(cb);
+    gpuhal__cb_release_ref(cb);
     return gpuhal_status_annotate(st, "in gpuhal_queue_execute");
   }
   return NULL;

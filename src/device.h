@@ -161,6 +161,7 @@ GPUHAL_API gpuhal_driver_t* gpuhal_device_driver(gpuhal_device_t* device);
 struct gpuhal_driver_s {
   gpuhal__object_t header;
   gpuhal_allocator_t allocator;
+  gpuhal__object_pool_t objects; /* the memory of every object of this driver (base.h) */
   gpuhal__logger_t logger;
   gpuhal__cuda_symbols_t cu;
   gpuhal__nccl_symbols_t nccl;
@@ -214,8 +215,7 @@ typedef struct gpuhal__worker_s {
 } gpuhal__worker_t;
 
 struct gpuhal_device_s {
-  gpuhal__object_t header; /* every reference: the application's and gpuhal's own */
-  int32_t user_refs;       /* the application's (gpuhal_device_create/retain/release) */
+  gpuhal__object_t header; /* user_refs: the application's, which gpuhal_driver_release settles */
   int settled;             /* the driver release has settled it (under driver->devices_mutex) */
   gpuhal__list_node_t driver_link; /* in driver->devices while alive */
   gpuhal_driver_t* driver; /* retained */
@@ -529,15 +529,31 @@ static gpuhal_status_t gpuhal__driver_init_cuda(gpuhal_driver_t* driver) {
   return NULL;
 }
 
-static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
+/* A driver's own memory: from the process-wide object pool with the default allocator, so
+ * a late call on a released driver is caught; from a user's allocator it is freed at once
+ * (that allocator may be gone once its driver is). */
+static gpuhal_status_t gpuhal__driver_alloc(const gpuhal_allocator_t* allocator, gpuhal_driver_t** out) {
+  if (allocator->alloc == gpuhal__default_alloc)
+    return gpuhal__object_alloc(gpuhal__process_object_pool(), GPUHAL__MAGIC_DRIVER, sizeof(gpuhal_driver_t),
+                                "gpuhal_driver_t", (void**)out);
+  return gpuhal__alloc_zeroed(allocator, sizeof(gpuhal_driver_t), "gpuhal_driver_t", (void**)out);
+}
+static void gpuhal__driver_free(gpuhal_driver_t* driver) {
   gpuhal_allocator_t allocator = driver->allocator;
-  int default_allocator = allocator.alloc == gpuhal__default_alloc;
+  if (allocator.alloc == gpuhal__default_alloc) {
+    gpuhal__object_free(gpuhal__process_object_pool(), GPUHAL__MAGIC_DRIVER, driver);
+  } else {
+    gpuhal__free(&allocator, driver);
+  }
+}
+
+static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
 #ifdef GPUHAL__HAVE_TRACE
   gpuhal__trace_destroy(driver); /* trace hook: writes the file */
 #endif
   gpuhal__semaphore_words_free(driver);
   gpuhal__mutex_destroy(&driver->words_mutex);
-  gpuhal__quarantine_flush(driver);
+  gpuhal__object_pool_deinit(&driver->objects);
   gpuhal__cond_destroy(&driver->devices_cond);
   gpuhal__mutex_destroy(&driver->devices_mutex);
   /* The CUDA driver and NCCL start threads of their own: unloading them under those
@@ -545,13 +561,7 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
    * creating drivers again costs nothing). */
   driver->cuda_handle = NULL;
   driver->nccl_handle = NULL;
-  /* Quarantine the driver itself so a late call on it is caught, but only with our own
-   * allocator: a user's allocator may be gone by the time the entry is evicted. */
-  if (default_allocator) {
-    gpuhal__quarantine_free(&allocator, NULL, driver);
-  } else {
-    gpuhal__free(&allocator, driver);
-  }
+  gpuhal__driver_free(driver);
 }
 
 GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* options, gpuhal_driver_t** out_driver) {
@@ -571,8 +581,9 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   GPUHAL__CHECK_RANGE((unsigned)options->log_level <= (unsigned)GPUHAL_LOG_DEBUG, "options->log_level",
                       "must be a gpuhal_log_level_t (0..4)");
   allocator = gpuhal__allocator_resolve(&options->allocator);
-  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(&allocator, sizeof(*driver), "gpuhal_driver_t", (void**)&driver));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__driver_alloc(&allocator, &driver));
   gpuhal__object_init(&driver->header, GPUHAL__MAGIC_DRIVER);
+  gpuhal__object_pool_init(&driver->objects, &allocator);
   gpuhal__mutex_init(&driver->devices_mutex);
   gpuhal__mutex_init(&driver->words_mutex);
   gpuhal__cond_init(&driver->devices_cond);
@@ -587,7 +598,7 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
                                        driver->nccl_library, sizeof(driver->nccl_library));
   if (status) {
     gpuhal__log(&driver->logger, GPUHAL_LOG_INFO, "driver creation failed: %s", gpuhal_status_message(status));
-    gpuhal__free(&allocator, driver);
+    gpuhal__driver_destroy(driver);
     return status;
   }
   driver->memops = gpuhal__driver_supports_memops(driver, options);
@@ -597,7 +608,7 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
 #ifdef GPUHAL__HAVE_TRACE
   status = gpuhal__trace_create(driver); /* trace hook */
   if (status) {
-    gpuhal__free(&allocator, driver);
+    gpuhal__driver_destroy(driver);
     return status;
   }
 #endif
@@ -611,10 +622,11 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
 
 GPUHAL_API void gpuhal_driver_retain(gpuhal_driver_t* driver) {
   if (driver && gpuhal__atomic_load(&driver->header.magic) == GPUHAL__MAGIC_DRIVER)
-    gpuhal__object_retain(&driver->header);
+    gpuhal__object_user_retain(&driver->header);
 }
 
 /* gpuhal's own driver references (devices, semaphores): no waiting. */
+static void gpuhal__driver_retain_ref(gpuhal_driver_t* driver) { gpuhal__object_retain(&driver->header); }
 static void gpuhal__driver_release_ref(gpuhal_driver_t* driver) {
   if (gpuhal__object_release(&driver->header)) gpuhal__driver_destroy(driver);
 }
@@ -648,7 +660,7 @@ static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
     gpuhal__mutex_lock(&driver->devices_mutex);
     for (n = driver->devices.next; n != &driver->devices && !device; n = n->next) {
       gpuhal_device_t* d = GPUHAL__CONTAINER_OF(n, gpuhal_device_t, driver_link);
-      if (gpuhal__atomic_load(&d->user_refs) == 0 && !d->settled && gpuhal__object_try_retain(&d->header)) {
+      if (gpuhal__atomic_load(&d->header.user_refs) == 0 && !d->settled && gpuhal__object_try_retain(&d->header)) {
         d->settled = 1;
         device = d;
       }
@@ -668,6 +680,10 @@ static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
 
 GPUHAL_API void gpuhal_driver_release(gpuhal_driver_t* driver) {
   if (!driver || gpuhal__atomic_load(&driver->header.magic) != GPUHAL__MAGIC_DRIVER) return;
+  if (!gpuhal__object_user_release(&driver->header)) {
+    gpuhal__log_extra_release(&driver->logger, __func__, "the driver");
+    return;
+  }
   gpuhal__driver_settle_released_devices(driver);
   gpuhal__driver_release_ref(driver);
 }
@@ -912,7 +928,7 @@ static void gpuhal__device_destroy(gpuhal_device_t* device) {
   gpuhal__free(device->allocator, device->streams);
   gpuhal__free(device->allocator, (void*)device->params.module_cache_dir);
   gpuhal__log(device->logger, GPUHAL_LOG_DEBUG, "device %d destroyed", device->ordinal);
-  gpuhal__quarantine_free(device->allocator, driver, device);
+  gpuhal__object_free(&driver->objects, GPUHAL__MAGIC_DEVICE, device);
   gpuhal__driver_release_ref(driver);
 }
 
@@ -939,11 +955,11 @@ GPUHAL_API gpuhal_status_t gpuhal_device_create(gpuhal_driver_t* driver, int ord
   GPUHAL__CHECK_HANDLE(driver, GPUHAL__MAGIC_DRIVER);
   GPUHAL__RETURN_IF_ERROR(gpuhal__check_ordinal(driver, ordinal, __func__));
   GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_params(params));
-  GPUHAL__RETURN_IF_ERROR(
-      gpuhal__alloc_zeroed(&driver->allocator, sizeof(*device), "gpuhal_device_t", (void**)&device));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&driver->objects, GPUHAL__MAGIC_DEVICE, sizeof(*device),
+                                               "gpuhal_device_t", (void**)&device));
   gpuhal__object_init(&device->header, GPUHAL__MAGIC_DEVICE);
   gpuhal__list_init(&device->driver_link);
-  gpuhal_driver_retain(driver);
+  gpuhal__driver_retain_ref(driver);
   device->driver = driver;
   device->cu = &driver->cu;
   device->allocator = &driver->allocator;
@@ -960,7 +976,6 @@ GPUHAL_API gpuhal_status_t gpuhal_device_create(gpuhal_driver_t* driver, int ord
   gpuhal__log(device->logger, GPUHAL_LOG_INFO, "device %d (%s, sm_%d%d) created with %u queue%s", ordinal,
               device->info.name, device->info.compute_capability_major, device->info.compute_capability_minor,
               (unsigned)device->queue_count, device->queue_count == 1 ? "" : "s");
-  device->user_refs = 1;
   gpuhal__mutex_lock(&driver->devices_mutex);
   gpuhal__list_push_back(&driver->devices, &device->driver_link);
   gpuhal__mutex_unlock(&driver->devices_mutex);
@@ -973,8 +988,7 @@ static void gpuhal__device_retain_ref(gpuhal_device_t* device) { gpuhal__object_
 
 GPUHAL_API void gpuhal_device_retain(gpuhal_device_t* device) {
   if (!gpuhal__object_is_live(device, GPUHAL__MAGIC_DEVICE)) return;
-  gpuhal__atomic_add(&device->user_refs, 1);
-  gpuhal__device_retain_ref(device);
+  gpuhal__object_user_retain(&device->header);
 }
 
 /* 1 when the calling thread is one of the device's own (its worker, or a queue thread):
@@ -990,7 +1004,7 @@ static int gpuhal__device_owns_thread(gpuhal_device_t* device) {
 static void* gpuhal__device_reaper_main(void* arg) {
   gpuhal_device_t* device = (gpuhal_device_t*)arg;
   gpuhal_driver_t* driver = device->driver;
-  gpuhal_driver_retain(driver); /* outlive the device's own reference */
+  gpuhal__driver_retain_ref(driver); /* outlive the device's own reference */
   gpuhal__device_destroy(device);
   gpuhal__mutex_lock(&driver->devices_mutex);
   driver->reapers--;
@@ -1028,9 +1042,18 @@ static void gpuhal__device_release_ref(gpuhal_device_t* device) {
   pthread_attr_destroy(&attr);
 }
 
+/* A release beyond the application's own references (a second release of a device whose
+ * buffers still hold it) is refused: taking a buffer's reference would tear the device
+ * down under that buffer, whose own release would then wait on a stopped worker. */
 GPUHAL_API void gpuhal_device_release(gpuhal_device_t* device) {
   if (!gpuhal__object_is_live(device, GPUHAL__MAGIC_DEVICE)) return;
-  gpuhal__atomic_sub(&device->user_refs, 1);
+  if (!gpuhal__object_user_release(&device->header)) {
+    gpuhal__log(device->logger, GPUHAL_LOG_ERROR,
+                "gpuhal_device_release: device %d was released more times than it was created and retained; "
+                "this release is ignored",
+                device->ordinal);
+    return;
+  }
   gpuhal__device_release_ref(device);
 }
 

@@ -85,59 +85,16 @@ struct gpuhal_buffer_s {
   void* queue_data; /* the queue's own per-buffer state */
 };
 
-/* Buffer objects of queue_alloca come and go with every stream-ordered allocation, so a
- * device recycles them instead of allocating and freeing (and quarantining) one each time.
- * A released object is reused only once GPUHAL__RECYCLE_DISTANCE later ones were released,
- * so a late call on its handle still finds the poisoned magic, as base.h's quarantine
- * promises for every other object. */
-#define GPUHAL__RECYCLE_DISTANCE 64
-/* Room for the objects of as many allocations in flight as a busy queue keeps (beyond the
- * distance) before released objects are freed: about 50 KB at most per device. */
-#define GPUHAL__RECYCLE_CAPACITY 512
-
 /* The stream-ordered pool of one device. */
 typedef struct gpuhal__memory_state_s {
   CUmemoryPool pool; /* NULL: no pool support; pool allocations fall back to cuMemAlloc */
   int owns_pool;     /* 1: created by us (destroyed with the device); 0: the device's default pool */
-  gpuhal__mutex_t recycle_mutex;
-  gpuhal_buffer_t* recycled[GPUHAL__RECYCLE_CAPACITY]; /* released pending buffers, oldest at head */
-  uint32_t recycle_head, recycle_count;
   /* Per queue: 1 once a pool free was issued on its stream, until an alloca that ran out of
    * memory found the stream idle (atomic). Such an alloca waits for the streams still busy. */
   int32_t frees_issued[GPUHAL_MAX_QUEUES];
   CUevent oom_event;          /* recorded on those streams for the alloca to wait on; lazily made */
   uint64_t buffers_allocated; /* bytes of live gpuhal_buffer_allocate device memory (atomic) */
 } gpuhal__memory_state_t;
-
-/* A released pending buffer's object that has waited long enough, or NULL. */
-static gpuhal_buffer_t* gpuhal__recycled_take(gpuhal__memory_state_t* memory) {
-  gpuhal_buffer_t* buffer = NULL;
-  gpuhal__mutex_lock(&memory->recycle_mutex);
-  if (memory->recycle_count > GPUHAL__RECYCLE_DISTANCE) {
-    buffer = memory->recycled[memory->recycle_head];
-    memory->recycle_head = (memory->recycle_head + 1) % GPUHAL__RECYCLE_CAPACITY;
-    memory->recycle_count--;
-  }
-  gpuhal__mutex_unlock(&memory->recycle_mutex);
-  return buffer;
-}
-
-/* Keeps a released pending buffer's object for reuse (its magic already poisoned); when the
- * ring is full the oldest, long past its distance, is freed. */
-static void gpuhal__recycled_put(gpuhal_device_t* device, gpuhal_buffer_t* buffer) {
-  gpuhal__memory_state_t* memory = device->memory;
-  gpuhal_buffer_t* evicted = NULL;
-  gpuhal__mutex_lock(&memory->recycle_mutex);
-  if (memory->recycle_count == GPUHAL__RECYCLE_CAPACITY) {
-    evicted = memory->recycled[memory->recycle_head];
-    memory->recycle_head = (memory->recycle_head + 1) % GPUHAL__RECYCLE_CAPACITY;
-    memory->recycle_count--;
-  }
-  memory->recycled[(memory->recycle_head + memory->recycle_count) % GPUHAL__RECYCLE_CAPACITY] = buffer;
-  memory->recycle_count++;
-  gpuhal__mutex_unlock(&memory->recycle_mutex);
-  gpuhal__free(device->allocator, evicted);
-}
 
 /* ---- the device pool ---- */
 
@@ -200,7 +157,6 @@ static gpuhal_status_t gpuhal__pool_destroy(void* arg) {
 static gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device) {
   GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(gpuhal__memory_state_t),
                                                "device memory state", (void**)&device->memory));
-  gpuhal__mutex_init(&device->memory->recycle_mutex);
   if (!device->info.memory_pools_supported && device->params.pool_max_bytes)
     return gpuhal_status_make(GPUHAL_STATUS_UNIMPLEMENTED,
                               "gpuhal_device_create: argument 'params->pool_max_bytes' needs stream-ordered pools, "
@@ -217,12 +173,6 @@ static gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device) {
 static void gpuhal__memory_state_destroy(gpuhal_device_t* device) {
   gpuhal__memory_state_t* memory = device->memory;
   if (!memory) return;
-  while (memory->recycle_count > 0) {
-    gpuhal__free(device->allocator, memory->recycled[memory->recycle_head]);
-    memory->recycle_head = (memory->recycle_head + 1) % GPUHAL__RECYCLE_CAPACITY;
-    memory->recycle_count--;
-  }
-  gpuhal__mutex_destroy(&memory->recycle_mutex);
   if (device->memory->pool) {
     gpuhal_status_t status = gpuhal__worker_call(device, gpuhal__pool_destroy, device);
     if (status) {
@@ -424,25 +374,19 @@ static void gpuhal__buffer_init(gpuhal_buffer_t* buffer, gpuhal_device_t* device
 static gpuhal_status_t gpuhal__buffer_new(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
                                           gpuhal_buffer_t** out_buffer) {
   gpuhal_buffer_t* buffer = NULL;
-  GPUHAL__RETURN_IF_ERROR(
-      gpuhal__alloc_zeroed(device->allocator, sizeof(*buffer), "gpuhal_buffer_t", (void**)&buffer));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_BUFFER, sizeof(*buffer),
+                                               "gpuhal_buffer_t", (void**)&buffer));
   gpuhal__buffer_init(buffer, device, kind, size);
   *out_buffer = buffer;
   return NULL;
 }
 
 /* A device buffer with no memory yet, for queue_alloca: the queue sets `address` (then
- * state LIVE) when the allocation is issued. Its object may be a recycled one. */
+ * state LIVE) when the allocation is issued. Its object comes from the driver's object pool
+ * like every buffer's, so a steady stream of allocas reuses released objects. */
 static gpuhal_status_t gpuhal__buffer_create_pending(gpuhal_device_t* device, uint64_t size,
                                                      gpuhal_buffer_t** out_buffer) {
-  gpuhal_buffer_t* buffer = device->memory ? gpuhal__recycled_take(device->memory) : NULL;
-  if (buffer) {
-    memset(buffer, 0, sizeof(*buffer));
-    gpuhal__buffer_init(buffer, device, GPUHAL_MEMORY_DEVICE, size);
-    *out_buffer = buffer;
-  } else {
-    GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_new(device, GPUHAL_MEMORY_DEVICE, size, out_buffer));
-  }
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_new(device, GPUHAL_MEMORY_DEVICE, size, out_buffer));
   (*out_buffer)->pending = 1;
   return NULL;
 }
@@ -590,11 +534,7 @@ static void gpuhal__buffer_destroy(gpuhal_buffer_t* buffer) {
     }
   }
   gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_FREED);
-  if (buffer->pending && device->memory) {
-    gpuhal__recycled_put(device, buffer);
-  } else {
-    gpuhal__quarantine_free(device->allocator, device->driver, buffer);
-  }
+  gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_BUFFER, buffer);
   gpuhal__device_release_ref(device);
 }
 
@@ -617,8 +557,7 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate(gpuhal_device_t* device, gpuha
   GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_new(device, kind, size, &buffer));
   status = gpuhal__buffer_allocate_memory(buffer);
   if (status) {
-    gpuhal__atomic_store(&buffer->header.magic, GPUHAL__MAGIC_DEAD);
-    gpuhal__quarantine_free(device->allocator, device->driver, buffer);
+    gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_BUFFER, buffer);
     gpuhal__device_release_ref(device);
     return gpuhal_status_annotate(status, "allocating %llu bytes of %s memory on device %d", (unsigned long long)size,
                                   kind == GPUHAL_MEMORY_DEVICE ? "device"
@@ -634,13 +573,25 @@ static int gpuhal__buffer_is_valid(gpuhal_buffer_t* buffer) {
   return buffer && gpuhal__atomic_load(&buffer->header.magic) == GPUHAL__MAGIC_BUFFER;
 }
 
+/* gpuhal's own references (command buffers, queue actions, collectives); NULL is fine. */
+static void gpuhal__buffer_retain_ref(gpuhal_buffer_t* buffer) {
+  if (buffer) gpuhal__object_retain(&buffer->header);
+}
+static void gpuhal__buffer_release_ref(gpuhal_buffer_t* buffer) {
+  if (buffer && gpuhal__object_release(&buffer->header)) gpuhal__buffer_destroy(buffer);
+}
+
 GPUHAL_API void gpuhal_buffer_retain(gpuhal_buffer_t* buffer) {
-  if (gpuhal__buffer_is_valid(buffer)) gpuhal__object_retain(&buffer->header);
+  if (gpuhal__buffer_is_valid(buffer)) gpuhal__object_user_retain(&buffer->header);
 }
 
 GPUHAL_API void gpuhal_buffer_release(gpuhal_buffer_t* buffer) {
   if (!gpuhal__buffer_is_valid(buffer)) return;
-  if (gpuhal__object_release(&buffer->header)) gpuhal__buffer_destroy(buffer);
+  if (!gpuhal__object_user_release(&buffer->header)) {
+    gpuhal__log_extra_release(buffer->device->logger, __func__, "a buffer");
+    return;
+  }
+  gpuhal__buffer_release_ref(buffer);
 }
 
 GPUHAL_API uint64_t gpuhal_buffer_size(gpuhal_buffer_t* buffer) {

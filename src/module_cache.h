@@ -1622,7 +1622,7 @@ struct gpuhal_kernel_s {
   gpuhal_executable_t* executable;
   CUfunction function;
   gpuhal_kernel_info_t info;
-  char name[1];     /* allocated to fit */
+  char* name; /* owned; apart from the object, so kernel objects have one size (base.h's pool) */
 };
 
 struct gpuhal_executable_s {
@@ -1642,12 +1642,12 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_load(gpuhal_device_t* device, const
   GPUHAL__CHECK_OBJECT(device, GPUHAL__MAGIC_DEVICE);
   GPUHAL__CHECK_ARG(image != NULL, "image", "must not be NULL");
   GPUHAL__CHECK_ARG(size > 0, "size", "must be > 0");
-  GPUHAL__RETURN_IF_ERROR(
-      gpuhal__alloc_zeroed(device->allocator, sizeof(*executable), "an executable", (void**)&executable));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_EXECUTABLE, sizeof(*executable),
+                                               "an executable", (void**)&executable));
   {
     gpuhal_status_t st = gpuhal__module_cache_load(device, image, size, NULL, &entry);
     if (st) {
-      gpuhal__free(device->allocator, executable);
+      gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_EXECUTABLE, executable);
       return st;
     }
   }
@@ -1662,7 +1662,7 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_load(gpuhal_device_t* device, const
 
 GPUHAL_API void gpuhal_executable_retain(gpuhal_executable_t* executable) {
   if (!executable || gpuhal__atomic_load(&executable->object.magic) != GPUHAL__MAGIC_EXECUTABLE) return;
-  gpuhal__object_retain(&executable->object);
+  gpuhal__object_user_retain(&executable->object);
 }
 
 static void gpuhal__executable_destroy(gpuhal_executable_t* executable) {
@@ -1670,19 +1670,31 @@ static void gpuhal__executable_destroy(gpuhal_executable_t* executable) {
   gpuhal_kernel_t* kernel = executable->kernels;
   while (kernel) {
     gpuhal_kernel_t* next = kernel->next;
-    gpuhal__atomic_store(&kernel->object.magic, GPUHAL__MAGIC_DEAD);
-    gpuhal__quarantine_free(device->allocator, device->driver, kernel);
+    gpuhal__free(device->allocator, kernel->name);
+    gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_KERNEL, kernel);
     kernel = next;
   }
   gpuhal__module_cache_release(device, executable->entry);
   gpuhal__mutex_destroy(&executable->mutex);
-  gpuhal__quarantine_free(device->allocator, device->driver, executable);
+  gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_EXECUTABLE, executable);
   gpuhal__device_release_ref(device);
+}
+
+/* gpuhal's own references (command buffers that dispatch its kernels). */
+static void gpuhal__executable_retain_ref(gpuhal_executable_t* executable) {
+  gpuhal__object_retain(&executable->object);
+}
+static void gpuhal__executable_release_ref(gpuhal_executable_t* executable) {
+  if (gpuhal__object_release(&executable->object)) gpuhal__executable_destroy(executable);
 }
 
 GPUHAL_API void gpuhal_executable_release(gpuhal_executable_t* executable) {
   if (!executable || gpuhal__atomic_load(&executable->object.magic) != GPUHAL__MAGIC_EXECUTABLE) return;
-  if (gpuhal__object_release(&executable->object)) gpuhal__executable_destroy(executable);
+  if (!gpuhal__object_user_release(&executable->object)) {
+    gpuhal__log_extra_release(executable->device->logger, __func__, "an executable");
+    return;
+  }
+  gpuhal__executable_release_ref(executable);
 }
 
 /* cuFuncGetParamInfo for index 0, 1, ... until the driver says there is no such index. */
@@ -1834,8 +1846,13 @@ static gpuhal_status_t gpuhal__kernel_create(gpuhal_executable_t* executable, co
   gpuhal__function_record_t* record = NULL;
   gpuhal_kernel_t* kernel = NULL;
   GPUHAL__RETURN_IF_ERROR(gpuhal__module_entry_function(device, executable->entry, name, &record));
-  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(*kernel) + name_length, "a kernel",
-                                               (void**)&kernel));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_KERNEL, sizeof(*kernel),
+                                               "a kernel", (void**)&kernel));
+  kernel->name = (char*)gpuhal__alloc(device->allocator, name_length + 1);
+  if (!kernel->name) {
+    gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_KERNEL, kernel);
+    return gpuhal__status_oom("a kernel's name", name_length + 1);
+  }
   gpuhal__object_init(&kernel->object, GPUHAL__MAGIC_KERNEL);
   memcpy(kernel->name, name, name_length + 1);
   kernel->executable = executable;

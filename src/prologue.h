@@ -43,6 +43,9 @@
  *   GPUHAL_NO_NCCL      leave out collectives; channel calls return UNAVAILABLE
  *   GPUHAL_USE_CUDA_H   use the real <cuda.h> instead of gpuhal's own declarations
  *                       (also chosen automatically when <cuda.h> was included first)
+ *   GPUHAL_HANDLE_REUSE_DISTANCE  released objects of a type reused only after this many
+ *                       later releases of that type (default 4096): calls on a released
+ *                       handle are caught until then (see base.h, object pools)
  *   Tuning of the queue's threads (GPUHAL_COMPLETION_*, GPUHAL_HOST_WAIT_*, GPUHAL_HARVEST_*)
  *   is described beside each default (the semaphore and queue sections) and in README.md.
  *

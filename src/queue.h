@@ -461,14 +461,14 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
   /* Signals first: a signal may share its semaphore reference with a wait. */
   for (i = 0; i < a->signal_count; ++i) {
     if (!a->completed_ok) gpuhal__semaphore_remove_timepoint(&a->signals[i]);
-    if (!gpuhal__action_signal_ref_shared(a, i)) gpuhal_semaphore_release(a->signals[i].semaphore);
+    if (!gpuhal__action_signal_ref_shared(a, i)) gpuhal__semaphore_release_ref(a->signals[i].semaphore);
   }
   gpuhal__action_drop_wait_events(a);
   for (i = 0; i < a->wait_count; ++i) {
     gpuhal__action_wait_t* w = &a->waits[i];
     /* Only an action that never issued can still be registered (on its blocking wait). */
     if (!a->event && i == a->next_wait) gpuhal__semaphore_unregister(w->semaphore, &w->waiter);
-    gpuhal_semaphore_release(w->semaphore);
+    gpuhal__semaphore_release_ref(w->semaphore);
   }
   a->completed_ok = 0;
   a->value_waits = 0;
@@ -1522,7 +1522,7 @@ static gpuhal_status_t gpuhal__dealloca_issue(void* user, gpuhal_device_t* devic
 }
 static void gpuhal__buffer_action_release(void* user, gpuhal_device_t* device) {
   GPUHAL__UNUSED(device);
-  gpuhal_buffer_release((gpuhal_buffer_t*)user);
+  gpuhal__buffer_release_ref((gpuhal_buffer_t*)user);
 }
 /* With a pool, allocation and free are stream-ordered calls that never block, so the
  * submitting thread may issue them; the synchronous fallback stays on the worker. */
@@ -1551,11 +1551,11 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_alloca(gpuhal_device_t* device, uint32_t
     gpuhal__queue_fail_signals(signal, status, "alloca", device->ordinal, queue);
     return status;
   }
-  gpuhal_buffer_retain(buffer); /* the action's reference */
+  gpuhal__buffer_retain_ref(buffer); /* the action's reference */
   status = gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__alloca_ops, buffer, NULL, NULL,
                                      gpuhal__pool_submit_flags(device));
   if (status) {
-    gpuhal_buffer_release(buffer);
+    gpuhal__buffer_release_ref(buffer);
     gpuhal_buffer_release(buffer);
     return status;
   }
@@ -1583,12 +1583,12 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32
       return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
                                 "gpuhal_queue_dealloca: argument 'buffer' already has a dealloca queued");
   }
-  gpuhal_buffer_retain(buffer);
+  gpuhal__buffer_retain_ref(buffer);
   status = gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__dealloca_ops, buffer, NULL, NULL,
                                      gpuhal__pool_submit_flags(device));
   if (status) {
     gpuhal__atomic_store(&buffer->queue_data, (void*)NULL);
-    gpuhal_buffer_release(buffer);
+    gpuhal__buffer_release_ref(buffer);
   }
   return status;
 }

@@ -485,10 +485,10 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_create(gpuhal_driver_t* driver, uint
   GPUHAL__CHECK_ARG(out_semaphore != NULL, "out_semaphore", "must not be NULL");
   *out_semaphore = NULL;
   GPUHAL__CHECK_OBJECT(driver, GPUHAL__MAGIC_DRIVER);
-  GPUHAL__RETURN_IF_ERROR(
-      gpuhal__alloc_zeroed(&driver->allocator, sizeof(*s), "gpuhal_semaphore_create: semaphore", (void**)&s));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&driver->objects, GPUHAL__MAGIC_SEMAPHORE, sizeof(*s),
+                                               "gpuhal_semaphore_create: semaphore", (void**)&s));
   gpuhal__object_init(&s->object, GPUHAL__MAGIC_SEMAPHORE);
-  gpuhal_driver_retain(driver); /* a semaphore may outlive the user's driver reference */
+  gpuhal__driver_retain_ref(driver); /* a semaphore may outlive the user's driver reference */
   s->driver = driver;
   s->allocator = driver->allocator;
   gpuhal__mutex_init(&s->mutex);
@@ -501,12 +501,11 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_create(gpuhal_driver_t* driver, uint
 
 GPUHAL_API void gpuhal_semaphore_retain(gpuhal_semaphore_t* semaphore) {
   if (!gpuhal__object_is_live(semaphore, GPUHAL__MAGIC_SEMAPHORE)) return;
-  gpuhal__object_retain(&semaphore->object);
+  gpuhal__object_user_retain(&semaphore->object);
 }
 
-GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore) {
-  /* NULL or a released handle: ignore rather than crash */
-  if (!gpuhal__object_is_live(semaphore, GPUHAL__MAGIC_SEMAPHORE)) return;
+/* gpuhal's own references (queue actions take theirs with gpuhal__object_retain). */
+static void gpuhal__semaphore_release_ref(gpuhal_semaphore_t* semaphore) {
   if (!gpuhal__object_release(&semaphore->object)) return;
   /* Nothing can be registered now: waiters and actions hold references. */
   GPUHAL_ASSERT(gpuhal__list_empty(&semaphore->waiters));
@@ -518,9 +517,19 @@ GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore) {
   gpuhal__mutex_destroy(&semaphore->mutex);
   {
     gpuhal_driver_t* driver = semaphore->driver;
-    gpuhal__quarantine_free(&semaphore->allocator, driver, semaphore);
+    gpuhal__object_free(&driver->objects, GPUHAL__MAGIC_SEMAPHORE, semaphore);
     gpuhal__driver_release_ref(driver);
   }
+}
+
+GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore) {
+  /* NULL or a released handle: ignore rather than crash */
+  if (!gpuhal__object_is_live(semaphore, GPUHAL__MAGIC_SEMAPHORE)) return;
+  if (!gpuhal__object_user_release(&semaphore->object)) {
+    gpuhal__log_extra_release(&semaphore->driver->logger, __func__, "a semaphore");
+    return;
+  }
+  gpuhal__semaphore_release_ref(semaphore);
 }
 
 /* Looks at the newest submitted value's event (one cuEventQuery; never blocks) and advances

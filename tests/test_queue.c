@@ -504,9 +504,10 @@ TU_TEST(steady_state_allocates_nothing) {
   qt_close(&f);
 }
 
-/* queue_alloca's buffer objects are recycled: a steady chain of alloca/dealloca pairs
- * allocates nothing, and a released handle is still caught as released while fewer than
- * GPUHAL__RECYCLE_DISTANCE later buffers were released. */
+/* queue_alloca's buffer objects are recycled (base.h's object pool): once
+ * GPUHAL_HANDLE_REUSE_DISTANCE of them were released, a steady chain of alloca/dealloca
+ * pairs allocates nothing, and a released handle is still caught as released after that
+ * many later buffers were released. */
 static gpuhal_status_t alloca_pair(qt_fixture_t* f, gpuhal_semaphore_t* s, uint64_t* value, gpuhal_buffer_t** out) {
   uint64_t prev = *value, mid = prev + 1, next = prev + 2;
   gpuhal_buffer_t* buffer = NULL;
@@ -533,7 +534,7 @@ TU_TEST(alloca_buffer_objects_are_recycled) {
   int i, round, clean = 0;
   TU_REQUIRE(qt_open(&f, 1, qt_counting_allocator(&counting)));
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
-  for (i = 0; i < 200; ++i) TU_REQUIRE_OK(alloca_pair(&f, s, &value, NULL));
+  for (i = 0; i < GPUHAL_HANDLE_REUSE_DISTANCE + 200; ++i) TU_REQUIRE_OK(alloca_pair(&f, s, &value, NULL));
   TU_CHECK_OK(gpuhal_semaphore_wait(s, value, qt_seconds(30)));
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(30)));
   /* A round may still grow a pool on a slow machine (sanitizers: more work in flight);
@@ -550,12 +551,12 @@ TU_TEST(alloca_buffer_objects_are_recycled) {
     TU_FAIL_AT(__FILE__, __LINE__, "every round of 200 alloca/dealloca pairs allocated (%llu, %llu, %llu, ... %llu)",
                (unsigned long long)round_allocs[0], (unsigned long long)round_allocs[1],
                (unsigned long long)round_allocs[2], (unsigned long long)round_allocs[7]);
-  /* Released, then GPUHAL__RECYCLE_DISTANCE - 1 more released: still caught. */
+  /* Released, then GPUHAL_HANDLE_REUSE_DISTANCE more released: still caught. */
   TU_REQUIRE_OK(alloca_pair(&f, s, &value, &old));
   TU_CHECK_OK(gpuhal_semaphore_wait(s, value, qt_seconds(30)));
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(30)));
   gpuhal_buffer_release(old);
-  for (i = 0; i < GPUHAL__RECYCLE_DISTANCE - 1; ++i) TU_REQUIRE_OK(alloca_pair(&f, s, &value, NULL));
+  for (i = 0; i < GPUHAL_HANDLE_REUSE_DISTANCE; ++i) TU_REQUIRE_OK(alloca_pair(&f, s, &value, NULL));
   TU_CHECK_OK(gpuhal_semaphore_wait(s, value, qt_seconds(30)));
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(30)));
   TU_CHECK_STATUS(gpuhal_buffer_device_address(old, &address), GPUHAL_STATUS_INVALID_ARGUMENT, "already released");
