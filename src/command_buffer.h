@@ -2107,7 +2107,6 @@ static gpuhal_status_t gpuhal__execute_action_acquire(gpuhal_command_buffer_t* c
 
 static gpuhal_status_t gpuhal__execute_check(gpuhal_device_t* device, gpuhal_command_buffer_t* cb,
                                              const gpuhal_binding_table_t* bindings) {
-  int32_t expected = 0;
   GPUHAL__CHECK_OBJECT(cb, GPUHAL__MAGIC_COMMAND_BUFFER);
   if (cb->device != device)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
@@ -2119,6 +2118,13 @@ static gpuhal_status_t gpuhal__execute_check(gpuhal_device_t* device, gpuhal_com
                               "executing it",
                               cb->state == GPUHAL__CB_RECORDING ? "is still recording" : "was never recorded");
   GPUHAL__RETURN_IF_ERROR(gpuhal__execute_check_bindings(cb, bindings));
+  return NULL;
+}
+
+/* A ONE_SHOT command buffer runs once. Checked last, after every argument: a second execute
+ * fails its signal semaphores too (see gpuhal__queue_fail_signals). */
+static gpuhal_status_t gpuhal__execute_claim(gpuhal_command_buffer_t* cb) {
+  int32_t expected = 0;
   if (!(cb->flags & GPUHAL_COMMAND_BUFFER_REUSABLE) && !gpuhal__atomic_cas(&cb->executed, &expected, 1))
     return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
                               "gpuhal_queue_execute: the ONE_SHOT command buffer was already executed (create it "
@@ -2152,6 +2158,11 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_
     return st ? gpuhal_status_annotate(st, "in gpuhal_queue_execute") : NULL;
   }
   GPUHAL__RETURN_IF_ERROR(gpuhal__execute_check(device, cb, bindings));
+  st = gpuhal__execute_claim(cb);
+  if (st) {
+    gpuhal__queue_fail_signals(signal, st, "execute", device->ordinal, queue);
+    return st;
+  }
   if (cb->binding_slots == 0) {
     gpuhal__cb_retain_ref(cb); /* the action's reference */
     st = gpuhal__queue_submit_ex(device, queue, wait, signal, &gpuhal__execute_unbound_ops, cb,

@@ -752,8 +752,10 @@ static int gpuhal__host_wait_poll(gpuhal_wait_mode_t mode, gpuhal_semaphore_list
     }
     if (!event) return 0;
     polls++;
+    /* Only a wait on this one value may sleep here: with more entries, another one's failure
+     * (or, for ANY, its completion) must end the wait, which the registered phase sees. */
     gpuhal__semaphore_await_event(list.semaphores[index], list.values[index], event, event_value, timeout,
-                                  mode == GPUHAL_WAIT_ALL || list.count == 1);
+                                  list.count == 1);
     if (gpuhal__timeout_expired(timeout)) return 0;
   }
 }

@@ -784,6 +784,9 @@ static void scenario_cb_release(sw_run_t* r) {
     gpuhal_command_buffer_release(o.cb[0]);
     o.cb[0] = NULL;
   }
+  sw_close(&o);
+}
+
 /* Out of memory and back (issue #15): a pool limited to 4 MiB is filled with 1 MiB allocas;
  * one more fails out of memory (expected: trim and retry happen inside); statistics; then
  * queue 1 runs a 100 ms kernel and deallocates everything while an alloca on queue 0 is
