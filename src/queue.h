@@ -145,6 +145,8 @@ typedef struct gpuhal__action_s {
   int32_t wake;       /* 1: new, or a semaphore it is blocked on changed: resolve it again */
   int completed_ok;   /* the work completed and its values were advanced */
   int value_waits;    /* some wait is GPUHAL__WAIT_VALUE */
+  int provisional;    /* it may run on a failed input: a value wait (a failure store releases
+                         it), or a wait on provisional work; see gpuhal__action_inputs */
   uint32_t shared_signal_refs; /* bit i: signal i uses a wait's semaphore reference */
   gpuhal__action_wait_t* waits;
   gpuhal__timepoint_t* signals;
@@ -472,6 +474,7 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
   }
   a->completed_ok = 0;
   a->value_waits = 0;
+  a->provisional = 0;
   a->shared_signal_refs = 0;
   gpuhal__event_release_to(a->event, events);
   a->event = NULL;
@@ -583,6 +586,7 @@ static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_ev
     w->event = q.event;
     w->word = q.word_address;
     if (w->kind == GPUHAL__WAIT_VALUE) a->value_waits = 1;
+    if (w->kind == GPUHAL__WAIT_VALUE || (st == GPUHAL__WAIT_SUBMITTED && q.provisional)) a->provisional = 1;
     a->next_wait++;
   }
   return GPUHAL__RESOLVE_READY;
@@ -641,6 +645,7 @@ static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstrea
   for (i = 0; i < a->signal_count; ++i) {
     CUdeviceptr word;
     a->signals[i].event = a->event;
+    a->signals[i].provisional = a->provisional;
     a->signals[i].settled = gpuhal__timepoint_settled;
     a->signals[i].owner = a;
     word = gpuhal__semaphore_add_timepoint(a->signals[i].semaphore, &a->signals[i]);
@@ -780,10 +785,10 @@ static int gpuhal__actions_share_signal(const gpuhal__action_t* a, const gpuhal_
          next->signals[0].value >= a->signals[0].value;
 }
 
-/* What is known of the inputs of an action whose work ran. Its GPU waits were released by
- * what the GPU saw (an event, a word), but a word may have been written by work that then
- * failed, or by a failure store: the values count as reached only once the host side has
- * them (the signalling work observed, or a host signal). Atomic loads only. */
+/* What is known of the inputs of an action whose work ran. A provisional action's GPU waits
+ * may have been released by a failure store (or by work that was): its waited values count
+ * as reached only once the host side has them (the signalling work observed, or a host
+ * signal). Anything else ran behind work that really completed. Atomic loads only. */
 typedef enum gpuhal__inputs_e {
   GPUHAL__INPUTS_REACHED, /* every waited value is reached: the work ran on good input */
   GPUHAL__INPUTS_UNKNOWN, /* some value is neither reached nor failed yet: look again later */
@@ -793,7 +798,7 @@ typedef enum gpuhal__inputs_e {
 static gpuhal__inputs_t gpuhal__action_inputs(const gpuhal__action_t* a, gpuhal_status_t* out_failure) {
   gpuhal__inputs_t result = GPUHAL__INPUTS_REACHED;
   uint32_t i;
-  for (i = 0; i < a->wait_count; ++i) {
+  for (i = 0; a->provisional && i < a->wait_count; ++i) {
     const gpuhal__action_wait_t* w = &a->waits[i];
     gpuhal__wait_query_t q;
     char who[96];
@@ -1174,15 +1179,21 @@ static uint32_t gpuhal__harvest_take(gpuhal__queue_state_t* state, gpuhal__queue
   uint32_t n = 0;
   while (!gpuhal__list_empty(&lane->in_flight)) {
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
-    /* Work whose inputs are not known good yet is left to the completion thread. */
-    if (a->seq > seq || a->host_fn || gpuhal__action_inputs(a, NULL) != GPUHAL__INPUTS_REACHED) break;
+    /* Provisional work (its inputs checked once known) is left to the completion thread. */
+    if (a->seq > seq || a->host_fn || a->provisional) break;
     gpuhal__list_remove(&a->link);
     gpuhal__list_push_back(taken, &a->link);
     gpuhal__atomic_sub(&lane->count, 1u);
     gpuhal__atomic_sub(&state->in_flight_count, 1u);
     n++;
   }
-  if (n) lane->last_harvest_ns = gpuhal_now_ns();
+  if (n) {
+    int64_t now = gpuhal_now_ns();
+    const gpuhal__action_t* front =
+        gpuhal__list_empty(&lane->in_flight) ? NULL : GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
+    lane->last_harvest_ns = now;
+    gpuhal__atomic_store(&lane->harvest_due_ns, (front ? front->dispatch_ns : now) + GPUHAL__HARVEST_MAX_WAIT_NS);
+  }
   return n;
 }
 
@@ -1438,6 +1449,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   a->failure = NULL;
   a->trace = NULL;
   a->value_waits = 0;
+  a->provisional = 0;
   for (i = 0; i < wait.count; ++i) {
     gpuhal__action_wait_t* w = &a->waits[i];
     gpuhal__semaphore_waiter_init(&w->waiter);
@@ -1456,6 +1468,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
     tp->semaphore = signal.semaphores[i];
     tp->value = signal.values[i];
     tp->event = NULL;
+    tp->provisional = 0;
   }
   gpuhal__action_retain_semaphores(a);
   GPUHAL__TRACE(device, (trace_t0 = gpuhal_now_ns(), trace_span = gpuhal__trace_submit_begin(device, a, wait, signal)));

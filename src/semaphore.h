@@ -91,10 +91,11 @@ typedef struct gpuhal__timepoint_s {
   gpuhal_semaphore_t* semaphore; /* retained by the owning action */
   uint64_t value;
   gpuhal__event_t* event; /* the action's event; the action holds the reference */
-  /* The work's GPU waits may have been released by a word that work which then failed
-   * wrote, or by a failure store: its event completing means the value is reached only
-   * when `settled` (called under the semaphore's lock while the timepoint is linked, so
-   * its owner is alive) says every input of the work is known reached. */
+  /* Provisional: the work's GPU waits may have been released by a failure store (a value
+   * wait, or an event of work that was), so its event completing means the value is reached
+   * only when `settled` (called under the semaphore's lock while the timepoint is linked,
+   * so its owner is alive) says every input of the work is known reached. */
+  int provisional;
   int (*settled)(const struct gpuhal__timepoint_s* tp);
   void* owner;
 } gpuhal__timepoint_t;
@@ -258,7 +259,9 @@ static void gpuhal__semaphore_publish_newest_locked(gpuhal_semaphore_t* s) {
   const gpuhal__timepoint_t* newest =
       gpuhal__list_empty(&s->timepoints) ? NULL : GPUHAL__CONTAINER_OF(s->timepoints.prev, gpuhal__timepoint_t, link);
   uint64_t value = newest ? newest->value : 0;
-  CUstream stream = newest ? newest->event->stream : NULL;
+  /* A provisional newest value is not "covered" without the lock: the waiter must learn
+   * that it is provisional (gpuhal__semaphore_check). */
+  CUstream stream = newest && !newest->provisional ? newest->event->stream : NULL;
   uint32_t seq = __atomic_load_n(&s->newest_seq, __ATOMIC_RELAXED);
   if (value == gpuhal__atomic_load(&s->newest_value) && stream == gpuhal__atomic_load(&s->newest_stream)) return;
   __atomic_store_n(&s->newest_seq, seq + 1, __ATOMIC_RELAXED);
@@ -329,7 +332,7 @@ static int gpuhal__semaphore_advance_from_event(gpuhal_semaphore_t* s, const gpu
       reached = 0;
     } else {
       gpuhal__timepoint_t* tp = GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link);
-      reached = tp->settled(tp);
+      reached = !tp->provisional || tp->settled(tp);
     }
     if (reached) {
       gpuhal__semaphore_store_locked(s, value);
@@ -413,6 +416,7 @@ typedef struct gpuhal__wait_query_s {
                               instead of PENDING; the word is consumed when used */
   gpuhal__event_t* event;  /* out */
   uint64_t event_value;    /* out: the submitted value found */
+  int provisional;         /* out, SUBMITTED: that timepoint is provisional */
   CUdeviceptr word_address; /* out, ARMED */
   gpuhal_status_t failure; /* out, FAILED: a clone of the cause */
 } gpuhal__wait_query_t;
@@ -444,6 +448,7 @@ static gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint6
           q->event = best->event;
         }
         q->event_value = best->value;
+        q->provisional = best->provisional;
         state = GPUHAL__WAIT_SUBMITTED;
       }
     }
@@ -786,7 +791,7 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
   hw.notified = 0;
   for (i = 0; i < list.count; ++i) {
     gpuhal__semaphore_waiter_init(&nodes[i]);
-    nodes[i].wants_submitted = 0;
+    nodes[i].wants_submitted = 1; /* a value submitted meanwhile is polled on this thread */
     nodes[i].notify = gpuhal__host_wait_notify;
     nodes[i].user = &hw;
   }
@@ -807,7 +812,10 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
     gpuhal__mutex_lock(&hw.mutex);
     while (hw.notified == seen && gpuhal__cond_wait_until(&hw.cond, &hw.mutex, nap)) {
     }
+    seen = hw.notified != seen;
     gpuhal__mutex_unlock(&hw.mutex);
+    /* Notified: a value was reached, failed or submitted; a submitted one is polled here. */
+    if (seen && gpuhal__host_wait_poll(mode, list, timeout, &result)) break;
   }
   for (i = 0; i < list.count; ++i) gpuhal__semaphore_unregister(list.semaphores[i], &nodes[i]);
   gpuhal__cond_destroy(&hw.cond);
