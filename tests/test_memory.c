@@ -285,7 +285,9 @@ TU_TEST(trim_and_statistics) {
 
   TU_CHECK_OK(gpuhal_device_trim(f.device));
   TU_CHECK_OK(gpuhal_device_memory_stats(f.device, &trimmed));
-  TU_CHECK(trimmed.pool_reserved < freed.pool_reserved);
+  /* A real driver may keep part of a pool's reservation through a trim (its granularity,
+   * frees it has not retired yet): only softcuda is held to releasing everything. */
+  TU_CHECK(trimmed.pool_reserved <= freed.pool_reserved);
   if (tu_softcuda()) TU_CHECK_EQ_INT(trimmed.pool_reserved, 0);
   TU_CHECK(trimmed.pool_reserved_high >= 3 * CHUNK); /* high-water marks are not reset */
   TU_CHECK(trimmed.pool_used_high >= 3 * CHUNK);
