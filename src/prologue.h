@@ -46,8 +46,7 @@
  *   GPUHAL_HANDLE_REUSE_DISTANCE  released objects of a type reused only after this many
  *                       later releases of that type (default 4096): calls on a released
  *                       handle are caught until then (see base.h, object pools)
- *   Tuning of the queue's threads (GPUHAL_COMPLETION_*, GPUHAL_HOST_WAIT_*, GPUHAL_HARVEST_*)
- *   is described beside each default (the semaphore and queue sections) and in README.md.
+ *   The queue's timing is tuned at run time: gpuhal_device_params_t.tuning (README.md).
  *
  * ENVIRONMENT
  *   GPUHAL_CUDA_LIBRARY   driver library to load (default libcuda.so.1, then libcuda.so)
@@ -55,6 +54,7 @@
  *   GPUHAL_LOG            error|warn|info|debug: log to stderr at that level and above
  *   GPUHAL_CACHE_DIR      directory of the persistent kernel cache
  *   GPUHAL_TRACE          file to write a Chrome-trace (Perfetto) JSON timeline to
+ *   GPUHAL_SEMAPHORE_MEMOPS  1: timeline values in device memory (opt-in); 0: never
  *
  * THREADS
  *   Every gpuhal object may be used from any thread. No gpuhal call changes the calling

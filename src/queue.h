@@ -4,35 +4,54 @@
  * copies and retains what it needs, appends an action and returns: it never blocks on the
  * GPU and never waits for its semaphores on the calling thread.
  *
- * Three threads serve a device:
- *  - the device's worker thread (device.h) runs the "pump": it issues every action whose
- *    waits are each *completed* (value reached) or *submitted* (the work that reaches it is
- *    issued and its event recorded: the wait becomes cuStreamWaitEvent), puts the action's
- *    work on its queue's stream, records one pooled event and publishes the signalled values
- *    as submitted timepoints. So chains of dependent work, across queues and devices, run on
- *    the GPU with no host round trip. It also releases retired actions (CUDA calls allowed).
- *  - the completion thread takes every issued action at once and observes the batch in issue
- *    order (cuEventQuery, spinning briefly, then between growing sleeps; one query of a
- *    newer event of the same stream covers the older ones: GPUHAL_COMPLETION_BATCH),
- *    advances the signalled semaphores, wakes waiters, and hands the actions back to the
- *    worker for release (in batches, one lock each). Between batches it naps rather than
- *    sleeps while work keeps coming (GPUHAL_COMPLETION_NAP_NS), so submitters need not
- *    wake it.
- *  - the host-call thread runs gpuhal_queue_host_call functions once their waits completed,
- *    then signals. No user function runs inside a CUDA callback; gpuhal never uses
- *    cuLaunchHostFunc.
- * Fast paths (DESIGN §6):
- *  - a submitter issues a ready action itself, inside a push/pop of the device's context,
- *    when nothing is queued ahead (GPUHAL__SUBMIT_CALLER_MAY_ISSUE);
- *  - a submitter that keeps issuing that way also retires the completed head of the issued
- *    list itself ("harvesting", below): in a busy steady state the completion thread and the
- *    worker have nothing to do, and an action's memory, its semaphores and its event stay
- *    in that thread's cache;
- *  - a host waiter polls the recorded event of the value it waits for and advances the
- *    semaphore itself once that event completed (semaphore.h).
- * A CUDA error fails the action's signal semaphores with the original error; actions that
- * wait on a failed semaphore fail with that cause in their message; a sticky error marks the
- * device lost and every pending and later action fails fast with it. */
+ * THE RULES (one page; CONTRIBUTING and docs keep to it)
+ *
+ * Threads of a device and the CUDA calls each may make:
+ *  - a submitting thread (any application thread): with the issue lock and the device's
+ *    context pushed, it issues an action whose waits are resolved when nothing is queued
+ *    ahead ("fast path": stream waits, the work, cuEventRecord, value writes); it may also
+ *    harvest (below): cuEventQuery, then releases (which enter the context themselves).
+ *  - the worker (device.h; context current for life): the pump issues whatever became ready,
+ *    in submission order, and releases retired actions. Every other context-dependent call
+ *    of a subsystem runs here or in a push/pop of the device's context.
+ *  - the completion thread: cuEventQuery (cuStreamQuery when a query keeps failing), never a
+ *    blocking call. It observes each queue
+ *    (lane) on its own: per lane in issue order, one query of the newest covering the older
+ *    ones, never waiting on one lane while another has finished work.
+ *  - the host-call thread: runs gpuhal_queue_host_call functions; no CUDA call.
+ *  No CUDA call is made inside a CUDA callback (gpuhal never uses cuLaunchHostFunc). No
+ *  gpuhal thread joins or waits for itself: a device teardown that would run on one of the
+ *  device's own threads (a host function releasing the device) runs on a teardown thread.
+ *
+ * Who advances a semaphore's value: one function, gpuhal__semaphore_advance (and its twin
+ * for an observed event, gpuhal__semaphore_advance_from_event), under the semaphore's lock,
+ * stores the value (and, when armed, its device word) and wakes every waiter it satisfies.
+ * It is called by whoever learns that the work reaching a value is done: the completion
+ * thread, a harvesting submitter, a host waiter that saw the value's own event complete, the
+ * host-call thread after a host function, or gpuhal_semaphore_signal. GPU work never changes
+ * the value the host sees; it only writes the word other GPU work waits on.
+ *
+ * How a wait is resolved (the action's waits, in order): reached -> nothing; submitted on the
+ * action's own stream -> nothing (stream order); submitted elsewhere -> cuStreamWaitEvent on
+ * that value's event at issue (no event is held while the action is still blocked, so a
+ * device's release never waits for another device's pending work); not submitted -> with
+ * GPU-resident values (GPUHAL_FEATURE_SEMAPHORE_MEMOPS, opt-in), cuStreamWaitValue64 on the
+ * semaphore's word and the action issues at once; otherwise the action waits on the host,
+ * registered on the semaphore, until the value is submitted or reached.
+ *
+ * Failure: a CUDA error fails the action's signal semaphores with the original error; an
+ * action waiting on a failed semaphore fails with that cause in its message; a queue call
+ * that fails after its arguments were accepted fails its signal semaphores; a sticky error
+ * marks the device lost and every pending and later action fails fast with it. A failed
+ * semaphore's word is set far above its value, which releases every GPU wait on it; work
+ * that ran behind such a wait ("provisional") counts as done only once every value it
+ * waited on is known reached on the host side, else it fails with the cause.
+ *
+ * Harvesting: a thread that keeps submitting on the fast path retires the completed head of
+ * its queue's lane itself (one cuEventQuery per look, backing off while the GPU is behind),
+ * so a busy steady state needs neither the completion thread nor the worker. The completion
+ * thread leaves issued work alone for tuning.completion_min_age_ns (host calls, idle waits
+ * and release cut that short): nothing's promptness depends on it. */
 
 #define GPUHAL__HAVE_QUEUE 1
 

@@ -1,0 +1,149 @@
+/* test_queue_tuning - every field of gpuhal_queue_tuning_t at a value other than its default
+ * (and the GPU-resident semaphore values turned on): the same mixed workload must end with
+ * exact values, every poll returning at once, and nothing left behind.
+ *
+ * The workload: a dependent chain across two queues (each hop submitted before the one it
+ * waits on for a quarter of them), host calls among the hops, counted GPU work, immediate
+ * polls of values in flight, an ANY wait, and an alloca/dealloca pair. */
+#define GPUHAL_IMPLEMENTATION
+#include "gpuhal.h"
+
+#include "test_util.h"
+#include "test_queue_util.h"
+
+enum { TT_HOPS = 240 };
+
+static void tt_workload(qt_fixture_t* f) {
+  gpuhal_semaphore_t* s = NULL;
+  gpuhal_semaphore_t* other = NULL;
+  gpuhal_semaphore_t* list_sems[2];
+  uint64_t list_values[2];
+  gpuhal_semaphore_list_t any;
+  gpuhal_buffer_t* scratch = NULL;
+  qt_counter_t counter;
+  uint64_t i, v = 0, polls_ok = 0;
+  qt_counter_init(&counter);
+  TU_CHECK_OK(gpuhal_semaphore_create(f->driver, 0, &s));
+  TU_CHECK_OK(gpuhal_semaphore_create(f->driver, 0, &other));
+  for (i = 0; i < TT_HOPS; ++i) {
+    /* Hops 60..119 are submitted in reverse (each before the one it waits on). */
+    uint64_t hop = (i >= 60 && i < 120) ? 179 - i : i;
+    uint64_t prev = hop, next = hop + 1;
+    gpuhal_semaphore_list_t wait = gpuhal_semaphore_list_one(&s, &prev);
+    gpuhal_semaphore_list_t signal = gpuhal_semaphore_list_one(&s, &next);
+    uint32_t queue = (uint32_t)(hop % 2);
+    if (hop % 13 == 5) {
+      TU_CHECK_OK(gpuhal_queue_host_call(f->device, queue, wait, signal, qt_host_fn_nop, NULL));
+    } else {
+      TU_CHECK_OK(qt_submit(f->device, queue, wait, signal, &qt_counting_ops, &counter));
+    }
+    /* A poll never blocks and never keeps anything. */
+    if (gpuhal_semaphore_wait(s, next, gpuhal_timeout_immediate()) == NULL) polls_ok++;
+  }
+  list_sems[0] = other;
+  list_sems[1] = s;
+  list_values[0] = 1;
+  list_values[1] = TT_HOPS;
+  any.count = 2;
+  any.semaphores = list_sems;
+  any.values = list_values;
+  TU_CHECK_OK(gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, any, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_semaphore_query(s, &v));
+  TU_CHECK_EQ_INT(v, TT_HOPS);
+  {
+    uint64_t one = 1, two = 2;
+    TU_CHECK_OK(gpuhal_queue_alloca(f->device, 1, gpuhal_semaphore_list_empty(),
+                                    gpuhal_semaphore_list_one(&other, &one), 4096, &scratch));
+    TU_CHECK_OK(gpuhal_queue_dealloca(f->device, 0, gpuhal_semaphore_list_one(&other, &one),
+                                      gpuhal_semaphore_list_one(&other, &two), scratch));
+    TU_CHECK_OK(gpuhal_semaphore_wait(other, 2, qt_seconds(30)));
+  }
+  TU_CHECK_OK(gpuhal_device_wait_idle(f->device, qt_seconds(30)));
+  TU_CHECK_EQ_INT(qt_counter_get(&counter.completed_ok), qt_counter_get(&counter.issued));
+  TU_CHECK_EQ_INT(qt_counter_get(&counter.released), qt_counter_get(&counter.issued));
+  TU_CHECK(polls_ok <= TT_HOPS);
+  gpuhal_buffer_release(scratch);
+  gpuhal_semaphore_release(other);
+  gpuhal_semaphore_release(s);
+}
+
+static void tt_run(const gpuhal_queue_tuning_t* tuning) {
+  qt_fixture_t f;
+  qt_tuning = *tuning;
+  TU_REQUIRE(qt_open(&f, 2, NULL));
+  tt_workload(&f);
+  qt_close(&f);
+  memset(&qt_tuning, 0, sizeof(qt_tuning));
+}
+
+TU_TEST(defaults) {
+  gpuhal_queue_tuning_t t;
+  memset(&t, 0, sizeof(t));
+  tt_run(&t);
+}
+
+TU_TEST(no_spin_short_sleeps) {
+  gpuhal_queue_tuning_t t;
+  memset(&t, 0, sizeof(t));
+  t.host_wait_spin_ns = -1;
+  t.host_wait_max_sleep_ns = 20000;
+  tt_run(&t);
+}
+
+TU_TEST(completion_looks_at_once_and_polls_often) {
+  gpuhal_queue_tuning_t t;
+  memset(&t, 0, sizeof(t));
+  t.completion_min_age_ns = -1;
+  t.completion_max_sleep_ns = 5000;
+  tt_run(&t);
+}
+
+TU_TEST(completion_ages_work_long) {
+  gpuhal_queue_tuning_t t;
+  memset(&t, 0, sizeof(t));
+  t.completion_min_age_ns = 5000000;
+  t.host_wait_spin_ns = 1000;
+  tt_run(&t);
+}
+
+TU_TEST(harvest_off_and_eager) {
+  gpuhal_queue_tuning_t t;
+  memset(&t, 0, sizeof(t));
+  t.harvest_min = -1;
+  tt_run(&t);
+  t.harvest_min = 2;
+  tt_run(&t);
+}
+
+TU_TEST(worker_issues_everything) {
+  gpuhal_queue_tuning_t t;
+  memset(&t, 0, sizeof(t));
+  t.no_caller_issue = 1;
+  tt_run(&t);
+}
+
+/* The same workload with timeline values in device memory, where the device has them. */
+TU_TEST(semaphore_memops) {
+  gpuhal_driver_options_t options;
+  gpuhal_device_params_t params;
+  qt_fixture_t f;
+  int count = 0;
+  memset(&f, 0, sizeof(f));
+  memset(&options, 0, sizeof(options));
+  memset(&params, 0, sizeof(params));
+  options.semaphore_memops = 1;
+  params.queue_count = 2;
+  TU_REQUIRE_OK(gpuhal_driver_create(&options, &f.driver));
+  TU_CHECK_OK(gpuhal_driver_device_count(f.driver, &count));
+  if (count == 0 || !gpuhal_driver_has_feature(f.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
+    gpuhal_driver_release(f.driver);
+    TU_SKIP("no 64-bit stream memory operations on every device");
+  }
+  TU_REQUIRE_OK(gpuhal_device_create(f.driver, 0, &params, &f.device));
+  tt_workload(&f);
+  qt_close(&f);
+}
+
+TU_MAIN(TU_CASE(defaults), TU_CASE(no_spin_short_sleeps), TU_CASE(completion_looks_at_once_and_polls_often),
+        TU_CASE(completion_ages_work_long), TU_CASE(harvest_off_and_eager), TU_CASE(worker_issues_everything),
+        TU_CASE(semaphore_memops))
