@@ -201,6 +201,7 @@ TU_TEST(alloca_out_of_device_memory) {
   TU_CHECK_OK(gpuhal_device_create(driver, 0, NULL, &device));
   TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &s));
   if (device && s) {
+    memset(&info, 0, sizeof(info));
     TU_CHECK_OK(gpuhal_device_info(device, &info));
     TU_CHECK_OK(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, 64u << 20, &taken));
     qr_waiter_start(&waiter, s);

@@ -159,7 +159,7 @@ TU_TEST(timeouts) {
   /* Immediate: never blocks. */
   start = gpuhal_now_ns();
   TU_CHECK_STATUS(gpuhal_semaphore_wait(s, 1, gpuhal_timeout_immediate()), GPUHAL_STATUS_DEADLINE_EXCEEDED, NULL);
-  TU_CHECK(ms_since(start) < 5);
+  TU_CHECK(ms_since(start) < 50); /* generous: valgrind translates the path on first use */
   /* Relative. */
   start = gpuhal_now_ns();
   TU_CHECK_STATUS(gpuhal_semaphore_wait(s, 1, gpuhal_timeout_relative_ns(30 * 1000000)),

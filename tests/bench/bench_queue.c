@@ -340,8 +340,14 @@ static double raw_signal_to_host(bench_t* b, int n) {
   void* params[1];
   int64_t total = 0;
   int i, ok = 1;
+  int memops = 0;
   if (!cu->cuStreamWaitValue64 || !cu->cuStreamWriteValue64 || !cu->cuMemHostAlloc ||
       !cu->cuMemHostGetDevicePointer || !cu->cuMemFreeHost)
+    return 0;
+  /* A device without 64-bit stream memory operations has no raw side to compare with. */
+  if (cu->cuDeviceGetAttribute(&memops, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, b->f.device->cu_device) !=
+          CUDA_SUCCESS ||
+      !memops)
     return 0;
   if (!check_cu(b, cu->cuMemHostAlloc(&host, 2 * sizeof(uint64_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
                 "cuMemHostAlloc"))
