@@ -539,6 +539,15 @@ static void gpuhal__list_splice_back(gpuhal__list_node_t* to, gpuhal__list_node_
   gpuhal__list_init(from);
 }
 
+/* A failure of a wait of `a` on a failed semaphore: its cause, then who waited for what. */
+static gpuhal_status_t gpuhal__action_wait_failure(const gpuhal__action_t* a, gpuhal_status_t cause_clone,
+                                                  uint64_t value) {
+  char who[96];
+  snprintf(who, sizeof(who), "queue '%s' (device %d, queue %u)", a->ops->name, a->state->device->ordinal,
+           a->queue_index);
+  return gpuhal__semaphore_failure_for(cause_clone, who, value);
+}
+
 /* ---- resolving and issuing (the pump on the worker, or a submitter's fast path) ---- */
 
 typedef enum gpuhal__resolve_e { GPUHAL__RESOLVE_READY, GPUHAL__RESOLVE_BLOCKED, GPUHAL__RESOLVE_FAILED } gpuhal__resolve_t;
@@ -592,11 +601,8 @@ static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_ev
       return GPUHAL__RESOLVE_BLOCKED;
     }
     if (st == GPUHAL__WAIT_FAILED) {
-      char who[96];
-      snprintf(who, sizeof(who), "queue '%s' (device %d, queue %u)", a->ops->name, state->device->ordinal,
-               a->queue_index);
       gpuhal__action_drop_wait_events(a);
-      *out_failure = gpuhal__semaphore_failure_for(q.failure, who, w->value);
+      *out_failure = gpuhal__action_wait_failure(a, q.failure, w->value);
       return GPUHAL__RESOLVE_FAILED;
     }
     w->kind = st == GPUHAL__WAIT_ARMED ? GPUHAL__WAIT_VALUE
@@ -621,12 +627,7 @@ static gpuhal_status_t gpuhal__action_wait_event(gpuhal__action_t* a, gpuhal__ac
   q.look_submitted = 1;
   q.take_event = 1;
   st = gpuhal__semaphore_check(w->semaphore, w->value, &q);
-  if (st == GPUHAL__WAIT_FAILED) {
-    char who[96];
-    snprintf(who, sizeof(who), "queue '%s' (device %d, queue %u)", a->ops->name, a->state->device->ordinal,
-             a->queue_index);
-    return gpuhal__semaphore_failure_for(q.failure, who, w->value);
-  }
+  if (st == GPUHAL__WAIT_FAILED) return gpuhal__action_wait_failure(a, q.failure, w->value);
   if (st == GPUHAL__WAIT_PENDING)
     return gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "queue '%s': a submitted value %llu is no longer submitted",
                               a->ops->name, (unsigned long long)w->value);
@@ -820,7 +821,6 @@ static gpuhal__inputs_t gpuhal__action_inputs(const gpuhal__action_t* a, gpuhal_
   for (i = 0; a->provisional && i < a->wait_count; ++i) {
     const gpuhal__action_wait_t* w = &a->waits[i];
     gpuhal__wait_query_t q;
-    char who[96];
     if (gpuhal__atomic_load(&w->semaphore->value) >= w->value) continue;
     if (!gpuhal__atomic_load(&w->semaphore->failure)) {
       result = GPUHAL__INPUTS_UNKNOWN;
@@ -829,9 +829,7 @@ static gpuhal__inputs_t gpuhal__action_inputs(const gpuhal__action_t* a, gpuhal_
     if (!out_failure) return GPUHAL__INPUTS_FAILED;
     memset(&q, 0, sizeof(q));
     gpuhal__semaphore_check(w->semaphore, w->value, &q);
-    snprintf(who, sizeof(who), "queue '%s' (device %d, queue %u)", a->ops->name, a->state->device->ordinal,
-             a->queue_index);
-    *out_failure = gpuhal__semaphore_failure_for(q.failure, who, w->value);
+    *out_failure = gpuhal__action_wait_failure(a, q.failure, w->value);
     return GPUHAL__INPUTS_FAILED;
   }
   return result;
