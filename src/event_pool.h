@@ -7,12 +7,10 @@
  * context: cuEventCreate needs it), a block at a time, so steady-state submission creates
  * none.
  *
- * The queue creates its events with GPUHAL_QUEUE_EVENT_FLAGS, by default only
- * CU_EVENT_DISABLE_TIMING (cheaper record and query). CU_EVENT_BLOCKING_SYNC would let a
- * host waiter block in cuEventSynchronize on its value's event (semaphore.h, phase 3), but
- * measured on an H200 (bench_queue, driver 580) it made every cuEventRecord cost about
- * 1.3 us instead of 0.45, and the blocked waiter woke about 60 us after a 735 us graph
- * finished, worse than polling. The completion thread never blocks in the driver (queue.h).
+ * The queue creates its events with CU_EVENT_DISABLE_TIMING only (cheaper record and
+ * query); blocking-sync events made every record dearer and woke a blocked waiter later
+ * than polling does (bench_queue on an H200). The completion thread never
+ * blocks in the driver (queue.h).
  */
 
 /* ---- gpuhal:implementation ---- */

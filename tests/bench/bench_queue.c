@@ -524,10 +524,6 @@ static void diagnose(bench_t* b, const char* name, double (*fn)(bench_t*, int), 
   check(b, gpuhal_device_wait_idle(b->f.device, gpuhal_timeout_infinite()), "idle");
   DIAG_ENTRIES(DIAG_RESET)
   DIAG_ENTRIES(DIAG_INSTALL)
-#if defined(GPUHAL_QUEUE_PROFILE) && GPUHAL_QUEUE_PROFILE
-  memset(gpuhal__queue_profile_ns, 0, sizeof(gpuhal__queue_profile_ns));
-  memset(gpuhal__queue_profile_calls, 0, sizeof(gpuhal__queue_profile_calls));
-#endif
   looks0 = qs->harvest_looks;
   misses0 = qs->harvest_misses;
   harvested0 = qs->harvested;
@@ -543,15 +539,6 @@ static void diagnose(bench_t* b, const char* name, double (*fn)(bench_t*, int), 
          (double)(thread_cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - proc0) / 1000.0 / n);
   DIAG_ENTRIES(DIAG_REMOVE)
   DIAG_ENTRIES(DIAG_PRINT)
-#if defined(GPUHAL_QUEUE_PROFILE) && GPUHAL_QUEUE_PROFILE
-  {
-    int k;
-    for (k = 0; k < GPUHAL__QP_COUNT; ++k)
-      if (gpuhal__queue_profile_calls[k])
-        printf("    step %-26s %8.2f per op %7.3f us per op\n", gpuhal__queue_profile_names[k],
-               (double)gpuhal__queue_profile_calls[k] / n, (double)gpuhal__queue_profile_ns[k] / 1000.0 / n);
-  }
-#endif
 }
 
 /* ---- repetitions and medians ---- */
