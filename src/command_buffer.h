@@ -675,6 +675,7 @@ struct gpuhal_command_buffer_s {
   uint32_t node_count;
   uint32_t* late_cmds; /* indices of dispatches with late arguments */
   uint32_t late_cmd_count;
+  int reads_allocas; /* set at end: it names binding slots or queue_alloca buffers */
   CUdeviceptr staging; /* device copy of update_data (cuMemAlloc'ed at end) */
 
   gpuhal__mutex_t action_mutex;
@@ -773,7 +774,7 @@ static gpuhal_status_t gpuhal__cb_destroy_graph_current(void* arg) {
   gpuhal_status_t st = NULL, st2 = NULL, st3 = NULL;
   if (cb->exec) st = GPUHAL__CU(cu, cuGraphExecDestroy, (cb->exec));
   if (cb->graph) st2 = GPUHAL__CU(cu, cuGraphDestroy, (cb->graph));
-  if (cb->staging) st3 = GPUHAL__CU(cu, cuMemFree, (cb->staging));
+  if (cb->staging) st3 = gpuhal__device_free(cb->device, NULL, cb->staging); /* may be put off */
   cb->exec = NULL;
   cb->graph = NULL;
   cb->staging = 0;
@@ -1734,6 +1735,14 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_end(gpuhal_command_buffer_t* co
     cb->node_count = 0;
     return gpuhal_status_annotate(st, "gpuhal_command_buffer_end (%u commands)", cb->cmd_count);
   }
+  {
+    /* Its execute resolves slot and transient addresses at issue, so that issue must come
+     * after the allocas it depends on were issued (GPUHAL__SUBMIT_NOT_PROVISIONAL). */
+    uint32_t i;
+    cb->reads_allocas = cb->binding_slots > 0;
+    for (i = 0; i < cb->retained_buffer_count && !cb->reads_allocas; ++i)
+      cb->reads_allocas = cb->retained_buffers[i]->pending;
+  }
   cb->state = GPUHAL__CB_EXECUTABLE;
   return NULL;
 }
@@ -2139,7 +2148,11 @@ static gpuhal_status_t gpuhal__execute_claim(gpuhal_command_buffer_t* cb) {
  * collectives are graph nodes, and its execute is a graph launch like any other. */
 static unsigned gpuhal__execute_submit_flags(gpuhal_command_buffer_t* cb) {
   int blocking = cb->has_native && (!gpuhal__cb_is_graph(cb) || gpuhal__atomic_load(&cb->graph_deferred));
-  return blocking ? 0u : (unsigned)GPUHAL__SUBMIT_CALLER_MAY_ISSUE;
+  /* CUDA orders each launch of a graph exec after the previous one, so a reusable GRAPH
+   * command buffer is launched in dependency order (GPUHAL__SUBMIT_NOT_PROVISIONAL). */
+  int ordered = cb->reads_allocas || (gpuhal__cb_is_graph(cb) && (cb->flags & GPUHAL_COMMAND_BUFFER_REUSABLE));
+  unsigned flags = ordered ? (unsigned)GPUHAL__SUBMIT_NOT_PROVISIONAL : 0u;
+  return flags | (blocking ? 0u : (unsigned)GPUHAL__SUBMIT_CALLER_MAY_ISSUE);
 }
 
 GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,

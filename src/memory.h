@@ -94,7 +94,21 @@ typedef struct gpuhal__memory_state_s {
   int32_t frees_issued[GPUHAL_MAX_QUEUES];
   CUevent oom_event;          /* recorded on those streams for the alloca to wait on; lazily made */
   uint64_t buffers_allocated; /* bytes of live gpuhal_buffer_allocate device memory (atomic) */
+  /* cuMemFree and cuMemFreeHost wait for the whole device. While queue work waits on the GPU
+   * for a value (GPU-resident semaphores), which may come from the very thread that frees,
+   * frees are put off until no such wait is in flight (see gpuhal__device_free). */
+  int32_t gpu_waits;              /* queue work in flight that may wait on the GPU for a value */
+  gpuhal__mutex_t deferred_mutex;
+  struct gpuhal__deferred_free_s* deferred;
+  gpuhal__task_t flush_task;      /* posted when gpu_waits drops to zero with frees put off */
+  gpuhal_device_t* flush_device;
 } gpuhal__memory_state_t;
+
+typedef struct gpuhal__deferred_free_s {
+  struct gpuhal__deferred_free_s* next;
+  void* host; /* cuMemFreeHost, or */
+  CUdeviceptr address; /* cuMemFree */
+} gpuhal__deferred_free_t;
 
 /* ---- the device pool ---- */
 
@@ -154,9 +168,15 @@ static gpuhal_status_t gpuhal__pool_destroy(void* arg) {
   return status;
 }
 
+static void gpuhal__memory_flush_task(gpuhal__task_t* task);
+
 static gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device) {
   GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(gpuhal__memory_state_t),
                                                "device memory state", (void**)&device->memory));
+  gpuhal__mutex_init(&device->memory->deferred_mutex);
+  gpuhal__list_init(&device->memory->flush_task.node);
+  device->memory->flush_task.fn = gpuhal__memory_flush_task;
+  device->memory->flush_device = device;
   if (!device->info.memory_pools_supported && device->params.pool_max_bytes)
     return gpuhal_status_make(GPUHAL_STATUS_UNIMPLEMENTED,
                               "gpuhal_device_create: argument 'params->pool_max_bytes' needs stream-ordered pools, "
@@ -170,9 +190,15 @@ static gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device) {
                                 "creating the memory pool of device %d", device->ordinal);
 }
 
+static gpuhal_status_t gpuhal__memory_flush_deferred(void* arg);
+
 static void gpuhal__memory_state_destroy(gpuhal_device_t* device) {
   gpuhal__memory_state_t* memory = device->memory;
   if (!memory) return;
+  /* The queue is gone: nothing waits on the GPU any more. */
+  memory->gpu_waits = 0;
+  if (memory->deferred) gpuhal_status_free(gpuhal__worker_call(device, gpuhal__memory_flush_deferred, device));
+  gpuhal__mutex_destroy(&memory->deferred_mutex);
   if (device->memory->pool) {
     gpuhal_status_t status = gpuhal__worker_call(device, gpuhal__pool_destroy, device);
     if (status) {
@@ -489,12 +515,89 @@ static gpuhal_status_t gpuhal__buffer_free_pending_sync(void* arg) {
   return GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
 }
 
+/* One cuMemFreeHost (`host`) or cuMemFree (`address`). */
+static gpuhal_status_t gpuhal__device_free_now(gpuhal_device_t* device, void* host, CUdeviceptr address) {
+  return host ? GPUHAL__CU(device->cu, cuMemFreeHost, (host)) : GPUHAL__CU(device->cu, cuMemFree, (address));
+}
+
+/* Frees `host` (cuMemFreeHost) or `address` (cuMemFree) with the device's context current,
+ * or, while queue work may wait on the GPU for a value, puts it off: those calls wait for
+ * the whole device, and the value may only come from the calling thread later. The check
+ * and the free share deferred_mutex with the queue's count of such work, so no such work is
+ * enqueued while a free waits for the device. */
+static gpuhal_status_t gpuhal__device_free(gpuhal_device_t* device, void* host, CUdeviceptr address) {
+  gpuhal__memory_state_t* memory = device->memory;
+  gpuhal_status_t status = NULL;
+  if (!memory) return gpuhal__device_free_now(device, host, address);
+  gpuhal__mutex_lock(&memory->deferred_mutex);
+  if (memory->gpu_waits > 0) {
+    gpuhal__deferred_free_t* d = NULL;
+    status = gpuhal__alloc_zeroed(device->allocator, sizeof(*d), "deferred free", (void**)&d);
+    if (!status) {
+      d->host = host;
+      d->address = address;
+      d->next = memory->deferred;
+      memory->deferred = d;
+    }
+  } else {
+    status = gpuhal__device_free_now(device, host, address);
+  }
+  gpuhal__mutex_unlock(&memory->deferred_mutex);
+  return status;
+}
+
+/* On the worker: frees what was put off, unless queue work may wait on the GPU again. */
+static gpuhal_status_t gpuhal__memory_flush_deferred(void* arg) {
+  gpuhal_device_t* device = (gpuhal_device_t*)arg;
+  gpuhal__memory_state_t* memory = device->memory;
+  gpuhal_status_t first = NULL;
+  gpuhal__mutex_lock(&memory->deferred_mutex);
+  while (memory->gpu_waits == 0 && memory->deferred) {
+    gpuhal__deferred_free_t* d = memory->deferred;
+    gpuhal_status_t status = gpuhal__device_free_now(device, d->host, d->address);
+    memory->deferred = d->next;
+    gpuhal__free(device->allocator, d);
+    if (status && !first) {
+      first = status;
+    } else {
+      gpuhal_status_free(status);
+    }
+  }
+  gpuhal__mutex_unlock(&memory->deferred_mutex);
+  return first;
+}
+
+static void gpuhal__memory_flush_task(gpuhal__task_t* task) {
+  gpuhal__memory_state_t* memory = GPUHAL__CONTAINER_OF(task, gpuhal__memory_state_t, flush_task);
+  gpuhal_device_t* device = memory->flush_device;
+  gpuhal_status_t status = gpuhal__memory_flush_deferred(device);
+  if (status) {
+    gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: a deferred free: %s", device->ordinal,
+                gpuhal_status_message(status));
+    gpuhal_status_free(status);
+  }
+}
+
+/* The queue is about to enqueue (+1), or has seen the end of (-1), work that may wait on the
+ * GPU for a value. Enqueueing waits for a free in progress (see gpuhal__device_free). */
+static void gpuhal__memory_gpu_waits_add(gpuhal_device_t* device, int32_t delta) {
+  gpuhal__memory_state_t* memory = device->memory;
+  int flush;
+  if (!memory) return;
+  gpuhal__mutex_lock(&memory->deferred_mutex);
+  memory->gpu_waits += delta;
+  flush = memory->gpu_waits == 0 && memory->deferred != NULL;
+  gpuhal__mutex_unlock(&memory->deferred_mutex);
+  if (flush) gpuhal__worker_post(device, &memory->flush_task);
+}
+
 /* Frees a (non-pending) buffer's memory; the device's context is current. */
 static gpuhal_status_t gpuhal__buffer_free_current(void* arg) {
   gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)arg;
   const gpuhal__cuda_symbols_t* cu = buffer->device->cu;
-  if (buffer->kind == GPUHAL_MEMORY_HOST_PINNED) return GPUHAL__CU(cu, cuMemFreeHost, (buffer->host_pointer));
-  return GPUHAL__CU(cu, cuMemFree, (buffer->address));
+  GPUHAL__UNUSED(cu);
+  if (buffer->kind == GPUHAL_MEMORY_HOST_PINNED) return gpuhal__device_free(buffer->device, buffer->host_pointer, 0);
+  return gpuhal__device_free(buffer->device, NULL, buffer->address);
 }
 
 static gpuhal_status_t gpuhal__buffer_free_memory(gpuhal_buffer_t* buffer) {

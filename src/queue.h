@@ -37,7 +37,14 @@
  * device's release never waits for another device's pending work); not submitted -> with
  * GPU-resident values (GPUHAL_FEATURE_SEMAPHORE_MEMOPS, opt-in), cuStreamWaitValue64 on the
  * semaphore's word and the action issues at once; otherwise the action waits on the host,
- * registered on the semaphore, until the value is submitted or reached.
+ * registered on the semaphore, until the value is submitted or reached. Work behind a value
+ * wait, or behind such work ("provisional"), runs on a side stream of its own that first
+ * follows its queue's stream: a queue's stream never waits for a value not submitted, so
+ * nothing queued after such work waits for it unless it waits for its values. GPU work that
+ * signals an armed semaphore writes the word before its event is recorded (whoever sees the
+ * event complete, and may then store a higher value, comes after the write); a semaphore is
+ * not armed while a signal of it is being issued. Such a wait never takes the event of
+ * provisional work that signals a higher value (that work may wait for this very value).
  *
  * Failure: a CUDA error fails the action's signal semaphores with the original error; an
  * action waiting on a failed semaphore fails with that cause in its message; a queue call
@@ -113,7 +120,13 @@ enum {
    * gpuhal__worker_call. */
   GPUHAL__SUBMIT_CALLER_MAY_ISSUE = 1u << 0,
   /* The caller already ran gpuhal__queue_validate on these arguments. */
-  GPUHAL__SUBMIT_VALIDATED = 1u << 1
+  GPUHAL__SUBMIT_VALIDATED = 1u << 1,
+  /* Never provisional: issued only once every waited value is reached or submitted by work
+   * that is not provisional (no GPU value wait for it). For an issue that reads what the
+   * issue of its producers set up (a queue_alloca's address), and for launches that CUDA
+   * orders one after another whatever their streams (a reusable graph exec: a launch
+   * issued ahead of one it depends on would wait for it forever). */
+  GPUHAL__SUBMIT_NOT_PROVISIONAL = 1u << 2
 };
 
 /* Fixed constants of the machinery (the tunable ones are gpuhal_queue_tuning_t). */
@@ -136,7 +149,9 @@ enum {
   GPUHAL__WAIT_UNRESOLVED = 0,
   GPUHAL__WAIT_NOTHING = 1, /* reached, or submitted on the action's own stream: no GPU wait */
   GPUHAL__WAIT_EVENT = 2,   /* submitted elsewhere: cuStreamWaitEvent on its event at issue */
-  GPUHAL__WAIT_VALUE = 3    /* not submitted (memops): cuStreamWaitValue64 on the word at issue */
+  GPUHAL__WAIT_VALUE = 3,   /* not submitted (memops): cuStreamWaitValue64 on the word at issue */
+  GPUHAL__WAIT_STREAM = 4   /* submitted on the queue's own stream: nothing there, an event wait
+                               when the action goes to a side stream */
 };
 
 /* One wait of an action. */
@@ -164,11 +179,14 @@ typedef struct gpuhal__action_s {
   int32_t wake;       /* 1: new, or a semaphore it is blocked on changed: resolve it again */
   int completed_ok;   /* the work completed and its values were advanced */
   int value_waits;    /* some wait is GPUHAL__WAIT_VALUE */
+  int not_provisional; /* GPUHAL__SUBMIT_NOT_PROVISIONAL */
   int provisional;    /* it may run on a failed input: a value wait (a failure store releases
                          it), or a wait on provisional work; see gpuhal__action_inputs */
   uint32_t shared_signal_refs; /* bit i: signal i uses a wait's semaphore reference */
   gpuhal__action_wait_t* waits;
   gpuhal__timepoint_t* signals;
+  CUstream stream; /* where it was issued: its queue's stream, or a side stream */
+  int gpu_wait_counted; /* it adds to the device's count of GPU value waits in flight */
   /* What the completion side reads of every action comes first (fewer cache lines). */
   gpuhal__event_t* event; /* recorded after the work (one reference) */
   gpuhal_status_t failure;
@@ -210,6 +228,9 @@ typedef struct gpuhal__queue_lane_s {
   gpuhal__list_node_t in_flight; /* issued, not taken by the completion thread or a harvest (mutex) */
   gpuhal__list_node_t observing; /* taken by the completion thread; only it touches this list */
   gpuhal__list_node_t deferred;  /* done on the GPU, inputs not known yet (completion thread only) */
+  gpuhal__list_node_t side;      /* issued on side streams, not taken yet (mutex) */
+  gpuhal__list_node_t side_observing; /* taken: each observed on its own (completion thread only) */
+  CUevent side_tail;             /* recorded on the queue's stream for side work to follow (issue_mutex) */
   uint32_t count;                /* in_flight + observing (atomic) */
   uint32_t host_calls;           /* host calls in in_flight: taken at once (mutex) */
   int32_t harvesting;            /* a submitter is harvesting this lane (atomic; one at a time) */
@@ -254,6 +275,12 @@ typedef struct gpuhal__queue_state_s {
   gpuhal__action_t* issue_free; /* free actions taken in bulk by the fast path (see below) */
   gpuhal__task_t pump_task; /* posted whenever something changed; the worker dedups it */
   gpuhal__event_pool_t events;
+  /* Side streams (memops): provisional work runs on one of its own, so that a GPU wait on
+   * a value not submitted yet holds up nothing else of its queue. Under mutex; a stream is
+   * free again once its work was seen complete. */
+  CUstream* side_streams;
+  CUstream* side_free;
+  uint32_t side_count, side_free_count, side_capacity;
   gpuhal__thread_t completion_thread;
   gpuhal__thread_t host_call_thread;
   int threads_started;
@@ -472,6 +499,18 @@ static void gpuhal__action_drop_wait_events(gpuhal__action_t* a) {
   }
 }
 
+/* Counts `a` (side work) in (1) or out (0) of the device's work that may wait on the GPU
+ * for a value, which puts off frees that would wait for the whole device (memory.h). A
+ * free that looked just before such work was enqueued still waits for it: a window of a
+ * few instructions against the free's own CUDA call. */
+static void gpuhal__action_gpu_wait_count(gpuhal__action_t* a, int in) {
+  if (a->gpu_wait_counted == in) return;
+  a->gpu_wait_counted = in;
+#ifdef GPUHAL__HAVE_MEMORY
+  gpuhal__memory_gpu_waits_add(a->state->device, in ? 1 : -1);
+#endif
+}
+
 /* On the worker (or a harvesting submitter): drops everything the action holds. Its own
  * event, when this was the last reference, goes on `*events` (the state's pool). */
 static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
@@ -482,6 +521,7 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
   /* Signals first: a signal may share its semaphore reference with a wait. */
   for (i = 0; i < a->signal_count; ++i) {
     if (!a->completed_ok) gpuhal__semaphore_remove_timepoint(&a->signals[i]);
+    gpuhal__semaphore_reassert_failure(a->signals[i].semaphore);
     if (!gpuhal__action_signal_ref_shared(a, i)) gpuhal__semaphore_release_ref(a->signals[i].semaphore);
   }
   gpuhal__action_drop_wait_events(a);
@@ -491,6 +531,7 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
     if (!a->event && i == a->next_wait) gpuhal__semaphore_unregister(w->semaphore, &w->waiter);
     gpuhal__semaphore_release_ref(w->semaphore);
   }
+  gpuhal__action_gpu_wait_count(a, 0); /* an issue that failed */
   a->completed_ok = 0;
   a->value_waits = 0;
   a->provisional = 0;
@@ -584,7 +625,7 @@ static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_ev
     /* A value submitted on this action's own stream needs no wait: stream order has it
      * (told without the semaphore's lock when the newest submitted value covers it). */
     if (gpuhal__semaphore_covered_on_stream(w->semaphore, w->value, stream)) {
-      w->kind = GPUHAL__WAIT_NOTHING;
+      w->kind = GPUHAL__WAIT_STREAM;
       a->next_wait++;
       continue;
     }
@@ -593,7 +634,8 @@ static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_ev
     q.order_stream = stream;
     q.look_submitted = 1;
     q.take_event = take_events;
-    q.spare_word = gpuhal__action_spare_word(state, w->semaphore);
+    q.skip_provisional = a->not_provisional;
+    q.spare_word = a->not_provisional ? NULL : gpuhal__action_spare_word(state, w->semaphore);
     st = gpuhal__semaphore_check(w->semaphore, w->value, &q);
     if (q.spare_word && q.spare_word != &gpuhal__arm_sentinel) gpuhal__word_return(state->device->driver, q.spare_word);
     if (st == GPUHAL__WAIT_PENDING) {
@@ -605,9 +647,10 @@ static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_ev
       *out_failure = gpuhal__action_wait_failure(a, q.failure, w->value);
       return GPUHAL__RESOLVE_FAILED;
     }
-    w->kind = st == GPUHAL__WAIT_ARMED ? GPUHAL__WAIT_VALUE
-              : st == GPUHAL__WAIT_SUBMITTED && (q.event || !take_events) ? GPUHAL__WAIT_EVENT
-                                                                         : GPUHAL__WAIT_NOTHING;
+    w->kind = st == GPUHAL__WAIT_ARMED                                   ? GPUHAL__WAIT_VALUE
+              : st != GPUHAL__WAIT_SUBMITTED                             ? GPUHAL__WAIT_NOTHING
+              : q.event || !take_events                                  ? GPUHAL__WAIT_EVENT
+                                                                         : GPUHAL__WAIT_STREAM;
     w->event = q.event;
     w->word = q.word_address;
     if (w->kind == GPUHAL__WAIT_VALUE) a->value_waits = 1;
@@ -626,6 +669,7 @@ static gpuhal_status_t gpuhal__action_wait_event(gpuhal__action_t* a, gpuhal__ac
   q.order_stream = stream;
   q.look_submitted = 1;
   q.take_event = 1;
+  q.skip_provisional = a->not_provisional;
   st = gpuhal__semaphore_check(w->semaphore, w->value, &q);
   if (st == GPUHAL__WAIT_FAILED) return gpuhal__action_wait_failure(a, q.failure, w->value);
   if (st == GPUHAL__WAIT_PENDING)
@@ -635,15 +679,16 @@ static gpuhal_status_t gpuhal__action_wait_event(gpuhal__action_t* a, gpuhal__ac
   return NULL;
 }
 
-/* Puts the action's waits on `stream`: event waits, then value waits. */
+/* Puts the action's waits on `stream` (its queue's, or a side stream). */
 static gpuhal_status_t gpuhal__action_issue_waits(gpuhal__action_t* a, CUstream stream) {
   gpuhal_device_t* device = a->state->device;
+  int side = stream != device->streams[a->queue_index];
   uint32_t i;
   for (i = 0; i < a->wait_count; ++i) {
     gpuhal__action_wait_t* w = &a->waits[i];
     if (w->kind == GPUHAL__WAIT_VALUE) {
       GPUHAL__CU_RETURN(device->cu, cuStreamWaitValue64, (stream, w->word, w->value, CU_STREAM_WAIT_VALUE_GEQ));
-    } else if (w->kind == GPUHAL__WAIT_EVENT) {
+    } else if (w->kind == GPUHAL__WAIT_EVENT || (w->kind == GPUHAL__WAIT_STREAM && side)) {
       if (!w->event) GPUHAL__RETURN_IF_ERROR(gpuhal__action_wait_event(a, w, stream));
       /* The wait captures the event's current record, so the event may be reused after. */
       if (w->event && w->event->stream != stream)
@@ -657,30 +702,111 @@ static gpuhal_status_t gpuhal__action_issue_waits(gpuhal__action_t* a, CUstream 
 
 static int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp);
 
-/* Publishes the action's signals as submitted timepoints; the armed ones (a GPU wait on
- * their word may already be issued) get their value written after the work. */
+/* A side stream for provisional work: a free one, else a new one. Under issue_mutex with
+ * the device's context current (issues are serialized: only this adds streams). */
+static gpuhal_status_t gpuhal__side_stream_acquire(gpuhal__queue_state_t* state, CUstream* out) {
+  const gpuhal_allocator_t* allocator = state->device->allocator;
+  CUstream* all = NULL;
+  CUstream* free_list = NULL;
+  CUstream stream = NULL;
+  uint32_t capacity;
+  gpuhal__mutex_lock(&state->mutex);
+  if (state->side_free_count) {
+    *out = state->side_free[--state->side_free_count];
+    gpuhal__mutex_unlock(&state->mutex);
+    return NULL;
+  }
+  capacity = state->side_capacity;
+  gpuhal__mutex_unlock(&state->mutex);
+  if (state->side_count == capacity) {
+    /* Grown here, outside the lock; the completion thread only reads under it. */
+    uint32_t grown = capacity ? capacity * 2 : 8;
+    GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(allocator, sizeof(CUstream) * grown, "side streams", (void**)&all));
+    if (gpuhal__alloc_zeroed(allocator, sizeof(CUstream) * grown, "side streams", (void**)&free_list) != NULL) {
+      gpuhal__free(allocator, all);
+      return gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED, "out of host memory for %u side streams", grown);
+    }
+    gpuhal__mutex_lock(&state->mutex);
+    if (state->side_count) memcpy(all, state->side_streams, sizeof(CUstream) * state->side_count);
+    if (state->side_free_count) memcpy(free_list, state->side_free, sizeof(CUstream) * state->side_free_count);
+    gpuhal__free(allocator, state->side_streams);
+    gpuhal__free(allocator, state->side_free);
+    state->side_streams = all;
+    state->side_free = free_list;
+    state->side_capacity = grown;
+    gpuhal__mutex_unlock(&state->mutex);
+  }
+  GPUHAL__CU_RETURN(state->device->cu, cuStreamCreate, (&stream, CU_STREAM_NON_BLOCKING));
+  gpuhal__mutex_lock(&state->mutex);
+  state->side_streams[state->side_count++] = stream;
+  gpuhal__mutex_unlock(&state->mutex);
+  *out = stream;
+  return NULL;
+}
+
+/* Side work on `side` starts after what its queue issued before it, as it would on the
+ * queue's stream (which never waits on a value not submitted, so this cannot deadlock).
+ * Under issue_mutex with the device's context current. */
+static gpuhal_status_t gpuhal__side_stream_follow(gpuhal__queue_state_t* state, uint32_t queue, CUstream side) {
+  const gpuhal__cuda_symbols_t* cu = state->device->cu;
+  gpuhal__queue_lane_t* lane = &state->lanes[queue];
+  if (!lane->side_tail) GPUHAL__CU_RETURN(cu, cuEventCreate, (&lane->side_tail, CU_EVENT_DISABLE_TIMING));
+  GPUHAL__CU_RETURN(cu, cuEventRecord, (lane->side_tail, state->device->streams[queue]));
+  return GPUHAL__CU(cu, cuStreamWaitEvent, (side, lane->side_tail, 0));
+}
+
+/* The work on side stream `stream` is seen complete: the stream is free again. Under the
+ * state's mutex. */
+static void gpuhal__side_stream_put_locked(gpuhal__queue_state_t* state, CUstream stream) {
+  state->side_free[state->side_free_count++] = stream;
+}
+
+/* The signals, after the work: the armed words are written first, then the event is
+ * recorded, then the timepoints are published (see gpuhal__semaphore_signal_begin). */
 static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstream stream) {
   gpuhal_device_t* device = a->state->device;
-  uint32_t i;
-  for (i = 0; i < a->signal_count; ++i) {
-    CUdeviceptr word;
+  gpuhal__event_t* event = NULL;
+  gpuhal_status_t status = NULL;
+  uint32_t i, begun = 0, written = 0;
+  for (i = 0; !a->host_fn && i < a->signal_count && !status; ++i) {
+    CUdeviceptr word = gpuhal__semaphore_signal_begin(a->signals[i].semaphore);
+    begun++;
+    if (word)
+      status = GPUHAL__CU(device->cu, cuStreamWriteValue64, (stream, word, a->signals[i].value, CU_STREAM_WRITE_VALUE_DEFAULT));
+    if (word) written = begun; /* a failed enqueue may have gone through all the same */
+  }
+  if (!status) status = gpuhal__event_pool_acquire(&a->state->events, &event);
+  if (!status) {
+    a->event = event;
+    status = GPUHAL__CU(device->cu, cuEventRecord, (event->handle, stream));
+    event->stream = stream;
+  }
+  if (status) {
+    for (i = 0; i < begun; ++i) gpuhal__semaphore_signal_end(a->signals[i].semaphore, i < written);
+    return status;
+  }
+  for (i = 0; i < begun; ++i) {
     a->signals[i].event = a->event;
     a->signals[i].provisional = a->provisional;
     a->signals[i].settled = gpuhal__timepoint_settled;
     a->signals[i].owner = a;
-    word = gpuhal__semaphore_add_timepoint(a->signals[i].semaphore, &a->signals[i]);
-    if (word)
-      GPUHAL__CU_RETURN(device->cu, cuStreamWriteValue64, (stream, word, a->signals[i].value, CU_STREAM_WRITE_VALUE_DEFAULT));
+    gpuhal__semaphore_add_timepoint(a->signals[i].semaphore, &a->signals[i]);
   }
   return NULL;
 }
 
-/* Puts the action on its stream: waits, the work, the event, the signals. */
+/* Puts the action on its stream: waits, the work, the signals. Provisional work (behind a
+ * GPU value wait, or behind other such work) goes to a side stream of its own. */
 static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
   gpuhal_device_t* device = a->state->device;
   CUstream stream = device->streams[a->queue_index];
-  gpuhal__event_t* event = NULL;
-  gpuhal_status_t status = gpuhal__action_issue_waits(a, stream);
+  gpuhal_status_t status = a->provisional ? gpuhal__side_stream_acquire(a->state, &stream) : NULL;
+  a->stream = stream;
+  /* Side work may wait on the GPU for a value not submitted (directly, or through other
+   * side work): count it before it is enqueued. */
+  if (a->provisional) gpuhal__action_gpu_wait_count(a, 1);
+  if (!status && a->provisional) status = gpuhal__side_stream_follow(a->state, a->queue_index, stream);
+  if (!status) status = gpuhal__action_issue_waits(a, stream);
   if (status) {
     gpuhal__action_drop_wait_events(a);
     return status;
@@ -693,17 +819,13 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
     GPUHAL__TRACE(device, gpuhal__trace_issue_end(device, a, stream, trace_t0, issued != NULL));
     GPUHAL__RETURN_IF_ERROR(issued);
   }
-  GPUHAL__RETURN_IF_ERROR(gpuhal__event_pool_acquire(&a->state->events, &event));
-  a->event = event;
-  GPUHAL__CU_RETURN(device->cu, cuEventRecord, (event->handle, stream));
-  event->stream = stream;
-  return a->host_fn ? NULL : gpuhal__action_issue_signals(a, stream);
+  return gpuhal__action_issue_signals(a, stream);
 }
 
 /* An issue failed: sticky errors (the stream says so too) lose the device. */
 static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t status) {
   gpuhal__queue_state_t* state = a->state;
-  CUresult r = state->device->cu->cuStreamQuery(state->device->streams[a->queue_index]);
+  CUresult r = state->device->cu->cuStreamQuery(a->stream);
   status = gpuhal_status_annotate(status, "issuing queue '%s' (device %d, queue %u)", a->ops->name,
                                   state->device->ordinal, a->queue_index);
   if (gpuhal__cuda_error_is_sticky(r)) gpuhal__queue_mark_lost(state, status);
@@ -724,8 +846,12 @@ static int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__act
   a->dispatch_ns = now = gpuhal_now_ns();
   gpuhal__mutex_lock(&state->mutex);
   a->seq = ++state->dispatch_seq;
-  gpuhal__list_push_back(&lane->in_flight, &a->link);
-  if (a->host_fn) lane->host_calls++;
+  if (a->stream != state->device->streams[a->queue_index]) {
+    gpuhal__list_push_back(&lane->side, &a->link);
+  } else {
+    gpuhal__list_push_back(&lane->in_flight, &a->link);
+    if (a->host_fn) lane->host_calls++;
+  }
   gpuhal__atomic_add(&lane->count, 1u);
   gpuhal__atomic_add(&state->in_flight_count, 1u);
   /* A napping completion thread finds the action at its next look; a host call's function
@@ -892,7 +1018,7 @@ static CUresult gpuhal__action_recheck(gpuhal__queue_state_t* state, gpuhal__act
               state->device->ordinal, a->queue_index, name ? name : "unknown CUDA error", (int)query_error,
               a->ops->name);
   for (;;) {
-    CUresult r = cu->cuStreamQuery(state->device->streams[a->queue_index]);
+    CUresult r = cu->cuStreamQuery(a->stream);
     if (r != CUDA_ERROR_NOT_READY) return r;
     gpuhal__sleep_ns(sleep_ns);
     if (sleep_ns < state->tuning.completion_max_sleep_ns) sleep_ns *= 2;
@@ -952,6 +1078,31 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     gpuhal__atomic_sub(&state->in_flight_count, 1u);
     observed++;
   }
+  /* Work on side streams: each on a stream of its own, so each is looked at on its own. */
+  n = lane->side_observing.next;
+  while (n != &lane->side_observing) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    CUresult r = cu->cuEventQuery(a->event->handle);
+    n = n->next;
+    if (r == CUDA_ERROR_NOT_READY) continue;
+    gpuhal__list_remove(&a->link);
+    gpuhal__action_gpu_wait_count(a, 0);
+    if (r == CUDA_SUCCESS) {
+      /* Nothing follows the event on a side stream: it is idle. (After an error it is not
+       * used again.) */
+      gpuhal__mutex_lock(&state->mutex);
+      gpuhal__side_stream_put_locked(state, a->stream);
+      gpuhal__mutex_unlock(&state->mutex);
+      if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
+        gpuhal__list_push_back(&lane->deferred, &a->link);
+        continue;
+      }
+    }
+    gpuhal__action_observe(state, a, r, 0, done, done_count);
+    gpuhal__atomic_sub(&lane->count, 1u);
+    gpuhal__atomic_sub(&state->in_flight_count, 1u);
+    observed++;
+  }
   if (gpuhal__list_empty(list)) return observed;
   if (list->next != list->prev)
     all_done = cu->cuEventQuery(GPUHAL__CONTAINER_OF(list->prev, gpuhal__action_t, link)->event->handle) == CUDA_SUCCESS;
@@ -1005,6 +1156,7 @@ static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
       if (a->host_fn) lane->host_calls--;
       gpuhal__list_push_back(&lane->observing, &a->link);
     }
+    gpuhal__list_splice_back(&lane->side_observing, &lane->side);
   }
   return next_due;
 }
@@ -1015,7 +1167,7 @@ static void gpuhal__completion_abandon_value_waits(gpuhal__queue_state_t* state)
   uint32_t q;
   for (q = 0; q < state->device->queue_count; ++q) {
     gpuhal__list_node_t* n;
-    for (n = state->lanes[q].observing.next; n != &state->lanes[q].observing; n = n->next) {
+    for (n = state->lanes[q].side_observing.next; n != &state->lanes[q].side_observing; n = n->next) {
       gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
       uint32_t i;
       for (i = 0; a->value_waits && i < a->wait_count; ++i) {
@@ -1048,7 +1200,9 @@ static void gpuhal__completion_sleep_locked(gpuhal__queue_state_t* state, int64_
 static int gpuhal__completion_observing(gpuhal__queue_state_t* state) {
   uint32_t q;
   for (q = 0; q < state->device->queue_count; ++q)
-    if (!gpuhal__list_empty(&state->lanes[q].observing) || !gpuhal__list_empty(&state->lanes[q].deferred)) return 1;
+    if (!gpuhal__list_empty(&state->lanes[q].observing) || !gpuhal__list_empty(&state->lanes[q].deferred) ||
+        !gpuhal__list_empty(&state->lanes[q].side_observing))
+      return 1;
   return 0;
 }
 
@@ -1467,6 +1621,9 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   a->trace = NULL;
   a->value_waits = 0;
   a->provisional = 0;
+  a->not_provisional = (flags & GPUHAL__SUBMIT_NOT_PROVISIONAL) != 0;
+  a->stream = NULL;
+  a->gpu_wait_counted = 0;
   for (i = 0; i < wait.count; ++i) {
     gpuhal__action_wait_t* w = &a->waits[i];
     gpuhal__semaphore_waiter_init(&w->waiter);
@@ -1615,7 +1772,7 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32
   }
   gpuhal__buffer_retain_ref(buffer);
   status = gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__dealloca_ops, buffer, NULL, NULL,
-                                     gpuhal__pool_submit_flags(device));
+                                     gpuhal__pool_submit_flags(device) | GPUHAL__SUBMIT_NOT_PROVISIONAL);
   if (status) {
     gpuhal__atomic_store(&buffer->queue_data, (void*)NULL);
     gpuhal__buffer_release_ref(buffer);
@@ -1705,6 +1862,8 @@ static gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device) {
     gpuhal__list_init(&state->lanes[i].in_flight);
     gpuhal__list_init(&state->lanes[i].observing);
     gpuhal__list_init(&state->lanes[i].deferred);
+    gpuhal__list_init(&state->lanes[i].side);
+    gpuhal__list_init(&state->lanes[i].side_observing);
   }
   gpuhal__list_init(&state->incoming);
   gpuhal__list_init(&state->host_calls);
@@ -1767,8 +1926,25 @@ static gpuhal_status_t gpuhal__queue_abort_pending(void* arg) {
 
 static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
   gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
+  uint32_t i;
   gpuhal__queue_pump(state); /* releases the last retired actions */
   gpuhal__event_pool_deinit(&state->events);
+  /* Every action is released: nothing is left on the side streams but what a failed
+   * issue left there, which the abandoned value waits released. */
+  for (i = 0; i < state->device->queue_count; ++i)
+    if (state->lanes[i].side_tail) gpuhal_status_free(GPUHAL__CU(state->device->cu, cuEventDestroy, (state->lanes[i].side_tail)));
+  for (i = 0; i < state->side_count; ++i) {
+    gpuhal_status_t status = GPUHAL__CU(state->device->cu, cuStreamDestroy, (state->side_streams[i]));
+    if (status) {
+      gpuhal__log(state->device->logger, GPUHAL_LOG_WARN, "device %d: destroying a side stream: %s",
+                  state->device->ordinal, gpuhal_status_message(status));
+      gpuhal_status_free(status);
+    }
+  }
+  gpuhal__free(state->device->allocator, state->side_streams);
+  gpuhal__free(state->device->allocator, state->side_free);
+  state->side_streams = state->side_free = NULL;
+  state->side_count = state->side_free_count = state->side_capacity = 0;
   return NULL;
 }
 

@@ -123,6 +123,14 @@ struct gpuhal_semaphore_s {
    * the value lives in `value` alone. Set once, under the mutex. */
   volatile uint64_t* word;
   CUdeviceptr word_address;
+  /* Signals of this semaphore being issued (between gpuhal__semaphore_signal_begin and
+   * gpuhal__semaphore_add_timepoint): their work writes the word before its event is
+   * recorded only if the word was armed at the begin, so no arming happens meanwhile.
+   * `arm_refused`: a GPU wait was told to wait on the host for that reason; the end of
+   * the issue wakes it to try again. Under the mutex. */
+  uint32_t signalling;
+  int arm_refused;
+  int word_unsafe; /* a GPU write of the word may still land: not returned at destruction */
 };
 
 /* A slab of value words: pinned host memory mapped into every context (portable), at the
@@ -210,15 +218,21 @@ static void gpuhal__semaphore_words_free(gpuhal_driver_t* driver) {
   const gpuhal__cuda_symbols_t* cu = &driver->cu;
   while (driver->word_slabs) {
     gpuhal__word_slab_t* slab = driver->word_slabs;
-    CUcontext popped = NULL;
+    CUcontext popped = NULL, saved = NULL;
+    int pushed, entered;
     driver->word_slabs = slab->next;
-    if (cu->cuCtxPushCurrent(slab->context) == CUDA_SUCCESS) {
+    /* A push that fails is replaced by setting the context (and setting the caller's back),
+     * as a pop that fails is: the slab is freed and the caller's context kept either way. */
+    if (cu->cuCtxGetCurrent(&saved) != CUDA_SUCCESS) saved = NULL;
+    pushed = cu->cuCtxPushCurrent(slab->context) == CUDA_SUCCESS;
+    entered = pushed || cu->cuCtxSetCurrent(slab->context) == CUDA_SUCCESS;
+    if (entered) {
       gpuhal_status_t status = GPUHAL__CU(cu, cuMemFreeHost, (slab->words));
       if (status) {
         gpuhal__log(&driver->logger, GPUHAL_LOG_ERROR, "freeing semaphore words: %s", gpuhal_status_message(status));
         gpuhal_status_free(status);
       }
-      cu->cuCtxPopCurrent(&popped);
+      if (!pushed || cu->cuCtxPopCurrent(&popped) != CUDA_SUCCESS) cu->cuCtxSetCurrent(saved);
     }
     cu->cuDevicePrimaryCtxRelease(slab->cu_device);
     gpuhal__free(&driver->allocator, slab);
@@ -344,20 +358,48 @@ static int gpuhal__semaphore_advance_from_event(gpuhal_semaphore_t* s, const gpu
   return reached;
 }
 
-/* Publishes a submitted timepoint: GPU waits on values up to tp->value may now be turned
- * into stream waits on its event. A value that is already complete is not published.
- * Returns the device address of the semaphore's word when it is armed (the signalling work
- * must then write its value there: a GPU wait issued before this timepoint existed waits on
- * the word), else 0. Arming and publishing share this lock, so a GPU wait either sees the
- * timepoint or is seen here. */
-static CUdeviceptr gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuhal__timepoint_t* tp) {
-  gpuhal__list_node_t* n;
+/* A queue action starts issuing a signal of `s` (before its work's event is recorded).
+ * Returns the device address of the word when it is armed, else 0: the work must then
+ * write its value there before the event, so that whoever sees the event complete (and
+ * may store a higher value, as a host call after it does) comes after the write. Until
+ * gpuhal__semaphore_add_timepoint or gpuhal__semaphore_signal_end, no wait arms `s`. */
+static CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s) {
   CUdeviceptr armed;
   gpuhal__mutex_lock(&s->mutex);
+  s->signalling++;
   armed = s->word ? s->word_address : 0;
+  gpuhal__mutex_unlock(&s->mutex);
+  return armed;
+}
+
+/* Under the lock: one signal issue of `s` ended; the last one wakes the GPU waits that
+ * were refused an arming meanwhile (wants_submitted waiters look again). */
+static void gpuhal__semaphore_signal_end_locked(gpuhal_semaphore_t* s) {
+  if (--s->signalling > 0 || !s->arm_refused) return;
+  s->arm_refused = 0;
+  gpuhal__semaphore_notify_locked(s, UINT64_MAX);
+}
+
+/* The issue begun by gpuhal__semaphore_signal_begin failed before publishing. `wrote`: a
+ * write of the word was enqueued, which nothing will see land (no event follows it): the
+ * word is never reused. */
+static void gpuhal__semaphore_signal_end(gpuhal_semaphore_t* s, int wrote) {
+  gpuhal__mutex_lock(&s->mutex);
+  if (wrote) s->word_unsafe = 1;
+  gpuhal__semaphore_signal_end_locked(s);
+  gpuhal__mutex_unlock(&s->mutex);
+}
+
+/* Publishes a submitted timepoint (its event recorded) and ends the issue begun by
+ * gpuhal__semaphore_signal_begin: GPU waits on values up to tp->value may now be turned
+ * into stream waits on its event. A value that is already complete is not published. */
+static void gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuhal__timepoint_t* tp) {
+  gpuhal__list_node_t* n;
+  gpuhal__mutex_lock(&s->mutex);
   if (s->failure || tp->value <= s->value) {
+    gpuhal__semaphore_signal_end_locked(s);
     gpuhal__mutex_unlock(&s->mutex);
-    return armed;
+    return;
   }
   /* Sorted insert, searching from the back: values are mostly signalled in order. */
   n = s->timepoints.prev;
@@ -368,8 +410,8 @@ static CUdeviceptr gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuhal
   n->next = &tp->link;
   gpuhal__semaphore_publish_newest_locked(s);
   gpuhal__semaphore_notify_locked(s, tp->value);
+  gpuhal__semaphore_signal_end_locked(s);
   gpuhal__mutex_unlock(&s->mutex);
-  return armed;
 }
 
 static void gpuhal__semaphore_remove_timepoint(gpuhal__timepoint_t* tp) {
@@ -380,11 +422,24 @@ static void gpuhal__semaphore_remove_timepoint(gpuhal__timepoint_t* tp) {
   gpuhal__mutex_unlock(&s->mutex);
 }
 
+/* A GPU signal of a failed semaphore writes its value over the failed word when it runs
+ * (its write precedes its event): whoever retires such work stores the failure again, so
+ * no GPU wait stays blocked behind the failure. */
+static void gpuhal__semaphore_reassert_failure(gpuhal_semaphore_t* s) {
+  if (!gpuhal__atomic_load(&s->failure) || !gpuhal__atomic_load(&s->word)) return;
+  gpuhal__mutex_lock(&s->mutex);
+  __atomic_store_n(s->word, GPUHAL__WORD_FAILED(s), __ATOMIC_RELEASE);
+  gpuhal__mutex_unlock(&s->mutex);
+}
+
 /* Fails the semaphore with `cause` (owned); keeps the first cause. */
 static void gpuhal__semaphore_fail_owned(gpuhal_semaphore_t* s, gpuhal_status_t cause) {
   if (!cause) cause = gpuhal_status_make(GPUHAL_STATUS_ABORTED, "semaphore failed without a cause");
   gpuhal__mutex_lock(&s->mutex);
   if (s->failure) {
+    /* Work that failed after signalling may have written its value over the failed word
+     * (its value write precedes its event): store it again. */
+    if (s->word) __atomic_store_n(s->word, GPUHAL__WORD_FAILED(s), __ATOMIC_RELEASE);
     gpuhal__mutex_unlock(&s->mutex);
     gpuhal_status_free(cause);
     return;
@@ -412,6 +467,7 @@ typedef struct gpuhal__wait_query_s {
   CUstream order_stream;   /* a value submitted there is SUBMITTED without an event */
   int look_submitted;      /* tell SUBMITTED from PENDING (else submitted values are PENDING) */
   int take_event;          /* SUBMITTED: retain the event in *event (NULL on order_stream) */
+  int skip_provisional;    /* provisional timepoints count as not submitted */
   uint64_t* spare_word;    /* not NULL: arm the semaphore (with this word unless it has one)
                               instead of PENDING; the word is consumed when used */
   gpuhal__event_t* event;  /* out */
@@ -440,6 +496,11 @@ static gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint6
       for (n = s->timepoints.prev; n != &s->timepoints; n = n->prev) {
         gpuhal__timepoint_t* tp = GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link);
         if (tp->value < value) break;
+        /* Provisional work signalling above `value` may itself wait (through a GPU value
+         * wait) for `value`: a GPU wait on its event could close a cycle. Such a wait
+         * waits on the word instead (which passes `value` no later than that work runs),
+         * or on the host. */
+        if (tp->provisional && (q->skip_provisional || (q->order_stream && tp->value != value))) continue;
         best = tp;
       }
       if (best) {
@@ -452,7 +513,7 @@ static gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint6
         state = GPUHAL__WAIT_SUBMITTED;
       }
     }
-    if (state == GPUHAL__WAIT_PENDING && q->spare_word) {
+    if (state == GPUHAL__WAIT_PENDING && q->spare_word && !s->signalling) {
       if (!s->word) {
         *q->spare_word = s->value;
         s->word_address = gpuhal__word_address(s->driver, q->spare_word);
@@ -461,9 +522,14 @@ static gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint6
       }
       q->word_address = s->word_address;
       state = GPUHAL__WAIT_ARMED;
-    } else if (state == GPUHAL__WAIT_PENDING && q->waiter && !gpuhal__semaphore_waiter_registered(q->waiter)) {
-      q->waiter->value = value;
-      gpuhal__list_push_back(&s->waiters, &q->waiter->link);
+    } else if (state == GPUHAL__WAIT_PENDING) {
+      /* Not armed while a signal is being issued (see gpuhal__semaphore_signal_begin): the
+       * wait stays on the host until that signal is published, then looks again. */
+      if (q->spare_word) s->arm_refused = 1;
+      if (q->waiter && !gpuhal__semaphore_waiter_registered(q->waiter)) {
+        q->waiter->value = value;
+        gpuhal__list_push_back(&s->waiters, &q->waiter->link);
+      }
     }
   }
   gpuhal__mutex_unlock(&s->mutex);
@@ -517,7 +583,7 @@ static void gpuhal__semaphore_release_ref(gpuhal_semaphore_t* semaphore) {
   gpuhal_status_free(semaphore->failure);
   semaphore->failure = NULL;
   /* No GPU work refers to the word now: every action that used it held a reference. */
-  if (semaphore->word) gpuhal__word_return(semaphore->driver, semaphore->word);
+  if (semaphore->word && !semaphore->word_unsafe) gpuhal__word_return(semaphore->driver, semaphore->word);
   semaphore->word = NULL;
   gpuhal__mutex_destroy(&semaphore->mutex);
   {
