@@ -306,11 +306,16 @@ TU_TEST(graph_release_by_execute_with_context_push_failing) {
   TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, 1024, &buf));
   TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &gate));
   TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &done));
-  /* A first execute warms what executes use (the event pool), so that the count below
+  /* A first execute, queued before its signal like the second, warms what executes use
+   * (the event pool; with GPU-resident values a side stream), so that the count below
    * holds only what the second command buffer adds. */
   cb = rel_record(&t, buf, 0);
-  TU_CHECK_OK(cbt_run(&t, cb, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_one(&gate, &one),
+                                   gpuhal_semaphore_list_one(&done, &one), cb, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, gpuhal_timeout_relative_ns(30000000000ll)));
   gpuhal_command_buffer_release(cb);
+  one = 2;
   TU_CHECK_OK(gpuhal_device_wait_idle(t.device, gpuhal_timeout_relative_ns(30000000000ll)));
   before = rel_live_objects();
   cb = rel_record(&t, buf, 0);
@@ -318,8 +323,8 @@ TU_TEST(graph_release_by_execute_with_context_push_failing) {
                                    gpuhal_semaphore_list_one(&done, &one), cb, NULL));
   gpuhal_command_buffer_release(cb);
   TU_REQUIRE(tu_softcuda_faults(REL_PUSH_FAILS) == 0);
-  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
-  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, gpuhal_timeout_relative_ns(30000000000ll)));
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 2));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 2, gpuhal_timeout_relative_ns(30000000000ll)));
   TU_CHECK_OK(gpuhal_device_wait_idle(t.device, gpuhal_timeout_relative_ns(30000000000ll)));
   TU_CHECK(tu_softcuda_faults(NULL) == 0);
   TU_CHECK_EQ_INT(rel_live_objects(), before);

@@ -371,7 +371,10 @@ TU_TEST(release_with_work_in_flight) {
   TU_CHECK_OK(gpuhal_semaphore_query(s, &v));
   TU_CHECK_EQ_INT(v, 10);
   TU_CHECK_STATUS(gpuhal_semaphore_query(stuck, &v), GPUHAL_STATUS_ABORTED, "released");
-  TU_CHECK_EQ_INT(qt_counter_get(&counter.issued), 0);
+  /* With GPU-resident values the work was issued behind a GPU wait that the release then
+   * abandoned; on the event path it never ran. It never completes as done either way. */
+  TU_CHECK(qt_counter_get(&counter.issued) <= 1);
+  TU_CHECK_EQ_INT(qt_counter_get(&counter.completed_ok), 0);
   TU_CHECK_EQ_INT(qt_counter_get(&counter.released), 1);
   gpuhal_semaphore_release(s);
   gpuhal_semaphore_release(never);

@@ -59,7 +59,10 @@ typedef struct st_thread_s {
   uint64_t rng;
   gpuhal_semaphore_t* chain;
   uint64_t value;   /* what the chain reaches when everything submitted completes */
-  int host_calls;   /* host functions run on the current chain */
+  /* Host functions run, per chain generation: a host call of a failed chain whose wait was
+   * reached before the failure still runs, possibly after the chain was replaced. */
+  int host_calls[64];
+  unsigned generation;
   int host_expected;
   /* tallies */
   int ops, submitted, refused, chains_failed, faults_armed, bad;
@@ -91,7 +94,8 @@ static void st_new_chain(st_thread_t* t) {
   gpuhal_semaphore_release(t->chain);
   t->chain = NULL;
   t->value = 0;
-  t->host_calls = 0;
+  t->generation++;
+  __atomic_store_n(&t->host_calls[t->generation % 64], 0, __ATOMIC_RELEASE);
   t->host_expected = 0;
   st = gpuhal_semaphore_create(t->shared->driver, 0, &t->chain);
   if (st) st_bad(t, "semaphore_create", st);
@@ -104,9 +108,10 @@ static void st_settle_chain(st_thread_t* t) {
   if (!t->chain) return;
   st = gpuhal_semaphore_wait(t->chain, t->value, gpuhal_timeout_relative_ns(ST_WAIT_NS));
   if (!st) {
-    if (__atomic_load_n(&t->host_calls, __ATOMIC_ACQUIRE) != t->host_expected)
-      st_bad(t, "host calls on a completed chain", gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "%d ran, %d submitted",
-                                                                     t->host_calls, t->host_expected));
+    int ran = __atomic_load_n(&t->host_calls[t->generation % 64], __ATOMIC_ACQUIRE);
+    if (ran != t->host_expected)
+      st_bad(t, "host calls on a completed chain",
+             gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "%d ran, %d submitted", ran, t->host_expected));
     return;
   }
   if (gpuhal_status_code(st) == GPUHAL_STATUS_DEADLINE_EXCEEDED) {
@@ -194,7 +199,7 @@ static void st_one_op(st_thread_t* t) {
   if (op < 20) { /* barrier execute */
     st_submitted(t, gpuhal_queue_execute(device, queue, wait, signal, NULL, NULL));
   } else if (op < 35) { /* host call */
-    st = gpuhal_queue_host_call(device, queue, wait, signal, st_host_fn, &t->host_calls);
+    st = gpuhal_queue_host_call(device, queue, wait, signal, st_host_fn, &t->host_calls[t->generation % 64]);
     if (!st) t->host_expected++;
     st_submitted(t, st);
   } else if (op < 55) { /* record and execute a one-shot command buffer (graph or stream) */
