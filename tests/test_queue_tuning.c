@@ -39,7 +39,12 @@ static void tt_workload(qt_fixture_t* f, int reverse) {
       TU_CHECK_OK(qt_submit(f->device, queue, wait, signal, &qt_counting_ops, &counter));
     }
     /* A poll never blocks and never keeps anything. */
-    if (gpuhal_semaphore_wait(s, next, gpuhal_timeout_immediate()) == NULL) polls_ok++;
+    {
+      gpuhal_status_t polled = gpuhal_semaphore_wait(s, next, gpuhal_timeout_immediate());
+      if (polled == NULL) polls_ok++;
+      else TU_CHECK_EQ_INT(gpuhal_status_code(polled), GPUHAL_STATUS_DEADLINE_EXCEEDED);
+      gpuhal_status_free(polled);
+    }
   }
   list_sems[0] = other;
   list_sems[1] = s;
