@@ -1,0 +1,71 @@
+/* park_probe: which CUDA driver calls wait for a stream parked on cuStreamWaitValue64.
+ *
+ * The memop path of the queue parks GPU work on values the host may signal later; any call
+ * that waits for the whole device then waits for that signal. Run on a real GPU:
+ *   gcc -O1 -I/usr/local/cuda/include tools/probe/park_probe.c -o park_probe -lcuda -lpthread
+ *   ./park_probe
+ * On an H200 (driver 580, CUDA 13.0, 2026-11-25) cuModuleLoadData, cuMemFree and
+ * cuCtxSynchronize block; cuMemAlloc, cuMemHostAlloc, cuMemAllocAsync/cuMemFreeAsync,
+ * cuGraphInstantiate and launch, synchronous cuMemcpyHtoD, event and stream creation do not.
+ * softcuda models cuMemFree, cuMemFreeHost and cuCtxSynchronize only. */
+#include <cuda.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+static CUcontext ctx;
+static volatile int done_flag;
+static const char* ptx =
+    ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry k(.param .u64 p){ ret; }\n";
+typedef int (*probe_fn)(void);
+static CUstream other;
+static int p_memalloc(void) { CUdeviceptr d; if (cuMemAlloc(&d, 1 << 20)) return 1; return cuMemFree(d) ? 2 : 0; }
+static int p_memalloc_only(void) { CUdeviceptr d; return cuMemAlloc(&d, 1 << 20) ? 1 : 0; }
+static int p_hostalloc(void) { void* h; return cuMemHostAlloc(&h, 4096, 0) ? 1 : 0; }
+static int p_module(void) { CUmodule m; return cuModuleLoadData(&m, ptx) ? 1 : 0; }
+static int p_memcpy(void) { static char buf[256]; CUdeviceptr d; if (cuMemAlloc(&d, 256)) return 1; return cuMemcpyHtoD(d, buf, 256) ? 2 : 0; }
+static int p_memcpy_async(void) { static char buf[256]; CUdeviceptr d; if (cuMemAlloc(&d, 256)) return 1; return cuMemcpyHtoDAsync(d, buf, 256, other) || cuStreamSynchronize(other) ? 2 : 0; }
+static int p_graph(void) {
+  CUgraph g; CUgraphExec e; CUgraphNode n;
+  if (cuGraphCreate(&g, 0)) return 1;
+  if (cuGraphAddEmptyNode(&n, g, NULL, 0)) return 2;
+  if (cuGraphInstantiate(&e, g, 0)) return 3;
+  if (cuGraphLaunch(e, other) || cuStreamSynchronize(other)) return 4;
+  if (cuGraphExecDestroy(e)) return 5;
+  return cuGraphDestroy(g) ? 6 : 0;
+}
+static int p_event(void) { CUevent ev; if (cuEventCreate(&ev, 0)) return 1; return cuEventDestroy(ev) ? 2 : 0; }
+static int p_stream(void) { CUstream s; if (cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) return 1; return cuStreamDestroy(s) ? 2 : 0; }
+static int p_pool(void) { CUdeviceptr d; if (cuMemAllocAsync(&d, 4096, other)) return 1; if (cuMemFreeAsync(d, other)) return 2; return cuStreamSynchronize(other) ? 3 : 0; }
+static int p_memfree(void) { CUdeviceptr d; if (cuMemAlloc(&d, 4096)) return 1; return cuMemFree(d) ? 2 : 0; }
+static int p_ctxsync(void) { return cuCtxSynchronize() ? 1 : 0; }
+typedef struct { const char* name; probe_fn fn; } probe_t;
+static probe_t* current;
+static void* runner(void* a) { (void)a; cuCtxSetCurrent(ctx); int r = current->fn(); printf("  %-22s returned %d\n", current->name, r); fflush(stdout); done_flag = 1; return NULL; }
+int main(void) {
+  CUdevice dev; CUstream parked; volatile unsigned long long* word; CUdeviceptr dword; unsigned i;
+  probe_t probes[] = {{"cuEventCreate/Destroy", p_event}, {"cuStreamCreate/Destroy", p_stream}, {"cuMemAllocAsync/FreeAsync", p_pool},
+                      {"cuMemHostAlloc", p_hostalloc}, {"cuModuleLoadData", p_module}, {"cuGraphInstantiate+launch", p_graph},
+                      {"cuMemcpyHtoDAsync", p_memcpy_async}, {"cuMemAlloc", p_memalloc_only}, {"cuMemcpyHtoD (sync)", p_memcpy},
+                      {"cuMemAlloc+cuMemFree", p_memalloc}, {"cuMemFree", p_memfree}, {"cuCtxSynchronize", p_ctxsync}};
+  if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) { printf("init failed\n"); return 1; }
+  cuStreamCreate(&parked, CU_STREAM_NON_BLOCKING); cuStreamCreate(&other, CU_STREAM_NON_BLOCKING);
+  cuMemHostAlloc((void**)&word, 8, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+  cuMemHostGetDevicePointer(&dword, (void*)word, 0);
+  for (i = 0; i < sizeof(probes) / sizeof(probes[0]); ++i) {
+    pthread_t t; int waited = 0;
+    *word = 0;
+    cuStreamWaitValue64(parked, dword, 1, CU_STREAM_WAIT_VALUE_GEQ);
+    usleep(20000);
+    done_flag = 0; current = &probes[i];
+    pthread_create(&t, NULL, runner, NULL);
+    while (!done_flag && waited < 2000) { usleep(1000); waited++; }
+    printf("%-26s %s while a stream is parked\n", probes[i].name, done_flag ? "returned" : "BLOCKS (2 s)");
+    fflush(stdout);
+    *word = 1; /* release the parked stream */
+    pthread_join(t, NULL);
+    cuStreamSynchronize(parked);
+  }
+  return 0;
+}
