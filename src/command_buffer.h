@@ -142,6 +142,9 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_
                                                 gpuhal_command_buffer_t* command_buffer,
                                                 const gpuhal_binding_table_t* bindings);
 
+/* Tells device.h that the command buffer hooks exist. */
+#define GPUHAL__HAVE_COMMAND_BUFFER 1
+
 /* ---- gpuhal:implementation ---- */
 
 #define GPUHAL__MAGIC_COMMAND_BUFFER 0x434D4442u /* "CMDB" */
@@ -540,6 +543,24 @@ static gpuhal_status_t gpuhal__builtins_get(gpuhal_device_t* device, gpuhal__bui
   gpuhal__mutex_unlock(&cache->mutex);
   if (loaded) gpuhal__builtins_destroy(device, loaded);
   return NULL;
+}
+
+/* The built-in kernels load before the queue first parks a stream on a GPU value wait: CUDA
+ * loads code only into an idle context, and later a stream may be parked on a value that
+ * only the thread recording a fill will signal (tools/probe/park_probe.c). On a failure the
+ * device never parks (its first fill tries again and reports it). */
+static int gpuhal__builtins_preload(gpuhal_device_t* device) {
+  gpuhal__builtins_t* builtins = NULL;
+  gpuhal_status_t status = gpuhal__builtins_get(device, &builtins);
+  if (!status) return 1;
+  gpuhal__log(device->logger, GPUHAL_LOG_WARN, "device %d: %s; GPU work waits for semaphore values on the host",
+              device->ordinal, gpuhal_status_message(status));
+  gpuhal_status_free(status);
+  return 0;
+}
+
+static void gpuhal__command_buffer_device_ready(gpuhal_device_t* device) {
+  device->before_first_park = gpuhal__builtins_preload;
 }
 
 /* Grid for a built-in kernel over `size` bytes: one thread per 16 bytes (plus the head and

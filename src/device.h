@@ -110,6 +110,13 @@ typedef struct gpuhal_queue_tuning_t {
   int32_t harvest_min;
   /* 1: every action is issued by the device's worker thread, never by the submitter. */
   int32_t no_caller_issue;
+  /* The memop path: at most this many streams of the device may hold work that waits on the
+   * GPU for a value not reached yet (0 = CUDA_DEVICE_MAX_CONNECTIONS / 4, i.e. 2 by default;
+   * < 0 = none, such work waits on the host as on the event path). CUDA runs a context's
+   * streams on CUDA_DEVICE_MAX_CONNECTIONS hardware queues (default 8); with more than a few
+   * of them parked on a wait, other streams' work queues up behind it, and work the parked
+   * value depends on never runs (tools/probe/alias_probe.c). */
+  int32_t gpu_parked_max;
 } gpuhal_queue_tuning_t;
 
 typedef struct gpuhal_device_params_t {
@@ -237,6 +244,11 @@ struct gpuhal_device_s {
   struct gpuhal__queue_state_s* queue_state;
   struct gpuhal__module_cache_s* module_cache;
   struct gpuhal__trace_device_s* trace; /* trace.h: NULL when tracing is off */
+  /* Called once (queue issue lock held) before the queue first parks a stream on a GPU value
+   * wait: CUDA loads code only into an idle context, so what gpuhal itself will load is
+   * loaded now (command_buffer.h installs it; NULL: nothing to do). 0: it failed, and the
+   * device never parks. */
+  int (*before_first_park)(gpuhal_device_t* device);
 };
 
 /* Subsystem hooks, defined by modules that come after this one.
@@ -250,6 +262,7 @@ struct gpuhal_device_s {
  *   memory.h        #define GPUHAL__HAVE_MEMORY 1
  *   queue.h         #define GPUHAL__HAVE_QUEUE 1
  *   module_cache.h  #define GPUHAL__HAVE_MODULE_CACHE 1
+ *   command_buffer.h #define GPUHAL__HAVE_COMMAND_BUFFER 1 (installs before_first_park)
  * Creation order: memory, module cache, queue; destruction runs the other way, the queue
  * first, so that it can drain while everything it uses is still there. */
 #ifdef GPUHAL__HAVE_MEMORY
@@ -266,6 +279,9 @@ static void gpuhal__semaphore_words_free(gpuhal_driver_t* driver); /* semaphore.
 #ifdef GPUHAL__HAVE_MODULE_CACHE
 static gpuhal_status_t gpuhal__module_cache_create(gpuhal_device_t* device);
 static void gpuhal__module_cache_destroy(gpuhal_device_t* device);
+#endif
+#ifdef GPUHAL__HAVE_COMMAND_BUFFER
+static void gpuhal__command_buffer_device_ready(gpuhal_device_t* device);
 #endif
 /* ---- trace hooks (trace.h, amalgamated last; #define GPUHAL__HAVE_TRACE 1) ----
  * The driver's and each device's trace state are NULL when tracing is off, so every hook
@@ -884,6 +900,9 @@ static gpuhal_status_t gpuhal__device_create_subsystems(gpuhal_device_t* device)
 #endif
 #ifdef GPUHAL__HAVE_QUEUE
   GPUHAL__RETURN_IF_ERROR(gpuhal__queue_state_create(device));
+#endif
+#ifdef GPUHAL__HAVE_COMMAND_BUFFER
+  gpuhal__command_buffer_device_ready(device);
 #endif
   GPUHAL__UNUSED(device);
   return NULL;

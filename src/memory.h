@@ -591,6 +591,17 @@ static void gpuhal__memory_gpu_waits_add(gpuhal_device_t* device, int32_t delta)
   if (flush) gpuhal__worker_post(device, &memory->flush_task);
 }
 
+/* 1 while queue work that may wait on the GPU for a value is in flight. */
+static int gpuhal__memory_gpu_waits_now(gpuhal_device_t* device) {
+  gpuhal__memory_state_t* memory = device->memory;
+  int32_t waits;
+  if (!memory) return 0;
+  gpuhal__mutex_lock(&memory->deferred_mutex);
+  waits = memory->gpu_waits;
+  gpuhal__mutex_unlock(&memory->deferred_mutex);
+  return waits > 0;
+}
+
 /* Frees a (non-pending) buffer's memory; the device's context is current. */
 static gpuhal_status_t gpuhal__buffer_free_current(void* arg) {
   gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)arg;

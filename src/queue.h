@@ -45,6 +45,10 @@
  * event complete, and may then store a higher value, comes after the write); a semaphore is
  * not armed while a signal of it is being issued. Such a wait never takes the event of
  * provisional work that signals a higher value (that work may wait for this very value).
+ * At most tuning.gpu_parked_max side streams are busy at once: CUDA shares a few hardware
+ * queues among a context's streams, and past a few parked ones other streams' work stalls
+ * behind them; beyond the bound, work waits on the host as on the event path. A queue's
+ * stream never waits on provisional work's event.
  *
  * Failure: a CUDA error fails the action's signal semaphores with the original error; an
  * action waiting on a failed semaphore fails with that cause in its message; a queue call
@@ -281,6 +285,8 @@ typedef struct gpuhal__queue_state_s {
   CUstream* side_streams;
   CUstream* side_free;
   uint32_t side_count, side_free_count, side_capacity;
+  int parked_before; /* under issue_mutex: device->before_first_park ran */
+  int park_refused;  /* under issue_mutex: it failed, so nothing parks on the GPU */
   gpuhal__thread_t completion_thread;
   gpuhal__thread_t host_call_thread;
   int threads_started;
@@ -301,6 +307,12 @@ static gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_queue_tun
   if (t.completion_max_sleep_ns <= 0) t.completion_max_sleep_ns = 200000;
   if (t.harvest_min == 0) t.harvest_min = 48;
   if (t.harvest_min < 0) t.harvest_min = 0; /* off */
+  if (t.gpu_parked_max == 0) {
+    const char* env = gpuhal__getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    long connections = env && env[0] ? strtol(env, NULL, 10) : 8;
+    t.gpu_parked_max = (int32_t)(connections > 0 && connections <= 1024 ? connections / 4 : 2);
+  }
+  if (t.gpu_parked_max < 0) t.gpu_parked_max = 0; /* none */
   return t;
 }
 
@@ -611,6 +623,25 @@ static uint64_t* gpuhal__action_spare_word(gpuhal__queue_state_t* state, gpuhal_
   return word;
 }
 
+/* 1 when one more stream may park on the GPU (see gpuhal_queue_tuning_t.gpu_parked_max):
+ * every side stream not free holds work that may wait for a value. The first time, what
+ * gpuhal loads itself is loaded (see device->before_first_park); if that fails, nothing
+ * parks (a later load would wait for the parked work). Under issue_mutex. */
+static int gpuhal__side_streams_may_park(gpuhal__queue_state_t* state) {
+  gpuhal_device_t* device = state->device;
+  int may;
+  if (!state->memops || state->tuning.gpu_parked_max <= 0) return 0;
+  if (!state->parked_before) {
+    state->parked_before = 1;
+    state->park_refused = device->before_first_park && !device->before_first_park(device);
+  }
+  if (state->park_refused) return 0;
+  gpuhal__mutex_lock(&state->mutex);
+  may = state->side_count - state->side_free_count < (uint32_t)state->tuning.gpu_parked_max;
+  gpuhal__mutex_unlock(&state->mutex);
+  return may;
+}
+
 /* Resolves the waits in order; stops at the first one that can be neither skipped, turned
  * into an event wait nor (memops) a value wait, registering on its semaphore so that its
  * change kicks the pump. With `take_events` (the action will be issued right away if
@@ -618,6 +649,7 @@ static uint64_t* gpuhal__action_spare_word(gpuhal__queue_state_t* state, gpuhal_
 static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_events, gpuhal_status_t* out_failure) {
   gpuhal__queue_state_t* state = a->state;
   CUstream stream = state->device->streams[a->queue_index];
+  int may_park = -1, park; /* may_park: asked once, when a wait first could go to the GPU */
   while (a->next_wait < a->wait_count) {
     gpuhal__action_wait_t* w = &a->waits[a->next_wait];
     gpuhal__wait_query_t q;
@@ -630,14 +662,26 @@ static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_ev
       continue;
     }
     memset(&q, 0, sizeof(q));
-    q.waiter = &w->waiter;
     q.order_stream = stream;
     q.look_submitted = 1;
     q.take_event = take_events;
-    q.skip_provisional = a->not_provisional;
-    q.spare_word = a->not_provisional ? NULL : gpuhal__action_spare_word(state, w->semaphore);
-    st = gpuhal__semaphore_check(w->semaphore, w->value, &q);
-    if (q.spare_word && q.spare_word != &gpuhal__arm_sentinel) gpuhal__word_return(state->device->driver, q.spare_word);
+    q.skip_provisional = 1;
+    /* First as on the event path, which settles most waits; a wait that would block there may
+     * go to the GPU (asking whether another stream may park only then: the first ask loads
+     * what gpuhal loads itself, which waits for the context's work). */
+    park = a->provisional;
+    st = a->provisional ? GPUHAL__WAIT_PENDING : gpuhal__semaphore_check(w->semaphore, w->value, &q);
+    if (st == GPUHAL__WAIT_PENDING && !park && state->memops && !a->not_provisional) {
+      if (may_park < 0) may_park = gpuhal__side_streams_may_park(state);
+      park = may_park;
+    }
+    if (st == GPUHAL__WAIT_PENDING) {
+      q.waiter = &w->waiter;
+      q.skip_provisional = !park;
+      q.spare_word = park ? gpuhal__action_spare_word(state, w->semaphore) : NULL;
+      st = gpuhal__semaphore_check(w->semaphore, w->value, &q);
+      if (q.spare_word && q.spare_word != &gpuhal__arm_sentinel) gpuhal__word_return(state->device->driver, q.spare_word);
+    }
     if (st == GPUHAL__WAIT_PENDING) {
       gpuhal__action_drop_wait_events(a);
       return GPUHAL__RESOLVE_BLOCKED;
@@ -669,7 +713,7 @@ static gpuhal_status_t gpuhal__action_wait_event(gpuhal__action_t* a, gpuhal__ac
   q.order_stream = stream;
   q.look_submitted = 1;
   q.take_event = 1;
-  q.skip_provisional = a->not_provisional;
+  q.skip_provisional = !a->provisional; /* as when it was resolved: off its queue's stream only */
   st = gpuhal__semaphore_check(w->semaphore, w->value, &q);
   if (st == GPUHAL__WAIT_FAILED) return gpuhal__action_wait_failure(a, q.failure, w->value);
   if (st == GPUHAL__WAIT_PENDING)
@@ -944,7 +988,9 @@ typedef enum gpuhal__inputs_e {
 static gpuhal__inputs_t gpuhal__action_inputs(const gpuhal__action_t* a, gpuhal_status_t* out_failure) {
   gpuhal__inputs_t result = GPUHAL__INPUTS_REACHED;
   uint32_t i;
-  for (i = 0; a->provisional && i < a->wait_count; ++i) {
+  /* A host call's function may look at what it waited for: its event done is not enough,
+   * the values it waited on must be seen reached (another lane may not be observed yet). */
+  for (i = 0; (a->provisional || a->host_fn) && i < a->wait_count; ++i) {
     const gpuhal__action_wait_t* w = &a->waits[i];
     gpuhal__wait_query_t q;
     if (gpuhal__atomic_load(&w->semaphore->value) >= w->value) continue;

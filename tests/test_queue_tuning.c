@@ -129,9 +129,9 @@ TU_TEST(worker_issues_everything) {
 }
 
 /* The same workload with timeline values in device memory, where the device has them
- * (work queued before its signal waits on the GPU, on side streams). In submission order
- * everywhere; in reverse order on softcuda only: on an H200 that still hangs (issue #14). */
-TU_TEST(semaphore_memops) {
+ * (work queued before its signal waits on the GPU, on side streams), at the default bound
+ * on parked streams, at one, and at none (every such wait on the host). */
+static void tt_run_memops(int32_t gpu_parked_max) {
   gpuhal_driver_options_t options;
   gpuhal_device_params_t params;
   qt_fixture_t f;
@@ -141,6 +141,7 @@ TU_TEST(semaphore_memops) {
   memset(&params, 0, sizeof(params));
   options.semaphore_memops = 1;
   params.queue_count = 2;
+  params.tuning.gpu_parked_max = gpu_parked_max;
   TU_REQUIRE_OK(gpuhal_driver_create(&options, &f.driver));
   TU_CHECK_OK(gpuhal_driver_device_count(f.driver, &count));
   if (count == 0 || !gpuhal_driver_has_feature(f.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
@@ -148,10 +149,14 @@ TU_TEST(semaphore_memops) {
     TU_SKIP("no 64-bit stream memory operations on every device");
   }
   TU_REQUIRE_OK(gpuhal_device_create(f.driver, 0, &params, &f.device));
-  tt_workload(&f, tu_softcuda());
+  tt_workload(&f, 1);
   qt_close(&f);
 }
 
+TU_TEST(semaphore_memops) { tt_run_memops(0); }
+TU_TEST(semaphore_memops_one_parked) { tt_run_memops(1); }
+TU_TEST(semaphore_memops_none_parked) { tt_run_memops(-1); }
+
 TU_MAIN(TU_CASE(defaults), TU_CASE(no_spin_short_sleeps), TU_CASE(completion_looks_at_once_and_polls_often),
         TU_CASE(completion_ages_work_long), TU_CASE(harvest_off_and_eager), TU_CASE(worker_issues_everything),
-        TU_CASE(semaphore_memops))
+        TU_CASE(semaphore_memops), TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked))

@@ -9,13 +9,9 @@ set(GPUHAL_RANDOM_OPS "300" CACHE STRING "test_queue_random: operations per thre
 
 foreach(t test_queue_core test_queue_reject test_queue_random)
   if(TARGET ${t})
-    # GPU-resident values are opt-in: the first run turns them on, on softcuda. On an H200
-    # that path still hangs in test_queue_core, test_queue_random and test_queue_tuning's
-    # reverse case (issue #14 stays open for it), so on a real driver both runs take the
-    # default path until it is fixed.
-    if(GPUHAL_TEST_DRIVER STREQUAL "softcuda")
-      set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "GPUHAL_SEMAPHORE_MEMOPS=1")
-    endif()
+    # GPU-resident values are opt-in: the first run turns them on (softcuda and a real GPU
+    # alike); the _events twin runs the same binary on the event path.
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "GPUHAL_SEMAPHORE_MEMOPS=1")
     add_test(NAME ${t}_events COMMAND ${t})
     set_tests_properties(${t}_events PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
     set_property(TEST ${t}_events APPEND PROPERTY ENVIRONMENT ${GPUHAL_TEST_ENV} "SOFTCUDA_NO_MEMOPS=1")

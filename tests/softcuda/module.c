@@ -372,6 +372,9 @@ static CUresult sc_module_load(CUmodule* module, const void* image, unsigned n, 
   if (r != CUDA_SUCCESS) return r;
   SC_LOCK();
   r = sc_lookup_ctx((CUcontext)(uintptr_t)SC_HANDLE(c), &c); /* still alive after the delay? */
+  /* Loading code waits until the context's streams are idle, as on an H200 (driver 580): a
+   * stream parked on an unreached cuStreamWaitValue holds it up (tools/probe/park_probe.c). */
+  if (r == CUDA_SUCCESS) sc_ctx_sync_locked(c);
   if (r == CUDA_SUCCESS) *module = (CUmodule)(uintptr_t)SC_HANDLE(sc_module_build_locked(c, &x));
   SC_UNLOCK();
   sc_ptx_free(&x);

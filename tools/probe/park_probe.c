@@ -11,6 +11,7 @@
 #include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,6 +41,30 @@ static int p_stream(void) { CUstream s; if (cuStreamCreate(&s, CU_STREAM_NON_BLO
 static int p_pool(void) { CUdeviceptr d; if (cuMemAllocAsync(&d, 4096, other)) return 1; if (cuMemFreeAsync(d, other)) return 2; return cuStreamSynchronize(other) ? 3 : 0; }
 static int p_memfree(void) { CUdeviceptr d; if (cuMemAlloc(&d, 4096)) return 1; return cuMemFree(d) ? 2 : 0; }
 static int p_ctxsync(void) { return cuCtxSynchronize() ? 1 : 0; }
+/* Module variants: a cubin linked before the park, loaded once before it (lazy loading defers
+ * the kernel's upload to its first use), cuLibrary (context-independent), a second context. */
+static void* cubin; static size_t cubin_size; static CUmodule early; static CUcontext ctx2;
+static int p_module_cubin(void) { CUmodule m; return cuModuleLoadData(&m, cubin) ? 1 : 0; }
+static int p_getfunction(void) { CUfunction f; return cuModuleGetFunction(&f, early, "k") ? 1 : 0; }
+static int p_first_launch(void) {
+  CUfunction f; unsigned long long z = 0; void* args[] = {&z};
+  if (cuModuleGetFunction(&f, early, "k")) return 1;
+  return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, other, args, NULL) || cuStreamSynchronize(other) ? 2 : 0;
+}
+static int p_library(void) { CUlibrary l; CUkernel k; if (cuLibraryLoadData(&l, cubin, NULL, NULL, 0, NULL, NULL, 0)) return 1; return cuLibraryGetKernel(&k, l, "k") ? 2 : 0; }
+static int p_library_launch(void) {
+  CUlibrary l; CUkernel k; unsigned long long z = 0; void* args[] = {&z};
+  if (cuLibraryLoadData(&l, cubin, NULL, NULL, 0, NULL, NULL, 0)) return 1;
+  if (cuLibraryGetKernel(&k, l, "k")) return 2;
+  return cuLaunchKernel((CUfunction)k, 1, 1, 1, 1, 1, 1, 0, other, args, NULL) || cuStreamSynchronize(other) ? 3 : 0;
+}
+static int p_module_ctx2(void) { CUmodule m; if (cuCtxSetCurrent(ctx2)) return 1; return cuModuleLoadData(&m, cubin) ? 2 : 0; }
+static int p_unload(void) { CUmodule m; if (cuModuleLoadData(&m, cubin)) return 1; return 0; }
+static CUmodule unload_me;
+static int p_unload_only(void) { return cuModuleUnload(unload_me) ? 1 : 0; }
+static int p_pool_trim(void) { CUmemoryPool pool; if (cuDeviceGetDefaultMemPool(&pool, 0)) return 1; return cuMemPoolTrimTo(pool, 0) ? 2 : 0; }
+static int p_freehost(void) { void* h; if (cuMemHostAlloc(&h, 4096, 0)) return 1; return cuMemFreeHost(h) ? 2 : 0; }
+static int p_hostregister(void) { static char buf[8192] __attribute__((aligned(4096))); if (cuMemHostRegister(buf, 4096, 0)) return 1; return cuMemHostUnregister(buf) ? 2 : 0; }
 typedef struct { const char* name; probe_fn fn; } probe_t;
 static probe_t* current;
 static void* runner(void* a) { (void)a; cuCtxSetCurrent(ctx); int r = current->fn(); printf("  %-22s returned %d\n", current->name, r); fflush(stdout); done_flag = 1; return NULL; }
@@ -48,11 +73,26 @@ int main(void) {
   probe_t probes[] = {{"cuEventCreate/Destroy", p_event}, {"cuStreamCreate/Destroy", p_stream}, {"cuMemAllocAsync/FreeAsync", p_pool},
                       {"cuMemHostAlloc", p_hostalloc}, {"cuModuleLoadData", p_module}, {"cuGraphInstantiate+launch", p_graph},
                       {"cuMemcpyHtoDAsync", p_memcpy_async}, {"cuMemAlloc", p_memalloc_only}, {"cuMemcpyHtoD (sync)", p_memcpy},
-                      {"cuMemAlloc+cuMemFree", p_memalloc}, {"cuMemFree", p_memfree}, {"cuCtxSynchronize", p_ctxsync}};
+                      {"cuMemAlloc+cuMemFree", p_memalloc}, {"cuMemFree", p_memfree}, {"cuCtxSynchronize", p_ctxsync},
+                      {"cuModuleLoadData cubin", p_module_cubin}, {"cuModuleGetFunction (lazy)", p_getfunction},
+                      {"first launch (lazy)", p_first_launch}, {"cuLibraryLoadData", p_library},
+                      {"cuLibrary launch", p_library_launch}, {"cuModuleLoadData ctx2", p_module_ctx2},
+                      {"cuMemFreeHost", p_freehost}, {"cuMemHostRegister", p_hostregister},
+                      {"cuModuleUnload", p_unload_only}, {"cuMemPoolTrimTo", p_pool_trim}};
+  (void)p_unload;
   if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) { printf("init failed\n"); return 1; }
   cuStreamCreate(&parked, CU_STREAM_NON_BLOCKING); cuStreamCreate(&other, CU_STREAM_NON_BLOCKING);
   cuMemHostAlloc((void**)&word, 8, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
   cuMemHostGetDevicePointer(&dword, (void*)word, 0);
+  {
+    CUlinkState ls; void* out;
+    if (cuLinkCreate(0, NULL, NULL, &ls) || cuLinkAddData(ls, CU_JIT_INPUT_PTX, (void*)ptx, strlen(ptx) + 1, "k", 0, NULL, NULL) ||
+        cuLinkComplete(ls, &out, &cubin_size)) { printf("link failed\n"); return 1; }
+    cubin = malloc(cubin_size); memcpy(cubin, out, cubin_size); cuLinkDestroy(ls);
+    if (cuModuleLoadData(&early, cubin) || cuModuleLoadData(&unload_me, cubin)) { printf("early load failed\n"); return 1; }
+    if (cuCtxCreate(&ctx2, NULL, 0, dev)) { printf("ctx2 failed\n"); return 1; }
+    cuCtxSetCurrent(ctx);
+  }
   for (i = 0; i < sizeof(probes) / sizeof(probes[0]); ++i) {
     pthread_t t; int waited = 0;
     *word = 0;
