@@ -192,6 +192,12 @@ struct gpuhal_driver_s {
    * first use in the primary context of the device that needed one; the driver keeps that
    * context retained until it frees the slab. */
   int memops; /* GPUHAL_FEATURE_SEMAPHORE_MEMOPS */
+  /* Queue work in flight that may wait on the GPU for a value, on any device, and the calls
+   * that wait for a whole context put off meanwhile (memory.h, gpuhal__device_sync_call).
+   * Driver-wide: gpuhal devices of one ordinal share its primary context. */
+  gpuhal__mutex_t parked_mutex;
+  int32_t gpu_waits;
+  struct gpuhal__deferred_call_s* deferred;
   gpuhal__mutex_t words_mutex;
   struct gpuhal__word_slab_s* word_slabs;
   uint64_t* free_words; /* each free word holds the address of the next */
@@ -268,6 +274,7 @@ struct gpuhal_device_s {
 #ifdef GPUHAL__HAVE_MEMORY
 static gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device);
 static void gpuhal__memory_state_destroy(gpuhal_device_t* device);
+static void gpuhal__driver_flush_deferred(gpuhal_driver_t* driver);
 #endif
 #ifdef GPUHAL__HAVE_QUEUE
 static gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device);
@@ -456,6 +463,21 @@ static gpuhal_status_t gpuhal__context_enter(gpuhal_device_t* device, gpuhal__co
   return NULL;
 }
 
+/* Makes `context` current for a cleanup that must happen even when a push fails: pushes
+ * it, or else sets it (gpuhal__context_pop_any then sets the caller's back). 0 when neither
+ * worked. Any thread. */
+static int gpuhal__context_push_any(const gpuhal__cuda_symbols_t* cu, CUcontext context,
+                                    gpuhal__context_scope_t* scope) {
+  if (cu->cuCtxGetCurrent(&scope->saved) != CUDA_SUCCESS) scope->saved = NULL;
+  scope->pushed = cu->cuCtxPushCurrent(context) == CUDA_SUCCESS;
+  return scope->pushed || cu->cuCtxSetCurrent(context) == CUDA_SUCCESS;
+}
+
+static void gpuhal__context_pop_any(const gpuhal__cuda_symbols_t* cu, gpuhal__context_scope_t* scope) {
+  CUcontext popped = NULL;
+  if (!scope->pushed || cu->cuCtxPopCurrent(&popped) != CUDA_SUCCESS) cu->cuCtxSetCurrent(scope->saved);
+}
+
 /* Restores exactly what context_enter found. */
 static void gpuhal__context_leave(gpuhal_device_t* device, gpuhal__context_scope_t* scope) {
   CUcontext popped = NULL;
@@ -567,6 +589,10 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
 #ifdef GPUHAL__HAVE_TRACE
   gpuhal__trace_destroy(driver); /* trace hook: writes the file */
 #endif
+#ifdef GPUHAL__HAVE_MEMORY
+  gpuhal__driver_flush_deferred(driver); /* no device is left: nothing waits on the GPU */
+#endif
+  gpuhal__mutex_destroy(&driver->parked_mutex);
   gpuhal__semaphore_words_free(driver);
   gpuhal__mutex_destroy(&driver->words_mutex);
   gpuhal__object_pool_deinit(&driver->objects);
@@ -602,6 +628,7 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   gpuhal__object_pool_init(&driver->objects, &allocator);
   gpuhal__mutex_init(&driver->devices_mutex);
   gpuhal__mutex_init(&driver->words_mutex);
+  gpuhal__mutex_init(&driver->parked_mutex);
   gpuhal__cond_init(&driver->devices_cond);
   gpuhal__list_init(&driver->devices);
   driver->allocator = allocator;

@@ -94,21 +94,23 @@ typedef struct gpuhal__memory_state_s {
   int32_t frees_issued[GPUHAL_MAX_QUEUES];
   CUevent oom_event;          /* recorded on those streams for the alloca to wait on; lazily made */
   uint64_t buffers_allocated; /* bytes of live gpuhal_buffer_allocate device memory (atomic) */
-  /* cuMemFree and cuMemFreeHost wait for the whole device. While queue work waits on the GPU
-   * for a value (GPU-resident semaphores), which may come from the very thread that frees,
-   * frees are put off until no such wait is in flight (see gpuhal__device_free). */
-  int32_t gpu_waits;              /* queue work in flight that may wait on the GPU for a value */
-  gpuhal__mutex_t deferred_mutex;
-  struct gpuhal__deferred_free_s* deferred;
-  gpuhal__task_t flush_task;      /* posted when gpu_waits drops to zero with frees put off */
+  /* This device's share of driver->gpu_waits (under driver->parked_mutex): queue work in
+   * flight that may wait on the GPU for a value. See gpuhal__device_sync_call. */
+  int32_t gpu_waits;
+  gpuhal__task_t flush_task;      /* posted when driver->gpu_waits drops to zero with calls put off */
   gpuhal_device_t* flush_device;
 } gpuhal__memory_state_t;
 
-typedef struct gpuhal__deferred_free_s {
-  struct gpuhal__deferred_free_s* next;
-  void* host; /* cuMemFreeHost, or */
-  CUdeviceptr address; /* cuMemFree */
-} gpuhal__deferred_free_t;
+/* A call that waits for a whole context, put off (see gpuhal__device_sync_call). It keeps
+ * the primary context of `cu_device` retained, so it outlives the device that made it. */
+typedef struct gpuhal__deferred_call_s {
+  struct gpuhal__deferred_call_s* next;
+  CUdevice cu_device;
+  CUcontext context;
+  void* host;          /* cuMemFreeHost, or */
+  CUdeviceptr address; /* cuMemFree, or */
+  CUmodule module;     /* cuModuleUnload */
+} gpuhal__deferred_call_t;
 
 /* ---- the device pool ---- */
 
@@ -173,7 +175,6 @@ static void gpuhal__memory_flush_task(gpuhal__task_t* task);
 static gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device) {
   GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(gpuhal__memory_state_t),
                                                "device memory state", (void**)&device->memory));
-  gpuhal__mutex_init(&device->memory->deferred_mutex);
   gpuhal__list_init(&device->memory->flush_task.node);
   device->memory->flush_task.fn = gpuhal__memory_flush_task;
   device->memory->flush_device = device;
@@ -190,15 +191,19 @@ static gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device) {
                                 "creating the memory pool of device %d", device->ordinal);
 }
 
-static gpuhal_status_t gpuhal__memory_flush_deferred(void* arg);
+static gpuhal_status_t gpuhal__memory_flush_call(void* driver);
 
 static void gpuhal__memory_state_destroy(gpuhal_device_t* device) {
   gpuhal__memory_state_t* memory = device->memory;
   if (!memory) return;
-  /* The queue is gone: nothing waits on the GPU any more. */
+  /* The queue is gone: nothing of this device waits on the GPU any more. What was put off
+   * runs once no other device's work does (on this thread, or a flush task of theirs). */
+  gpuhal__mutex_lock(&device->driver->parked_mutex);
+  device->driver->gpu_waits -= memory->gpu_waits;
   memory->gpu_waits = 0;
-  if (memory->deferred) gpuhal_status_free(gpuhal__worker_call(device, gpuhal__memory_flush_deferred, device));
-  gpuhal__mutex_destroy(&memory->deferred_mutex);
+  gpuhal__mutex_unlock(&device->driver->parked_mutex);
+  /* On the worker, after any flush task still queued there. */
+  gpuhal_status_free(gpuhal__worker_call(device, gpuhal__memory_flush_call, device->driver));
   if (device->memory->pool) {
     gpuhal_status_t status = gpuhal__worker_call(device, gpuhal__pool_destroy, device);
     if (status) {
@@ -515,90 +520,123 @@ static gpuhal_status_t gpuhal__buffer_free_pending_sync(void* arg) {
   return GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
 }
 
-/* One cuMemFreeHost (`host`) or cuMemFree (`address`). */
-static gpuhal_status_t gpuhal__device_free_now(gpuhal_device_t* device, void* host, CUdeviceptr address) {
-  return host ? GPUHAL__CU(device->cu, cuMemFreeHost, (host)) : GPUHAL__CU(device->cu, cuMemFree, (address));
+/* The call `d` names, in the current context. */
+static gpuhal_status_t gpuhal__deferred_call_run(const gpuhal__cuda_symbols_t* cu, const gpuhal__deferred_call_t* d) {
+  if (d->host) return GPUHAL__CU(cu, cuMemFreeHost, (d->host));
+  if (d->module) return GPUHAL__CU(cu, cuModuleUnload, (d->module));
+  return GPUHAL__CU(cu, cuMemFree, (d->address));
 }
 
-/* Frees `host` (cuMemFreeHost) or `address` (cuMemFree) with the device's context current,
- * or, while queue work may wait on the GPU for a value, puts it off: those calls wait for
- * the whole device, and the value may only come from the calling thread later. The check
- * and the free share deferred_mutex with the queue's count of such work, so no such work is
- * enqueued while a free waits for the device. */
-static gpuhal_status_t gpuhal__device_free(gpuhal_device_t* device, void* host, CUdeviceptr address) {
-  gpuhal__memory_state_t* memory = device->memory;
+/* Runs `call` (cuMemFree, cuMemFreeHost or cuModuleUnload) with the device's context
+ * current, or, while queue work of any device of the driver may wait on the GPU for a value,
+ * puts it off: these calls wait until the whole context is idle (tools/probe/park_probe.c),
+ * and the value may only come from the calling thread later. The check and the call share
+ * driver->parked_mutex with the count of such work, so none is enqueued while one of these
+ * calls waits for the context. */
+static gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device, const gpuhal__deferred_call_t* call) {
+  gpuhal_driver_t* driver = device->driver;
   gpuhal_status_t status = NULL;
-  if (!memory) return gpuhal__device_free_now(device, host, address);
-  gpuhal__mutex_lock(&memory->deferred_mutex);
-  if (memory->gpu_waits > 0) {
-    gpuhal__deferred_free_t* d = NULL;
-    status = gpuhal__alloc_zeroed(device->allocator, sizeof(*d), "deferred free", (void**)&d);
+  gpuhal__mutex_lock(&driver->parked_mutex);
+  if (driver->gpu_waits > 0) {
+    gpuhal__deferred_call_t* d = NULL;
+    status = gpuhal__alloc_zeroed(device->allocator, sizeof(*d), "a call put off", (void**)&d);
     if (!status) {
-      d->host = host;
-      d->address = address;
-      d->next = memory->deferred;
-      memory->deferred = d;
+      *d = *call;
+      d->cu_device = device->cu_device;
+      status = GPUHAL__CU(device->cu, cuDevicePrimaryCtxRetain, (&d->context, device->cu_device));
+    }
+    if (!status) {
+      d->next = driver->deferred;
+      driver->deferred = d;
+    } else {
+      gpuhal__free(device->allocator, d);
     }
   } else {
-    status = gpuhal__device_free_now(device, host, address);
+    status = gpuhal__deferred_call_run(device->cu, call);
   }
-  gpuhal__mutex_unlock(&memory->deferred_mutex);
+  gpuhal__mutex_unlock(&driver->parked_mutex);
   return status;
 }
 
-/* On the worker: frees what was put off, unless queue work may wait on the GPU again. */
-static gpuhal_status_t gpuhal__memory_flush_deferred(void* arg) {
-  gpuhal_device_t* device = (gpuhal_device_t*)arg;
-  gpuhal__memory_state_t* memory = device->memory;
-  gpuhal_status_t first = NULL;
-  gpuhal__mutex_lock(&memory->deferred_mutex);
-  while (memory->gpu_waits == 0 && memory->deferred) {
-    gpuhal__deferred_free_t* d = memory->deferred;
-    gpuhal_status_t status = gpuhal__device_free_now(device, d->host, d->address);
-    memory->deferred = d->next;
-    gpuhal__free(device->allocator, d);
-    if (status && !first) {
-      first = status;
-    } else {
+/* Frees `host` (cuMemFreeHost) or `address` (cuMemFree); see gpuhal__device_sync_call. */
+static gpuhal_status_t gpuhal__device_free(gpuhal_device_t* device, void* host, CUdeviceptr address) {
+  gpuhal__deferred_call_t call;
+  memset(&call, 0, sizeof(call));
+  call.host = host;
+  call.address = address;
+  return gpuhal__device_sync_call(device, &call);
+}
+
+/* cuModuleUnload; see gpuhal__device_sync_call. */
+static gpuhal_status_t gpuhal__device_unload_module(gpuhal_device_t* device, CUmodule module) {
+  gpuhal__deferred_call_t call;
+  memset(&call, 0, sizeof(call));
+  call.module = module;
+  return gpuhal__device_sync_call(device, &call);
+}
+
+/* Under parked_mutex: runs what was put off, each in its context, unless queue work may wait
+ * on the GPU again. Any thread. */
+static void gpuhal__driver_flush_deferred_locked(gpuhal_driver_t* driver) {
+  const gpuhal__cuda_symbols_t* cu = &driver->cu;
+  while (driver->gpu_waits == 0 && driver->deferred) {
+    gpuhal__deferred_call_t* d = driver->deferred;
+    gpuhal__context_scope_t scope;
+    gpuhal_status_t status = NULL;
+    driver->deferred = d->next;
+    if (gpuhal__context_push_any(cu, d->context, &scope)) {
+      status = gpuhal__deferred_call_run(cu, d);
+      gpuhal__context_pop_any(cu, &scope);
+    }
+    if (status) {
+      gpuhal__log(&driver->logger, GPUHAL_LOG_ERROR, "a call put off while work waited on the GPU: %s",
+                  gpuhal_status_message(status));
       gpuhal_status_free(status);
     }
+    cu->cuDevicePrimaryCtxRelease(d->cu_device);
+    gpuhal__free(&driver->allocator, d);
   }
-  gpuhal__mutex_unlock(&memory->deferred_mutex);
-  return first;
+}
+
+static void gpuhal__driver_flush_deferred(gpuhal_driver_t* driver) {
+  gpuhal__mutex_lock(&driver->parked_mutex);
+  gpuhal__driver_flush_deferred_locked(driver);
+  gpuhal__mutex_unlock(&driver->parked_mutex);
+}
+
+static gpuhal_status_t gpuhal__memory_flush_call(void* driver) {
+  gpuhal__driver_flush_deferred((gpuhal_driver_t*)driver);
+  return NULL;
 }
 
 static void gpuhal__memory_flush_task(gpuhal__task_t* task) {
   gpuhal__memory_state_t* memory = GPUHAL__CONTAINER_OF(task, gpuhal__memory_state_t, flush_task);
-  gpuhal_device_t* device = memory->flush_device;
-  gpuhal_status_t status = gpuhal__memory_flush_deferred(device);
-  if (status) {
-    gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: a deferred free: %s", device->ordinal,
-                gpuhal_status_message(status));
-    gpuhal_status_free(status);
-  }
+  gpuhal__driver_flush_deferred(memory->flush_device->driver);
 }
 
 /* The queue is about to enqueue (+1), or has seen the end of (-1), work that may wait on the
- * GPU for a value. Enqueueing waits for a free in progress (see gpuhal__device_free). */
+ * GPU for a value. Enqueueing waits for a put-off call in progress (see
+ * gpuhal__device_sync_call). When no such work is left, what was put off runs on this
+ * device's worker. */
 static void gpuhal__memory_gpu_waits_add(gpuhal_device_t* device, int32_t delta) {
   gpuhal__memory_state_t* memory = device->memory;
+  gpuhal_driver_t* driver = device->driver;
   int flush;
   if (!memory) return;
-  gpuhal__mutex_lock(&memory->deferred_mutex);
+  gpuhal__mutex_lock(&driver->parked_mutex);
   memory->gpu_waits += delta;
-  flush = memory->gpu_waits == 0 && memory->deferred != NULL;
-  gpuhal__mutex_unlock(&memory->deferred_mutex);
+  driver->gpu_waits += delta;
+  flush = driver->gpu_waits == 0 && driver->deferred != NULL;
+  gpuhal__mutex_unlock(&driver->parked_mutex);
   if (flush) gpuhal__worker_post(device, &memory->flush_task);
 }
 
-/* 1 while queue work that may wait on the GPU for a value is in flight. */
+/* 1 while queue work that may wait on the GPU for a value is in flight (any device). */
 static int gpuhal__memory_gpu_waits_now(gpuhal_device_t* device) {
-  gpuhal__memory_state_t* memory = device->memory;
   int32_t waits;
-  if (!memory) return 0;
-  gpuhal__mutex_lock(&memory->deferred_mutex);
-  waits = memory->gpu_waits;
-  gpuhal__mutex_unlock(&memory->deferred_mutex);
+  gpuhal__mutex_lock(&device->driver->parked_mutex);
+  waits = device->driver->gpu_waits;
+  gpuhal__mutex_unlock(&device->driver->parked_mutex);
   return waits > 0;
 }
 

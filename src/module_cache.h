@@ -1253,7 +1253,7 @@ static gpuhal_status_t gpuhal__module_cache_unload_on_worker(void* arg) {
   while ((node = gpuhal__list_pop_front(work->victims)) != NULL) {
     gpuhal__module_entry_t* entry = GPUHAL__CONTAINER_OF(node, gpuhal__module_entry_t, lru);
     if (entry->module) {
-      gpuhal_status_t st = GPUHAL__CU(device->cu, cuModuleUnload, (entry->module));
+      gpuhal_status_t st = gpuhal__device_unload_module(device, entry->module);
       if (st) {
         gpuhal__log(device->logger, GPUHAL_LOG_WARN, "module unload failed: %s", gpuhal_status_message(st));
         gpuhal_status_free(st);

@@ -218,21 +218,16 @@ static void gpuhal__semaphore_words_free(gpuhal_driver_t* driver) {
   const gpuhal__cuda_symbols_t* cu = &driver->cu;
   while (driver->word_slabs) {
     gpuhal__word_slab_t* slab = driver->word_slabs;
-    CUcontext popped = NULL, saved = NULL;
-    int pushed, entered;
+    gpuhal__context_scope_t scope;
     driver->word_slabs = slab->next;
-    /* A push that fails is replaced by setting the context (and setting the caller's back),
-     * as a pop that fails is: the slab is freed and the caller's context kept either way. */
-    if (cu->cuCtxGetCurrent(&saved) != CUDA_SUCCESS) saved = NULL;
-    pushed = cu->cuCtxPushCurrent(slab->context) == CUDA_SUCCESS;
-    entered = pushed || cu->cuCtxSetCurrent(slab->context) == CUDA_SUCCESS;
-    if (entered) {
+    /* The slab is freed and the caller's context kept even when a push or pop fails. */
+    if (gpuhal__context_push_any(cu, slab->context, &scope)) {
       gpuhal_status_t status = GPUHAL__CU(cu, cuMemFreeHost, (slab->words));
       if (status) {
         gpuhal__log(&driver->logger, GPUHAL_LOG_ERROR, "freeing semaphore words: %s", gpuhal_status_message(status));
         gpuhal_status_free(status);
       }
-      if (!pushed || cu->cuCtxPopCurrent(&popped) != CUDA_SUCCESS) cu->cuCtxSetCurrent(saved);
+      gpuhal__context_pop_any(cu, &scope);
     }
     cu->cuDevicePrimaryCtxRelease(slab->cu_device);
     gpuhal__free(&driver->allocator, slab);
