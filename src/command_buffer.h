@@ -545,22 +545,21 @@ static gpuhal_status_t gpuhal__builtins_get(gpuhal_device_t* device, gpuhal__bui
   return NULL;
 }
 
-/* The built-in kernels load before the queue first parks a stream on a GPU value wait: CUDA
- * loads code only into an idle context, and later a stream may be parked on a value that
- * only the thread recording a fill will signal (tools/probe/park_probe.c). On a failure the
- * device never parks (its first fill tries again and reports it). */
-static int gpuhal__builtins_preload(gpuhal_device_t* device) {
+/* On the memop path the built-in kernels load with the device: CUDA loads code only into an
+ * idle context (tools/probe/park_probe.c), and later a stream may be parked on a value that
+ * only the thread recording a fill will signal. (So creating a device there waits for the
+ * context's work in flight, as loading an executable does.) If they do not load, the
+ * device never parks on a GPU value wait; its first fill tries again and reports why. */
+static void gpuhal__command_buffer_device_ready(gpuhal_device_t* device) {
   gpuhal__builtins_t* builtins = NULL;
-  gpuhal_status_t status = gpuhal__builtins_get(device, &builtins);
-  if (!status) return 1;
-  gpuhal__log(device->logger, GPUHAL_LOG_WARN, "device %d: %s; GPU work waits for semaphore values on the host",
+  gpuhal_status_t status;
+  if (!device->driver->memops) return;
+  status = gpuhal__builtins_get(device, &builtins);
+  if (!status) return;
+  device->no_gpu_park = 1;
+  gpuhal__log(device->logger, GPUHAL_LOG_WARN, "device %d: %s; its GPU work waits for semaphore values on the host",
               device->ordinal, gpuhal_status_message(status));
   gpuhal_status_free(status);
-  return 0;
-}
-
-static void gpuhal__command_buffer_device_ready(gpuhal_device_t* device) {
-  device->before_first_park = gpuhal__builtins_preload;
 }
 
 /* Grid for a built-in kernel over `size` bytes: one thread per 16 bytes (plus the head and

@@ -250,11 +250,10 @@ struct gpuhal_device_s {
   struct gpuhal__queue_state_s* queue_state;
   struct gpuhal__module_cache_s* module_cache;
   struct gpuhal__trace_device_s* trace; /* trace.h: NULL when tracing is off */
-  /* Called once (queue issue lock held) before the queue first parks a stream on a GPU value
-   * wait: CUDA loads code only into an idle context, so what gpuhal itself will load is
-   * loaded now (command_buffer.h installs it; NULL: nothing to do). 0: it failed, and the
-   * device never parks. */
-  int (*before_first_park)(gpuhal_device_t* device);
+  /* Memop path: 1 when the built-in kernels did not load at creation (command_buffer.h),
+   * so that nothing of this device parks on a GPU value wait (a later load would wait for
+   * the parked work). */
+  int no_gpu_park;
 };
 
 /* Subsystem hooks, defined by modules that come after this one.
@@ -268,7 +267,7 @@ struct gpuhal_device_s {
  *   memory.h        #define GPUHAL__HAVE_MEMORY 1
  *   queue.h         #define GPUHAL__HAVE_QUEUE 1
  *   module_cache.h  #define GPUHAL__HAVE_MODULE_CACHE 1
- *   command_buffer.h #define GPUHAL__HAVE_COMMAND_BUFFER 1 (installs before_first_park)
+ *   command_buffer.h #define GPUHAL__HAVE_COMMAND_BUFFER 1 (loads the built-in kernels)
  * Creation order: memory, module cache, queue; destruction runs the other way, the queue
  * first, so that it can drain while everything it uses is still there. */
 #ifdef GPUHAL__HAVE_MEMORY

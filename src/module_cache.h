@@ -73,7 +73,9 @@ GPUHAL_API gpuhal_status_t gpuhal_kernel_set_max_dynamic_shared(gpuhal_kernel_t*
  * before use: a corrupt, truncated or foreign file is ignored (debug log) and rebuilt. The
  * directory is kept under module_cache_disk_max_bytes by removing the files least recently
  * used (by mtime, which a hit refreshes). A directory that cannot be created or written
- * turns the disk cache off for the device, with one warning; loads go on in memory. */
+ * turns the disk cache off for the device, with one warning; loads go on in memory.
+ * gpuhal's own built-in kernels (fills, copies) are a module of the cache too: loaded by the
+ * first command that needs them, or at device creation on the memop path. */
 typedef struct gpuhal_module_cache_stats_t {
   uint64_t hits;             /* loads served from memory (including those that waited for a compile in flight) */
   uint64_t misses;           /* loads that had to build a module (from disk or by compiling) */

@@ -285,8 +285,6 @@ typedef struct gpuhal__queue_state_s {
   CUstream* side_streams;
   CUstream* side_free;
   uint32_t side_count, side_free_count, side_capacity;
-  int parked_before; /* under issue_mutex: device->before_first_park ran */
-  int park_refused;  /* under issue_mutex: it failed, so nothing parks on the GPU */
   gpuhal__thread_t completion_thread;
   gpuhal__thread_t host_call_thread;
   int threads_started;
@@ -624,18 +622,10 @@ static uint64_t* gpuhal__action_spare_word(gpuhal__queue_state_t* state, gpuhal_
 }
 
 /* 1 when one more stream may park on the GPU (see gpuhal_queue_tuning_t.gpu_parked_max):
- * every side stream not free holds work that may wait for a value. The first time, what
- * gpuhal loads itself is loaded (see device->before_first_park); if that fails, nothing
- * parks (a later load would wait for the parked work). Under issue_mutex. */
+ * every side stream not free holds work that may wait for a value. */
 static int gpuhal__side_streams_may_park(gpuhal__queue_state_t* state) {
-  gpuhal_device_t* device = state->device;
   int may;
-  if (!state->memops || state->tuning.gpu_parked_max <= 0) return 0;
-  if (!state->parked_before) {
-    state->parked_before = 1;
-    state->park_refused = device->before_first_park && !device->before_first_park(device);
-  }
-  if (state->park_refused) return 0;
+  if (!state->memops || state->tuning.gpu_parked_max <= 0 || state->device->no_gpu_park) return 0;
   gpuhal__mutex_lock(&state->mutex);
   may = state->side_count - state->side_free_count < (uint32_t)state->tuning.gpu_parked_max;
   gpuhal__mutex_unlock(&state->mutex);
@@ -667,8 +657,7 @@ static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_ev
     q.take_event = take_events;
     q.skip_provisional = 1;
     /* First as on the event path, which settles most waits; a wait that would block there may
-     * go to the GPU (asking whether another stream may park only then: the first ask loads
-     * what gpuhal loads itself, which waits for the context's work). */
+     * go to the GPU (asking only then whether another stream may park). */
     park = a->provisional;
     st = a->provisional ? GPUHAL__WAIT_PENDING : gpuhal__semaphore_check(w->semaphore, w->value, &q);
     if (st == GPUHAL__WAIT_PENDING && !park && state->memops && !a->not_provisional) {

@@ -557,12 +557,13 @@ static int sw_load_and_fill(sw_run_t* r, sw_objs_t* o, int index, const char* ph
   return sw_wait(r, done, 1, "wait fill") && sw_check_u32(r, o->buf[0], 0, 64, 0x600Du + (uint32_t)index, phase);
 }
 
-/* The clean run must really have used the disk: a file written cold, read warm. */
+/* The clean run must really have used the disk: a file written cold, read warm (on the
+ * memop path the built-in kernels, loaded at device creation, add one of each). */
 static void sw_check_disk_stats(sw_run_t* r, gpuhal_device_t* device, int warm) {
   gpuhal_module_cache_stats_t stats;
   char msg[160];
   if (!sw_clean_run || !sw_ok(r, gpuhal_device_module_cache_stats(device, &stats), "module_cache_stats")) return;
-  if (warm ? stats.disk_hits == 1 : stats.disk_writes == 1) return;
+  if (warm ? stats.disk_hits >= 1 : stats.disk_writes >= 1) return;
   snprintf(msg, sizeof(msg), "%s run: %llu disk hits, %llu disk writes", warm ? "warm" : "cold",
            (unsigned long long)stats.disk_hits, (unsigned long long)stats.disk_writes);
   sw_mark_wrong(r, msg);
