@@ -197,6 +197,10 @@ struct gpuhal_driver_s {
    * Driver-wide: gpuhal devices of one ordinal share its primary context. */
   gpuhal__mutex_t parked_mutex;
   int32_t gpu_waits;
+  /* Per ordinal (atomic): streams of gpuhal devices of that ordinal that hold work which may
+   * wait on the GPU for a value. They share the context's hardware queues, so the bound on
+   * them (gpuhal_queue_tuning_t.gpu_parked_max) is per ordinal (queue.h). */
+  int32_t* parked_streams;
   struct gpuhal__deferred_call_s* deferred;
   gpuhal__mutex_t words_mutex;
   struct gpuhal__word_slab_s* word_slabs;
@@ -563,6 +567,9 @@ static gpuhal_status_t gpuhal__driver_init_cuda(gpuhal_driver_t* driver) {
   GPUHAL__CU_RETURN(cu, cuDriverGetVersion, (&driver->driver_version));
   if ((int)result == 0) GPUHAL__CU_RETURN(cu, cuDeviceGetCount, (&driver->device_count));
   if (driver->device_count < 0) driver->device_count = 0;
+  if (driver->device_count > 0)
+    GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(&driver->allocator, sizeof(int32_t) * (size_t)driver->device_count,
+                                                 "parked stream counts", (void**)&driver->parked_streams));
   return NULL;
 }
 
@@ -592,6 +599,11 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
   gpuhal__driver_flush_deferred(driver); /* no device is left: nothing waits on the GPU */
 #endif
   gpuhal__mutex_destroy(&driver->parked_mutex);
+  if (driver->parked_streams) {
+    int i;
+    for (i = 0; i < driver->device_count; ++i) GPUHAL_ASSERT(driver->parked_streams[i] == 0);
+  }
+  gpuhal__free(&driver->allocator, driver->parked_streams);
   gpuhal__semaphore_words_free(driver);
   gpuhal__mutex_destroy(&driver->words_mutex);
   gpuhal__object_pool_deinit(&driver->objects);

@@ -45,9 +45,10 @@
  * event complete, and may then store a higher value, comes after the write); a semaphore is
  * not armed while a signal of it is being issued. Such a wait never takes the event of
  * provisional work that signals a higher value (that work may wait for this very value).
- * At most tuning.gpu_parked_max side streams are busy at once: CUDA shares a few hardware
- * queues among a context's streams, and past a few parked ones other streams' work stalls
- * behind them; beyond the bound, work waits on the host as on the event path. A queue's
+ * At most tuning.gpu_parked_max side streams per ordinal (all gpuhal devices of it share
+ * its context) are busy at once: CUDA shares a few hardware queues among a context's
+ * streams, and past a few parked ones other streams' work stalls behind them; beyond the
+ * bound, work waits on the host as on the event path. A queue's
  * stream never waits on provisional work's event.
  *
  * Failure: a CUDA error fails the action's signal semaphores with the original error; an
@@ -184,6 +185,7 @@ typedef struct gpuhal__action_s {
   int completed_ok;   /* the work completed and its values were advanced */
   int value_waits;    /* some wait is GPUHAL__WAIT_VALUE */
   int not_provisional; /* GPUHAL__SUBMIT_NOT_PROVISIONAL */
+  int park_reserved;  /* holds one of its ordinal's parked streams (gpuhal__park_reserve) */
   int provisional;    /* it may run on a failed input: a value wait (a failure store releases
                          it), or a wait on provisional work; see gpuhal__action_inputs */
   uint32_t shared_signal_refs; /* bit i: signal i uses a wait's semaphore reference */
@@ -312,6 +314,27 @@ static gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_queue_tun
   }
   if (t.gpu_parked_max < 0) t.gpu_parked_max = 0; /* none */
   return t;
+}
+
+/* Reserves one of the streams of the device's ordinal that may park on the GPU (see
+ * gpuhal_queue_tuning_t.gpu_parked_max): 0 when all are taken. The reservation becomes the
+ * side stream's at issue, which gives it back once its work is seen complete. Devices of one
+ * ordinal share its context, hence its hardware queues and the bound. */
+static int gpuhal__park_reserve(gpuhal__queue_state_t* state) {
+  gpuhal_device_t* device = state->device;
+  int32_t* count;
+  int32_t now;
+  if (!state->memops || state->tuning.gpu_parked_max <= 0 || device->no_gpu_park || !device->driver->parked_streams)
+    return 0;
+  count = &device->driver->parked_streams[device->ordinal];
+  now = gpuhal__atomic_load(count);
+  while (now < state->tuning.gpu_parked_max)
+    if (gpuhal__atomic_cas(count, &now, now + 1)) return 1;
+  return 0;
+}
+
+static void gpuhal__park_release(gpuhal__queue_state_t* state, int32_t n) {
+  if (n > 0) gpuhal__atomic_sub(&state->device->driver->parked_streams[state->device->ordinal], n);
 }
 
 /* 1 when the calling thread is one of the queue's own threads (device teardown must not
@@ -542,6 +565,8 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
     gpuhal__semaphore_release_ref(w->semaphore);
   }
   gpuhal__action_gpu_wait_count(a, 0); /* an issue that failed */
+  if (a->park_reserved) gpuhal__park_release(a->state, 1); /* never issued */
+  a->park_reserved = 0;
   a->completed_ok = 0;
   a->value_waits = 0;
   a->provisional = 0;
@@ -621,22 +646,11 @@ static uint64_t* gpuhal__action_spare_word(gpuhal__queue_state_t* state, gpuhal_
   return word;
 }
 
-/* 1 when one more stream may park on the GPU (see gpuhal_queue_tuning_t.gpu_parked_max):
- * every side stream not free holds work that may wait for a value. */
-static int gpuhal__side_streams_may_park(gpuhal__queue_state_t* state) {
-  int may;
-  if (!state->memops || state->tuning.gpu_parked_max <= 0 || state->device->no_gpu_park) return 0;
-  gpuhal__mutex_lock(&state->mutex);
-  may = state->side_count - state->side_free_count < (uint32_t)state->tuning.gpu_parked_max;
-  gpuhal__mutex_unlock(&state->mutex);
-  return may;
-}
-
 /* Resolves the waits in order; stops at the first one that can be neither skipped, turned
  * into an event wait nor (memops) a value wait, registering on its semaphore so that its
  * change kicks the pump. With `take_events` (the action will be issued right away if
  * ready) event waits keep their event; on BLOCKED every event is dropped again. */
-static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_events, gpuhal_status_t* out_failure) {
+static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int take_events, gpuhal_status_t* out_failure) {
   gpuhal__queue_state_t* state = a->state;
   CUstream stream = state->device->streams[a->queue_index];
   int may_park = -1, park; /* may_park: asked once, when a wait first could go to the GPU */
@@ -661,7 +675,7 @@ static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_ev
     park = a->provisional;
     st = a->provisional ? GPUHAL__WAIT_PENDING : gpuhal__semaphore_check(w->semaphore, w->value, &q);
     if (st == GPUHAL__WAIT_PENDING && !park && state->memops && !a->not_provisional) {
-      if (may_park < 0) may_park = gpuhal__side_streams_may_park(state);
+      if (may_park < 0) may_park = a->park_reserved = gpuhal__park_reserve(state);
       park = may_park;
     }
     if (st == GPUHAL__WAIT_PENDING) {
@@ -691,6 +705,17 @@ static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_ev
     a->next_wait++;
   }
   return GPUHAL__RESOLVE_READY;
+}
+
+/* gpuhal__action_resolve_waits, giving back a parked-stream reservation the action turned
+ * out not to need (it keeps it while any wait of it goes to the GPU). */
+static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_events, gpuhal_status_t* out_failure) {
+  gpuhal__resolve_t r = gpuhal__action_resolve_waits(a, take_events, out_failure);
+  if (a->park_reserved && !a->provisional) {
+    gpuhal__park_release(a->state, 1);
+    a->park_reserved = 0;
+  }
+  return r;
 }
 
 /* An event wait resolved earlier without keeping its event: the event of the submitted
@@ -792,6 +817,7 @@ static gpuhal_status_t gpuhal__side_stream_follow(gpuhal__queue_state_t* state, 
  * state's mutex. */
 static void gpuhal__side_stream_put_locked(gpuhal__queue_state_t* state, CUstream stream) {
   state->side_free[state->side_free_count++] = stream;
+  gpuhal__park_release(state, 1);
 }
 
 /* The signals, after the work: the armed words are written first, then the event is
@@ -835,6 +861,7 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
   CUstream stream = device->streams[a->queue_index];
   gpuhal_status_t status = a->provisional ? gpuhal__side_stream_acquire(a->state, &stream) : NULL;
   a->stream = stream;
+  if (!status && a->provisional) a->park_reserved = 0; /* the side stream holds it now */
   /* Side work may wait on the GPU for a value not submitted (directly, or through other
    * side work): count it before it is enqueued. */
   if (a->provisional) gpuhal__action_gpu_wait_count(a, 1);
@@ -1656,6 +1683,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   a->trace = NULL;
   a->value_waits = 0;
   a->provisional = 0;
+  a->park_reserved = 0;
   a->not_provisional = (flags & GPUHAL__SUBMIT_NOT_PROVISIONAL) != 0;
   a->stream = NULL;
   a->gpu_wait_counted = 0;
@@ -1976,6 +2004,7 @@ static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
       gpuhal_status_free(status);
     }
   }
+  gpuhal__park_release(state, (int32_t)(state->side_count - state->side_free_count)); /* left by failed issues */
   gpuhal__free(state->device->allocator, state->side_streams);
   gpuhal__free(state->device->allocator, state->side_free);
   state->side_streams = state->side_free = NULL;
