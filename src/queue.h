@@ -48,8 +48,10 @@
  * At most tuning.gpu_parked_max side streams per ordinal (all gpuhal devices of it share
  * its context) are busy at once: CUDA shares a few hardware queues among a context's
  * streams, and past a few parked ones other streams' work stalls behind them; beyond the
- * bound, work waits on the host as on the event path. A queue's
- * stream never waits on provisional work's event.
+ * bound, work waits on the host as on the event path. A queue's stream never waits on
+ * provisional work's event. While any work may wait on the GPU, calls that wait for an idle
+ * context (frees, module unloads) are put off driver-wide (gpuhal__device_sync_call);
+ * gpuhal's own kernels load at device creation.
  *
  * Failure: a CUDA error fails the action's signal semaphores with the original error; an
  * action waiting on a failed semaphore fails with that cause in its message; a queue call
