@@ -4,10 +4,15 @@
  * that waits for the whole device then waits for that signal. Run on a real GPU:
  *   gcc -O1 -I/usr/local/cuda/include tools/probe/park_probe.c -o park_probe -lcuda -lpthread
  *   ./park_probe
- * On an H200 (driver 580, CUDA 13.0, 2026-11-25) cuModuleLoadData, cuMemFree and
- * cuCtxSynchronize block; cuMemAlloc, cuMemHostAlloc, cuMemAllocAsync/cuMemFreeAsync,
- * cuGraphInstantiate and launch, synchronous cuMemcpyHtoD, event and stream creation do not.
- * softcuda models cuMemFree, cuMemFreeHost and cuCtxSynchronize only. */
+ * On an H200 (driver 580, CUDA 13.0, 2026-11-25; the same with CUDA_MODULE_LOADING=EAGER
+ * except that cuLibraryLoadData then blocks too) these block until the value comes:
+ * cuModuleLoadData (PTX or cubin), cuModuleUnload, a first launch of a cuLibrary kernel,
+ * cuMemFree, cuMemFreeHost, cuMemHostRegister, cuCtxSynchronize. These do not: cuMemAlloc,
+ * cuMemHostAlloc, pool alloc/free (also when the pool grows, also on the parked stream),
+ * cuMemPoolTrimTo, cuGraphInstantiate and launch, synchronous cuMemcpyHtoD, event and
+ * stream creation, cuModuleGetFunction and a first launch from a module loaded before, and
+ * cuModuleLoadData in another context. softcuda models the frees, cuCtxSynchronize and
+ * module loads. */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -62,6 +67,18 @@ static int p_module_ctx2(void) { CUmodule m; if (cuCtxSetCurrent(ctx2)) return 1
 static int p_unload(void) { CUmodule m; if (cuModuleLoadData(&m, cubin)) return 1; return 0; }
 static CUmodule unload_me;
 static int p_unload_only(void) { return cuModuleUnload(unload_me) ? 1 : 0; }
+static CUmemoryPool big_pool; static CUstream parked_stream;
+static int p_pool_grow(void) {
+  CUdeviceptr d;
+  if (cuMemAllocFromPoolAsync(&d, (size_t)256 << 20, big_pool, other)) return 1;
+  if (cuMemFreeAsync(d, other)) return 2;
+  return cuStreamSynchronize(other) ? 3 : 0;
+}
+static int p_pool_grow_on_parked(void) {
+  CUdeviceptr d;
+  if (cuMemAllocFromPoolAsync(&d, (size_t)512 << 20, big_pool, parked_stream)) return 1;
+  return cuMemFreeAsync(d, parked_stream) ? 2 : 0;
+}
 static int p_pool_trim(void) { CUmemoryPool pool; if (cuDeviceGetDefaultMemPool(&pool, 0)) return 1; return cuMemPoolTrimTo(pool, 0) ? 2 : 0; }
 static int p_freehost(void) { void* h; if (cuMemHostAlloc(&h, 4096, 0)) return 1; return cuMemFreeHost(h) ? 2 : 0; }
 static int p_hostregister(void) { static char buf[8192] __attribute__((aligned(4096))); if (cuMemHostRegister(buf, 4096, 0)) return 1; return cuMemHostUnregister(buf) ? 2 : 0; }
@@ -78,10 +95,19 @@ int main(void) {
                       {"first launch (lazy)", p_first_launch}, {"cuLibraryLoadData", p_library},
                       {"cuLibrary launch", p_library_launch}, {"cuModuleLoadData ctx2", p_module_ctx2},
                       {"cuMemFreeHost", p_freehost}, {"cuMemHostRegister", p_hostregister},
-                      {"cuModuleUnload", p_unload_only}, {"cuMemPoolTrimTo", p_pool_trim}};
+                      {"cuModuleUnload", p_unload_only}, {"cuMemPoolTrimTo", p_pool_trim},
+                      {"pool growth (256 MB)", p_pool_grow}, {"pool growth on the parked stream", p_pool_grow_on_parked}};
   (void)p_unload;
   if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) { printf("init failed\n"); return 1; }
   cuStreamCreate(&parked, CU_STREAM_NON_BLOCKING); cuStreamCreate(&other, CU_STREAM_NON_BLOCKING);
+  parked_stream = parked;
+  {
+    CUmemPoolProps props; unsigned long long zero = 0;
+    memset(&props, 0, sizeof(props));
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED; props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE; props.location.id = 0;
+    if (cuMemPoolCreate(&big_pool, &props) || cuMemPoolSetAttribute(big_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero)) { printf("pool failed\n"); return 1; }
+  }
   cuMemHostAlloc((void**)&word, 8, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
   cuMemHostGetDevicePointer(&dword, (void*)word, 0);
   {
