@@ -35,12 +35,16 @@ MODULES = [
     "event_pool.h",
     "semaphore.h",
     "queue.h",
+    "queue_issue.h",
+    "queue_progress.h",
+    "queue_submit.h",
+    "queue_state.h",
     "module_cache.h",
     "command_buffer.h",
     "channel.h",
     "trace.h",
 ]
-IMPL_ONLY = {"cuda_api.h", "symbols.h"}
+IMPL_ONLY = {"cuda_api.h", "symbols.h", "queue_issue.h", "queue_progress.h", "queue_submit.h", "queue_state.h"}
 SPLIT = "/* ---- gpuhal:implementation ---- */"
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 

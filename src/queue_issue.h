@@ -1,0 +1,363 @@
+/* gpuhal - queue: resolving an action's waits and issuing it onto a stream.
+ *
+ * Part of the queue (its rules are at the top of queue.h). The pump runs on the device's
+ * worker; a submitter's fast path resolves and issues on its own thread inside a push/pop of
+ * the device's context. Both hold issue_mutex, so issues are serialized per device. On the
+ * memop path, waits that would block may go to the GPU (a value wait on a side stream), up to
+ * the per-ordinal bound on parked streams. */
+
+/* ---- resolving and issuing (the pump on the worker, or a submitter's fast path) ---- */
+
+typedef enum gpuhal__resolve_e { GPUHAL__RESOLVE_READY, GPUHAL__RESOLVE_BLOCKED, GPUHAL__RESOLVE_FAILED } gpuhal__resolve_t;
+
+/* A spare word for arming `s` (memops): a sentinel when it has one already, else a new one
+ * (NULL when none could be had: the wait then blocks on the host as on the event path). */
+static uint64_t gpuhal__arm_sentinel;
+static uint64_t* gpuhal__action_spare_word(gpuhal__queue_state_t* state, gpuhal_semaphore_t* s) {
+  uint64_t* word = NULL;
+  gpuhal_status_t status;
+  if (!state->memops) return NULL;
+  if (gpuhal__atomic_load(&s->word)) return &gpuhal__arm_sentinel;
+  status = gpuhal__word_acquire(state->device->driver, state->device, &word);
+  if (status) {
+    gpuhal__log(state->device->logger, GPUHAL_LOG_WARN, "device %d: no semaphore word (%s); waiting on the host",
+                state->device->ordinal, gpuhal_status_message(status));
+    gpuhal_status_free(status);
+    return NULL;
+  }
+  return word;
+}
+
+/* Resolves the waits in order; stops at the first one that can be neither skipped, turned
+ * into an event wait nor (memops) a value wait, registering on its semaphore so that its
+ * change kicks the pump. With `take_events` (the action will be issued right away if
+ * ready) event waits keep their event; on BLOCKED every event is dropped again. */
+static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int take_events, gpuhal_status_t* out_failure) {
+  gpuhal__queue_state_t* state = a->state;
+  CUstream stream = state->device->streams[a->queue_index];
+  int may_park = -1, park; /* may_park: asked once, when a wait first could go to the GPU */
+  while (a->next_wait < a->wait_count) {
+    gpuhal__action_wait_t* w = &a->waits[a->next_wait];
+    gpuhal__wait_query_t q;
+    gpuhal__wait_state_t st;
+    /* A value submitted on this action's own stream needs no wait: stream order has it
+     * (told without the semaphore's lock when the newest submitted value covers it). */
+    if (gpuhal__semaphore_covered_on_stream(w->semaphore, w->value, stream)) {
+      w->kind = GPUHAL__WAIT_STREAM;
+      a->next_wait++;
+      continue;
+    }
+    memset(&q, 0, sizeof(q));
+    q.order_stream = stream;
+    q.look_submitted = 1;
+    q.take_event = take_events;
+    q.skip_provisional = 1;
+    /* First as on the event path, which settles most waits; a wait that would block there may
+     * go to the GPU (asking only then whether another stream may park). */
+    park = a->provisional;
+    st = a->provisional ? GPUHAL__WAIT_PENDING : gpuhal__semaphore_check(w->semaphore, w->value, &q);
+    if (st == GPUHAL__WAIT_PENDING && !park && state->memops && !a->not_provisional) {
+      if (may_park < 0) may_park = a->park_reserved = gpuhal__park_reserve(state);
+      park = may_park;
+    }
+    if (st == GPUHAL__WAIT_PENDING) {
+      q.waiter = &w->waiter;
+      q.skip_provisional = !park;
+      q.spare_word = park ? gpuhal__action_spare_word(state, w->semaphore) : NULL;
+      st = gpuhal__semaphore_check(w->semaphore, w->value, &q);
+      if (q.spare_word && q.spare_word != &gpuhal__arm_sentinel) gpuhal__word_return(state->device->driver, q.spare_word);
+    }
+    if (st == GPUHAL__WAIT_PENDING) {
+      gpuhal__action_drop_wait_events(a);
+      return GPUHAL__RESOLVE_BLOCKED;
+    }
+    if (st == GPUHAL__WAIT_FAILED) {
+      gpuhal__action_drop_wait_events(a);
+      *out_failure = gpuhal__action_wait_failure(a, q.failure, w->value);
+      return GPUHAL__RESOLVE_FAILED;
+    }
+    w->kind = st == GPUHAL__WAIT_ARMED                                   ? GPUHAL__WAIT_VALUE
+              : st != GPUHAL__WAIT_SUBMITTED                             ? GPUHAL__WAIT_NOTHING
+              : q.event || !take_events                                  ? GPUHAL__WAIT_EVENT
+                                                                         : GPUHAL__WAIT_STREAM;
+    w->event = q.event;
+    w->word = q.word_address;
+    if (w->kind == GPUHAL__WAIT_VALUE) a->value_waits = 1;
+    if (w->kind == GPUHAL__WAIT_VALUE || (st == GPUHAL__WAIT_SUBMITTED && q.provisional)) a->provisional = 1;
+    a->next_wait++;
+  }
+  return GPUHAL__RESOLVE_READY;
+}
+
+/* gpuhal__action_resolve_waits, giving back a parked-stream reservation the action turned
+ * out not to need (it keeps it while any wait of it goes to the GPU). */
+static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_events, gpuhal_status_t* out_failure) {
+  gpuhal__resolve_t r = gpuhal__action_resolve_waits(a, take_events, out_failure);
+  if (a->park_reserved && !a->provisional) {
+    gpuhal__park_release(a->state, 1);
+    a->park_reserved = 0;
+  }
+  return r;
+}
+
+/* An event wait resolved earlier without keeping its event: the event of the submitted
+ * value again (a submitted value stays submitted until it is reached or fails). */
+static gpuhal_status_t gpuhal__action_wait_event(gpuhal__action_t* a, gpuhal__action_wait_t* w, CUstream stream) {
+  gpuhal__wait_query_t q;
+  gpuhal__wait_state_t st;
+  memset(&q, 0, sizeof(q));
+  q.order_stream = stream;
+  q.look_submitted = 1;
+  q.take_event = 1;
+  q.skip_provisional = !a->provisional; /* as when it was resolved: off its queue's stream only */
+  st = gpuhal__semaphore_check(w->semaphore, w->value, &q);
+  if (st == GPUHAL__WAIT_FAILED) return gpuhal__action_wait_failure(a, q.failure, w->value);
+  if (st == GPUHAL__WAIT_PENDING)
+    return gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "queue '%s': a submitted value %llu is no longer submitted",
+                              a->ops->name, (unsigned long long)w->value);
+  w->event = q.event;
+  return NULL;
+}
+
+/* Puts the action's waits on `stream` (its queue's, or a side stream). */
+static gpuhal_status_t gpuhal__action_issue_waits(gpuhal__action_t* a, CUstream stream) {
+  gpuhal_device_t* device = a->state->device;
+  int side = stream != device->streams[a->queue_index];
+  uint32_t i;
+  for (i = 0; i < a->wait_count; ++i) {
+    gpuhal__action_wait_t* w = &a->waits[i];
+    if (w->kind == GPUHAL__WAIT_VALUE) {
+      GPUHAL__CU_RETURN(device->cu, cuStreamWaitValue64, (stream, w->word, w->value, CU_STREAM_WAIT_VALUE_GEQ));
+    } else if (w->kind == GPUHAL__WAIT_EVENT || (w->kind == GPUHAL__WAIT_STREAM && side)) {
+      if (!w->event) GPUHAL__RETURN_IF_ERROR(gpuhal__action_wait_event(a, w, stream));
+      /* The wait captures the event's current record, so the event may be reused after. */
+      if (w->event && w->event->stream != stream)
+        GPUHAL__RETURN_IF_ERROR(GPUHAL__CU(device->cu, cuStreamWaitEvent, (stream, w->event->handle, 0)));
+      gpuhal__event_release(w->event);
+      w->event = NULL;
+    }
+  }
+  return NULL;
+}
+
+static int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp);
+
+/* A side stream for provisional work: a free one, else a new one. Under issue_mutex with
+ * the device's context current (issues are serialized: only this adds streams). */
+static gpuhal_status_t gpuhal__side_stream_acquire(gpuhal__queue_state_t* state, CUstream* out) {
+  const gpuhal_allocator_t* allocator = state->device->allocator;
+  CUstream* all = NULL;
+  CUstream* free_list = NULL;
+  CUstream stream = NULL;
+  uint32_t capacity;
+  gpuhal__mutex_lock(&state->mutex);
+  if (state->side_free_count) {
+    *out = state->side_free[--state->side_free_count];
+    gpuhal__mutex_unlock(&state->mutex);
+    return NULL;
+  }
+  capacity = state->side_capacity;
+  gpuhal__mutex_unlock(&state->mutex);
+  if (state->side_count == capacity) {
+    /* Grown here, outside the lock; the completion thread only reads under it. */
+    uint32_t grown = capacity ? capacity * 2 : 8;
+    GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(allocator, sizeof(CUstream) * grown, "side streams", (void**)&all));
+    if (gpuhal__alloc_zeroed(allocator, sizeof(CUstream) * grown, "side streams", (void**)&free_list) != NULL) {
+      gpuhal__free(allocator, all);
+      return gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED, "out of host memory for %u side streams", grown);
+    }
+    gpuhal__mutex_lock(&state->mutex);
+    if (state->side_count) memcpy(all, state->side_streams, sizeof(CUstream) * state->side_count);
+    if (state->side_free_count) memcpy(free_list, state->side_free, sizeof(CUstream) * state->side_free_count);
+    gpuhal__free(allocator, state->side_streams);
+    gpuhal__free(allocator, state->side_free);
+    state->side_streams = all;
+    state->side_free = free_list;
+    state->side_capacity = grown;
+    gpuhal__mutex_unlock(&state->mutex);
+  }
+  GPUHAL__CU_RETURN(state->device->cu, cuStreamCreate, (&stream, CU_STREAM_NON_BLOCKING));
+  gpuhal__mutex_lock(&state->mutex);
+  state->side_streams[state->side_count++] = stream;
+  gpuhal__mutex_unlock(&state->mutex);
+  *out = stream;
+  return NULL;
+}
+
+/* Side work on `side` starts after what its queue issued before it, as it would on the
+ * queue's stream (which never waits on a value not submitted, so this cannot deadlock).
+ * Under issue_mutex with the device's context current. */
+static gpuhal_status_t gpuhal__side_stream_follow(gpuhal__queue_state_t* state, uint32_t queue, CUstream side) {
+  const gpuhal__cuda_symbols_t* cu = state->device->cu;
+  gpuhal__queue_lane_t* lane = &state->lanes[queue];
+  if (!lane->side_tail) GPUHAL__CU_RETURN(cu, cuEventCreate, (&lane->side_tail, CU_EVENT_DISABLE_TIMING));
+  GPUHAL__CU_RETURN(cu, cuEventRecord, (lane->side_tail, state->device->streams[queue]));
+  return GPUHAL__CU(cu, cuStreamWaitEvent, (side, lane->side_tail, 0));
+}
+
+/* The work on side stream `stream` is seen complete: the stream is free again. Under the
+ * state's mutex. */
+static void gpuhal__side_stream_put_locked(gpuhal__queue_state_t* state, CUstream stream) {
+  state->side_free[state->side_free_count++] = stream;
+  gpuhal__park_release(state, 1);
+}
+
+/* The signals, after the work: the armed words are written first, then the event is
+ * recorded, then the timepoints are published (see gpuhal__semaphore_signal_begin). */
+static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstream stream) {
+  gpuhal_device_t* device = a->state->device;
+  gpuhal__event_t* event = NULL;
+  gpuhal_status_t status = NULL;
+  uint32_t i, begun = 0, written = 0;
+  for (i = 0; !a->host_fn && i < a->signal_count && !status; ++i) {
+    CUdeviceptr word = gpuhal__semaphore_signal_begin(a->signals[i].semaphore);
+    begun++;
+    if (word)
+      status = GPUHAL__CU(device->cu, cuStreamWriteValue64, (stream, word, a->signals[i].value, CU_STREAM_WRITE_VALUE_DEFAULT));
+    if (word) written = begun; /* a failed enqueue may have gone through all the same */
+  }
+  if (!status) status = gpuhal__event_pool_acquire(&a->state->events, &event);
+  if (!status) {
+    a->event = event;
+    status = GPUHAL__CU(device->cu, cuEventRecord, (event->handle, stream));
+    event->stream = stream;
+  }
+  if (status) {
+    for (i = 0; i < begun; ++i) gpuhal__semaphore_signal_end(a->signals[i].semaphore, i < written);
+    return status;
+  }
+  for (i = 0; i < begun; ++i) {
+    a->signals[i].event = a->event;
+    a->signals[i].provisional = a->provisional;
+    a->signals[i].settled = gpuhal__timepoint_settled;
+    a->signals[i].owner = a;
+    gpuhal__semaphore_add_timepoint(a->signals[i].semaphore, &a->signals[i]);
+  }
+  return NULL;
+}
+
+/* Puts the action on its stream: waits, the work, the signals. Provisional work (behind a
+ * GPU value wait, or behind other such work) goes to a side stream of its own. */
+static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
+  gpuhal_device_t* device = a->state->device;
+  CUstream stream = device->streams[a->queue_index];
+  gpuhal_status_t status = a->provisional ? gpuhal__side_stream_acquire(a->state, &stream) : NULL;
+  a->stream = stream;
+  if (!status && a->provisional) a->park_reserved = 0; /* the side stream holds it now */
+  /* Side work may wait on the GPU for a value not submitted (directly, or through other
+   * side work): count it before it is enqueued. */
+  if (a->provisional) gpuhal__action_gpu_wait_count(a, 1);
+  if (!status && a->provisional) status = gpuhal__side_stream_follow(a->state, a->queue_index, stream);
+  if (!status) status = gpuhal__action_issue_waits(a, stream);
+  if (status) {
+    gpuhal__action_drop_wait_events(a);
+    return status;
+  }
+  if (a->ops->issue) {
+    int64_t trace_t0 = 0; /* trace hook: GPU timing events around the work */
+    gpuhal_status_t issued;
+    GPUHAL__TRACE(device, trace_t0 = gpuhal__trace_issue_begin(device, a, stream));
+    issued = a->ops->issue(a->user, device, stream);
+    GPUHAL__TRACE(device, gpuhal__trace_issue_end(device, a, stream, trace_t0, issued != NULL));
+    GPUHAL__RETURN_IF_ERROR(issued);
+  }
+  return gpuhal__action_issue_signals(a, stream);
+}
+
+/* An issue failed: sticky errors (the stream says so too) lose the device. */
+static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t status) {
+  gpuhal__queue_state_t* state = a->state;
+  CUresult r = state->device->cu->cuStreamQuery(a->stream);
+  status = gpuhal_status_annotate(status, "issuing queue '%s' (device %d, queue %u)", a->ops->name,
+                                  state->device->ordinal, a->queue_index);
+  if (gpuhal__cuda_error_is_sticky(r)) gpuhal__queue_mark_lost(state, status);
+  gpuhal__action_fail(a, status);
+  gpuhal__action_retire(a);
+}
+
+/* Issues a ready action and puts it on its lane (or fails it). Under issue_mutex with the
+ * device's context current. Returns when it was issued (0: it failed). */
+static int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+  gpuhal_status_t status = gpuhal__action_issue(a);
+  gpuhal__queue_lane_t* lane = &state->lanes[a->queue_index];
+  int64_t now;
+  if (status) {
+    gpuhal__action_issue_failed(a, status);
+    return 0;
+  }
+  a->dispatch_ns = now = gpuhal_now_ns();
+  gpuhal__mutex_lock(&state->mutex);
+  a->seq = ++state->dispatch_seq;
+  if (a->stream != state->device->streams[a->queue_index]) {
+    gpuhal__list_push_back(&lane->side, &a->link);
+  } else {
+    gpuhal__list_push_back(&lane->in_flight, &a->link);
+    if (a->host_fn) lane->host_calls++;
+  }
+  gpuhal__atomic_add(&lane->count, 1u);
+  gpuhal__atomic_add(&state->in_flight_count, 1u);
+  /* A napping completion thread finds the action at its next look; a host call's function
+   * should not wait for that. */
+  if (state->completion_sleeping || (state->completion_napping && a->host_fn))
+    gpuhal__cond_signal(&state->completion_cond);
+  gpuhal__mutex_unlock(&state->mutex);
+  return now;
+}
+
+/* One pass over the pending actions; returns how many left the list. */
+static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state) {
+  gpuhal__list_node_t* n = state->pending.next;
+  int progress = 0;
+  while (n != &state->pending) {
+    gpuhal__list_node_t* next = n->next;
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    gpuhal_status_t failure = gpuhal__queue_lost_clone(state);
+    gpuhal__resolve_t r;
+    /* An action blocked on a semaphore that did not change since is skipped unlocked:
+     * a rescan costs nothing per blocked action. */
+    if (!failure && !__atomic_exchange_n(&a->wake, 0, __ATOMIC_ACQ_REL)) {
+      n = next;
+      continue;
+    }
+    r = failure ? GPUHAL__RESOLVE_FAILED : gpuhal__action_resolve(a, 1, &failure);
+    if (r != GPUHAL__RESOLVE_BLOCKED) {
+      gpuhal__list_remove(&a->link);
+      progress++;
+      if (r == GPUHAL__RESOLVE_FAILED) {
+        gpuhal__action_fail(a, failure);
+        gpuhal__action_retire(a);
+      } else {
+        gpuhal__action_dispatch(state, a);
+      }
+    }
+    n = next;
+  }
+  return progress;
+}
+
+static void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
+  gpuhal__list_node_t retired;
+  gpuhal__list_init(&retired);
+  /* Most kicks only bring retired actions: then leave issuing (and the fast path) alone.
+   * New submissions move to `pending` under the issue lock, so a submitter's fast path
+   * (which needs `incoming` empty and the issue lock) cannot overtake one of them that has
+   * left `incoming` but is not issued yet: submission order holds. */
+  if (__atomic_exchange_n(&state->issue_needed, 0, __ATOMIC_ACQ_REL)) {
+    gpuhal__mutex_lock(&state->issue_mutex);
+    gpuhal__mutex_lock(&state->mutex);
+    gpuhal__list_splice_back(&state->pending, &state->incoming);
+    gpuhal__atomic_store(&state->incoming_count, 0u);
+    gpuhal__mutex_unlock(&state->mutex);
+    while (gpuhal__queue_pump_pass(state) > 0) {
+    }
+    gpuhal__mutex_unlock(&state->issue_mutex);
+  }
+  gpuhal__mutex_lock(&state->mutex);
+  gpuhal__list_splice_back(&retired, &state->retired);
+  gpuhal__mutex_unlock(&state->mutex);
+  gpuhal__actions_release(state, &retired);
+}
+
+static void gpuhal__queue_pump_task(gpuhal__task_t* task) {
+  gpuhal__queue_pump(GPUHAL__CONTAINER_OF(task, gpuhal__queue_state_t, pump_task));
+}

@@ -1,0 +1,522 @@
+/* gpuhal - queue: progress. The completion thread observes each queue's lane on its own
+ * (never waiting on one lane while another has finished work), the host-call thread runs
+ * host functions, and a busy submitter harvests its own queue's completed work.
+ *
+ * Part of the queue (its rules are at the top of queue.h). */
+
+/* ---- the completion thread: progress, per queue ---- */
+
+/* 1 when `a` and `next` (of the same queue, not host calls) signal only the same semaphore,
+ * `next` to a value at or above `a`'s: once both are known complete, `a` need not advance
+ * it, `next` will (before either is released). */
+static int gpuhal__actions_share_signal(const gpuhal__action_t* a, const gpuhal__action_t* next) {
+  return next && next->queue_index == a->queue_index && !a->host_fn && !next->host_fn && a->signal_count == 1 &&
+         next->signal_count == 1 && a->signals[0].semaphore == next->signals[0].semaphore &&
+         next->signals[0].value >= a->signals[0].value;
+}
+
+/* What is known of the inputs of an action whose work ran. A provisional action's GPU waits
+ * may have been released by a failure store (or by work that was): its waited values count
+ * as reached only once the host side has them (the signalling work observed, or a host
+ * signal). Anything else ran behind work that really completed. Atomic loads only. */
+typedef enum gpuhal__inputs_e {
+  GPUHAL__INPUTS_REACHED, /* every waited value is reached: the work ran on good input */
+  GPUHAL__INPUTS_UNKNOWN, /* some value is neither reached nor failed yet: look again later */
+  GPUHAL__INPUTS_FAILED   /* some waited semaphore failed below its value: *out_failure says why */
+} gpuhal__inputs_t;
+
+static gpuhal__inputs_t gpuhal__action_inputs(const gpuhal__action_t* a, gpuhal_status_t* out_failure) {
+  gpuhal__inputs_t result = GPUHAL__INPUTS_REACHED;
+  uint32_t i;
+  /* A host call's function may look at what it waited for: its event done is not enough,
+   * the values it waited on must be seen reached (another lane may not be observed yet). */
+  for (i = 0; (a->provisional || a->host_fn) && i < a->wait_count; ++i) {
+    const gpuhal__action_wait_t* w = &a->waits[i];
+    gpuhal__wait_query_t q;
+    if (gpuhal__atomic_load(&w->semaphore->value) >= w->value) continue;
+    if (!gpuhal__atomic_load(&w->semaphore->failure)) {
+      result = GPUHAL__INPUTS_UNKNOWN;
+      continue;
+    }
+    if (!out_failure) return GPUHAL__INPUTS_FAILED;
+    memset(&q, 0, sizeof(q));
+    gpuhal__semaphore_check(w->semaphore, w->value, &q);
+    *out_failure = gpuhal__action_wait_failure(a, q.failure, w->value);
+    return GPUHAL__INPUTS_FAILED;
+  }
+  return result;
+}
+
+/* Timepoint callback (under the signalled semaphore's lock, the action alive): 1 when the
+ * action's inputs are all reached, so its completed event means its values are reached. */
+static int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp) {
+  return gpuhal__action_inputs((const gpuhal__action_t*)tp->owner, NULL) == GPUHAL__INPUTS_REACHED;
+}
+
+/* The work of `a` (not a host call) completed: advance its values, unless a later complete
+ * action of its queue advances the same semaphore past them (`skip_advance`). */
+static void gpuhal__action_complete_ok(gpuhal__action_t* a, int skip_advance) {
+  gpuhal_status_t failed = NULL;
+  if (gpuhal__action_inputs(a, &failed) == GPUHAL__INPUTS_FAILED) {
+    gpuhal__action_fail(a, failed);
+  } else if (skip_advance) {
+    a->completed_ok = 1; /* its timepoint goes with the later action's advance */
+    if (a->ops->complete) a->ops->complete(a->user, NULL);
+  } else {
+    gpuhal__action_succeed(a);
+  }
+}
+
+/* Hands the actions observed so far to the worker for release, under one lock. */
+static void gpuhal__completion_retire_done(gpuhal__queue_state_t* state, gpuhal__list_node_t* done, uint32_t* count) {
+  int kick;
+  if (!*count) return;
+  gpuhal__mutex_lock(&state->mutex);
+  gpuhal__list_splice_back(&state->retired, done);
+  state->retired_unkicked += *count;
+  kick = state->retired_unkicked >= GPUHAL__RETIRE_BATCH;
+  if (kick) state->retired_unkicked = 0;
+  gpuhal__mutex_unlock(&state->mutex);
+  *count = 0;
+  if (kick) gpuhal__queue_kick(state);
+}
+
+/* cuEventQuery of `a`'s event failed with `query_error`, which is not sticky: the work may
+ * still be running, so its semaphores must not fail (or advance) yet. Waits until the
+ * queue's stream has drained: that tells whether the work completed (CUDA_SUCCESS) or how
+ * it failed. Blocks this queue's progress only, and only on this rare path. */
+static CUresult gpuhal__action_recheck(gpuhal__queue_state_t* state, gpuhal__action_t* a, CUresult query_error) {
+  const gpuhal__cuda_symbols_t* cu = state->device->cu;
+  const char* name = NULL;
+  const char* text = NULL;
+  int64_t sleep_ns = GPUHAL__COMPLETION_FIRST_SLEEP_NS;
+  int tries;
+  for (tries = 0; tries < 3; ++tries) {
+    CUresult r;
+    gpuhal__sleep_ns(sleep_ns);
+    r = cu->cuEventQuery(a->event->handle);
+    if (r == CUDA_SUCCESS || gpuhal__cuda_error_is_sticky(r)) return r;
+  }
+  gpuhal__cuda_error_describe(cu, query_error, &name, &text);
+  gpuhal__log(state->device->logger, GPUHAL_LOG_WARN,
+              "device %d, queue %u: cuEventQuery keeps failing (%s, %d); waiting for the queue's stream to drain "
+              "to learn how queue '%s' ended",
+              state->device->ordinal, a->queue_index, name ? name : "unknown CUDA error", (int)query_error,
+              a->ops->name);
+  for (;;) {
+    CUresult r = cu->cuStreamQuery(a->stream);
+    if (r != CUDA_ERROR_NOT_READY) return r;
+    gpuhal__sleep_ns(sleep_ns);
+    if (sleep_ns < state->tuning.completion_max_sleep_ns) sleep_ns *= 2;
+  }
+}
+
+/* Records how `a` ended (`r`: its event's query). A successful action goes on `done`
+ * (retired by the caller); a host call goes to the host-call thread. */
+static void gpuhal__action_observe(gpuhal__queue_state_t* state, gpuhal__action_t* a, CUresult r, int skip_advance,
+                                   gpuhal__list_node_t* done, uint32_t* done_count) {
+  gpuhal_status_t lost;
+  if (r != CUDA_SUCCESS && !gpuhal__cuda_error_is_sticky(r)) r = gpuhal__action_recheck(state, a, r);
+  if (r != CUDA_SUCCESS) {
+    gpuhal_status_t status = gpuhal__cuda_status(state->device->cu, r, "cuEventQuery", __FILE__, __LINE__);
+    if (gpuhal__cuda_error_is_sticky(r)) gpuhal__queue_mark_lost(state, status);
+    /* After a loss, every later action fails with the original cause. */
+    lost = gpuhal__queue_lost_clone(state);
+    if (lost) {
+      gpuhal_status_free(status);
+      status = lost;
+    }
+    gpuhal__action_fail(a, gpuhal_status_annotate(status, "running queue '%s' (device %d, queue %u)", a->ops->name,
+                                                  state->device->ordinal, a->queue_index));
+    gpuhal__action_retire(a);
+    return;
+  }
+  GPUHAL__TRACE(state->device, gpuhal__trace_action_complete(state->device, a)); /* trace hook */
+  if (a->host_fn) {
+    gpuhal__mutex_lock(&state->mutex);
+    gpuhal__list_push_back(&state->host_calls, &a->link);
+    gpuhal__cond_signal(&state->host_call_cond);
+    gpuhal__mutex_unlock(&state->mutex);
+    return;
+  }
+  gpuhal__action_complete_ok(a, skip_advance);
+  gpuhal__list_push_back(done, &a->link);
+  (*done_count)++;
+}
+
+/* Observes a lane's taken actions in order without blocking: stops at the first whose work
+ * is not done. One query of the newest covers every older one (a stream runs in order).
+ * Returns how many were observed. */
+static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane,
+                                                gpuhal__list_node_t* done, uint32_t* done_count) {
+  const gpuhal__cuda_symbols_t* cu = state->device->cu;
+  gpuhal__list_node_t* list = &lane->observing;
+  uint32_t observed = 0;
+  int all_done = 0;
+  gpuhal__list_node_t* n = lane->deferred.next;
+  while (n != &lane->deferred) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    n = n->next;
+    if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) continue;
+    gpuhal__list_remove(&a->link);
+    gpuhal__action_observe(state, a, CUDA_SUCCESS, 0, done, done_count);
+    gpuhal__atomic_sub(&lane->count, 1u);
+    gpuhal__atomic_sub(&state->in_flight_count, 1u);
+    observed++;
+  }
+  /* Work on side streams: each on a stream of its own, so each is looked at on its own. */
+  n = lane->side_observing.next;
+  while (n != &lane->side_observing) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    CUresult r = cu->cuEventQuery(a->event->handle);
+    n = n->next;
+    if (r == CUDA_ERROR_NOT_READY) continue;
+    gpuhal__list_remove(&a->link);
+    gpuhal__action_gpu_wait_count(a, 0);
+    if (r == CUDA_SUCCESS) {
+      /* Nothing follows the event on a side stream: it is idle. (After an error it is not
+       * used again.) */
+      gpuhal__mutex_lock(&state->mutex);
+      gpuhal__side_stream_put_locked(state, a->stream);
+      gpuhal__mutex_unlock(&state->mutex);
+      if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
+        gpuhal__list_push_back(&lane->deferred, &a->link);
+        continue;
+      }
+    }
+    gpuhal__action_observe(state, a, r, 0, done, done_count);
+    gpuhal__atomic_sub(&lane->count, 1u);
+    gpuhal__atomic_sub(&state->in_flight_count, 1u);
+    observed++;
+  }
+  if (gpuhal__list_empty(list)) return observed;
+  if (list->next != list->prev)
+    all_done = cu->cuEventQuery(GPUHAL__CONTAINER_OF(list->prev, gpuhal__action_t, link)->event->handle) == CUDA_SUCCESS;
+  while (!gpuhal__list_empty(list)) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(list->next, gpuhal__action_t, link);
+    gpuhal__action_t* next = list->next->next == list ? NULL : GPUHAL__CONTAINER_OF(list->next->next, gpuhal__action_t, link);
+    int skip;
+    CUresult r = all_done ? CUDA_SUCCESS : cu->cuEventQuery(a->event->handle);
+    if (r == CUDA_ERROR_NOT_READY) break;
+    gpuhal__list_remove(&a->link);
+    /* Done, but on inputs not known good yet: other lanes will tell (perhaps only once this
+     * lane's later work is observed, so the lane goes on without it). */
+    if (r == CUDA_SUCCESS && gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
+      gpuhal__list_push_back(&lane->deferred, &a->link);
+      continue;
+    }
+    /* `a` may leave its advance to `next` only when `next` will make it now: a `next` that
+     * waits for inputs (perhaps for `a`'s own value, through another lane) would not. */
+    skip = all_done && gpuhal__actions_share_signal(a, next) &&
+           gpuhal__action_inputs(next, NULL) == GPUHAL__INPUTS_REACHED;
+    gpuhal__action_observe(state, a, r, skip, done, done_count);
+    gpuhal__atomic_sub(&lane->count, 1u);
+    gpuhal__atomic_sub(&state->in_flight_count, 1u);
+    observed++;
+    if (*done_count >= GPUHAL__RETIRE_BATCH && !skip)
+      gpuhal__completion_retire_done(state, done, done_count);
+  }
+  return observed;
+}
+
+/* Under the state's mutex: moves to each lane's `observing` list the issued actions old
+ * enough to look at (all of a lane with a host call, and everything while someone waits for
+ * idle or the device stops). Returns when the youngest action left behind ages (INT64_MAX:
+ * none left). */
+static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
+  int64_t now = gpuhal_now_ns(), next_due = INT64_MAX;
+  int take_all = state->threads_stop || state->idle_waiters > 0 || state->tuning.completion_min_age_ns == 0;
+  uint32_t q;
+  for (q = 0; q < state->device->queue_count; ++q) {
+    gpuhal__queue_lane_t* lane = &state->lanes[q];
+    /* A submitter that harvested lately keeps the lane short itself: leave it the work. */
+    int64_t since = lane->last_harvest_ns;
+    while (!gpuhal__list_empty(&lane->in_flight)) {
+      gpuhal__action_t* a = GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
+      int64_t due = (a->dispatch_ns > since ? a->dispatch_ns : since) + state->tuning.completion_min_age_ns;
+      if (!take_all && lane->host_calls == 0 && due > now) {
+        if (due < next_due) next_due = due;
+        break;
+      }
+      gpuhal__list_remove(&a->link);
+      if (a->host_fn) lane->host_calls--;
+      gpuhal__list_push_back(&lane->observing, &a->link);
+    }
+    gpuhal__list_splice_back(&lane->side_observing, &lane->side);
+  }
+  return next_due;
+}
+
+/* At device release, for GPU value waits whose values nobody reached: fails those
+ * semaphores (the failure store releases the waits), so the streams drain. */
+static void gpuhal__completion_abandon_value_waits(gpuhal__queue_state_t* state) {
+  uint32_t q;
+  for (q = 0; q < state->device->queue_count; ++q) {
+    gpuhal__list_node_t* n;
+    for (n = state->lanes[q].side_observing.next; n != &state->lanes[q].side_observing; n = n->next) {
+      gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+      uint32_t i;
+      for (i = 0; a->value_waits && i < a->wait_count; ++i) {
+        gpuhal__action_wait_t* w = &a->waits[i];
+        if (w->kind != GPUHAL__WAIT_VALUE || gpuhal__atomic_load(&w->semaphore->value) >= w->value) continue;
+        gpuhal__semaphore_fail_owned(
+            w->semaphore, gpuhal_status_make(GPUHAL_STATUS_ABORTED,
+                                             "device %d was released while queue '%s' (queue %u) waited on the GPU "
+                                             "for this semaphore to reach %llu",
+                                             state->device->ordinal, a->ops->name, a->queue_index,
+                                             (unsigned long long)w->value));
+      }
+    }
+  }
+}
+
+/* Sleeps until `until` (INT64_MAX: until woken). Under the state's mutex. */
+static void gpuhal__completion_sleep_locked(gpuhal__queue_state_t* state, int64_t until) {
+  if (until == INT64_MAX) {
+    state->completion_sleeping = 1;
+    gpuhal__cond_wait(&state->completion_cond, &state->mutex);
+    state->completion_sleeping = 0;
+  } else {
+    state->completion_napping = 1;
+    gpuhal__cond_wait_until(&state->completion_cond, &state->mutex, gpuhal_timeout_deadline_ns(until));
+    state->completion_napping = 0;
+  }
+}
+
+static int gpuhal__completion_observing(gpuhal__queue_state_t* state) {
+  uint32_t q;
+  for (q = 0; q < state->device->queue_count; ++q)
+    if (!gpuhal__list_empty(&state->lanes[q].observing) || !gpuhal__list_empty(&state->lanes[q].deferred) ||
+        !gpuhal__list_empty(&state->lanes[q].side_observing))
+      return 1;
+  return 0;
+}
+
+static void* gpuhal__completion_main(void* arg) {
+  gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
+  gpuhal__context_scope_t scope;
+  /* cuEventQuery needs no current context on CUDA, but a gpuhal thread may hold it. */
+  gpuhal_status_t status = gpuhal__context_enter(state->device, &scope);
+  int64_t last_work_ns = gpuhal_now_ns();
+  int64_t poll_sleep_ns = 0;
+  gpuhal_status_free(status);
+  for (;;) {
+    gpuhal__list_node_t done;
+    uint32_t done_count = 0, observed = 0, q;
+    int64_t next_due, now;
+    int observing;
+    gpuhal__mutex_lock(&state->mutex);
+    next_due = gpuhal__completion_take_locked(state);
+    observing = gpuhal__completion_observing(state);
+    if (state->abandon_value_waits) {
+      state->abandon_value_waits = 0;
+      gpuhal__mutex_unlock(&state->mutex);
+      gpuhal__completion_abandon_value_waits(state);
+      gpuhal__mutex_lock(&state->mutex);
+    }
+    if (!observing) {
+      if (state->threads_stop && gpuhal__atomic_load(&state->in_flight_count) == 0) {
+        gpuhal__mutex_unlock(&state->mutex);
+        break;
+      }
+      /* Nothing to look at yet: sleep until the oldest issued action ages, or, with
+       * nothing issued, nap while work keeps coming, then sleep until woken. */
+      now = gpuhal_now_ns();
+      if (next_due == INT64_MAX && now - last_work_ns < GPUHAL__COMPLETION_ACTIVE_NS) next_due = now + GPUHAL__COMPLETION_NAP_NS;
+      gpuhal__completion_sleep_locked(state, next_due);
+      gpuhal__mutex_unlock(&state->mutex);
+      poll_sleep_ns = 0;
+      continue;
+    }
+    gpuhal__mutex_unlock(&state->mutex);
+    gpuhal__list_init(&done);
+    for (q = 0; q < state->device->queue_count; ++q)
+      observed += gpuhal__completion_observe_lane(state, &state->lanes[q], &done, &done_count);
+    gpuhal__completion_retire_done(state, &done, &done_count);
+    gpuhal__mutex_lock(&state->mutex);
+    if (state->retired_unkicked > 0) {
+      state->retired_unkicked = 0;
+      gpuhal__mutex_unlock(&state->mutex);
+      gpuhal__queue_kick(state);
+      gpuhal__mutex_lock(&state->mutex);
+    }
+    last_work_ns = gpuhal_now_ns();
+    if (observed) {
+      poll_sleep_ns = 0;
+    } else {
+      /* Work is running on some lane: poll again after a sleep that doubles, and sooner
+       * when issued work ages or a host call arrives. */
+      poll_sleep_ns = poll_sleep_ns ? poll_sleep_ns * 2 : GPUHAL__COMPLETION_FIRST_SLEEP_NS;
+      if (poll_sleep_ns > state->tuning.completion_max_sleep_ns) poll_sleep_ns = state->tuning.completion_max_sleep_ns;
+      now = gpuhal_now_ns();
+      if (next_due > now + poll_sleep_ns) next_due = now + poll_sleep_ns;
+      if (!state->threads_stop && state->idle_waiters == 0 && !state->abandon_value_waits)
+        gpuhal__completion_sleep_locked(state, next_due);
+    }
+    gpuhal__mutex_unlock(&state->mutex);
+  }
+  if (!status) gpuhal__context_leave(state->device, &scope);
+  return NULL;
+}
+
+/* ---- the host-call thread ---- */
+static void* gpuhal__host_call_main(void* arg) {
+  gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
+  for (;;) {
+    gpuhal__action_t* a;
+    gpuhal_status_t status;
+    gpuhal__mutex_lock(&state->mutex);
+    while (gpuhal__list_empty(&state->host_calls) && !state->threads_stop)
+      gpuhal__cond_wait(&state->host_call_cond, &state->mutex);
+    if (gpuhal__list_empty(&state->host_calls)) {
+      gpuhal__mutex_unlock(&state->mutex);
+      break;
+    }
+    a = GPUHAL__CONTAINER_OF(gpuhal__list_pop_front(&state->host_calls), gpuhal__action_t, link);
+    gpuhal__mutex_unlock(&state->mutex);
+    status = NULL;
+    if (gpuhal__action_inputs(a, &status) != GPUHAL__INPUTS_FAILED) {
+      int64_t trace_t0 = 0; /* trace hook: the host function's span */
+      GPUHAL__TRACE(state->device, trace_t0 = gpuhal_now_ns());
+      status = a->host_fn(a->host_user);
+      GPUHAL__TRACE(state->device, gpuhal__trace_host_call(state->device, a, trace_t0));
+      if (status)
+        status = gpuhal_status_annotate(status, "in the function of gpuhal_queue_host_call (device %d, queue %u)",
+                                        state->device->ordinal, a->queue_index);
+    }
+    if (status) {
+      gpuhal__action_fail(a, status);
+    } else {
+      gpuhal__action_succeed(a);
+    }
+    gpuhal__action_retire(a);
+  }
+  return NULL;
+}
+
+/* ---- harvesting: a busy submitter retires completed work of its queue itself ----
+ * While a thread keeps submitting on the fast path, it also takes the oldest issued actions
+ * of its queue whose work has completed and retires them on the spot: advances their
+ * values, drops their references and returns them to the pool. Everything an action
+ * touches then stays in that thread's cache instead of moving through the completion
+ * thread and the worker on every operation, and the completion thread's cuEventQuery calls
+ * no longer compete with the submitter's own calls for the driver. One cuEventQuery covers
+ * every older action of the queue; a look that finds nothing complete backs off, so
+ * long-running work costs the submitter almost nothing. The completion thread still takes
+ * whatever ages past tuning.completion_min_age_ns, host calls and failures. Releasing here
+ * is safe: no queue lock is held, and every release that makes CUDA calls enters the
+ * device's context itself (or asks the worker). Off while tracing (the trace's GPU timing
+ * belongs to the completion thread) and with tuning.harvest_min < 0. */
+
+/* Under the state's mutex: the newest action of the lane's contiguous run of old-enough
+ * actions (host calls end it), when that run is worth a query (tuning.harvest_min long, or
+ * its oldest has waited GPUHAL__HARVEST_MAX_WAIT_NS); NULL otherwise. */
+static gpuhal__action_t* gpuhal__harvest_pick(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane) {
+  int64_t now = gpuhal_now_ns(), cutoff = now - GPUHAL__HARVEST_AGE_NS;
+  int64_t oldest = gpuhal__list_empty(&lane->in_flight)
+                       ? now
+                       : GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link)->dispatch_ns;
+  gpuhal__action_t* probe = NULL;
+  uint32_t run = 0;
+  gpuhal__list_node_t* n;
+  for (n = lane->in_flight.next; n != &lane->in_flight; n = n->next) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    if (a->dispatch_ns > cutoff || a->host_fn || run == GPUHAL__HARVEST_MAX_RUN) break;
+    probe = a;
+    run++;
+  }
+  gpuhal__atomic_store(&lane->harvest_due_ns, oldest + GPUHAL__HARVEST_MAX_WAIT_NS);
+  if (run < (uint32_t)state->tuning.harvest_min && (run == 0 || now - oldest < GPUHAL__HARVEST_MAX_WAIT_NS)) return NULL;
+  return probe;
+}
+
+/* Under the state's mutex: moves the lane's front actions up to `seq` to `taken`. */
+static uint32_t gpuhal__harvest_take(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane, uint64_t seq,
+                                     gpuhal__list_node_t* taken) {
+  uint32_t n = 0;
+  while (!gpuhal__list_empty(&lane->in_flight)) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
+    /* Provisional work (its inputs checked once known) is left to the completion thread. */
+    if (a->seq > seq || a->host_fn || a->provisional) break;
+    gpuhal__list_remove(&a->link);
+    gpuhal__list_push_back(taken, &a->link);
+    gpuhal__atomic_sub(&lane->count, 1u);
+    gpuhal__atomic_sub(&state->in_flight_count, 1u);
+    n++;
+  }
+  if (n) {
+    int64_t now = gpuhal_now_ns();
+    const gpuhal__action_t* front =
+        gpuhal__list_empty(&lane->in_flight) ? NULL : GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
+    lane->last_harvest_ns = now;
+    gpuhal__atomic_store(&lane->harvest_due_ns, (front ? front->dispatch_ns : now) + GPUHAL__HARVEST_MAX_WAIT_NS);
+  }
+  return n;
+}
+
+/* The look itself: picks a probe, queries it, takes what it covers. */
+static uint32_t gpuhal__harvest_look(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane,
+                                     gpuhal__list_node_t* taken) {
+  gpuhal__action_t* probe;
+  gpuhal__event_t* event = NULL;
+  uint64_t seq = 0;
+  int complete;
+  uint32_t n = 0;
+  gpuhal__mutex_lock(&state->mutex);
+  probe = gpuhal__harvest_pick(state, lane);
+  if (probe) {
+    event = probe->event;
+    seq = probe->seq;
+    gpuhal__event_retain(event);
+  }
+  gpuhal__mutex_unlock(&state->mutex);
+  if (!probe) return 0;
+  __atomic_add_fetch(&state->harvest_looks, 1, __ATOMIC_RELAXED);
+  /* Errors and unfinished work alike are left to the completion thread. */
+  complete = gpuhal__event_query(event) == 0;
+  gpuhal__event_release(event);
+  if (!complete) {
+    /* Nothing done yet: the GPU is behind. Look less often until it catches up. */
+    int32_t backoff = lane->harvest_backoff < 4 ? 4 : lane->harvest_backoff * 2;
+    if (backoff > GPUHAL__HARVEST_MAX_BACKOFF) backoff = GPUHAL__HARVEST_MAX_BACKOFF;
+    lane->harvest_backoff = backoff;
+    gpuhal__atomic_store(&lane->harvest_skip, backoff);
+    __atomic_add_fetch(&state->harvest_misses, 1, __ATOMIC_RELAXED);
+    return 0;
+  }
+  lane->harvest_backoff = 0;
+  /* Taken by the completion thread since means the front moved on: take what is left. */
+  gpuhal__mutex_lock(&state->mutex);
+  n = gpuhal__harvest_take(state, lane, seq, taken);
+  gpuhal__mutex_unlock(&state->mutex);
+  __atomic_add_fetch(&state->harvested, n, __ATOMIC_RELAXED);
+  return n;
+}
+
+/* After a fast-path issue on `queue` (at `now`, 0 if unknown), on the submitting thread,
+ * with no queue lock held. */
+static void gpuhal__queue_harvest(gpuhal__queue_state_t* state, uint32_t queue, int64_t now) {
+  gpuhal__queue_lane_t* lane = &state->lanes[queue];
+  gpuhal__list_node_t taken;
+  gpuhal__list_node_t* n;
+  uint32_t in_flight = gpuhal__atomic_load(&lane->count);
+  int32_t expected = 0;
+  if (state->tuning.harvest_min <= 0 || in_flight == 0 || state->device->trace) return;
+  if (in_flight < (uint32_t)state->tuning.harvest_min &&
+      (now ? now : gpuhal_now_ns()) < gpuhal__atomic_load(&lane->harvest_due_ns))
+    return;
+  if (gpuhal__atomic_load(&lane->harvest_skip) > 0) {
+    gpuhal__atomic_sub(&lane->harvest_skip, 1);
+    return;
+  }
+  if (!gpuhal__atomic_cas(&lane->harvesting, &expected, 1)) return;
+  gpuhal__list_init(&taken);
+  gpuhal__harvest_look(state, lane, &taken);
+  gpuhal__atomic_store(&lane->harvesting, 0);
+  for (n = taken.next; n != &taken; n = n->next) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    gpuhal__action_t* next = n->next == &taken ? NULL : GPUHAL__CONTAINER_OF(n->next, gpuhal__action_t, link);
+    gpuhal__action_complete_ok(a, gpuhal__actions_share_signal(a, next));
+  }
+  gpuhal__actions_release(state, &taken);
+}

@@ -1,0 +1,174 @@
+/* gpuhal - queue: the device hooks that create and destroy a device's queue state (its
+ * lanes, threads, event pool and side streams), called from device.h.
+ *
+ * Part of the queue (its rules are at the top of queue.h). */
+
+/* ---- the device hooks ---- */
+
+static gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device) {
+  gpuhal__queue_state_t* state = NULL;
+  gpuhal_status_t status;
+  uint32_t i;
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__alloc_zeroed(device->allocator, sizeof(*state), "queue state", (void**)&state));
+  state->device = device;
+  gpuhal__mutex_init(&state->mutex);
+  gpuhal__mutex_init(&state->issue_mutex);
+  gpuhal__cond_init(&state->completion_cond);
+  gpuhal__cond_init(&state->host_call_cond);
+  gpuhal__cond_init(&state->idle_cond);
+  state->tuning = gpuhal__queue_tuning_resolve(&device->params.tuning);
+  device->params.tuning = state->tuning; /* host waits read it from the device */
+  state->memops = device->driver->memops;
+  status = gpuhal__alloc_zeroed(device->allocator, sizeof(*state->lanes) * device->queue_count, "queue lanes",
+                                (void**)&state->lanes);
+  if (status) {
+    gpuhal__free(device->allocator, state);
+    return status;
+  }
+  for (i = 0; i < device->queue_count; ++i) {
+    gpuhal__list_init(&state->lanes[i].in_flight);
+    gpuhal__list_init(&state->lanes[i].observing);
+    gpuhal__list_init(&state->lanes[i].deferred);
+    gpuhal__list_init(&state->lanes[i].side);
+    gpuhal__list_init(&state->lanes[i].side_observing);
+  }
+  gpuhal__list_init(&state->incoming);
+  gpuhal__list_init(&state->host_calls);
+  gpuhal__list_init(&state->retired);
+  gpuhal__list_init(&state->pending);
+  gpuhal__list_init(&state->pump_task.node);
+  state->pump_task.fn = gpuhal__queue_pump_task;
+  gpuhal__event_pool_init(&state->events, device, CU_EVENT_DISABLE_TIMING);
+  device->queue_state = state;
+  status = gpuhal__thread_create(&state->completion_thread, gpuhal__completion_main, state, "gpuhal-complete");
+  if (!status) {
+    status = gpuhal__thread_create(&state->host_call_thread, gpuhal__host_call_main, state, "gpuhal-hostcall");
+    if (status) {
+      gpuhal__mutex_lock(&state->mutex);
+      state->threads_stop = 1;
+      gpuhal__cond_broadcast(&state->completion_cond);
+      gpuhal__mutex_unlock(&state->mutex);
+      gpuhal__thread_join(state->completion_thread);
+    }
+  }
+  if (status) {
+    device->queue_state = NULL;
+    gpuhal__event_pool_deinit(&state->events);
+    gpuhal__cond_destroy(&state->idle_cond);
+    gpuhal__cond_destroy(&state->host_call_cond);
+    gpuhal__cond_destroy(&state->completion_cond);
+    gpuhal__mutex_destroy(&state->issue_mutex);
+    gpuhal__mutex_destroy(&state->mutex);
+    gpuhal__free(device->allocator, state->lanes);
+    gpuhal__free(device->allocator, state);
+    return status;
+  }
+  state->threads_started = 1;
+  return NULL;
+}
+
+/* On the worker: fails what is still waiting for its semaphores (it would never run). */
+static gpuhal_status_t gpuhal__queue_abort_pending(void* arg) {
+  gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
+  gpuhal__list_node_t* n;
+  gpuhal__mutex_lock(&state->issue_mutex);
+  gpuhal__mutex_lock(&state->mutex);
+  gpuhal__list_splice_back(&state->pending, &state->incoming);
+  gpuhal__atomic_store(&state->incoming_count, 0u);
+  gpuhal__mutex_unlock(&state->mutex);
+  /* Whatever can run now still runs; the rest is aborted. */
+  while (gpuhal__queue_pump_pass(state) > 0) {
+  }
+  while ((n = gpuhal__list_pop_front(&state->pending)) != NULL) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    gpuhal__action_fail(a, gpuhal_status_make(GPUHAL_STATUS_ABORTED,
+                                              "queue '%s' (device %d, queue %u) was aborted: the device was released "
+                                              "while it still waited for its semaphores",
+                                              a->ops->name, state->device->ordinal, a->queue_index));
+    gpuhal__action_retire(a);
+  }
+  gpuhal__mutex_unlock(&state->issue_mutex);
+  return NULL;
+}
+
+static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
+  gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
+  uint32_t i;
+  gpuhal__queue_pump(state); /* releases the last retired actions */
+  gpuhal__event_pool_deinit(&state->events);
+  /* Every action is released: nothing is left on the side streams but what a failed
+   * issue left there, which the abandoned value waits released. */
+  for (i = 0; i < state->device->queue_count; ++i)
+    if (state->lanes[i].side_tail) gpuhal_status_free(GPUHAL__CU(state->device->cu, cuEventDestroy, (state->lanes[i].side_tail)));
+  for (i = 0; i < state->side_count; ++i) {
+    gpuhal_status_t status = GPUHAL__CU(state->device->cu, cuStreamDestroy, (state->side_streams[i]));
+    if (status) {
+      gpuhal__log(state->device->logger, GPUHAL_LOG_WARN, "device %d: destroying a side stream: %s",
+                  state->device->ordinal, gpuhal_status_message(status));
+      gpuhal_status_free(status);
+    }
+  }
+  gpuhal__park_release(state, (int32_t)(state->side_count - state->side_free_count)); /* left by failed issues */
+  gpuhal__free(state->device->allocator, state->side_streams);
+  gpuhal__free(state->device->allocator, state->side_free);
+  state->side_streams = state->side_free = NULL;
+  state->side_count = state->side_free_count = state->side_capacity = 0;
+  return NULL;
+}
+
+/* Device release: finishes issued work, fails work that never became ready, joins the
+ * threads, frees everything. Called by device.h with the worker still running. */
+static void gpuhal__queue_state_destroy(gpuhal_device_t* device) {
+  gpuhal__queue_state_t* state = gpuhal__queue_state(device);
+  gpuhal__action_block_t* block;
+  if (!state) return;
+  gpuhal__mutex_lock(&state->mutex);
+  gpuhal__atomic_store(&state->stopping, 1);
+  gpuhal__mutex_unlock(&state->mutex);
+  gpuhal_status_free(gpuhal__worker_call(device, gpuhal__queue_abort_pending, state));
+  /* Issued work completes (or fails) on the completion and host-call threads and comes
+   * back through the pump, which releases it. GPU value waits that nothing reached would
+   * keep their streams blocked forever: the completion thread fails those semaphores. */
+  gpuhal__mutex_lock(&state->mutex);
+  state->idle_waiters++;
+  state->abandon_value_waits = 1;
+  gpuhal__cond_signal(&state->completion_cond);
+  while (__atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) {
+    /* Value waits issued since the last look (none are: submission is closed) or found
+     * after it: look again now and then. */
+    if (!gpuhal__cond_wait_until(&state->idle_cond, &state->mutex, gpuhal_timeout_relative_ns(10000000)) &&
+        __atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) {
+      state->abandon_value_waits = 1;
+      gpuhal__cond_signal(&state->completion_cond);
+    }
+  }
+  state->idle_waiters--;
+  state->threads_stop = 1;
+  gpuhal__cond_broadcast(&state->completion_cond);
+  gpuhal__cond_broadcast(&state->host_call_cond);
+  gpuhal__mutex_unlock(&state->mutex);
+  gpuhal__thread_join(state->completion_thread);
+  gpuhal__thread_join(state->host_call_thread);
+  gpuhal_status_free(gpuhal__worker_call(device, gpuhal__queue_finish_destroy, state));
+  block = state->action_blocks;
+  while (block) {
+    gpuhal__action_block_t* next = block->next;
+    uint32_t i;
+    for (i = 0; i < GPUHAL__ACTION_POOL_BLOCK; ++i) {
+      gpuhal__free(device->allocator, block->actions[i].wait_storage);
+      gpuhal__free(device->allocator, block->actions[i].signal_storage);
+    }
+    gpuhal__free(device->allocator, block);
+    block = next;
+  }
+  gpuhal_status_free(state->lost);
+  gpuhal__cond_destroy(&state->idle_cond);
+  gpuhal__cond_destroy(&state->host_call_cond);
+  gpuhal__cond_destroy(&state->completion_cond);
+  gpuhal__mutex_destroy(&state->issue_mutex);
+  gpuhal__mutex_destroy(&state->mutex);
+  device->queue_state = NULL;
+  gpuhal__free(device->allocator, state->lanes);
+  gpuhal__free(device->allocator, state);
+}

@@ -1,0 +1,407 @@
+/* gpuhal - queue: submission and the public queue calls (gpuhal_queue_host_call, alloca and
+ * dealloca, gpuhal_device_wait_idle). A call validates its arguments, takes references,
+ * and either issues on the caller's thread (the fast path) or hands the action to the
+ * worker; a call that fails after its arguments were accepted fails its signals.
+ *
+ * Part of the queue (its rules are at the top of queue.h). gpuhal_queue_execute lives in
+ * command_buffer.h. */
+
+/* ---- submission ---- */
+
+/* The fast path: when nothing is queued ahead and no one else is issuing, the submitting
+ * thread resolves and issues the action itself inside a push/pop of the device's context,
+ * saving the worker's wake-up. The caller holds issue_mutex (taken with a trylock before
+ * the action was acquired, so that "nothing queued ahead" is checked in the same critical
+ * section of state->mutex as the acquisition) and releases it after. Returns when the
+ * action was handed to the completion side (0: not issued here). */
+static int64_t gpuhal__queue_issue_here(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t failure = NULL;
+  gpuhal__resolve_t r;
+  int64_t dispatched = 0;
+  a->wake = 0;
+  r = gpuhal__action_resolve(a, 1, &failure);
+  if (r == GPUHAL__RESOLVE_BLOCKED) {
+    /* Registered on the semaphore it waits for; its change kicks the pump. */
+    gpuhal__list_push_back(&state->pending, &a->link);
+  } else if (r == GPUHAL__RESOLVE_FAILED) {
+    gpuhal__action_fail(a, failure);
+    gpuhal__action_retire(a);
+  } else if ((failure = gpuhal__context_enter(state->device, &scope)) != NULL) {
+    gpuhal_status_free(failure); /* the worker will do it */
+    gpuhal__action_drop_wait_events(a);
+    a->wake = 1;
+    gpuhal__list_push_back(&state->pending, &a->link);
+    gpuhal__queue_kick_issue(state);
+  } else {
+    dispatched = gpuhal__action_dispatch(state, a);
+    gpuhal__context_leave(state->device, &scope);
+  }
+  return dispatched;
+}
+
+static gpuhal_status_t gpuhal__queue_validate_list(const char* func, const char* arg, gpuhal_driver_t* driver,
+                                                   gpuhal_semaphore_list_t list) {
+  uint32_t i;
+  if (list.count == 0) return NULL;
+  if (!list.semaphores || !list.values)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument '%s' has count %u but NULL semaphores or values", func, arg, list.count);
+  for (i = 0; i < list.count; ++i) {
+    gpuhal_semaphore_t* s = list.semaphores[i];
+    gpuhal_status_t bad = gpuhal__object_check(s, GPUHAL__MAGIC_SEMAPHORE, func, arg);
+    if (bad) return gpuhal_status_annotate(bad, "at index %u", i);
+    if (s->driver != driver)
+      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                                "%s: argument '%s' entry %u is a semaphore of another driver than the device's",
+                                func, arg, i);
+  }
+  return NULL;
+}
+
+/* The common argument checks of every queue operation; names `func` in messages. */
+static gpuhal_status_t gpuhal__queue_validate(const char* func, gpuhal_device_t* device, uint32_t queue_index,
+                                              gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal) {
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_check(device, GPUHAL__MAGIC_DEVICE, func, "device"));
+  if (queue_index >= device->queue_count)
+    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE, "%s: argument 'queue' (%u) must be below the device's queue count (%u)",
+                              func, queue_index, device->queue_count);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate_list(func, "wait", device->driver, wait));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate_list(func, "signal", device->driver, signal));
+  if (!gpuhal__queue_state(device))
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: the device has no queues", func);
+  return NULL;
+}
+
+/* The fast path's acquisition, with issue_mutex held and without the state's mutex (which
+ * the worker and the completion thread also take): 1 with `*out` reserved and counted when
+ * nothing is queued ahead for the worker, the device is healthy and not being released;
+ * 0 sends the caller to the locked path (which also grows the pool and reports errors).
+ * Free actions come from issue_free, refilled from the free list in batches under one lock. */
+static int gpuhal__action_acquire_issuing(gpuhal__queue_state_t* state, uint32_t waits, uint32_t signals,
+                                          gpuhal__action_t** out) {
+  gpuhal__action_t* a;
+  gpuhal_status_t status;
+  if (gpuhal__atomic_load(&state->stopping) || gpuhal__atomic_load(&state->incoming_count) ||
+      gpuhal__atomic_load(&state->lost_flag))
+    return 0;
+  if (!state->issue_free) {
+    /* A bounded batch: the locked path must not find the free list empty (and grow the
+     * pool) just because the fast path holds every free action. */
+    uint32_t taken = 0;
+    gpuhal__mutex_lock(&state->mutex);
+    while (state->free_actions && taken < GPUHAL__ACTION_ISSUE_BATCH) {
+      gpuhal__action_t* f = state->free_actions;
+      state->free_actions = f->next_free;
+      f->next_free = state->issue_free;
+      state->issue_free = f;
+      taken++;
+    }
+    gpuhal__mutex_unlock(&state->mutex);
+    if (!state->issue_free) return 0;
+  }
+  a = state->issue_free;
+  status = gpuhal__action_reserve(state, a, waits, signals);
+  if (status) {
+    gpuhal_status_free(status); /* the locked path tries again and reports it */
+    return 0;
+  }
+  state->issue_free = a->next_free;
+  a->next_free = NULL;
+  __atomic_add_fetch(&state->outstanding, 1, __ATOMIC_ACQ_REL);
+  *out = a;
+  return 1;
+}
+
+/* The general acquisition, under the state's mutex: reserves and counts `*out`; *out_idle
+ * tells whether a caller holding issue_mutex (`issuing`) may issue it here (nothing queued
+ * ahead for the worker: issuing here keeps submission order). */
+static gpuhal_status_t gpuhal__action_acquire_locked_path(gpuhal__queue_state_t* state, const char* func,
+                                                          uint32_t waits, uint32_t signals, int issuing,
+                                                          gpuhal__action_t** out, int* out_idle) {
+  gpuhal__action_t* a = NULL;
+  gpuhal_status_t status;
+  gpuhal__mutex_lock(&state->mutex);
+  if (gpuhal__atomic_load(&state->stopping)) {
+    gpuhal__mutex_unlock(&state->mutex);
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: the device is being released", func);
+  }
+  status = gpuhal__action_acquire_locked(state, &a);
+  if (!status) {
+    status = gpuhal__action_reserve(state, a, waits, signals);
+    if (status) {
+      a->next_free = state->free_actions;
+      state->free_actions = a;
+    }
+  }
+  if (!status) {
+    __atomic_add_fetch(&state->outstanding, 1, __ATOMIC_ACQ_REL);
+    *out_idle = issuing && gpuhal__list_empty(&state->incoming) && !state->lost;
+    *out = a;
+  }
+  gpuhal__mutex_unlock(&state->mutex);
+  return status;
+}
+
+static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device_t* device, uint32_t queue_index,
+                                                 gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
+                                                 const gpuhal__action_ops_t* ops, void* user,
+                                                 gpuhal_host_fn_t host_fn, void* host_user, unsigned flags) {
+  gpuhal__queue_state_t* state;
+  gpuhal__action_t* a = NULL;
+  gpuhal_status_t status;
+  uint32_t i;
+  int issuing = 0, idle = 0;
+  int64_t dispatched = 0;
+  uint64_t trace_span = 0; /* trace hook: the submit's host span */
+  int64_t trace_t0 = 0;
+  if (!(flags & GPUHAL__SUBMIT_VALIDATED))
+    GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate(func, device, queue_index, wait, signal));
+  if (!ops || !ops->name)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: internal: action ops must be given", func);
+  state = gpuhal__queue_state(device);
+  /* The fast path needs the issue lock; without it (someone else is issuing) the worker
+   * issues. Lock order: issue_mutex, then mutex (as in the pump). */
+  if ((flags & GPUHAL__SUBMIT_CALLER_MAY_ISSUE) && !state->tuning.no_caller_issue)
+    issuing = pthread_mutex_trylock(&state->issue_mutex) == 0;
+  if (issuing && gpuhal__action_acquire_issuing(state, wait.count, signal.count, &a)) {
+    idle = 1;
+  } else {
+    status = gpuhal__action_acquire_locked_path(state, func, wait.count, signal.count, issuing, &a, &idle);
+    if (status) {
+      if (issuing) gpuhal__mutex_unlock(&state->issue_mutex);
+      /* The arguments were fine: whoever waits for the signals must learn of this too. */
+      gpuhal__queue_fail_signals(signal, status, ops->name, device->ordinal, queue_index);
+      return status;
+    }
+  }
+
+  gpuhal__list_init(&a->link);
+  a->state = state;
+  a->queue_index = queue_index;
+  a->ops = ops;
+  a->user = user;
+  a->host_fn = host_fn;
+  a->host_user = host_user;
+  a->wait_count = wait.count;
+  a->signal_count = signal.count;
+  a->next_wait = 0;
+  a->wake = 1;
+  a->event = NULL;
+  a->failure = NULL;
+  a->trace = NULL;
+  a->value_waits = 0;
+  a->provisional = 0;
+  a->park_reserved = 0;
+  a->not_provisional = (flags & GPUHAL__SUBMIT_NOT_PROVISIONAL) != 0;
+  a->stream = NULL;
+  a->gpu_wait_counted = 0;
+  for (i = 0; i < wait.count; ++i) {
+    gpuhal__action_wait_t* w = &a->waits[i];
+    gpuhal__semaphore_waiter_init(&w->waiter);
+    w->waiter.wants_submitted = 1;
+    w->waiter.notify = gpuhal__action_wait_notify;
+    w->waiter.user = a;
+    w->semaphore = wait.semaphores[i];
+    w->value = wait.values[i];
+    w->kind = GPUHAL__WAIT_UNRESOLVED;
+    w->event = NULL;
+    w->word = 0;
+  }
+  for (i = 0; i < signal.count; ++i) {
+    gpuhal__timepoint_t* tp = &a->signals[i];
+    gpuhal__list_init(&tp->link);
+    tp->semaphore = signal.semaphores[i];
+    tp->value = signal.values[i];
+    tp->event = NULL;
+    tp->provisional = 0;
+  }
+  gpuhal__action_retain_semaphores(a);
+  GPUHAL__TRACE(device, (trace_t0 = gpuhal_now_ns(), trace_span = gpuhal__trace_submit_begin(device, a, wait, signal)));
+  /* From here `a` may complete and be reused at any time: the trace keeps only its span id. */
+  if (issuing && idle) dispatched = gpuhal__queue_issue_here(state, a);
+  if (issuing) gpuhal__mutex_unlock(&state->issue_mutex);
+  if (issuing && idle) {
+    gpuhal__queue_harvest(state, queue_index, dispatched);
+  }
+  if (!idle) {
+    gpuhal__mutex_lock(&state->mutex);
+    gpuhal__list_push_back(&state->incoming, &a->link);
+    gpuhal__atomic_add(&state->incoming_count, 1u);
+    gpuhal__mutex_unlock(&state->mutex);
+    gpuhal__queue_kick_issue(state);
+  }
+  if (trace_span) GPUHAL__TRACE(device, gpuhal__trace_submit_end(device, queue_index, ops->name, trace_span, trace_t0));
+  return NULL;
+}
+
+/* See the queue <-> command-buffer contract. */
+static gpuhal_status_t gpuhal__queue_submit(gpuhal_device_t* device, uint32_t queue_index, gpuhal_semaphore_list_t wait,
+                                            gpuhal_semaphore_list_t signal, const gpuhal__action_ops_t* ops,
+                                            void* user) {
+  return gpuhal__queue_submit_impl(ops && ops->name ? ops->name : "gpuhal__queue_submit", device, queue_index, wait,
+                                   signal, ops, user, NULL, NULL, 0);
+}
+
+/* gpuhal__queue_submit with GPUHAL__SUBMIT_* flags. */
+static gpuhal_status_t gpuhal__queue_submit_ex(gpuhal_device_t* device, uint32_t queue_index,
+                                               gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
+                                               const gpuhal__action_ops_t* ops, void* user, unsigned flags) {
+  return gpuhal__queue_submit_impl(ops && ops->name ? ops->name : "gpuhal__queue_submit", device, queue_index, wait,
+                                   signal, ops, user, NULL, NULL, flags);
+}
+
+/* ---- host calls ---- */
+static const gpuhal__action_ops_t gpuhal__host_call_ops = {"host_call", NULL, NULL, NULL};
+
+GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint32_t queue,
+                                                  gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
+                                                  gpuhal_host_fn_t fn, void* user) {
+  GPUHAL__CHECK_ARG(fn != NULL, "fn", "must not be NULL");
+  return gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__host_call_ops, NULL, fn, user,
+                                   GPUHAL__SUBMIT_CALLER_MAY_ISSUE);
+}
+
+#ifdef GPUHAL__HAVE_MEMORY
+/* ---- alloca / dealloca ---- */
+/* The address is assigned here, on the worker, when the allocation is issued; command
+ * buffers that name the buffer resolve it when they are issued after this. */
+static gpuhal_status_t gpuhal__alloca_issue(void* user, gpuhal_device_t* device, CUstream stream) {
+  return gpuhal__buffer_pending_allocate((gpuhal_buffer_t*)user, device, stream);
+}
+static gpuhal_status_t gpuhal__dealloca_issue(void* user, gpuhal_device_t* device, CUstream stream) {
+  gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)user;
+  if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_LIVE)
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                              "gpuhal_queue_dealloca: the buffer has no memory to free: its gpuhal_queue_alloca "
+                              "failed or was not ordered before the dealloca (wait on the alloca's signal)");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__pool_free_current(device, stream, buffer->address));
+  gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_FREED);
+  return NULL;
+}
+static void gpuhal__buffer_action_release(void* user, gpuhal_device_t* device) {
+  GPUHAL__UNUSED(device);
+  gpuhal__buffer_release_ref((gpuhal_buffer_t*)user);
+}
+/* With a pool, allocation and free are stream-ordered calls that never block, so the
+ * submitting thread may issue them; the synchronous fallback stays on the worker. */
+static const gpuhal__action_ops_t gpuhal__alloca_ops = {"alloca", gpuhal__alloca_issue, NULL,
+                                                        gpuhal__buffer_action_release};
+static const gpuhal__action_ops_t gpuhal__dealloca_ops = {"dealloca", gpuhal__dealloca_issue, NULL,
+                                                          gpuhal__buffer_action_release};
+static unsigned gpuhal__pool_submit_flags(gpuhal_device_t* device) {
+  unsigned flags = GPUHAL__SUBMIT_VALIDATED; /* by gpuhal_queue_alloca / _dealloca */
+  if (device->memory && device->memory->pool) flags |= GPUHAL__SUBMIT_CALLER_MAY_ISSUE;
+  return flags;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_queue_alloca(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
+                                               gpuhal_semaphore_list_t signal, uint64_t size,
+                                               gpuhal_buffer_t** out_buffer) {
+  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_status_t status;
+  GPUHAL__CHECK_ARG(out_buffer != NULL, "out_buffer", "must not be NULL");
+  *out_buffer = NULL;
+  GPUHAL__CHECK_ARG(size > 0, "size", "must be > 0");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate(__func__, device, queue, wait, signal));
+  GPUHAL__CHECK_RANGE(size <= device->info.total_memory, "size", "must not exceed the device's total memory");
+  status = gpuhal__buffer_create_pending(device, size, &buffer);
+  if (status) {
+    gpuhal__queue_fail_signals(signal, status, "alloca", device->ordinal, queue);
+    return status;
+  }
+  gpuhal__buffer_retain_ref(buffer); /* the action's reference */
+  status = gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__alloca_ops, buffer, NULL, NULL,
+                                     gpuhal__pool_submit_flags(device));
+  if (status) {
+    gpuhal__buffer_release_ref(buffer);
+    gpuhal_buffer_release(buffer);
+    return status;
+  }
+  *out_buffer = buffer;
+  return NULL;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32_t queue,
+                                                 gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
+                                                 gpuhal_buffer_t* buffer) {
+  gpuhal_status_t status;
+  GPUHAL__CHECK_OBJECT(buffer, GPUHAL__MAGIC_BUFFER);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate(__func__, device, queue, wait, signal));
+  if (buffer->device != device)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "gpuhal_queue_dealloca: argument 'buffer' belongs to another device");
+  if (!buffer->pending)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "gpuhal_queue_dealloca: argument 'buffer' must come from gpuhal_queue_alloca");
+  {
+    /* One dealloca per buffer: the queue's per-buffer word records that it was submitted. */
+    void* expected = NULL;
+    if (!__atomic_compare_exchange_n(&buffer->queue_data, &expected, (void*)buffer, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+      return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                                "gpuhal_queue_dealloca: argument 'buffer' already has a dealloca queued");
+  }
+  gpuhal__buffer_retain_ref(buffer);
+  status = gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__dealloca_ops, buffer, NULL, NULL,
+                                     gpuhal__pool_submit_flags(device) | GPUHAL__SUBMIT_NOT_PROVISIONAL);
+  if (status) {
+    gpuhal__atomic_store(&buffer->queue_data, (void*)NULL);
+    gpuhal__buffer_release_ref(buffer);
+  }
+  return status;
+}
+
+#endif /* GPUHAL__HAVE_MEMORY */
+
+/* ---- idle, loss ---- */
+/* Waits, up to `timeout`, until every action that is not blocked on a semaphore has been
+ * released: issued work finished and the references it held dropped. For the application's
+ * gpuhal_driver_release (device.h); actions still blocked are left for device release. */
+static void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeout_t timeout) {
+  gpuhal__queue_state_t* state = gpuhal__queue_state(device);
+  if (!state) return;
+  for (;;) {
+    uint64_t outstanding, blocked = 0;
+    gpuhal__list_node_t* n;
+    gpuhal__mutex_lock(&state->issue_mutex);
+    for (n = state->pending.next; n != &state->pending; n = n->next) ++blocked;
+    gpuhal__mutex_unlock(&state->issue_mutex);
+    gpuhal__mutex_lock(&state->mutex);
+    outstanding = __atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE);
+    gpuhal__mutex_unlock(&state->mutex);
+    if (outstanding <= blocked || gpuhal__timeout_expired(timeout)) return;
+    gpuhal__sleep_ns(50000);
+  }
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_device_wait_idle(gpuhal_device_t* device, gpuhal_timeout_t timeout) {
+  gpuhal__queue_state_t* state;
+  gpuhal_status_t result = NULL;
+  GPUHAL__CHECK_OBJECT(device, GPUHAL__MAGIC_DEVICE);
+  state = gpuhal__queue_state(device);
+  if (!state) return NULL;
+  gpuhal__mutex_lock(&state->mutex);
+  state->idle_waiters++;
+  if (state->completion_napping) gpuhal__cond_signal(&state->completion_cond); /* stop aging the work */
+  while (__atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) {
+    if (!gpuhal__cond_wait_until(&state->idle_cond, &state->mutex, timeout) &&
+        __atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) {
+      result = gpuhal_status_make(GPUHAL_STATUS_DEADLINE_EXCEEDED,
+                                  "gpuhal_device_wait_idle: %llu queue operations still outstanding when the timeout passed",
+                                  (unsigned long long)__atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE));
+      break;
+    }
+  }
+  state->idle_waiters--;
+  if (!result && state->lost) result = gpuhal_status_clone(state->lost);
+  gpuhal__mutex_unlock(&state->mutex);
+  return result;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_device_lost_status(gpuhal_device_t* device) {
+  gpuhal__queue_state_t* state;
+  GPUHAL__CHECK_OBJECT(device, GPUHAL__MAGIC_DEVICE);
+  state = gpuhal__queue_state(device);
+  return state ? gpuhal__queue_lost_clone(state) : NULL;
+}
