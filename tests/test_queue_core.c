@@ -528,7 +528,7 @@ TU_TEST(host_call_releases_last_device_reference) {
   gpuhal_driver_t* driver = NULL;
   gpuhal_device_t* device = NULL;
   gpuhal_device_params_t params;
-  gpuhal_semaphore_t *s = NULL, *after = NULL, *before = NULL;
+  gpuhal_semaphore_t *s = NULL, *after = NULL, *before = NULL, *go = NULL;
   gpuhal_kernel_t* inc = NULL;
   gpuhal_arg_t arg;
   qc_dropper_t d;
@@ -551,19 +551,23 @@ TU_TEST(host_call_releases_last_device_reference) {
   TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &s));
   TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &after));
   TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &before));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &go));
   TU_CHECK_OK(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, 4, &d.buffer));
   arg = gpuhal_arg_buffer(d.buffer, 0);
   TU_CHECK_OK(qc_record_dispatch(device, GPUHAL_COMMAND_BUFFER_GRAPH, inc, 1, 1, 1, &arg, &d.cb));
-  TU_REQUIRE(s && after && before && d.cb);
+  TU_REQUIRE(s && after && before && go && d.cb);
   d.device = device;
-  TU_CHECK_OK(gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(),
+  /* Held back by `go` until this thread has made its last call with the device: the host
+   * call takes over the application's reference. */
+  TU_CHECK_OK(gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_one(&go, &one_value),
                                    gpuhal_semaphore_list_one(&before, &one_value), d.cb, NULL));
   TU_CHECK_OK(gpuhal_queue_host_call(device, 0, gpuhal_semaphore_list_one(&before, &one_value),
                                      gpuhal_semaphore_list_one(&s, &one_value), qc_drop_everything_fn, &d));
   /* work queued behind the host call on the other queue: it must drain, or fail cleanly */
   TU_CHECK_OK(gpuhal_queue_execute(device, 1, gpuhal_semaphore_list_one(&s, &one_value),
                                    gpuhal_semaphore_list_one(&after, &one_value), NULL, NULL));
-  /* From here the application holds no device reference (the host call dropped it). */
+  TU_CHECK_OK(gpuhal_semaphore_signal(go, 1));
+  /* From here the application holds no device reference (the host call drops it). */
   TU_CHECK_OK(gpuhal_semaphore_wait(s, 1, qt_seconds(QC_WAIT_S)));
   TU_CHECK_EQ_INT(__atomic_load_n(&d.ran, __ATOMIC_SEQ_CST), 1);
   st = gpuhal_semaphore_wait(after, 1, qt_seconds(QC_WAIT_S));
@@ -574,6 +578,7 @@ TU_TEST(host_call_releases_last_device_reference) {
   gpuhal_semaphore_release(s);
   gpuhal_semaphore_release(after);
   gpuhal_semaphore_release(before);
+  gpuhal_semaphore_release(go);
   /* The driver's release settles the device the host call released: it must return. */
   if (qc_async_start(&release, qc_driver_release_fn, driver)) {
     if (!qc_async_wait(&release, QC_WAIT_S * 1000))
