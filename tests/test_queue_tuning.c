@@ -131,6 +131,7 @@ TU_TEST(worker_issues_everything) {
 /* The same workload with timeline values in device memory, where the device has them
  * (work queued before its signal waits on the GPU, on side streams), at the default bound
  * on parked streams, at one, and at none (every such wait on the host). */
+/* The workload on the memop path (one device) at bound `gpu_parked_max`. */
 static void tt_run_memops(int32_t gpu_parked_max) {
   gpuhal_driver_options_t options;
   gpuhal_device_params_t params;
@@ -153,10 +154,71 @@ static void tt_run_memops(int32_t gpu_parked_max) {
   qt_close(&f);
 }
 
+enum { TT_GATED = 8 };
+
+/* `devices` gpuhal devices of ordinal 0 (one context, so one set of hardware queues) each
+ * queue work behind values of a host gate that nothing has submitted, each op its own
+ * value: every op could park a stream. On softcuda, no more streams of the context may be
+ * parked at once than the bound; then the gate opens and everything runs. */
+static void tt_run_gated(int32_t gpu_parked_max, int devices) {
+  gpuhal_driver_options_t options;
+  gpuhal_device_params_t params;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device[2] = {NULL, NULL};
+  gpuhal_semaphore_t* gate = NULL;
+  gpuhal_semaphore_t* done[TT_GATED];
+  int count = 0, i, peak, bound = gpu_parked_max == 0 ? 2 : gpu_parked_max < 0 ? 0 : gpu_parked_max;
+  memset(done, 0, sizeof(done));
+  memset(&options, 0, sizeof(options));
+  memset(&params, 0, sizeof(params));
+  options.semaphore_memops = 1;
+  params.queue_count = 2;
+  params.tuning.gpu_parked_max = gpu_parked_max;
+  TU_REQUIRE_OK(gpuhal_driver_create(&options, &driver));
+  TU_CHECK_OK(gpuhal_driver_device_count(driver, &count));
+  if (count == 0 || !gpuhal_driver_has_feature(driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
+    gpuhal_driver_release(driver);
+    TU_SKIP("no 64-bit stream memory operations on every device");
+  }
+  for (i = 0; i < devices; ++i) TU_CHECK_OK(gpuhal_device_create(driver, 0, &params, &device[i]));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &gate));
+  qt_softcuda_parked_peak(1);
+  for (i = 0; i < TT_GATED; ++i) {
+    uint64_t wait_value = (uint64_t)i + 1, one = 1;
+    TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &done[i]));
+    if (device[i % devices] && gate && done[i])
+      TU_CHECK_OK(gpuhal_queue_execute(device[i % devices], (uint32_t)(i / devices) % 2u,
+                                       gpuhal_semaphore_list_one(&gate, &wait_value),
+                                       gpuhal_semaphore_list_one(&done[i], &one), NULL, NULL));
+  }
+  qc_sleep_ms(50); /* the streams that may park get there */
+  peak = qt_softcuda_parked_peak(0);
+  if (peak >= 0) {
+    fprintf(stderr, "  %d device(s) of one GPU: at most %d streams parked at once (bound %d)\n", devices, peak, bound);
+    TU_CHECK(peak <= bound);
+  }
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, TT_GATED));
+  for (i = 0; i < TT_GATED; ++i) {
+    if (done[i]) TU_CHECK_OK(gpuhal_semaphore_wait(done[i], 1, qt_seconds(30)));
+    gpuhal_semaphore_release(done[i]);
+  }
+  gpuhal_semaphore_release(gate);
+  for (i = devices - 1; i >= 0; --i) gpuhal_device_release(device[i]);
+  gpuhal_driver_release(driver);
+}
+
 TU_TEST(semaphore_memops) { tt_run_memops(0); }
 TU_TEST(semaphore_memops_one_parked) { tt_run_memops(1); }
 TU_TEST(semaphore_memops_none_parked) { tt_run_memops(-1); }
+TU_TEST(semaphore_memops_gated_bound) {
+  tt_run_gated(0, 1);
+  tt_run_gated(1, 1);
+  tt_run_gated(-1, 1);
+}
+/* Two gpuhal devices of one GPU share its context and hardware queues: one bound for both. */
+TU_TEST(semaphore_memops_gated_two_devices_one_gpu) { tt_run_gated(0, 2); }
 
 TU_MAIN(TU_CASE(defaults), TU_CASE(no_spin_short_sleeps), TU_CASE(completion_looks_at_once_and_polls_often),
         TU_CASE(completion_ages_work_long), TU_CASE(harvest_off_and_eager), TU_CASE(worker_issues_everything),
-        TU_CASE(semaphore_memops), TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked))
+        TU_CASE(semaphore_memops), TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked),
+        TU_CASE(semaphore_memops_gated_bound), TU_CASE(semaphore_memops_gated_two_devices_one_gpu))

@@ -142,6 +142,22 @@ static unsigned long long qt_softcuda_calls(const char* entry) {
   return n;
 }
 
+/* softcuda: the most streams of one context parked on memory waits at once (reset with
+ * `reset`); -1 on a real driver. */
+static int qt_softcuda_parked_peak(int reset) {
+  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
+  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  int n = -1;
+  if (h) {
+    int (*fn)(int) = NULL;
+    void* sym = dlsym(h, "softcuda_query_parked_peak");
+    memcpy(&fn, &sym, sizeof(fn));
+    if (fn) n = fn(reset);
+    dlclose(h);
+  }
+  return n;
+}
+
 /* ---- test actions ---- */
 typedef struct qt_counter_s {
   int32_t issued, completed_ok, completed_failed, released;

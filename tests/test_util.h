@@ -30,7 +30,7 @@ static tu_state_t tu_state;
     fprintf(stderr, "  FAIL %s:%d: ", file, line);   \
     fprintf(stderr, __VA_ARGS__);                    \
     fprintf(stderr, "\n");                           \
-    tu_state.failed++;                               \
+    __atomic_add_fetch(&tu_state.failed, 1, __ATOMIC_SEQ_CST); /* any thread */ \
   } while (0)
 
 #define TU_CHECK(cond)                                               \

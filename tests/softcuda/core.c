@@ -872,6 +872,15 @@ SOFTCUDA_API unsigned long long softcuda_query_leaks(void) {
   return n;
 }
 
+SOFTCUDA_API int softcuda_query_parked_peak(int reset) {
+  int n;
+  SC_LOCK();
+  n = sc.parked_peak;
+  if (reset) sc.parked_peak = 0;
+  SC_UNLOCK();
+  return n;
+}
+
 SOFTCUDA_API int softcuda_query_device_count(void) {
   int n;
   SC_LOCK();

@@ -241,6 +241,7 @@ static void sc_timespec_after_ns(struct timespec* ts, int64_t ns) {
 static CUresult sc_memop_wait_locked(sc_stream* s, const char* what, const CUstreamBatchMemOpParams* m) {
   sc_park k;
   int64_t pause_ns = 20000;
+  int counted = 0; /* in s->ctx->parked_now */
   k.what = what;
   k.addr = m->waitValue.address;
   k.wide = sc_memop_is_wide(m->operation);
@@ -250,6 +251,7 @@ static CUresult sc_memop_wait_locked(sc_stream* s, const char* what, const CUstr
     struct timespec until;
     if (!sc_memop_live(k.addr, k.wide ? 8 : 4)) {
       s->parked = NULL;
+      if (counted) s->ctx->parked_now--;
       return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_ILLEGAL_ADDRESS,
                           "%s: the memory at 0x%llx was freed while the stream waited on it", what,
                           (unsigned long long)k.addr);
@@ -263,11 +265,16 @@ static CUresult sc_memop_wait_locked(sc_stream* s, const char* what, const CUstr
       break;
     }
     s->parked = &k;
+    if (!counted) {
+      counted = 1;
+      if (++s->ctx->parked_now > sc.parked_peak) sc.parked_peak = s->ctx->parked_now;
+    }
     sc_timespec_after_ns(&until, pause_ns);
     pthread_cond_timedwait(&sc.cv, &sc.mu, &until);
     if (pause_ns < 200000) pause_ns *= 2;
   }
   s->parked = NULL;
+  if (counted) s->ctx->parked_now--;
   return CUDA_SUCCESS;
 }
 

@@ -94,6 +94,7 @@ typedef struct sc_pool sc_pool;
 struct sc_ctx {
   sc_obj h;
   int dev;
+  int parked_now;         /* streams blocked on an unmet stream memory wait */
   unsigned flags;
   int primary;
   int dead;               /* destroyed / released: torn down */
@@ -271,6 +272,7 @@ typedef struct sc_global {
   unsigned long long violations[5];
   char last_violation[512];
   unsigned long long leaks;
+  int parked_peak; /* most streams of one context blocked on memory waits at once */
   sc_tls* threads;
   /* faults */
   sc_fault faults[64];

@@ -101,6 +101,10 @@ SOFTCUDA_API unsigned long long softcuda_query_violations(int kind);
 SOFTCUDA_API const char* softcuda_query_last_violation(void);
 /* Leaked objects reported so far (at cuCtxDestroy / primary context release). */
 SOFTCUDA_API unsigned long long softcuda_query_leaks(void);
+/* The most streams of one context that were blocked at once on an unmet stream memory wait
+ * (cuStreamWaitValue*, batch or graph node); `reset` starts a new count. On an H200 more
+ * than 2 such streams (of 8 hardware queues) hold up other streams. */
+SOFTCUDA_API int softcuda_query_parked_peak(int reset);
 /* Number of softcuda devices. */
 SOFTCUDA_API int softcuda_query_device_count(void);
 
