@@ -110,9 +110,10 @@ typedef struct gpuhal_queue_tuning_t {
   int32_t harvest_min;
   /* 1: every action is issued by the device's worker thread, never by the submitter. */
   int32_t no_caller_issue;
-  /* The memop path: at most this many streams of the device may hold work that waits on the
-   * GPU for a value not reached yet (0 = CUDA_DEVICE_MAX_CONNECTIONS / 4, i.e. 2 by default;
-   * < 0 = none, such work waits on the host as on the event path). CUDA runs a context's
+  /* The memop path: at most this many streams of the GPU (all gpuhal devices of its ordinal
+   * together: they share its context) may hold work that waits on the GPU for a value not
+   * reached yet (0 = CUDA_DEVICE_MAX_CONNECTIONS / 4, i.e. 2 by default; < 0 = none, such
+   * work waits on the host as on the event path). CUDA runs a context's
    * streams on CUDA_DEVICE_MAX_CONNECTIONS hardware queues (default 8); with more than a few
    * of them parked on a wait, other streams' work queues up behind it, and work the parked
    * value depends on never runs (tools/probe/alias_probe.c). */

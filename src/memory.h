@@ -536,6 +536,7 @@ static gpuhal_status_t gpuhal__deferred_call_run(const gpuhal__cuda_symbols_t* c
 static gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device, const gpuhal__deferred_call_t* call) {
   gpuhal_driver_t* driver = device->driver;
   gpuhal_status_t status = NULL;
+  if (!driver->memops) return gpuhal__deferred_call_run(device->cu, call); /* nothing ever parks */
   gpuhal__mutex_lock(&driver->parked_mutex);
   if (driver->gpu_waits > 0) {
     gpuhal__deferred_call_t* d = NULL;
@@ -634,6 +635,7 @@ static void gpuhal__memory_gpu_waits_add(gpuhal_device_t* device, int32_t delta)
 /* 1 while queue work that may wait on the GPU for a value is in flight (any device). */
 static int gpuhal__memory_gpu_waits_now(gpuhal_device_t* device) {
   int32_t waits;
+  if (!device->driver->memops) return 0;
   gpuhal__mutex_lock(&device->driver->parked_mutex);
   waits = device->driver->gpu_waits;
   gpuhal__mutex_unlock(&device->driver->parked_mutex);
