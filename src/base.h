@@ -629,6 +629,12 @@ static void gpuhal__list_push_back(gpuhal__list_node_t* head, gpuhal__list_node_
   head->prev->next = node;
   head->prev = node;
 }
+static void gpuhal__list_insert_after(gpuhal__list_node_t* at, gpuhal__list_node_t* node) {
+  node->prev = at;
+  node->next = at->next;
+  at->next->prev = node;
+  at->next = node;
+}
 static void gpuhal__list_remove(gpuhal__list_node_t* node) {
   node->prev->next = node->next;
   node->next->prev = node->prev;

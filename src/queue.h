@@ -184,6 +184,10 @@ typedef struct gpuhal__action_s {
   uint32_t signal_count;
   uint32_t next_wait; /* waits before this one are resolved */
   int32_t wake;       /* 1: new, or a semaphore it is blocked on changed: resolve it again */
+  int32_t on_woken;   /* on state->woken or in a pump's batch: woken_next is in use (atomic) */
+  struct gpuhal__action_s* woken_next;
+  int in_pending;       /* in state->pending (issue_mutex) */
+  uint64_t pending_seq; /* when it entered pending: woken actions are resolved in this order */
   int completed_ok;   /* the work completed and its values were advanced */
   int value_waits;    /* some wait is GPUHAL__WAIT_VALUE */
   int not_provisional; /* GPUHAL__SUBMIT_NOT_PROVISIONAL */
@@ -280,6 +284,8 @@ typedef struct gpuhal__queue_state_s {
   gpuhal__action_block_t* action_blocks;
   /* Under issue_mutex. */
   gpuhal__list_node_t pending; /* waiting for their waits */
+  uint64_t pending_seq;        /* the last pending_seq given */
+  gpuhal__action_t* woken;     /* a stack of woken pending actions (pushed by any thread, atomic) */
   gpuhal__action_t* issue_free; /* free actions taken in bulk by the fast path (see below) */
   gpuhal__task_t pump_task; /* posted whenever something changed; the worker dedups it */
   gpuhal__event_pool_t events;
@@ -358,9 +364,30 @@ static void gpuhal__queue_kick_issue(gpuhal__queue_state_t* state) {
   gpuhal__queue_kick(state);
 }
 
+/* Marks `a` for the pump to resolve again and pushes it on the woken stack, so a pump pass
+ * looks only at woken actions, never at every blocked one. An action is on the stack (or in
+ * a pump's batch) at most once: on_woken guards woken_next. Any thread. */
+static void gpuhal__action_wake(gpuhal__action_t* a) {
+  gpuhal__queue_state_t* state = a->state;
+  gpuhal__action_t* head;
+  gpuhal__atomic_store(&a->wake, 1);
+  if (__atomic_exchange_n(&a->on_woken, 1, __ATOMIC_ACQ_REL)) return; /* the pump will look at it */
+  head = __atomic_load_n(&state->woken, __ATOMIC_RELAXED);
+  do {
+    a->woken_next = head;
+  } while (!__atomic_compare_exchange_n(&state->woken, &head, a, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+}
+
+/* Enters the pending list; under issue_mutex. */
+static void gpuhal__action_make_pending(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+  a->in_pending = 1;
+  a->pending_seq = ++state->pending_seq;
+  gpuhal__list_push_back(&state->pending, &a->link);
+}
+
 static void gpuhal__action_wait_notify(gpuhal__semaphore_waiter_t* waiter) {
   gpuhal__action_t* a = (gpuhal__action_t*)waiter->user;
-  gpuhal__atomic_store(&a->wake, 1);
+  gpuhal__action_wake(a);
   gpuhal__queue_kick_issue(a->state);
 }
 

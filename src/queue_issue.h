@@ -304,35 +304,105 @@ static int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__act
   return now;
 }
 
-/* One pass over the pending actions; returns how many left the list. */
+/* Merge sort of a woken batch (linked by woken_next) by pending_seq: woken actions are
+ * resolved in the order they became pending, as one pass over the list would. */
+static gpuhal__action_t* gpuhal__woken_sort(gpuhal__action_t* list) {
+  gpuhal__action_t *a = NULL, *b = NULL, *out = NULL, **tail = &out;
+  int side = 0;
+  if (!list || !list->woken_next) return list;
+  while (list) { /* split alternately */
+    gpuhal__action_t* next = list->woken_next;
+    gpuhal__action_t** into = side ? &b : &a;
+    list->woken_next = *into;
+    *into = list;
+    side = !side;
+    list = next;
+  }
+  a = gpuhal__woken_sort(a);
+  b = gpuhal__woken_sort(b);
+  while (a && b) {
+    gpuhal__action_t** from = a->pending_seq <= b->pending_seq ? &a : &b;
+    *tail = *from;
+    *from = (*from)->woken_next;
+    tail = &(*tail)->woken_next;
+  }
+  *tail = a ? a : b;
+  return out;
+}
+
+/* Resolves a pending action again and issues or fails it when it is no longer blocked;
+ * returns 1 when it left the pending list. */
+static int gpuhal__queue_pump_one(gpuhal__queue_state_t* state, gpuhal__action_t* a, gpuhal_status_t failure) {
+  gpuhal__resolve_t r = failure ? GPUHAL__RESOLVE_FAILED : gpuhal__action_resolve(a, 1, &failure);
+  if (r == GPUHAL__RESOLVE_BLOCKED) return 0;
+  gpuhal__list_remove(&a->link);
+  a->in_pending = 0;
+  if (r == GPUHAL__RESOLVE_FAILED) {
+    gpuhal__action_fail(a, failure);
+    gpuhal__action_retire(a);
+  } else {
+    gpuhal__action_dispatch(state, a);
+  }
+  return 1;
+}
+
+/* One pass over the woken pending actions (on a lost device, over all of them); returns
+ * how many left the list. Under issue_mutex with the device's context current. */
 static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state) {
-  gpuhal__list_node_t* n = state->pending.next;
+  gpuhal__action_t* batch;
   int progress = 0;
-  while (n != &state->pending) {
-    gpuhal__list_node_t* next = n->next;
-    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
-    gpuhal_status_t failure = gpuhal__queue_lost_clone(state);
-    gpuhal__resolve_t r;
-    /* An action blocked on a semaphore that did not change since is skipped unlocked:
-     * a rescan costs nothing per blocked action. */
-    if (!failure && !__atomic_exchange_n(&a->wake, 0, __ATOMIC_ACQ_REL)) {
+  batch = __atomic_exchange_n(&state->woken, NULL, __ATOMIC_ACQUIRE);
+  if (gpuhal__atomic_load(&state->lost_flag)) {
+    gpuhal__list_node_t* n = state->pending.next;
+    while (batch) { /* dropped: everything pending fails below */
+      gpuhal__action_t* a = batch;
+      batch = a->woken_next; /* read before on_woken is cleared: then a notify may reuse it */
+      __atomic_store_n(&a->on_woken, 0, __ATOMIC_SEQ_CST);
+    }
+    while (n != &state->pending) {
+      gpuhal__list_node_t* next = n->next;
+      progress += gpuhal__queue_pump_one(state, GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link),
+                                         gpuhal__queue_lost_clone(state));
       n = next;
-      continue;
     }
-    r = failure ? GPUHAL__RESOLVE_FAILED : gpuhal__action_resolve(a, 1, &failure);
-    if (r != GPUHAL__RESOLVE_BLOCKED) {
-      gpuhal__list_remove(&a->link);
-      progress++;
-      if (r == GPUHAL__RESOLVE_FAILED) {
-        gpuhal__action_fail(a, failure);
-        gpuhal__action_retire(a);
-      } else {
-        gpuhal__action_dispatch(state, a);
-      }
-    }
-    n = next;
+    return progress;
+  }
+  batch = gpuhal__woken_sort(batch);
+  while (batch) {
+    gpuhal__action_t* a = batch;
+    batch = a->woken_next;
+    /* Off the stack first, then take the wake: a notify in between pushes it again. An
+     * entry may be stale (woken while it was being issued on a submitter's fast path). */
+    __atomic_store_n(&a->on_woken, 0, __ATOMIC_SEQ_CST);
+    if (!a->in_pending || !__atomic_exchange_n(&a->wake, 0, __ATOMIC_SEQ_CST)) continue;
+    progress += gpuhal__queue_pump_one(state, a, NULL);
   }
   return progress;
+}
+
+/* Moves the submissions the worker has not seen yet to `pending`, woken. Under
+ * issue_mutex. */
+static void gpuhal__queue_take_incoming(gpuhal__queue_state_t* state) {
+  gpuhal__list_node_t incoming;
+  gpuhal__list_node_t* n;
+  gpuhal__list_init(&incoming);
+  gpuhal__mutex_lock(&state->mutex);
+  gpuhal__list_splice_back(&incoming, &state->incoming);
+  gpuhal__atomic_store(&state->incoming_count, 0u);
+  gpuhal__mutex_unlock(&state->mutex);
+  while ((n = gpuhal__list_pop_front(&incoming)) != NULL) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    gpuhal__action_make_pending(state, a);
+    gpuhal__action_wake(a);
+  }
+}
+
+/* Issues whatever became ready, until a pass finds nothing more. Under issue_mutex with
+ * the device's context current. */
+static void gpuhal__queue_issue_ready(gpuhal__queue_state_t* state) {
+  gpuhal__queue_take_incoming(state);
+  while (gpuhal__queue_pump_pass(state) > 0) {
+  }
 }
 
 static void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
@@ -344,12 +414,7 @@ static void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
    * left `incoming` but is not issued yet: submission order holds. */
   if (__atomic_exchange_n(&state->issue_needed, 0, __ATOMIC_ACQ_REL)) {
     gpuhal__mutex_lock(&state->issue_mutex);
-    gpuhal__mutex_lock(&state->mutex);
-    gpuhal__list_splice_back(&state->pending, &state->incoming);
-    gpuhal__atomic_store(&state->incoming_count, 0u);
-    gpuhal__mutex_unlock(&state->mutex);
-    while (gpuhal__queue_pump_pass(state) > 0) {
-    }
+    gpuhal__queue_issue_ready(state);
     gpuhal__mutex_unlock(&state->issue_mutex);
   }
   gpuhal__mutex_lock(&state->mutex);

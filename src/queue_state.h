@@ -73,15 +73,11 @@ static gpuhal_status_t gpuhal__queue_abort_pending(void* arg) {
   gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
   gpuhal__list_node_t* n;
   gpuhal__mutex_lock(&state->issue_mutex);
-  gpuhal__mutex_lock(&state->mutex);
-  gpuhal__list_splice_back(&state->pending, &state->incoming);
-  gpuhal__atomic_store(&state->incoming_count, 0u);
-  gpuhal__mutex_unlock(&state->mutex);
   /* Whatever can run now still runs; the rest is aborted. */
-  while (gpuhal__queue_pump_pass(state) > 0) {
-  }
+  gpuhal__queue_issue_ready(state);
   while ((n = gpuhal__list_pop_front(&state->pending)) != NULL) {
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    a->in_pending = 0;
     gpuhal__action_fail(a, gpuhal_status_make(GPUHAL_STATUS_ABORTED,
                                               "queue '%s' (device %d, queue %u) was aborted: the device was released "
                                               "while it still waited for its semaphores",

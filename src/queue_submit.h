@@ -19,19 +19,19 @@ static int64_t gpuhal__queue_issue_here(gpuhal__queue_state_t* state, gpuhal__ac
   gpuhal_status_t failure = NULL;
   gpuhal__resolve_t r;
   int64_t dispatched = 0;
-  a->wake = 0;
+  gpuhal__atomic_store(&a->wake, 0);
   r = gpuhal__action_resolve(a, 1, &failure);
   if (r == GPUHAL__RESOLVE_BLOCKED) {
     /* Registered on the semaphore it waits for; its change kicks the pump. */
-    gpuhal__list_push_back(&state->pending, &a->link);
+    gpuhal__action_make_pending(state, a);
   } else if (r == GPUHAL__RESOLVE_FAILED) {
     gpuhal__action_fail(a, failure);
     gpuhal__action_retire(a);
   } else if ((failure = gpuhal__context_enter(state->device, &scope)) != NULL) {
     gpuhal_status_free(failure); /* the worker will do it */
     gpuhal__action_drop_wait_events(a);
-    a->wake = 1;
-    gpuhal__list_push_back(&state->pending, &a->link);
+    gpuhal__action_make_pending(state, a);
+    gpuhal__action_wake(a);
     gpuhal__queue_kick_issue(state);
   } else {
     dispatched = gpuhal__action_dispatch(state, a);
@@ -186,7 +186,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   a->wait_count = wait.count;
   a->signal_count = signal.count;
   a->next_wait = 0;
-  a->wake = 1;
+  gpuhal__atomic_store(&a->wake, 1); /* atomic: a stale entry of its last life may be read by the pump */
   a->event = NULL;
   a->failure = NULL;
   a->trace = NULL;

@@ -246,15 +246,32 @@ static int gpuhal__semaphore_waiter_registered(const gpuhal__semaphore_waiter_t*
   return !gpuhal__list_empty(&w->link);
 }
 
+/* Under the lock: links `w` into the waiters, which are kept sorted by value so that a
+ * notification stops at the first value beyond what changed (a chain of thousands of
+ * blocked actions costs nothing per change). Values registered in either order insert at
+ * an end without a search. */
+static void gpuhal__semaphore_waiter_link_locked(gpuhal_semaphore_t* s, gpuhal__semaphore_waiter_t* w) {
+  gpuhal__list_node_t* n = s->waiters.prev;
+  if (!gpuhal__list_empty(&s->waiters) &&
+      GPUHAL__CONTAINER_OF(s->waiters.next, gpuhal__semaphore_waiter_t, link)->value >= w->value) {
+    n = &s->waiters;
+  } else {
+    while (n != &s->waiters && GPUHAL__CONTAINER_OF(n, gpuhal__semaphore_waiter_t, link)->value > w->value) n = n->prev;
+  }
+  gpuhal__list_insert_after(n, &w->link);
+}
+
 /* Under the lock: the waiters satisfied by (value, submitted_value, failed) are unlinked and
  * notified. `submitted_value` is the value of a newly submitted timepoint (0: none). */
 static void gpuhal__semaphore_notify_locked(gpuhal_semaphore_t* s, uint64_t submitted_value) {
   gpuhal__list_node_t* n = s->waiters.next;
+  uint64_t highest = s->value > submitted_value ? s->value : submitted_value;
   while (n != &s->waiters) {
     gpuhal__list_node_t* next = n->next;
     gpuhal__semaphore_waiter_t* w = GPUHAL__CONTAINER_OF(n, gpuhal__semaphore_waiter_t, link);
     int hit = s->failure != NULL || s->value >= w->value ||
               (w->wants_submitted && submitted_value >= w->value);
+    if (!s->failure && w->value > highest) break; /* sorted: no later waiter is satisfied */
     if (hit) {
       gpuhal__list_remove(&w->link);
       w->notify(w);
@@ -399,10 +416,7 @@ static void gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuhal__timep
   /* Sorted insert, searching from the back: values are mostly signalled in order. */
   n = s->timepoints.prev;
   while (n != &s->timepoints && GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link)->value > tp->value) n = n->prev;
-  tp->link.prev = n;
-  tp->link.next = n->next;
-  n->next->prev = &tp->link;
-  n->next = &tp->link;
+  gpuhal__list_insert_after(n, &tp->link);
   gpuhal__semaphore_publish_newest_locked(s);
   gpuhal__semaphore_notify_locked(s, tp->value);
   gpuhal__semaphore_signal_end_locked(s);
@@ -523,7 +537,7 @@ static gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint6
       if (q->spare_word) s->arm_refused = 1;
       if (q->waiter && !gpuhal__semaphore_waiter_registered(q->waiter)) {
         q->waiter->value = value;
-        gpuhal__list_push_back(&s->waiters, &q->waiter->link);
+        gpuhal__semaphore_waiter_link_locked(s, q->waiter);
       }
     }
   }
