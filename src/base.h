@@ -88,6 +88,7 @@ typedef void (*gpuhal_log_fn_t)(gpuhal_log_level_t level, const char* message, v
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <limits.h>
 #include <time.h>
 #include <pthread.h>
 #include <dlfcn.h>
@@ -440,6 +441,7 @@ static void gpuhal__mutex_init(gpuhal__mutex_t* m) { pthread_mutex_init(m, NULL)
 static void gpuhal__mutex_destroy(gpuhal__mutex_t* m) { pthread_mutex_destroy(m); }
 static void gpuhal__mutex_lock(gpuhal__mutex_t* m) { pthread_mutex_lock(m); }
 static void gpuhal__mutex_unlock(gpuhal__mutex_t* m) { pthread_mutex_unlock(m); }
+static int gpuhal__mutex_trylock(gpuhal__mutex_t* m) { return pthread_mutex_trylock(m) == 0; }
 
 /* Condition variables wait on CLOCK_MONOTONIC, matching gpuhal_timeout_t. */
 static void gpuhal__cond_init(gpuhal__cond_t* c) {

@@ -140,6 +140,7 @@ enum {
 #define GPUHAL__ACTION_INLINE_ENTRIES 4
 #define GPUHAL__ACTION_POOL_BLOCK 32
 #define GPUHAL__ACTION_ISSUE_BATCH 16     /* free actions the fast path takes per refill */
+#define GPUHAL__SIGNAL_ISSUE_MAX 16       /* actions a host signal issues on its thread; the worker the rest */
 #define GPUHAL__RETIRE_BATCH 32           /* retired actions per wake-up of the worker */
 #define GPUHAL__COMPLETION_FIRST_SLEEP_NS 2000 /* the completion thread's first sleep between polls */
 #define GPUHAL__COMPLETION_NAP_NS 50000   /* its nap while work keeps coming, instead of a wake-up */
@@ -191,6 +192,7 @@ typedef struct gpuhal__action_s {
   int completed_ok;   /* the work completed and its values were advanced */
   int value_waits;    /* some wait is GPUHAL__WAIT_VALUE */
   int not_provisional; /* GPUHAL__SUBMIT_NOT_PROVISIONAL */
+  int caller_may_issue; /* GPUHAL__SUBMIT_CALLER_MAY_ISSUE: an application thread may issue it */
   int park_reserved;  /* holds one of its ordinal's parked streams (gpuhal__park_reserve) */
   int provisional;    /* it may run on a failed input: a value wait (a failure store releases
                          it), or a wait on provisional work; see gpuhal__action_inputs */
@@ -273,6 +275,7 @@ typedef struct gpuhal__queue_state_s {
   int32_t lost_flag;              /* lost != NULL, readable without the mutex */
   int32_t issue_needed;           /* new submissions, woken or to-be-failed actions: the pump must look */
   int32_t stopping;               /* device release has begun: no new submissions (atomic) */
+  int32_t signal_runs;            /* gpuhal__queue_issue_woken calls due on signalling threads (atomic) */
   int completion_sleeping;        /* the completion thread waits untimed: dispatch must wake it */
   int completion_napping;         /* it waits timed: only host calls and idle waiters wake it */
   uint32_t idle_waiters;          /* threads in gpuhal_device_wait_idle: no aging while there are any */
@@ -385,10 +388,27 @@ static void gpuhal__action_make_pending(gpuhal__queue_state_t* state, gpuhal__ac
   gpuhal__list_push_back(&state->pending, &a->link);
 }
 
+static void gpuhal__queue_issue_woken(void* arg);
+
+/* A semaphore an action waits on changed. When a host signal changed it, the signalling
+ * thread issues what became ready once it released the semaphore (no worker wake-up between
+ * a host signal and its GPU work); otherwise the pump is kicked. */
 static void gpuhal__action_wait_notify(gpuhal__semaphore_waiter_t* waiter) {
   gpuhal__action_t* a = (gpuhal__action_t*)waiter->user;
+  gpuhal__queue_state_t* state = a->state;
+  gpuhal_semaphore_t* s = GPUHAL__CONTAINER_OF(waiter, gpuhal__action_wait_t, waiter)->semaphore;
   gpuhal__action_wake(a);
-  gpuhal__queue_kick_issue(a->state);
+  if (gpuhal__semaphore_after_has(s, gpuhal__queue_issue_woken, state)) return;
+  if (gpuhal__semaphore_after_room(s)) {
+    /* Counted before `stopping` is read, so a release either sees the count or is seen. */
+    __atomic_add_fetch(&state->signal_runs, 1, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&state->stopping, __ATOMIC_SEQ_CST)) {
+      gpuhal__semaphore_after_add(s, gpuhal__queue_issue_woken, state);
+      return;
+    }
+    __atomic_sub_fetch(&state->signal_runs, 1, __ATOMIC_SEQ_CST);
+  }
+  gpuhal__queue_kick_issue(state);
 }
 
 /* ---- the action pool ---- */

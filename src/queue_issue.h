@@ -346,9 +346,23 @@ static int gpuhal__queue_pump_one(gpuhal__queue_state_t* state, gpuhal__action_t
   return 1;
 }
 
-/* One pass over the woken pending actions (on a lost device, over all of them); returns
- * how many left the list. Under issue_mutex with the device's context current. */
-static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state) {
+/* Puts a batch's actions back on the woken stack (they stay on_woken: ours to link). */
+static void gpuhal__woken_push_back(gpuhal__queue_state_t* state, gpuhal__action_t* batch) {
+  while (batch) {
+    gpuhal__action_t* a = batch;
+    gpuhal__action_t* head = __atomic_load_n(&state->woken, __ATOMIC_RELAXED);
+    batch = a->woken_next;
+    do {
+      a->woken_next = head;
+    } while (!__atomic_compare_exchange_n(&state->woken, &head, a, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+  }
+}
+
+/* One pass over the woken pending actions (on a lost device, over all of them), issuing or
+ * failing at most *budget of them (the rest stay woken); returns how many left the list.
+ * On an application thread (`caller`), an action that only the worker may issue ends the
+ * pass with *budget at 0. Under issue_mutex with the device's context current. */
+static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state, int* budget, int caller) {
   gpuhal__action_t* batch;
   int progress = 0;
   batch = __atomic_exchange_n(&state->woken, NULL, __ATOMIC_ACQUIRE);
@@ -370,12 +384,20 @@ static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state) {
   batch = gpuhal__woken_sort(batch);
   while (batch) {
     gpuhal__action_t* a = batch;
+    if (*budget <= 0 || (caller && !a->caller_may_issue)) {
+      *budget = 0;
+      gpuhal__woken_push_back(state, batch);
+      break;
+    }
     batch = a->woken_next;
     /* Off the stack first, then take the wake: a notify in between pushes it again. An
      * entry may be stale (woken while it was being issued on a submitter's fast path). */
     __atomic_store_n(&a->on_woken, 0, __ATOMIC_SEQ_CST);
     if (!a->in_pending || !__atomic_exchange_n(&a->wake, 0, __ATOMIC_SEQ_CST)) continue;
-    progress += gpuhal__queue_pump_one(state, a, NULL);
+    if (gpuhal__queue_pump_one(state, a, NULL)) {
+      progress++;
+      (*budget)--;
+    }
   }
   return progress;
 }
@@ -397,12 +419,38 @@ static void gpuhal__queue_take_incoming(gpuhal__queue_state_t* state) {
   }
 }
 
-/* Issues whatever became ready, until a pass finds nothing more. Under issue_mutex with
- * the device's context current. */
-static void gpuhal__queue_issue_ready(gpuhal__queue_state_t* state) {
+/* Issues whatever became ready, until a pass finds nothing more or `budget` actions left
+ * the pending list (`caller`: see gpuhal__queue_pump_pass); returns 0 when nothing woken is
+ * left. Under issue_mutex with the device's context current. */
+static int gpuhal__queue_issue_ready(gpuhal__queue_state_t* state, int budget, int caller) {
   gpuhal__queue_take_incoming(state);
-  while (gpuhal__queue_pump_pass(state) > 0) {
+  while (gpuhal__queue_pump_pass(state, &budget, caller) > 0 && budget > 0) {
   }
+  return budget <= 0 && __atomic_load_n(&state->woken, __ATOMIC_ACQUIRE) != NULL;
+}
+
+/* Asked for by gpuhal__action_wait_notify on a thread that signalled from the host, once
+ * the semaphore's lock is released: issues what the signal made ready here, with the
+ * device's context pushed, as a submitter's fast path does (up to GPUHAL__SIGNAL_ISSUE_MAX;
+ * the worker takes the rest). The device's own threads, and a thread that finds another
+ * issuing, leave it to the worker. The state outlives the call (signal_runs). */
+static void gpuhal__queue_issue_woken(void* arg) {
+  gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
+  gpuhal_device_t* device = state->device;
+  int left = 1;
+  if (!state->tuning.no_caller_issue && !gpuhal__on_worker(device) && !gpuhal__queue_owns_thread(device) &&
+      gpuhal__mutex_trylock(&state->issue_mutex)) {
+    gpuhal__context_scope_t scope;
+    gpuhal_status_t status = gpuhal__context_enter(device, &scope);
+    if (!status) {
+      left = gpuhal__queue_issue_ready(state, GPUHAL__SIGNAL_ISSUE_MAX, 1);
+      gpuhal__context_leave(device, &scope);
+    }
+    gpuhal_status_free(status);
+    gpuhal__mutex_unlock(&state->issue_mutex);
+  }
+  if (left) gpuhal__queue_kick_issue(state);
+  __atomic_sub_fetch(&state->signal_runs, 1, __ATOMIC_SEQ_CST);
 }
 
 static void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
@@ -414,7 +462,7 @@ static void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
    * left `incoming` but is not issued yet: submission order holds. */
   if (__atomic_exchange_n(&state->issue_needed, 0, __ATOMIC_ACQ_REL)) {
     gpuhal__mutex_lock(&state->issue_mutex);
-    gpuhal__queue_issue_ready(state);
+    gpuhal__queue_issue_ready(state, INT_MAX, 0);
     gpuhal__mutex_unlock(&state->issue_mutex);
   }
   gpuhal__mutex_lock(&state->mutex);

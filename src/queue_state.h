@@ -74,7 +74,7 @@ static gpuhal_status_t gpuhal__queue_abort_pending(void* arg) {
   gpuhal__list_node_t* n;
   gpuhal__mutex_lock(&state->issue_mutex);
   /* Whatever can run now still runs; the rest is aborted. */
-  gpuhal__queue_issue_ready(state);
+  gpuhal__queue_issue_ready(state, INT_MAX, 0);
   while ((n = gpuhal__list_pop_front(&state->pending)) != NULL) {
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
     a->in_pending = 0;
@@ -120,8 +120,11 @@ static void gpuhal__queue_state_destroy(gpuhal_device_t* device) {
   gpuhal__action_block_t* block;
   if (!state) return;
   gpuhal__mutex_lock(&state->mutex);
-  gpuhal__atomic_store(&state->stopping, 1);
+  __atomic_store_n(&state->stopping, 1, __ATOMIC_SEQ_CST);
   gpuhal__mutex_unlock(&state->mutex);
+  /* Issues asked of signalling threads before they could see `stopping` end soon (they
+   * only try the issue lock); later ones kick the worker. */
+  while (__atomic_load_n(&state->signal_runs, __ATOMIC_SEQ_CST) > 0) gpuhal__sleep_ns(10000);
   gpuhal_status_free(gpuhal__worker_call(device, gpuhal__queue_abort_pending, state));
   /* Issued work completes (or fails) on the completion and host-call threads and comes
    * back through the pump, which releases it. GPU value waits that nothing reached would

@@ -163,7 +163,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   /* The fast path needs the issue lock; without it (someone else is issuing) the worker
    * issues. Lock order: issue_mutex, then mutex (as in the pump). */
   if ((flags & GPUHAL__SUBMIT_CALLER_MAY_ISSUE) && !state->tuning.no_caller_issue)
-    issuing = pthread_mutex_trylock(&state->issue_mutex) == 0;
+    issuing = gpuhal__mutex_trylock(&state->issue_mutex);
   if (issuing && gpuhal__action_acquire_issuing(state, wait.count, signal.count, &a)) {
     idle = 1;
   } else {
@@ -194,6 +194,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   a->provisional = 0;
   a->park_reserved = 0;
   a->not_provisional = (flags & GPUHAL__SUBMIT_NOT_PROVISIONAL) != 0;
+  a->caller_may_issue = (flags & GPUHAL__SUBMIT_CALLER_MAY_ISSUE) != 0;
   a->stream = NULL;
   a->gpu_wait_counted = 0;
   for (i = 0; i < wait.count; ++i) {
@@ -258,8 +259,11 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint3
                                                   gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
                                                   gpuhal_host_fn_t fn, void* user) {
   GPUHAL__CHECK_ARG(fn != NULL, "fn", "must not be NULL");
+  /* Never parked on the GPU: its function runs only once its inputs are reached on the
+   * host anyway, so a GPU value wait would gain nothing and hold one of the few streams
+   * that may park (and a device release would have to fail the semaphore it waits for). */
   return gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__host_call_ops, NULL, fn, user,
-                                   GPUHAL__SUBMIT_CALLER_MAY_ISSUE);
+                                   GPUHAL__SUBMIT_CALLER_MAY_ISSUE | GPUHAL__SUBMIT_NOT_PROVISIONAL);
 }
 
 #ifdef GPUHAL__HAVE_MEMORY

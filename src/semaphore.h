@@ -100,6 +100,18 @@ typedef struct gpuhal__timepoint_s {
   void* owner;
 } gpuhal__timepoint_t;
 
+/* What notifications hand back to a thread that signals a semaphore from the host, to run
+ * on that thread once the semaphore's lock is released: queue work its signal made ready is
+ * issued there (as a submitter issues its own), not by waking the device's worker. */
+#define GPUHAL__SIGNAL_AFTER_MAX 4
+typedef struct gpuhal__signal_after_s {
+  uint32_t count;
+  struct {
+    void (*run)(void* arg);
+    void* arg;
+  } calls[GPUHAL__SIGNAL_AFTER_MAX];
+} gpuhal__signal_after_t;
+
 struct gpuhal_semaphore_s {
   gpuhal__object_t object;
   gpuhal_driver_t* driver;
@@ -130,6 +142,7 @@ struct gpuhal_semaphore_s {
    * the issue wakes it to try again. Under the mutex. */
   uint32_t signalling;
   int arm_refused;
+  gpuhal__signal_after_t* after; /* during gpuhal_semaphore_signal's notifications only (mutex) */
   int word_unsafe; /* a GPU write of the word may still land: not returned at destruction */
 };
 
@@ -259,6 +272,25 @@ static void gpuhal__semaphore_waiter_link_locked(gpuhal_semaphore_t* s, gpuhal__
     while (n != &s->waiters && GPUHAL__CONTAINER_OF(n, gpuhal__semaphore_waiter_t, link)->value > w->value) n = n->prev;
   }
   gpuhal__list_insert_after(n, &w->link);
+}
+
+/* Under the lock, from a notification: whether run(arg) is asked for already on the
+ * signalling thread after the lock is released. */
+static int gpuhal__semaphore_after_has(const gpuhal_semaphore_t* s, void (*run)(void*), const void* arg) {
+  uint32_t i;
+  for (i = 0; s->after && i < s->after->count; ++i)
+    if (s->after->calls[i].run == run && s->after->calls[i].arg == arg) return 1;
+  return 0;
+}
+/* Whether there is room to ask for one more (the change comes from a host signal). */
+static int gpuhal__semaphore_after_room(const gpuhal_semaphore_t* s) {
+  return s->after && s->after->count < GPUHAL__SIGNAL_AFTER_MAX;
+}
+/* Asks for run(arg) on the signalling thread after the lock is released; needs room. */
+static void gpuhal__semaphore_after_add(gpuhal_semaphore_t* s, void (*run)(void*), void* arg) {
+  s->after->calls[s->after->count].run = run;
+  s->after->calls[s->after->count].arg = arg;
+  s->after->count++;
 }
 
 /* Under the lock: the waiters satisfied by (value, submitted_value, failed) are unlinked and
@@ -646,7 +678,10 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_query(gpuhal_semaphore_t* semaphore,
 
 GPUHAL_API gpuhal_status_t gpuhal_semaphore_signal(gpuhal_semaphore_t* semaphore, uint64_t value) {
   gpuhal_status_t result = NULL;
+  gpuhal__signal_after_t after;
+  uint32_t i;
   GPUHAL__CHECK_OBJECT(semaphore, GPUHAL__MAGIC_SEMAPHORE);
+  after.count = 0;
   gpuhal__mutex_lock(&semaphore->mutex);
   if (semaphore->failure) {
     result = gpuhal_status_annotate(gpuhal_status_clone(semaphore->failure),
@@ -659,9 +694,13 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_signal(gpuhal_semaphore_t* semaphore
   } else {
     gpuhal__semaphore_store_locked(semaphore, value);
     gpuhal__semaphore_drop_completed_timepoints_locked(semaphore);
+    semaphore->after = &after;
     gpuhal__semaphore_notify_locked(semaphore, 0);
+    semaphore->after = NULL;
   }
   gpuhal__mutex_unlock(&semaphore->mutex);
+  /* Each call keeps what its arg points to alive until it ran (gpuhal__queue_issue_woken). */
+  for (i = 0; i < after.count; ++i) after.calls[i].run(after.calls[i].arg);
   return result;
 }
 
@@ -707,7 +746,7 @@ typedef struct gpuhal__host_wait_s {
 static void gpuhal__host_wait_notify(gpuhal__semaphore_waiter_t* waiter) {
   gpuhal__host_wait_t* hw = (gpuhal__host_wait_t*)waiter->user;
   gpuhal__mutex_lock(&hw->mutex);
-  hw->notified++;
+  gpuhal__atomic_add(&hw->notified, 1u); /* also read unlocked by a spinning waiter */
   gpuhal__cond_signal(&hw->cond);
   gpuhal__mutex_unlock(&hw->mutex);
 }
@@ -813,6 +852,10 @@ static gpuhal_status_t gpuhal__validate_wait_list(const char* func, gpuhal_semap
 }
 
 #define GPUHAL__HOST_WAIT_INLINE_NODES 8
+/* A wait on values not submitted yet spins on its notifications this long from its start
+ * before it sleeps on its condition variable: a sleeping thread takes tens of microseconds
+ * to wake on an idle core, longer than the GPU work it waits for (bench_queue case 6). */
+#define GPUHAL__HOST_WAIT_UNSUBMITTED_SPIN_NS 200000
 #define GPUHAL__HOST_WAIT_MAX_SLEEP_NS 1000000 /* between reads of armed words while registered */
 
 /* Phase 1: no registration. Polls the event of the first submitted entry on this thread
@@ -871,26 +914,31 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
     nodes[i].user = &hw;
   }
   for (;;) {
-    uint32_t seen;
-    gpuhal_timeout_t nap;
-    gpuhal__mutex_lock(&hw.mutex);
-    seen = hw.notified;
-    gpuhal__mutex_unlock(&hw.mutex);
+    uint32_t seen = gpuhal__atomic_load(&hw.notified);
+    int notified;
+    int64_t spin_end = start + GPUHAL__HOST_WAIT_UNSUBMITTED_SPIN_NS;
     /* Registers the nodes not registered yet (notified ones were unlinked) and checks. */
     if (gpuhal__host_wait_evaluate(mode, list, nodes, &result, NULL, NULL, NULL)) break;
     if (gpuhal__timeout_expired(timeout)) {
       result = gpuhal__host_wait_deadline();
       break;
     }
-    /* Sleep until notified, bounded so that words written by GPU signals are read again. */
-    nap = gpuhal_timeout_relative_ns(gpuhal__host_wait_sleep_ns(start, GPUHAL__HOST_WAIT_MAX_SLEEP_NS, timeout));
-    gpuhal__mutex_lock(&hw.mutex);
-    while (hw.notified == seen && gpuhal__cond_wait_until(&hw.cond, &hw.mutex, nap)) {
+    if (gpuhal_now_ns() < spin_end) {
+      /* Early in the wait: spin on the notification count (bounded like a nap). */
+      while (gpuhal__atomic_load(&hw.notified) == seen && gpuhal_now_ns() < spin_end && !gpuhal__timeout_expired(timeout)) {
+      }
+    } else {
+      /* Sleep until notified, bounded so that words written by GPU signals are read again. */
+      gpuhal_timeout_t nap =
+          gpuhal_timeout_relative_ns(gpuhal__host_wait_sleep_ns(start, GPUHAL__HOST_WAIT_MAX_SLEEP_NS, timeout));
+      gpuhal__mutex_lock(&hw.mutex);
+      while (gpuhal__atomic_load(&hw.notified) == seen && gpuhal__cond_wait_until(&hw.cond, &hw.mutex, nap)) {
+      }
+      gpuhal__mutex_unlock(&hw.mutex);
     }
-    seen = hw.notified != seen;
-    gpuhal__mutex_unlock(&hw.mutex);
+    notified = gpuhal__atomic_load(&hw.notified) != seen;
     /* Notified: a value was reached, failed or submitted; a submitted one is polled here. */
-    if (seen && gpuhal__host_wait_poll(mode, list, timeout, &result)) break;
+    if (notified && gpuhal__host_wait_poll(mode, list, timeout, &result)) break;
   }
   for (i = 0; i < list.count; ++i) gpuhal__semaphore_unregister(list.semaphores[i], &nodes[i]);
   gpuhal__cond_destroy(&hw.cond);

@@ -22,17 +22,22 @@
  * 4. submission throughput: queue_execute of a recorded graph with one wait and one signal
  *      vs cuGraphLaunch + cuEventRecord                                    target <= 1.25x
  *
+ * Cases 5-7 execute a reusable STREAM command buffer of the tiny dispatch (one
+ * cuLaunchKernel, as on their raw sides).
  * 5. host signal -> queued dispatch -> host sees its signal: execute(wait S, signal T) is
  *    queued ~200 us ahead; timed from gpuhal_semaphore_signal(S) to gpuhal_semaphore_wait(T)
  *    returning
  *      vs a stream parked on cuStreamWaitValue64 of a pinned device-mapped word, a launch
  *      and cuStreamWriteValue64 to another word; the host stores the first and spins on the
  *      second (GPUHAL_BENCH_HAVE_MEMOPS, on by default). gpuhal's side runs on the
- *      GPU-resident path only with GPUHAL_SEMAPHORE_MEMOPS=1 (opt-in)                                                             target <= 1.25x
+ *      GPU-resident path only with GPUHAL_SEMAPHORE_MEMOPS=1 (opt-in)    target <= 1.25x
  * 6. a host waiter that starts before the producer is submitted: a thread is blocked in
  *    gpuhal_semaphore_wait(T) when the dispatch reaching T is submitted; timed from the
- *    submit to the waiter waking
+ *    submit to the waiter waking. The waiter starts 50 us ahead, inside a wait's first
+ *    200 us, in which it spins (as the raw side's cuEventSynchronize does)
  *      vs case 1's raw round trip                                          target <= 1.1x
+ *    6b: the same with the waiter 2 ms ahead, asleep by then: the cost of waking a
+ *    sleeping thread (reported, no target)
  * 7. dependent chain, every hop submitted before the one it waits on (reverse order), two
  *    queues, then the head released: per hop from the release to the last value
  *      vs case 2's two-stream event ping-pong (which includes its submissions)
@@ -66,6 +71,7 @@ typedef struct bench_s {
   CUevent raw_events[4];
   int iterations;
   int failures;
+  long waiter_lead_us; /* case 6: how long the waiter waits before the submit */
   struct bench_graph_s* graph; /* case 4 */
 } bench_t;
 
@@ -234,6 +240,9 @@ typedef struct bench_graph_s {
   gpuhal_executable_t* executable;
   gpuhal_kernel_t* kernel;
   gpuhal_command_buffer_t* command_buffer;
+  /* Cases 5-7: a reusable STREAM command buffer of the same dispatch, whose execute is one
+   * cuLaunchKernel: the same work as their raw sides. */
+  gpuhal_command_buffer_t* stream_cb;
   CUgraphExec raw_exec;
 } bench_graph_t;
 
@@ -255,6 +264,13 @@ static int bench_graph_setup(bench_t* b, bench_graph_t* g) {
       !check(b, gpuhal_cmd_dispatch(g->command_buffer, g->kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg),
              "dispatch") ||
       !check(b, gpuhal_command_buffer_end(g->command_buffer), "end") ||
+      !check(b, gpuhal_command_buffer_create(b->f.device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_STREAM,
+                                             0, &g->stream_cb),
+             "command_buffer_create") ||
+      !check(b, gpuhal_command_buffer_begin(g->stream_cb), "begin") ||
+      !check(b, gpuhal_cmd_dispatch(g->stream_cb, g->kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg),
+             "dispatch") ||
+      !check(b, gpuhal_command_buffer_end(g->stream_cb), "end") ||
       !check(b, gpuhal_command_buffer_native_graph(g->command_buffer, &graph), "native_graph") ||
       !check_cu(b, b->f.device->cu->cuGraphInstantiateWithFlags(&g->raw_exec, (CUgraph)graph, 0), "instantiate")) {
     free(image);
@@ -267,6 +283,7 @@ static int bench_graph_setup(bench_t* b, bench_graph_t* g) {
 static void bench_graph_teardown(bench_t* b, bench_graph_t* g) {
   if (g->raw_exec) b->f.device->cu->cuGraphExecDestroy(g->raw_exec);
   gpuhal_command_buffer_release(g->command_buffer);
+  gpuhal_command_buffer_release(g->stream_cb);
   gpuhal_executable_release(g->executable);
 }
 
@@ -315,7 +332,7 @@ static double gpuhal_signal_to_host(bench_t* b, int n) {
     uint64_t gate = ++b->gate_value, next = ++b->value;
     int64_t start;
     if (!check(b, gpuhal_queue_execute(b->f.device, 0, one(&b->gate, &gate), one(&b->s, &next),
-                                       b->graph->command_buffer, NULL),
+                                       b->graph->stream_cb, NULL),
                "signal-to-host execute"))
       return 0;
     bench_sleep_us(200);
@@ -416,10 +433,10 @@ static double gpuhal_early_waiter(bench_t* b, int n) {
     w.woke_ns = 0;
     w.status = NULL;
     if (pthread_create(&thread, NULL, bench_waiter_main, &w) != 0) return 0;
-    bench_sleep_us(200); /* the waiter is blocked by now */
+    bench_sleep_us(b->waiter_lead_us); /* the waiter is blocked by now */
     start = gpuhal_now_ns();
     check(b, gpuhal_queue_execute(b->f.device, 0, gpuhal_semaphore_list_empty(), one(&b->s, &next),
-                                  b->graph->command_buffer, NULL),
+                                  b->graph->stream_cb, NULL),
           "early-waiter execute");
     pthread_join(thread, NULL);
     if (!check(b, w.status, "early-waiter wait")) return 0;
@@ -437,7 +454,7 @@ static double gpuhal_reverse_chain(bench_t* b, int n) {
     uint64_t prev = first + (uint64_t)i, next = prev + 1;
     gpuhal_semaphore_list_t wait = i == 0 ? one(&b->gate, &gate) : one(&b->s, &prev);
     if (!check(b, gpuhal_queue_execute(b->f.device, (uint32_t)(i % 2), wait, one(&b->s, &next),
-                                       b->graph->command_buffer, NULL),
+                                       b->graph->stream_cb, NULL),
                "reverse chain execute"))
       return 0;
   }
@@ -643,8 +660,12 @@ int main(int argc, char** argv) {
     if (!GPUHAL_BENCH_HAVE_MEMOPS) printf("  (case 5 raw side not built: GPUHAL_BENCH_HAVE_MEMOPS=0)\n");
     run_case(&b, "5 host signal -> dispatch -> host", 1.25, gpuhal_signal_to_host, raw_signal_to_host, n, reps, NULL);
   }
-  if (have_graph && strchr(only, '6'))
+  if (have_graph && strchr(only, '6')) {
+    b.waiter_lead_us = 50;
     run_case(&b, "6 waiter blocked before the submit", 1.1, gpuhal_early_waiter, raw_round_trip, n, reps, NULL);
+    b.waiter_lead_us = 2000;
+    run_case(&b, "6b  the waiter 2 ms ahead (asleep)", 0, gpuhal_early_waiter, raw_round_trip, n, reps, NULL);
+  }
   if (have_graph && strchr(only, '7'))
     run_case(&b, "7 reverse-submitted chain, per hop", 1.3, gpuhal_reverse_chain, raw_chain, n, reps, NULL);
   check(&b, gpuhal_device_wait_idle(b.f.device, gpuhal_timeout_infinite()), "idle");

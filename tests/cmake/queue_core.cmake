@@ -7,7 +7,7 @@
 # Options: GPUHAL_RANDOM_OPS (operations per thread of test_queue_random).
 set(GPUHAL_RANDOM_OPS "300" CACHE STRING "test_queue_random: operations per thread")
 
-foreach(t test_queue_core test_queue_reject test_queue_random)
+foreach(t test_queue_core test_queue_reject test_queue_random test_queue_wake)
   if(TARGET ${t})
     # GPU-resident values are opt-in: the first run turns them on (softcuda and a real GPU
     # alike); the _events twin runs the same binary on the event path. Except

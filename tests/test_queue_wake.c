@@ -1,0 +1,427 @@
+/* How blocked queue work is woken (issue #14), through the public API only:
+ *
+ *  1. one host signal releases hundreds of queued operations on three queues (dispatches
+ *     from STREAM and reusable GRAPH command buffers, host calls): the signalling thread
+ *     issues a bounded share itself, the worker the rest; every one runs exactly once;
+ *  2. a chain of thousands of hops submitted backwards reaches its exact value (the pump
+ *     looks only at woken work; a semaphore's waiters are kept sorted);
+ *  3. waits registered on one semaphore in shuffled order (queued host calls and host
+ *     waiters) are each released by the signal that reaches their value, never earlier;
+ *  4. a host function that signals a semaphore other work of its device waits for (the
+ *     signal comes from a gpuhal thread, which leaves the issue to the worker);
+ *  5. host signals racing with device release (dispatches keep the device alive until they
+ *     ran; host calls alone do not, so some are aborted): every operation either runs or
+ *     fails, none hangs, nothing leaks.
+ *
+ * CTest runs it on the memop path and, as test_queue_wake_events, on the event path. Every
+ * wait has a timeout; device release runs under a watchdog. */
+#define GPUHAL_IMPLEMENTATION
+#include "gpuhal.h"
+
+#include "test_queue_util.h"
+
+#define QW_WAIT_S 20
+
+typedef struct qw_fixture_s {
+  gpuhal_driver_t* driver;
+  gpuhal_device_t* device;
+  gpuhal_executable_t* exe;
+  gpuhal_kernel_t* inc;
+  gpuhal_buffer_t* counter;
+  gpuhal_command_buffer_t *stream_cb, *graph_cb; /* atomic_inc(counter), reusable */
+} qw_fixture_t;
+
+static void qw_device_close(qw_fixture_t* f) {
+  gpuhal_command_buffer_release(f->stream_cb);
+  gpuhal_command_buffer_release(f->graph_cb);
+  gpuhal_buffer_release(f->counter);
+  gpuhal_executable_release(f->exe);
+  f->stream_cb = f->graph_cb = NULL;
+  f->counter = NULL;
+  f->exe = NULL;
+  qc_watchdog_arm(30, "gpuhal_device_release");
+  gpuhal_device_release(f->device);
+  qc_watchdog_disarm();
+  f->device = NULL;
+}
+
+static void qw_close(qw_fixture_t* f) {
+  if (f->device) qw_device_close(f);
+  qc_watchdog_arm(30, "gpuhal_driver_release");
+  gpuhal_driver_release(f->driver);
+  qc_watchdog_disarm();
+  memset(f, 0, sizeof(*f));
+}
+
+/* A device with `queues` queues, a zeroed device counter and command buffers incrementing
+ * it. 0 (and a message) when that is not available. */
+static int qw_device_open(qw_fixture_t* f, uint32_t queues) {
+  gpuhal_device_params_t params;
+  gpuhal_status_t st;
+  gpuhal_arg_t arg;
+  uint32_t zero = 0;
+  memset(&params, 0, sizeof(params));
+  params.queue_count = queues;
+  st = gpuhal_device_create(f->driver, 0, &params, &f->device);
+  if (!st) st = qc_load_kernel(f->device, "atomic_inc", &f->exe, &f->inc);
+  if (!st) st = gpuhal_buffer_allocate(f->device, GPUHAL_MEMORY_DEVICE, 4, &f->counter);
+  if (!st) st = gpuhal_buffer_write(f->counter, 0, &zero, 4);
+  arg = gpuhal_arg_buffer(f->counter, 0);
+  if (!st)
+    st = qc_record_dispatch(f->device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, f->inc, 1, 1, 1,
+                            &arg, &f->stream_cb);
+  if (!st)
+    st = qc_record_dispatch(f->device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, f->inc, 1, 1, 1,
+                            &arg, &f->graph_cb);
+  if (st) {
+    fprintf(stderr, "  fixture: %s\n", gpuhal_status_message(st));
+    gpuhal_status_free(st);
+    return 0;
+  }
+  return 1;
+}
+
+static int qw_open(qw_fixture_t* f, uint32_t queues) {
+  gpuhal_status_t st;
+  memset(f, 0, sizeof(*f));
+  st = gpuhal_driver_create(NULL, &f->driver);
+  if (st) {
+    fprintf(stderr, "  driver: %s\n", gpuhal_status_message(st));
+    gpuhal_status_free(st);
+    return 0;
+  }
+  if (!qw_device_open(f, queues)) {
+    qw_close(f);
+    return 0;
+  }
+  return 1;
+}
+
+static gpuhal_semaphore_t* qw_semaphore(gpuhal_driver_t* driver) {
+  gpuhal_semaphore_t* s = NULL;
+  gpuhal_status_t st = gpuhal_semaphore_create(driver, 0, &s);
+  if (st) {
+    fprintf(stderr, "  semaphore_create: %s\n", gpuhal_status_message(st));
+    gpuhal_status_free(st);
+  }
+  return s;
+}
+
+static uint64_t qw_query(gpuhal_semaphore_t* s) {
+  uint64_t v = 0;
+  gpuhal_status_t st = gpuhal_semaphore_query(s, &v);
+  if (st) {
+    gpuhal_status_free(st);
+    return UINT64_MAX;
+  }
+  return v;
+}
+
+static uint32_t qw_counter(qw_fixture_t* f) {
+  uint32_t v = UINT32_MAX;
+  gpuhal_status_t st = gpuhal_buffer_read(f->counter, 0, &v, 4);
+  if (st) {
+    fprintf(stderr, "  counter read: %s\n", gpuhal_status_message(st));
+    gpuhal_status_free(st);
+  }
+  return v;
+}
+
+static gpuhal_status_t qw_count_fn(void* user) {
+  __atomic_add_fetch((int32_t*)user, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+/* ---- 1. one signal releases many ---- */
+enum { QW_MANY = 240 };
+
+TU_TEST(one_signal_releases_many) {
+  qw_fixture_t f;
+  gpuhal_semaphore_t *gate = NULL, *done[QW_MANY];
+  uint64_t ones[QW_MANY];
+  gpuhal_semaphore_list_t all;
+  int32_t host_runs = 0;
+  uint32_t dispatches = 0;
+  int host_calls = 0, i;
+  uint64_t one = 1;
+  if (!qw_open(&f, 3)) TU_SKIP("no device or test kernels");
+  gate = qw_semaphore(f.driver);
+  for (i = 0; i < QW_MANY; ++i) {
+    done[i] = qw_semaphore(f.driver);
+    ones[i] = 1;
+  }
+  TU_REQUIRE(gate && done[QW_MANY - 1]);
+  for (i = 0; i < QW_MANY; ++i) {
+    uint32_t queue = (uint32_t)(i % 3);
+    gpuhal_semaphore_list_t wait = gpuhal_semaphore_list_one(&gate, &one);
+    gpuhal_semaphore_list_t signal = gpuhal_semaphore_list_one(&done[i], &one);
+    if (i % 4 == 2) {
+      TU_CHECK_OK(gpuhal_queue_host_call(f.device, queue, wait, signal, qw_count_fn, &host_runs));
+      host_calls++;
+    } else {
+      TU_CHECK_OK(gpuhal_queue_execute(f.device, queue, wait, signal, i % 4 == 0 ? f.graph_cb : f.stream_cb, NULL));
+      dispatches++;
+    }
+  }
+  qc_sleep_ms(10);
+  TU_CHECK_EQ_INT(qw_counter(&f), 0);
+  TU_CHECK_EQ_INT(__atomic_load_n(&host_runs, __ATOMIC_SEQ_CST), 0);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  all.count = QW_MANY;
+  all.semaphores = done;
+  all.values = ones;
+  TU_CHECK_OK(gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, all, qt_seconds(QW_WAIT_S)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QW_WAIT_S)));
+  TU_CHECK_EQ_INT(qw_counter(&f), dispatches);
+  TU_CHECK_EQ_INT(__atomic_load_n(&host_runs, __ATOMIC_SEQ_CST), host_calls);
+  for (i = 0; i < QW_MANY; ++i) gpuhal_semaphore_release(done[i]);
+  gpuhal_semaphore_release(gate);
+  qw_close(&f);
+}
+
+/* ---- 2. a long chain submitted backwards ---- */
+enum { QW_HOPS = 3000 };
+
+TU_TEST(long_chain_submitted_backwards) {
+  qw_fixture_t f;
+  gpuhal_semaphore_t *head = NULL, *timeline = NULL;
+  uint64_t one = 1;
+  int i;
+  if (!qw_open(&f, 2)) TU_SKIP("no device or test kernels");
+  head = qw_semaphore(f.driver);
+  timeline = qw_semaphore(f.driver);
+  TU_REQUIRE(head && timeline);
+  for (i = QW_HOPS - 1; i >= 0; --i) {
+    uint64_t wait_value = i == 0 ? 1 : (uint64_t)i, signal_value = (uint64_t)i + 1;
+    gpuhal_semaphore_t* wait_sem = i == 0 ? head : timeline;
+    gpuhal_status_t st = gpuhal_queue_execute(f.device, (uint32_t)(i % 2), gpuhal_semaphore_list_one(&wait_sem, &wait_value),
+                                              gpuhal_semaphore_list_one(&timeline, &signal_value), f.stream_cb, NULL);
+    if (st) {
+      TU_CHECK_OK(st);
+      break;
+    }
+  }
+  qc_sleep_ms(10);
+  TU_CHECK_EQ_INT(qw_query(timeline), 0);
+  TU_CHECK_OK(gpuhal_semaphore_signal(head, one));
+  TU_CHECK_OK(gpuhal_semaphore_wait(timeline, QW_HOPS, qt_seconds(QW_WAIT_S * 3)));
+  TU_CHECK_EQ_INT(qw_query(timeline), QW_HOPS);
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QW_WAIT_S)));
+  TU_CHECK_EQ_INT(qw_counter(&f), QW_HOPS);
+  gpuhal_semaphore_release(head);
+  gpuhal_semaphore_release(timeline);
+  qw_close(&f);
+}
+
+/* ---- 3. waits registered in shuffled order ---- */
+enum { QW_SHUFFLED = 64, QW_HOST_WAITERS = 8 };
+
+typedef struct qw_value_check_s {
+  gpuhal_semaphore_t* s;
+  uint64_t value;
+  int32_t* early; /* ran (or returned) before s reached value */
+  gpuhal_status_t status; /* host waiters: what the wait returned */
+} qw_value_check_t;
+
+static gpuhal_status_t qw_value_check_fn(void* user) {
+  qw_value_check_t* c = (qw_value_check_t*)user;
+  if (qw_query(c->s) < c->value) __atomic_add_fetch(c->early, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+static void* qw_host_waiter_main(void* p) {
+  qw_value_check_t* c = (qw_value_check_t*)p;
+  c->status = gpuhal_semaphore_wait(c->s, c->value, qt_seconds(QW_WAIT_S));
+  if (!c->status) qw_value_check_fn(c);
+  return NULL;
+}
+
+TU_TEST(waits_registered_in_shuffled_order) {
+  qw_fixture_t f;
+  gpuhal_semaphore_t *s = NULL, *done[QW_SHUFFLED];
+  uint64_t ones[QW_SHUFFLED], order[QW_SHUFFLED];
+  qw_value_check_t checks[QW_SHUFFLED], waiters[QW_HOST_WAITERS];
+  pthread_t threads[QW_HOST_WAITERS];
+  int started[QW_HOST_WAITERS];
+  gpuhal_semaphore_list_t all;
+  int32_t early = 0;
+  uint64_t v, one = 1;
+  uint32_t seed = 12345;
+  int i;
+  if (!qw_open(&f, 2)) TU_SKIP("no device or test kernels");
+  s = qw_semaphore(f.driver);
+  for (i = 0; i < QW_SHUFFLED; ++i) {
+    done[i] = qw_semaphore(f.driver);
+    ones[i] = 1;
+    order[i] = (uint64_t)i + 1;
+  }
+  TU_REQUIRE(s && done[QW_SHUFFLED - 1]);
+  for (i = QW_SHUFFLED - 1; i > 0; --i) { /* Fisher-Yates */
+    uint64_t t;
+    int j;
+    seed = seed * 1103515245u + 12345u;
+    j = (int)((seed >> 8) % (uint32_t)(i + 1));
+    t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  for (i = 0; i < QW_SHUFFLED; ++i) {
+    checks[i].s = s;
+    checks[i].value = order[i];
+    checks[i].early = &early;
+    TU_CHECK_OK(gpuhal_queue_host_call(f.device, (uint32_t)(i % 2), gpuhal_semaphore_list_one(&s, &checks[i].value),
+                                       gpuhal_semaphore_list_one(&done[i], &one), qw_value_check_fn, &checks[i]));
+  }
+  for (i = 0; i < QW_HOST_WAITERS; ++i) {
+    waiters[i].s = s;
+    waiters[i].value = order[(i * 7) % QW_SHUFFLED];
+    waiters[i].early = &early;
+    waiters[i].status = NULL;
+    started[i] = pthread_create(&threads[i], NULL, qw_host_waiter_main, &waiters[i]) == 0;
+  }
+  qc_sleep_ms(10);
+  for (v = 1; v <= QW_SHUFFLED; ++v) {
+    TU_CHECK_OK(gpuhal_semaphore_signal(s, v));
+    if (v % 16 == 0) qc_sleep_ms(1); /* let some run between signals */
+  }
+  all.count = QW_SHUFFLED;
+  all.semaphores = done;
+  all.values = ones;
+  TU_CHECK_OK(gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, all, qt_seconds(QW_WAIT_S)));
+  for (i = 0; i < QW_HOST_WAITERS; ++i) {
+    if (!started[i]) continue;
+    pthread_join(threads[i], NULL);
+    TU_CHECK_OK(waiters[i].status);
+  }
+  TU_CHECK_EQ_INT(__atomic_load_n(&early, __ATOMIC_SEQ_CST), 0);
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QW_WAIT_S)));
+  for (i = 0; i < QW_SHUFFLED; ++i) gpuhal_semaphore_release(done[i]);
+  gpuhal_semaphore_release(s);
+  qw_close(&f);
+}
+
+/* ---- 4. a host function signals what other work waits for ---- */
+typedef struct qw_signal_s {
+  gpuhal_semaphore_t* s;
+  uint64_t value;
+} qw_signal_t;
+static gpuhal_status_t qw_signal_fn(void* user) {
+  qw_signal_t* sig = (qw_signal_t*)user;
+  return gpuhal_semaphore_signal(sig->s, sig->value);
+}
+
+TU_TEST(host_function_signals_other_work) {
+  qw_fixture_t f;
+  gpuhal_semaphore_t *gate = NULL, *t = NULL, *u = NULL;
+  qw_signal_t sig;
+  int32_t runs = 0;
+  uint64_t one = 1;
+  if (!qw_open(&f, 3)) TU_SKIP("no device or test kernels");
+  gate = qw_semaphore(f.driver);
+  t = qw_semaphore(f.driver);
+  u = qw_semaphore(f.driver);
+  TU_REQUIRE(gate && t && u);
+  /* Queued first: a dispatch and a host call behind the gate, on other queues. */
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 1, gpuhal_semaphore_list_one(&gate, &one),
+                                   gpuhal_semaphore_list_one(&t, &one), f.stream_cb, NULL));
+  TU_CHECK_OK(gpuhal_queue_host_call(f.device, 2, gpuhal_semaphore_list_one(&gate, &one),
+                                     gpuhal_semaphore_list_one(&u, &one), qw_count_fn, &runs));
+  sig.s = gate;
+  sig.value = 1;
+  TU_CHECK_OK(gpuhal_queue_host_call(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(),
+                                     qw_signal_fn, &sig));
+  TU_CHECK_OK(gpuhal_semaphore_wait(t, 1, qt_seconds(QW_WAIT_S)));
+  TU_CHECK_OK(gpuhal_semaphore_wait(u, 1, qt_seconds(QW_WAIT_S)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QW_WAIT_S)));
+  TU_CHECK_EQ_INT(qw_counter(&f), 1);
+  TU_CHECK_EQ_INT(__atomic_load_n(&runs, __ATOMIC_SEQ_CST), 1);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(t);
+  gpuhal_semaphore_release(u);
+  qw_close(&f);
+}
+
+/* ---- 5. host signals racing with device release ---- */
+static void qw_sleep_us(int us) {
+  struct timespec ts;
+  ts.tv_sec = 0;
+  ts.tv_nsec = (long)us * 1000;
+  nanosleep(&ts, NULL);
+}
+enum { QW_RACE_ROUNDS = 48, QW_RACE_OPS = 12 };
+
+typedef struct qw_delayed_signal_s {
+  gpuhal_semaphore_t* s;
+  int delay_us;
+  gpuhal_status_t status;
+} qw_delayed_signal_t;
+static void* qw_delayed_signal_main(void* p) {
+  qw_delayed_signal_t* d = (qw_delayed_signal_t*)p;
+  qw_sleep_us(d->delay_us);
+  d->status = gpuhal_semaphore_signal(d->s, 1);
+  return NULL;
+}
+
+TU_TEST(signals_race_device_release) {
+  qw_fixture_t f;
+  int round, bad = 0, ran = 0, aborted = 0;
+  uint64_t one = 1;
+  if (!qw_open(&f, 2)) TU_SKIP("no device or test kernels");
+  qw_device_close(&f); /* each round opens its own */
+  for (round = 0; round < QW_RACE_ROUNDS && !bad; ++round) {
+    gpuhal_semaphore_t *gate = qw_semaphore(f.driver), *done[QW_RACE_OPS];
+    qw_delayed_signal_t d;
+    pthread_t thread;
+    int32_t runs = 0;
+    int i, started;
+    if (!gate || !qw_device_open(&f, 2)) {
+      gpuhal_semaphore_release(gate);
+      TU_FAIL_AT(__FILE__, __LINE__, "round %d: cannot open the device", round);
+      break;
+    }
+    for (i = 0; i < QW_RACE_OPS; ++i) {
+      gpuhal_semaphore_list_t wait = gpuhal_semaphore_list_one(&gate, &one);
+      done[i] = qw_semaphore(f.driver);
+      if (!done[i]) continue;
+      /* Odd rounds queue host calls only: nothing of theirs keeps the device alive, so the
+       * release aborts what the signal has not released yet. */
+      if (i % 3 == 2 || round % 2)
+        TU_CHECK_OK(gpuhal_queue_host_call(f.device, (uint32_t)(i % 2), wait, gpuhal_semaphore_list_one(&done[i], &one),
+                                           qw_count_fn, &runs));
+      else
+        TU_CHECK_OK(gpuhal_queue_execute(f.device, (uint32_t)(i % 2), wait, gpuhal_semaphore_list_one(&done[i], &one),
+                                         i % 3 ? f.graph_cb : f.stream_cb, NULL));
+    }
+    d.s = gate;
+    d.delay_us = (round * 97) % 300; /* the signal comes before, during or after the release */
+    d.status = NULL;
+    started = pthread_create(&thread, NULL, qw_delayed_signal_main, &d) == 0;
+    qw_sleep_us((round * 61) % 300);
+    qw_device_close(&f);
+    if (started) pthread_join(thread, NULL);
+    TU_CHECK_OK(d.status);
+    /* Each op either ran (its value reached) or was aborted by the release (failed). */
+    for (i = 0; i < QW_RACE_OPS; ++i) {
+      gpuhal_status_t st;
+      if (!done[i]) continue;
+      st = gpuhal_semaphore_wait(done[i], 1, qt_seconds(QW_WAIT_S));
+      if (!st) {
+        ran++;
+      } else if (gpuhal_status_code(st) == GPUHAL_STATUS_DEADLINE_EXCEEDED) {
+        TU_FAIL_AT(__FILE__, __LINE__, "round %d op %d neither ran nor failed: %s", round, i, gpuhal_status_message(st));
+        bad = 1;
+      } else {
+        aborted++;
+      }
+      gpuhal_status_free(st);
+      gpuhal_semaphore_release(done[i]);
+    }
+    gpuhal_semaphore_release(gate);
+  }
+  fprintf(stderr, "  %d ops ran, %d were aborted by the release\n", ran, aborted);
+  qw_close(&f);
+}
+
+TU_MAIN(TU_CASE(one_signal_releases_many), TU_CASE(long_chain_submitted_backwards),
+        TU_CASE(waits_registered_in_shuffled_order), TU_CASE(host_function_signals_other_work),
+        TU_CASE(signals_race_device_release))
