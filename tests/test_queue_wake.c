@@ -11,7 +11,9 @@
  *     signal comes from a gpuhal thread, which leaves the issue to the worker);
  *  5. host signals racing with device release (dispatches keep the device alive until they
  *     ran; host calls alone do not, so some are aborted): every operation either runs or
- *     fails, none hangs, nothing leaks.
+ *     fails, none hangs, nothing leaks;
+ *  6. a free queued behind an unsignalled wait does not hold up an allocation that depends
+ *     on nothing (a CUDA pool may hand it the freed block and make it wait for that free).
  *
  * CTest runs it on the memop path and, as test_queue_wake_events, on the event path. Every
  * wait has a timeout; device release runs under a watchdog. */
@@ -422,6 +424,53 @@ TU_TEST(signals_race_device_release) {
   qw_close(&f);
 }
 
+/* ---- 6. memory freed behind a wait does not hold up an unrelated allocation ----
+ * A dealloca queued behind an unsignalled gate, then an allocation of the same size on
+ * another queue, which depends on nothing. Were the free enqueued behind a GPU wait for the
+ * gate, CUDA's pool could hand its block to the new allocation and make that stream wait for
+ * the free (CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES; softcuda does the same): the
+ * allocation would wait for the gate, which the application signals only after it. A
+ * dealloca therefore never waits on the GPU for a value not submitted. */
+TU_TEST(free_behind_a_wait_does_not_hold_up_allocations) {
+  qw_fixture_t f;
+  gpuhal_semaphore_t *gate = NULL, *made = NULL, *freed = NULL, *second = NULL;
+  gpuhal_buffer_t *first_buffer = NULL, *second_buffer = NULL;
+  uint64_t one = 1;
+  gpuhal_semaphore_t* both[2];
+  uint64_t both_values[2] = {1, 1};
+  gpuhal_semaphore_list_t wait_both;
+  if (!qw_open(&f, 2)) TU_SKIP("no device or test kernels");
+  gate = qw_semaphore(f.driver);
+  made = qw_semaphore(f.driver);
+  freed = qw_semaphore(f.driver);
+  second = qw_semaphore(f.driver);
+  TU_REQUIRE(gate && made && freed && second);
+  TU_CHECK_OK(gpuhal_queue_alloca(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&made, &one),
+                                  1u << 20, &first_buffer));
+  TU_CHECK_OK(gpuhal_semaphore_wait(made, 1, qt_seconds(QW_WAIT_S)));
+  both[0] = made;
+  both[1] = gate;
+  wait_both.count = 2;
+  wait_both.semaphores = both;
+  wait_both.values = both_values;
+  TU_CHECK_OK(gpuhal_queue_dealloca(f.device, 1, wait_both, gpuhal_semaphore_list_one(&freed, &one), first_buffer));
+  qw_sleep_us(2000); /* the free is issued (behind the gate) by now */
+  TU_CHECK_OK(gpuhal_queue_alloca(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&second, &one),
+                                  1u << 20, &second_buffer));
+  TU_CHECK_OK(gpuhal_semaphore_wait(second, 1, qt_seconds(5)));
+  TU_CHECK_EQ_INT(qw_query(freed), 0);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(freed, 1, qt_seconds(QW_WAIT_S)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QW_WAIT_S)));
+  gpuhal_buffer_release(first_buffer);
+  gpuhal_buffer_release(second_buffer);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(made);
+  gpuhal_semaphore_release(freed);
+  gpuhal_semaphore_release(second);
+  qw_close(&f);
+}
+
 TU_MAIN(TU_CASE(one_signal_releases_many), TU_CASE(long_chain_submitted_backwards),
         TU_CASE(waits_registered_in_shuffled_order), TU_CASE(host_function_signals_other_work),
-        TU_CASE(signals_race_device_release))
+        TU_CASE(signals_race_device_release), TU_CASE(free_behind_a_wait_does_not_hold_up_allocations))

@@ -212,15 +212,22 @@ static int sc_stream_follows(const sc_stream* s, const sc_stream* t, uint64_t se
  * is ordered after (CUDA's stream-order and event-dependency reuse), of a size fit for
  * `need`; it becomes a plain block record and the old allocation record is marked handed
  * over. NULL when there is none. Only when the pool cannot grow: as a last resort, so
- * that addresses are otherwise as before. */
-static sc_block* sc_pool_take_pending_locked(sc_pool* p, const sc_stream* s, size_t need) {
+ * that addresses are otherwise as before.
+ * With `internal` (CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES), a block whose free
+ * s is not ordered after may be taken too: as CUDA does, s then waits for that free (a
+ * dependency the application never asked for, which CUDA inserts rather than grow the
+ * pool; softcuda does it first, so tests meet it). */
+static sc_block* sc_pool_take_pending_locked(sc_pool* p, sc_stream* s, size_t need, int internal) {
   size_t i;
   for (i = 0; i < sc.nallocs; ++i) {
     sc_alloc* a = sc.allocs[i];
     sc_block* b;
     if (a->pool != p || !a->free_pending || a->handed_over || !a->free_stream) continue;
     if (a->flags < need || a->flags > 2 * need) continue;
-    if (!sc_stream_follows(s, a->free_stream, a->free_seq, p->reuse_follow)) continue;
+    if (!sc_stream_follows(s, a->free_stream, a->free_seq, p->reuse_follow)) {
+      if (!internal || s->capture || a->free_stream->ctx != s->ctx) continue;
+      sc_enqueue_wait(s, a->free_stream, a->free_seq);
+    }
     a->handed_over = 1;
     p->used -= a->flags; /* counted again for the new allocation */
     b = (sc_block*)sc_xcalloc(1, sizeof(sc_block));
@@ -242,10 +249,11 @@ static CUresult sc_pool_alloc_locked(sc_pool* p, sc_stream* s, size_t bytes, uin
       *link = b->next;
       break;
     }
+  if (!b && p->reuse_internal && sc.pool_internal_reuse) b = sc_pool_take_pending_locked(p, s, need, 1);
   if (!b) {
     if (need < bytes) return CUDA_ERROR_OUT_OF_MEMORY; /* the rounding wrapped: a size near SIZE_MAX */
     r = sc_pool_grow_locked(p, need, &b);
-    if (r != CUDA_SUCCESS && !(b = sc_pool_take_pending_locked(p, s, need))) return r;
+    if (r != CUDA_SUCCESS && !(b = sc_pool_take_pending_locked(p, s, need, 0))) return r;
   }
   a = (sc_alloc*)sc_xcalloc(1, sizeof(sc_alloc));
   a->base = (uintptr_t)b->p;
