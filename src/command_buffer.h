@@ -511,6 +511,8 @@ static gpuhal_status_t gpuhal__builtins_load(gpuhal_device_t* device, gpuhal__bu
       if (!st)
         st = GPUHAL__CU(device->cu, cuModuleGetFunction,
                         (&builtins->copy, builtins->entry->module, "gpuhal_builtin_copy"));
+      if (!st) st = gpuhal__function_load_now(device, builtins->fill);
+      if (!st) st = gpuhal__function_load_now(device, builtins->copy);
       gpuhal__context_leave(device, &scope);
     }
   }

@@ -1138,6 +1138,7 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
  * where CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS / _CAN_USE_STREAM_WAIT_VALUE_NOR
  * say so. cuMemHostGetDevicePointer gives the device address of mapped pinned memory. */
 #define GPUHAL_CUDA_OPTIONAL_SYMBOLS(X)                                                                       \
+    X(cuFuncLoad, "cuFuncLoad", 12040, (CUfunction function))                                                 \
     X(cuMemPoolCreate, "cuMemPoolCreate", 12000, (CUmemoryPool* pool, const CUmemPoolProps* poolProps))       \
     X(cuMemPoolDestroy, "cuMemPoolDestroy", 12000, (CUmemoryPool pool))                                       \
     X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 12000,                                                  \

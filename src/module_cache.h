@@ -1781,6 +1781,17 @@ static gpuhal_status_t gpuhal__function_query_attributes(gpuhal_device_t* device
   return gpuhal__function_query_params(device, record);
 }
 
+/* On the memop path, loads a kernel looked up lazily (CUDA_MODULE_LOADING=LAZY, the default)
+ * right away, in the device's context. On an H200 the first graph instantiation of a kernel
+ * never used blocks while any stream of the context is parked on a value wait, holding a
+ * driver lock that cuEventRecord and cuLaunchKernel on every other thread then wait for: a
+ * GRAPH command buffer recorded while work is parked stopped the whole device
+ * (tools/probe/park_probe.c). After cuFuncLoad (CUDA 12.4) it does not block. */
+static gpuhal_status_t gpuhal__function_load_now(gpuhal_device_t* device, CUfunction function) {
+  if (!device->driver->memops || !device->cu->cuFuncLoad) return NULL;
+  return GPUHAL__CU(device->cu, cuFuncLoad, (function));
+}
+
 /* cuModuleGetFunction and the attributes, in the device's context. */
 static gpuhal_status_t gpuhal__function_record_create(gpuhal_device_t* device, gpuhal__module_entry_t* entry,
                                                       const char* name, gpuhal__function_record_t** out_record) {
@@ -1805,6 +1816,7 @@ static gpuhal_status_t gpuhal__function_record_create(gpuhal_device_t* device, g
       st = gpuhal__cuda_status(device->cu, r, "cuModuleGetFunction", __FILE__, __LINE__); /* not called again */
     } else {
       st = gpuhal__function_query_attributes(device, record);
+      if (!st) st = gpuhal__function_load_now(device, record->function);
     }
     gpuhal__context_leave(device, &scope);
   }

@@ -11,8 +11,12 @@
  *    context pushed, it issues an action whose waits are resolved when nothing is queued
  *    ahead ("fast path": stream waits, the work, cuEventRecord, value writes); it may also
  *    harvest (below): cuEventQuery, then releases (which enter the context themselves).
- *  - the worker (device.h; context current for life): the pump issues whatever became ready,
- *    in submission order, and releases retired actions. Every other context-dependent call
+ *  - a thread in gpuhal_semaphore_signal (an application thread): the same, for the actions
+ *    its signal woke, once the semaphore's lock is released (up to GPUHAL__SIGNAL_ISSUE_MAX,
+ *    only actions a submitter may issue, only with the issue lock free; else the worker).
+ *  - the worker (device.h; context current for life): the pump issues whatever became ready
+ *    (only woken actions are looked at, in the order they became pending) and releases
+ *    retired actions. Every other context-dependent call
  *    of a subsystem runs here or in a push/pop of the device's context.
  *  - the completion thread: cuEventQuery (cuStreamQuery when a query keeps failing), never a
  *    blocking call. It observes each queue

@@ -248,10 +248,20 @@ static void gpuhal__semaphore_words_free(gpuhal_driver_t* driver) {
   driver->free_words = NULL;
 }
 
+/* Raises an armed word to `value`, never lowering it: GPU signals write the word directly
+ * and run ahead of what the host has observed (work signalling 5 may have written it while
+ * the host only now learns that 4 is reached); storing 4 over that 5 would hold back GPU
+ * waits for 5 that had not looked yet until the host learns of 5. */
+static void gpuhal__word_raise(volatile uint64_t* word, uint64_t value) {
+  uint64_t now = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+  while (now < value && !__atomic_compare_exchange_n(word, &now, value, 1, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
+  }
+}
+
 /* Under the lock: the value (and, once armed, its word) becomes `value`. */
 static void gpuhal__semaphore_store_locked(gpuhal_semaphore_t* s, uint64_t value) {
   gpuhal__atomic_store(&s->value, value);
-  if (s->word) __atomic_store_n(s->word, value, __ATOMIC_RELEASE);
+  if (s->word) gpuhal__word_raise(s->word, value);
 }
 
 static void gpuhal__semaphore_waiter_init(gpuhal__semaphore_waiter_t* w) { gpuhal__list_init(&w->link); }

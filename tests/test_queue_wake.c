@@ -13,7 +13,10 @@
  *     ran; host calls alone do not, so some are aborted): every operation either runs or
  *     fails, none hangs, nothing leaks;
  *  6. a free queued behind an unsignalled wait does not hold up an allocation that depends
- *     on nothing (a CUDA pool may hand it the freed block and make it wait for that free).
+ *     on nothing (a CUDA pool may hand it the freed block and make it wait for that free);
+ *  7. a GRAPH command buffer of a kernel never launched is recorded while work waits on the
+ *     GPU (CUDA's first graph instantiation of a lazily loaded kernel waits for an idle
+ *     context, and on an H200 holds a lock every launch and event record then waits for).
  *
  * CTest runs it on the memop path and, as test_queue_wake_events, on the event path. Every
  * wait has a timeout; device release runs under a watchdog. */
@@ -471,6 +474,71 @@ TU_TEST(free_behind_a_wait_does_not_hold_up_allocations) {
   qw_close(&f);
 }
 
+/* ---- 7. recording a GRAPH command buffer while work waits on the GPU ----
+ * A dispatch parked behind an unsignalled gate (memop path); meanwhile a GRAPH command
+ * buffer of a kernel that was never launched is recorded. CUDA's first graph instantiation
+ * of a lazily loaded kernel waits for the context to go idle, which the parked work
+ * prevents until the application signals the gate, after recording: end() must return. */
+typedef struct qw_record_s {
+  gpuhal_device_t* device;
+  gpuhal_kernel_t* kernel;
+  gpuhal_buffer_t* counter;
+  gpuhal_command_buffer_t* cb;
+  gpuhal_status_t status;
+} qw_record_t;
+static void qw_record_fn(void* p) {
+  qw_record_t* r = (qw_record_t*)p;
+  gpuhal_arg_t args[3];
+  args[0] = gpuhal_arg_buffer(r->counter, 0);
+  args[1] = gpuhal_arg_u32(7);
+  args[2] = gpuhal_arg_u32(1);
+  r->status = qc_record_dispatch(r->device, GPUHAL_COMMAND_BUFFER_GRAPH, r->kernel, 1, 1, 3, args, &r->cb);
+}
+
+TU_TEST(graph_recorded_while_work_is_parked) {
+  qw_fixture_t f;
+  gpuhal_semaphore_t *gate = NULL, *done = NULL;
+  gpuhal_executable_t* fresh_exe = NULL;
+  qw_record_t rec;
+  qc_async_t async;
+  uint64_t one = 1, two = 2;
+  if (!qw_open(&f, 2)) TU_SKIP("no device or test kernels");
+  memset(&rec, 0, sizeof(rec));
+  gate = qw_semaphore(f.driver);
+  done = qw_semaphore(f.driver);
+  TU_REQUIRE(gate && done);
+  /* fill_u32(counter, 7, 1): a kernel this process has not used yet. */
+  TU_CHECK_OK(qc_load_kernel(f.device, "fill_u32", &fresh_exe, &rec.kernel));
+  TU_REQUIRE(rec.kernel != NULL);
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &one),
+                                   gpuhal_semaphore_list_one(&done, &one), f.stream_cb, NULL));
+  qw_sleep_us(20000); /* issued (parked on the memop path) by now */
+  rec.device = f.device;
+  rec.counter = f.counter;
+  if (qc_async_start(&async, qw_record_fn, &rec)) {
+    if (!qc_async_wait(&async, 5000))
+      TU_FAIL_AT(__FILE__, __LINE__, "recording a GRAPH command buffer did not return within 5 s while work was parked");
+    TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+    qc_async_join(&async, "recording a GRAPH command buffer after the gate opened");
+  } else {
+    TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  }
+  TU_CHECK_OK(rec.status);
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(QW_WAIT_S)));
+  if (rec.cb) {
+    TU_CHECK_OK(gpuhal_queue_execute(f.device, 1, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&done, &two),
+                                     rec.cb, NULL));
+    TU_CHECK_OK(gpuhal_semaphore_wait(done, 2, qt_seconds(QW_WAIT_S)));
+    TU_CHECK_EQ_INT(qw_counter(&f), 7);
+  }
+  gpuhal_command_buffer_release(rec.cb);
+  gpuhal_executable_release(fresh_exe);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done);
+  qw_close(&f);
+}
+
 TU_MAIN(TU_CASE(one_signal_releases_many), TU_CASE(long_chain_submitted_backwards),
         TU_CASE(waits_registered_in_shuffled_order), TU_CASE(host_function_signals_other_work),
-        TU_CASE(signals_race_device_release), TU_CASE(free_behind_a_wait_does_not_hold_up_allocations))
+        TU_CASE(signals_race_device_release), TU_CASE(free_behind_a_wait_does_not_hold_up_allocations),
+        TU_CASE(graph_recorded_while_work_is_parked))

@@ -862,6 +862,18 @@ CUresult CUDAAPI sc_cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgrap
       sc_exec_free(&x->h);
       r = CUDA_ERROR_INVALID_VALUE;
     } else {
+      int i;
+      /* As on an H200: the first instantiation of a kernel never launched (nor cuFuncLoad'ed)
+       * waits for its context to be idle, so it blocks while a stream is parked on a value
+       * wait (with sc.mu released, unlike the driver's own lock). */
+      for (i = 0; i < x->f.n; ++i) {
+        sc_gnp* p = x->f.x[i].p;
+        if (p->op && p->op->run == sc_run_kernel && !((sc_func*)p->op->a)->loaded) {
+          sc_func* fn = (sc_func*)p->op->a;
+          sc_ctx_sync_locked(fn->mod->ctx);
+          fn->loaded = 1;
+        }
+      }
       sc_obj_register(&x->h);
       *phGraphExec = (CUgraphExec)(uintptr_t)SC_HANDLE(x);
     }

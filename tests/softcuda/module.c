@@ -441,6 +441,18 @@ static CUresult sc_get_func(CUfunction h, sc_func** out) {
   return CUDA_SUCCESS;
 }
 
+/* Lazy loading (CUDA's default) uploads a kernel at its first use; cuFuncLoad does it now. */
+CUresult CUDAAPI sc_cuFuncLoad(CUfunction function) {
+  sc_func* f;
+  CUresult r;
+  SC_ENTER(cuFuncLoad);
+  SC_LOCK();
+  r = sc_get_func(function, &f);
+  if (r == CUDA_SUCCESS) f->loaded = 1;
+  SC_UNLOCK();
+  return r;
+}
+
 CUresult CUDAAPI sc_cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc) {
   sc_func* f;
   CUresult r;
@@ -621,6 +633,7 @@ CUresult CUDAAPI sc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned
   if (r == CUDA_SUCCESS) r = sc_copy_args(fn, kernelParams, extra, &args);
   if (r == CUDA_SUCCESS) {
     sc_op* op = sc_op_new(fn->name, sc_run_kernel, sc_fini_kernel);
+    fn->loaded = 1;
     sc_launch* L = (sc_launch*)sc_xcalloc(1, sizeof(sc_launch) + (size_t)(fn->nparams + 1) * sizeof(void*));
     void** params = (void**)(L + 1);
     int i;

@@ -170,6 +170,7 @@ typedef struct sc_func {
   int max_dyn_shared;
   int carveout;
   int max_threads;
+  int loaded; /* launched, or cuFuncLoad: a graph instantiation needs no upload (see graph.c) */
 } sc_func;
 
 struct sc_module {
