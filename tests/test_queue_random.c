@@ -129,6 +129,110 @@ static void qr_submit_hop(qr_thread_t* t, gpuhal_semaphore_list_t wait, uint64_t
   }
 }
 
+
+/* On the first blocking wait that times out: what every queue holds (a hang's picture, read
+ * racily from the internals; gpuhal has no public report of pending work yet). */
+static int qr_dumped;
+#include <execinfo.h>
+#include <signal.h>
+#include <unistd.h>
+#include <dirent.h>
+#include <sys/syscall.h>
+long syscall(long number, ...); /* not declared under -std=c99 */
+static void qr_backtrace_handler(int sig) {
+  void* frames[64];
+  int n = backtrace(frames, 64);
+  (void)sig;
+  backtrace_symbols_fd(frames, n, 2);
+  if (write(2, "  ----\n", 7) < 0) return;
+}
+static void qr_dump_action(const char* where, gpuhal__action_t* a) {
+  uint32_t i;
+  const gpuhal__cuda_symbols_t* cu = a->state->device->cu;
+  int ev = a->event ? (int)cu->cuEventQuery(a->event->handle) : -1;
+  fprintf(stderr, "    [%s] %s q%u prov=%d park=%d vw=%d side=%d ev=%d ok=%d next_wait=%u/%u seq=%llu\n", where,
+          a->ops->name, a->queue_index, a->provisional, a->park_reserved, a->value_waits,
+          a->stream && a->stream != a->state->device->streams[a->queue_index], ev, a->completed_ok, a->next_wait,
+          a->wait_count, (unsigned long long)a->seq);
+  for (i = 0; i < a->wait_count; ++i) {
+    gpuhal__action_wait_t* w = &a->waits[i];
+    gpuhal_semaphore_t* s = w->semaphore;
+    fprintf(stderr, "       wait %p >= %llu kind %d (value %llu word %lld newest %llu fail %d)\n", (void*)s,
+            (unsigned long long)w->value, w->kind, (unsigned long long)s->value,
+            s->word ? (long long)*s->word : -1LL, (unsigned long long)s->newest_value, s->failure != NULL);
+  }
+  for (i = 0; i < a->signal_count; ++i)
+    fprintf(stderr, "       signal %p = %llu (value %llu word %lld)\n", (void*)a->signals[i].semaphore,
+            (unsigned long long)a->signals[i].value, (unsigned long long)a->signals[i].semaphore->value,
+            a->signals[i].semaphore->word ? (long long)*a->signals[i].semaphore->word : -1LL);
+}
+static void qr_dump_list(const char* where, gpuhal__list_node_t* head) {
+  gpuhal__list_node_t* n;
+  int k = 0;
+  for (n = head->next; n != head && k < 400; n = n->next, ++k)
+    qr_dump_action(where, GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link));
+}
+static void qr_dump(qr_world_t* w) {
+  int d;
+  uint32_t q;
+  if (__atomic_exchange_n(&qr_dumped, 1, __ATOMIC_SEQ_CST)) return;
+  {
+    struct sigaction sa;
+    void* warm[4];
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = qr_backtrace_handler;
+    sigaction(SIGUSR2, &sa, NULL);
+    backtrace(warm, 4); /* loads what backtrace needs outside the handler */
+    {
+      DIR* dir = opendir("/proc/self/task");
+      struct dirent* e;
+      long self = syscall(SYS_gettid);
+      while (dir && (e = readdir(dir)) != NULL) {
+        long tid = atol(e->d_name);
+        if (tid <= 0 || tid == self) continue;
+        fprintf(stderr, "  stack of thread %ld:\n", tid);
+        fflush(stderr);
+        syscall(SYS_tgkill, (long)getpid(), tid, SIGUSR2);
+        qc_sleep_ms(100);
+      }
+      if (dir) closedir(dir);
+    }
+  }
+  for (d = 0; d < QR_THREADS; ++d)
+    fprintf(stderr, "  timeline %d %p value %llu word %lld submitted %llu\n", d, (void*)w->timelines[d],
+            (unsigned long long)w->timelines[d]->value,
+            w->timelines[d]->word ? (long long)*w->timelines[d]->word : -1LL,
+            (unsigned long long)w->submitted[d]);
+  for (d = 0; d < QR_THREADS; ++d) {
+    gpuhal__list_node_t* n;
+    gpuhal_semaphore_t* s = w->timelines[d];
+    for (n = s->timepoints.next; n != &s->timepoints; n = n->next) {
+      gpuhal__timepoint_t* tp = GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link);
+      fprintf(stderr, "  timeline %d timepoint %llu provisional %d event %d\n", d, (unsigned long long)tp->value,
+              tp->provisional, (int)w->devices[0]->cu->cuEventQuery(tp->event->handle));
+    }
+  }
+  for (d = 0; d < QR_DEVICES; ++d) {
+    gpuhal__queue_state_t* st = gpuhal__queue_state(w->devices[d]);
+    fprintf(stderr, "  device %d: parked %d outstanding %llu in_flight %u side %u/%u\n", d,
+            w->devices[d]->driver->parked_streams ? w->devices[d]->driver->parked_streams[0] : -1,
+            (unsigned long long)st->outstanding, st->in_flight_count, st->side_count, st->side_free_count);
+    qr_dump_list("pending", &st->pending);
+    qr_dump_list("incoming", &st->incoming);
+    qr_dump_list("host_calls", &st->host_calls);
+    qr_dump_list("retired", &st->retired);
+    for (q = 0; q < w->devices[d]->queue_count; ++q) {
+      gpuhal__queue_lane_t* l = &st->lanes[q];
+      char name[32];
+      snprintf(name, sizeof(name), "q%u in_flight", q); qr_dump_list(name, &l->in_flight);
+      snprintf(name, sizeof(name), "q%u observing", q); qr_dump_list(name, &l->observing);
+      snprintf(name, sizeof(name), "q%u deferred", q); qr_dump_list(name, &l->deferred);
+      snprintf(name, sizeof(name), "q%u side", q); qr_dump_list(name, &l->side);
+      snprintf(name, sizeof(name), "q%u side_obs", q); qr_dump_list(name, &l->side_observing);
+    }
+  }
+}
+
 /* Between batches: polls and short waits on values of any thread. */
 static void qr_probe(qr_thread_t* t) {
   qr_world_t* w = t->world;
@@ -161,7 +265,13 @@ static void qr_probe(qr_thread_t* t) {
       break;
     }
     default: /* a blocking wait on a value whose hops are all queued: it must come */
-      qr_ok(w, gpuhal_semaphore_wait(w->timelines[other], v, qt_seconds(30)), "blocking wait");
+      st = gpuhal_semaphore_wait(w->timelines[other], v, qt_seconds(20));
+      if (st) {
+        fprintf(stderr, "  thread %d: timeline %u did not reach %llu; the queues:\n", t->index, other,
+                (unsigned long long)v);
+        qr_dump(w);
+      }
+      qr_ok(w, st, "blocking wait");
       break;
   }
 }

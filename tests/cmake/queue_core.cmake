@@ -12,7 +12,10 @@ foreach(t test_queue_core test_queue_reject test_queue_random test_queue_wake)
     # GPU-resident values are opt-in: the first run turns them on (softcuda and a real GPU
     # alike); the _events twin runs the same binary on the event path. Except
     # test_queue_random on a real GPU: on an H200 it still hangs on the memop path at 300
-    # hops per thread (issue #14 stays open for it), so there it takes the event path too.
+    # hops per thread (issue #14 stays open for it): an application thread's
+    # cuGraphInstantiateWithFlags (recording a GRAPH command buffer) waits inside the driver
+    # while streams are parked, holding a lock the workers' cuEventRecord and
+    # cuLaunchKernel then wait for. There it takes the event path too.
     if(NOT (t STREQUAL "test_queue_random" AND NOT GPUHAL_TEST_DRIVER STREQUAL "softcuda"))
       set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "GPUHAL_SEMAPHORE_MEMOPS=1")
     endif()

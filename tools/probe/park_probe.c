@@ -11,8 +11,10 @@
  * cuMemHostAlloc, pool alloc/free (also when the pool grows, also on the parked stream),
  * cuMemPoolTrimTo, cuGraphInstantiate and launch, synchronous cuMemcpyHtoD, event and
  * stream creation, cuModuleGetFunction and a first launch from a module loaded before, and
- * cuModuleLoadData in another context. softcuda models the frees, cuCtxSynchronize and
- * module loads. */
+ * cuModuleLoadData in another context. Graphs of a kernel node: the first instantiation of
+ * a kernel never used blocks; after a stream launch, a graph of it, or cuFuncLoad it does
+ * not, nor does cuGraphExecDestroy or 200 instantiations and destructions in a row.
+ * softcuda models the frees, cuCtxSynchronize, module loads and that first instantiation. */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -79,6 +81,35 @@ static int p_pool_grow_on_parked(void) {
   if (cuMemAllocFromPoolAsync(&d, (size_t)512 << 20, big_pool, parked_stream)) return 1;
   return cuMemFreeAsync(d, parked_stream) ? 2 : 0;
 }
+/* A graph of one kernel node: of a function launched before (warm) and of one never used
+ * (fresh: lazy loading uploads it at its first use). */
+static CUmodule fresh;
+static int p_graph_kernel_of(CUmodule m) {
+  CUgraph g; CUgraphExec e; CUgraphNode n; CUDA_KERNEL_NODE_PARAMS kp; CUfunction f;
+  unsigned long long z = 0; void* args[] = {&z};
+  if (cuModuleGetFunction(&f, m, "k")) return 1;
+  memset(&kp, 0, sizeof(kp));
+  kp.func = f; kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1; kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+  kp.kernelParams = args;
+  if (cuGraphCreate(&g, 0) || cuGraphAddKernelNode(&n, g, NULL, 0, &kp)) return 2;
+  if (cuGraphInstantiateWithFlags(&e, g, 0)) return 3;
+  if (cuGraphLaunch(e, other) || cuStreamSynchronize(other)) return 4;
+  if (cuGraphExecDestroy(e)) return 5;
+  return cuGraphDestroy(g) ? 6 : 0;
+}
+static int p_graph_kernel_warm(void) { return p_graph_kernel_of(early); }
+/* Ways to make a module's kernels ready for graphs before any park: cuFuncLoad, a first
+ * stream launch, a throwaway graph instantiation. */
+static CUmodule fresh_funcload, fresh_launched, fresh_graphed;
+static int p_graph_after_funcload(void) { return p_graph_kernel_of(fresh_funcload); }
+static int p_graph_after_launch(void) { return p_graph_kernel_of(fresh_launched); }
+static int p_graph_after_graph(void) { return p_graph_kernel_of(fresh_graphed); }
+/* Graph execs made before the park: destroyed during it; and many made and destroyed during
+ * it (the driver may reclaim the memory of destroyed execs at a later instantiation). */
+static CUgraphExec early_exec;
+static int p_exec_destroy(void) { return cuGraphExecDestroy(early_exec) ? 1 : 0; }
+static int p_graph_churn(void) { int i, r; for (i = 0; i < 200; ++i) if ((r = p_graph_kernel_of(early)) != 0) return r; return 0; }
+static int p_graph_kernel_fresh(void) { return p_graph_kernel_of(fresh); }
 static int p_pool_trim(void) { CUmemoryPool pool; if (cuDeviceGetDefaultMemPool(&pool, 0)) return 1; return cuMemPoolTrimTo(pool, 0) ? 2 : 0; }
 static int p_freehost(void) { void* h; if (cuMemHostAlloc(&h, 4096, 0)) return 1; return cuMemFreeHost(h) ? 2 : 0; }
 static int p_hostregister(void) { static char buf[8192] __attribute__((aligned(4096))); if (cuMemHostRegister(buf, 4096, 0)) return 1; return cuMemHostUnregister(buf) ? 2 : 0; }
@@ -96,7 +127,11 @@ int main(void) {
                       {"cuLibrary launch", p_library_launch}, {"cuModuleLoadData ctx2", p_module_ctx2},
                       {"cuMemFreeHost", p_freehost}, {"cuMemHostRegister", p_hostregister},
                       {"cuModuleUnload", p_unload_only}, {"cuMemPoolTrimTo", p_pool_trim},
-                      {"pool growth (256 MB)", p_pool_grow}, {"pool growth on the parked stream", p_pool_grow_on_parked}};
+                      {"pool growth (256 MB)", p_pool_grow}, {"pool growth on the parked stream", p_pool_grow_on_parked},
+                      {"graph of a used kernel", p_graph_kernel_warm}, {"graph of an unused kernel", p_graph_kernel_fresh},
+                      {"graph after cuFuncLoad", p_graph_after_funcload}, {"graph after a stream launch", p_graph_after_launch},
+                      {"graph after a graph", p_graph_after_graph}, {"cuGraphExecDestroy", p_exec_destroy},
+                      {"200 graphs made and destroyed", p_graph_churn}};
   (void)p_unload;
   if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) { printf("init failed\n"); return 1; }
   cuStreamCreate(&parked, CU_STREAM_NON_BLOCKING); cuStreamCreate(&other, CU_STREAM_NON_BLOCKING);
@@ -115,7 +150,24 @@ int main(void) {
     if (cuLinkCreate(0, NULL, NULL, &ls) || cuLinkAddData(ls, CU_JIT_INPUT_PTX, (void*)ptx, strlen(ptx) + 1, "k", 0, NULL, NULL) ||
         cuLinkComplete(ls, &out, &cubin_size)) { printf("link failed\n"); return 1; }
     cubin = malloc(cubin_size); memcpy(cubin, out, cubin_size); cuLinkDestroy(ls);
-    if (cuModuleLoadData(&early, cubin) || cuModuleLoadData(&unload_me, cubin)) { printf("early load failed\n"); return 1; }
+    if (cuModuleLoadData(&early, cubin) || cuModuleLoadData(&unload_me, cubin) || cuModuleLoadData(&fresh, cubin)) { printf("early load failed\n"); return 1; }
+    {
+      CUfunction f; unsigned long long z = 0; void* args[] = {&z};
+      if (cuModuleLoadData(&fresh_funcload, cubin) || cuModuleLoadData(&fresh_launched, cubin) ||
+          cuModuleLoadData(&fresh_graphed, cubin)) { printf("load failed\n"); return 1; }
+      if (cuModuleGetFunction(&f, fresh_funcload, "k") || cuFuncLoad(f)) { printf("cuFuncLoad failed\n"); return 1; }
+      if (cuModuleGetFunction(&f, fresh_launched, "k") || cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, other, args, NULL) ||
+          cuStreamSynchronize(other)) { printf("launch failed\n"); return 1; }
+      if (p_graph_kernel_of(fresh_graphed)) { printf("graph failed\n"); return 1; }
+      {
+        CUgraph g; CUgraphNode n; CUDA_KERNEL_NODE_PARAMS kp;
+        memset(&kp, 0, sizeof(kp));
+        if (cuModuleGetFunction(&kp.func, early, "k")) return 1;
+        kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1; kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1; kp.kernelParams = args;
+        if (cuGraphCreate(&g, 0) || cuGraphAddKernelNode(&n, g, NULL, 0, &kp) || cuGraphInstantiateWithFlags(&early_exec, g, 0) ||
+            cuGraphLaunch(early_exec, other) || cuStreamSynchronize(other)) { printf("early exec failed\n"); return 1; }
+      }
+    }
     if (cuCtxCreate(&ctx2, NULL, 0, dev)) { printf("ctx2 failed\n"); return 1; }
     cuCtxSetCurrent(ctx);
   }
