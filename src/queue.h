@@ -374,15 +374,16 @@ static void gpuhal__queue_kick_issue(gpuhal__queue_state_t* state) {
 /* Marks `a` for the pump to resolve again and pushes it on the woken stack, so a pump pass
  * looks only at woken actions, never at every blocked one. An action is on the stack (or in
  * a pump's batch) at most once: on_woken guards woken_next. Any thread. */
-static void gpuhal__action_wake(gpuhal__action_t* a) {
-  gpuhal__queue_state_t* state = a->state;
-  gpuhal__action_t* head;
-  gpuhal__atomic_store(&a->wake, 1);
-  if (__atomic_exchange_n(&a->on_woken, 1, __ATOMIC_ACQ_REL)) return; /* the pump will look at it */
-  head = __atomic_load_n(&state->woken, __ATOMIC_RELAXED);
+static void gpuhal__woken_push(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+  gpuhal__action_t* head = __atomic_load_n(&state->woken, __ATOMIC_RELAXED);
   do {
     a->woken_next = head;
   } while (!__atomic_compare_exchange_n(&state->woken, &head, a, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+}
+static void gpuhal__action_wake(gpuhal__action_t* a) {
+  gpuhal__atomic_store(&a->wake, 1);
+  if (__atomic_exchange_n(&a->on_woken, 1, __ATOMIC_ACQ_REL)) return; /* the pump will look at it */
+  gpuhal__woken_push(a->state, a);
 }
 
 /* Enters the pending list; under issue_mutex. */

@@ -350,11 +350,8 @@ static int gpuhal__queue_pump_one(gpuhal__queue_state_t* state, gpuhal__action_t
 static void gpuhal__woken_push_back(gpuhal__queue_state_t* state, gpuhal__action_t* batch) {
   while (batch) {
     gpuhal__action_t* a = batch;
-    gpuhal__action_t* head = __atomic_load_n(&state->woken, __ATOMIC_RELAXED);
     batch = a->woken_next;
-    do {
-      a->woken_next = head;
-    } while (!__atomic_compare_exchange_n(&state->woken, &head, a, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+    gpuhal__woken_push(state, a);
   }
 }
 

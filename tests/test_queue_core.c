@@ -71,25 +71,7 @@ static int qc_fixture_open(qc_fixture_t* f, uint32_t queues) {
   return 1;
 }
 
-static gpuhal_semaphore_t* qc_semaphore(qc_fixture_t* f) {
-  gpuhal_semaphore_t* s = NULL;
-  gpuhal_status_t st = gpuhal_semaphore_create(f->driver, 0, &s);
-  if (st) {
-    fprintf(stderr, "  semaphore_create: %s\n", gpuhal_status_message(st));
-    gpuhal_status_free(st);
-  }
-  return s;
-}
-
-static uint64_t qc_query(gpuhal_semaphore_t* s) {
-  uint64_t v = 0;
-  gpuhal_status_t st = gpuhal_semaphore_query(s, &v);
-  if (st) {
-    gpuhal_status_free(st);
-    return UINT64_MAX;
-  }
-  return v;
-}
+static gpuhal_semaphore_t* qc_semaphore(qc_fixture_t* f) { return qc_semaphore_new(f->driver); }
 
 /* ---- 1. wait before signal ---- */
 

@@ -513,6 +513,27 @@ static uint32_t qc_flag_out(gpuhal_buffer_t* words) {
   return p ? __atomic_load_n(&p[1], __ATOMIC_SEQ_CST) : 0;
 }
 
+/* A new semaphore at 0 (NULL, with a message, when that fails). */
+static gpuhal_semaphore_t* qc_semaphore_new(gpuhal_driver_t* driver) {
+  gpuhal_semaphore_t* s = NULL;
+  gpuhal_status_t st = gpuhal_semaphore_create(driver, 0, &s);
+  if (st) {
+    fprintf(stderr, "  semaphore_create: %s\n", gpuhal_status_message(st));
+    gpuhal_status_free(st);
+  }
+  return s;
+}
+/* The semaphore's value; UINT64_MAX when it failed. */
+static uint64_t qc_query(gpuhal_semaphore_t* s) {
+  uint64_t v = 0;
+  gpuhal_status_t st = gpuhal_semaphore_query(s, &v);
+  if (st) {
+    gpuhal_status_free(st);
+    return UINT64_MAX;
+  }
+  return v;
+}
+
 /* Frees `st` and returns its code. */
 static gpuhal_status_code_t qc_code(gpuhal_status_t st) {
   gpuhal_status_code_t code = gpuhal_status_code(st);

@@ -102,26 +102,6 @@ static int qw_open(qw_fixture_t* f, uint32_t queues) {
   return 1;
 }
 
-static gpuhal_semaphore_t* qw_semaphore(gpuhal_driver_t* driver) {
-  gpuhal_semaphore_t* s = NULL;
-  gpuhal_status_t st = gpuhal_semaphore_create(driver, 0, &s);
-  if (st) {
-    fprintf(stderr, "  semaphore_create: %s\n", gpuhal_status_message(st));
-    gpuhal_status_free(st);
-  }
-  return s;
-}
-
-static uint64_t qw_query(gpuhal_semaphore_t* s) {
-  uint64_t v = 0;
-  gpuhal_status_t st = gpuhal_semaphore_query(s, &v);
-  if (st) {
-    gpuhal_status_free(st);
-    return UINT64_MAX;
-  }
-  return v;
-}
-
 static uint32_t qw_counter(qw_fixture_t* f) {
   uint32_t v = UINT32_MAX;
   gpuhal_status_t st = gpuhal_buffer_read(f->counter, 0, &v, 4);
@@ -150,9 +130,9 @@ TU_TEST(one_signal_releases_many) {
   int host_calls = 0, i;
   uint64_t one = 1;
   if (!qw_open(&f, 3)) TU_SKIP("no device or test kernels");
-  gate = qw_semaphore(f.driver);
+  gate = qc_semaphore_new(f.driver);
   for (i = 0; i < QW_MANY; ++i) {
-    done[i] = qw_semaphore(f.driver);
+    done[i] = qc_semaphore_new(f.driver);
     ones[i] = 1;
   }
   TU_REQUIRE(gate && done[QW_MANY - 1]);
@@ -193,8 +173,8 @@ TU_TEST(long_chain_submitted_backwards) {
   uint64_t one = 1;
   int i;
   if (!qw_open(&f, 2)) TU_SKIP("no device or test kernels");
-  head = qw_semaphore(f.driver);
-  timeline = qw_semaphore(f.driver);
+  head = qc_semaphore_new(f.driver);
+  timeline = qc_semaphore_new(f.driver);
   TU_REQUIRE(head && timeline);
   for (i = QW_HOPS - 1; i >= 0; --i) {
     uint64_t wait_value = i == 0 ? 1 : (uint64_t)i, signal_value = (uint64_t)i + 1;
@@ -207,10 +187,10 @@ TU_TEST(long_chain_submitted_backwards) {
     }
   }
   qc_sleep_ms(10);
-  TU_CHECK_EQ_INT(qw_query(timeline), 0);
+  TU_CHECK_EQ_INT(qc_query(timeline), 0);
   TU_CHECK_OK(gpuhal_semaphore_signal(head, one));
   TU_CHECK_OK(gpuhal_semaphore_wait(timeline, QW_HOPS, qt_seconds(QW_WAIT_S * 3)));
-  TU_CHECK_EQ_INT(qw_query(timeline), QW_HOPS);
+  TU_CHECK_EQ_INT(qc_query(timeline), QW_HOPS);
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QW_WAIT_S)));
   TU_CHECK_EQ_INT(qw_counter(&f), QW_HOPS);
   gpuhal_semaphore_release(head);
@@ -230,7 +210,7 @@ typedef struct qw_value_check_s {
 
 static gpuhal_status_t qw_value_check_fn(void* user) {
   qw_value_check_t* c = (qw_value_check_t*)user;
-  if (qw_query(c->s) < c->value) __atomic_add_fetch(c->early, 1, __ATOMIC_SEQ_CST);
+  if (qc_query(c->s) < c->value) __atomic_add_fetch(c->early, 1, __ATOMIC_SEQ_CST);
   return NULL;
 }
 
@@ -254,9 +234,9 @@ TU_TEST(waits_registered_in_shuffled_order) {
   uint32_t seed = 12345;
   int i;
   if (!qw_open(&f, 2)) TU_SKIP("no device or test kernels");
-  s = qw_semaphore(f.driver);
+  s = qc_semaphore_new(f.driver);
   for (i = 0; i < QW_SHUFFLED; ++i) {
-    done[i] = qw_semaphore(f.driver);
+    done[i] = qc_semaphore_new(f.driver);
     ones[i] = 1;
     order[i] = (uint64_t)i + 1;
   }
@@ -322,9 +302,9 @@ TU_TEST(host_function_signals_other_work) {
   int32_t runs = 0;
   uint64_t one = 1;
   if (!qw_open(&f, 3)) TU_SKIP("no device or test kernels");
-  gate = qw_semaphore(f.driver);
-  t = qw_semaphore(f.driver);
-  u = qw_semaphore(f.driver);
+  gate = qc_semaphore_new(f.driver);
+  t = qc_semaphore_new(f.driver);
+  u = qc_semaphore_new(f.driver);
   TU_REQUIRE(gate && t && u);
   /* Queued first: a dispatch and a host call behind the gate, on other queues. */
   TU_CHECK_OK(gpuhal_queue_execute(f.device, 1, gpuhal_semaphore_list_one(&gate, &one),
@@ -374,7 +354,7 @@ TU_TEST(signals_race_device_release) {
   if (!qw_open(&f, 2)) TU_SKIP("no device or test kernels");
   qw_device_close(&f); /* each round opens its own */
   for (round = 0; round < QW_RACE_ROUNDS && !bad; ++round) {
-    gpuhal_semaphore_t *gate = qw_semaphore(f.driver), *done[QW_RACE_OPS];
+    gpuhal_semaphore_t *gate = qc_semaphore_new(f.driver), *done[QW_RACE_OPS];
     qw_delayed_signal_t d;
     pthread_t thread;
     int32_t runs = 0;
@@ -386,7 +366,7 @@ TU_TEST(signals_race_device_release) {
     }
     for (i = 0; i < QW_RACE_OPS; ++i) {
       gpuhal_semaphore_list_t wait = gpuhal_semaphore_list_one(&gate, &one);
-      done[i] = qw_semaphore(f.driver);
+      done[i] = qc_semaphore_new(f.driver);
       if (!done[i]) continue;
       /* Odd rounds queue host calls only: nothing of theirs keeps the device alive, so the
        * release aborts what the signal has not released yet. */
@@ -443,10 +423,10 @@ TU_TEST(free_behind_a_wait_does_not_hold_up_allocations) {
   uint64_t both_values[2] = {1, 1};
   gpuhal_semaphore_list_t wait_both;
   if (!qw_open(&f, 2)) TU_SKIP("no device or test kernels");
-  gate = qw_semaphore(f.driver);
-  made = qw_semaphore(f.driver);
-  freed = qw_semaphore(f.driver);
-  second = qw_semaphore(f.driver);
+  gate = qc_semaphore_new(f.driver);
+  made = qc_semaphore_new(f.driver);
+  freed = qc_semaphore_new(f.driver);
+  second = qc_semaphore_new(f.driver);
   TU_REQUIRE(gate && made && freed && second);
   TU_CHECK_OK(gpuhal_queue_alloca(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&made, &one),
                                   1u << 20, &first_buffer));
@@ -461,7 +441,7 @@ TU_TEST(free_behind_a_wait_does_not_hold_up_allocations) {
   TU_CHECK_OK(gpuhal_queue_alloca(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&second, &one),
                                   1u << 20, &second_buffer));
   TU_CHECK_OK(gpuhal_semaphore_wait(second, 1, qt_seconds(5)));
-  TU_CHECK_EQ_INT(qw_query(freed), 0);
+  TU_CHECK_EQ_INT(qc_query(freed), 0);
   TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
   TU_CHECK_OK(gpuhal_semaphore_wait(freed, 1, qt_seconds(QW_WAIT_S)));
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QW_WAIT_S)));
@@ -504,8 +484,8 @@ TU_TEST(graph_recorded_while_work_is_parked) {
   uint64_t one = 1, two = 2;
   if (!qw_open(&f, 2)) TU_SKIP("no device or test kernels");
   memset(&rec, 0, sizeof(rec));
-  gate = qw_semaphore(f.driver);
-  done = qw_semaphore(f.driver);
+  gate = qc_semaphore_new(f.driver);
+  done = qc_semaphore_new(f.driver);
   TU_REQUIRE(gate && done);
   /* fill_u32(counter, 7, 1): a kernel this process has not used yet. */
   TU_CHECK_OK(qc_load_kernel(f.device, "fill_u32", &fresh_exe, &rec.kernel));
