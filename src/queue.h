@@ -284,6 +284,7 @@ typedef struct gpuhal__queue_state_s {
   int completion_napping;         /* it waits timed: only host calls and idle waiters wake it */
   uint32_t idle_waiters;          /* threads in gpuhal_device_wait_idle: no aging while there are any */
   int abandon_value_waits;        /* release: fail what GPU value waits still wait for */
+  int host_call_running;          /* the host-call thread is in a function (its signals are due) */
   uint64_t dispatch_seq;          /* actions issued so far (under mutex) */
   uint64_t harvest_looks, harvest_misses, harvested; /* statistics (atomic): queries, fruitless ones, actions */
   int threads_stop;

@@ -270,6 +270,12 @@ static void gpuhal__completion_abandon_value_waits(gpuhal__queue_state_t* state)
   }
 }
 
+/* Under the state's mutex: release asked to abandon GPU value waits, and no host call may
+ * still signal what they wait for (its function may be the one that released the device). */
+static int gpuhal__completion_abandon_due_locked(gpuhal__queue_state_t* state) {
+  return state->abandon_value_waits && gpuhal__list_empty(&state->host_calls) && !state->host_call_running;
+}
+
 /* Sleeps until `until` (INT64_MAX: until woken). Under the state's mutex. */
 static void gpuhal__completion_sleep_locked(gpuhal__queue_state_t* state, int64_t until) {
   if (until == INT64_MAX) {
@@ -308,7 +314,7 @@ static void* gpuhal__completion_main(void* arg) {
     gpuhal__mutex_lock(&state->mutex);
     next_due = gpuhal__completion_take_locked(state);
     observing = gpuhal__completion_observing(state);
-    if (state->abandon_value_waits) {
+    if (gpuhal__completion_abandon_due_locked(state)) {
       state->abandon_value_waits = 0;
       gpuhal__mutex_unlock(&state->mutex);
       gpuhal__completion_abandon_value_waits(state);
@@ -350,7 +356,7 @@ static void* gpuhal__completion_main(void* arg) {
       if (poll_sleep_ns > state->tuning.completion_max_sleep_ns) poll_sleep_ns = state->tuning.completion_max_sleep_ns;
       now = gpuhal_now_ns();
       if (next_due > now + poll_sleep_ns) next_due = now + poll_sleep_ns;
-      if (!state->threads_stop && state->idle_waiters == 0 && !state->abandon_value_waits)
+      if (!state->threads_stop && state->idle_waiters == 0 && !gpuhal__completion_abandon_due_locked(state))
         gpuhal__completion_sleep_locked(state, next_due);
     }
     gpuhal__mutex_unlock(&state->mutex);
@@ -373,6 +379,7 @@ static void* gpuhal__host_call_main(void* arg) {
       break;
     }
     a = GPUHAL__CONTAINER_OF(gpuhal__list_pop_front(&state->host_calls), gpuhal__action_t, link);
+    state->host_call_running = 1;
     gpuhal__mutex_unlock(&state->mutex);
     status = NULL;
     if (gpuhal__action_inputs(a, &status) != GPUHAL__INPUTS_FAILED) {
@@ -389,6 +396,10 @@ static void* gpuhal__host_call_main(void* arg) {
     } else {
       gpuhal__action_succeed(a);
     }
+    gpuhal__mutex_lock(&state->mutex);
+    state->host_call_running = 0;
+    if (state->abandon_value_waits) gpuhal__cond_signal(&state->completion_cond);
+    gpuhal__mutex_unlock(&state->mutex);
     gpuhal__action_retire(a);
   }
   return NULL;
