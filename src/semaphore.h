@@ -927,6 +927,7 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
     uint32_t seen = gpuhal__atomic_load(&hw.notified);
     int notified;
     int64_t spin_end = start + GPUHAL__HOST_WAIT_UNSUBMITTED_SPIN_NS;
+    if (spin_end > timeout.deadline_ns) spin_end = timeout.deadline_ns; /* INT64_MAX when infinite */
     /* Registers the nodes not registered yet (notified ones were unlinked) and checks. */
     if (gpuhal__host_wait_evaluate(mode, list, nodes, &result, NULL, NULL, NULL)) break;
     if (gpuhal__timeout_expired(timeout)) {
@@ -935,7 +936,7 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
     }
     if (gpuhal_now_ns() < spin_end) {
       /* Early in the wait: spin on the notification count (bounded like a nap). */
-      while (gpuhal__atomic_load(&hw.notified) == seen && gpuhal_now_ns() < spin_end && !gpuhal__timeout_expired(timeout)) {
+      while (gpuhal__atomic_load(&hw.notified) == seen && gpuhal_now_ns() < spin_end) {
       }
     } else {
       /* Sleep until notified, bounded so that words written by GPU signals are read again. */
