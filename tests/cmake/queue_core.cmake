@@ -25,6 +25,10 @@ foreach(t test_queue_core test_queue_reject test_queue_random test_queue_wake)
     set_property(TEST ${t} ${t}_events APPEND PROPERTY LABELS queue_core)
   endif()
 endforeach()
+# test_queue_wake's dealloca case needs softcuda to reuse memory as CUDA's pools do.
+if(TARGET test_queue_wake)
+  set_property(TEST test_queue_wake test_queue_wake_events APPEND PROPERTY ENVIRONMENT "SOFTCUDA_POOL_INTERNAL_REUSE=1")
+endif()
 if(TARGET test_queue_random)
   set_property(TEST test_queue_random test_queue_random_events APPEND PROPERTY ENVIRONMENT
                "GPUHAL_RANDOM_OPS=${GPUHAL_RANDOM_OPS}")

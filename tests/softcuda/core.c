@@ -87,7 +87,7 @@ static void sc_configure_locked(void) {
   e = getenv("SOFTCUDA_NO_MEMOPS");
   sc.no_memops = e && *e && strcmp(e, "0") != 0;
   e = getenv("SOFTCUDA_POOL_INTERNAL_REUSE");
-  sc.pool_internal_reuse = !(e && strcmp(e, "0") == 0);
+  sc.pool_internal_reuse = e && *e && strcmp(e, "0") != 0;
   e = getenv("SOFTCUDA_VERBOSE");
   sc.verbose = e && *e && strcmp(e, "0") != 0;
   e = getenv("SOFTCUDA_FAULTS");

@@ -216,7 +216,7 @@ static int sc_stream_follows(const sc_stream* s, const sc_stream* t, uint64_t se
  * With `internal` (CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES), a block whose free
  * s is not ordered after may be taken too: as CUDA does, s then waits for that free (a
  * dependency the application never asked for, which CUDA inserts rather than grow the
- * pool; softcuda does it first, so tests meet it). */
+ * pool; with SOFTCUDA_POOL_INTERNAL_REUSE=1 softcuda does it first, so tests meet it). */
 static sc_block* sc_pool_take_pending_locked(sc_pool* p, sc_stream* s, size_t need, int internal) {
   size_t i;
   for (i = 0; i < sc.nallocs; ++i) {

@@ -255,7 +255,7 @@ typedef struct sc_global {
   int leaks_fatal;
   int verbose;
   int no_memops; /* SOFTCUDA_NO_MEMOPS: no 64-bit stream memory operations, no WAIT_VALUE_NOR */
-  int pool_internal_reuse; /* SOFTCUDA_POOL_INTERNAL_REUSE (default 1): see pool.c */
+  int pool_internal_reuse; /* SOFTCUDA_POOL_INTERNAL_REUSE=1: see pool.c */
   /* handle table */
   sc_obj** objs;
   uint64_t nobjs, cap_objs;
