@@ -354,6 +354,10 @@ static char* gpuhal__strdup(const gpuhal_allocator_t* a, const char* s) {
 #define gpuhal__atomic_sub(p, v) __atomic_sub_fetch((p), (v), __ATOMIC_ACQ_REL)
 #define gpuhal__atomic_cas(p, expected_ptr, desired) \
   __atomic_compare_exchange_n((p), (expected_ptr), (desired), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
+#define gpuhal__atomic_exchange(p, v) __atomic_exchange_n((p), (v), __ATOMIC_ACQ_REL)
+/* Orders a store before a later load of another variable (two threads that each store one
+ * flag and then read the other's: at least one sees the other's). */
+#define gpuhal__atomic_fence() __atomic_thread_fence(__ATOMIC_SEQ_CST)
 
 /* ---- objects: a header every ref-counted gpuhal object starts with ----
  * `magic` names the type. An object's memory comes from its driver's object pool (below),

@@ -794,7 +794,10 @@ static gpuhal_status_t gpuhal__cb_destroy_graph_current(void* arg) {
   gpuhal_command_buffer_t* cb = (gpuhal_command_buffer_t*)arg;
   const gpuhal__cuda_symbols_t* cu = cb->device->cu;
   gpuhal_status_t st = NULL, st2 = NULL, st3 = NULL;
-  if (cb->exec) st = GPUHAL__CU(cu, cuGraphExecDestroy, (cb->exec));
+  if (cb->exec) {
+    st = GPUHAL__CU(cu, cuGraphExecDestroy, (cb->exec));
+    gpuhal__device_room_give(cb->device);
+  }
   if (cb->graph) st2 = GPUHAL__CU(cu, cuGraphDestroy, (cb->graph));
   if (cb->staging) st3 = gpuhal__device_free(cb->device, NULL, cb->staging); /* may be put off */
   cb->exec = NULL;
@@ -1301,7 +1304,7 @@ static gpuhal_status_t gpuhal__native_capture_on_worker(void* arg) {
   const gpuhal__cuda_symbols_t* cu = c->cb->device->cu;
   CUstream stream = NULL;
   gpuhal_status_t st, st2;
-  GPUHAL__CU_RETURN(cu, cuStreamCreate, (&stream, CU_STREAM_NON_BLOCKING));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_stream_create(c->cb->device, &stream));
   st = GPUHAL__CU(cu, cuStreamBeginCapture, (stream, CU_STREAM_CAPTURE_MODE_RELAXED));
   if (!st) {
     st = gpuhal__native_issue_group(c->cb, c->first, stream);
@@ -1313,7 +1316,7 @@ static gpuhal_status_t gpuhal__native_capture_on_worker(void* arg) {
       c->graph = NULL;
     }
   }
-  st2 = GPUHAL__CU(cu, cuStreamDestroy, (stream));
+  st2 = gpuhal__device_stream_destroy(c->cb->device, stream);
   if (!st) st = st2;
   else gpuhal_status_free(st2);
   return st;
@@ -1716,7 +1719,11 @@ static gpuhal_status_t gpuhal__cb_build_graph(gpuhal_command_buffer_t* cb) {
     if (!st) st = gpuhal__graph_add_node(&b, cmd);
   }
   gpuhal__free(device->allocator, b.segment);
-  if (!st && cb->node_count) st = GPUHAL__CU(device->cu, cuGraphInstantiateWithFlags, (&cb->exec, cb->graph, 0));
+  if (!st && cb->node_count) {
+    gpuhal__device_room_take(device);
+    st = GPUHAL__CU(device->cu, cuGraphInstantiateWithFlags, (&cb->exec, cb->graph, 0));
+    if (st) gpuhal__device_room_give(device);
+  }
   return st;
 }
 

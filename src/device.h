@@ -118,6 +118,13 @@ typedef struct gpuhal_queue_tuning_t {
    * of them parked on a wait, other streams' work queues up behind it, and work the parked
    * value depends on never runs (tools/probe/alias_probe.c). */
   int32_t gpu_parked_max;
+  /* The memop path: room for this many more streams and graph executables that gpuhal keeps
+   * in a GPU's context while work waits there for a value (0 = 64; < 0 = none: parking is
+   * then bounded by gpu_parked_max only). CUDA grows its per-context store of streams and
+   * executables in steps, and a step waits for every stream of the context, parked ones
+   * too (tools/probe/live_probe.c); gpuhal grows it ahead while nothing is parked and parks
+   * nothing while less room is left. */
+  int32_t park_headroom;
 } gpuhal_queue_tuning_t;
 
 typedef struct gpuhal_device_params_t {
@@ -166,6 +173,19 @@ GPUHAL_API gpuhal_driver_t* gpuhal_device_driver(gpuhal_device_t* device);
     GPUHAL__CHECK_OBJECT(obj, magic);                                          \
   } while (0)
 
+/* What gpuhal devices of one ordinal share: its primary context. Atomic fields. */
+typedef struct gpuhal__ordinal_s {
+  /* Side streams holding work that may wait on the GPU for a value (the bound is
+   * gpuhal_queue_tuning_t.gpu_parked_max, queue.h). */
+  int32_t parked;
+  /* Streams and graph executables gpuhal holds in the context, and how many the context is
+   * known to have held at once: CUDA keeps a store of that size (gpuhal__device_room_take). */
+  int32_t room_live;
+  int32_t room;
+  int32_t room_growing; /* 1 while a thread grows the room; nothing parks meanwhile */
+  int32_t room_warned;  /* the warning that a creation may wait for parked work was logged */
+} gpuhal__ordinal_t;
+
 struct gpuhal_driver_s {
   gpuhal__object_t header;
   gpuhal_allocator_t allocator;
@@ -198,10 +218,8 @@ struct gpuhal_driver_s {
    * Driver-wide: gpuhal devices of one ordinal share its primary context. */
   gpuhal__mutex_t parked_mutex;
   int32_t gpu_waits;
-  /* Per ordinal (atomic): streams of gpuhal devices of that ordinal that hold work which may
-   * wait on the GPU for a value. They share the context's hardware queues, so the bound on
-   * them (gpuhal_queue_tuning_t.gpu_parked_max) is per ordinal (queue.h). */
-  int32_t* parked_streams;
+  /* Per ordinal: gpuhal devices of one ordinal share its primary context. */
+  gpuhal__ordinal_t* ordinals;
   struct gpuhal__deferred_call_s* deferred;
   gpuhal__mutex_t words_mutex;
   struct gpuhal__word_slab_s* word_slabs;
@@ -569,8 +587,9 @@ static gpuhal_status_t gpuhal__driver_init_cuda(gpuhal_driver_t* driver) {
   if ((int)result == 0) GPUHAL__CU_RETURN(cu, cuDeviceGetCount, (&driver->device_count));
   if (driver->device_count < 0) driver->device_count = 0;
   if (driver->device_count > 0)
-    GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(&driver->allocator, sizeof(int32_t) * (size_t)driver->device_count,
-                                                 "parked stream counts", (void**)&driver->parked_streams));
+    GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(&driver->allocator,
+                                                 sizeof(gpuhal__ordinal_t) * (size_t)driver->device_count,
+                                                 "per-ordinal state", (void**)&driver->ordinals));
   return NULL;
 }
 
@@ -600,11 +619,12 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
   gpuhal__driver_flush_deferred(driver); /* no device is left: nothing waits on the GPU */
 #endif
   gpuhal__mutex_destroy(&driver->parked_mutex);
-  if (driver->parked_streams) {
+  if (driver->ordinals) {
     int i;
-    for (i = 0; i < driver->device_count; ++i) GPUHAL_ASSERT(driver->parked_streams[i] == 0);
+    for (i = 0; i < driver->device_count; ++i)
+      GPUHAL_ASSERT(driver->ordinals[i].parked == 0 && driver->ordinals[i].room_live == 0);
   }
-  gpuhal__free(&driver->allocator, driver->parked_streams);
+  gpuhal__free(&driver->allocator, driver->ordinals);
   gpuhal__semaphore_words_free(driver);
   gpuhal__mutex_destroy(&driver->words_mutex);
   gpuhal__object_pool_deinit(&driver->objects);
@@ -894,11 +914,97 @@ static gpuhal_status_t gpuhal__device_resolve_params(gpuhal_device_t* device, co
   return NULL;
 }
 
+/* ---- room for streams and graph executables (the memop path) ----
+ * CUDA keeps a per-context store for streams and graph executables (of any node but empty
+ * ones) that grows in steps as more are held at once and keeps its size when they are
+ * destroyed; a step waits for every stream of the context to drain, a stream parked on a
+ * value wait too (tools/probe/live_probe.c: on an H200 the 33rd live stream or executable
+ * in a fresh context, then every 40 or so). A creation that takes a step while work is
+ * parked on a value that the creating thread, or a worker stuck behind it, would signal
+ * never returns. So every cuStreamCreate and cuGraphInstantiate* of gpuhal goes through
+ * gpuhal__device_room_take / _give; on the memop path gpuhal grows the store ahead
+ * (creating and destroying streams) while nothing of the ordinal is parked, and nothing
+ * parks while less than tuning.park_headroom room is left (gpuhal__device_room_allows_park).
+ * Streams and graphs the application creates itself in the context are not counted. */
+
+static int32_t gpuhal__device_room_headroom(const gpuhal_device_t* device) {
+  int32_t h = device->params.tuning.park_headroom;
+  return h == 0 ? 64 : h < 0 ? 0 : h;
+}
+
+/* Grows the store to hold `target` of gpuhal's objects at once by holding that many
+ * briefly; the context is current and nothing of the ordinal parks meanwhile. */
+static void gpuhal__device_room_grow(gpuhal_device_t* device, gpuhal__ordinal_t* o, int32_t target) {
+  CUstream* held = NULL;
+  int32_t n = target - gpuhal__atomic_load(&o->room_live), made = 0, live, i;
+  if (n <= 0 || gpuhal__alloc_zeroed(device->allocator, sizeof(CUstream) * (size_t)n, "room streams", (void**)&held))
+    return;
+  while (made < n && device->cu->cuStreamCreate(&held[made], CU_STREAM_NON_BLOCKING) == 0) made++;
+  live = gpuhal__atomic_load(&o->room_live);
+  for (i = 0; i < made; ++i) device->cu->cuStreamDestroy(held[i]);
+  gpuhal__free(device->allocator, held);
+  if (made + live > gpuhal__atomic_load(&o->room)) gpuhal__atomic_store(&o->room, made + live);
+  gpuhal__log(device->logger, GPUHAL_LOG_DEBUG, "device %d: room for %d streams and graph executables in its context",
+              device->ordinal, made + live);
+}
+
+/* Before a stream or graph executable is created in the device's context (current). */
+static void gpuhal__device_room_take(gpuhal_device_t* device) {
+  gpuhal__ordinal_t* o = &device->driver->ordinals[device->ordinal];
+  int32_t live = gpuhal__atomic_add(&o->room_live, 1), headroom = gpuhal__device_room_headroom(device);
+  int32_t unused = 0;
+  if (!device->driver->memops || headroom == 0 || gpuhal__atomic_load(&o->room) - live >= headroom) return;
+  if (gpuhal__atomic_cas(&o->room_growing, &unused, 1)) {
+    /* A park reserves first and then looks at room_growing (gpuhal__device_room_allows_park):
+     * with the fences, one of the two sees the other. */
+    gpuhal__atomic_fence();
+    if (gpuhal__atomic_load(&o->parked) == 0) gpuhal__device_room_grow(device, o, live + 2 * headroom);
+    gpuhal__atomic_store(&o->room_growing, 0);
+  }
+  if (live > gpuhal__atomic_load(&o->room) && gpuhal__atomic_load(&o->parked) > 0 &&
+      gpuhal__atomic_exchange(&o->room_warned, 1) == 0)
+    gpuhal__log(device->logger, GPUHAL_LOG_WARN,
+                "device %d: %d streams and graph executables are alive in its context while work waits there for a "
+                "value: CUDA may wait for that work before it creates another (raise tuning.park_headroom)",
+                device->ordinal, live);
+}
+
+/* After a stream or graph executable of gpuhal was destroyed (or its creation failed). */
+static void gpuhal__device_room_give(gpuhal_device_t* device) {
+  gpuhal__atomic_sub(&device->driver->ordinals[device->ordinal].room_live, 1);
+}
+
+/* 1 when work of the device may park on the GPU as far as the room goes; called with a park
+ * reservation of the ordinal held. */
+static int gpuhal__device_room_allows_park(const gpuhal_device_t* device) {
+  gpuhal__ordinal_t* o = &device->driver->ordinals[device->ordinal];
+  int32_t headroom = gpuhal__device_room_headroom(device);
+  gpuhal__atomic_fence(); /* the reservation before the look (gpuhal__device_room_take) */
+  if (gpuhal__atomic_load(&o->room_growing)) return 0;
+  return headroom == 0 || gpuhal__atomic_load(&o->room) - gpuhal__atomic_load(&o->room_live) >= headroom;
+}
+
+/* cuStreamCreate with the room counted. */
+static gpuhal_status_t gpuhal__device_stream_create(gpuhal_device_t* device, CUstream* out) {
+  gpuhal_status_t status;
+  gpuhal__device_room_take(device);
+  status = GPUHAL__CU(device->cu, cuStreamCreate, (out, CU_STREAM_NON_BLOCKING));
+  if (status) gpuhal__device_room_give(device);
+  return status;
+}
+
+/* cuStreamDestroy with the room counted (the stream is gone whatever it returns). */
+static gpuhal_status_t gpuhal__device_stream_destroy(gpuhal_device_t* device, CUstream stream) {
+  gpuhal_status_t status = GPUHAL__CU(device->cu, cuStreamDestroy, (stream));
+  gpuhal__device_room_give(device);
+  return status;
+}
+
 static gpuhal_status_t gpuhal__device_create_streams(void* arg) {
   gpuhal_device_t* device = (gpuhal_device_t*)arg;
   uint32_t i;
   for (i = 0; i < device->queue_count; ++i)
-    GPUHAL__CU_RETURN(device->cu, cuStreamCreate, (&device->streams[i], CU_STREAM_NON_BLOCKING));
+    GPUHAL__RETURN_IF_ERROR(gpuhal__device_stream_create(device, &device->streams[i]));
   return NULL;
 }
 
@@ -913,7 +1019,7 @@ static gpuhal_status_t gpuhal__device_destroy_streams(void* arg) {
     {
       /* Destroyed even when the synchronize failed (a lost device): cuStreamDestroy is legal
        * with work pending, and skipping it would leak the stream. */
-      gpuhal_status_t destroyed = GPUHAL__CU(device->cu, cuStreamDestroy, (device->streams[i]));
+      gpuhal_status_t destroyed = gpuhal__device_stream_destroy(device, device->streams[i]);
       if (!status) status = destroyed;
       else gpuhal_status_free(destroyed);
     }

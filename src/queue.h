@@ -52,8 +52,10 @@
  * At most tuning.gpu_parked_max side streams per ordinal (all gpuhal devices of it share
  * its context) are busy at once: CUDA shares a few hardware queues among a context's
  * streams, and past a few parked ones other streams' work stalls behind them; beyond the
- * bound, work waits on the host as on the event path. A queue's stream never waits on
- * provisional work's event. While any work may wait on the GPU, calls that wait for an idle
+ * bound, work waits on the host as on the event path; and nothing parks while CUDA's
+ * store of streams and graph executables has less than tuning.park_headroom room left
+ * (growing it waits for parked streams: gpuhal__device_room_take, device.h). A queue's
+ * stream never waits on provisional work's event. While any work may wait on the GPU, calls that wait for an idle
  * context (frees, module unloads) are put off driver-wide (gpuhal__device_sync_call);
  * gpuhal's own kernels load at device creation.
  *
@@ -329,6 +331,7 @@ static gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_queue_tun
     t.gpu_parked_max = (int32_t)(connections > 0 && connections <= 1024 ? connections / 4 : 2);
   }
   if (t.gpu_parked_max < 0) t.gpu_parked_max = 0; /* none */
+  /* park_headroom: gpuhal__device_room_headroom (device.h) reads it */
   return t;
 }
 
@@ -340,17 +343,22 @@ static int gpuhal__park_reserve(gpuhal__queue_state_t* state) {
   gpuhal_device_t* device = state->device;
   int32_t* count;
   int32_t now;
-  if (!state->memops || state->tuning.gpu_parked_max <= 0 || device->no_gpu_park || !device->driver->parked_streams)
+  if (!state->memops || state->tuning.gpu_parked_max <= 0 || device->no_gpu_park || !device->driver->ordinals)
     return 0;
-  count = &device->driver->parked_streams[device->ordinal];
+  count = &device->driver->ordinals[device->ordinal].parked;
   now = gpuhal__atomic_load(count);
   while (now < state->tuning.gpu_parked_max)
-    if (gpuhal__atomic_cas(count, &now, now + 1)) return 1;
+    if (gpuhal__atomic_cas(count, &now, now + 1)) {
+      /* and only while CUDA's store of streams has room (device.h, gpuhal__device_room_take) */
+      if (gpuhal__device_room_allows_park(device)) return 1;
+      gpuhal__atomic_sub(count, 1);
+      return 0;
+    }
   return 0;
 }
 
 static void gpuhal__park_release(gpuhal__queue_state_t* state, int32_t n) {
-  if (n > 0) gpuhal__atomic_sub(&state->device->driver->parked_streams[state->device->ordinal], n);
+  if (n > 0) gpuhal__atomic_sub(&state->device->driver->ordinals[state->device->ordinal].parked, n);
 }
 
 /* 1 when the calling thread is one of the queue's own threads (device teardown must not

@@ -176,7 +176,7 @@ static gpuhal_status_t gpuhal__side_stream_acquire(gpuhal__queue_state_t* state,
     state->side_capacity = grown;
     gpuhal__mutex_unlock(&state->mutex);
   }
-  GPUHAL__CU_RETURN(state->device->cu, cuStreamCreate, (&stream, CU_STREAM_NON_BLOCKING));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_stream_create(state->device, &stream));
   gpuhal__mutex_lock(&state->mutex);
   state->side_streams[state->side_count++] = stream;
   gpuhal__mutex_unlock(&state->mutex);

@@ -98,7 +98,7 @@ static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
   for (i = 0; i < state->device->queue_count; ++i)
     if (state->lanes[i].side_tail) gpuhal_status_free(GPUHAL__CU(state->device->cu, cuEventDestroy, (state->lanes[i].side_tail)));
   for (i = 0; i < state->side_count; ++i) {
-    gpuhal_status_t status = GPUHAL__CU(state->device->cu, cuStreamDestroy, (state->side_streams[i]));
+    gpuhal_status_t status = gpuhal__device_stream_destroy(state->device, state->side_streams[i]);
     if (status) {
       gpuhal__log(state->device->logger, GPUHAL_LOG_WARN, "device %d: destroying a side stream: %s",
                   state->device->ordinal, gpuhal_status_message(status));

@@ -214,8 +214,9 @@ static void qr_dump(qr_world_t* w) {
   }
   for (d = 0; d < QR_DEVICES; ++d) {
     gpuhal__queue_state_t* st = gpuhal__queue_state(w->devices[d]);
-    fprintf(stderr, "  device %d: parked %d outstanding %llu in_flight %u side %u/%u\n", d,
-            w->devices[d]->driver->parked_streams ? w->devices[d]->driver->parked_streams[0] : -1,
+    gpuhal__ordinal_t* o = &w->devices[d]->driver->ordinals[0];
+    fprintf(stderr, "  device %d: parked %d streams+graphs %d of room %d outstanding %llu in_flight %u side %u/%u\n", d,
+            o->parked, o->room_live, o->room,
             (unsigned long long)st->outstanding, st->in_flight_count, st->side_count, st->side_free_count);
     qr_dump_list("pending", &st->pending);
     qr_dump_list("incoming", &st->incoming);

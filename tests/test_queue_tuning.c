@@ -218,7 +218,88 @@ TU_TEST(semaphore_memops_gated_bound) {
 /* Two gpuhal devices of one GPU share its context and hardware queues: one bound for both. */
 TU_TEST(semaphore_memops_gated_two_devices_one_gpu) { tt_run_gated(0, 2); }
 
+/* tuning.park_headroom at 4: a dispatch parks behind a gate, then GRAPH command buffers are
+ * made while it waits (nothing may grow CUDA's store of streams and executables while work
+ * is parked): once less than 4 of room is left, more work behind the gate must wait on the
+ * host (softcuda counts parked streams). After the gate, with nothing parked, the next
+ * command buffer grows the room again and gated work parks again. */
+enum { TT_ROOM_GRAPHS = 6 };
+static gpuhal_command_buffer_t* tt_fill_graph(gpuhal_device_t* device, gpuhal_buffer_t* buffer) {
+  gpuhal_command_buffer_t* cb = NULL;
+  uint32_t pattern = 5;
+  TU_CHECK_OK(gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cb));
+  if (!cb) return NULL;
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  TU_CHECK_OK(gpuhal_cmd_fill(cb, gpuhal_ref_buffer(buffer, 0), 64, &pattern, 4));
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  return cb;
+}
+static int tt_gated_parks(gpuhal_device_t* device, gpuhal_semaphore_t* gate, uint64_t gate_value, gpuhal_semaphore_t* done,
+                          uint64_t first, int n) {
+  int i;
+  qt_softcuda_parked_peak(1);
+  for (i = 0; i < n; ++i) {
+    uint64_t v = first + (uint64_t)i;
+    TU_CHECK_OK(gpuhal_queue_execute(device, (uint32_t)i % 2u, gpuhal_semaphore_list_one(&gate, &gate_value),
+                                     gpuhal_semaphore_list_one(&done, &v), NULL, NULL));
+  }
+  qc_sleep_ms(50); /* what may park has parked */
+  return qt_softcuda_parked_peak(0);
+}
+TU_TEST(semaphore_memops_park_headroom) {
+  gpuhal_driver_options_t options;
+  gpuhal_device_params_t params;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal_semaphore_t *gate = NULL, *done_a = NULL, *done_b = NULL;
+  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_command_buffer_t* graphs[TT_ROOM_GRAPHS + 1];
+  int count = 0, i, peak;
+  memset(graphs, 0, sizeof(graphs));
+  memset(&options, 0, sizeof(options));
+  memset(&params, 0, sizeof(params));
+  options.semaphore_memops = 1;
+  params.queue_count = 2;
+  params.tuning.park_headroom = 4;
+  TU_REQUIRE_OK(gpuhal_driver_create(&options, &driver));
+  TU_CHECK_OK(gpuhal_driver_device_count(driver, &count));
+  if (count == 0 || !gpuhal_driver_has_feature(driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
+    gpuhal_driver_release(driver);
+    TU_SKIP("no 64-bit stream memory operations on every device");
+  }
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &device));
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, 64, &buffer));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &gate));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &done_a));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &done_b));
+  peak = tt_gated_parks(device, gate, 1, done_a, 1, 1);
+  if (peak >= 0) TU_CHECK_EQ_INT(peak, 1);
+  for (i = 0; i < TT_ROOM_GRAPHS; ++i) graphs[i] = tt_fill_graph(device, buffer);
+  peak = tt_gated_parks(device, gate, 1, done_a, 2, 4);
+  if (peak >= 0) {
+    fprintf(stderr, "  with %d graphs made while work was parked, a stream parked anew: %s (room left < 4: none)\n",
+            TT_ROOM_GRAPHS, peak ? "yes" : "no");
+    TU_CHECK_EQ_INT(peak, 0); /* the peak counts streams that parked since the reset */
+  }
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done_a, 5, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(30)));
+  graphs[TT_ROOM_GRAPHS] = tt_fill_graph(device, buffer); /* nothing parked: grows the room */
+  peak = tt_gated_parks(device, gate, 2, done_b, 1, 2);
+  if (peak >= 0) TU_CHECK_EQ_INT(peak, 2);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 2));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done_b, 2, qt_seconds(30)));
+  for (i = 0; i <= TT_ROOM_GRAPHS; ++i) gpuhal_command_buffer_release(graphs[i]);
+  gpuhal_buffer_release(buffer);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done_a);
+  gpuhal_semaphore_release(done_b);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+}
+
 TU_MAIN(TU_CASE(defaults), TU_CASE(no_spin_short_sleeps), TU_CASE(completion_looks_at_once_and_polls_often),
         TU_CASE(completion_ages_work_long), TU_CASE(harvest_off_and_eager), TU_CASE(worker_issues_everything),
         TU_CASE(semaphore_memops), TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked),
-        TU_CASE(semaphore_memops_gated_bound), TU_CASE(semaphore_memops_gated_two_devices_one_gpu))
+        TU_CASE(semaphore_memops_gated_bound), TU_CASE(semaphore_memops_gated_two_devices_one_gpu),
+        TU_CASE(semaphore_memops_park_headroom))

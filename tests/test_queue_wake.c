@@ -16,7 +16,10 @@
  *     on nothing (a CUDA pool may hand it the freed block and make it wait for that free);
  *  7. a GRAPH command buffer of a kernel never launched is recorded while work waits on the
  *     GPU (CUDA's first graph instantiation of a lazily loaded kernel waits for an idle
- *     context, and on an H200 holds a lock every launch and event record then waits for).
+ *     context, and on an H200 holds a lock every launch and event record then waits for);
+ *  8. a hundred GRAPH command buffers are made while work waits on the GPU (CUDA grows its
+ *     store of streams and graph executables in steps that wait for every stream of the
+ *     context).
  *
  * CTest runs it on the memop path and, as test_queue_wake_events, on the event path. Every
  * wait has a timeout; device release runs under a watchdog. */
@@ -518,7 +521,78 @@ TU_TEST(graph_recorded_while_work_is_parked) {
   qw_close(&f);
 }
 
+/* ---- 8. many graph executables made while work waits on the GPU ----
+ * CUDA's per-context store of streams and graph executables grows in steps, and a step
+ * waits for every stream of the context, a parked one too (tools/probe/live_probe.c: the
+ * 33rd live one in a fresh context on an H200; softcuda models it). With a dispatch parked
+ * behind a gate that this thread opens afterwards, QW_LIVE reusable GRAPH command buffers
+ * are made and each is queued behind the same gate: all of it must return, then run once
+ * the gate opens. (A second device is not made there: it loads gpuhal's kernels, which
+ * waits for parked work, as documented.) */
+enum { QW_LIVE = 100 };
+typedef struct qw_make_s {
+  qw_fixture_t* f;
+  gpuhal_semaphore_t *gate, *many;
+  gpuhal_command_buffer_t* cbs[QW_LIVE];
+  gpuhal_status_t status;
+} qw_make_t;
+static void qw_make_fn(void* p) {
+  qw_make_t* m = (qw_make_t*)p;
+  gpuhal_arg_t arg = gpuhal_arg_buffer(m->f->counter, 0);
+  uint64_t one = 1;
+  int i;
+  for (i = 0; i < QW_LIVE && !m->status; ++i) {
+    uint64_t v = (uint64_t)i + 1;
+    m->status = qc_record_dispatch(m->f->device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, m->f->inc, 1,
+                                   1, 1, &arg, &m->cbs[i]);
+    if (!m->status)
+      m->status = gpuhal_queue_execute(m->f->device, 1, gpuhal_semaphore_list_one(&m->gate, &one),
+                                       gpuhal_semaphore_list_one(&m->many, &v), m->cbs[i], NULL);
+  }
+}
+
+TU_TEST(many_graphs_made_while_work_is_parked) {
+  qw_fixture_t f;
+  qw_make_t make;
+  qc_async_t async;
+  gpuhal_semaphore_t* done = NULL;
+  uint64_t one = 1;
+  int i, made = 0;
+  if (!qw_open(&f, 2)) TU_SKIP("no device or test kernels");
+  memset(&make, 0, sizeof(make));
+  make.f = &f;
+  make.gate = qc_semaphore_new(f.driver);
+  make.many = qc_semaphore_new(f.driver);
+  done = qc_semaphore_new(f.driver);
+  TU_REQUIRE(make.gate && make.many && done);
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&make.gate, &one),
+                                   gpuhal_semaphore_list_one(&done, &one), f.stream_cb, NULL));
+  qw_sleep_us(20000); /* issued (parked on the memop path) by now */
+  if (qc_async_start(&async, qw_make_fn, &make)) {
+    made = qc_async_wait(&async, 10000);
+    if (!made)
+      TU_FAIL_AT(__FILE__, __LINE__, "making %d GRAPH command buffers did not return within 10 s while work was parked",
+                 QW_LIVE);
+    TU_CHECK_OK(gpuhal_semaphore_signal(make.gate, 1));
+    qc_async_join(&async, "making command buffers after the gate opened");
+  } else {
+    TU_CHECK_OK(gpuhal_semaphore_signal(make.gate, 1));
+  }
+  TU_CHECK_OK(make.status);
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(QW_WAIT_S)));
+  if (made && !make.status) {
+    TU_CHECK_OK(gpuhal_semaphore_wait(make.many, QW_LIVE, qt_seconds(QW_WAIT_S)));
+    TU_CHECK_EQ_INT(qw_counter(&f), 1 + QW_LIVE);
+  }
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QW_WAIT_S)));
+  for (i = 0; i < QW_LIVE; ++i) gpuhal_command_buffer_release(make.cbs[i]);
+  gpuhal_semaphore_release(make.gate);
+  gpuhal_semaphore_release(make.many);
+  gpuhal_semaphore_release(done);
+  qw_close(&f);
+}
+
 TU_MAIN(TU_CASE(one_signal_releases_many), TU_CASE(long_chain_submitted_backwards),
         TU_CASE(waits_registered_in_shuffled_order), TU_CASE(host_function_signals_other_work),
         TU_CASE(signals_race_device_release), TU_CASE(free_behind_a_wait_does_not_hold_up_allocations),
-        TU_CASE(graph_recorded_while_work_is_parked))
+        TU_CASE(graph_recorded_while_work_is_parked), TU_CASE(many_graphs_made_while_work_is_parked))

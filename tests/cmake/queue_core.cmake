@@ -10,15 +10,8 @@ set(GPUHAL_RANDOM_OPS "300" CACHE STRING "test_queue_random: operations per thre
 foreach(t test_queue_core test_queue_reject test_queue_random test_queue_wake)
   if(TARGET ${t})
     # GPU-resident values are opt-in: the first run turns them on (softcuda and a real GPU
-    # alike); the _events twin runs the same binary on the event path. Except
-    # test_queue_random on a real GPU: on an H200 it still hangs on the memop path at 300
-    # hops per thread (issue #14 stays open for it): an application thread's
-    # cuGraphInstantiateWithFlags (recording a GRAPH command buffer) waits inside the driver
-    # while streams are parked, holding a lock the workers' cuEventRecord and
-    # cuLaunchKernel then wait for. There it takes the event path too.
-    if(NOT (t STREQUAL "test_queue_random" AND NOT GPUHAL_TEST_DRIVER STREQUAL "softcuda"))
-      set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "GPUHAL_SEMAPHORE_MEMOPS=1")
-    endif()
+    # alike); the _events twin runs the same binary on the event path.
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "GPUHAL_SEMAPHORE_MEMOPS=1")
     add_test(NAME ${t}_events COMMAND ${t})
     set_tests_properties(${t}_events PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
     set_property(TEST ${t}_events APPEND PROPERTY ENVIRONMENT ${GPUHAL_TEST_ENV} "SOFTCUDA_NO_MEMOPS=1")

@@ -88,6 +88,8 @@ static void sc_configure_locked(void) {
   sc.no_memops = e && *e && strcmp(e, "0") != 0;
   e = getenv("SOFTCUDA_POOL_INTERNAL_REUSE");
   sc.pool_internal_reuse = e && *e && strcmp(e, "0") != 0;
+  e = getenv("SOFTCUDA_STREAM_ROOM");
+  sc.stream_room = e && *e ? atoi(e) : 32;
   e = getenv("SOFTCUDA_VERBOSE");
   sc.verbose = e && *e && strcmp(e, "0") != 0;
   e = getenv("SOFTCUDA_FAULTS");
@@ -562,6 +564,21 @@ static void sc_ctx_sync_locked(sc_ctx* c) {
     sc_wait_stream_seq(s, s->enq_seq, 0);
   }
   if (c->null_stream) sc_wait_stream_seq(c->null_stream, c->null_stream->enq_seq, 0);
+}
+
+/* A stream or graph executable is about to be created in c (under sc.mu). As on an H200
+ * (tools/probe/live_probe.c): the context's store for them starts with room for 32, grows by
+ * a step when more are alive at once, keeps its size when they die, and a step waits for
+ * every stream of the context, one parked on a value wait too (with sc.mu released). */
+#define SC_ROOM_STEP 43
+static void sc_room_take_locked(sc_ctx* c) {
+  if (c->room == 0) c->room = sc.stream_room;
+  if (++c->room_live <= c->room || sc.stream_room <= 0) return;
+  c->room += SC_ROOM_STEP;
+  sc_ctx_sync_locked(c);
+}
+static void sc_room_give_locked(sc_ctx* c) {
+  if (c->room_live > 0) c->room_live--;
 }
 
 CUresult CUDAAPI sc_cuCtxSynchronize(void) {

@@ -823,6 +823,7 @@ typedef struct sc_exec {
   sc_flat f;
   sc_stream* last_s; /* its latest launch (referenced): the next one waits for it */
   uint64_t last_seq;
+  sc_ctx* room_ctx; /* holds a place in this context's store (sc_room_take_locked) */
 } sc_exec;
 
 static void sc_exec_free(sc_obj* o) {
@@ -873,7 +874,9 @@ CUresult CUDAAPI sc_cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgrap
           sc_ctx_sync_locked(fn->mod->ctx);
           fn->loaded = 1;
         }
+        if (p->op && p->op->run != sc_run_nothing && !x->room_ctx && x->h.owner) x->room_ctx = x->h.owner;
       }
+      if (x->room_ctx) sc_room_take_locked(x->room_ctx); /* executables of empty nodes alone take none */
       sc_obj_register(&x->h);
       *phGraphExec = (CUgraphExec)(uintptr_t)SC_HANDLE(x);
     }
@@ -888,7 +891,11 @@ CUresult CUDAAPI sc_cuGraphExecDestroy(CUgraphExec hGraphExec) {
   SC_ENTER(cuGraphExecDestroy);
   SC_LOCK();
   r = sc_get_exec(hGraphExec, &x);
-  if (r == CUDA_SUCCESS) sc_obj_unregister(&x->h); /* launches in flight keep their reference */
+  if (r == CUDA_SUCCESS) {
+    if (x->room_ctx) sc_room_give_locked(x->room_ctx);
+    x->room_ctx = NULL;
+    sc_obj_unregister(&x->h); /* launches in flight keep their reference */
+  }
   SC_UNLOCK();
   return r;
 }

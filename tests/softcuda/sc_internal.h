@@ -102,6 +102,9 @@ struct sc_ctx {
   sc_stream* null_stream; /* the legacy default stream, created on first use */
   sc_stream** streams;    /* every stream with a live worker (including destroyed ones) */
   int nstreams, cap_streams;
+  /* CUDA's store for streams and graph executables: grown in steps of SC_ROOM_STEP when
+   * more are alive than it holds, and a step waits for every stream (sc_room_take_locked) */
+  int room_live, room;
   uint64_t peers[SC_MAX_DEVICES * 4]; /* handle values of peer contexts with access enabled */
   int npeers;
 };
@@ -256,6 +259,7 @@ typedef struct sc_global {
   int verbose;
   int no_memops; /* SOFTCUDA_NO_MEMOPS: no 64-bit stream memory operations, no WAIT_VALUE_NOR */
   int pool_internal_reuse; /* SOFTCUDA_POOL_INTERNAL_REUSE=1: see pool.c */
+  int stream_room; /* SOFTCUDA_STREAM_ROOM: a context's first store of streams and executables; 0: unbounded */
   /* handle table */
   sc_obj** objs;
   uint64_t nobjs, cap_objs;

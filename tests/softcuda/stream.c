@@ -212,6 +212,7 @@ CUresult CUDAAPI sc_cuStreamCreate(CUstream* phStream, unsigned int flags) {
   if (r == CUDA_SUCCESS) {
     sc_stream* s;
     sc_reap_locked(c);
+    sc_room_take_locked(c);
     s = sc_stream_new_locked(c, flags, 0);
     *phStream = (CUstream)(uintptr_t)SC_HANDLE(s);
   }
@@ -231,6 +232,7 @@ CUresult CUDAAPI sc_cuStreamDestroy(CUstream hStream) {
     sc_stream* s = (sc_stream*)o;
     /* returns at once; queued work still runs, then the worker exits */
     s->destroyed = 1;
+    sc_room_give_locked(s->ctx);
     pthread_cond_signal(&s->cv);
     sc_obj_unregister(o);
   }

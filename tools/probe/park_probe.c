@@ -113,6 +113,82 @@ static int p_graph_kernel_fresh(void) { return p_graph_kernel_of(fresh); }
 static int p_pool_trim(void) { CUmemoryPool pool; if (cuDeviceGetDefaultMemPool(&pool, 0)) return 1; return cuMemPoolTrimTo(pool, 0) ? 2 : 0; }
 static int p_freehost(void) { void* h; if (cuMemHostAlloc(&h, 4096, 0)) return 1; return cuMemFreeHost(h) ? 2 : 0; }
 static int p_hostregister(void) { static char buf[8192] __attribute__((aligned(4096))); if (cuMemHostRegister(buf, 4096, 0)) return 1; return cuMemHostUnregister(buf) ? 2 : 0; }
+/* Graphs of the other node kinds gpuhal records (each probe is the first of its kind in the
+ * process), large graphs, and many live executable graphs. */
+static CUdeviceptr scratch; static void* host_scratch;
+static int graph_run(CUgraph g) {
+  CUgraphExec e;
+  if (cuGraphInstantiateWithFlags(&e, g, 0)) return 13;
+  if (cuGraphLaunch(e, other) || cuStreamSynchronize(other)) return 14;
+  if (cuGraphExecDestroy(e)) return 15;
+  return cuGraphDestroy(g) ? 16 : 0;
+}
+static int graph_memset(unsigned elem) {
+  CUgraph g; CUgraphNode n; CUDA_MEMSET_NODE_PARAMS mp;
+  memset(&mp, 0, sizeof(mp));
+  mp.dst = scratch; mp.elementSize = elem; mp.width = 256 / elem; mp.height = 1; mp.value = 7;
+  if (cuGraphCreate(&g, 0) || cuGraphAddMemsetNode(&n, g, NULL, 0, &mp, ctx)) return 2;
+  return graph_run(g);
+}
+static int p_graph_memset1(void) { return graph_memset(1); }
+static int p_graph_memset4(void) { return graph_memset(4); }
+static int p_graph_memset2(void) { return graph_memset(2); }
+static int graph_memcpy(CUmemorytype st, CUmemorytype dt) {
+  CUgraph g; CUgraphNode n; CUDA_MEMCPY3D cp;
+  memset(&cp, 0, sizeof(cp));
+  cp.srcMemoryType = st; cp.dstMemoryType = dt;
+  if (st == CU_MEMORYTYPE_HOST) cp.srcHost = host_scratch; else cp.srcDevice = scratch + 4096;
+  if (dt == CU_MEMORYTYPE_HOST) cp.dstHost = host_scratch; else cp.dstDevice = scratch;
+  cp.WidthInBytes = 256; cp.Height = 1; cp.Depth = 1;
+  if (cuGraphCreate(&g, 0) || cuGraphAddMemcpyNode(&n, g, NULL, 0, &cp, ctx)) return 2;
+  return graph_run(g);
+}
+static int p_graph_memcpy_d2d(void) { return graph_memcpy(CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_DEVICE); }
+static int p_graph_memcpy_h2d(void) { return graph_memcpy(CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE); }
+static int p_graph_memcpy_d2h(void) { return graph_memcpy(CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST); }
+static int p_stream_memset(void) { return cuMemsetD32Async(scratch, 3, 64, other) || cuStreamSynchronize(other) ? 1 : 0; }
+static int p_graph_big(void) {
+  CUgraph g; CUgraphNode prev = NULL, n; CUDA_KERNEL_NODE_PARAMS kp; unsigned long long z = 0; void* args[] = {&z}; int i;
+  memset(&kp, 0, sizeof(kp));
+  if (cuModuleGetFunction(&kp.func, early, "k")) return 1;
+  kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1; kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1; kp.kernelParams = args;
+  if (cuGraphCreate(&g, 0)) return 2;
+  for (i = 0; i < 4000; ++i) { if (cuGraphAddKernelNode(&n, g, prev ? &prev : NULL, prev ? 1 : 0, &kp)) return 3; prev = n; }
+  return graph_run(g);
+}
+static volatile int live_progress;
+static int p_live_instantiate_only(void) {
+  static CUgraphExec live[20000]; CUgraph g; CUgraphNode n; CUDA_KERNEL_NODE_PARAMS kp; unsigned long long z = 0; void* args[] = {&z}; int i;
+  memset(&kp, 0, sizeof(kp));
+  if (cuModuleGetFunction(&kp.func, early, "k")) return 1;
+  kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1; kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1; kp.kernelParams = args;
+  if (cuGraphCreate(&g, 0) || cuGraphAddKernelNode(&n, g, NULL, 0, &kp)) return 2;
+  for (i = 0; i < 20000; ++i) { if (cuGraphInstantiateWithFlags(&live[i], g, 0)) return 3; live_progress = i + 1; }
+  for (i = 0; i < 20000; ++i) if (cuGraphExecDestroy(live[i])) return 6;
+  return cuGraphDestroy(g) ? 7 : 0;
+}
+static int p_launch_many(void) {
+  CUgraph g; CUgraphNode n; CUgraphExec e; CUDA_KERNEL_NODE_PARAMS kp; unsigned long long z = 0; void* args[] = {&z}; int i;
+  memset(&kp, 0, sizeof(kp));
+  if (cuModuleGetFunction(&kp.func, early, "k")) return 1;
+  kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1; kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1; kp.kernelParams = args;
+  if (cuGraphCreate(&g, 0) || cuGraphAddKernelNode(&n, g, NULL, 0, &kp) || cuGraphInstantiateWithFlags(&e, g, 0)) return 2;
+  for (i = 0; i < 20000; ++i) { if (cuGraphLaunch(e, other)) return 3; live_progress = i + 1; }
+  if (cuStreamSynchronize(other)) return 4;
+  return cuGraphExecDestroy(e) || cuGraphDestroy(g) ? 7 : 0;
+}
+static int p_graph_many_live(void) {
+  static CUgraphExec live[3000]; CUgraph g; CUgraphNode n; CUDA_KERNEL_NODE_PARAMS kp; unsigned long long z = 0; void* args[] = {&z}; int i;
+  memset(&kp, 0, sizeof(kp));
+  if (cuModuleGetFunction(&kp.func, early, "k")) return 1;
+  kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1; kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1; kp.kernelParams = args;
+  if (cuGraphCreate(&g, 0) || cuGraphAddKernelNode(&n, g, NULL, 0, &kp)) return 2;
+  for (i = 0; i < 3000; ++i) if (cuGraphInstantiateWithFlags(&live[i], g, 0)) return 3;
+  for (i = 0; i < 3000; ++i) if (cuGraphLaunch(live[i], other)) return 4;
+  if (cuStreamSynchronize(other)) return 5;
+  for (i = 0; i < 3000; ++i) if (cuGraphExecDestroy(live[i])) return 6;
+  return cuGraphDestroy(g) ? 7 : 0;
+}
 typedef struct { const char* name; probe_fn fn; } probe_t;
 static probe_t* current;
 static void* runner(void* a) { (void)a; cuCtxSetCurrent(ctx); int r = current->fn(); printf("  %-22s returned %d\n", current->name, r); fflush(stdout); done_flag = 1; return NULL; }
@@ -131,7 +207,13 @@ int main(void) {
                       {"graph of a used kernel", p_graph_kernel_warm}, {"graph of an unused kernel", p_graph_kernel_fresh},
                       {"graph after cuFuncLoad", p_graph_after_funcload}, {"graph after a stream launch", p_graph_after_launch},
                       {"graph after a graph", p_graph_after_graph}, {"cuGraphExecDestroy", p_exec_destroy},
-                      {"200 graphs made and destroyed", p_graph_churn}};
+                      {"200 graphs made and destroyed", p_graph_churn},
+                      {"graph memset 1 B (first)", p_graph_memset1}, {"graph memset 4 B (first)", p_graph_memset4},
+                      {"graph memset 2 B (first)", p_graph_memset2}, {"graph memcpy D2D (first)", p_graph_memcpy_d2d},
+                      {"graph memcpy H2D (first)", p_graph_memcpy_h2d}, {"graph memcpy D2H (first)", p_graph_memcpy_d2h},
+                      {"cuMemsetD32Async (first)", p_stream_memset}, {"graph of 4000 kernel nodes", p_graph_big},
+                      {"3000 live graph execs", p_graph_many_live},
+                      {"20000 live instantiations", p_live_instantiate_only}, {"20000 launches of one graph", p_launch_many}};
   (void)p_unload;
   if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) { printf("init failed\n"); return 1; }
   cuStreamCreate(&parked, CU_STREAM_NON_BLOCKING); cuStreamCreate(&other, CU_STREAM_NON_BLOCKING);
@@ -143,6 +225,7 @@ int main(void) {
     props.location.type = CU_MEM_LOCATION_TYPE_DEVICE; props.location.id = 0;
     if (cuMemPoolCreate(&big_pool, &props) || cuMemPoolSetAttribute(big_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero)) { printf("pool failed\n"); return 1; }
   }
+  if (cuMemAlloc(&scratch, 1 << 16) || cuMemHostAlloc(&host_scratch, 4096, 0)) { printf("scratch failed\n"); return 1; }
   cuMemHostAlloc((void**)&word, 8, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
   cuMemHostGetDevicePointer(&dword, (void*)word, 0);
   {
@@ -173,13 +256,15 @@ int main(void) {
   }
   for (i = 0; i < sizeof(probes) / sizeof(probes[0]); ++i) {
     pthread_t t; int waited = 0;
+    if (getenv("PROBE_ONLY") && !strstr(probes[i].name, getenv("PROBE_ONLY"))) continue;
     *word = 0;
     cuStreamWaitValue64(parked, dword, 1, CU_STREAM_WAIT_VALUE_GEQ);
     usleep(20000);
     done_flag = 0; current = &probes[i];
     pthread_create(&t, NULL, runner, NULL);
     while (!done_flag && waited < 2000) { usleep(1000); waited++; }
-    printf("%-26s %s while a stream is parked\n", probes[i].name, done_flag ? "returned" : "BLOCKS (2 s)");
+    printf("%-26s %s while a stream is parked (progress %d)\n", probes[i].name, done_flag ? "returned" : "BLOCKS (2 s)", live_progress);
+    live_progress = 0;
     fflush(stdout);
     *word = 1; /* release the parked stream */
     pthread_join(t, NULL);
