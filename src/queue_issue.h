@@ -56,7 +56,8 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
      * go to the GPU (asking only then whether another stream may park). */
     park = a->provisional;
     st = a->provisional ? GPUHAL__WAIT_PENDING : gpuhal__semaphore_check(w->semaphore, w->value, &q);
-    if (st == GPUHAL__WAIT_PENDING && !park && state->memops && !a->not_provisional) {
+    if (st == GPUHAL__WAIT_PENDING && !park && state->memops && !a->not_provisional &&
+        !gpuhal__atomic_load(&w->semaphore->queue_signalled)) {
       if (may_park < 0) may_park = a->park_reserved = gpuhal__park_reserve(state);
       park = may_park;
     }

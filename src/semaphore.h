@@ -135,6 +135,17 @@ struct gpuhal_semaphore_s {
    * the value lives in `value` alone. Set once, under the mutex. */
   volatile uint64_t* word;
   CUdeviceptr word_address;
+  /* The highest value a GPU wait was armed for. Only while the value is below it do
+   * signals write the word (a cuStreamWriteValue64 costs several times an event record to
+   * enqueue): past it no GPU wait needs their writes, and host advances keep raising the
+   * word for the waits armed later. Under the mutex. */
+  uint64_t armed_until;
+  /* 1 when the latest signal came from queue work (a published timepoint), 0 when from the
+   * host (gpuhal_semaphore_signal) or none came yet. Only a value the host is expected to
+   * signal is worth a GPU wait: one that queue work signals is awaited on the host until
+   * that work is submitted and then issued behind an event wait, which is cheaper to
+   * enqueue and to pass (bench_queue case 7). Atomic. */
+  int32_t queue_signalled;
   /* Signals of this semaphore being issued (between gpuhal__semaphore_signal_begin and
    * gpuhal__semaphore_add_timepoint): their work writes the word before its event is
    * recorded only if the word was armed at the begin, so no arming happens meanwhile.
@@ -413,7 +424,8 @@ static int gpuhal__semaphore_advance_from_event(gpuhal_semaphore_t* s, const gpu
 }
 
 /* A queue action starts issuing a signal of `s` (before its work's event is recorded).
- * Returns the device address of the word when it is armed, else 0: the work must then
+ * Returns the device address of the word when a GPU wait armed it for a value not reached
+ * yet (armed_until), else 0: the work must then
  * write its value there before the event, so that whoever sees the event complete (and
  * may store a higher value, as a host call after it does) comes after the write. Until
  * gpuhal__semaphore_add_timepoint or gpuhal__semaphore_signal_end, no wait arms `s`. */
@@ -421,7 +433,7 @@ static CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s) {
   CUdeviceptr armed;
   gpuhal__mutex_lock(&s->mutex);
   s->signalling++;
-  armed = s->word ? s->word_address : 0;
+  armed = s->word && s->armed_until > s->value ? s->word_address : 0;
   gpuhal__mutex_unlock(&s->mutex);
   return armed;
 }
@@ -459,6 +471,7 @@ static void gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuhal__timep
   n = s->timepoints.prev;
   while (n != &s->timepoints && GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link)->value > tp->value) n = n->prev;
   gpuhal__list_insert_after(n, &tp->link);
+  if (!s->queue_signalled) gpuhal__atomic_store(&s->queue_signalled, 1);
   gpuhal__semaphore_publish_newest_locked(s);
   gpuhal__semaphore_notify_locked(s, tp->value);
   gpuhal__semaphore_signal_end_locked(s);
@@ -572,6 +585,7 @@ static gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint6
         q->spare_word = NULL; /* consumed */
       }
       q->word_address = s->word_address;
+      if (value > s->armed_until) s->armed_until = value;
       state = GPUHAL__WAIT_ARMED;
     } else if (state == GPUHAL__WAIT_PENDING) {
       /* Not armed while a signal is being issued (see gpuhal__semaphore_signal_begin): the
@@ -703,6 +717,7 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_signal(gpuhal_semaphore_t* semaphore
                                 (unsigned long long)value, (unsigned long long)semaphore->value);
   } else {
     gpuhal__semaphore_store_locked(semaphore, value);
+    if (semaphore->queue_signalled) gpuhal__atomic_store(&semaphore->queue_signalled, 0);
     gpuhal__semaphore_drop_completed_timepoints_locked(semaphore);
     semaphore->after = &after;
     gpuhal__semaphore_notify_locked(semaphore, 0);
