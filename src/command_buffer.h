@@ -1723,6 +1723,7 @@ static gpuhal_status_t gpuhal__cb_build_graph(gpuhal_command_buffer_t* cb) {
     gpuhal__device_room_take(device);
     st = GPUHAL__CU(device->cu, cuGraphInstantiateWithFlags, (&cb->exec, cb->graph, 0));
     if (st) gpuhal__device_room_give(device);
+    else gpuhal__device_room_refill(device);
   }
   return st;
 }

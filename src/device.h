@@ -14,10 +14,11 @@ typedef struct gpuhal_driver_options_t {
   gpuhal_log_fn_t log_fn;       /* NULL: stderr */
   void* log_user;
   const char* trace_path; /* reserved for tracing: NULL = $GPUHAL_TRACE */
-  /* 1 (or $GPUHAL_SEMAPHORE_MEMOPS=1): GPU-resident timeline values where every device has
-   * 64-bit stream memory operations (GPUHAL_FEATURE_SEMAPHORE_MEMOPS). Off by default: work
-   * issued behind a GPU wait holds up later work of its queue's stream, which can deadlock
-   * independent timelines that share queues (see README, "Semaphores in device memory"). */
+  /* GPU-resident timeline values where every device has 64-bit stream memory operations
+   * (GPUHAL_FEATURE_SEMAPHORE_MEMOPS says whether they are on): 0 = on where supported, or
+   * as $GPUHAL_SEMAPHORE_MEMOPS says ("0" off, "1" on); < 0 = off (recorded events carry
+   * every value, "the event path"); > 0 = on where supported, whatever the environment.
+   * See README, "Semaphores in device memory". */
   int semaphore_memops;
 } gpuhal_driver_options_t;
 
@@ -125,6 +126,12 @@ typedef struct gpuhal_queue_tuning_t {
    * too (tools/probe/live_probe.c); gpuhal grows it ahead while nothing is parked and parks
    * nothing while less room is left. */
   int32_t park_headroom;
+  /* The memop path: how long loading a module (an executable, or a device's own kernels)
+   * waits for work of the GPU that waits there for a value, with no new such work meanwhile
+   * (0 = 5 s; < 0 = not at all). CUDA loads code only into an idle context: a load made
+   * while work is parked would wait for it, forever if the value is for the loading thread
+   * to signal. Past this, the load fails with FAILED_PRECONDITION saying so. */
+  int64_t load_parked_wait_ns;
 } gpuhal_queue_tuning_t;
 
 typedef struct gpuhal_device_params_t {
@@ -184,6 +191,9 @@ typedef struct gpuhal__ordinal_s {
   int32_t room;
   int32_t room_growing; /* 1 while a thread grows the room; nothing parks meanwhile */
   int32_t room_warned;  /* the warning that a creation may wait for parked work was logged */
+  /* Threads about to load a module into the context: nothing parks while one waits for
+   * the parked streams to drain (gpuhal__device_park_pause). */
+  int32_t park_paused;
 } gpuhal__ordinal_t;
 
 struct gpuhal_driver_s {
@@ -544,9 +554,8 @@ static int gpuhal__driver_supports_memops(gpuhal_driver_t* driver, const gpuhal_
   const gpuhal__cuda_symbols_t* cu = &driver->cu;
   const char* env = gpuhal__getenv("GPUHAL_SEMAPHORE_MEMOPS");
   int ordinal;
-  if (!(options->semaphore_memops || (env && strcmp(env, "1") == 0)) || (env && strcmp(env, "0") == 0) ||
-      driver->device_count == 0)
-    return 0;
+  int wanted = options->semaphore_memops > 0 || (options->semaphore_memops == 0 && !(env && strcmp(env, "0") == 0));
+  if (!wanted || driver->device_count == 0) return 0;
   if (!cu->cuStreamWaitValue64 || !cu->cuStreamWriteValue64 || !cu->cuMemHostAlloc || !cu->cuMemFreeHost ||
       !cu->cuMemHostGetDevicePointer)
     return 0;
@@ -948,25 +957,36 @@ static void gpuhal__device_room_grow(gpuhal_device_t* device, gpuhal__ordinal_t*
               device->ordinal, made + live);
 }
 
-/* Before a stream or graph executable is created in the device's context (current). */
+/* Before a stream or graph executable is created in the device's context (current). The
+ * creation itself stays within the room (a park needs park_headroom of it left). */
 static void gpuhal__device_room_take(gpuhal_device_t* device) {
   gpuhal__ordinal_t* o = &device->driver->ordinals[device->ordinal];
-  int32_t live = gpuhal__atomic_add(&o->room_live, 1), headroom = gpuhal__device_room_headroom(device);
-  int32_t unused = 0;
-  if (!device->driver->memops || headroom == 0 || gpuhal__atomic_load(&o->room) - live >= headroom) return;
-  if (gpuhal__atomic_cas(&o->room_growing, &unused, 1)) {
-    /* A park reserves first and then looks at room_growing (gpuhal__device_room_allows_park):
-     * with the fences, one of the two sees the other. */
-    gpuhal__atomic_fence();
-    if (gpuhal__atomic_load(&o->parked) == 0) gpuhal__device_room_grow(device, o, live + 2 * headroom);
-    gpuhal__atomic_store(&o->room_growing, 0);
-  }
-  if (live > gpuhal__atomic_load(&o->room) && gpuhal__atomic_load(&o->parked) > 0 &&
-      gpuhal__atomic_exchange(&o->room_warned, 1) == 0)
+  int32_t live = gpuhal__atomic_add(&o->room_live, 1);
+  if (device->driver->memops && gpuhal__device_room_headroom(device) > 0 && live > gpuhal__atomic_load(&o->room) &&
+      gpuhal__atomic_load(&o->parked) > 0 && gpuhal__atomic_exchange(&o->room_warned, 1) == 0)
     gpuhal__log(device->logger, GPUHAL_LOG_WARN,
                 "device %d: %d streams and graph executables are alive in its context while work waits there for a "
                 "value: CUDA may wait for that work before it creates another (raise tuning.park_headroom)",
                 device->ordinal, live);
+}
+
+/* After a creation that gpuhal__device_room_take counted succeeded: when less than the
+ * headroom is left and nothing of the ordinal is parked, grows the room ahead (best
+ * effort: a stream that cannot be made ends the growth). */
+static void gpuhal__device_room_refill(gpuhal_device_t* device) {
+  gpuhal__ordinal_t* o = &device->driver->ordinals[device->ordinal];
+  int32_t headroom = gpuhal__device_room_headroom(device), unused = 0;
+  if (!device->driver->memops || headroom == 0 ||
+      gpuhal__atomic_load(&o->room) - gpuhal__atomic_load(&o->room_live) >= headroom)
+    return;
+  if (gpuhal__atomic_cas(&o->room_growing, &unused, 1)) {
+    /* A park reserves first and then looks at room_growing (gpuhal__device_room_allows_park):
+     * with the fences, one of the two sees the other. */
+    gpuhal__atomic_fence();
+    if (gpuhal__atomic_load(&o->parked) == 0)
+      gpuhal__device_room_grow(device, o, gpuhal__atomic_load(&o->room_live) + 2 * headroom);
+    gpuhal__atomic_store(&o->room_growing, 0);
+  }
 }
 
 /* After a stream or graph executable of gpuhal was destroyed (or its creation failed). */
@@ -974,14 +994,47 @@ static void gpuhal__device_room_give(gpuhal_device_t* device) {
   gpuhal__atomic_sub(&device->driver->ordinals[device->ordinal].room_live, 1);
 }
 
-/* 1 when work of the device may park on the GPU as far as the room goes; called with a park
- * reservation of the ordinal held. */
-static int gpuhal__device_room_allows_park(const gpuhal_device_t* device) {
+/* 1 when work of the device may park on the GPU as far as the room and module loads go;
+ * called with a park reservation of the ordinal held. */
+static int gpuhal__device_allows_park(const gpuhal_device_t* device) {
   gpuhal__ordinal_t* o = &device->driver->ordinals[device->ordinal];
   int32_t headroom = gpuhal__device_room_headroom(device);
-  gpuhal__atomic_fence(); /* the reservation before the look (gpuhal__device_room_take) */
-  if (gpuhal__atomic_load(&o->room_growing)) return 0;
+  /* the reservation before the look (gpuhal__device_room_refill, gpuhal__device_park_pause) */
+  gpuhal__atomic_fence();
+  if (gpuhal__atomic_load(&o->room_growing) || gpuhal__atomic_load(&o->park_paused)) return 0;
   return headroom == 0 || gpuhal__atomic_load(&o->room) - gpuhal__atomic_load(&o->room_live) >= headroom;
+}
+
+/* Before a call that waits for an idle context and cannot be put off (a module load): stops
+ * new parks on the device's ordinal and waits, up to tuning.load_parked_wait_ns, for those
+ * parked to finish. FAILED_PRECONDITION naming `what` when they did not: the call would
+ * have waited for them too, forever if their values are for this thread to signal. Every
+ * call is paired with gpuhal__device_park_resume, whatever it returned. */
+static gpuhal_status_t gpuhal__device_park_pause(gpuhal_device_t* device, const char* what) {
+  gpuhal__ordinal_t* o = &device->driver->ordinals[device->ordinal];
+  int64_t limit = device->params.tuning.load_parked_wait_ns, start, sleep_ns = 20000;
+  int32_t parked;
+  if (!device->driver->memops) return NULL;
+  gpuhal__atomic_add(&o->park_paused, 1);
+  gpuhal__atomic_fence(); /* the pause before the look (gpuhal__device_allows_park) */
+  parked = gpuhal__atomic_load(&o->parked);
+  if (parked == 0) return NULL;
+  if (limit == 0) limit = 5000000000LL;
+  start = gpuhal_now_ns();
+  while (limit > 0 && (parked = gpuhal__atomic_load(&o->parked)) > 0 && gpuhal_now_ns() - start < limit) {
+    gpuhal__sleep_ns(sleep_ns);
+    if (sleep_ns < 1000000) sleep_ns *= 2;
+  }
+  if (parked == 0) return NULL;
+  return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                            "%s on device %d: %d of its streams hold queue work that waits on the GPU for semaphore "
+                            "values not reached after %.3f s, and CUDA loads code only into an idle context (the load "
+                            "would wait for that work; forever if this thread is to signal the values): signal them "
+                            "first, or create executables before queueing work on values the host signals",
+                            what, device->ordinal, (int)parked, limit > 0 ? (double)limit / 1e9 : 0.0);
+}
+static void gpuhal__device_park_resume(gpuhal_device_t* device) {
+  if (device->driver->memops) gpuhal__atomic_sub(&device->driver->ordinals[device->ordinal].park_paused, 1);
 }
 
 /* cuStreamCreate with the room counted. */
@@ -990,6 +1043,7 @@ static gpuhal_status_t gpuhal__device_stream_create(gpuhal_device_t* device, CUs
   gpuhal__device_room_take(device);
   status = GPUHAL__CU(device->cu, cuStreamCreate, (out, CU_STREAM_NON_BLOCKING));
   if (status) gpuhal__device_room_give(device);
+  else gpuhal__device_room_refill(device);
   return status;
 }
 

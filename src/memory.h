@@ -632,16 +632,6 @@ static void gpuhal__memory_gpu_waits_add(gpuhal_device_t* device, int32_t delta)
   if (flush) gpuhal__worker_post(device, &memory->flush_task);
 }
 
-/* 1 while queue work that may wait on the GPU for a value is in flight (any device). */
-static int gpuhal__memory_gpu_waits_now(gpuhal_device_t* device) {
-  int32_t waits;
-  if (!device->driver->memops) return 0;
-  gpuhal__mutex_lock(&device->driver->parked_mutex);
-  waits = device->driver->gpu_waits;
-  gpuhal__mutex_unlock(&device->driver->parked_mutex);
-  return waits > 0;
-}
-
 /* Frees a (non-pending) buffer's memory; the device's context is current. */
 static gpuhal_status_t gpuhal__buffer_free_current(void* arg) {
   gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)arg;

@@ -1037,17 +1037,13 @@ static gpuhal_status_t gpuhal__module_load_image(gpuhal_device_t* device, const 
   char* log = (char*)gpuhal__calloc(device->allocator, GPUHAL__JIT_LOG_BYTES);
   unsigned count = gpuhal__jit_options_fill(jit, log, options, values);
   gpuhal__context_scope_t scope;
-  gpuhal_status_t st = gpuhal__context_enter(device, &scope);
-  if (gpuhal__memory_gpu_waits_now(device))
-    gpuhal__log(device->logger, GPUHAL_LOG_WARN,
-                "device %d: loading a module waits until the queue work that waits on the GPU for semaphore "
-                "values has run (CUDA loads code only into an idle context): if this thread is to signal them, "
-                "this never returns. Create executables before queueing work on values the host signals.",
-                device->ordinal);
+  gpuhal_status_t st = gpuhal__device_park_pause(device, "loading a module");
+  if (!st) st = gpuhal__context_enter(device, &scope);
   if (!st) {
     st = GPUHAL__CU(device->cu, cuModuleLoadDataEx, (out_module, image, count, options, values));
     gpuhal__context_leave(device, &scope);
   }
+  gpuhal__device_park_resume(device);
   st = gpuhal__jit_annotate(st, log, gpuhal__image_format_name(format), size);
   gpuhal__free(device->allocator, log);
   return st;

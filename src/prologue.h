@@ -54,7 +54,8 @@
  *   GPUHAL_LOG            error|warn|info|debug: log to stderr at that level and above
  *   GPUHAL_CACHE_DIR      directory of the persistent kernel cache
  *   GPUHAL_TRACE          file to write a Chrome-trace (Perfetto) JSON timeline to
- *   GPUHAL_SEMAPHORE_MEMOPS  1: timeline values in device memory (opt-in); 0: never
+ *   GPUHAL_SEMAPHORE_MEMOPS  0: timeline values never in device memory (on by default where
+ *                         every device has 64-bit stream memory operations)
  *
  * THREADS
  *   Every gpuhal object may be used from any thread. No gpuhal call changes the calling

@@ -39,7 +39,8 @@
  * action's own stream -> nothing (stream order); submitted elsewhere -> cuStreamWaitEvent on
  * that value's event at issue (no event is held while the action is still blocked, so a
  * device's release never waits for another device's pending work); not submitted -> with
- * GPU-resident values (GPUHAL_FEATURE_SEMAPHORE_MEMOPS, opt-in), cuStreamWaitValue64 on the
+ * GPU-resident values (GPUHAL_FEATURE_SEMAPHORE_MEMOPS, the default where supported) and a
+ * semaphore whose latest signal came from the host (or that has none), cuStreamWaitValue64 on the
  * semaphore's word and the action issues at once; otherwise the action waits on the host,
  * registered on the semaphore, until the value is submitted or reached. Work behind a value
  * wait, or behind such work ("provisional"), runs on a side stream of its own that first
@@ -54,7 +55,7 @@
  * streams, and past a few parked ones other streams' work stalls behind them; beyond the
  * bound, work waits on the host as on the event path; and nothing parks while CUDA's
  * store of streams and graph executables has less than tuning.park_headroom room left
- * (growing it waits for parked streams: gpuhal__device_room_take, device.h). A queue's
+ * (growing it waits for parked streams: gpuhal__device_room_refill, device.h). A queue's
  * stream never waits on provisional work's event. While any work may wait on the GPU, calls that wait for an idle
  * context (frees, module unloads) are put off driver-wide (gpuhal__device_sync_call);
  * gpuhal's own kernels load at device creation.
@@ -349,8 +350,8 @@ static int gpuhal__park_reserve(gpuhal__queue_state_t* state) {
   now = gpuhal__atomic_load(count);
   while (now < state->tuning.gpu_parked_max)
     if (gpuhal__atomic_cas(count, &now, now + 1)) {
-      /* and only while CUDA's store of streams has room (device.h, gpuhal__device_room_take) */
-      if (gpuhal__device_room_allows_park(device)) return 1;
+      /* and only while CUDA's store of streams has room (device.h, gpuhal__device_room_refill) */
+      if (gpuhal__device_allows_park(device)) return 1;
       gpuhal__atomic_sub(count, 1);
       return 0;
     }

@@ -1,6 +1,7 @@
 /* test_queue_tuning - every field of gpuhal_queue_tuning_t at a value other than its default
- * (and the GPU-resident semaphore values turned on): the same mixed workload must end with
- * exact values, every poll returning at once, and nothing left behind.
+ * (on the default path, GPU-resident semaphore values where the devices have them, and on
+ * the event path): the same mixed workload must end with exact values, every poll returning
+ * at once, and nothing left behind.
  *
  * The workload: a dependent chain across two queues (each hop submitted before the one it
  * waits on for a quarter of them), host calls among the hops, counted GPU work, immediate
@@ -73,12 +74,20 @@ static void tt_workload(qt_fixture_t* f, int reverse) {
   gpuhal_semaphore_release(s);
 }
 
+/* The workload at `tuning`, on the default path (GPU-resident values where the devices
+ * have them) and on the event path. */
 static void tt_run(const gpuhal_queue_tuning_t* tuning) {
   qt_fixture_t f;
+  int path;
   qt_tuning = *tuning;
-  TU_REQUIRE(qt_open(&f, 2, NULL));
-  tt_workload(&f, 1);
-  qt_close(&f);
+  for (path = 0; path < 2; ++path) {
+    qt_semaphore_memops = path ? -1 : 0;
+    TU_REQUIRE(qt_open(&f, 2, NULL));
+    if (path) TU_CHECK(!gpuhal_driver_has_feature(f.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS));
+    tt_workload(&f, 1);
+    qt_close(&f);
+  }
+  qt_semaphore_memops = 0;
   memset(&qt_tuning, 0, sizeof(qt_tuning));
 }
 

@@ -33,6 +33,7 @@ typedef struct qt_fixture_s {
 
 /* The queue tuning qt_open gives its device (zeroed: the defaults). */
 static gpuhal_queue_tuning_t qt_tuning;
+static int qt_semaphore_memops; /* gpuhal_driver_options_t.semaphore_memops of qt_open's driver */
 
 static int qt_open(qt_fixture_t* f, uint32_t queues, const gpuhal_allocator_t* allocator) {
   gpuhal_driver_options_t options;
@@ -42,6 +43,7 @@ static int qt_open(qt_fixture_t* f, uint32_t queues, const gpuhal_allocator_t* a
   memset(f, 0, sizeof(*f));
   memset(&options, 0, sizeof(options));
   if (allocator) options.allocator = *allocator;
+  options.semaphore_memops = qt_semaphore_memops;
   s = gpuhal_driver_create(&options, &f->driver);
   if (!s) s = gpuhal_driver_device_count(f->driver, &count);
   if (!s && count == 0) s = gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "no devices");

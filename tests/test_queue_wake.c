@@ -19,7 +19,9 @@
  *     context, and on an H200 holds a lock every launch and event record then waits for);
  *  8. a hundred GRAPH command buffers are made while work waits on the GPU (CUDA grows its
  *     store of streams and graph executables in steps that wait for every stream of the
- *     context).
+ *     context);
+ *  9. an executable is loaded while work waits on the GPU: it waits for that work up to
+ *     tuning.load_parked_wait_ns, then fails saying why (never hangs).
  *
  * CTest runs it on the memop path and, as test_queue_wake_events, on the event path. Every
  * wait has a timeout; device release runs under a watchdog. */
@@ -63,6 +65,7 @@ static void qw_close(qw_fixture_t* f) {
 
 /* A device with `queues` queues, a zeroed device counter and command buffers incrementing
  * it. 0 (and a message) when that is not available. */
+static gpuhal_queue_tuning_t qw_tuning; /* of the devices qw_device_open makes */
 static int qw_device_open(qw_fixture_t* f, uint32_t queues) {
   gpuhal_device_params_t params;
   gpuhal_status_t st;
@@ -70,6 +73,7 @@ static int qw_device_open(qw_fixture_t* f, uint32_t queues) {
   uint32_t zero = 0;
   memset(&params, 0, sizeof(params));
   params.queue_count = queues;
+  params.tuning = qw_tuning;
   st = gpuhal_device_create(f->driver, 0, &params, &f->device);
   if (!st) st = qc_load_kernel(f->device, "atomic_inc", &f->exe, &f->inc);
   if (!st) st = gpuhal_buffer_allocate(f->device, GPUHAL_MEMORY_DEVICE, 4, &f->counter);
@@ -340,13 +344,14 @@ enum { QW_RACE_ROUNDS = 48, QW_RACE_OPS = 12 };
 
 typedef struct qw_delayed_signal_s {
   gpuhal_semaphore_t* s;
+  uint64_t value; /* 0: 1 */
   int delay_us;
   gpuhal_status_t status;
 } qw_delayed_signal_t;
 static void* qw_delayed_signal_main(void* p) {
   qw_delayed_signal_t* d = (qw_delayed_signal_t*)p;
   qw_sleep_us(d->delay_us);
-  d->status = gpuhal_semaphore_signal(d->s, 1);
+  d->status = gpuhal_semaphore_signal(d->s, d->value ? d->value : 1);
   return NULL;
 }
 
@@ -592,7 +597,102 @@ TU_TEST(many_graphs_made_while_work_is_parked) {
   qw_close(&f);
 }
 
+/* ---- 9. loading an executable while work waits on the GPU ----
+ * CUDA loads code only into an idle context: a load made while a dispatch is parked behind
+ * a gate would wait for it, forever when the loading thread is the one to open the gate. The
+ * load waits for parked work (with nothing new parking meanwhile) up to
+ * tuning.load_parked_wait_ns, then fails with FAILED_PRECONDITION saying why. Here: at 100 ms
+ * with the gate closed it fails (and does not hang); with another thread opening the gate
+ * after 50 ms it succeeds; once nothing waits it loads at once. On the event path nothing
+ * parks and every load succeeds at once. */
+typedef struct qw_load_s {
+  gpuhal_device_t* device;
+  gpuhal_executable_t* exe;
+  gpuhal_kernel_t* kernel;
+  gpuhal_status_t status;
+} qw_load_t;
+static void qw_load_fn(void* p) {
+  qw_load_t* l = (qw_load_t*)p;
+  l->status = qc_load_kernel(l->device, "fill_u32", &l->exe, &l->kernel);
+}
+static gpuhal_status_t qw_load_within(gpuhal_device_t* device, int ms, gpuhal_executable_t** exe) {
+  qw_load_t load;
+  qc_async_t async;
+  memset(&load, 0, sizeof(load));
+  load.device = device;
+  if (!qc_async_start(&async, qw_load_fn, &load)) return gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "no thread");
+  if (!qc_async_wait(&async, ms)) TU_FAIL_AT(__FILE__, __LINE__, "loading an executable did not return within %d ms", ms);
+  qc_async_join(&async, "loading an executable");
+  *exe = load.exe;
+  return load.status;
+}
+
+TU_TEST(executable_loaded_while_work_is_parked) {
+  qw_fixture_t f;
+  gpuhal_semaphore_t *gate = NULL, *done = NULL;
+  gpuhal_executable_t* exe = NULL;
+  gpuhal_status_t st;
+  qw_delayed_signal_t d;
+  pthread_t thread;
+  uint64_t one = 1, two = 2;
+  int parks, started;
+  memset(&qw_tuning, 0, sizeof(qw_tuning));
+  qw_tuning.load_parked_wait_ns = 100000000; /* 100 ms */
+  if (!qw_open(&f, 2)) {
+    memset(&qw_tuning, 0, sizeof(qw_tuning));
+    TU_SKIP("no device or test kernels");
+  }
+  memset(&qw_tuning, 0, sizeof(qw_tuning));
+  parks = gpuhal_driver_has_feature(f.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS);
+  gate = qc_semaphore_new(f.driver);
+  done = qc_semaphore_new(f.driver);
+  TU_REQUIRE(gate && done);
+  /* 1. The gate stays closed: the load fails after ~100 ms (memop path). */
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &one),
+                                   gpuhal_semaphore_list_one(&done, &one), f.stream_cb, NULL));
+  qw_sleep_us(20000); /* parked by now */
+  st = qw_load_within(f.device, 10000, &exe);
+  if (parks) {
+    TU_CHECK(st != NULL && gpuhal_status_code(st) == GPUHAL_STATUS_FAILED_PRECONDITION);
+    if (st) TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "idle context");
+    TU_CHECK(exe == NULL);
+  } else {
+    TU_CHECK_OK(st);
+    st = NULL;
+  }
+  gpuhal_status_free(st);
+  gpuhal_executable_release(exe);
+  exe = NULL;
+  /* 2. Another thread opens the gate after 50 ms: the load waits for the parked work, then
+   * succeeds (the gate is the second value now; the first is opened here). */
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(QW_WAIT_S)));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 1, gpuhal_semaphore_list_one(&gate, &two),
+                                   gpuhal_semaphore_list_one(&done, &two), f.stream_cb, NULL));
+  qw_sleep_us(20000);
+  memset(&d, 0, sizeof(d));
+  d.s = gate;
+  d.value = 2;
+  d.delay_us = 50000;
+  started = pthread_create(&thread, NULL, qw_delayed_signal_main, &d) == 0;
+  TU_REQUIRE(started);
+  TU_CHECK_OK(qw_load_within(f.device, 10000, &exe));
+  pthread_join(thread, NULL);
+  TU_CHECK_OK(d.status);
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 2, qt_seconds(QW_WAIT_S)));
+  gpuhal_executable_release(exe);
+  exe = NULL;
+  /* 3. Nothing waits: at once. */
+  TU_CHECK_OK(qw_load_within(f.device, 10000, &exe));
+  gpuhal_executable_release(exe);
+  TU_CHECK_EQ_INT(qw_counter(&f), 2);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done);
+  qw_close(&f);
+}
+
 TU_MAIN(TU_CASE(one_signal_releases_many), TU_CASE(long_chain_submitted_backwards),
         TU_CASE(waits_registered_in_shuffled_order), TU_CASE(host_function_signals_other_work),
         TU_CASE(signals_race_device_release), TU_CASE(free_behind_a_wait_does_not_hold_up_allocations),
-        TU_CASE(graph_recorded_while_work_is_parked), TU_CASE(many_graphs_made_while_work_is_parked))
+        TU_CASE(graph_recorded_while_work_is_parked), TU_CASE(many_graphs_made_while_work_is_parked),
+        TU_CASE(executable_loaded_while_work_is_parked))

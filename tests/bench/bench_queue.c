@@ -30,7 +30,8 @@
  *      vs a stream parked on cuStreamWaitValue64 of a pinned device-mapped word, a launch
  *      and cuStreamWriteValue64 to another word; the host stores the first and spins on the
  *      second (GPUHAL_BENCH_HAVE_MEMOPS, on by default). gpuhal's side runs on the
- *      GPU-resident path only with GPUHAL_SEMAPHORE_MEMOPS=1 (opt-in)    target <= 1.25x
+ *      GPU-resident path where the device has it (GPUHAL_SEMAPHORE_MEMOPS=0: the event
+ *      path)                                                              target <= 1.25x
  * 6. a host waiter that starts before the producer is submitted: a thread is blocked in
  *    gpuhal_semaphore_wait(T) when the dispatch reaching T is submitted; timed from the
  *    submit to the waiter waking. The waiter starts 50 us ahead, inside a wait's first

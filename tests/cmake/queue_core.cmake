@@ -1,20 +1,19 @@
 # Queue core tests (issue #14). The core has two ways of carrying semaphore values between
-# GPU work: stream memory operations on a GPU-resident 64-bit word (opt-in, where the device
-# offers them) and recorded events. Each test runs on both: once with
-# GPUHAL_SEMAPHORE_MEMOPS=1, and once as <name>_events with SOFTCUDA_NO_MEMOPS=1 (softcuda
-# then reports no memop support; on a real driver that variable has no effect and the
-# default, the event path, runs).
+# GPU work: stream memory operations on a GPU-resident 64-bit word (the default where every
+# device offers them) and recorded events. Each test runs on both: once with
+# GPUHAL_SEMAPHORE_MEMOPS=1, and once as <name>_events with GPUHAL_SEMAPHORE_MEMOPS=0 and
+# SOFTCUDA_NO_MEMOPS=1 (softcuda then reports no memop support, so the detection is tested
+# too; a real driver ignores that variable).
 # Options: GPUHAL_RANDOM_OPS (operations per thread of test_queue_random).
 set(GPUHAL_RANDOM_OPS "300" CACHE STRING "test_queue_random: operations per thread")
 
 foreach(t test_queue_core test_queue_reject test_queue_random test_queue_wake)
   if(TARGET ${t})
-    # GPU-resident values are opt-in: the first run turns them on (softcuda and a real GPU
-    # alike); the _events twin runs the same binary on the event path.
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "GPUHAL_SEMAPHORE_MEMOPS=1")
     add_test(NAME ${t}_events COMMAND ${t})
     set_tests_properties(${t}_events PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
-    set_property(TEST ${t}_events APPEND PROPERTY ENVIRONMENT ${GPUHAL_TEST_ENV} "SOFTCUDA_NO_MEMOPS=1")
+    set_property(TEST ${t}_events APPEND PROPERTY ENVIRONMENT ${GPUHAL_TEST_ENV} "SOFTCUDA_NO_MEMOPS=1"
+                 "GPUHAL_SEMAPHORE_MEMOPS=0")
     set_property(TEST ${t} ${t}_events APPEND PROPERTY LABELS queue_core)
   endif()
 endforeach()
@@ -41,5 +40,5 @@ if(GPUHAL_TEST_DRIVER STREQUAL "softcuda" AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}
     set_property(TEST bench_queue_smoke${variant} APPEND PROPERTY ENVIRONMENT ${GPUHAL_TEST_ENV})
   endforeach()
   set_property(TEST bench_queue_smoke APPEND PROPERTY ENVIRONMENT "GPUHAL_SEMAPHORE_MEMOPS=1")
-  set_property(TEST bench_queue_smoke_events APPEND PROPERTY ENVIRONMENT "SOFTCUDA_NO_MEMOPS=1")
+  set_property(TEST bench_queue_smoke_events APPEND PROPERTY ENVIRONMENT "SOFTCUDA_NO_MEMOPS=1" "GPUHAL_SEMAPHORE_MEMOPS=0")
 endif()

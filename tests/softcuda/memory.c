@@ -137,14 +137,19 @@ static void sc_alloc_release_locked(sc_alloc* a) {
   free(a);
 }
 
-/* Frees the plain allocations a dying context still owns (pool allocations belong to
- * their pool). Under sc.mu. */
+static void sc_pool_reclaim_locked(sc_alloc* a);
+
+/* Frees the plain allocations a dying context still owns. Pool allocations belong to their
+ * pool, except when the context died of a sticky error: then no call can free them any
+ * more, and destroying the context gives their memory back to the pool. Under sc.mu. */
 static void sc_free_ctx_allocs_locked(sc_ctx* c) {
   size_t i = 0;
   while (i < sc.nallocs) {
     sc_alloc* a = sc.allocs[i];
     if (a->ctx == c && a->type != SC_MEM_POOL)
       sc_alloc_release_locked(a);
+    else if (a->type == SC_MEM_POOL && a->made_in == c && c->sticky != CUDA_SUCCESS)
+      sc_pool_reclaim_locked(a);
     else
       ++i;
   }

@@ -260,6 +260,7 @@ static CUresult sc_pool_alloc_locked(sc_pool* p, sc_stream* s, size_t bytes, uin
   a->size = bytes; /* the caller's size: overruns past it are caught */
   a->type = SC_MEM_POOL;
   a->ctx = NULL;
+  a->made_in = s ? s->ctx : NULL;
   a->dev = p->dev;
   a->pool = p;
   a->flags = (unsigned)b->size; /* the block's real size */
@@ -314,20 +315,19 @@ CUresult CUDAAPI sc_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, 
 
 /* Runs in stream order: the block goes back to its pool (unless an allocation ordered
  * after this free took it already). */
-static CUresult sc_run_pool_free(sc_op* op) {
-  sc_alloc* a = (sc_alloc*)op->a;
+/* A pool allocation's block goes back to its pool (under sc.mu): its free ran, or its
+ * context died of a sticky error (sc_free_ctx_allocs_locked). */
+static void sc_pool_reclaim_locked(sc_alloc* a) {
   sc_pool* p = a->pool;
-  sc_block* b = (sc_block*)sc_xcalloc(1, sizeof(sc_block));
-  SC_LOCK();
+  sc_block* b;
   sc_alloc_remove(a);
   if (a->handed_over) {
-    free(b);
     p->live_allocs--;
     free(a);
     sc_unref(&p->h);
-    SC_UNLOCK();
-    return CUDA_SUCCESS;
+    return;
   }
+  b = (sc_block*)sc_xcalloc(1, sizeof(sc_block));
   b->p = (void*)a->base;
   b->size = a->flags;
   b->next = p->free_blocks;
@@ -336,6 +336,11 @@ static CUresult sc_run_pool_free(sc_op* op) {
   p->live_allocs--;
   free(a);
   sc_unref(&p->h);
+}
+
+static CUresult sc_run_pool_free(sc_op* op) {
+  SC_LOCK();
+  sc_pool_reclaim_locked((sc_alloc*)op->a);
   SC_UNLOCK();
   return CUDA_SUCCESS;
 }

@@ -191,6 +191,7 @@ typedef struct sc_alloc {
   size_t size;
   sc_mem_type type;
   sc_ctx* ctx;  /* owning context (NULL for pool allocations) */
+  sc_ctx* made_in; /* pool: the context of the allocating stream (sc_free_ctx_allocs_locked) */
   int dev;
   sc_pool* pool;
   int free_pending; /* pool: cuMemFreeAsync enqueued */
