@@ -211,8 +211,13 @@ static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstrea
   gpuhal_status_t status = NULL;
   uint32_t i, begun = 0, written = 0;
   for (i = 0; !a->host_fn && i < a->signal_count && !status; ++i) {
-    CUdeviceptr word = gpuhal__semaphore_signal_begin(a->signals[i].semaphore);
+    gpuhal_semaphore_t* s = a->signals[i].semaphore;
+    /* Work behind a GPU wait ends when the host signals: its waiters read the word. */
+    uint64_t* spare = a->provisional ? gpuhal__action_spare_word(a->state, s) : NULL;
+    CUdeviceptr word = gpuhal__semaphore_signal_begin(s, spare != NULL, &spare);
+    if (spare && spare != &gpuhal__arm_sentinel) gpuhal__word_return(device->driver, spare);
     begun++;
+    a->signals[i].word_written = word != 0;
     if (word)
       status = GPUHAL__CU(device->cu, cuStreamWriteValue64, (stream, word, a->signals[i].value, CU_STREAM_WRITE_VALUE_DEFAULT));
     if (word) written = begun; /* a failed enqueue may have gone through all the same */

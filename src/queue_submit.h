@@ -216,6 +216,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
     tp->value = signal.values[i];
     tp->event = NULL;
     tp->provisional = 0;
+    tp->word_written = 0;
   }
   gpuhal__action_retain_semaphores(a);
   GPUHAL__TRACE(device, (trace_t0 = gpuhal_now_ns(), trace_span = gpuhal__trace_submit_begin(device, a, wait, signal)));

@@ -98,6 +98,10 @@ typedef struct gpuhal__timepoint_s {
   int provisional;
   int (*settled)(const struct gpuhal__timepoint_s* tp);
   void* owner;
+  /* The work writes the semaphore's word before its event: a host wait reads the word
+   * until it passes, then looks at the event once (a load costs nothing; cuEventQuery about
+   * half a microsecond on an H200). */
+  int word_written;
 } gpuhal__timepoint_t;
 
 /* What notifications hand back to a thread that signals a semaphore from the host, to run
@@ -423,17 +427,30 @@ static int gpuhal__semaphore_advance_from_event(gpuhal_semaphore_t* s, const gpu
   return reached;
 }
 
+/* Under the lock: gives `s` its word, *spare_word (which is then consumed: set to NULL),
+ * unless it has one; the word starts at the value. */
+static void gpuhal__semaphore_install_word_locked(gpuhal_semaphore_t* s, uint64_t** spare_word) {
+  if (s->word) return;
+  **spare_word = s->value;
+  s->word_address = gpuhal__word_address(s->driver, *spare_word);
+  gpuhal__atomic_store(&s->word, (volatile uint64_t*)*spare_word);
+  *spare_word = NULL;
+}
+
 /* A queue action starts issuing a signal of `s` (before its work's event is recorded).
  * Returns the device address of the word when a GPU wait armed it for a value not reached
- * yet (armed_until), else 0: the work must then
+ * yet (armed_until), or `always` (work behind a GPU wait, whose end is the host's to
+ * learn: host waits then read the word; the word is made from *spare_word when `s` has
+ * none), else 0: the work must then
  * write its value there before the event, so that whoever sees the event complete (and
  * may store a higher value, as a host call after it does) comes after the write. Until
  * gpuhal__semaphore_add_timepoint or gpuhal__semaphore_signal_end, no wait arms `s`. */
-static CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s) {
+static CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s, int always, uint64_t** spare_word) {
   CUdeviceptr armed;
   gpuhal__mutex_lock(&s->mutex);
   s->signalling++;
-  armed = s->word && s->armed_until > s->value ? s->word_address : 0;
+  if (always && *spare_word) gpuhal__semaphore_install_word_locked(s, spare_word);
+  armed = s->word && (always || s->armed_until > s->value) ? s->word_address : 0;
   gpuhal__mutex_unlock(&s->mutex);
   return armed;
 }
@@ -537,6 +554,7 @@ typedef struct gpuhal__wait_query_s {
   gpuhal__event_t* event;  /* out */
   uint64_t event_value;    /* out: the submitted value found */
   int provisional;         /* out, SUBMITTED: that timepoint is provisional */
+  int word_written;        /* out, SUBMITTED: its work writes the word (gpuhal__timepoint_t) */
   CUdeviceptr word_address; /* out, ARMED */
   gpuhal_status_t failure; /* out, FAILED: a clone of the cause */
 } gpuhal__wait_query_t;
@@ -574,16 +592,12 @@ static gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint6
         }
         q->event_value = best->value;
         q->provisional = best->provisional;
+        q->word_written = best->word_written;
         state = GPUHAL__WAIT_SUBMITTED;
       }
     }
     if (state == GPUHAL__WAIT_PENDING && q->spare_word && !s->signalling) {
-      if (!s->word) {
-        *q->spare_word = s->value;
-        s->word_address = gpuhal__word_address(s->driver, q->spare_word);
-        gpuhal__atomic_store(&s->word, (volatile uint64_t*)q->spare_word);
-        q->spare_word = NULL; /* consumed */
-      }
+      gpuhal__semaphore_install_word_locked(s, &q->spare_word);
       q->word_address = s->word_address;
       if (value > s->armed_until) s->armed_until = value;
       state = GPUHAL__WAIT_ARMED;
@@ -787,41 +801,60 @@ static int64_t gpuhal__host_wait_sleep_ns(int64_t start, int64_t max_sleep_ns, g
   return sleep_ns;
 }
 
-/* Waits on this thread for `event`, which reaches `event_value` >= `value` of `s`: polls it
- * for the event's device's spin window, then (with `may_sleep`: the wait needs nothing
+/* Waits on this thread for `event`, which reaches `event_value` >= `value` of `s` (or for
+ * the word, when `word_written`: see inside): polls it for the event's device's spin window, then (with `may_sleep`: the wait needs nothing
  * else) between growing sleeps until the timeout. Once it completed, the value is advanced
  * right here. Returns 1 when it completed, 0 when the window or the timeout passed first,
  * the value was reached or failed another way, or the query failed (errors are the
  * completion side's to report). Always releases the event. */
 static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, gpuhal__event_t* event,
-                                         uint64_t event_value, gpuhal_timeout_t timeout, int may_sleep) {
+                                         uint64_t event_value, int word_written, gpuhal_timeout_t timeout,
+                                         int may_sleep) {
   const gpuhal_queue_tuning_t* tuning = &event->pool->device->params.tuning;
   int64_t start = gpuhal_now_ns();
   int64_t spin_end = start + tuning->host_wait_spin_ns;
-  int r;
+  /* The work writes the word after it ran (the write fences what came before it in its
+   * stream): the word passing the value is as good as the event completing, and reading it
+   * costs nothing. (It may also pass for a later signal or a failure store: the timeline
+   * is past the value then too, and a failure is looked at first.) */
+  volatile uint64_t* word = word_written ? gpuhal__atomic_load(&s->word) : NULL;
+  int r, advanced = 0;
   for (;;) {
     int64_t now;
-    r = gpuhal__event_query(event);
+    if (word && !gpuhal__atomic_load(&s->failure) && __atomic_load_n(word, __ATOMIC_ACQUIRE) >= event_value) {
+      word = NULL; /* once: if work it waited on is not known reached yet, the event decides */
+      if (gpuhal__semaphore_advance_from_event(s, event, event_value)) {
+        r = 0;
+        advanced = 1;
+        break;
+      }
+    }
+    r = word ? 1 : gpuhal__event_query(event);
     if (r != 1) break;
     if (gpuhal__atomic_load(&s->value) >= value || gpuhal__atomic_load(&s->failure) != NULL) break;
     now = gpuhal_now_ns();
     if (gpuhal__timeout_expired(timeout) || (now >= spin_end && !may_sleep)) break;
     if (now >= spin_end) gpuhal__sleep_ns(gpuhal__host_wait_sleep_ns(start, tuning->host_wait_max_sleep_ns, timeout));
   }
-  if (r == 0 && !gpuhal__semaphore_advance_from_event(s, event, event_value)) r = 1;
+  if (r == 0 && !advanced && !gpuhal__semaphore_advance_from_event(s, event, event_value)) r = 1;
   gpuhal__event_release(event);
   return r == 0;
 }
 
 /* The outcome of the entries: 1 when the wait is over for `mode` (satisfied, or failed with
  * *out_status: for ALL any failed entry; for ANY a failed entry while none is reached), 0
- * when not. With `nodes`, entries not reached register their node. With `out_event`, the
- * first entry whose value is submitted hands over its event (retained; the caller must
- * release it) and which entry that was. */
+ * when not. With `nodes`, entries not reached register their node. With `out`, the first
+ * entry whose value is submitted hands over its event (retained; the caller must release
+ * it), which entry that was, and what its timepoint said. */
+typedef struct gpuhal__host_wait_event_s {
+  gpuhal__event_t* event;
+  uint64_t value; /* the submitted value the event stands for */
+  uint32_t index;
+  int word_written;
+} gpuhal__host_wait_event_t;
 static int gpuhal__host_wait_evaluate(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list,
                                       gpuhal__semaphore_waiter_t* nodes, gpuhal_status_t* out_status,
-                                      gpuhal__event_t** out_event, uint64_t* out_event_value,
-                                      uint32_t* out_event_index) {
+                                      gpuhal__host_wait_event_t* out) {
   uint32_t i, completed = 0;
   gpuhal_status_t first_failure = NULL;
   for (i = 0; i < list.count; ++i) {
@@ -829,8 +862,8 @@ static int gpuhal__host_wait_evaluate(gpuhal_wait_mode_t mode, gpuhal_semaphore_
     gpuhal__wait_state_t st;
     memset(&q, 0, sizeof(q));
     q.waiter = nodes ? &nodes[i] : NULL;
-    q.look_submitted = out_event != NULL;
-    q.take_event = out_event != NULL && *out_event == NULL;
+    q.look_submitted = out != NULL;
+    q.take_event = out != NULL && out->event == NULL;
     st = gpuhal__semaphore_check(list.semaphores[i], list.values[i], &q);
     if (st == GPUHAL__WAIT_COMPLETED) {
       completed++;
@@ -843,9 +876,10 @@ static int gpuhal__host_wait_evaluate(gpuhal_wait_mode_t mode, gpuhal_semaphore_
       }
       if (mode == GPUHAL_WAIT_ALL) break;
     } else if (st == GPUHAL__WAIT_SUBMITTED && q.event) {
-      *out_event = q.event;
-      *out_event_value = q.event_value;
-      *out_event_index = i;
+      out->event = q.event;
+      out->value = q.event_value;
+      out->index = i;
+      out->word_written = q.word_written;
     }
   }
   if ((mode == GPUHAL_WAIT_ALL && completed == list.count) || (mode == GPUHAL_WAIT_ANY && completed > 0)) {
@@ -890,20 +924,19 @@ static int gpuhal__host_wait_poll(gpuhal_wait_mode_t mode, gpuhal_semaphore_list
                                   gpuhal_status_t* out_status) {
   uint32_t polls = 0;
   for (;;) {
-    gpuhal__event_t* event = NULL;
-    uint64_t event_value = 0;
-    uint32_t index = 0;
+    gpuhal__host_wait_event_t found;
     int want_event = !gpuhal__timeout_is_immediate(timeout) && polls < list.count;
-    if (gpuhal__host_wait_evaluate(mode, list, NULL, out_status, want_event ? &event : NULL, &event_value, &index)) {
-      if (event) gpuhal__event_release(event);
+    memset(&found, 0, sizeof(found));
+    if (gpuhal__host_wait_evaluate(mode, list, NULL, out_status, want_event ? &found : NULL)) {
+      if (found.event) gpuhal__event_release(found.event);
       return 1;
     }
-    if (!event) return 0;
+    if (!found.event) return 0;
     polls++;
     /* Only a wait on this one value may sleep here: with more entries, another one's failure
      * (or, for ANY, its completion) must end the wait, which the registered phase sees. */
-    gpuhal__semaphore_await_event(list.semaphores[index], list.values[index], event, event_value, timeout,
-                                  list.count == 1);
+    gpuhal__semaphore_await_event(list.semaphores[found.index], list.values[found.index], found.event, found.value,
+                                  found.word_written, timeout, list.count == 1);
     if (gpuhal__timeout_expired(timeout)) return 0;
   }
 }
@@ -921,7 +954,7 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
   if (gpuhal__host_wait_poll(mode, list, timeout, &result)) return result;
   if (gpuhal__timeout_expired(timeout)) {
     /* One last look, so a value reached during the poll's last sleep still counts. */
-    if (gpuhal__host_wait_evaluate(mode, list, NULL, &result, NULL, NULL, NULL)) return result;
+    if (gpuhal__host_wait_evaluate(mode, list, NULL, &result, NULL)) return result;
     return gpuhal__host_wait_deadline();
   }
   if (list.count > GPUHAL__HOST_WAIT_INLINE_NODES) {
@@ -944,7 +977,7 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
     int64_t spin_end = start + GPUHAL__HOST_WAIT_UNSUBMITTED_SPIN_NS;
     if (spin_end > timeout.deadline_ns) spin_end = timeout.deadline_ns; /* INT64_MAX when infinite */
     /* Registers the nodes not registered yet (notified ones were unlinked) and checks. */
-    if (gpuhal__host_wait_evaluate(mode, list, nodes, &result, NULL, NULL, NULL)) break;
+    if (gpuhal__host_wait_evaluate(mode, list, nodes, &result, NULL)) break;
     if (gpuhal__timeout_expired(timeout)) {
       result = gpuhal__host_wait_deadline();
       break;

@@ -600,7 +600,12 @@ SN_API ncclResult_t ncclGroupEnd(void) {
   ncclResult_t result = sn_fault("ncclGroupEnd");
   int i, j;
   if (result != ncclSuccess) {
-    if (sn_group_depth > 0 && --sn_group_depth == 0) sn_group_count = 0; /* the group's calls are dropped */
+    if (sn_group_depth > 0 && --sn_group_depth == 0) { /* the group's calls are dropped, and its list */
+      sn_group_count = 0;
+      free(sn_group_items);
+      sn_group_items = NULL;
+      sn_group_cap = 0;
+    }
     return result;
   }
   if (sn_group_depth <= 0) return ncclInvalidUsage;
