@@ -14,8 +14,8 @@
  *  5. a host call that drops the application's last device reference does not deadlock;
  *  6. releasing one device does not wait for another device's unrelated work.
  *
- * CTest runs this twice: on the memop path, and with SOFTCUDA_NO_MEMOPS=1 on the event
- * path (tests/cmake/queue_core.cmake). Every wait has a timeout; calls without one run
+ * CTest runs this twice: on the memop path, and with GPUHAL_SEMAPHORE_MEMOPS=0 (and
+ * SOFTCUDA_NO_MEMOPS=1) on the event path (tests/cmake/queue_core.cmake). Every wait has a timeout; calls without one run
  * under a watchdog (test_queue_util.h), so a hang is a failure with a message. */
 #define GPUHAL_IMPLEMENTATION
 #include "gpuhal.h"
