@@ -187,6 +187,43 @@ TU_TEST(host_failed_wait_fails_queued_work) {
   qt_close(&f);
 }
 
+/* The same with the host already waiting when the gate fails (on the memop path the queued
+ * work waits on the GPU, runs once the failure releases it and writes `out`'s word, which
+ * the host wait reads): the wait must still end with the cause, not with success. */
+typedef struct qt_fail_later_s {
+  gpuhal_semaphore_t* gate;
+} qt_fail_later_t;
+static void* qt_fail_later_main(void* p) {
+  qt_fail_later_t* l = (qt_fail_later_t*)p;
+  qc_sleep_ms(50);
+  gpuhal_semaphore_fail(l->gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "the producer gave up"));
+  return NULL;
+}
+TU_TEST(gate_fails_while_host_waits) {
+  qt_fixture_t f;
+  gpuhal_semaphore_t* gate = NULL;
+  gpuhal_semaphore_t* out = NULL;
+  qt_fail_later_t later;
+  pthread_t thread;
+  uint64_t one = 1;
+  int round;
+  TU_REQUIRE(qt_open(&f, 1, NULL));
+  for (round = 0; round < 3; ++round) {
+    TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &gate));
+    TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &out));
+    TU_CHECK_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_one(&gate, &one), gpuhal_semaphore_list_one(&out, &one),
+                          &qt_barrier_ops, NULL));
+    later.gate = gate;
+    TU_REQUIRE(pthread_create(&thread, NULL, qt_fail_later_main, &later) == 0);
+    TU_CHECK_STATUS(gpuhal_semaphore_wait(out, 1, qt_seconds(10)), GPUHAL_STATUS_CANCELLED, "the producer gave up");
+    pthread_join(thread, NULL);
+    TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(10)));
+    gpuhal_semaphore_release(gate);
+    gpuhal_semaphore_release(out);
+  }
+  qt_close(&f);
+}
+
 /* ---- host calls ---- */
 
 TU_TEST(host_call_ordering) {
@@ -620,7 +657,8 @@ TU_TEST(failing_event_queries_wait_for_the_work) {
 
 TU_MAIN(TU_CASE(barrier_signals), TU_CASE(argument_checks), TU_CASE(waiter_submitted_before_signaller),
         TU_CASE(host_signal_gates_work), TU_CASE(failure_propagates_through_a_chain),
-        TU_CASE(host_failed_wait_fails_queued_work), TU_CASE(host_call_ordering), TU_CASE(host_call_error_fails_signal),
+        TU_CASE(host_failed_wait_fails_queued_work), TU_CASE(gate_fails_while_host_waits), TU_CASE(host_call_ordering),
+        TU_CASE(host_call_error_fails_signal),
         TU_CASE(alloca_execute_dealloca), TU_CASE(chain_of_100_issues_without_host_waits),
         TU_CASE(release_with_work_in_flight),
         TU_CASE(eight_threads_mixed_submissions), TU_CASE(steady_state_allocates_nothing), TU_CASE(alloca_buffer_objects_are_recycled),
