@@ -84,7 +84,9 @@ static void gpuhal__completion_retire_done(gpuhal__queue_state_t* state, gpuhal_
 /* cuEventQuery of `a`'s event failed with `query_error`, which is not sticky: the work may
  * still be running, so its semaphores must not fail (or advance) yet. Waits until the
  * queue's stream has drained: that tells whether the work completed (CUDA_SUCCESS) or how
- * it failed. Blocks this queue's progress only, and only on this rare path. */
+ * it failed. Blocks this queue's progress only, and only on this rare path; a queue's
+ * stream never waits for a value not submitted, so it drains (work on side streams is
+ * asked without waiting: gpuhal__completion_observe_lane). */
 static CUresult gpuhal__action_recheck(gpuhal__queue_state_t* state, gpuhal__action_t* a, CUresult query_error) {
   const gpuhal__cuda_symbols_t* cu = state->device->cu;
   const char* name = NULL;
@@ -170,6 +172,14 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
     CUresult r = cu->cuEventQuery(a->event->handle);
     n = n->next;
+    /* A query that failed (not sticky) is asked of the stream, which holds this work alone,
+     * and never waited for here (gpuhal__action_recheck): the stream may wait for a value
+     * that only this thread's progress brings (a host call it hands over). Not known yet:
+     * the next pass asks again. */
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY && !gpuhal__cuda_error_is_sticky(r)) {
+      r = cu->cuStreamQuery(a->stream);
+      if (r != CUDA_SUCCESS && !gpuhal__cuda_error_is_sticky(r)) r = CUDA_ERROR_NOT_READY;
+    }
     if (r == CUDA_ERROR_NOT_READY) continue;
     gpuhal__list_remove(&a->link);
     gpuhal__action_gpu_wait_count(a, 0);
