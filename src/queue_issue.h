@@ -274,6 +274,11 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
 static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t status) {
   gpuhal__queue_state_t* state = a->state;
   CUresult r = state->device->cu->cuStreamQuery(a->stream);
+  uint32_t i;
+  /* Its GPU value waits may be enqueued already, and stay on the side stream until their
+   * values come: their words must outlive their semaphores. */
+  for (i = 0; i < a->wait_count; ++i)
+    if (a->waits[i].kind == GPUHAL__WAIT_VALUE) gpuhal__semaphore_word_keep(a->waits[i].semaphore);
   status = gpuhal_status_annotate(status, "issuing queue '%s' (device %d, queue %u)", a->ops->name,
                                   state->device->ordinal, a->queue_index);
   if (gpuhal__cuda_error_is_sticky(r)) gpuhal__queue_mark_lost(state, status);

@@ -158,7 +158,8 @@ struct gpuhal_semaphore_s {
   uint32_t signalling;
   int arm_refused;
   gpuhal__signal_after_t* after; /* during gpuhal_semaphore_signal's notifications only (mutex) */
-  int word_unsafe; /* a GPU write of the word may still land: not returned at destruction */
+  int word_unsafe; /* a GPU write of the word may still land, or a GPU wait still read it: not
+                      returned (for reuse) at destruction */
 };
 
 /* A slab of value words: pinned host memory mapped into every context (portable), at the
@@ -461,6 +462,14 @@ static void gpuhal__semaphore_signal_end_locked(gpuhal_semaphore_t* s) {
   if (--s->signalling > 0 || !s->arm_refused) return;
   s->arm_refused = 0;
   gpuhal__semaphore_notify_locked(s, UINT64_MAX);
+}
+
+/* A GPU wait on the word was enqueued by an issue that then failed: nothing will see that
+ * wait end, so the word is never handed to another semaphore. */
+static void gpuhal__semaphore_word_keep(gpuhal_semaphore_t* s) {
+  gpuhal__mutex_lock(&s->mutex);
+  s->word_unsafe = 1;
+  gpuhal__mutex_unlock(&s->mutex);
 }
 
 /* The issue begun by gpuhal__semaphore_signal_begin failed before publishing. `wrote`: a
