@@ -794,10 +794,7 @@ static gpuhal_status_t gpuhal__cb_destroy_graph_current(void* arg) {
   gpuhal_command_buffer_t* cb = (gpuhal_command_buffer_t*)arg;
   const gpuhal__cuda_symbols_t* cu = cb->device->cu;
   gpuhal_status_t st = NULL, st2 = NULL, st3 = NULL;
-  if (cb->exec) {
-    st = GPUHAL__CU(cu, cuGraphExecDestroy, (cb->exec));
-    gpuhal__device_room_give(cb->device);
-  }
+  if (cb->exec) st = gpuhal__device_graph_exec_destroy(cb->device, cb->exec);
   if (cb->graph) st2 = GPUHAL__CU(cu, cuGraphDestroy, (cb->graph));
   if (cb->staging) st3 = gpuhal__device_free(cb->device, NULL, cb->staging); /* may be put off */
   cb->exec = NULL;
@@ -1719,12 +1716,7 @@ static gpuhal_status_t gpuhal__cb_build_graph(gpuhal_command_buffer_t* cb) {
     if (!st) st = gpuhal__graph_add_node(&b, cmd);
   }
   gpuhal__free(device->allocator, b.segment);
-  if (!st && cb->node_count) {
-    gpuhal__device_room_take(device);
-    st = GPUHAL__CU(device->cu, cuGraphInstantiateWithFlags, (&cb->exec, cb->graph, 0));
-    if (st) gpuhal__device_room_give(device);
-    else gpuhal__device_room_refill(device);
-  }
+  if (!st && cb->node_count) st = gpuhal__device_graph_instantiate(device, &cb->exec, cb->graph);
   return st;
 }
 

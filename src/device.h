@@ -930,10 +930,11 @@ static gpuhal_status_t gpuhal__device_resolve_params(gpuhal_device_t* device, co
  * value wait too (tools/probe/live_probe.c: on an H200 the 33rd live stream or executable
  * in a fresh context, then every 40 or so). A creation that takes a step while work is
  * parked on a value that the creating thread, or a worker stuck behind it, would signal
- * never returns. So every cuStreamCreate and cuGraphInstantiate* of gpuhal goes through
- * gpuhal__device_room_take / _give; on the memop path gpuhal grows the store ahead
- * (creating and destroying streams) while nothing of the ordinal is parked, and nothing
- * parks while less than tuning.park_headroom room is left (gpuhal__device_room_allows_park).
+ * never returns. So gpuhal makes and destroys every stream and graph executable through
+ * gpuhal__device_stream_* / gpuhal__device_graph_*, which count them (room_take / _give);
+ * on the memop path the store is grown ahead (room_refill: streams made and destroyed)
+ * while nothing of the ordinal is parked, and nothing parks while less than
+ * tuning.park_headroom room is left (gpuhal__device_allows_park).
  * Streams and graphs the application creates itself in the context are not counted. */
 
 static int32_t gpuhal__device_room_headroom(const gpuhal_device_t* device) {
@@ -980,7 +981,7 @@ static void gpuhal__device_room_refill(gpuhal_device_t* device) {
       gpuhal__atomic_load(&o->room) - gpuhal__atomic_load(&o->room_live) >= headroom)
     return;
   if (gpuhal__atomic_cas(&o->room_growing, &unused, 1)) {
-    /* A park reserves first and then looks at room_growing (gpuhal__device_room_allows_park):
+    /* A park reserves first and then looks at room_growing (gpuhal__device_allows_park):
      * with the fences, one of the two sees the other. */
     gpuhal__atomic_fence();
     if (gpuhal__atomic_load(&o->parked) == 0)
@@ -1050,6 +1051,23 @@ static gpuhal_status_t gpuhal__device_stream_create(gpuhal_device_t* device, CUs
 /* cuStreamDestroy with the room counted (the stream is gone whatever it returns). */
 static gpuhal_status_t gpuhal__device_stream_destroy(gpuhal_device_t* device, CUstream stream) {
   gpuhal_status_t status = GPUHAL__CU(device->cu, cuStreamDestroy, (stream));
+  gpuhal__device_room_give(device);
+  return status;
+}
+
+/* cuGraphInstantiateWithFlags with the room counted; the device's context is current. */
+static gpuhal_status_t gpuhal__device_graph_instantiate(gpuhal_device_t* device, CUgraphExec* out, CUgraph graph) {
+  gpuhal_status_t status;
+  gpuhal__device_room_take(device);
+  status = GPUHAL__CU(device->cu, cuGraphInstantiateWithFlags, (out, graph, 0));
+  if (status) gpuhal__device_room_give(device);
+  else gpuhal__device_room_refill(device);
+  return status;
+}
+
+/* cuGraphExecDestroy with the room counted (the executable is gone whatever it returns). */
+static gpuhal_status_t gpuhal__device_graph_exec_destroy(gpuhal_device_t* device, CUgraphExec exec) {
+  gpuhal_status_t status = GPUHAL__CU(device->cu, cuGraphExecDestroy, (exec));
   gpuhal__device_room_give(device);
   return status;
 }

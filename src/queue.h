@@ -56,9 +56,10 @@
  * bound, work waits on the host as on the event path; and nothing parks while CUDA's
  * store of streams and graph executables has less than tuning.park_headroom room left
  * (growing it waits for parked streams: gpuhal__device_room_refill, device.h). A queue's
- * stream never waits on provisional work's event. While any work may wait on the GPU, calls that wait for an idle
- * context (frees, module unloads) are put off driver-wide (gpuhal__device_sync_call);
- * gpuhal's own kernels load at device creation.
+ * stream never waits on provisional work's event. While any work may wait on the GPU,
+ * calls that wait for an idle context (frees, module unloads) are put off driver-wide
+ * (gpuhal__device_sync_call); module loads wait for parked work with a bound
+ * (gpuhal__device_park_pause); gpuhal's own kernels load at device creation.
  *
  * Failure: a CUDA error fails the action's signal semaphores with the original error; an
  * action waiting on a failed semaphore fails with that cause in its message; a queue call

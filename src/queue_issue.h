@@ -28,6 +28,11 @@ static uint64_t* gpuhal__action_spare_word(gpuhal__queue_state_t* state, gpuhal_
   return word;
 }
 
+/* Gives back what gpuhal__action_spare_word handed out and arming did not consume. */
+static void gpuhal__action_spare_word_return(gpuhal__queue_state_t* state, uint64_t* word) {
+  if (word && word != &gpuhal__arm_sentinel) gpuhal__word_return(state->device->driver, word);
+}
+
 /* Resolves the waits in order; stops at the first one that can be neither skipped, turned
  * into an event wait nor (memops) a value wait, registering on its semaphore so that its
  * change kicks the pump. With `take_events` (the action will be issued right away if
@@ -66,7 +71,7 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
       q.skip_provisional = !park;
       q.spare_word = park ? gpuhal__action_spare_word(state, w->semaphore) : NULL;
       st = gpuhal__semaphore_check(w->semaphore, w->value, &q);
-      if (q.spare_word && q.spare_word != &gpuhal__arm_sentinel) gpuhal__word_return(state->device->driver, q.spare_word);
+      gpuhal__action_spare_word_return(state, q.spare_word);
     }
     if (st == GPUHAL__WAIT_PENDING) {
       gpuhal__action_drop_wait_events(a);
@@ -214,8 +219,8 @@ static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstrea
     gpuhal_semaphore_t* s = a->signals[i].semaphore;
     /* Work behind a GPU wait ends when the host signals: its waiters read the word. */
     uint64_t* spare = a->provisional ? gpuhal__action_spare_word(a->state, s) : NULL;
-    CUdeviceptr word = gpuhal__semaphore_signal_begin(s, spare != NULL, &spare);
-    if (spare && spare != &gpuhal__arm_sentinel) gpuhal__word_return(device->driver, spare);
+    CUdeviceptr word = gpuhal__semaphore_signal_begin(s, &spare);
+    gpuhal__action_spare_word_return(a->state, spare);
     begun++;
     a->signals[i].word_written = word != 0;
     if (word)

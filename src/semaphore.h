@@ -440,17 +440,18 @@ static void gpuhal__semaphore_install_word_locked(gpuhal_semaphore_t* s, uint64_
 
 /* A queue action starts issuing a signal of `s` (before its work's event is recorded).
  * Returns the device address of the word when a GPU wait armed it for a value not reached
- * yet (armed_until), or `always` (work behind a GPU wait, whose end is the host's to
- * learn: host waits then read the word; the word is made from *spare_word when `s` has
- * none), else 0: the work must then
+ * yet (armed_until), or always when `*spare_word` is given (work behind a GPU wait, whose
+ * end is the host's to learn: host waits then read the word; `s` takes *spare_word as its
+ * word when it has none), else 0: the work must then
  * write its value there before the event, so that whoever sees the event complete (and
  * may store a higher value, as a host call after it does) comes after the write. Until
  * gpuhal__semaphore_add_timepoint or gpuhal__semaphore_signal_end, no wait arms `s`. */
-static CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s, int always, uint64_t** spare_word) {
+static CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s, uint64_t** spare_word) {
   CUdeviceptr armed;
+  int always = *spare_word != NULL;
   gpuhal__mutex_lock(&s->mutex);
   s->signalling++;
-  if (always && *spare_word) gpuhal__semaphore_install_word_locked(s, spare_word);
+  if (always) gpuhal__semaphore_install_word_locked(s, spare_word);
   armed = s->word && (always || s->armed_until > s->value) ? s->word_address : 0;
   gpuhal__mutex_unlock(&s->mutex);
   return armed;
@@ -811,7 +812,8 @@ static int64_t gpuhal__host_wait_sleep_ns(int64_t start, int64_t max_sleep_ns, g
 }
 
 /* Waits on this thread for `event`, which reaches `event_value` >= `value` of `s` (or for
- * the word, when `word_written`: see inside): polls it for the event's device's spin window, then (with `may_sleep`: the wait needs nothing
+ * the word, when `word_written`: see inside): polls it for the event's device's spin
+ * window, then (with `may_sleep`: the wait needs nothing
  * else) between growing sleeps until the timeout. Once it completed, the value is advanced
  * right here. Returns 1 when it completed, 0 when the window or the timeout passed first,
  * the value was reached or failed another way, or the query failed (errors are the
