@@ -8,7 +8,9 @@ EXAMPLE ?= hello
 
 .PHONY: example test configure clean header
 
-configure:
+# gpuhal.h is generated from src/: every target that builds regenerates it first (a no-op
+# when it is current), so an edit in src/ is what the build sees.
+configure: header
 	cmake -S tests -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUHAL_TEST_DRIVER=$(TEST_DRIVER)
 
 example: configure
