@@ -1,18 +1,16 @@
 // gpuhal's built-in kernels: fill and copy for what memset/memcpy nodes cannot do.
 //
-// src/command_buffer.h embeds the PTX of this file (GPUHAL__BUILTIN_PTX); the C twins for
-// softcuda are in gpuhal_builtin_fill.c. Used for:
+// gpuhal embeds the PTX of this file (src/builtin_ptx.h, included by src/command_buffer.h);
+// the C twins for softcuda are in gpuhal_builtin_fill.c. Used for:
 //   - fills with 8- and 16-byte patterns (CUDA's memsets stop at 4 bytes), and fills whose
 //     destination is not aligned to the pattern (only reachable through binding offsets);
 //   - copies and fills in CUDA graphs whose addresses are bound late (binding slots,
 //     queue_alloca buffers): a kernel node's parameters can be rewritten freely in an
 //     instantiated graph, memcpy/memset nodes only within narrow rules.
 //
-// Regenerate (no toolkit is needed to build gpuhal; only to change this file):
-//   nvcc -ptx -arch=compute_75 -o tests/kernels/gpuhal_builtin_fill.ptx tests/kernels/gpuhal_builtin_fill.cu
-//   sed -i 's/^\.version .*/.version 8.0/' tests/kernels/gpuhal_builtin_fill.ptx   # loadable by CUDA 12.0+ drivers
-//   then paste it into gpuhal__builtin_ptx_lines in src/command_buffer.h (the comment there has the
-//   one-line script); test_command_buffer fails when the two differ.
+// After changing it (no toolkit is needed to build gpuhal; only to change this file):
+//   python3 tools/embed_ptx.py --nvcc     # the .ptx beside it, then src/builtin_ptx.h
+// CI fails when the .ptx was not compiled from this file or src/builtin_ptx.h is stale.
 //
 // The fill semantics: byte i of [dst, dst + size) becomes pattern16[i % 16], where pattern16
 // is the pattern repeated to 16 bytes (every pattern size, 1, 2, 4, 8 and 16, divides 16).
