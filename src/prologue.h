@@ -36,26 +36,36 @@
  *   owned object that says what failed (the CUDA error name, the call and file:line
  *   for driver errors) and must be freed with gpuhal_status_free.
  *
- * CONFIGURATION (define before including the implementation)
- *   GPUHAL_API          decoration of public functions (default: extern)
- *   GPUHAL_STATIC       make every gpuhal function static to the including file
- *   GPUHAL_ASSERT(c)    internal invariant check (default: assert from <assert.h>)
- *   GPUHAL_NO_NCCL      leave out collectives; channel calls return UNAVAILABLE
- *   GPUHAL_USE_CUDA_H   use the real <cuda.h> instead of gpuhal's own declarations
- *                       (also chosen automatically when <cuda.h> was included first)
- *   GPUHAL_HANDLE_REUSE_DISTANCE  released objects of a type reused only after this many
- *                       later releases of that type (default 4096): calls on a released
- *                       handle are caught until then (see base.h, object pools)
+ * CONFIGURATION MACROS (define before including gpuhal.h)
+ *   name, what it does - default. All but GPUHAL_API and GPUHAL_STATIC act only in the
+ *   file that defines GPUHAL_IMPLEMENTATION.
+ *   GPUHAL_IMPLEMENTATION  emit the implementation in this file (exactly one) - off
+ *   GPUHAL_API             decoration of public functions - extern (static with GPUHAL_STATIC)
+ *   GPUHAL_STATIC          public functions static to this file; not with GPUHAL_API - off
+ *   GPUHAL_ASSERT(c)       internal invariant check - assert(c) from <assert.h>
+ *   GPUHAL_NO_NCCL         never load NCCL; channel calls return UNAVAILABLE - off
+ *   GPUHAL_USE_CUDA_H      types from the real <cuda.h> (12.0+) - off, on if it came first
+ *   GPUHAL_USE_NCCL_H      types from the real <nccl.h> - off, on if it came first
+ *   GPUHAL_HANDLE_REUSE_DISTANCE  released handles caught for this many later releases - 4096
+ *   GPUHAL_TRACE_CAPACITY  records in the trace ring (~120 bytes each, min 16) - 65536
+ *   GPUHAL_EVENT_POOL_BLOCK  CUevents a device's event pool adds per growth step - 32
+ *   GPUHAL_DRIVER_RELEASE_SETTLE_NS  last driver release's wait for released devices (ns) - 30 s
  *   The queue's timing is tuned at run time: gpuhal_device_params_t.tuning (README.md).
  *
- * ENVIRONMENT
- *   GPUHAL_CUDA_LIBRARY   driver library to load (default libcuda.so.1, then libcuda.so)
- *   GPUHAL_NCCL_LIBRARY   NCCL library to load (default libnccl.so.2, then libnccl.so)
- *   GPUHAL_LOG            error|warn|info|debug: log to stderr at that level and above
- *   GPUHAL_CACHE_DIR      directory of the persistent kernel cache
- *   GPUHAL_TRACE          file to write a Chrome-trace (Perfetto) JSON timeline to
- *   GPUHAL_SEMAPHORE_MEMOPS  0: timeline values never in device memory (on by default where
- *                         every device has 64-bit stream memory operations)
+ * ENVIRONMENT VARIABLES
+ *   name, what it does - default. Read when a driver or device is created; an empty value
+ *   counts as unset; a matching gpuhal_driver_options_t or gpuhal_device_params_t field,
+ *   when set (non-zero), wins over the variable.
+ *   GPUHAL_CUDA_LIBRARY      the only driver library tried - libcuda.so.1, then libcuda.so
+ *   GPUHAL_NCCL_LIBRARY      the only NCCL library tried - libnccl.so.2, then libnccl.so
+ *   GPUHAL_LOG               none|off|error|warn|info|debug: log from that level - warn
+ *   GPUHAL_CACHE_DIR         directory of the persistent kernel cache - none (memory only)
+ *   GPUHAL_TRACE             file to write a Chrome-trace (Perfetto) JSON timeline to - none
+ *   GPUHAL_SEMAPHORE_MEMOPS  0: timeline values never in device memory - on where supported
+ *   GPUHAL_NVTX              0: no NVTX ranges; other: ranges without Nsight - on under Nsight
+ *   GPUHAL_NVTX_LIBRARY      the NVTX library for those ranges - libnvToolsExt.so.1
+ *   NVTX_INJECTION64_PATH    set by Nsight tools: NVTX ranges unless GPUHAL_NVTX=0 - unset
+ *   CUDA_DEVICE_MAX_CONNECTIONS  CUDA's; default tuning.gpu_parked_max is a quarter - 8 (so 2)
  *
  * THREADS
  *   Every gpuhal object may be used from any thread. No gpuhal call changes the calling
