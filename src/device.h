@@ -927,10 +927,9 @@ static gpuhal_status_t gpuhal__device_resolve_params(gpuhal_device_t* device, co
  * CUDA keeps a per-context store for streams and graph executables (of any node but empty
  * ones) that grows in steps as more are held at once and keeps its size when they are
  * destroyed; a step waits for every stream of the context to drain, a stream parked on a
- * value wait too (tools/probe/live_probe.c: on an H200 the 33rd live stream or executable
- * in a fresh context, then every 40 or so). A creation that takes a step while work is
- * parked on a value that the creating thread, or a worker stuck behind it, would signal
- * never returns. So gpuhal makes and destroys every stream and graph executable through
+ * value wait too (tools/probe/live_probe.c; the steps measured: tests/bench/RESULTS.md).
+ * A creation that takes a step while work is parked on a value that the creating thread,
+ * or a worker stuck behind it, would signal never returns. So gpuhal makes and destroys every stream and graph executable through
  * gpuhal__device_stream_* / gpuhal__device_graph_*, which count them (room_take / _give);
  * on the memop path the store is grown ahead (room_refill: streams made and destroyed)
  * while nothing of the ordinal is parked, and nothing parks while less than

@@ -9,7 +9,7 @@
  *
  * The queue creates its events with CU_EVENT_DISABLE_TIMING only (cheaper record and
  * query); blocking-sync events made every record dearer and woke a blocked waiter later
- * than polling does (bench_queue on an H200). The completion thread never
+ * than polling does (tests/bench/RESULTS.md). The completion thread never
  * blocks in the driver (queue.h).
  */
 

@@ -351,7 +351,7 @@ static uint64_t gpuhal__rotr64(uint64_t x, int r) { return (x >> r) | (x << (64 
   } while (0)
 
 /* One round, its message schedule a constant row of sigma (the rounds are unrolled so
- * the compiler keeps the message words in registers: about 3x faster than a loop). */
+ * the compiler keeps the message words in registers; tests/bench/RESULTS.md). */
 #define GPUHAL__B2B_ROUND(r)                                                                     \
   do {                                                                                           \
     GPUHAL__B2B_G(0, 4, 8, 12, m[gpuhal__blake2b_sigma[r][0]], m[gpuhal__blake2b_sigma[r][1]]);   \

@@ -99,8 +99,8 @@ typedef struct gpuhal__timepoint_s {
   int (*settled)(const struct gpuhal__timepoint_s* tp);
   void* owner;
   /* The work writes the semaphore's word before its event: a host wait reads the word
-   * until it passes, then looks at the event once (a load costs nothing; cuEventQuery about
-   * half a microsecond on an H200). */
+   * until it passes, then looks at the event once (a load is far cheaper than
+   * cuEventQuery: tests/bench/RESULTS.md). */
   int word_written;
 } gpuhal__timepoint_t;
 
@@ -923,8 +923,8 @@ static gpuhal_status_t gpuhal__validate_wait_list(const char* func, gpuhal_semap
 
 #define GPUHAL__HOST_WAIT_INLINE_NODES 8
 /* A wait on values not submitted yet spins on its notifications this long from its start
- * before it sleeps on its condition variable: a sleeping thread takes tens of microseconds
- * to wake on an idle core, longer than the GPU work it waits for (bench_queue case 6). */
+ * before it sleeps on its condition variable: a sleeping thread takes longer to wake than
+ * the GPU work it waits for takes to run (bench_queue case 6 vs 6b, tests/bench/RESULTS.md). */
 #define GPUHAL__HOST_WAIT_UNSUBMITTED_SPIN_NS 200000
 #define GPUHAL__HOST_WAIT_MAX_SLEEP_NS 1000000 /* between reads of armed words while registered */
 
