@@ -32,6 +32,7 @@ OUT = os.path.join(ROOT, "gpuhal.h")
 
 MODULES = [
     "base.h",
+    "hash.h",
     "cuda_api.h",
     "symbols.h",
     "status.h",
@@ -44,12 +45,15 @@ MODULES = [
     "queue_progress.h",
     "queue_submit.h",
     "queue_state.h",
+    "module_image.h",
+    "disk_cache.h",
     "module_cache.h",
+    "executable.h",
     "command_buffer.h",
     "channel.h",
     "trace.h",
 ]
-IMPL_ONLY = {"cuda_api.h", "symbols.h", "queue_issue.h", "queue_progress.h", "queue_submit.h", "queue_state.h"}
+IMPL_ONLY = {"hash.h", "module_image.h", "disk_cache.h", "cuda_api.h", "symbols.h", "queue_issue.h", "queue_progress.h", "queue_submit.h", "queue_state.h"}
 SPLIT = "/* ---- gpuhal:implementation ---- */"
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 
