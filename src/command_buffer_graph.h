@@ -1,0 +1,267 @@
+/* gpuhal - command buffers, the GRAPH back end: the recording becomes a CUgraph at end,
+ * instantiated once; every execute patches the late-bound kernel nodes whose addresses
+ * changed and launches it. Commands between two barriers have no edges among themselves;
+ * a barrier orders all before it before all after it. Part of the implementation only. */
+
+/* Destroys the graph, its instantiation and the staging memory; the device's context is
+ * current. Every handle is cleared whatever fails (a failed destroy leaves the object to
+ * the driver, which is all that can be done with it). */
+static gpuhal_status_t gpuhal__cb_destroy_graph_current(void* arg) {
+  gpuhal_command_buffer_t* cb = (gpuhal_command_buffer_t*)arg;
+  const gpuhal__cuda_symbols_t* cu = cb->device->cu;
+  gpuhal_status_t st = NULL, st2 = NULL, st3 = NULL;
+  if (cb->exec) st = gpuhal__device_graph_exec_destroy(cb->device, cb->exec);
+  if (cb->graph) st2 = GPUHAL__CU(cu, cuGraphDestroy, (cb->graph));
+  if (cb->staging) st3 = gpuhal__device_free(cb->device, NULL, cb->staging); /* may be put off */
+  cb->exec = NULL;
+  cb->graph = NULL;
+  cb->staging = 0;
+  if (!st) st = st2;
+  else gpuhal_status_free(st2);
+  if (!st) st = st3;
+  else gpuhal_status_free(st3);
+  return st;
+}
+
+/* Runs on any thread, with no gpuhal lock held (a last release may come from the
+ * completion thread or the worker). When this thread cannot take the device's context,
+ * the worker, which holds it for its life, does the destroying (run directly when this is
+ * the worker): the handles are never dropped with their objects still alive. */
+static void gpuhal__cb_destroy_graph(gpuhal_command_buffer_t* cb) {
+  gpuhal_device_t* device = cb->device;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t st;
+  if (!cb->graph && !cb->exec && !cb->staging) return;
+  st = gpuhal__context_enter(device, &scope);
+  if (!st) {
+    st = gpuhal__cb_destroy_graph_current(cb);
+    gpuhal__context_leave(device, &scope);
+  } else {
+    gpuhal_status_free(st);
+    st = gpuhal__worker_call(device, gpuhal__cb_destroy_graph_current, cb);
+  }
+  if (st) {
+    gpuhal__log(device->logger, GPUHAL_LOG_WARN, "destroying a command buffer's graph: %s", gpuhal_status_message(st));
+    gpuhal_status_free(st);
+  }
+}
+/* Graph: puts the update bytes in device memory, where memcpy nodes and the copy kernel
+ * read them on every launch. */
+static gpuhal_status_t gpuhal__cb_upload_staging(gpuhal_command_buffer_t* cb) {
+  gpuhal_device_t* device = cb->device;
+  if (!cb->update_size) return NULL;
+  GPUHAL__CU_RETURN(device->cu, cuMemAlloc, (&cb->staging, cb->update_size));
+  GPUHAL__CU_RETURN(device->cu, cuMemcpyHtoD, (cb->staging, cb->update_data, cb->update_size));
+  return NULL;
+}
+
+/* Graph: staging arguments get their address now, before the nodes are made. (They stay
+ * marked late, so a retried end rewrites them; at execute they resolve to the same value
+ * and cause no node update.) */
+static void gpuhal__cb_bind_staging_args(gpuhal_command_buffer_t* cb) {
+  uint32_t i;
+  for (i = 0; i < cb->arg_count; ++i) {
+    gpuhal__cmd_arg_t* arg = &cb->args[i];
+    uint64_t address;
+    if (!arg->late || arg->ref.kind != GPUHAL__REF_STAGING) continue;
+    address = (uint64_t)cb->staging + arg->ref.offset;
+    memcpy(cb->values + arg->value_offset, &address, sizeof(address));
+  }
+}
+/* The address of a ref known when the graph is built. */
+static CUdeviceptr gpuhal__cb_static_address(const gpuhal_command_buffer_t* cb, const gpuhal__ref_t* ref) {
+  if (ref->kind == GPUHAL__REF_STAGING) return cb->staging + ref->offset;
+  return (CUdeviceptr)(gpuhal__buffer_address(ref->buffer) + ref->offset);
+}
+
+static void gpuhal__kernel_node_params(const gpuhal_command_buffer_t* cb, const gpuhal__cmd_t* cmd,
+                                       CUDA_KERNEL_NODE_PARAMS* p) {
+  memset(p, 0, sizeof(*p));
+  p->func = cmd->function;
+  p->gridDimX = cmd->grid[0];
+  p->gridDimY = cmd->grid[1];
+  p->gridDimZ = cmd->grid[2];
+  p->blockDimX = cmd->block[0];
+  p->blockDimY = cmd->block[1];
+  p->blockDimZ = cmd->block[2];
+  p->sharedMemBytes = cmd->shared_bytes;
+  p->kernelParams = cmd->arg_count ? cb->param_ptrs + cmd->arg_first : NULL;
+}
+
+static void gpuhal__memcpy_params(CUdeviceptr dst, CUdeviceptr src, uint64_t size, CUDA_MEMCPY3D* m) {
+  memset(m, 0, sizeof(*m));
+  m->srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  m->srcDevice = src;
+  m->dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  m->dstDevice = dst;
+  m->WidthInBytes = (size_t)size;
+  m->Height = 1;
+  m->Depth = 1;
+}
+/* Builds the graph: nodes between barriers independent, each segment after a barrier
+ * depending on the previous segment (directly when it has one node, else through an
+ * empty join node). Empty segments carry the previous dependency forward, so leading,
+ * trailing and repeated barriers add nothing and lose no ordering. */
+typedef struct gpuhal__graph_builder_s {
+  gpuhal_command_buffer_t* cb;
+  CUgraphNode dependency; /* what nodes of the current segment depend on; NULL: nothing */
+  CUgraphNode* segment;   /* nodes of the current segment */
+  size_t segment_count, segment_capacity;
+  int barrier_pending; /* a barrier came after the current segment's nodes */
+} gpuhal__graph_builder_t;
+
+static gpuhal_status_t gpuhal__graph_close_segment(gpuhal__graph_builder_t* b) {
+  gpuhal_device_t* device = b->cb->device;
+  b->barrier_pending = 0;
+  if (b->segment_count == 1) {
+    b->dependency = b->segment[0];
+  } else if (b->segment_count > 1) {
+    GPUHAL__CU_RETURN(device->cu, cuGraphAddEmptyNode,
+                      (&b->dependency, b->cb->graph, b->segment, b->segment_count));
+    b->cb->node_count++;
+  }
+  b->segment_count = 0;
+  return NULL;
+}
+
+static gpuhal_status_t gpuhal__graph_add_node(gpuhal__graph_builder_t* b, gpuhal__cmd_t* cmd) {
+  gpuhal_command_buffer_t* cb = b->cb;
+  gpuhal_device_t* device = cb->device;
+  const CUgraphNode* deps = b->dependency ? &b->dependency : NULL;
+  size_t dep_count = b->dependency ? 1 : 0;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__grow(device->allocator, (void**)&b->segment, &b->segment_capacity,
+                                       b->segment_count + 1, sizeof(CUgraphNode), "graph build state"));
+  switch (cmd->type) {
+    case GPUHAL__CMD_DISPATCH: {
+      CUDA_KERNEL_NODE_PARAMS p;
+      gpuhal__kernel_node_params(cb, cmd, &p);
+      GPUHAL__CU_RETURN(device->cu, cuGraphAddKernelNode, (&cmd->node, cb->graph, deps, dep_count, &p));
+      break;
+    }
+    case GPUHAL__CMD_COPY:
+    case GPUHAL__CMD_UPDATE: {
+      CUDA_MEMCPY3D m;
+      gpuhal__memcpy_params(gpuhal__cb_static_address(cb, &cmd->dst), gpuhal__cb_static_address(cb, &cmd->src),
+                            cmd->size, &m);
+      GPUHAL__CU_RETURN(device->cu, cuGraphAddMemcpyNode, (&cmd->node, cb->graph, deps, dep_count, &m, device->context));
+      break;
+    }
+    case GPUHAL__CMD_FILL: {
+      CUDA_MEMSET_NODE_PARAMS m;
+      memset(&m, 0, sizeof(m));
+      m.dst = gpuhal__cb_static_address(cb, &cmd->dst);
+      m.elementSize = cmd->pattern_size;
+      m.width = (size_t)(cmd->size / cmd->pattern_size);
+      m.height = 1;
+      m.pitch = (size_t)cmd->size;
+      m.value = gpuhal__memset_value(cmd);
+      GPUHAL__CU_RETURN(device->cu, cuGraphAddMemsetNode, (&cmd->node, cb->graph, deps, dep_count, &m, device->context));
+      break;
+    }
+    case GPUHAL__CMD_NATIVE: /* multi-device hook */
+      if (cmd->native_follower) return NULL; /* captured with its group's leader */
+      GPUHAL__RETURN_IF_ERROR(gpuhal__graph_add_native(cb, cmd, deps, dep_count));
+      break;
+    default:
+      return gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "command buffer: unexpected command type %d", (int)cmd->type);
+  }
+  b->segment[b->segment_count++] = cmd->node;
+  cb->node_count++;
+  return NULL;
+}
+
+static gpuhal_status_t gpuhal__cb_build_graph(gpuhal_command_buffer_t* cb) {
+  gpuhal_device_t* device = cb->device;
+  gpuhal__graph_builder_t b;
+  gpuhal_status_t st = NULL;
+  uint32_t c;
+  memset(&b, 0, sizeof(b));
+  b.cb = cb;
+  GPUHAL__CU_RETURN(device->cu, cuGraphCreate, (&cb->graph, 0));
+  for (c = 0; c < cb->cmd_count && !st; ++c) {
+    gpuhal__cmd_t* cmd = &cb->cmds[c];
+    if (cmd->type == GPUHAL__CMD_BARRIER) {
+      if (b.segment_count) b.barrier_pending = 1;
+      continue;
+    }
+    if (b.barrier_pending) st = gpuhal__graph_close_segment(&b);
+    if (!st) st = gpuhal__graph_add_node(&b, cmd);
+  }
+  gpuhal__free(device->allocator, b.segment);
+  if (!st && cb->node_count) st = gpuhal__device_graph_instantiate(device, &cb->exec, cb->graph);
+  return st;
+}
+
+/* In the device's context: staging, graph, instantiation. */
+static gpuhal_status_t gpuhal__cb_finish_graph(gpuhal_command_buffer_t* cb) {
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t st;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(cb->device, &scope));
+  st = gpuhal__cb_upload_staging(cb);
+  if (!st) {
+    gpuhal__cb_bind_staging_args(cb);
+    st = gpuhal__cb_build_graph(cb);
+  }
+  gpuhal__context_leave(cb->device, &scope);
+  return st;
+}
+static gpuhal_status_t gpuhal__cb_patch_graph(gpuhal_command_buffer_t* cb, const gpuhal__execute_action_t* action) {
+  gpuhal_device_t* device = cb->device;
+  uint32_t k;
+  for (k = 0; k < cb->late_cmd_count; ++k) {
+    gpuhal__cmd_t* cmd = &cb->cmds[cb->late_cmds[k]];
+    CUDA_KERNEL_NODE_PARAMS p;
+    int changed = 0;
+    gpuhal_status_t st = gpuhal__cb_resolve_args(cb, action, cmd, &changed);
+    if (st) return gpuhal_status_annotate(st, "command %u (%s) of a graph command buffer", cb->late_cmds[k],
+                                          gpuhal__cmd_name(cmd));
+    if (!changed && !cmd->stale) continue;
+    gpuhal__kernel_node_params(cb, cmd, &p);
+    cmd->stale = 1; /* until the driver took it */
+    GPUHAL__CU_RETURN(device->cu, cuGraphExecKernelNodeSetParams, (cb->exec, cmd->node, &p));
+    cmd->stale = 0;
+  }
+  return NULL;
+}
+GPUHAL_API gpuhal_status_t gpuhal_command_buffer_native_graph(gpuhal_command_buffer_t* command_buffer,
+                                                              void** out_cu_graph) {
+  GPUHAL__CHECK_ARG(out_cu_graph != NULL, "out_cu_graph", "must not be NULL");
+  *out_cu_graph = NULL;
+  GPUHAL__CHECK_OBJECT(command_buffer, GPUHAL__MAGIC_COMMAND_BUFFER);
+  if (!gpuhal__cb_is_graph(command_buffer))
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                              "gpuhal_command_buffer_native_graph: a STREAM command buffer has no graph");
+  if (command_buffer->state != GPUHAL__CB_EXECUTABLE)
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                              "gpuhal_command_buffer_native_graph: the graph exists once the command buffer has ended");
+  if (gpuhal__atomic_load(&command_buffer->graph_deferred))
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                              "gpuhal_command_buffer_native_graph: a command buffer with collectives builds its graph "
+                              "at its first execute");
+  *out_cu_graph = (void*)command_buffer->graph;
+  return NULL;
+}
+
+/* GRAPH's end: the graph is built now, or, with collectives, by the first execute on the
+ * worker (see has_native). */
+static gpuhal_status_t gpuhal__cb_graph_end(gpuhal_command_buffer_t* cb) {
+  if (!cb->has_native) return gpuhal__cb_finish_graph(cb);
+  cb->graph_deferred = 1;
+  return NULL;
+}
+
+/* GRAPH's execute: one cuGraphLaunch after the late-bound nodes are patched. */
+static gpuhal_status_t gpuhal__cb_graph_issue(gpuhal_command_buffer_t* cb, const gpuhal__execute_action_t* action,
+                                              gpuhal_device_t* device, CUstream stream) {
+  GPUHAL__UNUSED(device);
+  if (gpuhal__atomic_load(&cb->graph_deferred)) { /* only ever on the worker: see has_native */
+    GPUHAL__RETURN_IF_ERROR(gpuhal__cb_finish_graph(cb));
+    gpuhal__atomic_store(&cb->graph_deferred, 0);
+  }
+  if (!cb->exec) return NULL; /* nothing was recorded */
+  GPUHAL__RETURN_IF_ERROR(gpuhal__cb_patch_graph(cb, action));
+  return GPUHAL__CU(cb->device->cu, cuGraphLaunch, (cb->exec, stream));
+}
+
+static const gpuhal__cb_backend_t gpuhal__cb_graph_backend = {"GRAPH", gpuhal__cb_graph_end, gpuhal__cb_destroy_graph,
+                                                              gpuhal__cb_graph_issue};
