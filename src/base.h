@@ -340,6 +340,35 @@ static gpuhal_status_t gpuhal__alloc_zeroed(const gpuhal_allocator_t* a, size_t 
   *out = gpuhal__calloc(a, size);
   return *out ? NULL : gpuhal__status_oom(what, size);
 }
+/* The one array growth: makes `*data` (`*capacity` elements of `element_size` bytes) hold
+ * at least `needed`, doubling from 16; the new elements are zeroed. On failure nothing
+ * changes and RESOURCE_EXHAUSTED names `what`. */
+static gpuhal_status_t gpuhal__grow(const gpuhal_allocator_t* allocator, void** data, size_t* capacity,
+                                    size_t needed, size_t element_size, const char* what) {
+  size_t new_capacity;
+  unsigned char* grown;
+  if (needed <= *capacity) return NULL;
+  new_capacity = *capacity ? *capacity : 16;
+  while (new_capacity < needed) new_capacity *= 2;
+  if (new_capacity > SIZE_MAX / element_size) return gpuhal__status_oom(what, SIZE_MAX);
+  grown = (unsigned char*)gpuhal__alloc(allocator, new_capacity * element_size);
+  if (!grown) return gpuhal__status_oom(what, new_capacity * element_size);
+  if (*data) memcpy(grown, *data, *capacity * element_size);
+  memset(grown + *capacity * element_size, 0, (new_capacity - *capacity) * element_size);
+  gpuhal__free(allocator, *data);
+  *data = grown;
+  *capacity = new_capacity;
+  return NULL;
+}
+/* gpuhal__grow for a uint32_t capacity. */
+static gpuhal_status_t gpuhal__grow32(const gpuhal_allocator_t* allocator, void** data, uint32_t* capacity,
+                                      size_t needed, size_t element_size, const char* what) {
+  size_t cap = *capacity;
+  if (needed > UINT32_MAX) return gpuhal__status_oom(what, SIZE_MAX);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__grow(allocator, data, &cap, needed, element_size, what));
+  *capacity = (uint32_t)GPUHAL__MIN(cap, (size_t)UINT32_MAX);
+  return NULL;
+}
 static char* gpuhal__strdup(const gpuhal_allocator_t* a, const char* s) {
   size_t n = strlen(s) + 1;
   char* p = (char*)gpuhal__alloc(a, n);

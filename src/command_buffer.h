@@ -358,32 +358,6 @@ struct gpuhal_command_buffer_s {
   gpuhal__mutex_t action_mutex;
   gpuhal__execute_action_t* free_actions;
 };
-/* Grows an array to hold `needed` elements (doubling). */
-static gpuhal_status_t gpuhal__grow(const gpuhal_allocator_t* allocator, void** data, size_t* capacity,
-                                    size_t needed, size_t element_size, const char* what) {
-  size_t new_capacity;
-  void* grown;
-  if (needed <= *capacity) return NULL;
-  new_capacity = *capacity ? *capacity : 16;
-  while (new_capacity < needed) new_capacity *= 2;
-  if (new_capacity > SIZE_MAX / element_size) return gpuhal__status_oom(what, SIZE_MAX);
-  grown = gpuhal__alloc(allocator, new_capacity * element_size);
-  if (!grown) return gpuhal__status_oom(what, new_capacity * element_size);
-  if (*data) memcpy(grown, *data, *capacity * element_size);
-  gpuhal__free(allocator, *data);
-  *data = grown;
-  *capacity = new_capacity;
-  return NULL;
-}
-static gpuhal_status_t gpuhal__grow32(const gpuhal_allocator_t* allocator, void** data, uint32_t* capacity,
-                                      size_t needed, size_t element_size, const char* what) {
-  size_t cap = *capacity;
-  if (needed > UINT32_MAX) return gpuhal__status_oom(what, SIZE_MAX);
-  GPUHAL__RETURN_IF_ERROR(gpuhal__grow(allocator, data, &cap, needed, element_size, what));
-  *capacity = (uint32_t)GPUHAL__MIN(cap, (size_t)UINT32_MAX);
-  return NULL;
-}
-
 /* A buffer's device address, or 0 while it has none (a queue_alloca not yet issued, or
  * a buffer already deallocated). */
 static uint64_t gpuhal__buffer_address(gpuhal_buffer_t* buffer) {

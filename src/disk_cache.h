@@ -416,14 +416,12 @@ static void gpuhal__disk_evict(gpuhal__disk_cache_t* disk, const char* keep) {
       continue;
     }
     if (count == capacity) {
-      size_t grown_capacity = capacity ? capacity * 2 : 64;
-      gpuhal__disk_file_t* grown =
-          (gpuhal__disk_file_t*)gpuhal__alloc(allocator, grown_capacity * sizeof(gpuhal__disk_file_t));
-      if (!grown) break;
-      if (files) memcpy(grown, files, count * sizeof(gpuhal__disk_file_t));
-      gpuhal__free(allocator, files);
-      files = grown;
-      capacity = grown_capacity;
+      gpuhal_status_t grown =
+          gpuhal__grow(allocator, (void**)&files, &capacity, count + 1, sizeof(gpuhal__disk_file_t), "disk cache files");
+      if (grown) {
+        gpuhal_status_free(grown);
+        break;
+      }
     }
     files[count].mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
     files[count].bytes = (uint64_t)st.st_size;

@@ -155,16 +155,12 @@ static gpuhal_status_t gpuhal__function_query_params(gpuhal_device_t* device, gp
       return NULL;
     }
     if (count == capacity) {
-      uint32_t grown_capacity = capacity ? capacity * 2 : 8;
-      uint32_t* grown = (uint32_t*)gpuhal__alloc(device->allocator, sizeof(uint32_t) * 2 * grown_capacity);
-      if (!grown) {
+      gpuhal_status_t grown = gpuhal__grow32(device->allocator, (void**)&offsets, &capacity, count + 1,
+                                             sizeof(uint32_t) * 2, "kernel parameter info");
+      if (grown) {
         gpuhal__free(device->allocator, offsets);
-        return gpuhal__status_oom("kernel parameter info", sizeof(uint32_t) * 2 * grown_capacity);
+        return grown;
       }
-      if (offsets) memcpy(grown, offsets, sizeof(uint32_t) * 2 * capacity);
-      gpuhal__free(device->allocator, offsets);
-      offsets = grown;
-      capacity = grown_capacity;
     }
     offsets[2 * count] = (uint32_t)offset;
     offsets[2 * count + 1] = (uint32_t)size;

@@ -152,36 +152,26 @@ static int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp);
  * the device's context current (issues are serialized: only this adds streams). */
 static gpuhal_status_t gpuhal__side_stream_acquire(gpuhal__queue_state_t* state, CUstream* out) {
   const gpuhal_allocator_t* allocator = state->device->allocator;
-  CUstream* all = NULL;
-  CUstream* free_list = NULL;
   CUstream stream = NULL;
-  uint32_t capacity;
+  gpuhal_status_t status = NULL;
   gpuhal__mutex_lock(&state->mutex);
   if (state->side_free_count) {
     *out = state->side_free[--state->side_free_count];
     gpuhal__mutex_unlock(&state->mutex);
     return NULL;
   }
-  capacity = state->side_capacity;
-  gpuhal__mutex_unlock(&state->mutex);
-  if (state->side_count == capacity) {
-    /* Grown here, outside the lock; the completion thread only reads under it. */
-    uint32_t grown = capacity ? capacity * 2 : 8;
-    GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(allocator, sizeof(CUstream) * grown, "side streams", (void**)&all));
-    if (gpuhal__alloc_zeroed(allocator, sizeof(CUstream) * grown, "side streams", (void**)&free_list) != NULL) {
-      gpuhal__free(allocator, all);
-      return gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED, "out of host memory for %u side streams", grown);
-    }
-    gpuhal__mutex_lock(&state->mutex);
-    if (state->side_count) memcpy(all, state->side_streams, sizeof(CUstream) * state->side_count);
-    if (state->side_free_count) memcpy(free_list, state->side_free, sizeof(CUstream) * state->side_free_count);
-    gpuhal__free(allocator, state->side_streams);
-    gpuhal__free(allocator, state->side_free);
-    state->side_streams = all;
-    state->side_free = free_list;
-    state->side_capacity = grown;
-    gpuhal__mutex_unlock(&state->mutex);
+  if (state->side_count == state->side_capacity) {
+    /* Two arrays of one capacity (the completion thread reads them under the lock): the
+     * free list first, so a failure leaves side_capacity true for both. */
+    uint32_t free_capacity = state->side_capacity;
+    status = gpuhal__grow32(allocator, (void**)&state->side_free, &free_capacity, state->side_count + 1u,
+                            sizeof(CUstream), "the free side streams");
+    if (!status)
+      status = gpuhal__grow32(allocator, (void**)&state->side_streams, &state->side_capacity, free_capacity,
+                              sizeof(CUstream), "side streams");
   }
+  gpuhal__mutex_unlock(&state->mutex);
+  GPUHAL__RETURN_IF_ERROR(status);
   GPUHAL__RETURN_IF_ERROR(gpuhal__device_stream_create(state->device, &stream));
   gpuhal__mutex_lock(&state->mutex);
   state->side_streams[state->side_count++] = stream;

@@ -606,24 +606,16 @@ static void gpuhal__trace_command(gpuhal_device_t* device, CUstream stream, cons
   const char* name = gpuhal__trace_command_name(cmd);
   if (!ta || !ta->timed || !name) return;
   if (ta->mark_count == ta->mark_capacity) {
-    uint32_t capacity = ta->mark_capacity ? ta->mark_capacity * 2 : 8;
-    CUevent* marks = (CUevent*)gpuhal__calloc(device->allocator, capacity * sizeof(CUevent));
-    char(*names)[GPUHAL__TRACE_NAME] =
-        (char(*)[GPUHAL__TRACE_NAME])gpuhal__alloc(device->allocator, capacity * sizeof(*names));
-    if (!marks || !names) {
-      gpuhal__free(device->allocator, marks);
-      gpuhal__free(device->allocator, names);
+    /* Two arrays of one capacity: the names first, so a failure leaves both as they were. */
+    uint32_t names_capacity = ta->mark_capacity;
+    gpuhal_status_t st = gpuhal__grow32(device->allocator, (void**)&ta->mark_names, &names_capacity, ta->mark_count + 1,
+                                        sizeof(*ta->mark_names), "trace command names");
+    if (!st) st = gpuhal__grow32(device->allocator, (void**)&ta->marks, &ta->mark_capacity, names_capacity,
+                                 sizeof(*ta->marks), "trace command events");
+    if (st) {
+      gpuhal_status_free(st); /* the command goes untimed */
       return;
     }
-    if (ta->mark_capacity) {
-      memcpy(marks, ta->marks, ta->mark_capacity * sizeof(CUevent));
-      memcpy(names, ta->mark_names, ta->mark_capacity * sizeof(*names));
-    }
-    gpuhal__free(device->allocator, ta->marks);
-    gpuhal__free(device->allocator, ta->mark_names);
-    ta->marks = marks;
-    ta->mark_names = names;
-    ta->mark_capacity = capacity;
   }
   if (!gpuhal__trace_event_record(device, &ta->marks[ta->mark_count], stream)) return;
   gpuhal__trace_copy_name(ta->mark_names[ta->mark_count], GPUHAL__TRACE_NAME, name);
