@@ -40,25 +40,6 @@ static int64_t gpuhal__queue_issue_here(gpuhal__queue_state_t* state, gpuhal__ac
   return dispatched;
 }
 
-static gpuhal_status_t gpuhal__queue_validate_list(const char* func, const char* arg, gpuhal_driver_t* driver,
-                                                   gpuhal_semaphore_list_t list) {
-  uint32_t i;
-  if (list.count == 0) return NULL;
-  if (!list.semaphores || !list.values)
-    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                              "%s: argument '%s' has count %u but NULL semaphores or values", func, arg, list.count);
-  for (i = 0; i < list.count; ++i) {
-    gpuhal_semaphore_t* s = list.semaphores[i];
-    gpuhal_status_t bad = gpuhal__object_check(s, GPUHAL__MAGIC_SEMAPHORE, func, arg);
-    if (bad) return gpuhal_status_annotate(bad, "at index %u", i);
-    if (s->driver != driver)
-      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                                "%s: argument '%s' entry %u is a semaphore of another driver than the device's",
-                                func, arg, i);
-  }
-  return NULL;
-}
-
 /* The common argument checks of every queue operation; names `func` in messages. */
 static gpuhal_status_t gpuhal__queue_validate(const char* func, gpuhal_device_t* device, uint32_t queue_index,
                                               gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal) {
@@ -66,8 +47,8 @@ static gpuhal_status_t gpuhal__queue_validate(const char* func, gpuhal_device_t*
   if (queue_index >= device->queue_count)
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE, "%s: argument 'queue' (%u) must be below the device's queue count (%u)",
                               func, queue_index, device->queue_count);
-  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate_list(func, "wait", device->driver, wait));
-  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate_list(func, "signal", device->driver, signal));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__semaphore_list_check(func, "wait", wait, device->driver));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__semaphore_list_check(func, "signal", signal, device->driver));
   if (!gpuhal__queue_state(device))
     return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: the device has no queues", func);
   return NULL;

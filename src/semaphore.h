@@ -908,15 +908,24 @@ static gpuhal_status_t gpuhal__host_wait_deadline(void) {
   return gpuhal_status_make(GPUHAL_STATUS_DEADLINE_EXCEEDED, "semaphore wait: the timeout passed first");
 }
 
-static gpuhal_status_t gpuhal__validate_wait_list(const char* func, gpuhal_semaphore_list_t list) {
+/* The one check of a gpuhal_semaphore_list_t argument (named `arg` in messages): NULL
+ * arrays with a count, a bad or released handle (with its index), and, when `driver` is
+ * given, a semaphore of another driver. */
+static gpuhal_status_t gpuhal__semaphore_list_check(const char* func, const char* arg, gpuhal_semaphore_list_t list,
+                                                    const gpuhal_driver_t* driver) {
   uint32_t i;
   if (list.count == 0) return NULL;
   if (!list.semaphores || !list.values)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                              "%s: argument 'list' has count %u but NULL semaphores or values", func, list.count);
+                              "%s: argument '%s' has count %u but NULL semaphores or values", func, arg, list.count);
   for (i = 0; i < list.count; ++i) {
-    gpuhal_status_t bad = gpuhal__object_check(list.semaphores[i], GPUHAL__MAGIC_SEMAPHORE, func, "list.semaphores[i]");
+    gpuhal_semaphore_t* s = list.semaphores[i];
+    gpuhal_status_t bad = gpuhal__object_check(s, GPUHAL__MAGIC_SEMAPHORE, func, arg);
     if (bad) return gpuhal_status_annotate(bad, "at index %u", i);
+    if (driver && s->driver != driver)
+      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                                "%s: argument '%s' entry %u is a semaphore of another driver than the device's", func,
+                                arg, i);
   }
   return NULL;
 }
@@ -1027,7 +1036,7 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphores_wait(gpuhal_wait_mode_t mode, gpuha
                                                   gpuhal_timeout_t timeout) {
   GPUHAL__CHECK_ARG(mode == GPUHAL_WAIT_ALL || mode == GPUHAL_WAIT_ANY, "mode",
                     "must be GPUHAL_WAIT_ALL or GPUHAL_WAIT_ANY");
-  GPUHAL__RETURN_IF_ERROR(gpuhal__validate_wait_list(__func__, list));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__semaphore_list_check(__func__, "list", list, NULL));
   if (list.count == 0) return NULL;
   return gpuhal__semaphores_wait_impl(mode, list, timeout);
 }

@@ -101,7 +101,7 @@ TU_TEST(stale_semaphore) {
   SH_STALE(gpuhal_semaphore_signal(stale, 1), "semaphore");
   SH_STALE(gpuhal_semaphore_wait(stale, 1, gpuhal_timeout_immediate()), "semaphore");
   SH_STALE(gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, gpuhal_semaphore_list_one(list, &one), gpuhal_timeout_immediate()),
-           "list.semaphores[i]");
+           "list");
   SH_STALE(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(list, &one), gpuhal_semaphore_list_empty(), NULL,
                                 NULL),
            "wait");
