@@ -172,11 +172,12 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_
   gpuhal__execute_action_t* action = NULL;
   gpuhal_status_t st;
   uint32_t i;
-  GPUHAL__CHECK_OBJECT(device, GPUHAL__MAGIC_DEVICE);
+  /* Every argument first: only calls with valid lists may fail their signals. */
+  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate(__func__, device, queue, wait, signal));
   if (!cb) {
     /* A barrier issues nothing: the calling thread may issue it (no worker wake-up). */
     st = gpuhal__queue_submit_ex(device, queue, wait, signal, &gpuhal__barrier_ops, NULL,
-                                 GPUHAL__SUBMIT_CALLER_MAY_ISSUE);
+                                 GPUHAL__SUBMIT_VALIDATED | GPUHAL__SUBMIT_CALLER_MAY_ISSUE);
     return st ? gpuhal_status_annotate(st, "in gpuhal_queue_execute") : NULL;
   }
   GPUHAL__RETURN_IF_ERROR(gpuhal__execute_check(device, cb, bindings));
@@ -188,7 +189,7 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_
   if (cb->binding_slots == 0) {
     gpuhal__cb_retain_ref(cb); /* the action's reference */
     st = gpuhal__queue_submit_ex(device, queue, wait, signal, &gpuhal__execute_unbound_ops, cb,
-                                 gpuhal__execute_submit_flags(cb));
+                                 GPUHAL__SUBMIT_VALIDATED | gpuhal__execute_submit_flags(cb));
     if (!st) return NULL;
     gpuhal__atomic_store(&cb->executed, 0);
     gpuhal__cb_release_ref(cb);
@@ -197,6 +198,7 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_
   st = gpuhal__execute_action_acquire(cb, &action);
   if (st) {
     gpuhal__atomic_store(&cb->executed, 0);
+    gpuhal__queue_fail_signals(signal, st, "execute", device->ordinal, queue);
     return st;
   }
   gpuhal__cb_retain_ref(cb);
@@ -209,7 +211,7 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_
     gpuhal__buffer_retain_ref(action->buffers[i]);
   }
   st = gpuhal__queue_submit_ex(device, queue, wait, signal, &gpuhal__execute_ops, action,
-                               gpuhal__execute_submit_flags(cb));
+                               GPUHAL__SUBMIT_VALIDATED | gpuhal__execute_submit_flags(cb));
   if (st) {
     gpuhal__execute_action_recycle(action);
     gpuhal__atomic_store(&cb->executed, 0);

@@ -77,9 +77,11 @@ static gpuhal_status_t qr_nop(void* user) {
   return NULL;
 }
 
-/* `kind` 0: host call, 1: barrier execute, 2: alloca. */
+/* `kind` 0: host call, 1: barrier execute, 2: alloca, 3: execute of a command buffer with
+ * a binding slot (its first execute allocates the record of its binding table). */
 static void out_of_host_memory(int kind) {
-  static const char* names[] = {"host_call", "execute", "alloca"};
+  static const char* names[] = {"host_call", "execute", "alloca", "execute"};
+  gpuhal_command_buffer_t* cb = NULL;
   qr_failing_allocator_t fa;
   gpuhal_driver_options_t options;
   gpuhal_driver_t* driver = NULL;
@@ -97,7 +99,13 @@ static void out_of_host_memory(int kind) {
   TU_REQUIRE_OK(gpuhal_driver_create(&options, &driver));
   TU_CHECK_OK(gpuhal_device_create(driver, 0, NULL, &device));
   TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &s));
-  if (device && s) {
+  if (device && kind == 3) {
+    TU_CHECK_OK(gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_STREAM, 1,
+                                             &cb));
+    if (cb) TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+    if (cb) TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  }
+  if (device && s && (kind != 3 || cb)) {
     TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(QR_WAIT_S)));
     qr_waiter_start(&waiter, s);
     __atomic_store_n(&fa.failing, 1, __ATOMIC_SEQ_CST);
@@ -107,8 +115,9 @@ static void out_of_host_memory(int kind) {
                                       qr_nop, NULL);
         break;
       case 1:
+      case 3:
         call = gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &qr_one),
-                                    NULL, NULL);
+                                    cb, NULL);
         break;
       default:
         call = gpuhal_queue_alloca(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &qr_one),
@@ -127,6 +136,7 @@ static void out_of_host_memory(int kind) {
     TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(QR_WAIT_S)));
   }
   gpuhal_buffer_release(buffer);
+  gpuhal_command_buffer_release(cb);
   gpuhal_semaphore_release(s);
   qc_watchdog_arm(30, "gpuhal_device_release");
   gpuhal_device_release(device);
@@ -137,6 +147,7 @@ static void out_of_host_memory(int kind) {
 TU_TEST(out_of_host_memory_host_call) { out_of_host_memory(0); }
 TU_TEST(out_of_host_memory_execute) { out_of_host_memory(1); }
 TU_TEST(out_of_host_memory_alloca) { out_of_host_memory(2); }
+TU_TEST(out_of_host_memory_execute_with_bindings) { out_of_host_memory(3); }
 
 /* ---- a CUDA call of the submission fails (softcuda's fault injection) ---- */
 
@@ -249,6 +260,23 @@ TU_TEST(one_shot_executed_twice) {
                                 NULL);
     qr_waiter_check(&waiter, call, "a one-shot command buffer executed twice", NULL);
     gpuhal_status_free(gpuhal_device_wait_idle(device, qt_seconds(QR_WAIT_S)));
+    {
+      /* Once more with bad arguments: they are reported first, and nothing is failed for
+       * them (the lists were not valid, so nothing may be done to their semaphores). */
+      gpuhal_semaphore_t* t = NULL;
+      gpuhal_semaphore_list_t broken = gpuhal_semaphore_list_one(&s, &qr_one);
+      uint64_t value = 0;
+      TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &t));
+      broken.semaphores = NULL;
+      TU_CHECK_STATUS(gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), broken, cb, NULL),
+                      GPUHAL_STATUS_INVALID_ARGUMENT, "argument 'signal' has count 1 but NULL semaphores");
+      TU_CHECK_STATUS(gpuhal_queue_execute(device, 99, gpuhal_semaphore_list_empty(),
+                                           gpuhal_semaphore_list_one(&t, &qr_one), cb, NULL),
+                      GPUHAL_STATUS_OUT_OF_RANGE, "argument 'queue' (99)");
+      TU_CHECK_OK(gpuhal_semaphore_query(t, &value)); /* not failed */
+      TU_CHECK_EQ_INT((int)value, 0);
+      gpuhal_semaphore_release(t);
+    }
   }
   gpuhal_command_buffer_release(cb);
   gpuhal_buffer_release(counter);
@@ -327,5 +355,6 @@ TU_TEST(calls_on_a_lost_device) {
 }
 
 TU_MAIN(TU_CASE(out_of_host_memory_host_call), TU_CASE(out_of_host_memory_execute), TU_CASE(out_of_host_memory_alloca),
+        TU_CASE(out_of_host_memory_execute_with_bindings),
         TU_CASE(launch_fails_stream), TU_CASE(launch_fails_graph), TU_CASE(alloca_out_of_device_memory),
         TU_CASE(one_shot_executed_twice), TU_CASE(calls_on_a_lost_device))
