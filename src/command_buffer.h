@@ -146,8 +146,6 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_
                                                 gpuhal_command_buffer_t* command_buffer,
                                                 const gpuhal_binding_table_t* bindings);
 
-/* Tells device.h that the command buffer hooks exist. */
-#define GPUHAL__HAVE_COMMAND_BUFFER 1
 /* ---- gpuhal:implementation ---- */
 
 #define GPUHAL__MAGIC_COMMAND_BUFFER 0x434D4442u /* "CMDB" */
@@ -268,10 +266,6 @@ typedef struct gpuhal__cmd_s {
   void* native_user;
   uint32_t native_follower; /* grouped with the NATIVE command before it */
 } gpuhal__cmd_t;
-/* ---- trace hook (trace.h; see device.h): a GPU span per command of a STREAM execute ---- */
-#ifdef GPUHAL__HAVE_TRACE
-static void gpuhal__trace_command(gpuhal_device_t* device, CUstream stream, const gpuhal__cmd_t* cmd);
-#endif
 typedef enum gpuhal__cb_state_e {
   GPUHAL__CB_INITIAL = 0,
   GPUHAL__CB_RECORDING = 1,

@@ -113,7 +113,7 @@ static gpuhal_status_t gpuhal__cb_stream_issue(gpuhal_command_buffer_t* cb, cons
   for (c = 0; c < cb->cmd_count; ++c) {
     const gpuhal__cmd_t* cmd = &cb->cmds[c];
     gpuhal_status_t st;
-    GPUHAL__TRACE(device, gpuhal__trace_command(device, stream, cmd)); /* trace hook */
+    GPUHAL__TRACE(device, gpuhal__hooks()->trace_command(device, stream, cmd)); /* trace hook */
     st = gpuhal__stream_issue_cmd(cb, action, cmd, stream);
     if (st) return gpuhal_status_annotate(st, "command %u (%s) of a stream command buffer", c, gpuhal__cmd_name(cmd));
   }

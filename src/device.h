@@ -289,56 +289,56 @@ struct gpuhal_device_s {
   int no_gpu_park;
 };
 
-/* Subsystem hooks, defined by modules that come after this one.
- *
- * A static function may be declared here and defined later in the same translation unit,
- * but a call to one that is never defined does not link (and gcc warns). So each call is
- * guarded by a macro that the defining module sets. The macros are defined in those
- * modules' DECLARATION halves: the amalgamation places every declarations half before any
- * implementation half, so by the time this implementation is compiled the macro of every
- * module present in gpuhal.h is visible:
- *   memory.h        #define GPUHAL__HAVE_MEMORY 1
- *   queue.h         #define GPUHAL__HAVE_QUEUE 1
- *   module_cache.h  #define GPUHAL__HAVE_MODULE_CACHE 1
- *   command_buffer.h #define GPUHAL__HAVE_COMMAND_BUFFER 1 (loads the built-in kernels)
- * Creation order: memory, module cache, queue; destruction runs the other way, the queue
- * first, so that it can drain while everything it uses is still there. */
-#ifdef GPUHAL__HAVE_MEMORY
-static gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device);
-static void gpuhal__memory_state_destroy(gpuhal_device_t* device);
-static void gpuhal__driver_flush_deferred(gpuhal_driver_t* driver);
-#endif
-#ifdef GPUHAL__HAVE_QUEUE
-static gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device);
-static void gpuhal__queue_state_destroy(gpuhal_device_t* device);
-static void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeout_t timeout);
-static int gpuhal__queue_owns_thread(gpuhal_device_t* device);
-#endif
-static void gpuhal__semaphore_words_free(gpuhal_driver_t* driver); /* semaphore.h */
-#ifdef GPUHAL__HAVE_MODULE_CACHE
-static gpuhal_status_t gpuhal__module_cache_create(gpuhal_device_t* device);
-static void gpuhal__module_cache_destroy(gpuhal_device_t* device);
-#endif
-#ifdef GPUHAL__HAVE_COMMAND_BUFFER
-static void gpuhal__command_buffer_device_ready(gpuhal_device_t* device);
-#endif
-/* ---- trace hooks (trace.h, amalgamated last; #define GPUHAL__HAVE_TRACE 1) ----
- * The driver's and each device's trace state are NULL when tracing is off, so every hook
- * call below and in later modules is `GPUHAL__TRACE(owner, call)`: one pointer test. The
- * device's trace starts first and stops last, around the queue that feeds it. */
-#ifdef GPUHAL__HAVE_TRACE
+/* ---- hooks: the calls that go up the module order ----
+ * A device is created before the subsystems that hang off it (memory, the module cache,
+ * the queue, tracing) are compiled, and the queue and command buffers call tracing, which
+ * comes last. Every such call goes through this one table, which hooks.h (the last module)
+ * defines and gpuhal__hooks() returns; calls down the order are plain calls. The table is
+ * constant, so compilers call through it directly. Creation order: trace, memory, module
+ * cache, queue, then the built-in kernels; destruction runs the other way, the queue first,
+ * so that it can drain while everything it uses is still there. */
+struct gpuhal__action_s;
+struct gpuhal__cmd_s;
+typedef struct gpuhal__hooks_s {
+  /* the driver's */
+  gpuhal_status_t (*trace_create)(gpuhal_driver_t* driver);
+  void (*trace_destroy)(gpuhal_driver_t* driver); /* writes the trace file */
+  void (*driver_flush_deferred)(gpuhal_driver_t* driver); /* memory.h */
+  void (*semaphore_words_free)(gpuhal_driver_t* driver);  /* semaphore.h */
+  /* each device's subsystems; every destroy accepts one whose create never ran or failed */
+  gpuhal_status_t (*trace_device_create)(gpuhal_device_t* device);
+  void (*trace_device_destroy)(gpuhal_device_t* device);
+  gpuhal_status_t (*memory_state_create)(gpuhal_device_t* device);
+  void (*memory_state_destroy)(gpuhal_device_t* device);
+  gpuhal_status_t (*module_cache_create)(gpuhal_device_t* device);
+  void (*module_cache_destroy)(gpuhal_device_t* device);
+  gpuhal_status_t (*queue_state_create)(gpuhal_device_t* device);
+  void (*queue_state_destroy)(gpuhal_device_t* device);
+  void (*command_buffer_device_ready)(gpuhal_device_t* device); /* loads the built-in kernels */
+  void (*queue_settle)(gpuhal_device_t* device, gpuhal_timeout_t timeout);
+  int (*queue_owns_thread)(gpuhal_device_t* device);
+  /* tracing, from the queue and STREAM command buffers (called through GPUHAL__TRACE) */
+  uint64_t (*trace_submit_begin)(gpuhal_device_t* device, struct gpuhal__action_s* a, gpuhal_semaphore_list_t wait,
+                                 gpuhal_semaphore_list_t signal);
+  void (*trace_submit_end)(gpuhal_device_t* device, uint32_t queue, const char* name, uint64_t span, int64_t t0);
+  int64_t (*trace_issue_begin)(gpuhal_device_t* device, struct gpuhal__action_s* a, CUstream stream);
+  void (*trace_issue_end)(gpuhal_device_t* device, struct gpuhal__action_s* a, CUstream stream, int64_t t0,
+                          int failed);
+  void (*trace_action_complete)(gpuhal_device_t* device, struct gpuhal__action_s* a);
+  void (*trace_host_call)(gpuhal_device_t* device, struct gpuhal__action_s* a, int64_t t0);
+  void (*trace_action_release)(gpuhal_device_t* device, struct gpuhal__action_s* a);
+  void (*trace_command)(gpuhal_device_t* device, CUstream stream, const struct gpuhal__cmd_s* cmd);
+} gpuhal__hooks_t;
+
+/* The table (hooks.h): the one declaration in gpuhal of a function defined further on. */
+static const gpuhal__hooks_t* gpuhal__hooks(void);
+
+/* The driver's and each device's trace state are NULL when tracing is off, so every trace
+ * hook is called as `GPUHAL__TRACE(owner, call)`: one pointer test. */
 #define GPUHAL__TRACE(owner, call) \
   do {                             \
     if ((owner)->trace) call;      \
   } while (0)
-static gpuhal_status_t gpuhal__trace_create(gpuhal_driver_t* driver);
-static void gpuhal__trace_destroy(gpuhal_driver_t* driver);
-static gpuhal_status_t gpuhal__trace_device_create(gpuhal_device_t* device);
-static void gpuhal__trace_device_destroy(gpuhal_device_t* device);
-#else
-#define GPUHAL__TRACE(owner, call) ((void)0)
-#endif
-/* ---- end of trace hooks ---- */
 
 /* 1 when the calling thread is `device`'s worker. */
 static int gpuhal__on_worker(gpuhal_device_t* device) {
@@ -621,12 +621,8 @@ static void gpuhal__driver_free(gpuhal_driver_t* driver) {
 }
 
 static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
-#ifdef GPUHAL__HAVE_TRACE
-  gpuhal__trace_destroy(driver); /* trace hook: writes the file */
-#endif
-#ifdef GPUHAL__HAVE_MEMORY
-  gpuhal__driver_flush_deferred(driver); /* no device is left: nothing waits on the GPU */
-#endif
+  gpuhal__hooks()->trace_destroy(driver); /* trace hook: writes the file */
+  gpuhal__hooks()->driver_flush_deferred(driver); /* no device is left: nothing waits on the GPU */
   gpuhal__mutex_destroy(&driver->parked_mutex);
   if (driver->ordinals) {
     int i;
@@ -634,7 +630,7 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
       GPUHAL_ASSERT(driver->ordinals[i].parked == 0 && driver->ordinals[i].room_live == 0);
   }
   gpuhal__free(&driver->allocator, driver->ordinals);
-  gpuhal__semaphore_words_free(driver);
+  gpuhal__hooks()->semaphore_words_free(driver);
   gpuhal__mutex_destroy(&driver->words_mutex);
   gpuhal__object_pool_deinit(&driver->objects);
   gpuhal__cond_destroy(&driver->devices_cond);
@@ -689,13 +685,11 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   driver->features = gpuhal__driver_features(driver);
   trace = options->trace_path ? options->trace_path : gpuhal__getenv("GPUHAL_TRACE");
   if (trace) snprintf(driver->trace_path, sizeof(driver->trace_path), "%s", trace);
-#ifdef GPUHAL__HAVE_TRACE
-  status = gpuhal__trace_create(driver); /* trace hook */
+  status = gpuhal__hooks()->trace_create(driver); /* trace hook */
   if (status) {
     gpuhal__driver_destroy(driver);
     return status;
   }
-#endif
   gpuhal__log(&driver->logger, GPUHAL_LOG_INFO, "driver: '%s', CUDA %d.%d, %d device%s%s%s", driver->cuda_library,
               driver->driver_version / 1000, (driver->driver_version % 1000) / 10, driver->device_count,
               driver->device_count == 1 ? "" : "s", driver->nccl.loaded ? ", NCCL " : ", no NCCL",
@@ -751,9 +745,7 @@ static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
     }
     gpuhal__mutex_unlock(&driver->devices_mutex);
     if (!device) break;
-#ifdef GPUHAL__HAVE_QUEUE
-    gpuhal__queue_settle(device, timeout);
-#endif
+    gpuhal__hooks()->queue_settle(device, timeout);
     gpuhal__device_release_ref(device); /* often the last: the teardown runs right here */
   }
   gpuhal__mutex_lock(&driver->devices_mutex);
@@ -1105,39 +1097,21 @@ static gpuhal_status_t gpuhal__device_destroy_streams(void* arg) {
 }
 
 static gpuhal_status_t gpuhal__device_create_subsystems(gpuhal_device_t* device) {
-#ifdef GPUHAL__HAVE_TRACE
-  GPUHAL__RETURN_IF_ERROR(gpuhal__trace_device_create(device)); /* trace hook */
-#endif
-#ifdef GPUHAL__HAVE_MEMORY
-  GPUHAL__RETURN_IF_ERROR(gpuhal__memory_state_create(device));
-#endif
-#ifdef GPUHAL__HAVE_MODULE_CACHE
-  GPUHAL__RETURN_IF_ERROR(gpuhal__module_cache_create(device));
-#endif
-#ifdef GPUHAL__HAVE_QUEUE
-  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_state_create(device));
-#endif
-#ifdef GPUHAL__HAVE_COMMAND_BUFFER
-  gpuhal__command_buffer_device_ready(device);
-#endif
+  GPUHAL__RETURN_IF_ERROR(gpuhal__hooks()->trace_device_create(device)); /* trace hook */
+  GPUHAL__RETURN_IF_ERROR(gpuhal__hooks()->memory_state_create(device));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__hooks()->module_cache_create(device));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__hooks()->queue_state_create(device));
+  gpuhal__hooks()->command_buffer_device_ready(device);
   GPUHAL__UNUSED(device);
   return NULL;
 }
 
 /* Each destroy hook must accept a device whose create hook never ran or failed. */
 static void gpuhal__device_destroy_subsystems(gpuhal_device_t* device) {
-#ifdef GPUHAL__HAVE_QUEUE
-  gpuhal__queue_state_destroy(device);
-#endif
-#ifdef GPUHAL__HAVE_MODULE_CACHE
-  gpuhal__module_cache_destroy(device);
-#endif
-#ifdef GPUHAL__HAVE_MEMORY
-  gpuhal__memory_state_destroy(device);
-#endif
-#ifdef GPUHAL__HAVE_TRACE
-  gpuhal__trace_device_destroy(device); /* trace hook */
-#endif
+  gpuhal__hooks()->queue_state_destroy(device);
+  gpuhal__hooks()->module_cache_destroy(device);
+  gpuhal__hooks()->memory_state_destroy(device);
+  gpuhal__hooks()->trace_device_destroy(device); /* trace hook */
   GPUHAL__UNUSED(device);
 }
 
@@ -1230,9 +1204,7 @@ GPUHAL_API void gpuhal_device_retain(gpuhal_device_t* device) {
  * the device's teardown joins those, so it must not run there. */
 static int gpuhal__device_owns_thread(gpuhal_device_t* device) {
   if (gpuhal__on_worker(device)) return 1;
-#ifdef GPUHAL__HAVE_QUEUE
-  if (gpuhal__queue_owns_thread(device)) return 1;
-#endif
+  if (gpuhal__hooks()->queue_owns_thread(device)) return 1;
   return 0;
 }
 

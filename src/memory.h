@@ -51,9 +51,6 @@ GPUHAL_API gpuhal_status_t gpuhal_device_trim(gpuhal_device_t* device);
 /* Fills *out_stats. The high-water marks are never reset. */
 GPUHAL_API gpuhal_status_t gpuhal_device_memory_stats(gpuhal_device_t* device, gpuhal_memory_stats_t* out_stats);
 
-/* Tells device.h (whose implementation comes first) that the memory hooks exist; see the
- * comment above gpuhal__memory_state_create's declaration there. */
-#define GPUHAL__HAVE_MEMORY 1
 
 /* ---- gpuhal:implementation ---- */
 

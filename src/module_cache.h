@@ -53,8 +53,6 @@ GPUHAL_API gpuhal_status_t gpuhal_device_module_cache_stats(gpuhal_device_t* dev
 /* Unloads every entry no executable references (the disk cache is left alone). */
 GPUHAL_API gpuhal_status_t gpuhal_device_module_cache_trim(gpuhal_device_t* device);
 
-/* Tells device.h that the module cache hooks exist. */
-#define GPUHAL__HAVE_MODULE_CACHE 1
 /* ---- gpuhal:implementation ---- */
 
 /* ---- the cache ---- */

@@ -75,14 +75,12 @@
  * thread leaves issued work alone for tuning.completion_min_age_ns (host calls, idle waits
  * and release cut that short): nothing's promptness depends on it. */
 
-#define GPUHAL__HAVE_QUEUE 1
 
 /* A host function for gpuhal_queue_host_call: runs on a gpuhal thread; a returned error
  * fails the call's signal semaphores. It must not wait for work queued after it on the same
  * device's host calls. */
 typedef gpuhal_status_t (*gpuhal_host_fn_t)(void* user);
 
-#ifdef GPUHAL__HAVE_MEMORY
 /* Allocates `size` bytes from the device's stream-ordered pool once `wait` is reached, then
  * signals `signal`. *out_buffer is returned at once; its device address is assigned when the
  * allocation is issued (use it only in queue work ordered after `signal`). Devices without
@@ -95,7 +93,6 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_alloca(gpuhal_device_t* device, uint32_t
 GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32_t queue,
                                                  gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
                                                  gpuhal_buffer_t* buffer);
-#endif
 /* Runs fn(user) on a gpuhal thread once `wait` is reached and the queue's earlier work is
  * done, then signals `signal` (or fails it with fn's error). */
 GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint32_t queue,
@@ -225,20 +222,6 @@ typedef struct gpuhal__action_s {
   gpuhal__action_wait_t inline_waits[GPUHAL__ACTION_INLINE_ENTRIES];
 } gpuhal__action_t;
 
-/* ---- trace hooks (trace.h; called through GPUHAL__TRACE(device, ...), see device.h) ---- */
-#ifdef GPUHAL__HAVE_TRACE
-static uint64_t gpuhal__trace_submit_begin(gpuhal_device_t* device, gpuhal__action_t* a, gpuhal_semaphore_list_t wait,
-                                           gpuhal_semaphore_list_t signal);
-static void gpuhal__trace_submit_end(gpuhal_device_t* device, uint32_t queue, const char* name, uint64_t span,
-                                     int64_t t0);
-static int64_t gpuhal__trace_issue_begin(gpuhal_device_t* device, gpuhal__action_t* a, CUstream stream);
-static void gpuhal__trace_issue_end(gpuhal_device_t* device, gpuhal__action_t* a, CUstream stream, int64_t t0,
-                                    int failed);
-static void gpuhal__trace_action_complete(gpuhal_device_t* device, gpuhal__action_t* a);
-static void gpuhal__trace_host_call(gpuhal_device_t* device, gpuhal__action_t* a, int64_t t0);
-static void gpuhal__trace_action_release(gpuhal_device_t* device, gpuhal__action_t* a);
-#endif
-/* ---- end of trace hooks ---- */
 typedef struct gpuhal__action_block_s {
   struct gpuhal__action_block_s* next;
   gpuhal__action_t actions[GPUHAL__ACTION_POOL_BLOCK];
@@ -604,9 +587,7 @@ static void gpuhal__action_drop_wait_events(gpuhal__action_t* a) {
 static void gpuhal__action_gpu_wait_count(gpuhal__action_t* a, int in) {
   if (a->gpu_wait_counted == in) return;
   a->gpu_wait_counted = in;
-#ifdef GPUHAL__HAVE_MEMORY
   gpuhal__memory_gpu_waits_add(a->state->device, in ? 1 : -1);
-#endif
 }
 
 /* On the worker (or a harvesting submitter): drops everything the action holds. Its own
@@ -615,7 +596,7 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
   gpuhal__queue_state_t* state = a->state;
   uint32_t i;
   if (a->ops->release) a->ops->release(a->user, state->device);
-  GPUHAL__TRACE(state->device, gpuhal__trace_action_release(state->device, a)); /* trace hook */
+  GPUHAL__TRACE(state->device, gpuhal__hooks()->trace_action_release(state->device, a)); /* trace hook */
   /* Signals first: a signal may share its semaphore reference with a wait. */
   for (i = 0; i < a->signal_count; ++i) {
     if (!a->completed_ok) gpuhal__semaphore_remove_timepoint(&a->signals[i]);

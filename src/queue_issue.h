@@ -257,9 +257,9 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
   if (a->ops->issue) {
     int64_t trace_t0 = 0; /* trace hook: GPU timing events around the work */
     gpuhal_status_t issued;
-    GPUHAL__TRACE(device, trace_t0 = gpuhal__trace_issue_begin(device, a, stream));
+    GPUHAL__TRACE(device, trace_t0 = gpuhal__hooks()->trace_issue_begin(device, a, stream));
     issued = a->ops->issue(a->user, device, stream);
-    GPUHAL__TRACE(device, gpuhal__trace_issue_end(device, a, stream, trace_t0, issued != NULL));
+    GPUHAL__TRACE(device, gpuhal__hooks()->trace_issue_end(device, a, stream, trace_t0, issued != NULL));
     GPUHAL__RETURN_IF_ERROR(issued);
   }
   return gpuhal__action_issue_signals(a, stream);

@@ -133,7 +133,7 @@ static void gpuhal__action_observe(gpuhal__queue_state_t* state, gpuhal__action_
     gpuhal__action_retire(a);
     return;
   }
-  GPUHAL__TRACE(state->device, gpuhal__trace_action_complete(state->device, a)); /* trace hook */
+  GPUHAL__TRACE(state->device, gpuhal__hooks()->trace_action_complete(state->device, a)); /* trace hook */
   if (a->host_fn) {
     gpuhal__mutex_lock(&state->mutex);
     gpuhal__list_push_back(&state->host_calls, &a->link);
@@ -396,7 +396,7 @@ static void* gpuhal__host_call_main(void* arg) {
       int64_t trace_t0 = 0; /* trace hook: the host function's span */
       GPUHAL__TRACE(state->device, trace_t0 = gpuhal_now_ns());
       status = a->host_fn(a->host_user);
-      GPUHAL__TRACE(state->device, gpuhal__trace_host_call(state->device, a, trace_t0));
+      GPUHAL__TRACE(state->device, gpuhal__hooks()->trace_host_call(state->device, a, trace_t0));
       if (status)
         status = gpuhal_status_annotate(status, "in the function of gpuhal_queue_host_call (device %d, queue %u)",
                                         state->device->ordinal, a->queue_index);

@@ -200,7 +200,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
     tp->word_written = 0;
   }
   gpuhal__action_retain_semaphores(a);
-  GPUHAL__TRACE(device, (trace_t0 = gpuhal_now_ns(), trace_span = gpuhal__trace_submit_begin(device, a, wait, signal)));
+  GPUHAL__TRACE(device, (trace_t0 = gpuhal_now_ns(), trace_span = gpuhal__hooks()->trace_submit_begin(device, a, wait, signal)));
   /* From here `a` may complete and be reused at any time: the trace keeps only its span id. */
   if (issuing && idle) dispatched = gpuhal__queue_issue_here(state, a);
   if (issuing) gpuhal__mutex_unlock(&state->issue_mutex);
@@ -214,7 +214,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
     gpuhal__mutex_unlock(&state->mutex);
     gpuhal__queue_kick_issue(state);
   }
-  if (trace_span) GPUHAL__TRACE(device, gpuhal__trace_submit_end(device, queue_index, ops->name, trace_span, trace_t0));
+  if (trace_span) GPUHAL__TRACE(device, gpuhal__hooks()->trace_submit_end(device, queue_index, ops->name, trace_span, trace_t0));
   return NULL;
 }
 
@@ -248,7 +248,6 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint3
                                    GPUHAL__SUBMIT_CALLER_MAY_ISSUE | GPUHAL__SUBMIT_NOT_PROVISIONAL);
 }
 
-#ifdef GPUHAL__HAVE_MEMORY
 /* ---- alloca / dealloca ---- */
 /* The address is assigned here, on the worker, when the allocation is issued; command
  * buffers that name the buffer resolve it when they are issued after this. */
@@ -338,7 +337,6 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32
   return status;
 }
 
-#endif /* GPUHAL__HAVE_MEMORY */
 
 /* ---- idle, loss ---- */
 /* Waits, up to `timeout`, until every action that is not blocked on a semaphore has been

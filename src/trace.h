@@ -38,8 +38,6 @@ GPUHAL_API int gpuhal_driver_trace_enabled(gpuhal_driver_t* driver);
  * tracing is off. */
 GPUHAL_API gpuhal_status_t gpuhal_driver_trace_flush(gpuhal_driver_t* driver);
 
-/* Tells device.h, queue.h and command_buffer.h that the trace hooks exist. */
-#define GPUHAL__HAVE_TRACE 1
 
 /* ---- gpuhal:implementation ---- */
 

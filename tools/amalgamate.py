@@ -57,8 +57,9 @@ MODULES = [
     "queue_execute.h",
     "channel.h",
     "trace.h",
+    "hooks.h",
 ]
-IMPL_ONLY = {"builtin_kernels.h", "command_buffer_graph.h", "command_buffer_stream.h", "command_buffer_record.h",
+IMPL_ONLY = {"hooks.h", "builtin_kernels.h", "command_buffer_graph.h", "command_buffer_stream.h", "command_buffer_record.h",
              "queue_execute.h", "hash.h", "module_image.h", "disk_cache.h", "cuda_api.h", "symbols.h", "queue_issue.h", "queue_progress.h", "queue_submit.h", "queue_state.h"}
 SPLIT = "/* ---- gpuhal:implementation ---- */"
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
