@@ -25,11 +25,10 @@ static void print_device(const gpuhal_device_info_t* d) {
   print_uuid(d->uuid);
   printf("\n");
   printf("  PCI bus id:                          %s\n", d->pci_bus_id);
-  printf("  Compute capability:                  %d.%d\n", d->compute_capability_major,
-         d->compute_capability_minor);
+  printf("  Compute capability:                  %d.%d\n", d->compute_capability_major, d->compute_capability_minor);
   printf("  Multiprocessors:                     %d\n", d->sm_count);
-  printf("  Total global memory:                 %.0f MiB (%llu bytes)\n",
-         (double)d->total_memory / (1024.0 * 1024.0), (unsigned long long)d->total_memory);
+  printf("  Total global memory:                 %.0f MiB (%llu bytes)\n", (double)d->total_memory / (1024.0 * 1024.0),
+         (unsigned long long)d->total_memory);
   printf("  L2 cache:                            %d bytes\n", d->l2_cache_size);
   printf("  Warp size:                           %d\n", d->warp_size);
   printf("  Max threads per block:               %d\n", d->max_threads_per_block);

@@ -59,8 +59,7 @@ static const char saxpy_ptx[] =
     "$L__BB0_2:\n"
     "\tret;\n"
     "\n"
-    "}\n"
-    ;
+    "}\n";
 
 enum { N = 1 << 16, SETS = 4, REPLAYS = 200 };
 
@@ -145,9 +144,10 @@ int main(void) {
   }
   if (failed(gpuhal_semaphore_wait(done, REPLAYS + 1, gpuhal_timeout_relative_ns(60ll * 1000000000)), "wait")) goto out;
   t2 = gpuhal_now_ns();
-  printf("graph_replay: recorded and instantiated once in %.1f us; %d replays over %d buffer sets in %.2f ms "
-         "(%.1f us each, submit to done)\n",
-         (double)(t1 - t0) / 1e3, REPLAYS, SETS, (double)(t2 - t1) / 1e6, (double)(t2 - t1) / 1e3 / REPLAYS);
+  printf(
+      "graph_replay: recorded and instantiated once in %.1f us; %d replays over %d buffer sets in %.2f ms "
+      "(%.1f us each, submit to done)\n",
+      (double)(t1 - t0) / 1e3, REPLAYS, SETS, (double)(t2 - t1) / 1e6, (double)(t2 - t1) / 1e3 / REPLAYS);
 
   for (s = 0; s < SETS; ++s) {
     if (failed(gpuhal_buffer_read(y[s], 0, host, sizeof(host)), "read")) goto out;

@@ -92,8 +92,8 @@ int main(void) {
   if (failed(gpuhal_driver_create(NULL, &driver), "gpuhal_driver_create")) goto done;
   if (failed(gpuhal_device_create(driver, 0, NULL, &device), "gpuhal_device_create")) goto done;
   if (failed(gpuhal_device_info(device, &info), "gpuhal_device_info")) goto done;
-  printf("hello: device 0 is %s (compute capability %d.%d, %d SMs)\n", info.name,
-         info.compute_capability_major, info.compute_capability_minor, info.sm_count);
+  printf("hello: device 0 is %s (compute capability %d.%d, %d SMs)\n", info.name, info.compute_capability_major,
+         info.compute_capability_minor, info.sm_count);
 
   /* Kernels come from executables: PTX, cubin or fatbin, through the module cache. */
   if (failed(gpuhal_executable_load(device, vector_add_ptx, sizeof(vector_add_ptx), &executable),
@@ -125,8 +125,8 @@ int main(void) {
 
   /* Submit: the queue never blocks; the semaphore reaches 1 when the work is done. */
   if (failed(gpuhal_semaphore_create(driver, 0, &done), "gpuhal_semaphore_create")) goto done;
-  if (failed(gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&done, &done_value),
-                                  commands, NULL),
+  if (failed(gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(),
+                                  gpuhal_semaphore_list_one(&done, &done_value), commands, NULL),
              "gpuhal_queue_execute"))
     goto done;
   if (failed(gpuhal_semaphore_wait(done, 1, gpuhal_timeout_relative_ns(30ll * 1000000000)), "wait")) goto done;

@@ -60,8 +60,7 @@ static const char fill_u32_ptx[] =
     "$L__BB0_2:\n"
     "\tret;\n"
     "\n"
-    "}\n"
-    ;
+    "}\n";
 
 enum { N = 4096 };
 
@@ -96,10 +95,11 @@ static int start(const char* cache_dir, const char* label, uint32_t value, gpuha
   if (failed(gpuhal_executable_load(device, fill_u32_ptx, sizeof(fill_u32_ptx), &executable), "load")) goto out;
   t1 = gpuhal_now_ns();
   if (failed(gpuhal_device_module_cache_stats(device, stats), "stats")) goto out;
-  printf("kernel_cache: %s: gpuhal_executable_load took %8.3f ms (compiled: %llu, from the disk cache: %llu, "
-         "cache files written: %llu)\n",
-         label, (double)(t1 - t0) / 1e6, (unsigned long long)stats->compiles, (unsigned long long)stats->disk_hits,
-         (unsigned long long)stats->disk_writes);
+  printf(
+      "kernel_cache: %s: gpuhal_executable_load took %8.3f ms (compiled: %llu, from the disk cache: %llu, "
+      "cache files written: %llu)\n",
+      label, (double)(t1 - t0) / 1e6, (unsigned long long)stats->compiles, (unsigned long long)stats->disk_hits,
+      (unsigned long long)stats->disk_writes);
 
   /* The cached kernel is a kernel like any other: run it and check. */
   args[2] = gpuhal_arg_u32(N);

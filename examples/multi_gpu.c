@@ -61,8 +61,7 @@ static const char saxpy_ptx[] =
     "$L__BB0_2:\n"
     "\tret;\n"
     "\n"
-    "}\n"
-    ;
+    "}\n";
 
 enum { MAX_GPUS = 16, N = 1 << 20 };
 #define A 3.0f

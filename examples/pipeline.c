@@ -66,8 +66,7 @@ static const char saxpy_ptx[] =
     "$L__BB0_2:\n"
     "\tret;\n"
     "\n"
-    "}\n"
-    ;
+    "}\n";
 
 enum { BATCHES = 8, SLOTS = 2, N = 1 << 20 };
 #define BYTES ((uint64_t)N * sizeof(float))
@@ -241,8 +240,8 @@ int main(void) {
       float x = (float)(i * 1000 + j % 1000);
       errors += out[(size_t)i * N + j] != 2.0f * x + 1.0f;
     }
-  printf("pipeline: all batches done in %.2f ms; y = 2x + 1 over %d floats: %s\n", (double)(t1 - t0) / 1e6,
-         BATCHES * N, errors ? "WRONG" : "correct");
+  printf("pipeline: all batches done in %.2f ms; y = 2x + 1 over %d floats: %s\n", (double)(t1 - t0) / 1e6, BATCHES * N,
+         errors ? "WRONG" : "correct");
   if (gpuhal_driver_trace_enabled(p.driver)) printf("pipeline: trace written at exit (GPUHAL_TRACE)\n");
   teardown(&p);
   return errors ? 1 : 0;

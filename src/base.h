@@ -99,7 +99,8 @@ typedef void (*gpuhal_log_fn_t)(gpuhal_log_level_t level, const char* message, v
 #endif
 
 #if !defined(CLOCK_MONOTONIC)
-#error "gpuhal: the implementation needs POSIX clocks: include gpuhal.h before any system header in the file that defines GPUHAL_IMPLEMENTATION, or compile with -D_POSIX_C_SOURCE=200809L"
+#error \
+    "gpuhal: the implementation needs POSIX clocks: include gpuhal.h before any system header in the file that defines GPUHAL_IMPLEMENTATION, or compile with -D_POSIX_C_SOURCE=200809L"
 #endif
 #if !defined(__GNUC__) && !defined(__clang__)
 #error "gpuhal: this compiler is not supported yet: gpuhal needs the GCC/Clang __atomic builtins"
@@ -119,9 +120,10 @@ struct gpuhal_status_s {
 };
 
 static const char* const gpuhal__status_code_names[] = {
-    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS"};
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS"};
 
 GPUHAL_API const char* gpuhal_status_code_string(gpuhal_status_code_t code) {
   if ((unsigned)code < GPUHAL__ARRAY_SIZE(gpuhal__status_code_names)) return gpuhal__status_code_names[code];
@@ -129,17 +131,26 @@ GPUHAL_API const char* gpuhal_status_code_string(gpuhal_status_code_t code) {
 }
 
 /* One static status per code, for when a status cannot be allocated. */
-#define GPUHAL__STATIC_STATUS(c) {c, 1, 0, {0}}
-static struct gpuhal_status_s gpuhal__static_statuses[16] = {
-    GPUHAL__STATIC_STATUS(GPUHAL_STATUS_OK), GPUHAL__STATIC_STATUS(GPUHAL_STATUS_CANCELLED),
-    GPUHAL__STATIC_STATUS(GPUHAL_STATUS_UNKNOWN), GPUHAL__STATIC_STATUS(GPUHAL_STATUS_INVALID_ARGUMENT),
-    GPUHAL__STATIC_STATUS(GPUHAL_STATUS_DEADLINE_EXCEEDED), GPUHAL__STATIC_STATUS(GPUHAL_STATUS_NOT_FOUND),
-    GPUHAL__STATIC_STATUS(GPUHAL_STATUS_ALREADY_EXISTS), GPUHAL__STATIC_STATUS(GPUHAL_STATUS_PERMISSION_DENIED),
-    GPUHAL__STATIC_STATUS(GPUHAL_STATUS_RESOURCE_EXHAUSTED),
-    GPUHAL__STATIC_STATUS(GPUHAL_STATUS_FAILED_PRECONDITION), GPUHAL__STATIC_STATUS(GPUHAL_STATUS_ABORTED),
-    GPUHAL__STATIC_STATUS(GPUHAL_STATUS_OUT_OF_RANGE), GPUHAL__STATIC_STATUS(GPUHAL_STATUS_UNIMPLEMENTED),
-    GPUHAL__STATIC_STATUS(GPUHAL_STATUS_INTERNAL), GPUHAL__STATIC_STATUS(GPUHAL_STATUS_UNAVAILABLE),
-    GPUHAL__STATIC_STATUS(GPUHAL_STATUS_DATA_LOSS)};
+#define GPUHAL__STATIC_STATUS(c) \
+  {                              \
+    c, 1, 0, { 0 }               \
+  }
+static struct gpuhal_status_s gpuhal__static_statuses[16] = {GPUHAL__STATIC_STATUS(GPUHAL_STATUS_OK),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_CANCELLED),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_UNKNOWN),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_INVALID_ARGUMENT),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_DEADLINE_EXCEEDED),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_NOT_FOUND),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_ALREADY_EXISTS),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_PERMISSION_DENIED),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_RESOURCE_EXHAUSTED),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_FAILED_PRECONDITION),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_ABORTED),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_OUT_OF_RANGE),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_UNIMPLEMENTED),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_INTERNAL),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_UNAVAILABLE),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_DATA_LOSS)};
 
 /* Test hook: when non-zero, status allocation fails (exercises the static fallback). */
 static int gpuhal__status_alloc_fails = 0;
@@ -239,22 +250,19 @@ GPUHAL_API gpuhal_status_t gpuhal_status_clone(gpuhal_status_t status) {
 }
 
 /* Internal shorthands. Every argument error names the function, the argument and the rule. */
-#define GPUHAL__RETURN_IF_ERROR(expr)      \
-  do {                                     \
-    gpuhal_status_t gpuhal__s_ = (expr);   \
-    if (gpuhal__s_) return gpuhal__s_;     \
+#define GPUHAL__RETURN_IF_ERROR(expr)    \
+  do {                                   \
+    gpuhal_status_t gpuhal__s_ = (expr); \
+    if (gpuhal__s_) return gpuhal__s_;   \
   } while (0)
-#define GPUHAL__CHECK_ARG(cond, arg, rule)                                                     \
-  do {                                                                                         \
-    if (!(cond))                                                                               \
-      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument '%s' %s", __func__, \
-                                arg, rule);                                                    \
+#define GPUHAL__CHECK_ARG(cond, arg, rule)                                                                    \
+  do {                                                                                                        \
+    if (!(cond))                                                                                              \
+      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument '%s' %s", __func__, arg, rule); \
   } while (0)
-#define GPUHAL__CHECK_RANGE(cond, arg, rule)                                                   \
-  do {                                                                                         \
-    if (!(cond))                                                                               \
-      return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE, "%s: argument '%s' %s", __func__,  \
-                                arg, rule);                                                    \
+#define GPUHAL__CHECK_RANGE(cond, arg, rule)                                                                         \
+  do {                                                                                                               \
+    if (!(cond)) return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE, "%s: argument '%s' %s", __func__, arg, rule); \
   } while (0)
 
 /* ---- time ---- */
@@ -319,9 +327,7 @@ static gpuhal_allocator_t gpuhal__allocator_resolve(const gpuhal_allocator_t* a)
   r.user = NULL;
   return r;
 }
-static void* gpuhal__alloc(const gpuhal_allocator_t* a, size_t size) {
-  return size ? a->alloc(size, a->user) : NULL;
-}
+static void* gpuhal__alloc(const gpuhal_allocator_t* a, size_t size) { return size ? a->alloc(size, a->user) : NULL; }
 static void* gpuhal__calloc(const gpuhal_allocator_t* a, size_t size) {
   void* p = gpuhal__alloc(a, size);
   if (p) memset(p, 0, size);
@@ -331,20 +337,19 @@ static void gpuhal__free(const gpuhal_allocator_t* a, void* ptr) {
   if (ptr) a->free(ptr, a->user);
 }
 static gpuhal_status_t gpuhal__status_oom(const char* what, size_t size) {
-  return gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED, "out of host memory allocating %s (%zu bytes)",
-                            what, size);
+  return gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED, "out of host memory allocating %s (%zu bytes)", what,
+                            size);
 }
 /* Allocates zeroed memory for `what` or returns RESOURCE_EXHAUSTED naming it. */
-static gpuhal_status_t gpuhal__alloc_zeroed(const gpuhal_allocator_t* a, size_t size, const char* what,
-                                            void** out) {
+static gpuhal_status_t gpuhal__alloc_zeroed(const gpuhal_allocator_t* a, size_t size, const char* what, void** out) {
   *out = gpuhal__calloc(a, size);
   return *out ? NULL : gpuhal__status_oom(what, size);
 }
 /* The one array growth: makes `*data` (`*capacity` elements of `element_size` bytes) hold
  * at least `needed`, doubling from 16; the new elements are zeroed. On failure nothing
  * changes and RESOURCE_EXHAUSTED names `what`. */
-static gpuhal_status_t gpuhal__grow(const gpuhal_allocator_t* allocator, void** data, size_t* capacity,
-                                    size_t needed, size_t element_size, const char* what) {
+static gpuhal_status_t gpuhal__grow(const gpuhal_allocator_t* allocator, void** data, size_t* capacity, size_t needed,
+                                    size_t element_size, const char* what) {
   size_t new_capacity;
   unsigned char* grown;
   if (needed <= *capacity) return NULL;
@@ -402,8 +407,8 @@ static char* gpuhal__strdup(const gpuhal_allocator_t* a, const char* s) {
  * (logged as an error) instead of destroying the object under work that still uses it. */
 typedef struct gpuhal__object_s {
   uint32_t magic;
-  int32_t refcount;  /* every reference: the application's and gpuhal's own */
-  int32_t user_refs; /* the application's: created with one, public retain/release */
+  int32_t refcount;                       /* every reference: the application's and gpuhal's own */
+  int32_t user_refs;                      /* the application's: created with one, public retain/release */
   struct gpuhal__object_s* next_released; /* its pool's FIFO while released */
 } gpuhal__object_t;
 
@@ -437,15 +442,13 @@ static int gpuhal__object_user_release(gpuhal__object_t* o) {
   return 0;
 }
 /* Checks a handle argument: non-NULL, right type, not released. */
-static gpuhal_status_t gpuhal__object_check(const void* object, uint32_t magic, const char* func,
-                                            const char* arg) {
+static gpuhal_status_t gpuhal__object_check(const void* object, uint32_t magic, const char* func, const char* arg) {
   uint32_t m;
   if (!object)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument '%s' must not be NULL", func, arg);
   m = gpuhal__atomic_load(&((const gpuhal__object_t*)object)->magic);
   if (m == GPUHAL__MAGIC_DEAD)
-    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument '%s' was already released", func,
-                              arg);
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument '%s' was already released", func, arg);
   if (m != magic)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "%s: argument '%s' is not a gpuhal object of the right type", func, arg);
@@ -455,10 +458,10 @@ static gpuhal_status_t gpuhal__object_check(const void* object, uint32_t magic, 
 static int gpuhal__object_is_live(const void* object, uint32_t magic) {
   return object && gpuhal__atomic_load(&((const gpuhal__object_t*)object)->magic) == magic;
 }
-#define GPUHAL__CHECK_OBJECT(obj, magic)                                              \
-  do {                                                                                \
-    if (!(obj)) return gpuhal__object_check(NULL, (magic), __func__, #obj);           \
-    GPUHAL__RETURN_IF_ERROR(gpuhal__object_check((obj), (magic), __func__, #obj));    \
+#define GPUHAL__CHECK_OBJECT(obj, magic)                                           \
+  do {                                                                             \
+    if (!(obj)) return gpuhal__object_check(NULL, (magic), __func__, #obj);        \
+    GPUHAL__RETURN_IF_ERROR(gpuhal__object_check((obj), (magic), __func__, #obj)); \
   } while (0)
 
 /* ---- threads ---- */
@@ -507,8 +510,7 @@ static gpuhal_status_t gpuhal__thread_create(gpuhal__thread_t* thread, gpuhal__t
                                              const char* name) {
   int rc = pthread_create(thread, NULL, fn, arg);
   if (rc != 0)
-    return gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED, "could not start thread '%s': %s", name,
-                              strerror(rc));
+    return gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED, "could not start thread '%s': %s", name, strerror(rc));
 #if defined(__linux__) && defined(__USE_GNU)
   pthread_setname_np(*thread, name);
 #endif
@@ -746,6 +748,5 @@ static void gpuhal__log(const gpuhal__logger_t* logger, gpuhal_log_level_t level
 /* For a public release the application had no reference left for (see gpuhal__object_t). */
 static void gpuhal__log_extra_release(const gpuhal__logger_t* logger, const char* func, const char* what) {
   gpuhal__log(logger, GPUHAL_LOG_ERROR,
-              "%s: %s was released more times than it was created and retained; this release is ignored", func,
-              what);
+              "%s: %s was released more times than it was created and retained; this release is ignored", func, what);
 }

@@ -58,7 +58,8 @@ static gpuhal_status_t gpuhal__builtins_load(gpuhal_device_t* device, gpuhal__bu
   if (!st) {
     st = gpuhal__context_enter(device, &scope);
     if (!st) {
-      st = GPUHAL__CU(device->cu, cuModuleGetFunction, (&builtins->fill, builtins->entry->module, "gpuhal_builtin_fill"));
+      st = GPUHAL__CU(device->cu, cuModuleGetFunction,
+                      (&builtins->fill, builtins->entry->module, "gpuhal_builtin_fill"));
       if (!st)
         st = GPUHAL__CU(device->cu, cuModuleGetFunction,
                         (&builtins->copy, builtins->entry->module, "gpuhal_builtin_copy"));

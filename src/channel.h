@@ -31,13 +31,14 @@ typedef struct gpuhal_channel_id_t {
 } gpuhal_channel_id_t;
 
 typedef enum gpuhal_collective_kind_e {
-  GPUHAL_COLLECTIVE_ALL_REDUCE = 0,     /* recv[count] = op over ranks of send[count] */
-  GPUHAL_COLLECTIVE_ALL_GATHER = 1,     /* recv[size * count] = the send[count] of every rank, by rank */
-  GPUHAL_COLLECTIVE_REDUCE_SCATTER = 2, /* recv[count] = op over ranks of send[rank * count ..] (send has size * count) */
-  GPUHAL_COLLECTIVE_BROADCAST = 3,      /* recv[count] = send[count] of `root` (send is read on root only) */
-  GPUHAL_COLLECTIVE_REDUCE = 4,         /* recv[count] on `root` = op over ranks of send[count] */
-  GPUHAL_COLLECTIVE_SEND = 5,           /* send[count] to rank `peer` */
-  GPUHAL_COLLECTIVE_RECV = 6            /* recv[count] from rank `peer` */
+  GPUHAL_COLLECTIVE_ALL_REDUCE = 0, /* recv[count] = op over ranks of send[count] */
+  GPUHAL_COLLECTIVE_ALL_GATHER = 1, /* recv[size * count] = the send[count] of every rank, by rank */
+  GPUHAL_COLLECTIVE_REDUCE_SCATTER =
+      2,                           /* recv[count] = op over ranks of send[rank * count ..] (send has size * count) */
+  GPUHAL_COLLECTIVE_BROADCAST = 3, /* recv[count] = send[count] of `root` (send is read on root only) */
+  GPUHAL_COLLECTIVE_REDUCE = 4,    /* recv[count] on `root` = op over ranks of send[count] */
+  GPUHAL_COLLECTIVE_SEND = 5,      /* send[count] to rank `peer` */
+  GPUHAL_COLLECTIVE_RECV = 6       /* recv[count] from rank `peer` */
 } gpuhal_collective_kind_t;
 
 typedef enum gpuhal_element_type_e {
@@ -89,8 +90,8 @@ GPUHAL_API gpuhal_status_t gpuhal_channel_create_local(gpuhal_driver_t* driver, 
 GPUHAL_API gpuhal_status_t gpuhal_channel_id_create(gpuhal_driver_t* driver, gpuhal_channel_id_t* out_id);
 /* Rank `rank` of a group of `size` ranks (ncclCommInitRank). Blocks until every rank has
  * joined (NCCL's own timeouts apply); meanwhile the device's queue does not issue. */
-GPUHAL_API gpuhal_status_t gpuhal_channel_create_rank(gpuhal_device_t* device, const gpuhal_channel_id_t* id,
-                                                      int rank, int size, gpuhal_channel_t** out_channel);
+GPUHAL_API gpuhal_status_t gpuhal_channel_create_rank(gpuhal_device_t* device, const gpuhal_channel_id_t* id, int rank,
+                                                      int size, gpuhal_channel_t** out_channel);
 GPUHAL_API void gpuhal_channel_retain(gpuhal_channel_t* channel);
 /* Releasing NULL is a no-op. Command buffers that record a channel hold a reference. */
 GPUHAL_API void gpuhal_channel_release(gpuhal_channel_t* channel);
@@ -159,8 +160,8 @@ static ncclRedOp_t gpuhal__nccl_op(gpuhal_reduction_t op) {
 }
 
 static const char* gpuhal__collective_name(gpuhal_collective_kind_t kind) {
-  static const char* const names[] = {"all-reduce", "all-gather", "reduce-scatter", "broadcast",
-                                      "reduce",     "send",       "recv"};
+  static const char* const names[] = {"all-reduce", "all-gather", "reduce-scatter", "broadcast", "reduce",
+                                      "send",       "recv"};
   return (unsigned)kind < GPUHAL__ARRAY_SIZE(names) ? names[kind] : "unknown collective";
 }
 
@@ -194,8 +195,8 @@ static const gpuhal__nccl_symbols_t* gpuhal__channel_nccl(gpuhal_device_t* devic
 static gpuhal_status_t gpuhal__channel_new(gpuhal_device_t* device, ncclComm_t comm, int rank, int size,
                                            gpuhal_channel_t** out) {
   gpuhal_channel_t* ch = NULL;
-  GPUHAL__RETURN_IF_ERROR(
-      gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_CHANNEL, sizeof(*ch), "gpuhal_channel_t", (void**)&ch));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_CHANNEL, sizeof(*ch),
+                                               "gpuhal_channel_t", (void**)&ch));
   gpuhal__object_init(&ch->header, GPUHAL__MAGIC_CHANNEL);
   gpuhal__device_retain_ref(device);
   ch->device = device;
@@ -215,8 +216,10 @@ static gpuhal_status_t gpuhal__comm_destroy_on_worker(void* arg) {
   gpuhal__comm_destroy_t* d = (gpuhal__comm_destroy_t*)arg;
   gpuhal_status_t st = GPUHAL__NCCL(gpuhal__channel_nccl(d->device), ncclCommDestroy, (d->comm));
   gpuhal_status_t st2 = gpuhal__channel_restore_worker_context(d->device);
-  if (st) gpuhal_status_free(st2);
-  else st = st2;
+  if (st)
+    gpuhal_status_free(st2);
+  else
+    st = st2;
   return st;
 }
 
@@ -244,10 +247,13 @@ typedef struct gpuhal__init_all_s {
 
 static gpuhal_status_t gpuhal__init_all_on_worker(void* arg) {
   gpuhal__init_all_t* a = (gpuhal__init_all_t*)arg;
-  gpuhal_status_t st = GPUHAL__NCCL(gpuhal__channel_nccl(a->device), ncclCommInitAll, (a->comms, a->count, a->ordinals));
+  gpuhal_status_t st =
+      GPUHAL__NCCL(gpuhal__channel_nccl(a->device), ncclCommInitAll, (a->comms, a->count, a->ordinals));
   gpuhal_status_t st2 = gpuhal__channel_restore_worker_context(a->device);
-  if (st) gpuhal_status_free(st2);
-  else st = st2;
+  if (st)
+    gpuhal_status_free(st2);
+  else
+    st = st2;
   return st;
 }
 
@@ -255,8 +261,8 @@ static gpuhal_status_t gpuhal__channel_check_local_devices(gpuhal_driver_t* driv
                                                            gpuhal_device_t* const* devices, int* ordinals) {
   uint32_t i, j;
   for (i = 0; i < count; ++i) {
-    gpuhal_status_t bad = gpuhal__object_check(devices[i], GPUHAL__MAGIC_DEVICE, "gpuhal_channel_create_local",
-                                               "devices[i]");
+    gpuhal_status_t bad =
+        gpuhal__object_check(devices[i], GPUHAL__MAGIC_DEVICE, "gpuhal_channel_create_local", "devices[i]");
     if (bad) return gpuhal_status_annotate(bad, "at index %u", i);
     if (devices[i]->driver != driver)
       return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
@@ -295,8 +301,8 @@ GPUHAL_API gpuhal_status_t gpuhal_channel_create_local(gpuhal_driver_t* driver, 
   init.ordinals = ordinals;
   GPUHAL__RETURN_IF_ERROR(gpuhal_status_annotate(gpuhal__worker_call(devices[0], gpuhal__init_all_on_worker, &init),
                                                  "gpuhal_channel_create_local (%u devices)", device_count));
-  for (i = 0; i < device_count && !st; ++i) st = gpuhal__channel_new(devices[i], comms[i], (int)i, (int)device_count,
-                                                                     &out_channels[i]);
+  for (i = 0; i < device_count && !st; ++i)
+    st = gpuhal__channel_new(devices[i], comms[i], (int)i, (int)device_count, &out_channels[i]);
   if (st) {
     for (i = 0; i < device_count; ++i) {
       if (out_channels[i]) {
@@ -342,13 +348,15 @@ static gpuhal_status_t gpuhal__init_rank_on_worker(void* arg) {
   gpuhal_status_t st =
       GPUHAL__NCCL(gpuhal__channel_nccl(a->device), ncclCommInitRank, (&a->comm, a->size, a->id, a->rank));
   gpuhal_status_t st2 = gpuhal__channel_restore_worker_context(a->device);
-  if (st) gpuhal_status_free(st2);
-  else st = st2;
+  if (st)
+    gpuhal_status_free(st2);
+  else
+    st = st2;
   return st;
 }
 
-GPUHAL_API gpuhal_status_t gpuhal_channel_create_rank(gpuhal_device_t* device, const gpuhal_channel_id_t* id,
-                                                      int rank, int size, gpuhal_channel_t** out_channel) {
+GPUHAL_API gpuhal_status_t gpuhal_channel_create_rank(gpuhal_device_t* device, const gpuhal_channel_id_t* id, int rank,
+                                                      int size, gpuhal_channel_t** out_channel) {
   gpuhal__init_rank_t init;
   gpuhal_status_t st;
   GPUHAL__CHECK_ARG(out_channel != NULL, "out_channel", "must not be NULL");
@@ -459,15 +467,14 @@ static gpuhal_status_t gpuhal__collective_issue(void* user, gpuhal_device_t* dev
     case GPUHAL_COLLECTIVE_REDUCE_SCATTER:
       return GPUHAL__NCCL(nccl, ncclReduceScatter, (send, recv, c->count, c->type, c->op, comm, stream));
     case GPUHAL_COLLECTIVE_BROADCAST:
-      return GPUHAL__NCCL(nccl, ncclBroadcast, (send ? send : recv, recv, c->count, c->type, c->root_or_peer, comm,
-                                                stream));
+      return GPUHAL__NCCL(nccl, ncclBroadcast,
+                          (send ? send : recv, recv, c->count, c->type, c->root_or_peer, comm, stream));
     case GPUHAL_COLLECTIVE_REDUCE:
       return GPUHAL__NCCL(nccl, ncclReduce,
                           (send, recv ? recv : send, c->count, c->type, c->op, c->root_or_peer, comm, stream));
     case GPUHAL_COLLECTIVE_SEND:
       return GPUHAL__NCCL(nccl, ncclSend, (send, c->count, c->type, c->root_or_peer, comm, stream));
-    default:
-      return GPUHAL__NCCL(nccl, ncclRecv, (recv, c->count, c->type, c->root_or_peer, comm, stream));
+    default: return GPUHAL__NCCL(nccl, ncclRecv, (recv, c->count, c->type, c->root_or_peer, comm, stream));
   }
 }
 
@@ -478,8 +485,10 @@ static gpuhal_status_t gpuhal__collective_group_begin(gpuhal_device_t* device) {
 static gpuhal_status_t gpuhal__collective_group_end(gpuhal_device_t* device) {
   gpuhal_status_t st = GPUHAL__NCCL(gpuhal__channel_nccl(device), ncclGroupEnd, ());
   gpuhal_status_t st2 = gpuhal__channel_restore_worker_context(device);
-  if (st) gpuhal_status_free(st2);
-  else st = st2;
+  if (st)
+    gpuhal_status_free(st2);
+  else
+    st = st2;
   return st;
 }
 
@@ -507,8 +516,12 @@ static void gpuhal__collective_extents(const gpuhal_collective_t* c, int rank, i
   switch (c->kind) {
     case GPUHAL_COLLECTIVE_ALL_GATHER: *recv_count = all; break;
     case GPUHAL_COLLECTIVE_REDUCE_SCATTER: *send_count = all; break;
-    case GPUHAL_COLLECTIVE_BROADCAST: if (rank != c->root) *send_count = 0; break;
-    case GPUHAL_COLLECTIVE_REDUCE: if (rank != c->root) *recv_count = 0; break;
+    case GPUHAL_COLLECTIVE_BROADCAST:
+      if (rank != c->root) *send_count = 0;
+      break;
+    case GPUHAL_COLLECTIVE_REDUCE:
+      if (rank != c->root) *recv_count = 0;
+      break;
     case GPUHAL_COLLECTIVE_SEND: *recv_count = 0; break;
     case GPUHAL_COLLECTIVE_RECV: *send_count = 0; break;
     default: break;
@@ -556,8 +569,7 @@ static gpuhal_status_t gpuhal__collective_check_ref(gpuhal_channel_t* ch, gpuhal
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
                               "gpuhal_cmd_collective: argument 'collective->%s': %s needs [%llu, %llu) but the buffer "
                               "has %llu bytes",
-                              what, name,
-                              (unsigned long long)ref.offset, (unsigned long long)(ref.offset + bytes),
+                              what, name, (unsigned long long)ref.offset, (unsigned long long)(ref.offset + bytes),
                               (unsigned long long)ref.buffer->size);
   return NULL;
 }
@@ -616,15 +628,15 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_collective(gpuhal_command_buffer_t* comman
                               "belongs to device %d",
                               channel->device->ordinal, cb->device->ordinal);
   GPUHAL__RETURN_IF_ERROR(gpuhal__collective_check(channel, collective, &send_count, &recv_count));
-  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(cb->device->allocator, sizeof(*rec), "a recorded collective",
-                                               (void**)&rec));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__alloc_zeroed(cb->device->allocator, sizeof(*rec), "a recorded collective", (void**)&rec));
   rec->channel = channel;
   rec->kind = collective->kind;
   rec->type = gpuhal__nccl_type(collective->type);
   rec->op = gpuhal__nccl_op(collective->op);
-  rec->root_or_peer =
-      (collective->kind == GPUHAL_COLLECTIVE_SEND || collective->kind == GPUHAL_COLLECTIVE_RECV) ? collective->peer
-                                                                                                  : collective->root;
+  rec->root_or_peer = (collective->kind == GPUHAL_COLLECTIVE_SEND || collective->kind == GPUHAL_COLLECTIVE_RECV)
+                          ? collective->peer
+                          : collective->root;
   rec->count = (size_t)collective->count;
   if (send_count) rec->send = collective->send.buffer, rec->send_offset = collective->send.offset;
   if (recv_count) rec->recv = collective->recv.buffer, rec->recv_offset = collective->recv.offset;

@@ -54,11 +54,7 @@ typedef uint32_t gpuhal_command_buffer_flags_t;
 /* A kernel argument: a buffer address (+offset) passed as a 64-bit pointer, a binding
  * slot (+offset) resolved at execute, or plain bytes copied when the dispatch is recorded.
  * Make them with the constructors below. */
-typedef enum gpuhal_arg_kind_e {
-  GPUHAL_ARG_BYTES = 0,
-  GPUHAL_ARG_BUFFER = 1,
-  GPUHAL_ARG_SLOT = 2
-} gpuhal_arg_kind_t;
+typedef enum gpuhal_arg_kind_e { GPUHAL_ARG_BYTES = 0, GPUHAL_ARG_BUFFER = 1, GPUHAL_ARG_SLOT = 2 } gpuhal_arg_kind_t;
 typedef struct gpuhal_arg_t {
   gpuhal_arg_kind_t kind;
   uint32_t slot;           /* SLOT */
@@ -142,8 +138,7 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_native_graph(gpuhal_command_buf
  * buffers are resolved when the execute is issued; one that has none then (see
  * "Transient buffers" above) fails `signal` with FAILED_PRECONDITION and nothing runs. */
 GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
-                                                gpuhal_semaphore_list_t signal,
-                                                gpuhal_command_buffer_t* command_buffer,
+                                                gpuhal_semaphore_list_t signal, gpuhal_command_buffer_t* command_buffer,
                                                 const gpuhal_binding_table_t* bindings);
 
 /* ---- gpuhal:implementation ---- */
@@ -222,9 +217,9 @@ typedef enum gpuhal__cmd_type_e {
 
 /* Where an address comes from. */
 typedef enum gpuhal__ref_kind_e {
-  GPUHAL__REF_BUFFER = 0,  /* buffer->address (read at execute when it was 0 at record) */
-  GPUHAL__REF_SLOT = 1,    /* the binding table's entry `slot` */
-  GPUHAL__REF_STAGING = 2  /* the command buffer's device copy of its update bytes (graphs) */
+  GPUHAL__REF_BUFFER = 0, /* buffer->address (read at execute when it was 0 at record) */
+  GPUHAL__REF_SLOT = 1,   /* the binding table's entry `slot` */
+  GPUHAL__REF_STAGING = 2 /* the command buffer's device copy of its update bytes (graphs) */
 } gpuhal__ref_kind_t;
 
 typedef struct gpuhal__ref_s {
@@ -244,9 +239,9 @@ typedef struct gpuhal__cmd_arg_s {
 
 typedef struct gpuhal__cmd_s {
   gpuhal__cmd_type_t type;
-  uint32_t late_args;   /* DISPATCH: arguments resolved at execute */
-  uint32_t stale;       /* graph: node parameters must be rewritten at the next execute */
-  CUgraphNode node;     /* graph: the node of this command */
+  uint32_t late_args; /* DISPATCH: arguments resolved at execute */
+  uint32_t stale;     /* graph: node parameters must be rewritten at the next execute */
+  CUgraphNode node;   /* graph: the node of this command */
   /* DISPATCH */
   CUfunction function;
   const char* kernel_name;
@@ -300,8 +295,8 @@ typedef struct gpuhal__cb_backend_s {
   void (*discard)(gpuhal_command_buffer_t* cb);
   /* Puts one execute on `stream`; `action` holds its binding table (NULL when the command
    * buffer has no binding slots: nothing refers to one then). */
-  gpuhal_status_t (*issue)(gpuhal_command_buffer_t* cb, const gpuhal__execute_action_t* action,
-                           gpuhal_device_t* device, CUstream stream);
+  gpuhal_status_t (*issue)(gpuhal_command_buffer_t* cb, const gpuhal__execute_action_t* action, gpuhal_device_t* device,
+                           CUstream stream);
 } gpuhal__cb_backend_t;
 
 struct gpuhal_command_buffer_s {
@@ -311,7 +306,7 @@ struct gpuhal_command_buffer_s {
   uint32_t binding_slots;
   gpuhal__cb_state_t state;
   const gpuhal__cb_backend_t* backend; /* GRAPH or STREAM, from the flags */
-  int32_t executed; /* ONE_SHOT: set by the first execute */
+  int32_t executed;                    /* ONE_SHOT: set by the first execute */
   gpuhal__dispatch_limits_t limits;
   gpuhal__builtins_t* builtins; /* NULL until a command needs them */
 
@@ -346,7 +341,7 @@ struct gpuhal_command_buffer_s {
   uint32_t node_count;
   uint32_t* late_cmds; /* indices of dispatches with late arguments */
   uint32_t late_cmd_count;
-  int reads_allocas; /* set at end: it names binding slots or queue_alloca buffers */
+  int reads_allocas;   /* set at end: it names binding slots or queue_alloca buffers */
   CUdeviceptr staging; /* device copy of update_data (cuMemAlloc'ed at end) */
 
   gpuhal__mutex_t action_mutex;
@@ -369,9 +364,9 @@ static gpuhal_status_t gpuhal__cb_check_recording(gpuhal_command_buffer_t* cb, c
                             func);
 }
 
-#define GPUHAL__CHECK_RECORDING(cb)                                   \
-  do {                                                                \
-    GPUHAL__CHECK_OBJECT(cb, GPUHAL__MAGIC_COMMAND_BUFFER);           \
+#define GPUHAL__CHECK_RECORDING(cb)                                      \
+  do {                                                                   \
+    GPUHAL__CHECK_OBJECT(cb, GPUHAL__MAGIC_COMMAND_BUFFER);              \
     GPUHAL__RETURN_IF_ERROR(gpuhal__cb_check_recording((cb), __func__)); \
   } while (0)
 
@@ -462,7 +457,8 @@ static gpuhal_status_t gpuhal__cb_retain_executable(gpuhal_command_buffer_t* cb,
  * appended cannot fail. */
 static gpuhal_status_t gpuhal__cb_reserve_retained(gpuhal_command_buffer_t* cb, uint32_t count) {
   return gpuhal__grow32(cb->device->allocator, (void**)&cb->retained_buffers, &cb->retained_buffer_capacity,
-                        (size_t)cb->retained_buffer_count + count, sizeof(gpuhal_buffer_t*), "command buffer resources");
+                        (size_t)cb->retained_buffer_count + count, sizeof(gpuhal_buffer_t*),
+                        "command buffer resources");
 }
 
 /* Appends a zeroed command; the caller fills it in. */
@@ -482,12 +478,12 @@ static gpuhal_status_t gpuhal__cb_append(gpuhal_command_buffer_t* cb, gpuhal__cm
 static gpuhal_status_t gpuhal__cb_reserve_args(gpuhal_command_buffer_t* cb, uint32_t count, size_t bytes) {
   size_t values_capacity = cb->values_capacity;
   GPUHAL__RETURN_IF_ERROR(gpuhal__grow32(cb->device->allocator, (void**)&cb->args, &cb->arg_capacity,
-                                         (size_t)cb->arg_count + count, sizeof(gpuhal__cmd_arg_t),
-                                         "kernel arguments"));
+                                         (size_t)cb->arg_count + count, sizeof(gpuhal__cmd_arg_t), "kernel arguments"));
   GPUHAL__RETURN_IF_ERROR(gpuhal__grow(cb->device->allocator, (void**)&cb->values, &values_capacity,
                                        cb->values_size + bytes, 1, "kernel argument values"));
   cb->values_capacity = values_capacity;
-  if (cb->values_size + bytes > UINT32_MAX) return gpuhal__status_oom("kernel argument values", cb->values_size + bytes);
+  if (cb->values_size + bytes > UINT32_MAX)
+    return gpuhal__status_oom("kernel argument values", cb->values_size + bytes);
   return NULL;
 }
 
@@ -566,8 +562,10 @@ static gpuhal_status_t gpuhal__native_issue_group(gpuhal_command_buffer_t* cb, c
   } while (!st && cmd < end && cmd->type == GPUHAL__CMD_NATIVE && cmd->native_follower);
   if (ops->group_end) {
     gpuhal_status_t st2 = ops->group_end(cb->device);
-    if (st) gpuhal_status_free(st2);
-    else st = st2;
+    if (st)
+      gpuhal_status_free(st2);
+    else
+      st = st2;
   }
   return st ? gpuhal_status_annotate(st, "issuing '%s'", ops->name) : NULL;
 }
@@ -589,16 +587,20 @@ static gpuhal_status_t gpuhal__native_capture_on_worker(void* arg) {
   if (!st) {
     st = gpuhal__native_issue_group(c->cb, c->first, stream);
     st2 = GPUHAL__CU(cu, cuStreamEndCapture, (stream, &c->graph));
-    if (!st) st = st2;
-    else gpuhal_status_free(st2);
+    if (!st)
+      st = st2;
+    else
+      gpuhal_status_free(st2);
     if (st && c->graph) {
       cu->cuGraphDestroy(c->graph);
       c->graph = NULL;
     }
   }
   st2 = gpuhal__device_stream_destroy(c->cb->device, stream);
-  if (!st) st = st2;
-  else gpuhal_status_free(st2);
+  if (!st)
+    st = st2;
+  else
+    gpuhal_status_free(st2);
   return st;
 }
 
@@ -672,10 +674,9 @@ static gpuhal_status_t gpuhal__cb_check_copy_ref(gpuhal_command_buffer_t* cb, gp
     return gpuhal__cb_check_ref(cb, ref, size, func, what, out); /* its messages for everything else */
   memset(out, 0, sizeof(*out));
   if (ref.offset > UINT64_MAX - size || ref.offset + size > buffer->size)
-    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
-                              "%s: argument '%s': range [%llu, +%llu) is outside the buffer's %llu bytes", func, what,
-                              (unsigned long long)ref.offset, (unsigned long long)size,
-                              (unsigned long long)buffer->size);
+    return gpuhal_status_make(
+        GPUHAL_STATUS_OUT_OF_RANGE, "%s: argument '%s': range [%llu, +%llu) is outside the buffer's %llu bytes", func,
+        what, (unsigned long long)ref.offset, (unsigned long long)size, (unsigned long long)buffer->size);
   GPUHAL__RETURN_IF_ERROR(gpuhal__peer_prepare(cb->device, buffer->device, &peer));
   if (!peer) {
     if (gpuhal__cb_is_graph(cb))
@@ -736,16 +737,15 @@ static gpuhal_status_t gpuhal__cb_resolve(const gpuhal_command_buffer_t* cb, con
     case GPUHAL__REF_SLOT:
       base = gpuhal__buffer_address(action->buffers[ref->slot]);
       if (!base)
-        return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
-                                  "gpuhal_queue_execute: the buffer bound to slot %u has no device address (not allocated yet, or "
-                                  "deallocated): its "
-                                  "gpuhal_queue_alloca must be ordered before this execute (wait on its signal)",
-                                  ref->slot);
+        return gpuhal_status_make(
+            GPUHAL_STATUS_FAILED_PRECONDITION,
+            "gpuhal_queue_execute: the buffer bound to slot %u has no device address (not allocated yet, or "
+            "deallocated): its "
+            "gpuhal_queue_alloca must be ordered before this execute (wait on its signal)",
+            ref->slot);
       base += action->offsets[ref->slot];
       break;
-    default:
-      base = (uint64_t)cb->staging;
-      break;
+    default: base = (uint64_t)cb->staging; break;
   }
   *out_address = base + ref->offset;
   return NULL;

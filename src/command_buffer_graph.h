@@ -16,10 +16,14 @@ static gpuhal_status_t gpuhal__cb_destroy_graph_current(void* arg) {
   cb->exec = NULL;
   cb->graph = NULL;
   cb->staging = 0;
-  if (!st) st = st2;
-  else gpuhal_status_free(st2);
-  if (!st) st = st3;
-  else gpuhal_status_free(st3);
+  if (!st)
+    st = st2;
+  else
+    gpuhal_status_free(st2);
+  if (!st)
+    st = st3;
+  else
+    gpuhal_status_free(st3);
   return st;
 }
 
@@ -116,8 +120,7 @@ static gpuhal_status_t gpuhal__graph_close_segment(gpuhal__graph_builder_t* b) {
   if (b->segment_count == 1) {
     b->dependency = b->segment[0];
   } else if (b->segment_count > 1) {
-    GPUHAL__CU_RETURN(device->cu, cuGraphAddEmptyNode,
-                      (&b->dependency, b->cb->graph, b->segment, b->segment_count));
+    GPUHAL__CU_RETURN(device->cu, cuGraphAddEmptyNode, (&b->dependency, b->cb->graph, b->segment, b->segment_count));
     b->cb->node_count++;
   }
   b->segment_count = 0;
@@ -143,7 +146,8 @@ static gpuhal_status_t gpuhal__graph_add_node(gpuhal__graph_builder_t* b, gpuhal
       CUDA_MEMCPY3D m;
       gpuhal__memcpy_params(gpuhal__cb_static_address(cb, &cmd->dst), gpuhal__cb_static_address(cb, &cmd->src),
                             cmd->size, &m);
-      GPUHAL__CU_RETURN(device->cu, cuGraphAddMemcpyNode, (&cmd->node, cb->graph, deps, dep_count, &m, device->context));
+      GPUHAL__CU_RETURN(device->cu, cuGraphAddMemcpyNode,
+                        (&cmd->node, cb->graph, deps, dep_count, &m, device->context));
       break;
     }
     case GPUHAL__CMD_FILL: {
@@ -155,10 +159,11 @@ static gpuhal_status_t gpuhal__graph_add_node(gpuhal__graph_builder_t* b, gpuhal
       m.height = 1;
       m.pitch = (size_t)cmd->size;
       m.value = gpuhal__memset_value(cmd);
-      GPUHAL__CU_RETURN(device->cu, cuGraphAddMemsetNode, (&cmd->node, cb->graph, deps, dep_count, &m, device->context));
+      GPUHAL__CU_RETURN(device->cu, cuGraphAddMemsetNode,
+                        (&cmd->node, cb->graph, deps, dep_count, &m, device->context));
       break;
     }
-    case GPUHAL__CMD_NATIVE: /* multi-device hook */
+    case GPUHAL__CMD_NATIVE:                 /* multi-device hook */
       if (cmd->native_follower) return NULL; /* captured with its group's leader */
       GPUHAL__RETURN_IF_ERROR(gpuhal__graph_add_native(cb, cmd, deps, dep_count));
       break;
@@ -213,8 +218,9 @@ static gpuhal_status_t gpuhal__cb_patch_graph(gpuhal_command_buffer_t* cb, const
     CUDA_KERNEL_NODE_PARAMS p;
     int changed = 0;
     gpuhal_status_t st = gpuhal__cb_resolve_args(cb, action, cmd, &changed);
-    if (st) return gpuhal_status_annotate(st, "command %u (%s) of a graph command buffer", cb->late_cmds[k],
-                                          gpuhal__cmd_name(cmd));
+    if (st)
+      return gpuhal_status_annotate(st, "command %u (%s) of a graph command buffer", cb->late_cmds[k],
+                                    gpuhal__cmd_name(cmd));
     if (!changed && !cmd->stale) continue;
     gpuhal__kernel_node_params(cb, cmd, &p);
     cmd->stale = 1; /* until the driver took it */

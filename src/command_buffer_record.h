@@ -78,10 +78,11 @@ static gpuhal_status_t gpuhal__dispatch_check_dims(const gpuhal_command_buffer_t
   }
   threads = (uint64_t)b[0] * b[1] * b[2];
   if (threads > (uint64_t)kernel->info.max_threads_per_block)
-    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
-                              "gpuhal_cmd_dispatch: argument 'block' has %llu threads; kernel '%s' allows at most %d per "
-                              "block on this device",
-                              (unsigned long long)threads, kernel->name, kernel->info.max_threads_per_block);
+    return gpuhal_status_make(
+        GPUHAL_STATUS_OUT_OF_RANGE,
+        "gpuhal_cmd_dispatch: argument 'block' has %llu threads; kernel '%s' allows at most %d per "
+        "block on this device",
+        (unsigned long long)threads, kernel->name, kernel->info.max_threads_per_block);
   max_dynamic_shared = __atomic_load_n(&kernel->info.max_dynamic_shared_bytes, __ATOMIC_RELAXED);
   if (shared_bytes > (uint32_t)max_dynamic_shared)
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
@@ -102,7 +103,8 @@ static gpuhal_status_t gpuhal__dispatch_check_arg(gpuhal_command_buffer_t* cb, c
   switch (arg->kind) {
     case GPUHAL_ARG_BYTES:
       if (arg->size == 0)
-        return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "gpuhal_cmd_dispatch: argument '%s' has size 0", what);
+        return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "gpuhal_cmd_dispatch: argument '%s' has size 0",
+                                  what);
       if (!arg->data && arg->size > sizeof(arg->inline_value))
         return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                                   "gpuhal_cmd_dispatch: argument '%s' has no data pointer and %u bytes (inline values "
@@ -139,8 +141,8 @@ static gpuhal_status_t gpuhal__dispatch_check_arg(gpuhal_command_buffer_t* cb, c
 }
 
 /* Appends a dispatch command whose arguments are then pushed by the caller. */
-static gpuhal_status_t gpuhal__cb_append_dispatch(gpuhal_command_buffer_t* cb, CUfunction function,
-                                                  const char* name, const uint32_t grid[3], const uint32_t block[3],
+static gpuhal_status_t gpuhal__cb_append_dispatch(gpuhal_command_buffer_t* cb, CUfunction function, const char* name,
+                                                  const uint32_t grid[3], const uint32_t block[3],
                                                   uint32_t shared_bytes, gpuhal__cmd_t** out_cmd) {
   gpuhal__cmd_t* cmd;
   int i;
@@ -255,8 +257,8 @@ static int gpuhal__ref_same_buffer_overlap(const gpuhal__ref_t* a, const gpuhal_
 /* Records a copy (or an update, whose source is the staging buffer) from s to d. In a graph,
  * a late-bound address cannot sit in a memcpy node (drivers refuse address 0), so then the
  * built-in copy kernel does it and its node is patched at execute. */
-static gpuhal_status_t gpuhal__cb_record_transfer(gpuhal_command_buffer_t* cb, gpuhal__cmd_type_t type,
-                                                  gpuhal__ref_t s, gpuhal__ref_t d, uint64_t size) {
+static gpuhal_status_t gpuhal__cb_record_transfer(gpuhal_command_buffer_t* cb, gpuhal__cmd_type_t type, gpuhal__ref_t s,
+                                                  gpuhal__ref_t d, uint64_t size) {
   gpuhal__cmd_t* cmd;
   if (gpuhal__cb_is_graph(cb) && (gpuhal__ref_is_late(&s) || gpuhal__ref_is_late(&d))) {
     gpuhal__ref_t refs[2];
@@ -311,9 +313,9 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_fill(gpuhal_command_buffer_t* command_buff
   uint64_t expanded[2];
   GPUHAL__CHECK_RECORDING(command_buffer);
   GPUHAL__CHECK_ARG(pattern != NULL, "pattern", "must not be NULL");
-  GPUHAL__CHECK_ARG(pattern_size == 1 || pattern_size == 2 || pattern_size == 4 || pattern_size == 8 ||
-                        pattern_size == 16,
-                    "pattern_size", "must be 1, 2, 4, 8 or 16");
+  GPUHAL__CHECK_ARG(
+      pattern_size == 1 || pattern_size == 2 || pattern_size == 4 || pattern_size == 8 || pattern_size == 16,
+      "pattern_size", "must be 1, 2, 4, 8 or 16");
   GPUHAL__CHECK_ARG(size > 0, "size", "must be > 0");
   GPUHAL__CHECK_ARG(size % pattern_size == 0, "size", "must be a multiple of pattern_size");
   GPUHAL__CHECK_ARG(dst.offset % pattern_size == 0, "dst.offset", "must be a multiple of pattern_size");
@@ -392,8 +394,8 @@ static gpuhal_status_t gpuhal__cb_collect_late_cmds(gpuhal_command_buffer_t* cb)
   uint32_t c, n = 0;
   for (c = 0; c < cb->cmd_count; ++c) n += cb->cmds[c].late_args ? 1u : 0u;
   if (!n) return NULL;
-  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(cb->device->allocator, sizeof(uint32_t) * n,
-                                               "late-bound command list", (void**)&cb->late_cmds));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(cb->device->allocator, sizeof(uint32_t) * n, "late-bound command list",
+                                               (void**)&cb->late_cmds));
   for (c = 0; c < cb->cmd_count; ++c)
     if (cb->cmds[c].late_args) cb->late_cmds[cb->late_cmd_count++] = c;
   return NULL;

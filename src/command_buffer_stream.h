@@ -36,19 +36,19 @@ static gpuhal_status_t gpuhal__stream_issue_cmd(gpuhal_command_buffer_t* cb, con
   switch (cmd->type) {
     case GPUHAL__CMD_DISPATCH:
       if (cmd->late_args) GPUHAL__RETURN_IF_ERROR(gpuhal__cb_resolve_args(cb, action, cmd, &changed));
-      return GPUHAL__CU(cu, cuLaunchKernel,
-                        (cmd->function, cmd->grid[0], cmd->grid[1], cmd->grid[2], cmd->block[0], cmd->block[1],
-                         cmd->block[2], cmd->shared_bytes, stream,
-                         cmd->arg_count ? cb->param_ptrs + cmd->arg_first : NULL, NULL));
+      return GPUHAL__CU(
+          cu, cuLaunchKernel,
+          (cmd->function, cmd->grid[0], cmd->grid[1], cmd->grid[2], cmd->block[0], cmd->block[1], cmd->block[2],
+           cmd->shared_bytes, stream, cmd->arg_count ? cb->param_ptrs + cmd->arg_first : NULL, NULL));
     case GPUHAL__CMD_COPY:
       GPUHAL__RETURN_IF_ERROR(gpuhal__cb_resolve(cb, action, &cmd->src, &src));
       GPUHAL__RETURN_IF_ERROR(gpuhal__cb_resolve(cb, action, &cmd->dst, &dst));
       if (gpuhal__ref_is_peer(cb, &cmd->src) || gpuhal__ref_is_peer(cb, &cmd->dst)) /* multi-device: peer copy */
         return GPUHAL__CU(cu, cuMemcpyPeerAsync,
-                          ((CUdeviceptr)dst, cmd->dst.kind == GPUHAL__REF_BUFFER ? cmd->dst.buffer->device->context
-                                                                                  : cb->device->context,
-                           (CUdeviceptr)src, cmd->src.kind == GPUHAL__REF_BUFFER ? cmd->src.buffer->device->context
-                                                                                  : cb->device->context,
+                          ((CUdeviceptr)dst,
+                           cmd->dst.kind == GPUHAL__REF_BUFFER ? cmd->dst.buffer->device->context : cb->device->context,
+                           (CUdeviceptr)src,
+                           cmd->src.kind == GPUHAL__REF_BUFFER ? cmd->src.buffer->device->context : cb->device->context,
                            (size_t)cmd->size, stream));
       return GPUHAL__CU(cu, cuMemcpyAsync, ((CUdeviceptr)dst, (CUdeviceptr)src, (size_t)cmd->size, stream));
     case GPUHAL__CMD_FILL:
@@ -60,8 +60,7 @@ static gpuhal_status_t gpuhal__stream_issue_cmd(gpuhal_command_buffer_t* cb, con
                         ((CUdeviceptr)dst, cb->update_data + cmd->src.offset, (size_t)cmd->size, stream));
     case GPUHAL__CMD_NATIVE: /* multi-device hook */
       return cmd->native_follower ? NULL : gpuhal__native_issue_group(cb, cmd, stream);
-    default:
-      return NULL; /* barriers: a stream is already in order */
+    default: return NULL; /* barriers: a stream is already in order */
   }
 }
 
@@ -81,10 +80,8 @@ static gpuhal_status_t gpuhal__cmd_check_addresses(const gpuhal_command_buffer_t
       GPUHAL__RETURN_IF_ERROR(gpuhal__cb_resolve(cb, action, &cmd->src, &address));
       return gpuhal__cb_resolve(cb, action, &cmd->dst, &address);
     case GPUHAL__CMD_FILL:
-    case GPUHAL__CMD_UPDATE:
-      return gpuhal__cb_resolve(cb, action, &cmd->dst, &address);
-    default:
-      return NULL;
+    case GPUHAL__CMD_UPDATE: return gpuhal__cb_resolve(cb, action, &cmd->dst, &address);
+    default: return NULL;
   }
 }
 
@@ -95,8 +92,9 @@ static gpuhal_status_t gpuhal__stream_check_addresses(const gpuhal_command_buffe
   uint32_t c;
   for (c = 0; c < cb->cmd_count; ++c) {
     gpuhal_status_t st = gpuhal__cmd_check_addresses(cb, action, &cb->cmds[c]);
-    if (st) return gpuhal_status_annotate(st, "command %u (%s) of a stream command buffer", c,
-                                          gpuhal__cmd_name(&cb->cmds[c]));
+    if (st)
+      return gpuhal_status_annotate(st, "command %u (%s) of a stream command buffer", c,
+                                    gpuhal__cmd_name(&cb->cmds[c]));
   }
   return NULL;
 }

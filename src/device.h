@@ -87,8 +87,8 @@ GPUHAL_API const char* gpuhal_driver_cuda_library(gpuhal_driver_t* driver);
  * (when compile_free_fn is NULL the cubin must be static). Runs on the loading thread, with
  * no gpuhal lock held, possibly on several threads at once (for different images). See
  * module_cache.h. */
-typedef gpuhal_status_t (*gpuhal_compile_fn_t)(void* user, const void* ptx, size_t ptx_size, int cc_major,
-                                               int cc_minor, void** out_cubin, size_t* out_cubin_size);
+typedef gpuhal_status_t (*gpuhal_compile_fn_t)(void* user, const void* ptx, size_t ptx_size, int cc_major, int cc_minor,
+                                               void** out_cubin, size_t* out_cubin_size);
 typedef void (*gpuhal_compile_free_fn_t)(void* user, void* cubin);
 
 /* Run-time tuning of the queue (gpuhal_device_params_t.tuning). Zero in any field means its
@@ -138,9 +138,9 @@ typedef struct gpuhal_device_params_t {
   uint32_t queue_count;         /* 0 = 1; each queue is one non-blocking stream */
   const char* module_cache_dir; /* disk cache of compiled PTX; NULL = $GPUHAL_CACHE_DIR; "" = none */
   uint64_t module_cache_max_entries, module_cache_max_bytes; /* 0 = defaults (1024, 256 MiB of images) */
-  uint64_t pool_release_threshold; /* bytes the stream-ordered pool keeps; 0 = UINT64_MAX */
-  uint64_t module_cache_disk_max_bytes; /* bound of the cache directory; 0 = 1 GiB */
-  gpuhal_compile_fn_t compile_fn;       /* NULL: the driver compiles PTX */
+  uint64_t pool_release_threshold;                           /* bytes the stream-ordered pool keeps; 0 = UINT64_MAX */
+  uint64_t module_cache_disk_max_bytes;                      /* bound of the cache directory; 0 = 1 GiB */
+  gpuhal_compile_fn_t compile_fn;                            /* NULL: the driver compiles PTX */
   gpuhal_compile_free_fn_t compile_free_fn;
   void* compile_user;
   gpuhal_queue_tuning_t tuning; /* zeroed: the defaults */
@@ -174,10 +174,10 @@ GPUHAL_API gpuhal_driver_t* gpuhal_device_driver(gpuhal_device_t* device);
 /* GPUHAL__CHECK_OBJECT, with a NULL handle always returning right here: otherwise gcc's
  * flow analysis follows a literal NULL past the check (the status could be NULL as far as
  * it knows) and warns (-Wstringop-overflow) at the first field access. */
-#define GPUHAL__CHECK_HANDLE(obj, magic)                                       \
-  do {                                                                         \
-    if (!(obj)) return gpuhal__object_check(NULL, (magic), __func__, #obj);   \
-    GPUHAL__CHECK_OBJECT(obj, magic);                                          \
+#define GPUHAL__CHECK_HANDLE(obj, magic)                                    \
+  do {                                                                      \
+    if (!(obj)) return gpuhal__object_check(NULL, (magic), __func__, #obj); \
+    GPUHAL__CHECK_OBJECT(obj, magic);                                       \
   } while (0)
 
 /* What gpuhal devices of one ordinal share: its primary context. Atomic fields. */
@@ -210,7 +210,7 @@ struct gpuhal_driver_s {
   char trace_path[GPUHAL__LIBRARY_PATH_MAX];   /* "" without tracing */
   int driver_version;
   int device_count;
-  uint32_t features; /* bit (1 << gpuhal_feature_t) */
+  uint32_t features;             /* bit (1 << gpuhal_feature_t) */
   struct gpuhal__trace_s* trace; /* trace.h: NULL when tracing is off */
   /* Live devices and the teardown threads of devices released on their own worker: the
    * application's gpuhal_driver_release waits for those, so a program that waited for its
@@ -261,10 +261,10 @@ typedef struct gpuhal__worker_s {
 } gpuhal__worker_t;
 
 struct gpuhal_device_s {
-  gpuhal__object_t header; /* user_refs: the application's, which gpuhal_driver_release settles */
-  int settled;             /* the driver release has settled it (under driver->devices_mutex) */
+  gpuhal__object_t header;         /* user_refs: the application's, which gpuhal_driver_release settles */
+  int settled;                     /* the driver release has settled it (under driver->devices_mutex) */
   gpuhal__list_node_t driver_link; /* in driver->devices while alive */
-  gpuhal_driver_t* driver; /* retained */
+  gpuhal_driver_t* driver;         /* retained */
   const gpuhal__cuda_symbols_t* cu;
   const gpuhal_allocator_t* allocator;
   const gpuhal__logger_t* logger;
@@ -302,7 +302,7 @@ struct gpuhal__cmd_s;
 typedef struct gpuhal__hooks_s {
   /* the driver's */
   gpuhal_status_t (*trace_create)(gpuhal_driver_t* driver);
-  void (*trace_destroy)(gpuhal_driver_t* driver); /* writes the trace file */
+  void (*trace_destroy)(gpuhal_driver_t* driver);         /* writes the trace file */
   void (*driver_flush_deferred)(gpuhal_driver_t* driver); /* memory.h */
   void (*semaphore_words_free)(gpuhal_driver_t* driver);  /* semaphore.h */
   /* each device's subsystems; every destroy accepts one whose create never ran or failed */
@@ -322,8 +322,7 @@ typedef struct gpuhal__hooks_s {
                                  gpuhal_semaphore_list_t signal);
   void (*trace_submit_end)(gpuhal_device_t* device, uint32_t queue, const char* name, uint64_t span, int64_t t0);
   int64_t (*trace_issue_begin)(gpuhal_device_t* device, struct gpuhal__action_s* a, CUstream stream);
-  void (*trace_issue_end)(gpuhal_device_t* device, struct gpuhal__action_s* a, CUstream stream, int64_t t0,
-                          int failed);
+  void (*trace_issue_end)(gpuhal_device_t* device, struct gpuhal__action_s* a, CUstream stream, int64_t t0, int failed);
   void (*trace_action_complete)(gpuhal_device_t* device, struct gpuhal__action_s* a);
   void (*trace_host_call)(gpuhal_device_t* device, struct gpuhal__action_s* a, int64_t t0);
   void (*trace_action_release)(gpuhal_device_t* device, struct gpuhal__action_s* a);
@@ -521,8 +520,7 @@ static void gpuhal__context_leave(gpuhal_device_t* device, gpuhal__context_scope
     /* The caller's current context must come back even so: set it directly. */
     CUresult set = device->cu->cuCtxSetCurrent(scope->saved);
     if (set == CUDA_SUCCESS) status = gpuhal_status_annotate(status, "the caller's context was set back instead");
-    gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "restoring the caller's context: %s",
-                gpuhal_status_message(status));
+    gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "restoring the caller's context: %s", gpuhal_status_message(status));
     gpuhal_status_free(status);
   }
 }
@@ -575,7 +573,8 @@ static int gpuhal__driver_supports_memops(gpuhal_driver_t* driver, const gpuhal_
 static gpuhal__logger_t gpuhal__logger_from_options(const gpuhal_driver_options_t* options) {
   gpuhal__logger_t logger;
   logger.level = options->log_level;
-  if (logger.level == GPUHAL_LOG_NONE) logger.level = gpuhal__log_level_parse(gpuhal__getenv("GPUHAL_LOG"), GPUHAL_LOG_WARN);
+  if (logger.level == GPUHAL_LOG_NONE)
+    logger.level = gpuhal__log_level_parse(gpuhal__getenv("GPUHAL_LOG"), GPUHAL_LOG_WARN);
   logger.fn = options->log_fn;
   logger.user = options->log_user;
   return logger;
@@ -621,7 +620,7 @@ static void gpuhal__driver_free(gpuhal_driver_t* driver) {
 }
 
 static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
-  gpuhal__hooks()->trace_destroy(driver); /* trace hook: writes the file */
+  gpuhal__hooks()->trace_destroy(driver);         /* trace hook: writes the file */
   gpuhal__hooks()->driver_flush_deferred(driver); /* no device is left: nothing waits on the GPU */
   gpuhal__mutex_destroy(&driver->parked_mutex);
   if (driver->ordinals) {
@@ -807,35 +806,39 @@ enum {
 static gpuhal_status_t gpuhal__device_attribute(const gpuhal__cuda_symbols_t* cu, CUdevice device, int attribute,
                                                 int* out_value) {
   *out_value = 0;
-  return gpuhal_status_annotate(GPUHAL__CU(cu, cuDeviceGetAttribute, (out_value, (CUdevice_attribute)attribute, device)),
-                                "querying device attribute %d", attribute);
+  return gpuhal_status_annotate(
+      GPUHAL__CU(cu, cuDeviceGetAttribute, (out_value, (CUdevice_attribute)attribute, device)),
+      "querying device attribute %d", attribute);
 }
 
 static gpuhal_status_t gpuhal__device_query_attributes(const gpuhal__cuda_symbols_t* cu, CUdevice dev,
                                                        gpuhal_device_info_t* info) {
   int i;
-  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_COMPUTE_CAPABILITY_MAJOR,
-                                                   &info->compute_capability_major));
-  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_COMPUTE_CAPABILITY_MINOR,
-                                                   &info->compute_capability_minor));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_COMPUTE_CAPABILITY_MAJOR, &info->compute_capability_major));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_COMPUTE_CAPABILITY_MINOR, &info->compute_capability_minor));
   GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MULTIPROCESSOR_COUNT, &info->sm_count));
   GPUHAL__RETURN_IF_ERROR(
       gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MAX_THREADS_PER_BLOCK, &info->max_threads_per_block));
   for (i = 0; i < 3; ++i) {
-    GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MAX_BLOCK_DIM_X + i, &info->max_block_dim[i]));
+    GPUHAL__RETURN_IF_ERROR(
+        gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MAX_BLOCK_DIM_X + i, &info->max_block_dim[i]));
     GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MAX_GRID_DIM_X + i, &info->max_grid_dim[i]));
   }
-  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MAX_SHARED_MEMORY_PER_BLOCK,
-                                                   &info->max_shared_memory_per_block));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MAX_SHARED_MEMORY_PER_BLOCK, &info->max_shared_memory_per_block));
   GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                                                    &info->max_shared_memory_per_block_optin));
   GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_WARP_SIZE, &info->warp_size));
   GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_L2_CACHE_SIZE, &info->l2_cache_size));
-  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_ASYNC_ENGINE_COUNT, &info->async_engine_count));
-  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_UNIFIED_ADDRESSING, &info->unified_addressing));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_ASYNC_ENGINE_COUNT, &info->async_engine_count));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_UNIFIED_ADDRESSING, &info->unified_addressing));
   GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MANAGED_MEMORY, &info->managed_memory));
-  GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_CONCURRENT_MANAGED_ACCESS,
-                                                   &info->concurrent_managed_access));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_CONCURRENT_MANAGED_ACCESS, &info->concurrent_managed_access));
   GPUHAL__RETURN_IF_ERROR(
       gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MEMORY_POOLS_SUPPORTED, &info->memory_pools_supported));
   return NULL;
@@ -868,10 +871,9 @@ static gpuhal_status_t gpuhal__device_query_info(gpuhal_driver_t* driver, int or
 
 static gpuhal_status_t gpuhal__check_ordinal(gpuhal_driver_t* driver, int ordinal, const char* func) {
   if (ordinal < 0 || ordinal >= driver->device_count)
-    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
-                              "%s: argument 'ordinal' is %d, must be in [0, %d) (the driver has %d device%s)", func,
-                              ordinal, driver->device_count, driver->device_count,
-                              driver->device_count == 1 ? "" : "s");
+    return gpuhal_status_make(
+        GPUHAL_STATUS_OUT_OF_RANGE, "%s: argument 'ordinal' is %d, must be in [0, %d) (the driver has %d device%s)",
+        func, ordinal, driver->device_count, driver->device_count, driver->device_count == 1 ? "" : "s");
   return NULL;
 }
 
@@ -1034,8 +1036,10 @@ static gpuhal_status_t gpuhal__device_stream_create(gpuhal_device_t* device, CUs
   gpuhal_status_t status;
   gpuhal__device_room_take(device);
   status = GPUHAL__CU(device->cu, cuStreamCreate, (out, CU_STREAM_NON_BLOCKING));
-  if (status) gpuhal__device_room_give(device);
-  else gpuhal__device_room_refill(device);
+  if (status)
+    gpuhal__device_room_give(device);
+  else
+    gpuhal__device_room_refill(device);
   return status;
 }
 
@@ -1051,8 +1055,10 @@ static gpuhal_status_t gpuhal__device_graph_instantiate(gpuhal_device_t* device,
   gpuhal_status_t status;
   gpuhal__device_room_take(device);
   status = GPUHAL__CU(device->cu, cuGraphInstantiateWithFlags, (out, graph, 0));
-  if (status) gpuhal__device_room_give(device);
-  else gpuhal__device_room_refill(device);
+  if (status)
+    gpuhal__device_room_give(device);
+  else
+    gpuhal__device_room_refill(device);
   return status;
 }
 
@@ -1083,12 +1089,14 @@ static gpuhal_status_t gpuhal__device_destroy_streams(void* arg) {
       /* Destroyed even when the synchronize failed (a lost device): cuStreamDestroy is legal
        * with work pending, and skipping it would leak the stream. */
       gpuhal_status_t destroyed = gpuhal__device_stream_destroy(device, device->streams[i]);
-      if (!status) status = destroyed;
-      else gpuhal_status_free(destroyed);
+      if (!status)
+        status = destroyed;
+      else
+        gpuhal_status_free(destroyed);
     }
     if (status) {
-      gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: destroying stream %u: %s", device->ordinal,
-                  (unsigned)i, gpuhal_status_message(status));
+      gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: destroying stream %u: %s", device->ordinal, (unsigned)i,
+                  gpuhal_status_message(status));
       gpuhal_status_free(status);
     }
     device->streams[i] = NULL;

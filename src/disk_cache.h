@@ -17,8 +17,8 @@
 /* A device's disk cache (in its module cache). */
 typedef struct gpuhal__disk_cache_s {
   gpuhal_device_t* device;
-  char* dir;        /* NULL: no disk cache */
-  int enabled;      /* atomic: cleared (with one warning) when the directory fails us */
+  char* dir;   /* NULL: no disk cache */
+  int enabled; /* atomic: cleared (with one warning) when the directory fails us */
   uint64_t max_bytes;
   gpuhal_module_cache_stats_t* stats; /* the module cache's */
 } gpuhal__disk_cache_t;
@@ -196,8 +196,8 @@ static void gpuhal__disk_disable(gpuhal__disk_cache_t* disk, const char* what, i
   int expected = 1;
   if (__atomic_compare_exchange_n(&disk->enabled, &expected, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     gpuhal__log(disk->device->logger, GPUHAL_LOG_WARN,
-                "module cache: disk cache directory '%s' is not usable (%s: %s); caching in memory only",
-                disk->dir, what, strerror(error));
+                "module cache: disk cache directory '%s' is not usable (%s: %s); caching in memory only", disk->dir,
+                what, strerror(error));
 }
 
 /* mkdir -p. 0 or an errno. */
@@ -243,9 +243,9 @@ static int gpuhal__disk_open_regular(const char* path, struct stat* st, gpuhal_s
   }
   if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
     *status = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "not a regular file (%s)",
-                                 S_ISFIFO(st->st_mode)  ? "a FIFO"
-                                 : S_ISDIR(st->st_mode) ? "a directory"
-                                 : S_ISCHR(st->st_mode) ? "a character device"
+                                 S_ISFIFO(st->st_mode)   ? "a FIFO"
+                                 : S_ISDIR(st->st_mode)  ? "a directory"
+                                 : S_ISCHR(st->st_mode)  ? "a character device"
                                  : S_ISSOCK(st->st_mode) ? "a socket"
                                                          : "another kind");
     close(fd);
@@ -293,9 +293,8 @@ static gpuhal_status_t gpuhal__disk_read_file(gpuhal_device_t* device, const cha
 /* Looks the key up on disk. On success *out_file is the file's bytes (free it) and
  * *out_payload points into it. A missing file is NOT_FOUND; a bad one, DATA_LOSS or
  * FAILED_PRECONDITION. */
-static gpuhal_status_t gpuhal__disk_lookup(gpuhal__disk_cache_t* disk, const gpuhal__disk_key_t* key,
-                                           const char* path, void** out_file, const void** out_payload,
-                                           size_t* out_payload_size) {
+static gpuhal_status_t gpuhal__disk_lookup(gpuhal__disk_cache_t* disk, const gpuhal__disk_key_t* key, const char* path,
+                                           void** out_file, const void** out_payload, size_t* out_payload_size) {
   gpuhal_device_t* device = disk->device;
   void* file = NULL;
   size_t size = 0;
@@ -336,8 +335,7 @@ static int gpuhal__temp_file_create(const char* path, char* temp, size_t temp_si
     unsigned k = __atomic_add_fetch(&gpuhal__temp_counter, 1, __ATOMIC_RELAXED);
     /* The clock and a stack address tell apart processes of equal pids (containers). */
     uint64_t salt = (uint64_t)gpuhal_now_ns() ^ ((uint64_t)(uintptr_t)&k << 16) ^ ((uint64_t)attempt << 56);
-    n = snprintf(temp, temp_size, "%s.tmp.%ld.%u.%llx", path, (long)getpid(), k,
-                 (unsigned long long)salt);
+    n = snprintf(temp, temp_size, "%s.tmp.%ld.%u.%llx", path, (long)getpid(), k, (unsigned long long)salt);
     if (n <= 0 || (size_t)n >= temp_size) {
       errno = ENAMETOOLONG;
       return -1;
@@ -351,8 +349,8 @@ static int gpuhal__temp_file_create(const char* path, char* temp, size_t temp_si
 /* Writes header + payload to a unique temporary file in the directory, fsyncs it and
  * renames it over `path`: readers (other processes too) see the old file, the new file or
  * none, never a part. 0 or an errno; `what` says which step failed. */
-static int gpuhal__disk_write_file(const char* path, const unsigned char* header,
-                                   const void* payload, size_t payload_size, const char** what) {
+static int gpuhal__disk_write_file(const char* path, const unsigned char* header, const void* payload,
+                                   size_t payload_size, const char** what) {
   char temp[GPUHAL__PATH_MAX + 64];
   int err = 0;
   int fd = gpuhal__temp_file_create(path, temp, sizeof(temp));
@@ -416,8 +414,8 @@ static void gpuhal__disk_evict(gpuhal__disk_cache_t* disk, const char* keep) {
       continue;
     }
     if (count == capacity) {
-      gpuhal_status_t grown =
-          gpuhal__grow(allocator, (void**)&files, &capacity, count + 1, sizeof(gpuhal__disk_file_t), "disk cache files");
+      gpuhal_status_t grown = gpuhal__grow(allocator, (void**)&files, &capacity, count + 1, sizeof(gpuhal__disk_file_t),
+                                           "disk cache files");
       if (grown) {
         gpuhal_status_free(grown);
         break;

@@ -36,7 +36,7 @@ typedef struct gpuhal__event_block_s {
 typedef struct gpuhal__event_pool_s {
   gpuhal_device_t* device;
   gpuhal__mutex_t mutex;
-  gpuhal__cond_t returned;  /* signalled when `outstanding` drops to zero */
+  gpuhal__cond_t returned; /* signalled when `outstanding` drops to zero */
   gpuhal__event_t* free_list;
   gpuhal__event_block_t* blocks;
   uint32_t total;
@@ -61,8 +61,8 @@ static void gpuhal__event_pool_init(gpuhal__event_pool_t* pool, gpuhal_device_t*
 static gpuhal_status_t gpuhal__event_pool_grow(gpuhal__event_pool_t* pool) {
   gpuhal__event_block_t* block = NULL;
   uint32_t i;
-  gpuhal_status_t status = gpuhal__alloc_zeroed(pool->device->allocator, sizeof(*block), "event pool block",
-                                                (void**)&block);
+  gpuhal_status_t status =
+      gpuhal__alloc_zeroed(pool->device->allocator, sizeof(*block), "event pool block", (void**)&block);
   if (status) return status;
   for (i = 0; i < GPUHAL_EVENT_POOL_BLOCK; ++i) {
     gpuhal__event_t* e = &block->events[i];

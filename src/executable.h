@@ -237,8 +237,9 @@ static gpuhal_status_t gpuhal__function_record_create(gpuhal_device_t* device, g
   if (!st) {
     r = device->cu->cuModuleGetFunction(&record->function, entry->module, name);
     if (r == CUDA_ERROR_NOT_FOUND) {
-      st = gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "gpuhal_executable_kernel: no kernel named '%s' in this %s executable",
-                              name, gpuhal__image_format_name(entry->format));
+      st = gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND,
+                              "gpuhal_executable_kernel: no kernel named '%s' in this %s executable", name,
+                              gpuhal__image_format_name(entry->format));
     } else if (r != CUDA_SUCCESS) {
       st = gpuhal__cuda_status(device->cu, r, "cuModuleGetFunction", __FILE__, __LINE__); /* not called again */
     } else {

@@ -16,7 +16,6 @@ static uint64_t gpuhal__le64(const unsigned char* p) {
   return (uint64_t)gpuhal__le32(p) | ((uint64_t)gpuhal__le32(p + 4) << 32);
 }
 
-
 /* A fast 64-bit hash (four lanes of multiply-rotate, 32 bytes a step; the constants are
  * the usual 64-bit golden-ratio primes). It finds in-memory entries (confirmed by a byte
  * compare) and checksums disk-cache files; it is not the cache key on disk. Words are
@@ -105,27 +104,27 @@ static const unsigned char gpuhal__blake2b_sigma[12][16] = {
 
 static uint64_t gpuhal__rotr64(uint64_t x, int r) { return (x >> r) | (x << (64 - r)); }
 
-#define GPUHAL__B2B_G(a, b, c, d, x, y)      \
-  do {                                       \
-    v[a] = v[a] + v[b] + (x);                \
-    v[d] = gpuhal__rotr64(v[d] ^ v[a], 32);  \
-    v[c] = v[c] + v[d];                      \
-    v[b] = gpuhal__rotr64(v[b] ^ v[c], 24);  \
-    v[a] = v[a] + v[b] + (y);                \
-    v[d] = gpuhal__rotr64(v[d] ^ v[a], 16);  \
-    v[c] = v[c] + v[d];                      \
-    v[b] = gpuhal__rotr64(v[b] ^ v[c], 63);  \
+#define GPUHAL__B2B_G(a, b, c, d, x, y)     \
+  do {                                      \
+    v[a] = v[a] + v[b] + (x);               \
+    v[d] = gpuhal__rotr64(v[d] ^ v[a], 32); \
+    v[c] = v[c] + v[d];                     \
+    v[b] = gpuhal__rotr64(v[b] ^ v[c], 24); \
+    v[a] = v[a] + v[b] + (y);               \
+    v[d] = gpuhal__rotr64(v[d] ^ v[a], 16); \
+    v[c] = v[c] + v[d];                     \
+    v[b] = gpuhal__rotr64(v[b] ^ v[c], 63); \
   } while (0)
 
 /* One round, its message schedule a constant row of sigma (the rounds are unrolled so
  * the compiler keeps the message words in registers; tests/bench/RESULTS.md). */
-#define GPUHAL__B2B_ROUND(r)                                                                     \
-  do {                                                                                           \
-    GPUHAL__B2B_G(0, 4, 8, 12, m[gpuhal__blake2b_sigma[r][0]], m[gpuhal__blake2b_sigma[r][1]]);   \
-    GPUHAL__B2B_G(1, 5, 9, 13, m[gpuhal__blake2b_sigma[r][2]], m[gpuhal__blake2b_sigma[r][3]]);   \
-    GPUHAL__B2B_G(2, 6, 10, 14, m[gpuhal__blake2b_sigma[r][4]], m[gpuhal__blake2b_sigma[r][5]]);  \
-    GPUHAL__B2B_G(3, 7, 11, 15, m[gpuhal__blake2b_sigma[r][6]], m[gpuhal__blake2b_sigma[r][7]]);  \
-    GPUHAL__B2B_G(0, 5, 10, 15, m[gpuhal__blake2b_sigma[r][8]], m[gpuhal__blake2b_sigma[r][9]]);  \
+#define GPUHAL__B2B_ROUND(r)                                                                       \
+  do {                                                                                             \
+    GPUHAL__B2B_G(0, 4, 8, 12, m[gpuhal__blake2b_sigma[r][0]], m[gpuhal__blake2b_sigma[r][1]]);    \
+    GPUHAL__B2B_G(1, 5, 9, 13, m[gpuhal__blake2b_sigma[r][2]], m[gpuhal__blake2b_sigma[r][3]]);    \
+    GPUHAL__B2B_G(2, 6, 10, 14, m[gpuhal__blake2b_sigma[r][4]], m[gpuhal__blake2b_sigma[r][5]]);   \
+    GPUHAL__B2B_G(3, 7, 11, 15, m[gpuhal__blake2b_sigma[r][6]], m[gpuhal__blake2b_sigma[r][7]]);   \
+    GPUHAL__B2B_G(0, 5, 10, 15, m[gpuhal__blake2b_sigma[r][8]], m[gpuhal__blake2b_sigma[r][9]]);   \
     GPUHAL__B2B_G(1, 6, 11, 12, m[gpuhal__blake2b_sigma[r][10]], m[gpuhal__blake2b_sigma[r][11]]); \
     GPUHAL__B2B_G(2, 7, 8, 13, m[gpuhal__blake2b_sigma[r][12]], m[gpuhal__blake2b_sigma[r][13]]);  \
     GPUHAL__B2B_G(3, 4, 9, 14, m[gpuhal__blake2b_sigma[r][14]], m[gpuhal__blake2b_sigma[r][15]]);  \

@@ -51,7 +51,6 @@ GPUHAL_API gpuhal_status_t gpuhal_device_trim(gpuhal_device_t* device);
 /* Fills *out_stats. The high-water marks are never reset. */
 GPUHAL_API gpuhal_status_t gpuhal_device_memory_stats(gpuhal_device_t* device, gpuhal_memory_stats_t* out_stats);
 
-
 /* ---- gpuhal:implementation ---- */
 
 #define GPUHAL__MAGIC_BUFFER 0x47425546u /* "GBUF" */
@@ -72,9 +71,9 @@ struct gpuhal_buffer_s {
   /* Device address; 0 until issued for a pending (queue_alloca) buffer. The queue writes
    * it before storing state LIVE (release); readers load state (acquire) first. */
   CUdeviceptr address;
-  void* host_pointer;  /* pinned and managed */
-  int32_t state;       /* gpuhal__buffer_state_t, atomic */
-  int pending;         /* memory comes from the device pool through the queue */
+  void* host_pointer; /* pinned and managed */
+  int32_t state;      /* gpuhal__buffer_state_t, atomic */
+  int pending;        /* memory comes from the device pool through the queue */
   /* For pending buffers, set by the queue: called at the last release instead of freeing
    * here, so the queue can free the memory in stream order. NULL: a LIVE pending buffer's
    * memory is freed synchronously on the worker (stream 0). */
@@ -94,7 +93,7 @@ typedef struct gpuhal__memory_state_s {
   /* This device's share of driver->gpu_waits (under driver->parked_mutex): queue work in
    * flight that may wait on the GPU for a value. See gpuhal__device_sync_call. */
   int32_t gpu_waits;
-  gpuhal__task_t flush_task;      /* posted when driver->gpu_waits drops to zero with calls put off */
+  gpuhal__task_t flush_task; /* posted when driver->gpu_waits drops to zero with calls put off */
   gpuhal_device_t* flush_device;
 } gpuhal__memory_state_t;
 
@@ -135,8 +134,10 @@ static gpuhal_status_t gpuhal__pool_create(void* arg) {
     memory->owns_pool = 1;
   } else if (device->params.pool_max_bytes) {
     /* The default pool has no limit: falling back would drop the one asked for. */
-    return gpuhal_status_annotate(status, "creating a pool of at most %llu bytes (params->pool_max_bytes; "
-                                  "CUDA 12.2 or later)", (unsigned long long)device->params.pool_max_bytes);
+    return gpuhal_status_annotate(status,
+                                  "creating a pool of at most %llu bytes (params->pool_max_bytes; "
+                                  "CUDA 12.2 or later)",
+                                  (unsigned long long)device->params.pool_max_bytes);
   } else if (cu->cuDeviceGetDefaultMemPool) {
     gpuhal__log(device->logger, GPUHAL_LOG_INFO, "device %d: %s; using the default pool", device->ordinal,
                 gpuhal_status_message(status));
@@ -170,18 +171,19 @@ static gpuhal_status_t gpuhal__pool_destroy(void* arg) {
 static void gpuhal__memory_flush_task(gpuhal__task_t* task);
 
 static gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device) {
-  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(gpuhal__memory_state_t),
-                                               "device memory state", (void**)&device->memory));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(gpuhal__memory_state_t), "device memory state",
+                                               (void**)&device->memory));
   gpuhal__list_init(&device->memory->flush_task.node);
   device->memory->flush_task.fn = gpuhal__memory_flush_task;
   device->memory->flush_device = device;
   if (!device->info.memory_pools_supported && device->params.pool_max_bytes)
     return gpuhal_status_make(GPUHAL_STATUS_UNIMPLEMENTED,
                               "gpuhal_device_create: argument 'params->pool_max_bytes' needs stream-ordered pools, "
-                              "which device %d does not support", device->ordinal);
+                              "which device %d does not support",
+                              device->ordinal);
   if (!device->info.memory_pools_supported) {
-    gpuhal__log(device->logger, GPUHAL_LOG_INFO,
-                "device %d: no stream-ordered pools; queue allocations use cuMemAlloc", device->ordinal);
+    gpuhal__log(device->logger, GPUHAL_LOG_INFO, "device %d: no stream-ordered pools; queue allocations use cuMemAlloc",
+                device->ordinal);
     return NULL;
   }
   return gpuhal_status_annotate(gpuhal__worker_call(device, gpuhal__pool_create, device),
@@ -285,7 +287,8 @@ static gpuhal_status_t gpuhal__memory_stats_current(gpuhal_device_t* device, gpu
   if (device->memory) {
     out->buffers_allocated = __atomic_load_n(&device->memory->buffers_allocated, __ATOMIC_RELAXED);
     if (device->memory->pool) {
-      GPUHAL__RETURN_IF_ERROR(gpuhal__pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &out->pool_reserved));
+      GPUHAL__RETURN_IF_ERROR(
+          gpuhal__pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &out->pool_reserved));
       GPUHAL__RETURN_IF_ERROR(gpuhal__pool_attribute(device, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &out->pool_used));
       GPUHAL__RETURN_IF_ERROR(
           gpuhal__pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &out->pool_reserved_high));
@@ -390,7 +393,7 @@ static gpuhal_status_t gpuhal__pool_free_async(gpuhal_device_t* device, CUstream
 
 /* Sets up a zeroed buffer object of `device` (taking a device reference), no memory yet. */
 static void gpuhal__buffer_init(gpuhal_buffer_t* buffer, gpuhal_device_t* device, gpuhal_memory_kind_t kind,
-                               uint64_t size) {
+                                uint64_t size) {
   gpuhal__object_init(&buffer->header, GPUHAL__MAGIC_BUFFER);
   gpuhal__device_retain_ref(device);
   buffer->device = device;
@@ -427,8 +430,7 @@ static gpuhal_status_t gpuhal__buffer_check_pending(const char* func, gpuhal_buf
                               "%s: argument 'buffer' was not allocated by gpuhal_queue_alloca (release it instead)",
                               func);
   if (gpuhal__atomic_load(&buffer->state) == GPUHAL__BUFFER_FREED)
-    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: argument 'buffer' was already deallocated",
-                              func);
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: argument 'buffer' was already deallocated", func);
   return NULL;
 }
 
@@ -443,8 +445,8 @@ static gpuhal_status_t gpuhal__buffer_pending_allocate(gpuhal_buffer_t* buffer, 
     return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "queue_alloca: the buffer was already allocated");
   status = gpuhal__pool_alloc_or_recover(device, stream, buffer->size, &ptr);
   if (status && !gpuhal__status_is_oom(status))
-    status = gpuhal_status_annotate(status, "queue_alloca of %llu bytes on device %d",
-                                    (unsigned long long)buffer->size, device->ordinal);
+    status = gpuhal_status_annotate(status, "queue_alloca of %llu bytes on device %d", (unsigned long long)buffer->size,
+                                    device->ordinal);
   GPUHAL__RETURN_IF_ERROR(status);
   gpuhal__atomic_store(&buffer->address, ptr);
   gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_LIVE);
@@ -467,9 +469,7 @@ static gpuhal_status_t gpuhal__buffer_allocate_current(gpuhal_buffer_t* buffer) 
   size_t size = (size_t)buffer->size;
   gpuhal_status_t status = NULL;
   switch (buffer->kind) {
-    case GPUHAL_MEMORY_DEVICE:
-      status = GPUHAL__CU(cu, cuMemAlloc, (&buffer->address, size));
-      break;
+    case GPUHAL_MEMORY_DEVICE: status = GPUHAL__CU(cu, cuMemAlloc, (&buffer->address, size)); break;
     case GPUHAL_MEMORY_HOST_PINNED:
       status = GPUHAL__CU(cu, cuMemAllocHost, (&buffer->host_pointer, size));
       /* Unified addressing (every 64-bit platform CUDA still supports) makes the host
@@ -701,8 +701,9 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate(gpuhal_device_t* device, gpuha
     gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_BUFFER, buffer);
     gpuhal__device_release_ref(device);
     return gpuhal_status_annotate(status, "allocating %llu bytes of %s memory on device %d", (unsigned long long)size,
-                                  kind == GPUHAL_MEMORY_DEVICE ? "device"
-                                  : kind == GPUHAL_MEMORY_HOST_PINNED ? "pinned host" : "managed",
+                                  kind == GPUHAL_MEMORY_DEVICE        ? "device"
+                                  : kind == GPUHAL_MEMORY_HOST_PINNED ? "pinned host"
+                                                                      : "managed",
                                   device->ordinal);
   }
   gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_LIVE);
@@ -773,17 +774,15 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_device_address(gpuhal_buffer_t* buffer,
 /* Checks [offset, offset + size) lies inside the buffer, without overflow. */
 static gpuhal_status_t gpuhal__buffer_check_range(gpuhal_buffer_t* buffer, uint64_t offset, uint64_t size,
                                                   const char* func) {
-  if (size == 0)
-    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument 'size' must be > 0", func);
+  if (size == 0) return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument 'size' must be > 0", func);
   if (offset >= buffer->size)
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
                               "%s: argument 'offset' is %llu, past the end of the buffer (%llu bytes)", func,
                               (unsigned long long)offset, (unsigned long long)buffer->size);
   if (size > buffer->size - offset)
-    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
-                              "%s: argument 'size' is %llu, but only %llu bytes follow offset %llu in the buffer",
-                              func, (unsigned long long)size, (unsigned long long)(buffer->size - offset),
-                              (unsigned long long)offset);
+    return gpuhal_status_make(
+        GPUHAL_STATUS_OUT_OF_RANGE, "%s: argument 'size' is %llu, but only %llu bytes follow offset %llu in the buffer",
+        func, (unsigned long long)size, (unsigned long long)(buffer->size - offset), (unsigned long long)offset);
   return NULL;
 }
 

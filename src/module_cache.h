@@ -44,7 +44,7 @@ typedef struct gpuhal_module_cache_stats_t {
   uint64_t bytes;            /* image bytes of those entries */
   uint64_t max_entries;      /* the limits in force */
   uint64_t max_bytes;
-  int disk_enabled;          /* 1 while the disk cache is in use */
+  int disk_enabled; /* 1 while the disk cache is in use */
 } gpuhal_module_cache_stats_t;
 
 /* A snapshot of the device's module cache counters. */
@@ -231,8 +231,10 @@ static gpuhal_status_t gpuhal__link_in_context(gpuhal_device_t* device, const gp
   }
   if (link) {
     gpuhal_status_t destroyed = GPUHAL__CU(cu, cuLinkDestroy, (link));
-    if (!st) st = destroyed;
-    else gpuhal_status_free(destroyed);
+    if (!st)
+      st = destroyed;
+    else
+      gpuhal_status_free(destroyed);
   }
   return st;
 }
@@ -275,15 +277,17 @@ static gpuhal_status_t gpuhal__compile_with_hook(gpuhal_device_t* device, const 
   } else {
     gpuhal_status_t bad = gpuhal__image_detect(bytes, size, "the compile hook's output", &format, &format_size);
     if (bad || format == GPUHAL__IMAGE_PTX)
-      st = gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "the compile hook returned %zu bytes that are not a cubin or fatbin%s%s",
-                              size, bad ? ": " : " (PTX text)", bad ? gpuhal_status_message(bad) : "");
+      st = gpuhal_status_make(GPUHAL_STATUS_INTERNAL,
+                              "the compile hook returned %zu bytes that are not a cubin or fatbin%s%s", size,
+                              bad ? ": " : " (PTX text)", bad ? gpuhal_status_message(bad) : "");
     gpuhal_status_free(bad);
   }
   if (st) gpuhal__cubin_free(device, out);
   return st;
 }
 
-static void gpuhal__disk_key_make(gpuhal_device_t* device, const gpuhal__module_entry_t* entry, gpuhal__disk_key_t* key) {
+static void gpuhal__disk_key_make(gpuhal_device_t* device, const gpuhal__module_entry_t* entry,
+                                  gpuhal__disk_key_t* key) {
   memset(key, 0, sizeof(*key));
   gpuhal__blake2b(entry->image, entry->size, key->image_digest, sizeof(key->image_digest));
   key->image_size = entry->size;
@@ -515,8 +519,7 @@ static int gpuhal__module_entry_unref_locked(gpuhal__module_cache_t* cache, gpuh
 static gpuhal_status_t gpuhal__module_cache_create(gpuhal_device_t* device) {
   gpuhal__module_cache_t* cache = NULL;
   const gpuhal_device_params_t* params = &device->params;
-  GPUHAL__RETURN_IF_ERROR(
-      gpuhal__alloc_zeroed(device->allocator, sizeof(*cache), "the module cache", (void**)&cache));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(*cache), "the module cache", (void**)&cache));
   cache->device = device;
   cache->bucket_count = 64;
   cache->buckets = (gpuhal__module_entry_t**)gpuhal__calloc(device->allocator, 64 * sizeof(*cache->buckets));
@@ -527,9 +530,10 @@ static gpuhal_status_t gpuhal__module_cache_create(gpuhal_device_t* device) {
   gpuhal__mutex_init(&cache->mutex);
   gpuhal__cond_init(&cache->flight_done);
   gpuhal__list_init(&cache->idle);
-  cache->max_entries = params->module_cache_max_entries ? params->module_cache_max_entries
-                                                        : GPUHAL__MODULE_CACHE_DEFAULT_ENTRIES;
-  cache->max_bytes = params->module_cache_max_bytes ? params->module_cache_max_bytes : GPUHAL__MODULE_CACHE_DEFAULT_BYTES;
+  cache->max_entries =
+      params->module_cache_max_entries ? params->module_cache_max_entries : GPUHAL__MODULE_CACHE_DEFAULT_ENTRIES;
+  cache->max_bytes =
+      params->module_cache_max_bytes ? params->module_cache_max_bytes : GPUHAL__MODULE_CACHE_DEFAULT_BYTES;
   cache->disk.device = device;
   cache->disk.stats = &cache->stats;
   cache->disk.max_bytes = params->module_cache_disk_max_bytes ? params->module_cache_disk_max_bytes

@@ -34,9 +34,9 @@ static gpuhal_status_t gpuhal__image_check_cubin(const unsigned char* p, size_t 
                               func, size);
   if (p[4] != 2) return NULL;
   if (size < 64)
-    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                              "%s: argument 'image' is a truncated ELF64 file (%zu bytes, less than its 64-byte header)",
-                              func, size);
+    return gpuhal_status_make(
+        GPUHAL_STATUS_INVALID_ARGUMENT,
+        "%s: argument 'image' is a truncated ELF64 file (%zu bytes, less than its 64-byte header)", func, size);
   if (gpuhal__le16(p + 18) != GPUHAL__ELF_EM_CUDA)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "%s: argument 'image' is an ELF file for machine %u, not a CUDA cubin (EM_CUDA = %d)",
@@ -60,9 +60,10 @@ static gpuhal_status_t gpuhal__image_check_fatbin(const unsigned char* p, size_t
   /* (compared piecewise: a huge payload size must not wrap the sum) */
   total = (uint64_t)gpuhal__le16(p + 6) + GPUHAL__MIN(gpuhal__le64(p + 8), (uint64_t)SIZE_MAX);
   if (gpuhal__le64(p + 8) > (uint64_t)size || total > size)
-    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                              "%s: argument 'image' is a truncated fatbin: its header says %llu bytes but 'size' is %zu",
-                              func, (unsigned long long)total, size);
+    return gpuhal_status_make(
+        GPUHAL_STATUS_INVALID_ARGUMENT,
+        "%s: argument 'image' is a truncated fatbin: its header says %llu bytes but 'size' is %zu", func,
+        (unsigned long long)total, size);
   return NULL;
 }
 
@@ -87,9 +88,9 @@ static gpuhal_status_t gpuhal__image_check_ptx(const unsigned char* p, size_t si
     if (i >= n) break;
     if (p[i] >= 0x20 || (unsigned char)(p[i] - 9) < 5) continue;
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                                "%s: argument 'image' is not PTX, a cubin (ELF) or a fatbin: byte %zu is 0x%02x "
-                                "(not text) and the image starts with no known magic number",
-                                func, i, (unsigned)p[i]);
+                              "%s: argument 'image' is not PTX, a cubin (ELF) or a fatbin: byte %zu is 0x%02x "
+                              "(not text) and the image starts with no known magic number",
+                              func, i, (unsigned)p[i]);
   }
   for (i = 0; i + 8 <= n; ++i) {
     if (memcmp(p + i, ".version", 8) == 0) {
@@ -97,9 +98,9 @@ static gpuhal_status_t gpuhal__image_check_ptx(const unsigned char* p, size_t si
       return NULL;
     }
   }
-  return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                            "%s: argument 'image' is text without a .version directive: not PTX (nor a cubin or fatbin)",
-                            func);
+  return gpuhal_status_make(
+      GPUHAL_STATUS_INVALID_ARGUMENT,
+      "%s: argument 'image' is text without a .version directive: not PTX (nor a cubin or fatbin)", func);
 }
 
 /* Finds the format and the number of meaningful bytes (PTX: without its NUL). */
@@ -122,8 +123,7 @@ static gpuhal_status_t gpuhal__image_detect(const void* image, size_t size, cons
 /* The format and key size of an image from its first bytes alone (O(1)): enough to look
  * it up, since a hit compares every byte with an image that was fully checked when its
  * entry was made. A miss runs gpuhal__image_detect, which agrees with this on valid images. */
-static void gpuhal__image_sniff(const void* image, size_t size, gpuhal__image_format_t* out_format,
-                                size_t* out_size) {
+static void gpuhal__image_sniff(const void* image, size_t size, gpuhal__image_format_t* out_format, size_t* out_size) {
   const unsigned char* p = (const unsigned char*)image;
   *out_size = size;
   if (size >= 4 && p[0] == 0x7F && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') {

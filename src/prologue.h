@@ -113,4 +113,3 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-

@@ -75,7 +75,6 @@
  * thread leaves issued work alone for tuning.completion_min_age_ns (host calls, idle waits
  * and release cut that short): nothing's promptness depends on it. */
 
-
 /* A host function for gpuhal_queue_host_call: runs on a gpuhal thread; a returned error
  * fails the call's signal semaphores. It must not wait for work queued after it on the same
  * device's host calls. */
@@ -90,14 +89,12 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_alloca(gpuhal_device_t* device, uint32_t
                                                gpuhal_buffer_t** out_buffer);
 /* Frees `buffer` (from gpuhal_queue_alloca) in stream order once `wait` is reached, then
  * signals `signal`. The call holds a reference to the buffer until then. */
-GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32_t queue,
-                                                 gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
-                                                 gpuhal_buffer_t* buffer);
+GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
+                                                 gpuhal_semaphore_list_t signal, gpuhal_buffer_t* buffer);
 /* Runs fn(user) on a gpuhal thread once `wait` is reached and the queue's earlier work is
  * done, then signals `signal` (or fails it with fn's error). */
-GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint32_t queue,
-                                                  gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
-                                                  gpuhal_host_fn_t fn, void* user);
+GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
+                                                  gpuhal_semaphore_list_t signal, gpuhal_host_fn_t fn, void* user);
 /* Waits until every queue operation submitted to the device so far is done (completed or
  * failed, its resources released). Returns the loss cause if the device is lost. */
 GPUHAL_API gpuhal_status_t gpuhal_device_wait_idle(gpuhal_device_t* device, gpuhal_timeout_t timeout);
@@ -144,16 +141,16 @@ enum {
 /* Fixed constants of the machinery (the tunable ones are gpuhal_queue_tuning_t). */
 #define GPUHAL__ACTION_INLINE_ENTRIES 4
 #define GPUHAL__ACTION_POOL_BLOCK 32
-#define GPUHAL__ACTION_ISSUE_BATCH 16     /* free actions the fast path takes per refill */
-#define GPUHAL__SIGNAL_ISSUE_MAX 16       /* actions a host signal issues on its thread; the worker the rest */
-#define GPUHAL__RETIRE_BATCH 32           /* retired actions per wake-up of the worker */
+#define GPUHAL__ACTION_ISSUE_BATCH 16          /* free actions the fast path takes per refill */
+#define GPUHAL__SIGNAL_ISSUE_MAX 16            /* actions a host signal issues on its thread; the worker the rest */
+#define GPUHAL__RETIRE_BATCH 32                /* retired actions per wake-up of the worker */
 #define GPUHAL__COMPLETION_FIRST_SLEEP_NS 2000 /* the completion thread's first sleep between polls */
-#define GPUHAL__COMPLETION_NAP_NS 50000   /* its nap while work keeps coming, instead of a wake-up */
-#define GPUHAL__COMPLETION_ACTIVE_NS 2000000 /* how long after work it keeps napping */
-#define GPUHAL__HARVEST_AGE_NS 10000      /* an action is issued this long before a harvest queries it */
-#define GPUHAL__HARVEST_MAX_WAIT_NS 80000 /* below harvest_min in flight: look once the oldest is this old */
-#define GPUHAL__HARVEST_MAX_BACKOFF 256   /* fast-path submissions skipped at most after a fruitless look */
-#define GPUHAL__HARVEST_MAX_RUN 512       /* actions looked at per look: bounds the time under the lock */
+#define GPUHAL__COMPLETION_NAP_NS 50000        /* its nap while work keeps coming, instead of a wake-up */
+#define GPUHAL__COMPLETION_ACTIVE_NS 2000000   /* how long after work it keeps napping */
+#define GPUHAL__HARVEST_AGE_NS 10000           /* an action is issued this long before a harvest queries it */
+#define GPUHAL__HARVEST_MAX_WAIT_NS 80000      /* below harvest_min in flight: look once the oldest is this old */
+#define GPUHAL__HARVEST_MAX_BACKOFF 256        /* fast-path submissions skipped at most after a fruitless look */
+#define GPUHAL__HARVEST_MAX_RUN 512            /* actions looked at per look: bounds the time under the lock */
 
 struct gpuhal__queue_state_s;
 
@@ -172,9 +169,9 @@ typedef struct gpuhal__action_wait_s {
   gpuhal__semaphore_waiter_t waiter; /* registered while the action is blocked on this wait */
   gpuhal_semaphore_t* semaphore;     /* retained */
   uint64_t value;
-  int kind;                /* GPUHAL__WAIT_* above */
-  gpuhal__event_t* event;  /* EVENT: retained only between resolving and issuing at once */
-  CUdeviceptr word;        /* VALUE: the semaphore's word */
+  int kind;               /* GPUHAL__WAIT_* above */
+  gpuhal__event_t* event; /* EVENT: retained only between resolving and issuing at once */
+  CUdeviceptr word;       /* VALUE: the semaphore's word */
 } gpuhal__action_wait_t;
 
 typedef struct gpuhal__action_s {
@@ -192,25 +189,25 @@ typedef struct gpuhal__action_s {
   int32_t wake;       /* 1: new, or a semaphore it is blocked on changed: resolve it again */
   int32_t on_woken;   /* on state->woken or in a pump's batch: woken_next is in use (atomic) */
   struct gpuhal__action_s* woken_next;
-  int in_pending;       /* in state->pending (issue_mutex) */
-  uint64_t pending_seq; /* when it entered pending: woken actions are resolved in this order */
-  int completed_ok;   /* the work completed and its values were advanced */
-  int value_waits;    /* some wait is GPUHAL__WAIT_VALUE */
-  int not_provisional; /* GPUHAL__SUBMIT_NOT_PROVISIONAL */
-  int caller_may_issue; /* GPUHAL__SUBMIT_CALLER_MAY_ISSUE: an application thread may issue it */
-  int park_reserved;  /* holds one of its ordinal's parked streams (gpuhal__park_reserve) */
-  int provisional;    /* it may run on a failed input: a value wait (a failure store releases
+  int in_pending;              /* in state->pending (issue_mutex) */
+  uint64_t pending_seq;        /* when it entered pending: woken actions are resolved in this order */
+  int completed_ok;            /* the work completed and its values were advanced */
+  int value_waits;             /* some wait is GPUHAL__WAIT_VALUE */
+  int not_provisional;         /* GPUHAL__SUBMIT_NOT_PROVISIONAL */
+  int caller_may_issue;        /* GPUHAL__SUBMIT_CALLER_MAY_ISSUE: an application thread may issue it */
+  int park_reserved;           /* holds one of its ordinal's parked streams (gpuhal__park_reserve) */
+  int provisional;             /* it may run on a failed input: a value wait (a failure store releases
                          it), or a wait on provisional work; see gpuhal__action_inputs */
   uint32_t shared_signal_refs; /* bit i: signal i uses a wait's semaphore reference */
   gpuhal__action_wait_t* waits;
   gpuhal__timepoint_t* signals;
-  CUstream stream; /* where it was issued: its queue's stream, or a side stream */
+  CUstream stream;      /* where it was issued: its queue's stream, or a side stream */
   int gpu_wait_counted; /* it adds to the device's count of GPU value waits in flight */
   /* What the completion side reads of every action comes first (fewer cache lines). */
   gpuhal__event_t* event; /* recorded after the work (one reference) */
   gpuhal_status_t failure;
-  int64_t dispatch_ns; /* when it was issued */
-  uint64_t seq;        /* issue order on the device */
+  int64_t dispatch_ns;                  /* when it was issued */
+  uint64_t seq;                         /* issue order on the device */
   struct gpuhal__trace_action_s* trace; /* trace.h: NULL when tracing is off */
   /* Storage for lists longer than the inline one; kept across reuse (grow-only), so a
    * steady state of similar submissions allocates nothing. */
@@ -230,19 +227,19 @@ typedef struct gpuhal__action_block_s {
 /* One queue (stream) of the device: its issued actions in issue order. Progress is observed
  * per lane, so no queue waits for another's work. */
 typedef struct gpuhal__queue_lane_s {
-  gpuhal__list_node_t in_flight; /* issued, not taken by the completion thread or a harvest (mutex) */
-  gpuhal__list_node_t observing; /* taken by the completion thread; only it touches this list */
-  gpuhal__list_node_t deferred;  /* done on the GPU, inputs not known yet (completion thread only) */
-  gpuhal__list_node_t side;      /* issued on side streams, not taken yet (mutex) */
+  gpuhal__list_node_t in_flight;      /* issued, not taken by the completion thread or a harvest (mutex) */
+  gpuhal__list_node_t observing;      /* taken by the completion thread; only it touches this list */
+  gpuhal__list_node_t deferred;       /* done on the GPU, inputs not known yet (completion thread only) */
+  gpuhal__list_node_t side;           /* issued on side streams, not taken yet (mutex) */
   gpuhal__list_node_t side_observing; /* taken: each observed on its own (completion thread only) */
-  CUevent side_tail;             /* recorded on the queue's stream for side work to follow (issue_mutex) */
-  uint32_t count;                /* in_flight + observing (atomic) */
-  uint32_t host_calls;           /* host calls in in_flight: taken at once (mutex) */
-  int32_t harvesting;            /* a submitter is harvesting this lane (atomic; one at a time) */
-  int32_t harvest_skip;          /* fast-path submissions left before the next look (atomic) */
-  int32_t harvest_backoff;       /* what harvest_skip is set to after a fruitless look */
-  int64_t harvest_due_ns;        /* when a look pays even with few actions in flight (atomic hint) */
-  int64_t last_harvest_ns;       /* when a submitter last retired work of this lane (mutex) */
+  CUevent side_tail;                  /* recorded on the queue's stream for side work to follow (issue_mutex) */
+  uint32_t count;                     /* in_flight + observing (atomic) */
+  uint32_t host_calls;                /* host calls in in_flight: taken at once (mutex) */
+  int32_t harvesting;                 /* a submitter is harvesting this lane (atomic; one at a time) */
+  int32_t harvest_skip;               /* fast-path submissions left before the next look (atomic) */
+  int32_t harvest_backoff;            /* what harvest_skip is set to after a fruitless look */
+  int64_t harvest_due_ns;             /* when a look pays even with few actions in flight (atomic hint) */
+  int64_t last_harvest_ns;            /* when a submitter last retired work of this lane (mutex) */
 } gpuhal__queue_lane_t;
 
 typedef struct gpuhal__queue_state_s {
@@ -278,11 +275,11 @@ typedef struct gpuhal__queue_state_s {
   gpuhal__action_t* free_actions;
   gpuhal__action_block_t* action_blocks;
   /* Under issue_mutex. */
-  gpuhal__list_node_t pending; /* waiting for their waits */
-  uint64_t pending_seq;        /* the last pending_seq given */
-  gpuhal__action_t* woken;     /* a stack of woken pending actions (pushed by any thread, atomic) */
+  gpuhal__list_node_t pending;  /* waiting for their waits */
+  uint64_t pending_seq;         /* the last pending_seq given */
+  gpuhal__action_t* woken;      /* a stack of woken pending actions (pushed by any thread, atomic) */
   gpuhal__action_t* issue_free; /* free actions taken in bulk by the fast path (see below) */
-  gpuhal__task_t pump_task; /* posted whenever something changed; the worker dedups it */
+  gpuhal__task_t pump_task;     /* posted whenever something changed; the worker dedups it */
   gpuhal__event_pool_t events;
   /* Side streams (memops): provisional work runs on one of its own, so that a GPU wait on
    * a value not submitted yet holds up nothing else of its queue. Under mutex; a stream is
@@ -328,8 +325,7 @@ static int gpuhal__park_reserve(gpuhal__queue_state_t* state) {
   gpuhal_device_t* device = state->device;
   int32_t* count;
   int32_t now;
-  if (!state->memops || state->tuning.gpu_parked_max <= 0 || device->no_gpu_park || !device->driver->ordinals)
-    return 0;
+  if (!state->memops || state->tuning.gpu_parked_max <= 0 || device->no_gpu_park || !device->driver->ordinals) return 0;
   count = &device->driver->ordinals[device->ordinal].parked;
   now = gpuhal__atomic_load(count);
   while (now < state->tuning.gpu_parked_max)
@@ -416,8 +412,8 @@ static gpuhal_status_t gpuhal__action_acquire_locked(gpuhal__queue_state_t* stat
   if (!a) {
     gpuhal__action_block_t* block = NULL;
     uint32_t i;
-    GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(state->device->allocator, sizeof(*block), "queue action pool block",
-                                                 (void**)&block));
+    GPUHAL__RETURN_IF_ERROR(
+        gpuhal__alloc_zeroed(state->device->allocator, sizeof(*block), "queue action pool block", (void**)&block));
     block->next = state->action_blocks;
     state->action_blocks = block;
     for (i = 0; i < GPUHAL__ACTION_POOL_BLOCK; ++i) {
@@ -434,8 +430,8 @@ static gpuhal_status_t gpuhal__action_acquire_locked(gpuhal__queue_state_t* stat
 
 /* Room for `count` entries of `size` bytes: inline, or the action's grow-only storage. */
 static gpuhal_status_t gpuhal__action_reserve_list(const gpuhal_allocator_t* allocator, uint32_t count, size_t size,
-                                                   void* inline_storage, void** storage, uint32_t* capacity,
-                                                   void** out, const char* what) {
+                                                   void* inline_storage, void** storage, uint32_t* capacity, void** out,
+                                                   const char* what) {
   if (count <= GPUHAL__ACTION_INLINE_ENTRIES) {
     *out = inline_storage;
     return NULL;
@@ -490,8 +486,8 @@ static void gpuhal__queue_fail_signals(gpuhal_semaphore_list_t signal, gpuhal_st
     gpuhal__semaphore_fail_owned(
         signal.semaphores[i],
         gpuhal_status_annotate(gpuhal_status_clone(cause),
-                               "failing the semaphore that queue '%s' (device %d, queue %u) was to signal to %llu", what,
-                               ordinal, queue, (unsigned long long)signal.values[i]));
+                               "failing the semaphore that queue '%s' (device %d, queue %u) was to signal to %llu",
+                               what, ordinal, queue, (unsigned long long)signal.values[i]));
 }
 
 /* Fails every signal of `a` with `cause` (owned; kept in the action) and tells its ops. */
@@ -610,7 +606,7 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
     if (!a->event && i == a->next_wait) gpuhal__semaphore_unregister(w->semaphore, &w->waiter);
     gpuhal__semaphore_release_ref(w->semaphore);
   }
-  gpuhal__action_gpu_wait_count(a, 0); /* an issue that failed */
+  gpuhal__action_gpu_wait_count(a, 0);                     /* an issue that failed */
   if (a->park_reserved) gpuhal__park_release(a->state, 1); /* never issued */
   a->park_reserved = 0;
   a->completed_ok = 0;
@@ -663,7 +659,7 @@ static void gpuhal__list_splice_back(gpuhal__list_node_t* to, gpuhal__list_node_
 
 /* A failure of a wait of `a` on a failed semaphore: its cause, then who waited for what. */
 static gpuhal_status_t gpuhal__action_wait_failure(const gpuhal__action_t* a, gpuhal_status_t cause_clone,
-                                                  uint64_t value) {
+                                                   uint64_t value) {
   char who[96];
   snprintf(who, sizeof(who), "queue '%s' (device %d, queue %u)", a->ops->name, a->state->device->ordinal,
            a->queue_index);

@@ -165,8 +165,7 @@ static unsigned gpuhal__execute_submit_flags(gpuhal_command_buffer_t* cb) {
 }
 
 GPUHAL_API gpuhal_status_t gpuhal_queue_execute(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
-                                                gpuhal_semaphore_list_t signal,
-                                                gpuhal_command_buffer_t* command_buffer,
+                                                gpuhal_semaphore_list_t signal, gpuhal_command_buffer_t* command_buffer,
                                                 const gpuhal_binding_table_t* bindings) {
   gpuhal_command_buffer_t* cb = command_buffer;
   gpuhal__execute_action_t* action = NULL;

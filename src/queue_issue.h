@@ -8,7 +8,11 @@
 
 /* ---- resolving and issuing (the pump on the worker, or a submitter's fast path) ---- */
 
-typedef enum gpuhal__resolve_e { GPUHAL__RESOLVE_READY, GPUHAL__RESOLVE_BLOCKED, GPUHAL__RESOLVE_FAILED } gpuhal__resolve_t;
+typedef enum gpuhal__resolve_e {
+  GPUHAL__RESOLVE_READY,
+  GPUHAL__RESOLVE_BLOCKED,
+  GPUHAL__RESOLVE_FAILED
+} gpuhal__resolve_t;
 
 /* A spare word for arming `s` (memops): a sentinel when it has one already, else a new one
  * (NULL when none could be had: the wait then blocks on the host as on the event path). */
@@ -37,7 +41,8 @@ static void gpuhal__action_spare_word_return(gpuhal__queue_state_t* state, uint6
  * into an event wait nor (memops) a value wait, registering on its semaphore so that its
  * change kicks the pump. With `take_events` (the action will be issued right away if
  * ready) event waits keep their event; on BLOCKED every event is dropped again. */
-static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int take_events, gpuhal_status_t* out_failure) {
+static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int take_events,
+                                                      gpuhal_status_t* out_failure) {
   gpuhal__queue_state_t* state = a->state;
   CUstream stream = state->device->streams[a->queue_index];
   int may_park = -1, park; /* may_park: asked once, when a wait first could go to the GPU */
@@ -82,10 +87,10 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
       *out_failure = gpuhal__action_wait_failure(a, q.failure, w->value);
       return GPUHAL__RESOLVE_FAILED;
     }
-    w->kind = st == GPUHAL__WAIT_ARMED                                   ? GPUHAL__WAIT_VALUE
-              : st != GPUHAL__WAIT_SUBMITTED                             ? GPUHAL__WAIT_NOTHING
-              : q.event || !take_events                                  ? GPUHAL__WAIT_EVENT
-                                                                         : GPUHAL__WAIT_STREAM;
+    w->kind = st == GPUHAL__WAIT_ARMED       ? GPUHAL__WAIT_VALUE
+              : st != GPUHAL__WAIT_SUBMITTED ? GPUHAL__WAIT_NOTHING
+              : q.event || !take_events      ? GPUHAL__WAIT_EVENT
+                                             : GPUHAL__WAIT_STREAM;
     w->event = q.event;
     w->word = q.word_address;
     if (w->kind == GPUHAL__WAIT_VALUE) a->value_waits = 1;
@@ -214,7 +219,8 @@ static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstrea
     begun++;
     a->signals[i].word_written = word != 0;
     if (word)
-      status = GPUHAL__CU(device->cu, cuStreamWriteValue64, (stream, word, a->signals[i].value, CU_STREAM_WRITE_VALUE_DEFAULT));
+      status = GPUHAL__CU(device->cu, cuStreamWriteValue64,
+                          (stream, word, a->signals[i].value, CU_STREAM_WRITE_VALUE_DEFAULT));
     if (word) written = begun; /* a failed enqueue may have gone through all the same */
   }
   if (!status) status = gpuhal__event_pool_acquire(&a->state->events, &event);

@@ -201,10 +201,12 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
   }
   if (gpuhal__list_empty(list)) return observed;
   if (list->next != list->prev)
-    all_done = cu->cuEventQuery(GPUHAL__CONTAINER_OF(list->prev, gpuhal__action_t, link)->event->handle) == CUDA_SUCCESS;
+    all_done =
+        cu->cuEventQuery(GPUHAL__CONTAINER_OF(list->prev, gpuhal__action_t, link)->event->handle) == CUDA_SUCCESS;
   while (!gpuhal__list_empty(list)) {
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(list->next, gpuhal__action_t, link);
-    gpuhal__action_t* next = list->next->next == list ? NULL : GPUHAL__CONTAINER_OF(list->next->next, gpuhal__action_t, link);
+    gpuhal__action_t* next =
+        list->next->next == list ? NULL : GPUHAL__CONTAINER_OF(list->next->next, gpuhal__action_t, link);
     int skip;
     CUresult r = all_done ? CUDA_SUCCESS : cu->cuEventQuery(a->event->handle);
     if (r == CUDA_ERROR_NOT_READY) break;
@@ -223,8 +225,7 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     gpuhal__atomic_sub(&lane->count, 1u);
     gpuhal__atomic_sub(&state->in_flight_count, 1u);
     observed++;
-    if (*done_count >= GPUHAL__RETIRE_BATCH && !skip)
-      gpuhal__completion_retire_done(state, done, done_count);
+    if (*done_count >= GPUHAL__RETIRE_BATCH && !skip) gpuhal__completion_retire_done(state, done, done_count);
   }
   return observed;
 }
@@ -270,11 +271,11 @@ static void gpuhal__completion_abandon_value_waits(gpuhal__queue_state_t* state)
         gpuhal__action_wait_t* w = &a->waits[i];
         if (w->kind != GPUHAL__WAIT_VALUE || gpuhal__atomic_load(&w->semaphore->value) >= w->value) continue;
         gpuhal__semaphore_fail_owned(
-            w->semaphore, gpuhal_status_make(GPUHAL_STATUS_ABORTED,
-                                             "device %d was released while queue '%s' (queue %u) waited on the GPU "
-                                             "for this semaphore to reach %llu",
-                                             state->device->ordinal, a->ops->name, a->queue_index,
-                                             (unsigned long long)w->value));
+            w->semaphore,
+            gpuhal_status_make(GPUHAL_STATUS_ABORTED,
+                               "device %d was released while queue '%s' (queue %u) waited on the GPU "
+                               "for this semaphore to reach %llu",
+                               state->device->ordinal, a->ops->name, a->queue_index, (unsigned long long)w->value));
       }
     }
   }
@@ -338,7 +339,8 @@ static void* gpuhal__completion_main(void* arg) {
       /* Nothing to look at yet: sleep until the oldest issued action ages, or, with
        * nothing issued, nap while work keeps coming, then sleep until woken. */
       now = gpuhal_now_ns();
-      if (next_due == INT64_MAX && now - last_work_ns < GPUHAL__COMPLETION_ACTIVE_NS) next_due = now + GPUHAL__COMPLETION_NAP_NS;
+      if (next_due == INT64_MAX && now - last_work_ns < GPUHAL__COMPLETION_ACTIVE_NS)
+        next_due = now + GPUHAL__COMPLETION_NAP_NS;
       gpuhal__completion_sleep_locked(state, next_due);
       gpuhal__mutex_unlock(&state->mutex);
       poll_sleep_ns = 0;
@@ -447,7 +449,8 @@ static gpuhal__action_t* gpuhal__harvest_pick(gpuhal__queue_state_t* state, gpuh
     run++;
   }
   gpuhal__atomic_store(&lane->harvest_due_ns, oldest + GPUHAL__HARVEST_MAX_WAIT_NS);
-  if (run < (uint32_t)state->tuning.harvest_min && (run == 0 || now - oldest < GPUHAL__HARVEST_MAX_WAIT_NS)) return NULL;
+  if (run < (uint32_t)state->tuning.harvest_min && (run == 0 || now - oldest < GPUHAL__HARVEST_MAX_WAIT_NS))
+    return NULL;
   return probe;
 }
 
@@ -467,8 +470,9 @@ static uint32_t gpuhal__harvest_take(gpuhal__queue_state_t* state, gpuhal__queue
   }
   if (n) {
     int64_t now = gpuhal_now_ns();
-    const gpuhal__action_t* front =
-        gpuhal__list_empty(&lane->in_flight) ? NULL : GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
+    const gpuhal__action_t* front = gpuhal__list_empty(&lane->in_flight)
+                                        ? NULL
+                                        : GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
     lane->last_harvest_ns = now;
     gpuhal__atomic_store(&lane->harvest_due_ns, (front ? front->dispatch_ns : now) + GPUHAL__HARVEST_MAX_WAIT_NS);
   }

@@ -9,8 +9,7 @@ static gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device) {
   gpuhal__queue_state_t* state = NULL;
   gpuhal_status_t status;
   uint32_t i;
-  GPUHAL__RETURN_IF_ERROR(
-      gpuhal__alloc_zeroed(device->allocator, sizeof(*state), "queue state", (void**)&state));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(*state), "queue state", (void**)&state));
   state->device = device;
   gpuhal__mutex_init(&state->mutex);
   gpuhal__mutex_init(&state->issue_mutex);
@@ -96,7 +95,8 @@ static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
   /* Every action is released: nothing is left on the side streams but what a failed
    * issue left there, which the abandoned value waits released. */
   for (i = 0; i < state->device->queue_count; ++i)
-    if (state->lanes[i].side_tail) gpuhal_status_free(GPUHAL__CU(state->device->cu, cuEventDestroy, (state->lanes[i].side_tail)));
+    if (state->lanes[i].side_tail)
+      gpuhal_status_free(GPUHAL__CU(state->device->cu, cuEventDestroy, (state->lanes[i].side_tail)));
   for (i = 0; i < state->side_count; ++i) {
     gpuhal_status_t status = gpuhal__device_stream_destroy(state->device, state->side_streams[i]);
     if (status) {

@@ -45,8 +45,9 @@ static gpuhal_status_t gpuhal__queue_validate(const char* func, gpuhal_device_t*
                                               gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal) {
   GPUHAL__RETURN_IF_ERROR(gpuhal__object_check(device, GPUHAL__MAGIC_DEVICE, func, "device"));
   if (queue_index >= device->queue_count)
-    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE, "%s: argument 'queue' (%u) must be below the device's queue count (%u)",
-                              func, queue_index, device->queue_count);
+    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
+                              "%s: argument 'queue' (%u) must be below the device's queue count (%u)", func,
+                              queue_index, device->queue_count);
   GPUHAL__RETURN_IF_ERROR(gpuhal__semaphore_list_check(func, "wait", wait, device->driver));
   GPUHAL__RETURN_IF_ERROR(gpuhal__semaphore_list_check(func, "signal", signal, device->driver));
   if (!gpuhal__queue_state(device))
@@ -126,8 +127,8 @@ static gpuhal_status_t gpuhal__action_acquire_locked_path(gpuhal__queue_state_t*
 
 static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device_t* device, uint32_t queue_index,
                                                  gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
-                                                 const gpuhal__action_ops_t* ops, void* user,
-                                                 gpuhal_host_fn_t host_fn, void* host_user, unsigned flags) {
+                                                 const gpuhal__action_ops_t* ops, void* user, gpuhal_host_fn_t host_fn,
+                                                 void* host_user, unsigned flags) {
   gpuhal__queue_state_t* state;
   gpuhal__action_t* a = NULL;
   gpuhal_status_t status;
@@ -200,7 +201,8 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
     tp->word_written = 0;
   }
   gpuhal__action_retain_semaphores(a);
-  GPUHAL__TRACE(device, (trace_t0 = gpuhal_now_ns(), trace_span = gpuhal__hooks()->trace_submit_begin(device, a, wait, signal)));
+  GPUHAL__TRACE(
+      device, (trace_t0 = gpuhal_now_ns(), trace_span = gpuhal__hooks()->trace_submit_begin(device, a, wait, signal)));
   /* From here `a` may complete and be reused at any time: the trace keeps only its span id. */
   if (issuing && idle) dispatched = gpuhal__queue_issue_here(state, a);
   if (issuing) gpuhal__mutex_unlock(&state->issue_mutex);
@@ -214,7 +216,8 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
     gpuhal__mutex_unlock(&state->mutex);
     gpuhal__queue_kick_issue(state);
   }
-  if (trace_span) GPUHAL__TRACE(device, gpuhal__hooks()->trace_submit_end(device, queue_index, ops->name, trace_span, trace_t0));
+  if (trace_span)
+    GPUHAL__TRACE(device, gpuhal__hooks()->trace_submit_end(device, queue_index, ops->name, trace_span, trace_t0));
   return NULL;
 }
 
@@ -237,9 +240,8 @@ static gpuhal_status_t gpuhal__queue_submit_ex(gpuhal_device_t* device, uint32_t
 /* ---- host calls ---- */
 static const gpuhal__action_ops_t gpuhal__host_call_ops = {"host_call", NULL, NULL, NULL};
 
-GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint32_t queue,
-                                                  gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
-                                                  gpuhal_host_fn_t fn, void* user) {
+GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
+                                                  gpuhal_semaphore_list_t signal, gpuhal_host_fn_t fn, void* user) {
   GPUHAL__CHECK_ARG(fn != NULL, "fn", "must not be NULL");
   /* Never parked on the GPU: its function runs only once its inputs are reached on the
    * host anyway, so a GPU value wait would gain nothing and hold one of the few streams
@@ -307,9 +309,8 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_alloca(gpuhal_device_t* device, uint32_t
   return NULL;
 }
 
-GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32_t queue,
-                                                 gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
-                                                 gpuhal_buffer_t* buffer) {
+GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
+                                                 gpuhal_semaphore_list_t signal, gpuhal_buffer_t* buffer) {
   gpuhal_status_t status;
   GPUHAL__CHECK_OBJECT(buffer, GPUHAL__MAGIC_BUFFER);
   GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate(__func__, device, queue, wait, signal));
@@ -336,7 +337,6 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32
   }
   return status;
 }
-
 
 /* ---- idle, loss ---- */
 /* Waits, up to `timeout`, until every action that is not blocked on a semaphore has been
@@ -371,9 +371,10 @@ GPUHAL_API gpuhal_status_t gpuhal_device_wait_idle(gpuhal_device_t* device, gpuh
   while (__atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) {
     if (!gpuhal__cond_wait_until(&state->idle_cond, &state->mutex, timeout) &&
         __atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) {
-      result = gpuhal_status_make(GPUHAL_STATUS_DEADLINE_EXCEEDED,
-                                  "gpuhal_device_wait_idle: %llu queue operations still outstanding when the timeout passed",
-                                  (unsigned long long)__atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE));
+      result =
+          gpuhal_status_make(GPUHAL_STATUS_DEADLINE_EXCEEDED,
+                             "gpuhal_device_wait_idle: %llu queue operations still outstanding when the timeout passed",
+                             (unsigned long long)__atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE));
       break;
     }
   }

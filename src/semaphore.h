@@ -158,7 +158,7 @@ struct gpuhal_semaphore_s {
   uint32_t signalling;
   int arm_refused;
   gpuhal__signal_after_t* after; /* during gpuhal_semaphore_signal's notifications only (mutex) */
-  int word_unsafe; /* a GPU write of the word may still land, or a GPU wait still read it: not
+  int word_unsafe;               /* a GPU write of the word may still land, or a GPU wait still read it: not
                       returned (for reuse) at destruction */
 };
 
@@ -181,7 +181,8 @@ static gpuhal_status_t gpuhal__word_slab_create(gpuhal_driver_t* driver, gpuhal_
   gpuhal_status_t status;
   void* host = NULL;
   uint32_t i;
-  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(&driver->allocator, sizeof(*slab), "semaphore word slab", (void**)&slab));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__alloc_zeroed(&driver->allocator, sizeof(*slab), "semaphore word slab", (void**)&slab));
   status = GPUHAL__CU(cu, cuDevicePrimaryCtxRetain, (&slab->context, device->cu_device));
   if (status) {
     gpuhal__free(&driver->allocator, slab);
@@ -190,8 +191,9 @@ static gpuhal_status_t gpuhal__word_slab_create(gpuhal_driver_t* driver, gpuhal_
   slab->cu_device = device->cu_device;
   status = gpuhal__context_enter(device, &scope);
   if (!status) {
-    status = GPUHAL__CU(cu, cuMemHostAlloc,
-                        (&host, GPUHAL__WORD_SLAB_WORDS * sizeof(uint64_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+    status = GPUHAL__CU(
+        cu, cuMemHostAlloc,
+        (&host, GPUHAL__WORD_SLAB_WORDS * sizeof(uint64_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
     if (!status) {
       status = GPUHAL__CU(cu, cuMemHostGetDevicePointer, (&slab->address, host, 0));
       if (status) cu->cuMemFreeHost(host);
@@ -229,7 +231,7 @@ static gpuhal_status_t gpuhal__word_acquire(gpuhal_driver_t* driver, gpuhal_devi
   if (!driver->free_words) status = gpuhal__word_slab_create(driver, device);
   if (!status) {
     *out = driver->free_words;
-    driver->free_words = (uint64_t*)(uintptr_t)**out;
+    driver->free_words = (uint64_t*)(uintptr_t) * *out;
   }
   gpuhal__mutex_unlock(&driver->words_mutex);
   return status;
@@ -327,8 +329,7 @@ static void gpuhal__semaphore_notify_locked(gpuhal_semaphore_t* s, uint64_t subm
   while (n != &s->waiters) {
     gpuhal__list_node_t* next = n->next;
     gpuhal__semaphore_waiter_t* w = GPUHAL__CONTAINER_OF(n, gpuhal__semaphore_waiter_t, link);
-    int hit = s->failure != NULL || s->value >= w->value ||
-              (w->wants_submitted && submitted_value >= w->value);
+    int hit = s->failure != NULL || s->value >= w->value || (w->wants_submitted && submitted_value >= w->value);
     if (!s->failure && w->value > highest) break; /* sorted: no later waiter is satisfied */
     if (hit) {
       gpuhal__list_remove(&w->link);
@@ -555,18 +556,18 @@ typedef enum gpuhal__wait_state_e {
 /* How gpuhal__semaphore_check looks at (semaphore, value). */
 typedef struct gpuhal__wait_query_s {
   gpuhal__semaphore_waiter_t* waiter; /* registered when PENDING (if not registered already) */
-  CUstream order_stream;   /* a value submitted there is SUBMITTED without an event */
-  int look_submitted;      /* tell SUBMITTED from PENDING (else submitted values are PENDING) */
-  int take_event;          /* SUBMITTED: retain the event in *event (NULL on order_stream) */
-  int skip_provisional;    /* provisional timepoints count as not submitted */
-  uint64_t* spare_word;    /* not NULL: arm the semaphore (with this word unless it has one)
+  CUstream order_stream;              /* a value submitted there is SUBMITTED without an event */
+  int look_submitted;                 /* tell SUBMITTED from PENDING (else submitted values are PENDING) */
+  int take_event;                     /* SUBMITTED: retain the event in *event (NULL on order_stream) */
+  int skip_provisional;               /* provisional timepoints count as not submitted */
+  uint64_t* spare_word;               /* not NULL: arm the semaphore (with this word unless it has one)
                               instead of PENDING; the word is consumed when used */
-  gpuhal__event_t* event;  /* out */
-  uint64_t event_value;    /* out: the submitted value found */
-  int provisional;         /* out, SUBMITTED: that timepoint is provisional */
-  int word_written;        /* out, SUBMITTED: its work writes the word (gpuhal__timepoint_t) */
-  CUdeviceptr word_address; /* out, ARMED */
-  gpuhal_status_t failure; /* out, FAILED: a clone of the cause */
+  gpuhal__event_t* event;             /* out */
+  uint64_t event_value;               /* out: the submitted value found */
+  int provisional;                    /* out, SUBMITTED: that timepoint is provisional */
+  int word_written;                   /* out, SUBMITTED: its work writes the word (gpuhal__timepoint_t) */
+  CUdeviceptr word_address;           /* out, ARMED */
+  gpuhal_status_t failure;            /* out, FAILED: a clone of the cause */
 } gpuhal__wait_query_t;
 
 /* Checks (semaphore, value) as `q` asks, in one critical section (so no change is missed
@@ -807,7 +808,8 @@ static int64_t gpuhal__host_wait_sleep_ns(int64_t start, int64_t max_sleep_ns, g
   int64_t sleep_ns = (now - start) / GPUHAL__HOST_WAIT_SLEEP_FRACTION;
   if (sleep_ns < GPUHAL__HOST_WAIT_MIN_SLEEP_NS) sleep_ns = GPUHAL__HOST_WAIT_MIN_SLEEP_NS;
   if (sleep_ns > max_sleep_ns) sleep_ns = max_sleep_ns;
-  if (!gpuhal__timeout_is_infinite(timeout) && sleep_ns > timeout.deadline_ns - now) sleep_ns = timeout.deadline_ns - now;
+  if (!gpuhal__timeout_is_infinite(timeout) && sleep_ns > timeout.deadline_ns - now)
+    sleep_ns = timeout.deadline_ns - now;
   return sleep_ns;
 }
 

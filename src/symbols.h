@@ -28,7 +28,7 @@ typedef struct gpuhal__nccl_symbols_s {
   GPUHAL_NCCL_SYMBOLS(GPUHAL__NCCL_SYMBOL_FIELD)
 #undef GPUHAL__NCCL_SYMBOL_FIELD
   gpuhal_PFN_ncclGetErrorString ncclGetErrorString; /* not in the table: it returns const char* */
-  int loaded; /* 1 when every NCCL symbol resolved */
+  int loaded;                                       /* 1 when every NCCL symbol resolved */
 } gpuhal__nccl_symbols_t;
 
 #define GPUHAL__LIBRARY_PATH_MAX 512
@@ -100,18 +100,20 @@ static int gpuhal__cuda_symbols_resolve_all(void* handle, const gpuhal__logger_t
   int missing_count = 0;
   void* fn;
   missing[0] = 0;
-#define GPUHAL__RESOLVE_REQUIRED(name, dlsym_name, version, params)                        \
+#define GPUHAL__RESOLVE_REQUIRED(name, dlsym_name, version, params)                           \
   fn = gpuhal__cuda_symbol_resolve(handle, cu->cuGetProcAddress, #name, dlsym_name, version); \
-  if (!fn) {                                                                              \
-    gpuhal__tried_append(missing, missing_size, #name, dlsym_name);                       \
-    missing_count++;                                                                      \
-  }                                                                                       \
+  if (!fn) {                                                                                  \
+    gpuhal__tried_append(missing, missing_size, #name, dlsym_name);                           \
+    missing_count++;                                                                          \
+  }                                                                                           \
   GPUHAL__STORE_FN(cu->name, fn);
-#define GPUHAL__RESOLVE_OPTIONAL(name, dlsym_name, version, params)                                     \
-  fn = gpuhal__cuda_symbol_resolve(handle, cu->cuGetProcAddress, #name, dlsym_name, version);              \
-  if (!fn)                                                                                             \
-    gpuhal__log(logger, GPUHAL_LOG_INFO, "optional CUDA symbol %s (%s, CUDA %d) not found: the feature " \
-                "that needs it is off", #name, dlsym_name, version);                                   \
+#define GPUHAL__RESOLVE_OPTIONAL(name, dlsym_name, version, params)                           \
+  fn = gpuhal__cuda_symbol_resolve(handle, cu->cuGetProcAddress, #name, dlsym_name, version); \
+  if (!fn)                                                                                    \
+    gpuhal__log(logger, GPUHAL_LOG_INFO,                                                      \
+                "optional CUDA symbol %s (%s, CUDA %d) not found: the feature "               \
+                "that needs it is off",                                                       \
+                #name, dlsym_name, version);                                                  \
   GPUHAL__STORE_FN(cu->name, fn);
   GPUHAL_CUDA_REQUIRED_SYMBOLS(GPUHAL__RESOLVE_REQUIRED)
   GPUHAL_CUDA_OPTIONAL_SYMBOLS(GPUHAL__RESOLVE_OPTIONAL)
@@ -148,8 +150,7 @@ static gpuhal_status_t gpuhal__symbols_load_cuda(const char* path_or_null, const
   get_proc = dlsym(handle, "cuGetProcAddress_v2");
   GPUHAL__STORE_FN(cu->cuGetProcAddress, get_proc);
   if (!get_proc)
-    gpuhal__log(logger, GPUHAL_LOG_INFO, "'%s' has no cuGetProcAddress_v2 (a pre-CUDA-12 driver): using dlsym",
-                path);
+    gpuhal__log(logger, GPUHAL_LOG_INFO, "'%s' has no cuGetProcAddress_v2 (a pre-CUDA-12 driver): using dlsym", path);
   missing_count = gpuhal__cuda_symbols_resolve_all(handle, logger, cu, missing, sizeof(missing));
   if (missing_count) {
     dlclose(handle);
@@ -195,12 +196,12 @@ static gpuhal_status_t gpuhal__symbols_load_nccl(const char* path_or_null, const
     return NULL;
   }
   missing[0] = 0;
-#define GPUHAL__RESOLVE_NCCL(name, params)                          \
-  fn = dlsym(handle, #name);                                        \
-  if (!fn) {                                                        \
+#define GPUHAL__RESOLVE_NCCL(name, params)                           \
+  fn = dlsym(handle, #name);                                         \
+  if (!fn) {                                                         \
     gpuhal__tried_append(missing, sizeof(missing), #name, "absent"); \
-    missing_count++;                                                \
-  }                                                                 \
+    missing_count++;                                                 \
+  }                                                                  \
   GPUHAL__STORE_FN(nccl->name, fn);
   GPUHAL_NCCL_SYMBOLS(GPUHAL__RESOLVE_NCCL)
   GPUHAL__RESOLVE_NCCL(ncclGetErrorString, (ncclResult_t result))

@@ -38,7 +38,6 @@ GPUHAL_API int gpuhal_driver_trace_enabled(gpuhal_driver_t* driver);
  * tracing is off. */
 GPUHAL_API gpuhal_status_t gpuhal_driver_trace_flush(gpuhal_driver_t* driver);
 
-
 /* ---- gpuhal:implementation ---- */
 
 #include <unistd.h>
@@ -160,8 +159,8 @@ static void gpuhal__trace_record_init(gpuhal__trace_record_t* r, gpuhal__trace_k
 }
 
 static void gpuhal__trace_host_span(gpuhal__trace_t* trace, gpuhal_device_t* device, gpuhal__trace_role_t role,
-                                    unsigned flags, uint32_t queue, uint64_t span, const char* verb,
-                                    const char* what, int64_t t0, int64_t t1) {
+                                    unsigned flags, uint32_t queue, uint64_t span, const char* verb, const char* what,
+                                    int64_t t0, int64_t t1) {
   gpuhal__trace_record_t r;
   gpuhal__trace_record_init(&r, GPUHAL__TRACE_HOST_SPAN, NULL);
   {
@@ -464,7 +463,8 @@ static void gpuhal__trace_submit_end(gpuhal_device_t* device, uint32_t queue, co
                                      int64_t t0) {
   gpuhal__trace_t* trace = device->trace->trace;
   gpuhal__trace_nvtx_pop(trace);
-  gpuhal__trace_host_span(trace, device, gpuhal__on_worker(device) ? GPUHAL__TRACE_ROLE_WORKER : GPUHAL__TRACE_ROLE_USER,
+  gpuhal__trace_host_span(trace, device,
+                          gpuhal__on_worker(device) ? GPUHAL__TRACE_ROLE_WORKER : GPUHAL__TRACE_ROLE_USER,
                           GPUHAL__TRACE_SUBMIT, queue, span, "submit", name, t0, gpuhal_now_ns());
 }
 
@@ -608,8 +608,9 @@ static void gpuhal__trace_command(gpuhal_device_t* device, CUstream stream, cons
     uint32_t names_capacity = ta->mark_capacity;
     gpuhal_status_t st = gpuhal__grow32(device->allocator, (void**)&ta->mark_names, &names_capacity, ta->mark_count + 1,
                                         sizeof(*ta->mark_names), "trace command names");
-    if (!st) st = gpuhal__grow32(device->allocator, (void**)&ta->marks, &ta->mark_capacity, names_capacity,
-                                 sizeof(*ta->marks), "trace command events");
+    if (!st)
+      st = gpuhal__grow32(device->allocator, (void**)&ta->marks, &ta->mark_capacity, names_capacity, sizeof(*ta->marks),
+                          "trace command events");
     if (st) {
       gpuhal_status_free(st); /* the command goes untimed */
       return;
@@ -664,7 +665,9 @@ static void gpuhal__trace_begin_event(gpuhal__trace_writer_t* w, const char* ph,
   fprintf(w->f, ",\"pid\":%d,\"tid\":%d", pid, tid);
 }
 
-static double gpuhal__trace_us(const gpuhal__trace_writer_t* w, int64_t ns) { return (double)(ns - w->origin) / 1000.0; }
+static double gpuhal__trace_us(const gpuhal__trace_writer_t* w, int64_t ns) {
+  return (double)(ns - w->origin) / 1000.0;
+}
 
 static void gpuhal__trace_meta(gpuhal__trace_writer_t* w, const char* what, int pid, int tid, const char* name,
                                int sort) {
@@ -760,11 +763,11 @@ static const gpuhal__trace_out_span_t* gpuhal__trace_find_anchor(gpuhal__trace_o
 static int64_t gpuhal__trace_flow_ts(const gpuhal__trace_out_span_t* s) { return s->ts + GPUHAL__MIN(s->dur / 2, 50); }
 
 /* A flow arrow from `from` (at from_ts, inside it) to `to`. */
-static void gpuhal__trace_flow(gpuhal__trace_writer_t* w, const char* cat, uint64_t id, const gpuhal__trace_out_span_t* from,
-                               int64_t from_ts, const gpuhal__trace_out_span_t* to, uint64_t value) {
+static void gpuhal__trace_flow(gpuhal__trace_writer_t* w, const char* cat, uint64_t id,
+                               const gpuhal__trace_out_span_t* from, int64_t from_ts,
+                               const gpuhal__trace_out_span_t* to, uint64_t value) {
   gpuhal__trace_begin_event(w, "s", cat, from->pid, from->tid);
-  fprintf(w->f, ",\"cat\":\"%s\",\"id\":%llu,\"ts\":%.3f", cat, (unsigned long long)id,
-          gpuhal__trace_us(w, from_ts));
+  fprintf(w->f, ",\"cat\":\"%s\",\"id\":%llu,\"ts\":%.3f", cat, (unsigned long long)id, gpuhal__trace_us(w, from_ts));
   if (value) fprintf(w->f, ",\"args\":{\"value\":%llu}", (unsigned long long)value);
   fprintf(w->f, "}");
   gpuhal__trace_begin_event(w, "f", cat, to->pid, to->tid);
@@ -877,7 +880,8 @@ static gpuhal_status_t gpuhal__trace_snapshot(gpuhal__trace_t* trace, gpuhal__tr
   s->anchors = (gpuhal__trace_out_span_t**)gpuhal__calloc(a, (n ? n : 1) * sizeof(*s->anchors));
   s->by_ts = (gpuhal__trace_out_span_t**)gpuhal__calloc(a, (n ? n : 1) * sizeof(*s->by_ts));
   s->signals = (gpuhal__trace_signal_t*)gpuhal__calloc(a, (n ? n : 1) * sizeof(*s->signals));
-  if (!s->spans || !s->threads || !s->anchors || !s->by_ts || !s->signals) return gpuhal__status_oom("trace snapshot", n);
+  if (!s->spans || !s->threads || !s->anchors || !s->by_ts || !s->signals)
+    return gpuhal__status_oom("trace snapshot", n);
   for (i = 0; i < n; ++i) {
     const gpuhal__trace_record_t* r = &s->records[i];
     gpuhal__trace_out_span_t* o;
@@ -961,7 +965,8 @@ static void gpuhal__trace_write_flows(gpuhal__trace_writer_t* w, const gpuhal__t
     to = gpuhal__trace_find_anchor(s->anchors, s->anchor_count, r->span);
     /* From the signaller's start: the waiter ran after its end, so the arrow keeps its
      * direction even where host and GPU clocks disagree by up to the signaller's length. */
-    if (found && to && found->at != to) gpuhal__trace_flow(w, "semaphore", flow_id++, found->at, found->at->ts, to, r->value);
+    if (found && to && found->at != to)
+      gpuhal__trace_flow(w, "semaphore", flow_id++, found->at, found->at->ts, to, r->value);
   }
 }
 
@@ -998,8 +1003,8 @@ static gpuhal_status_t gpuhal__trace_write_file(gpuhal__trace_t* trace, const gp
   fprintf(w.f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"gpuhal_version\":\"%s\",\"cuda_library\":",
           GPUHAL_VERSION_STRING);
   gpuhal__trace_json_string(w.f, trace->driver->cuda_library);
-  fprintf(w.f, ",\"dropped_records\":%llu,\"capacity\":%llu},\n\"traceEvents\":[",
-          (unsigned long long)s->dropped, (unsigned long long)trace->capacity);
+  fprintf(w.f, ",\"dropped_records\":%llu,\"capacity\":%llu},\n\"traceEvents\":[", (unsigned long long)s->dropped,
+          (unsigned long long)trace->capacity);
   gpuhal__trace_write_tracks(&w, s->records, s->count, s->threads, s->thread_count);
   for (i = 0; i < s->span_count; ++i) gpuhal__trace_write_span(&w, s->by_ts[i]);
   gpuhal__trace_write_flows(&w, s);

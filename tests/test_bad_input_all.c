@@ -25,15 +25,15 @@ static gpuhal_semaphore_t* sem;       /* value 5 */
 static gpuhal_semaphore_t* failed_sem;
 static gpuhal_semaphore_t* foreign_sem; /* of other_driver */
 static gpuhal_semaphore_t* released_sem;
-static gpuhal_buffer_t* buffer;  /* 256 bytes of device memory on `device` */
-static gpuhal_buffer_t* buffer1; /* 256 bytes on device1 */
+static gpuhal_buffer_t* buffer;       /* 256 bytes of device memory on `device` */
+static gpuhal_buffer_t* buffer1;      /* 256 bytes on device1 */
 static gpuhal_buffer_t* plain_buffer; /* not from queue_alloca */
 static gpuhal_executable_t* exe;
 static gpuhal_executable_t* released_exe;
-static gpuhal_kernel_t* kernel; /* fill_u32(unsigned* dst, unsigned value, unsigned n) */
-static gpuhal_command_buffer_t* recording;  /* begun, 2 slots */
-static gpuhal_command_buffer_t* fresh;      /* created, not begun */
-static gpuhal_command_buffer_t* ended;      /* ended, 1 slot, REUSABLE */
+static gpuhal_kernel_t* kernel;            /* fill_u32(unsigned* dst, unsigned value, unsigned n) */
+static gpuhal_command_buffer_t* recording; /* begun, 2 slots */
+static gpuhal_command_buffer_t* fresh;     /* created, not begun */
+static gpuhal_command_buffer_t* ended;     /* ended, 1 slot, REUSABLE */
 static gpuhal_command_buffer_t* released_cb;
 static gpuhal_command_buffer_t* other_device_cb; /* ended, on device1 */
 static unsigned char host[512];
@@ -86,9 +86,10 @@ ROW(sems_wait_bad_mode, gpuhal_semaphore_list_t l = ONE(sem, one);
 ROW(sems_wait_null_arrays, gpuhal_semaphore_list_t l; l.count = 1; l.semaphores = NULL; l.values = NULL;
     return gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, l, gpuhal_timeout_immediate());)
 ROW(sems_wait_null_values, gpuhal_semaphore_t* list[1]; gpuhal_semaphore_list_t l; list[0] = sem; l.count = 1;
-    l.semaphores = list; l.values = NULL; return gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, l, gpuhal_timeout_immediate());)
-ROW(sems_wait_null_entry, gpuhal_semaphore_t* list[2]; uint64_t v[2]; gpuhal_semaphore_list_t l;
-    v[0] = 1; v[1] = 1; list[0] = sem; list[1] = NULL; l.count = 2; l.semaphores = list; l.values = v;
+    l.semaphores = list; l.values = NULL;
+    return gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, l, gpuhal_timeout_immediate());)
+ROW(sems_wait_null_entry, gpuhal_semaphore_t* list[2]; uint64_t v[2]; gpuhal_semaphore_list_t l; v[0] = 1; v[1] = 1;
+    list[0] = sem; list[1] = NULL; l.count = 2; l.semaphores = list; l.values = v;
     return gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, l, gpuhal_timeout_immediate());)
 ROW(sems_wait_released_entry, gpuhal_semaphore_t* list[1]; uint64_t v[1] = {1}; gpuhal_semaphore_list_t l;
     list[0] = released_sem; l.count = 1; l.semaphores = list; l.values = v;
@@ -101,7 +102,8 @@ ROW(host_call_bad_queue, return gpuhal_queue_host_call(device, 2, EMPTY, EMPTY, 
 ROW(host_call_huge_queue, return gpuhal_queue_host_call(device, UINT32_MAX, EMPTY, EMPTY, host_fn, NULL);)
 ROW(host_call_null_fn, return gpuhal_queue_host_call(device, 0, EMPTY, EMPTY, NULL, NULL);)
 ROW(host_call_foreign_semaphore, return gpuhal_queue_host_call(device, 0, ONE(foreign_sem, one), EMPTY, host_fn, NULL);)
-ROW(host_call_released_semaphore, return gpuhal_queue_host_call(device, 0, EMPTY, ONE(released_sem, one), host_fn, NULL);)
+ROW(host_call_released_semaphore,
+    return gpuhal_queue_host_call(device, 0, EMPTY, ONE(released_sem, one), host_fn, NULL);)
 ROW(host_call_null_list, gpuhal_semaphore_list_t l; l.count = 1; l.semaphores = NULL; l.values = NULL;
     return gpuhal_queue_host_call(device, 0, l, EMPTY, host_fn, NULL);)
 ROW(alloca_null_device, gpuhal_buffer_t* b = NULL; return gpuhal_queue_alloca(NULL, 0, EMPTY, EMPTY, 16, &b);)
@@ -174,8 +176,8 @@ ROW(copy_src_past_end,
     return gpuhal_cmd_copy(recording, gpuhal_ref_buffer(buffer, 200), gpuhal_ref_buffer(plain_buffer, 0), 64);)
 ROW(copy_dst_past_end,
     return gpuhal_cmd_copy(recording, gpuhal_ref_buffer(plain_buffer, 0), gpuhal_ref_buffer(buffer, 250), 64);)
-ROW(copy_huge, return gpuhal_cmd_copy(recording, gpuhal_ref_buffer(buffer, 0), gpuhal_ref_buffer(plain_buffer, 0),
-                                      UINT64_MAX);)
+ROW(copy_huge,
+    return gpuhal_cmd_copy(recording, gpuhal_ref_buffer(buffer, 0), gpuhal_ref_buffer(plain_buffer, 0), UINT64_MAX);)
 ROW(update_null_src, return gpuhal_cmd_update(recording, NULL, gpuhal_ref_buffer(buffer, 0), 16);)
 ROW(update_zero_size, return gpuhal_cmd_update(recording, host, gpuhal_ref_buffer(buffer, 0), 0);)
 ROW(update_past_end, return gpuhal_cmd_update(recording, host, gpuhal_ref_buffer(buffer, 0), 257);)
@@ -195,15 +197,15 @@ ROW(dispatch_huge_grid_y, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(buffer, 0)
 ROW(dispatch_too_much_shared, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(buffer, 0); a[1] = gpuhal_arg_u32(1);
     a[2] = gpuhal_arg_u32(1);
     return gpuhal_cmd_dispatch(recording, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), UINT32_MAX, 3, a);)
-ROW(dispatch_null_args, return gpuhal_cmd_dispatch(recording, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3,
-                                                   NULL);)
+ROW(dispatch_null_args,
+    return gpuhal_cmd_dispatch(recording, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, NULL);)
 ROW(dispatch_wrong_arg_count, gpuhal_arg_t a[2]; a[0] = gpuhal_arg_buffer(buffer, 0); a[1] = gpuhal_arg_u32(1);
     return gpuhal_cmd_dispatch(recording, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 2, a);)
 ROW(dispatch_wrong_arg_size, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(buffer, 0); a[1] = gpuhal_arg_u64(1);
     a[2] = gpuhal_arg_u32(1);
     return gpuhal_cmd_dispatch(recording, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, a);)
-ROW(dispatch_buffer_offset_past_end, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(buffer, 257);
-    a[1] = gpuhal_arg_u32(1); a[2] = gpuhal_arg_u32(1);
+ROW(dispatch_buffer_offset_past_end, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(buffer, 257); a[1] = gpuhal_arg_u32(1);
+    a[2] = gpuhal_arg_u32(1);
     return gpuhal_cmd_dispatch(recording, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, a);)
 ROW(dispatch_slot_out_of_range, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_slot(7, 0); a[1] = gpuhal_arg_u32(1);
     a[2] = gpuhal_arg_u32(1);
@@ -215,8 +217,8 @@ ROW(dispatch_wrong_device_buffer, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(bu
     a[2] = gpuhal_arg_u32(1);
     return gpuhal_cmd_dispatch(recording, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, a);)
 ROW(dispatch_wrong_device_kernel, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(buffer1, 0); a[1] = gpuhal_arg_u32(1);
-    a[2] = gpuhal_arg_u32(1); return gpuhal_cmd_dispatch(other_device_cb, kernel, gpuhal_dim3(1, 1, 1),
-                                                         gpuhal_dim3(1, 1, 1), 0, 3, a);)
+    a[2] = gpuhal_arg_u32(1);
+    return gpuhal_cmd_dispatch(other_device_cb, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, a);)
 ROW(native_graph_null, void* g = NULL; return gpuhal_command_buffer_native_graph(NULL, &g);)
 ROW(native_graph_null_out, return gpuhal_command_buffer_native_graph(ended, NULL);)
 ROW(native_graph_not_ended, void* g = NULL; return gpuhal_command_buffer_native_graph(recording, &g);)
@@ -232,9 +234,9 @@ ROW(execute_short_bindings, gpuhal_binding_table_t t; t.count = 0; t.buffers = N
     return gpuhal_queue_execute(device, 0, EMPTY, EMPTY, ended, &t);)
 ROW(execute_null_binding_array, gpuhal_binding_table_t t; t.count = 1; t.buffers = NULL; t.offsets = NULL;
     return gpuhal_queue_execute(device, 0, EMPTY, EMPTY, ended, &t);)
-ROW(execute_binding_wrong_device, gpuhal_binding_table_t t; gpuhal_buffer_t* b[1]; b[0] = buffer1; t.count = 1;
+ROW(execute_binding_wrong_device, gpuhal_binding_table_t t; gpuhal_buffer_t * b[1]; b[0] = buffer1; t.count = 1;
     t.buffers = b; t.offsets = NULL; return gpuhal_queue_execute(device, 0, EMPTY, EMPTY, ended, &t);)
-ROW(execute_binding_offset_past_end, gpuhal_binding_table_t t; gpuhal_buffer_t* b[1]; uint64_t o[1] = {1u << 20};
+ROW(execute_binding_offset_past_end, gpuhal_binding_table_t t; gpuhal_buffer_t * b[1]; uint64_t o[1] = {1u << 20};
     b[0] = buffer; t.count = 1; t.buffers = b; t.offsets = o;
     return gpuhal_queue_execute(device, 0, EMPTY, EMPTY, ended, &t);)
 ROW(execute_other_device_cb, return gpuhal_queue_execute(device, 0, EMPTY, EMPTY, other_device_cb, NULL);)
@@ -266,7 +268,8 @@ static const row_t rows[] = {
     {"queue_host_call(queue 2 of 2)", row_host_call_bad_queue, RANGE, "queue", 0, NULL},
     {"queue_host_call(queue UINT32_MAX)", row_host_call_huge_queue, RANGE, "queue", 0, NULL},
     {"queue_host_call(NULL fn)", row_host_call_null_fn, INVALID, "'fn'", 0, NULL},
-    {"queue_host_call(wait on another driver's semaphore)", row_host_call_foreign_semaphore, INVALID, "driver", 0, NULL},
+    {"queue_host_call(wait on another driver's semaphore)", row_host_call_foreign_semaphore, INVALID, "driver", 0,
+     NULL},
     {"queue_host_call(signal a released semaphore)", row_host_call_released_semaphore, INVALID, "released", 0, NULL},
     {"queue_host_call(wait list with NULL arrays)", row_host_call_null_list, INVALID, "wait", 0, NULL},
     {"queue_alloca(NULL device)", row_alloca_null_device, INVALID, "'device'", 0, NULL},
@@ -284,7 +287,8 @@ static const row_t rows[] = {
     {"executable_load(size 0)", row_load_zero_size, INVALID, "size", 0, NULL},
     {"executable_load(NULL out)", row_load_null_out, INVALID, "out_executable", 0, NULL},
     {"executable_load(garbage)", row_load_garbage, INVALID, "'image'", 0, NULL},
-    {"executable_load(4-byte ELF)", row_load_truncated_elf, INVALID, "'image'", 0, "module_cache.h: an ELF shorter than its header goes to the driver"},
+    {"executable_load(4-byte ELF)", row_load_truncated_elf, INVALID, "'image'", 0,
+     "module_cache.h: an ELF shorter than its header goes to the driver"},
     {"executable_load(driver as device)", row_load_released_device_type, INVALID, "'device'", 0, NULL},
     {"executable_kernel(NULL executable)", row_kernel_null_exe, INVALID, "'executable'", 0, NULL},
     {"executable_kernel(NULL name)", row_kernel_null_name, INVALID, "'name'", 0, NULL},
@@ -304,7 +308,8 @@ static const row_t rows[] = {
     {"command_buffer_begin(twice)", row_cb_begin_twice, PRECONDITION, "", 0, NULL},
     {"command_buffer_begin(ended)", row_cb_begin_ended, PRECONDITION, "", 0, NULL},
     {"command_buffer_begin(released)", row_cb_begin_released, INVALID, "already released", 0, NULL},
-    {"command_buffer_end(NULL)", row_cb_end_null, INVALID, "'command_buffer'", 0, "command_buffer.h: names the argument 'cb'"},
+    {"command_buffer_end(NULL)", row_cb_end_null, INVALID, "'command_buffer'", 0,
+     "command_buffer.h: names the argument 'cb'"},
     {"command_buffer_end(not begun)", row_cb_end_not_begun, PRECONDITION, "", 0, NULL},
     {"command_buffer_end(twice)", row_cb_end_twice, PRECONDITION, "", 0, NULL},
     {"cmd_barrier(NULL)", row_barrier_null, INVALID, "'command_buffer'", 0, NULL},
@@ -356,7 +361,8 @@ static const row_t rows[] = {
     {"queue_execute(bindings with NULL array)", row_execute_null_binding_array, INVALID, "bindings", 0, NULL},
     {"queue_execute(binding of another device)", row_execute_binding_wrong_device, INVALID, "bindings", 1, NULL},
     {"queue_execute(binding offset past the end)", row_execute_binding_offset_past_end, RANGE, "bindings", 0, NULL},
-    {"queue_execute(command buffer of another device)", row_execute_other_device_cb, INVALID, "command_buffer", 1, NULL},
+    {"queue_execute(command buffer of another device)", row_execute_other_device_cb, INVALID, "command_buffer", 1,
+     NULL},
     {"queue_execute(another driver's semaphore)", row_execute_foreign_semaphore, INVALID, "driver", 0, NULL},
 };
 

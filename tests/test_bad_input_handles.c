@@ -48,9 +48,9 @@ TU_TEST(recording_commands_need_a_command_buffer) {
   TU_CHECK_STATUS(gpuhal_cmd_update(NULL, &pattern, gpuhal_ref_buffer(buffer, 0), 4), GPUHAL_STATUS_INVALID_ARGUMENT,
                   "command_buffer");
   /* Not a command buffer at all. */
-  TU_CHECK_STATUS(gpuhal_cmd_fill((gpuhal_command_buffer_t*)(void*)buffer, gpuhal_ref_buffer(buffer, 0), 16, &pattern,
-                                  4),
-                  GPUHAL_STATUS_INVALID_ARGUMENT, "command_buffer");
+  TU_CHECK_STATUS(
+      gpuhal_cmd_fill((gpuhal_command_buffer_t*)(void*)buffer, gpuhal_ref_buffer(buffer, 0), 16, &pattern, 4),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "command_buffer");
   gpuhal_buffer_release(buffer);
   gpuhal_device_release(device);
   gpuhal_driver_release(driver);
@@ -72,9 +72,9 @@ TU_TEST(semaphore_lists_need_their_arrays) {
   list.values = NULL;
   TU_CHECK_STATUS(gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, list, gpuhal_timeout_immediate()),
                   GPUHAL_STATUS_INVALID_ARGUMENT, "values");
-  TU_CHECK_STATUS(gpuhal_semaphores_wait((gpuhal_wait_mode_t)7, gpuhal_semaphore_list_one(&s, &one),
-                                         gpuhal_timeout_immediate()),
-                  GPUHAL_STATUS_INVALID_ARGUMENT, "mode");
+  TU_CHECK_STATUS(
+      gpuhal_semaphores_wait((gpuhal_wait_mode_t)7, gpuhal_semaphore_list_one(&s, &one), gpuhal_timeout_immediate()),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "mode");
   gpuhal_semaphore_release(s);
   gpuhal_driver_release(driver);
 }

@@ -115,8 +115,7 @@ TU_TEST(retain_and_release) {
   TU_CHECK_EQ_INT(f.device->header.refcount, 1);
   /* A released buffer is caught, not used (its memory is quarantined). */
   TU_CHECK_STATUS(gpuhal_buffer_read(buffer, 0, &back, 1), GPUHAL_STATUS_INVALID_ARGUMENT, "already released");
-  TU_CHECK_STATUS(gpuhal_buffer_device_address(buffer, &address), GPUHAL_STATUS_INVALID_ARGUMENT,
-                  "already released");
+  TU_CHECK_STATUS(gpuhal_buffer_device_address(buffer, &address), GPUHAL_STATUS_INVALID_ARGUMENT, "already released");
   gpuhal_buffer_release(buffer); /* a no-op */
   gpuhal_buffer_release(NULL);
   gpuhal_buffer_retain(NULL);
@@ -170,7 +169,8 @@ TU_TEST(pending_buffers) {
   call.free_it = 1;
   TU_CHECK_OK(gpuhal__worker_call(f.device, pending_on_worker, &call));
   TU_CHECK_STATUS(gpuhal_buffer_device_address(buffer, &address), GPUHAL_STATUS_FAILED_PRECONDITION, "dealloca");
-  TU_CHECK_STATUS(gpuhal__buffer_check_pending("test", buffer), GPUHAL_STATUS_FAILED_PRECONDITION, "already deallocated");
+  TU_CHECK_STATUS(gpuhal__buffer_check_pending("test", buffer), GPUHAL_STATUS_FAILED_PRECONDITION,
+                  "already deallocated");
   gpuhal_buffer_release(buffer);
   /* A pending buffer released while live is freed by the release. */
   TU_REQUIRE_OK(gpuhal__buffer_create_pending(f.device, 256, &buffer));
@@ -248,5 +248,5 @@ TU_TEST(driver_errors_are_translated) {
   fixture_close(&f);
 }
 
-TU_MAIN(TU_CASE(round_trips_of_every_kind), TU_CASE(retain_and_release), TU_CASE(pending_buffers),
-        TU_CASE(device_pool), TU_CASE(driver_errors_are_translated))
+TU_MAIN(TU_CASE(round_trips_of_every_kind), TU_CASE(retain_and_release), TU_CASE(pending_buffers), TU_CASE(device_pool),
+        TU_CASE(driver_errors_are_translated))

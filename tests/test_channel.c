@@ -356,8 +356,9 @@ static void ct_send_recv_body(uint32_t mode) {
     float* got = ct_read(t.recv[r], 100000);
     int prev = (r + t.n - 1) % t.n, bad = 0;
     for (i = 0; i < 100000 && !bad; ++i) bad = got[i] != ct_value(prev, i);
-    if (bad) TU_FAIL_AT(__FILE__, __LINE__, "%s send/recv ring: rank %d got element %zu = %g", ct_mode_name(mode), r,
-                        i - 1, (double)got[i - 1]);
+    if (bad)
+      TU_FAIL_AT(__FILE__, __LINE__, "%s send/recv ring: rank %d got element %zu = %g", ct_mode_name(mode), r, i - 1,
+                 (double)got[i - 1]);
     free(got);
   }
   ct_close(&t);
@@ -591,8 +592,8 @@ TU_TEST(unavailable_without_nccl) {
     TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
     TU_CHECK_OK(gpuhal_cmd_fill(cb, gpuhal_ref_buffer(buffer, 0), 64, &pattern, 4));
     TU_CHECK_OK(gpuhal_command_buffer_end(cb));
-    TU_CHECK_OK(gpuhal_queue_execute(f.devices[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one),
-                                     cb, NULL));
+    TU_CHECK_OK(gpuhal_queue_execute(f.devices[0], 0, gpuhal_semaphore_list_empty(),
+                                     gpuhal_semaphore_list_one(&s, &one), cb, NULL));
     TU_CHECK_OK(gpuhal_semaphore_wait(s, 1, md_seconds(30)));
     TU_CHECK_OK(gpuhal_buffer_read(buffer, 60, &got, 4));
     TU_CHECK(got == pattern);
@@ -603,8 +604,7 @@ TU_TEST(unavailable_without_nccl) {
   md_close(&f);
 }
 
-TU_MAIN(TU_CASE(all_reduce_stream), TU_CASE(all_reduce_graph), TU_CASE(collectives_stream),
-        TU_CASE(collectives_graph), TU_CASE(send_recv_ring_stream), TU_CASE(send_recv_ring_graph),
-        TU_CASE(reusable_graph_two_steps), TU_CASE(reusable_stream_two_steps),
-        TU_CASE(raw_group_of_all_ranks_from_one_thread), TU_CASE(bad_input),
+TU_MAIN(TU_CASE(all_reduce_stream), TU_CASE(all_reduce_graph), TU_CASE(collectives_stream), TU_CASE(collectives_graph),
+        TU_CASE(send_recv_ring_stream), TU_CASE(send_recv_ring_graph), TU_CASE(reusable_graph_two_steps),
+        TU_CASE(reusable_stream_two_steps), TU_CASE(raw_group_of_all_ranks_from_one_thread), TU_CASE(bad_input),
         TU_CASE(unavailable_without_nccl))

@@ -69,8 +69,7 @@ static int tp_all_reduce(gpuhal_device_t* device, gpuhal_channel_t* channel, uin
   if (!s) s = gpuhal_cmd_collective(cb, channel, &c);
   if (!s) s = gpuhal_command_buffer_end(cb);
   if (!s)
-    s = gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &one), cb,
-                             NULL);
+    s = gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &one), cb, NULL);
   if (!s) s = gpuhal_semaphore_wait(sem, 1, md_seconds(120));
   if (!s) s = gpuhal_buffer_read(recv, 0, host, TP_COUNT * 4);
   if (s) {
@@ -154,8 +153,13 @@ int main(int argc, char** argv) {
   if (waitpid(child, &status, 0) != child) status = 1 << 8;
   rc1 = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
   unlink(path);
-  printf("rank 0: %s, rank 1: %s\n", rc0 == 0 ? "passed" : rc0 == 77 ? "skipped" : "FAILED",
-         rc1 == 0 ? "passed" : rc1 == 77 ? "skipped" : "FAILED");
+  printf("rank 0: %s, rank 1: %s\n",
+         rc0 == 0    ? "passed"
+         : rc0 == 77 ? "skipped"
+                     : "FAILED",
+         rc1 == 0    ? "passed"
+         : rc1 == 77 ? "skipped"
+                     : "FAILED");
   if (rc0 == 77 && rc1 == 77) return 77;
   return rc0 == 0 && rc1 == 0 ? 0 : 1;
 }

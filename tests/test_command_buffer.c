@@ -65,12 +65,12 @@ TU_TEST(execute_null_is_a_barrier) {
   TU_CHECK_EQ_INT(value, 0);
   TU_CHECK_OK(gpuhal_semaphore_signal(a, 1));
   TU_CHECK_OK(gpuhal_semaphore_wait(b, 1, gpuhal_timeout_relative_ns(10000000000ll)));
-  TU_CHECK_STATUS(gpuhal_queue_execute(t.device, 999, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(),
-                                       NULL, NULL),
-                  GPUHAL_STATUS_OUT_OF_RANGE, "gpuhal_queue_execute");
-  TU_CHECK_STATUS(gpuhal_queue_execute(NULL, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), NULL,
-                                       NULL),
-                  GPUHAL_STATUS_INVALID_ARGUMENT, "device");
+  TU_CHECK_STATUS(
+      gpuhal_queue_execute(t.device, 999, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), NULL, NULL),
+      GPUHAL_STATUS_OUT_OF_RANGE, "gpuhal_queue_execute");
+  TU_CHECK_STATUS(
+      gpuhal_queue_execute(NULL, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), NULL, NULL),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "device");
   gpuhal_semaphore_release(a);
   gpuhal_semaphore_release(b);
   cbt_close(&t);
@@ -106,6 +106,6 @@ TU_MAIN(TU_CASE(builtin_ptx_matches_checked_in_file), TU_CASE(pattern_helpers), 
         TU_CASE(stream_fill_every_pattern), TU_CASE(stream_barrier_orders),
         TU_CASE(stream_reusable_1000_rotating_tables), TU_CASE(stream_late_bound_alloca),
         TU_CASE(stream_unordered_alloca_fails), TU_CASE(stream_empty), TU_CASE(execute_null_is_a_barrier),
-        TU_CASE(stream_validation), TU_CASE(command_buffer_retains_resources),
-        TU_CASE(stream_transient_after_dealloca), TU_CASE(stream_transient_dealloca_queued_first),
-        TU_CASE(stream_transient_through_slot), TU_CASE(stream_transient_reusable_named))
+        TU_CASE(stream_validation), TU_CASE(command_buffer_retains_resources), TU_CASE(stream_transient_after_dealloca),
+        TU_CASE(stream_transient_dealloca_queued_first), TU_CASE(stream_transient_through_slot),
+        TU_CASE(stream_transient_reusable_named))

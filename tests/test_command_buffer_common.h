@@ -22,9 +22,7 @@ typedef struct cbt {
   uint64_t rng;
 } cbt;
 
-static char* cbt_read_file(const char* name, size_t* size) {
-  return tu_read_kernel_file(name, size);
-}
+static char* cbt_read_file(const char* name, size_t* size) { return tu_read_kernel_file(name, size); }
 
 static gpuhal_status_t cbt_load(cbt* t, int index, const char* name, gpuhal_kernel_t** out) {
   char file[256];
@@ -115,8 +113,8 @@ static int cbt_buffer_equals(gpuhal_buffer_t* buffer, const unsigned char* expec
   }
   for (i = 0; i < size; ++i) {
     if (got[i] != expected[i]) {
-      TU_FAIL_AT(__FILE__, __LINE__, "%s: byte %llu is 0x%02x, expected 0x%02x", what, (unsigned long long)i,
-                 got[i], expected[i]);
+      TU_FAIL_AT(__FILE__, __LINE__, "%s: byte %llu is 0x%02x, expected 0x%02x", what, (unsigned long long)i, got[i],
+                 expected[i]);
       ok = 0;
       break;
     }
@@ -138,9 +136,7 @@ static gpuhal_status_t cbt_run(cbt* t, gpuhal_command_buffer_t* cb, const gpuhal
   return st;
 }
 
-static const char* cbt_mode_name(uint32_t mode) {
-  return (mode & GPUHAL_COMMAND_BUFFER_STREAM) ? "STREAM" : "GRAPH";
-}
+static const char* cbt_mode_name(uint32_t mode) { return (mode & GPUHAL_COMMAND_BUFFER_STREAM) ? "STREAM" : "GRAPH"; }
 
 /* ---- bodies ---- */
 
@@ -187,8 +183,8 @@ static void body_commands_bytes(uint32_t mode) {
   args[1] = gpuhal_arg_buffer(fb, 0);
   args[2] = gpuhal_arg_buffer(fc, 0);
   args[3] = gpuhal_arg_u32(N);
-  TU_CHECK_OK(gpuhal_cmd_dispatch(cb, t.vector_add, gpuhal_dim3((N + 127) / 128, 1, 1), gpuhal_dim3(128, 1, 1), 0, 4,
-                                  args));
+  TU_CHECK_OK(
+      gpuhal_cmd_dispatch(cb, t.vector_add, gpuhal_dim3((N + 127) / 128, 1, 1), gpuhal_dim3(128, 1, 1), 0, 4, args));
   TU_CHECK_OK(gpuhal_cmd_barrier(cb));
   /* fc = alpha * fa + fc (reads what vector_add wrote: ordered by the barrier) */
   args[0] = gpuhal_arg_f32(alpha);
@@ -538,14 +534,14 @@ static void body_validation(uint32_t mode) {
   TU_CHECK_STATUS(gpuhal_cmd_fill(cb, gpuhal_ref_buffer(buf, 0), 4, &value, 4), GPUHAL_STATUS_FAILED_PRECONDITION,
                   "begin");
   TU_CHECK_STATUS(gpuhal_command_buffer_end(cb), GPUHAL_STATUS_FAILED_PRECONDITION, "begin");
-  TU_CHECK_STATUS(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), cb,
-                                       NULL),
-                  GPUHAL_STATUS_FAILED_PRECONDITION, "never recorded");
+  TU_CHECK_STATUS(
+      gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), cb, NULL),
+      GPUHAL_STATUS_FAILED_PRECONDITION, "never recorded");
   TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
   TU_CHECK_STATUS(gpuhal_command_buffer_begin(cb), GPUHAL_STATUS_FAILED_PRECONDITION, "already");
-  TU_CHECK_STATUS(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), cb,
-                                       NULL),
-                  GPUHAL_STATUS_FAILED_PRECONDITION, "still recording");
+  TU_CHECK_STATUS(
+      gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), cb, NULL),
+      GPUHAL_STATUS_FAILED_PRECONDITION, "still recording");
 
   /* dispatch */
   TU_REQUIRE_OK(gpuhal_kernel_info(t.fill_u32, &info));
@@ -557,12 +553,12 @@ static void body_validation(uint32_t mode) {
   TU_CHECK_STATUS(gpuhal_cmd_dispatch(cb, t.fill_u32, one, one, 0, 3, NULL), GPUHAL_STATUS_INVALID_ARGUMENT, "args");
   TU_CHECK_STATUS(gpuhal_cmd_dispatch(cb, t.fill_u32, gpuhal_dim3(0, 1, 1), one, 0, 3, args),
                   GPUHAL_STATUS_OUT_OF_RANGE, "grid.x");
-  TU_CHECK_STATUS(gpuhal_cmd_dispatch(cb, t.fill_u32, gpuhal_dim3(1, (uint32_t)dinfo.max_grid_dim[1] + 1, 1), one, 0,
-                                      3, args),
-                  GPUHAL_STATUS_OUT_OF_RANGE, "grid.y");
-  TU_CHECK_STATUS(gpuhal_cmd_dispatch(cb, t.fill_u32, one, gpuhal_dim3(1, 1, (uint32_t)dinfo.max_block_dim[2] + 1), 0,
-                                      3, args),
-                  GPUHAL_STATUS_OUT_OF_RANGE, "block.z");
+  TU_CHECK_STATUS(
+      gpuhal_cmd_dispatch(cb, t.fill_u32, gpuhal_dim3(1, (uint32_t)dinfo.max_grid_dim[1] + 1, 1), one, 0, 3, args),
+      GPUHAL_STATUS_OUT_OF_RANGE, "grid.y");
+  TU_CHECK_STATUS(
+      gpuhal_cmd_dispatch(cb, t.fill_u32, one, gpuhal_dim3(1, 1, (uint32_t)dinfo.max_block_dim[2] + 1), 0, 3, args),
+      GPUHAL_STATUS_OUT_OF_RANGE, "block.z");
   TU_CHECK_STATUS(gpuhal_cmd_dispatch(cb, t.fill_u32, one, gpuhal_dim3(1024, 1024, 1), 0, 3, args),
                   GPUHAL_STATUS_OUT_OF_RANGE, "block");
   TU_CHECK_STATUS(gpuhal_cmd_dispatch(cb, t.fill_u32, one, one, (uint32_t)info.max_dynamic_shared_bytes + 1, 3, args),
@@ -581,8 +577,7 @@ static void body_validation(uint32_t mode) {
   TU_CHECK_STATUS(gpuhal_cmd_dispatch(cb, t.fill_u32, one, one, 0, 3, args), GPUHAL_STATUS_INVALID_ARGUMENT,
                   "released");
   args[0] = gpuhal_arg_buffer(NULL, 0);
-  TU_CHECK_STATUS(gpuhal_cmd_dispatch(cb, t.fill_u32, one, one, 0, 3, args), GPUHAL_STATUS_INVALID_ARGUMENT,
-                  "args[0]");
+  TU_CHECK_STATUS(gpuhal_cmd_dispatch(cb, t.fill_u32, one, one, 0, 3, args), GPUHAL_STATUS_INVALID_ARGUMENT, "args[0]");
   args[0] = gpuhal_arg_slot(2, 0);
   TU_CHECK_STATUS(gpuhal_cmd_dispatch(cb, t.fill_u32, one, one, 0, 3, args), GPUHAL_STATUS_OUT_OF_RANGE, "slot 2");
   args[0] = gpuhal_arg_slot(0, 0);
@@ -632,9 +627,9 @@ static void body_validation(uint32_t mode) {
   TU_CHECK_STATUS(gpuhal_command_buffer_begin(cb), GPUHAL_STATUS_FAILED_PRECONDITION, "recorded once");
 
   /* execute-time: the binding table */
-  TU_CHECK_STATUS(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), cb,
-                                       NULL),
-                  GPUHAL_STATUS_INVALID_ARGUMENT, "bindings");
+  TU_CHECK_STATUS(
+      gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), cb, NULL),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "bindings");
   {
     gpuhal_buffer_t* bound[2];
     uint64_t offsets[2] = {0, 0};
@@ -643,29 +638,29 @@ static void body_validation(uint32_t mode) {
     table.count = 1;
     table.buffers = bound;
     table.offsets = offsets;
-    TU_CHECK_STATUS(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(),
-                                         cb, &table),
-                    GPUHAL_STATUS_INVALID_ARGUMENT, "2 binding slots");
+    TU_CHECK_STATUS(
+        gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), cb, &table),
+        GPUHAL_STATUS_INVALID_ARGUMENT, "2 binding slots");
     table.count = 2;
-    TU_CHECK_STATUS(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(),
-                                         cb, &table),
-                    GPUHAL_STATUS_OUT_OF_RANGE, "bindings.buffers[1]");
+    TU_CHECK_STATUS(
+        gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), cb, &table),
+        GPUHAL_STATUS_OUT_OF_RANGE, "bindings.buffers[1]");
     bound[1] = buf;
     offsets[1] = 1000;
-    TU_CHECK_STATUS(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(),
-                                         cb, &table),
-                    GPUHAL_STATUS_OUT_OF_RANGE, "bindings.buffers[1]");
+    TU_CHECK_STATUS(
+        gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), cb, &table),
+        GPUHAL_STATUS_OUT_OF_RANGE, "bindings.buffers[1]");
     bound[1] = dead;
     offsets[1] = 0;
-    TU_CHECK_STATUS(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(),
-                                         cb, &table),
-                    GPUHAL_STATUS_INVALID_ARGUMENT, "released");
+    TU_CHECK_STATUS(
+        gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), cb, &table),
+        GPUHAL_STATUS_INVALID_ARGUMENT, "released");
     bound[1] = buf;
     /* A good table runs (ONE_SHOT: once). */
     TU_CHECK_OK(cbt_run(&t, cb, &table));
-    TU_CHECK_STATUS(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(),
-                                         cb, &table),
-                    GPUHAL_STATUS_FAILED_PRECONDITION, "ONE_SHOT");
+    TU_CHECK_STATUS(
+        gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), cb, &table),
+        GPUHAL_STATUS_FAILED_PRECONDITION, "ONE_SHOT");
   }
 
   /* A released command buffer is caught, not used. */
@@ -761,12 +756,9 @@ static gpuhal_status_t tr_record(cbt* t, gpuhal_command_buffer_t* cb, tr_kind_t 
       args[1] = gpuhal_arg_u32(value);
       args[2] = gpuhal_arg_u32(TR_WORDS);
       return gpuhal_cmd_dispatch(cb, t->fill_u32, gpuhal_dim3(1, 1, 1), gpuhal_dim3(TR_WORDS, 1, 1), 0, 3, args);
-    case TR_COPY_SRC:
-      return gpuhal_cmd_copy(cb, ref, gpuhal_ref_buffer(aux, 0), TR_BYTES);
-    case TR_COPY_DST:
-      return gpuhal_cmd_copy(cb, gpuhal_ref_buffer(aux, 0), ref, TR_BYTES);
-    case TR_FILL:
-      return gpuhal_cmd_fill(cb, ref, TR_BYTES, &value, 4);
+    case TR_COPY_SRC: return gpuhal_cmd_copy(cb, ref, gpuhal_ref_buffer(aux, 0), TR_BYTES);
+    case TR_COPY_DST: return gpuhal_cmd_copy(cb, gpuhal_ref_buffer(aux, 0), ref, TR_BYTES);
+    case TR_FILL: return gpuhal_cmd_fill(cb, ref, TR_BYTES, &value, 4);
     default:
       for (i = 0; i < TR_WORDS; ++i) words[i] = value;
       return gpuhal_cmd_update(cb, words, ref, TR_BYTES);
@@ -853,12 +845,11 @@ static void body_transient_dealloca_queued_first(uint32_t mode) {
   TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
   TU_CHECK_OK(tr_record(&t, cb, TR_FILL, gpuhal_ref_buffer(a, 0), aux, 0x1234u));
   TU_CHECK_OK(gpuhal_command_buffer_end(cb));
-  TU_CHECK_OK(gpuhal_queue_dealloca(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &one),
-                                    a));
+  TU_CHECK_OK(
+      gpuhal_queue_dealloca(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &one), a));
   TU_CHECK_OK(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &two),
                                    cb, NULL));
-  tr_check_refused(gpuhal_semaphore_wait(sem, 2, gpuhal_timeout_relative_ns(TR_WAIT_NS)), "deallocated", TR_FILL,
-                   mode);
+  tr_check_refused(gpuhal_semaphore_wait(sem, 2, gpuhal_timeout_relative_ns(TR_WAIT_NS)), "deallocated", TR_FILL, mode);
   TU_CHECK_OK(gpuhal_device_wait_idle(t.device, gpuhal_timeout_relative_ns(TR_WAIT_NS)));
   gpuhal_command_buffer_release(cb);
   gpuhal_buffer_release(a);

@@ -57,9 +57,9 @@ TU_TEST(graph_structure) {
   TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
   args[1] = gpuhal_arg_u32(1);
   args[2] = gpuhal_arg_u32(1);
-#define DISPATCH(index)                                                                                  \
-  do {                                                                                                   \
-    args[0] = gpuhal_arg_buffer(buf, 4u * (index));                                                      \
+#define DISPATCH(index)                                                                                       \
+  do {                                                                                                        \
+    args[0] = gpuhal_arg_buffer(buf, 4u * (index));                                                           \
     TU_CHECK_OK(gpuhal_cmd_dispatch(cb, t.fill_u32, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args)); \
   } while (0)
   TU_CHECK_OK(gpuhal_cmd_barrier(cb));
@@ -273,15 +273,15 @@ TU_TEST(graph_release_on_host_call_thread_with_context_push_failing) {
   TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &done));
   /* A first host call warms what host calls use (the event pool), so that the count below
    * holds only what the command buffer adds. */
-  TU_CHECK_OK(gpuhal_queue_host_call(t.device, 0, gpuhal_semaphore_list_empty(),
-                                     gpuhal_semaphore_list_one(&done, &one), rel_nothing, NULL));
+  TU_CHECK_OK(gpuhal_queue_host_call(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&done, &one),
+                                     rel_nothing, NULL));
   TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, gpuhal_timeout_relative_ns(30000000000ll)));
   TU_CHECK_OK(gpuhal_device_wait_idle(t.device, gpuhal_timeout_relative_ns(30000000000ll)));
   before = rel_live_objects();
   r.cb = rel_record(&t, buf, 0);
   r.armed = 0;
-  TU_CHECK_OK(gpuhal_queue_host_call(t.device, 0, gpuhal_semaphore_list_empty(),
-                                     gpuhal_semaphore_list_one(&done, &two), rel_host_release, &r));
+  TU_CHECK_OK(gpuhal_queue_host_call(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&done, &two),
+                                     rel_host_release, &r));
   TU_CHECK_OK(gpuhal_semaphore_wait(done, 2, gpuhal_timeout_relative_ns(30000000000ll)));
   TU_CHECK_OK(gpuhal_device_wait_idle(t.device, gpuhal_timeout_relative_ns(30000000000ll)));
   TU_CHECK(r.armed);

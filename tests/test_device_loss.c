@@ -63,18 +63,19 @@ static gpuhal_status_t record_fill(gpuhal_device_t* device, gpuhal_kernel_t* fil
 }
 
 /* Checks that st is an error carrying the loss cause, arrived within FAST_NS of t0. */
-#define CHECK_LOSS(expr, t0)                                                                          \
-  do {                                                                                                \
-    gpuhal_status_t loss_s_ = (expr);                                                                 \
-    int64_t loss_took_ = gpuhal_now_ns() - (t0);                                                      \
-    if (!loss_s_) {                                                                                   \
-      TU_FAIL_AT(__FILE__, __LINE__, "%s succeeded on a lost device", #expr);                         \
-    } else if (!strstr(gpuhal_status_message(loss_s_), LOSS_CAUSE)) {                                  \
+#define CHECK_LOSS(expr, t0)                                                                                \
+  do {                                                                                                      \
+    gpuhal_status_t loss_s_ = (expr);                                                                       \
+    int64_t loss_took_ = gpuhal_now_ns() - (t0);                                                            \
+    if (!loss_s_) {                                                                                         \
+      TU_FAIL_AT(__FILE__, __LINE__, "%s succeeded on a lost device", #expr);                               \
+    } else if (!strstr(gpuhal_status_message(loss_s_), LOSS_CAUSE)) {                                       \
       TU_FAIL_AT(__FILE__, __LINE__, "%s -> '%s' does not carry %s", #expr, gpuhal_status_message(loss_s_), \
-                 LOSS_CAUSE);                                                                         \
-    }                                                                                                 \
-    if (loss_took_ > FAST_NS) TU_FAIL_AT(__FILE__, __LINE__, "%s took %lld ms", #expr, (long long)(loss_took_ / 1000000)); \
-    gpuhal_status_free(loss_s_);                                                                      \
+                 LOSS_CAUSE);                                                                               \
+    }                                                                                                       \
+    if (loss_took_ > FAST_NS)                                                                               \
+      TU_FAIL_AT(__FILE__, __LINE__, "%s took %lld ms", #expr, (long long)(loss_took_ / 1000000));          \
+    gpuhal_status_free(loss_s_);                                                                            \
   } while (0)
 
 static int host_calls_run;
@@ -92,8 +93,8 @@ TU_TEST(faulting_kernel_fails_pending_and_later_work) {
   gpuhal_kernel_t *fault = NULL, *fill = NULL;
   gpuhal_command_buffer_t *fault_cb = NULL, *fill_cb = NULL, *late_cb = NULL;
   gpuhal_buffer_t *out = NULL, *pending_alloca = NULL, *late_alloca = NULL;
-  gpuhal_semaphore_t *gate = NULL, *faulted = NULL, *exec_pending = NULL, *alloca_pending = NULL,
-                     *host_pending = NULL, *later = NULL;
+  gpuhal_semaphore_t *gate = NULL, *faulted = NULL, *exec_pending = NULL, *alloca_pending = NULL, *host_pending = NULL,
+                     *later = NULL;
   const uint64_t one = 1;
   uint32_t words[64];
   int64_t t0;
@@ -132,8 +133,8 @@ TU_TEST(faulting_kernel_fails_pending_and_later_work) {
   TU_CHECK_OK(gpuhal_queue_host_call(device, 0, gpuhal_semaphore_list_one(&gate, &one),
                                      gpuhal_semaphore_list_one(&host_pending, &one), count_call, NULL));
   /* The fault. */
-  TU_CHECK_OK(gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(),
-                                   gpuhal_semaphore_list_one(&faulted, &one), fault_cb, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&faulted, &one),
+                                   fault_cb, NULL));
   t0 = gpuhal_now_ns();
   CHECK_LOSS(gpuhal_semaphore_wait(faulted, 1, seconds(20)), t0);
   st = gpuhal_device_lost_status(device);
@@ -156,8 +157,8 @@ TU_TEST(faulting_kernel_fails_pending_and_later_work) {
 
   /* Later work fails fast too, on either queue, whatever its kind. */
   t0 = gpuhal_now_ns();
-  st = gpuhal_queue_execute(device, 1, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&later, &one),
-                            late_cb, NULL);
+  st = gpuhal_queue_execute(device, 1, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&later, &one), late_cb,
+                            NULL);
   if (st) {
     CHECK_LOSS(st, t0); /* refusing at submit is fine too, with the cause */
   } else {
@@ -167,8 +168,8 @@ TU_TEST(faulting_kernel_fails_pending_and_later_work) {
     gpuhal_semaphore_t* later2 = NULL;
     TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &later2));
     t0 = gpuhal_now_ns();
-    st = gpuhal_queue_alloca(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&later2, &one),
-                             256, &late_alloca);
+    st = gpuhal_queue_alloca(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&later2, &one), 256,
+                             &late_alloca);
     if (st) {
       CHECK_LOSS(st, t0);
     } else {

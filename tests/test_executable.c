@@ -39,16 +39,14 @@ static void fixture_close(fixture* f) {
 }
 
 /* Reads tests/kernels/<name> into a malloc'ed buffer (NUL-terminated; *size excludes it). */
-static char* read_kernel_file(const char* name, size_t* size) {
-  return tu_read_kernel_file(name, size);
-}
+static char* read_kernel_file(const char* name, size_t* size) { return tu_read_kernel_file(name, size); }
 
-#define OPEN_OR_SKIP(f)                                   \
-  do {                                                    \
-    if (!fixture_open(f)) {                               \
-      if (!tu_state.failed) TU_SKIP("no CUDA device");    \
-      return;                                             \
-    }                                                     \
+#define OPEN_OR_SKIP(f)                                \
+  do {                                                 \
+    if (!fixture_open(f)) {                            \
+      if (!tu_state.failed) TU_SKIP("no CUDA device"); \
+      return;                                          \
+    }                                                  \
   } while (0)
 
 TU_TEST(load_ptx_with_and_without_nul) {
@@ -211,8 +209,7 @@ TU_TEST(format_detection) {
   memcpy(elf, "\177ELF", 4);
   elf[4] = 2;
   elf[18] = 62;
-  TU_CHECK_STATUS(gpuhal_executable_load(f.device, elf, sizeof(elf), &exe), GPUHAL_STATUS_INVALID_ARGUMENT,
-                  "EM_CUDA");
+  TU_CHECK_STATUS(gpuhal_executable_load(f.device, elf, sizeof(elf), &exe), GPUHAL_STATUS_INVALID_ARGUMENT, "EM_CUDA");
   /* EM_CUDA but its section headers lie past the end: truncated. */
   elf[18] = 190;
   elf[0x28] = 0x00;
@@ -304,5 +301,6 @@ TU_TEST(no_param_info_turns_checks_off) {
   fixture_close(&f);
 }
 
-TU_MAIN(TU_CASE(no_param_info_turns_checks_off), TU_CASE(load_ptx_with_and_without_nul), TU_CASE(module_cache_compiles_once), TU_CASE(kernel_lookup_and_info),
-        TU_CASE(dynamic_shared_opt_in), TU_CASE(format_detection), TU_CASE(executable_outlives_user_reference))
+TU_MAIN(TU_CASE(no_param_info_turns_checks_off), TU_CASE(load_ptx_with_and_without_nul),
+        TU_CASE(module_cache_compiles_once), TU_CASE(kernel_lookup_and_info), TU_CASE(dynamic_shared_opt_in),
+        TU_CASE(format_detection), TU_CASE(executable_outlives_user_reference))

@@ -81,10 +81,10 @@ static void er_close(er_fixture_t* f) {
 }
 
 /* The error of the extra release: names the function (and what it released). */
-#define ER_CHECK_LOGGED(f, before, func, what)                  \
-  do {                                                          \
-    TU_CHECK_EQ_INT(er_errors(&(f)->log), (before) + 1);        \
-    TU_CHECK_STR_CONTAINS((f)->log.text, func ": " what);      \
+#define ER_CHECK_LOGGED(f, before, func, what)                       \
+  do {                                                               \
+    TU_CHECK_EQ_INT(er_errors(&(f)->log), (before) + 1);             \
+    TU_CHECK_STR_CONTAINS((f)->log.text, func ": " what);            \
     TU_CHECK_STR_CONTAINS((f)->log.text, "this release is ignored"); \
   } while (0)
 
@@ -93,8 +93,10 @@ static void er_close(er_fixture_t* f) {
 static int er_until_gone(int (*gone)(void*), void* object) {
   int64_t deadline = gpuhal_now_ns() + 30ll * 1000000000ll;
   while (!gone(object))
-    if (gpuhal_now_ns() > deadline) return 0;
-    else gpuhal__sleep_ns(1000000);
+    if (gpuhal_now_ns() > deadline)
+      return 0;
+    else
+      gpuhal__sleep_ns(1000000);
   return 1;
 }
 static int er_buffer_gone(void* b) { return gpuhal_buffer_size((gpuhal_buffer_t*)b) == 0; }

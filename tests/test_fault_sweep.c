@@ -95,10 +95,11 @@ static const char* const sw_entries[] = {GPUHAL_CUDA_REQUIRED_SYMBOLS(SW_NAME_OF
 /* Entry points that release something: when one fails, the driver keeps the object, and
  * softcuda (rightly) reports it at exit. gpuhal cannot do better than carry on. */
 static int sw_is_release_entry(const char* e) {
-  static const char* const names[] = {"cuEventDestroy", "cuStreamDestroy", "cuMemFree", "cuMemFreeHost",
-                                      "cuModuleUnload", "cuDevicePrimaryCtxRelease", "cuMemPoolDestroy",
-                                      "cuLinkDestroy", "cuGraphDestroy", "cuGraphExecDestroy", "cuCtxDestroy",
-                                      "cuMemFreeAsync", "cuCtxPopCurrent", "ncclCommDestroy", "ncclCommAbort"};
+  static const char* const names[] = {"cuEventDestroy",     "cuStreamDestroy", "cuMemFree",
+                                      "cuMemFreeHost",      "cuModuleUnload",  "cuDevicePrimaryCtxRelease",
+                                      "cuMemPoolDestroy",   "cuLinkDestroy",   "cuGraphDestroy",
+                                      "cuGraphExecDestroy", "cuCtxDestroy",    "cuMemFreeAsync",
+                                      "cuCtxPopCurrent",    "ncclCommDestroy", "ncclCommAbort"};
   size_t i;
   for (i = 0; i < sizeof(names) / sizeof(names[0]); ++i)
     if (strcmp(e, names[i]) == 0) return 1;
@@ -115,7 +116,7 @@ typedef struct sw_run_s {
   gpuhal_status_t first; /* the first error the scenario saw (owned) */
   int stuck;             /* a wait timed out: something depending on failed work hangs */
   char stuck_what[160];
-  int wrong;             /* a step returned OK but the data is wrong */
+  int wrong; /* a step returned OK but the data is wrong */
   char wrong_what[160];
   /* (semaphore, value) pairs that successfully submitted work promised to signal: each must
    * reach its value or fail by the end. */
@@ -364,16 +365,19 @@ static void scenario_execute(sw_run_t* r) {
         sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[2]), "buffer_allocate") &&
         sw_record(r, &o, o.device[0], fill, GPUHAL_COMMAND_BUFFER_GRAPH, o.buf[0], o.buf[1], &o.cb[0]) &&
         sw_record(r, &o, o.device[0], fill, GPUHAL_COMMAND_BUFFER_STREAM, o.buf[1], o.buf[2], &o.cb[1]) &&
-        sw_ok(r, gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&gate, &V1),
-                                      gpuhal_semaphore_list_one(&s, &V1), o.cb[0], NULL),
+        sw_ok(r,
+              gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&gate, &V1),
+                                   gpuhal_semaphore_list_one(&s, &V1), o.cb[0], NULL),
               "queue_execute graph")) {
       sw_expect(r, s, 1);
-      if (sw_ok(r, gpuhal_queue_execute(o.device[0], 1, gpuhal_semaphore_list_one(&s, &V1),
-                                        gpuhal_semaphore_list_one(&s, &V2), o.cb[1], NULL),
+      if (sw_ok(r,
+                gpuhal_queue_execute(o.device[0], 1, gpuhal_semaphore_list_one(&s, &V1),
+                                     gpuhal_semaphore_list_one(&s, &V2), o.cb[1], NULL),
                 "queue_execute stream")) {
         sw_expect(r, s, 2);
-        if (sw_ok(r, gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&s, &V2),
-                                          gpuhal_semaphore_list_one(&t, &V1), NULL, NULL),
+        if (sw_ok(r,
+                  gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&s, &V2),
+                                       gpuhal_semaphore_list_one(&t, &V1), NULL, NULL),
                   "queue_execute barrier"))
           sw_expect(r, t, 1);
       }
@@ -401,20 +405,23 @@ static void scenario_alloca(sw_run_t* r) {
     d = o.sem[2];
     if (sw_ok(r, sw_load(o.device[0], "fill_u32", &o.exe[0], &fill), "executable_load") &&
         sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[1]), "buffer_allocate") &&
-        sw_ok(r, gpuhal_queue_alloca(o.device[0], 0, gpuhal_semaphore_list_one(&gate, &V1),
-                                     gpuhal_semaphore_list_one(&a, &V1), 1024, &scratch),
+        sw_ok(r,
+              gpuhal_queue_alloca(o.device[0], 0, gpuhal_semaphore_list_one(&gate, &V1),
+                                  gpuhal_semaphore_list_one(&a, &V1), 1024, &scratch),
               "queue_alloca")) {
       o.buf[0] = scratch;
       sw_expect(r, a, 1);
       if (sw_record(r, &o, o.device[0], fill, GPUHAL_COMMAND_BUFFER_GRAPH, scratch, o.buf[1], &o.cb[0]) &&
-          sw_ok(r, gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&a, &V1),
-                                        gpuhal_semaphore_list_one(&d, &V1), o.cb[0], NULL),
+          sw_ok(r,
+                gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&a, &V1),
+                                     gpuhal_semaphore_list_one(&d, &V1), o.cb[0], NULL),
                 "queue_execute"))
         sw_expect(r, d, 1);
       gate_signalled = sw_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
       if (!r->first && sw_wait(r, d, 1, "wait d=1") && sw_check_recorded(r, o.buf[1]) &&
-          sw_ok(r, gpuhal_queue_dealloca(o.device[0], 0, gpuhal_semaphore_list_one(&d, &V1),
-                                         gpuhal_semaphore_list_one(&d, &V2), scratch),
+          sw_ok(r,
+                gpuhal_queue_dealloca(o.device[0], 0, gpuhal_semaphore_list_one(&d, &V1),
+                                      gpuhal_semaphore_list_one(&d, &V2), scratch),
                 "queue_dealloca")) {
         sw_expect(r, d, 2);
         sw_wait(r, d, 2, "wait d=2");
@@ -443,16 +450,19 @@ static void scenario_host(sw_run_t* r) {
   if (sw_open(r, &o, 1, 2)) {
     h = o.sem[0];
     g = o.sem[1];
-    if (sw_ok(r, gpuhal_queue_host_call(o.device[0], 0, gpuhal_semaphore_list_empty(),
-                                        gpuhal_semaphore_list_one(&h, &V1), sw_host_fn, &calls),
+    if (sw_ok(r,
+              gpuhal_queue_host_call(o.device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&h, &V1),
+                                     sw_host_fn, &calls),
               "queue_host_call q0")) {
       sw_expect(r, h, 1);
-      if (sw_ok(r, gpuhal_queue_execute(o.device[0], 1, gpuhal_semaphore_list_one(&h, &V1),
-                                        gpuhal_semaphore_list_one(&h, &V2), NULL, NULL),
+      if (sw_ok(r,
+                gpuhal_queue_execute(o.device[0], 1, gpuhal_semaphore_list_one(&h, &V1),
+                                     gpuhal_semaphore_list_one(&h, &V2), NULL, NULL),
                 "queue_execute barrier q1"))
         sw_expect(r, h, 2);
-      if (sw_ok(r, gpuhal_queue_host_call(o.device[0], 1, gpuhal_semaphore_list_one(&h, &V2),
-                                          gpuhal_semaphore_list_one(&g, &V3), sw_host_fn, &calls),
+      if (sw_ok(r,
+                gpuhal_queue_host_call(o.device[0], 1, gpuhal_semaphore_list_one(&h, &V2),
+                                       gpuhal_semaphore_list_one(&g, &V3), sw_host_fn, &calls),
                 "queue_host_call q1"))
         sw_expect(r, g, 3);
       list[0] = h;
@@ -488,12 +498,14 @@ static void scenario_multi(sw_run_t* r) {
         sw_ok(r, gpuhal_buffer_allocate(o.device[1], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[0]), "buffer_allocate") &&
         sw_ok(r, gpuhal_buffer_allocate(o.device[1], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[1]), "buffer_allocate") &&
         sw_record(r, &o, o.device[1], fill, GPUHAL_COMMAND_BUFFER_GRAPH, o.buf[0], o.buf[1], &o.cb[0]) &&
-        sw_ok(r, gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&gate, &V1),
-                                      gpuhal_semaphore_list_one(&s, &V1), NULL, NULL),
+        sw_ok(r,
+              gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&gate, &V1),
+                                   gpuhal_semaphore_list_one(&s, &V1), NULL, NULL),
               "queue_execute device 0")) {
       sw_expect(r, s, 1);
-      if (sw_ok(r, gpuhal_queue_execute(o.device[1], 0, gpuhal_semaphore_list_one(&s, &V1),
-                                        gpuhal_semaphore_list_one(&s, &V2), o.cb[0], NULL),
+      if (sw_ok(r,
+                gpuhal_queue_execute(o.device[1], 0, gpuhal_semaphore_list_one(&s, &V1),
+                                     gpuhal_semaphore_list_one(&s, &V2), o.cb[0], NULL),
                 "queue_execute device 1"))
         sw_expect(r, s, 2);
       gate_signalled = sw_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
@@ -549,8 +561,9 @@ static int sw_load_and_fill(sw_run_t* r, sw_objs_t* o, int index, const char* ph
       !sw_ok(r, gpuhal_cmd_dispatch(o->cb[index], fill, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 3, args),
              "cmd_dispatch") ||
       !sw_ok(r, gpuhal_command_buffer_end(o->cb[index]), "command_buffer_end") ||
-      !sw_ok(r, gpuhal_queue_execute(o->device[0], 0, gpuhal_semaphore_list_empty(),
-                                     gpuhal_semaphore_list_one(&done, &V1), o->cb[index], NULL),
+      !sw_ok(r,
+             gpuhal_queue_execute(o->device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&done, &V1),
+                                  o->cb[index], NULL),
              "queue_execute"))
     return 0;
   sw_expect(r, done, 1);
@@ -719,8 +732,9 @@ static void scenario_collective(sw_run_t* r) {
           break;
       }
       for (i = 0; i < 2 && !r->first; ++i) {
-        if (!sw_ok(r, gpuhal_queue_execute(o.device[i], 0, gpuhal_semaphore_list_one(&gate, &V1),
-                                           gpuhal_semaphore_list_one(&done[i], &V1), o.cb[i], NULL),
+        if (!sw_ok(r,
+                   gpuhal_queue_execute(o.device[i], 0, gpuhal_semaphore_list_one(&gate, &V1),
+                                        gpuhal_semaphore_list_one(&done[i], &V1), o.cb[i], NULL),
                    i == 0 ? "queue_execute rank 0 (STREAM)" : "queue_execute rank 1 (GRAPH)"))
           break;
         sw_expect(r, done[i], 1);
@@ -730,7 +744,8 @@ static void scenario_collective(sw_run_t* r) {
       if (gate_signalled) {
         sw_wait_ranks(r, done, 2);
         for (i = 0; i < 2 && !r->first && !r->stuck; ++i)
-          if (!sw_check_u32(r, o.buf[2 * i + 1], 0, 64, 3 * 0x10101u, i == 0 ? "all-reduce rank 0" : "all-reduce rank 1"))
+          if (!sw_check_u32(r, o.buf[2 * i + 1], 0, 64, 3 * 0x10101u,
+                            i == 0 ? "all-reduce rank 0" : "all-reduce rank 1"))
             break;
       }
     }
@@ -760,8 +775,9 @@ static void scenario_cb_release(sw_run_t* r) {
   uint32_t four = 0x44444444u, update[4] = {1, 2, 3, 4};
   if (sw_open(r, &o, 1, 1)) {
     a = o.sem[0];
-    if (sw_ok(r, gpuhal_queue_alloca(o.device[0], 0, gpuhal_semaphore_list_empty(),
-                                     gpuhal_semaphore_list_one(&a, &V1), 256, &scratch),
+    if (sw_ok(r,
+              gpuhal_queue_alloca(o.device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&a, &V1),
+                                  256, &scratch),
               "queue_alloca")) {
       o.buf[0] = scratch;
       sw_expect(r, a, 1);
@@ -770,11 +786,11 @@ static void scenario_cb_release(sw_run_t* r) {
                 "command_buffer_create") &&
           sw_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
           sw_ok(r, gpuhal_cmd_fill(o.cb[0], gpuhal_ref_buffer(scratch, 0), 128, &four, 4), "cmd_fill") &&
-          sw_ok(r, gpuhal_cmd_update(o.cb[0], update, gpuhal_ref_buffer(scratch, 128), sizeof(update)),
-                "cmd_update"))
+          sw_ok(r, gpuhal_cmd_update(o.cb[0], update, gpuhal_ref_buffer(scratch, 128), sizeof(update)), "cmd_update"))
         sw_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end");
-      if (sw_ok(r, gpuhal_queue_dealloca(o.device[0], 0, gpuhal_semaphore_list_one(&a, &V1),
-                                         gpuhal_semaphore_list_one(&a, &V2), scratch),
+      if (sw_ok(r,
+                gpuhal_queue_dealloca(o.device[0], 0, gpuhal_semaphore_list_one(&a, &V1),
+                                      gpuhal_semaphore_list_one(&a, &V2), scratch),
                 "queue_dealloca")) {
         sw_expect(r, a, 2);
         sw_wait(r, a, 2, "wait a=2");
@@ -799,16 +815,18 @@ static void sw_memory_fill(sw_run_t* r, sw_objs_t* o, gpuhal_semaphore_t* a, gpu
   uint64_t i;
   for (i = 0; i < 4; ++i) {
     uint64_t v = i + 1;
-    if (!sw_ok(r, gpuhal_queue_alloca(o->device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&a, &v),
-                                      SW_MIB, &o->buf[i]),
+    if (!sw_ok(r,
+               gpuhal_queue_alloca(o->device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&a, &v),
+                                   SW_MIB, &o->buf[i]),
                "queue_alloca"))
       return;
     sw_expect(r, a, v);
   }
   if (!sw_wait(r, a, 4, "wait a=4")) return;
   /* The fifth does not fit: its semaphore fails out of memory (its queue call succeeds). */
-  if (!sw_ok(r, gpuhal_queue_alloca(o->device[0], 0, gpuhal_semaphore_list_empty(),
-                                    gpuhal_semaphore_list_one(&full, &V1), SW_MIB, &extra),
+  if (!sw_ok(r,
+             gpuhal_queue_alloca(o->device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&full, &V1),
+                                 SW_MIB, &extra),
              "queue_alloca (full)"))
     return;
   st = gpuhal_semaphore_wait(full, 1, gpuhal_timeout_relative_ns(SW_WAIT_NS));
@@ -847,24 +865,28 @@ static void scenario_memory(sw_run_t* r) {
         stats.pool_used < 4 * SW_MIB)
       sw_mark_wrong(r, "pool_used is below the 4 MiB of live allocas");
     if (!r->first && !r->wrong &&
-        sw_ok(r, gpuhal_queue_execute(o.device[0], 1, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&g, &V1),
-                                      o.cb[0], NULL),
+        sw_ok(r,
+              gpuhal_queue_execute(o.device[0], 1, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&g, &V1),
+                                   o.cb[0], NULL),
               "queue_execute spin")) {
       sw_expect(r, g, 1);
       for (i = 0; i < 4 && !r->first; ++i) {
         uint64_t v = i + 1;
-        if (sw_ok(r, gpuhal_queue_dealloca(o.device[0], 1, gpuhal_semaphore_list_empty(),
-                                           gpuhal_semaphore_list_one(&d, &v), o.buf[i]),
+        if (sw_ok(r,
+                  gpuhal_queue_dealloca(o.device[0], 1, gpuhal_semaphore_list_empty(),
+                                        gpuhal_semaphore_list_one(&d, &v), o.buf[i]),
                   "queue_dealloca"))
           sw_expect(r, d, v);
       }
-      if (!r->first && sw_ok(r, gpuhal_queue_alloca(o.device[0], 0, gpuhal_semaphore_list_empty(),
-                                                    gpuhal_semaphore_list_one(&late, &V1), SW_MIB, &o.buf[4]),
+      if (!r->first && sw_ok(r,
+                             gpuhal_queue_alloca(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                                 gpuhal_semaphore_list_one(&late, &V1), SW_MIB, &o.buf[4]),
                              "queue_alloca (deallocas in flight)")) {
         sw_expect(r, late, 1);
         if (sw_wait(r, late, 1, "wait late=1") &&
-            sw_ok(r, gpuhal_queue_dealloca(o.device[0], 0, gpuhal_semaphore_list_empty(),
-                                           gpuhal_semaphore_list_one(&late, &V2), o.buf[4]),
+            sw_ok(r,
+                  gpuhal_queue_dealloca(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                        gpuhal_semaphore_list_one(&late, &V2), o.buf[4]),
                   "queue_dealloca late"))
           sw_expect(r, late, 2);
       }
@@ -872,8 +894,7 @@ static void scenario_memory(sw_run_t* r) {
     sw_settle(r);
     if (sw_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SW_WAIT_NS)), "device_wait_idle") &&
         !r->first && sw_ok(r, gpuhal_device_trim(o.device[0]), "device_trim") &&
-        sw_ok(r, gpuhal_device_memory_stats(o.device[0], &stats), "device_memory_stats") &&
-        stats.pool_reserved != 0)
+        sw_ok(r, gpuhal_device_memory_stats(o.device[0], &stats), "device_memory_stats") && stats.pool_reserved != 0)
       sw_mark_wrong(r, "the pool still holds memory after a trim at idle");
     if (!r->first && !r->wrong)
       sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, SW_MIB, &o.buf[5]), "buffer_allocate");
@@ -887,10 +908,11 @@ typedef struct sw_scenario_s {
   void (*run)(sw_run_t* r);
 } sw_scenario_t;
 static const sw_scenario_t sw_scenarios[] = {
-    {"device", scenario_device},   {"executable", scenario_executable}, {"record", scenario_record},
-    {"execute", scenario_execute}, {"alloca", scenario_alloca},         {"host", scenario_host},
-    {"multi", scenario_multi},     {"disk", scenario_disk},             {"collective", scenario_collective},
-    {"cb_release", scenario_cb_release},
+    {"device", scenario_device},         {"executable", scenario_executable},
+    {"record", scenario_record},         {"execute", scenario_execute},
+    {"alloca", scenario_alloca},         {"host", scenario_host},
+    {"multi", scenario_multi},           {"disk", scenario_disk},
+    {"collective", scenario_collective}, {"cb_release", scenario_cb_release},
     {"memory", scenario_memory},
 };
 #define SW_SCENARIO_COUNT ((int)(sizeof(sw_scenarios) / sizeof(sw_scenarios[0])))
@@ -936,8 +958,8 @@ static int sw_child(const char* scenario_name, const char* entry, unsigned long 
   /* gpuhal must leave this thread's current context as it found it (none). */
   context_changed = sw_ctx_get_current(&current) == CUDA_SUCCESS && current != NULL;
   if (context_changed) {
-    fprintf(out, "CONTEXT\tthe scenario's thread was left with context %p current (first error: %s)\n",
-            (void*)current, msg);
+    fprintf(out, "CONTEXT\tthe scenario's thread was left with context %p current (first error: %s)\n", (void*)current,
+            msg);
   } else if (!entry) {
     if (r.first || r.stuck || r.wrong || leaks)
       fprintf(out, "BASELINE\t%s%s%s%s (%llu leaks)\n", msg, r.stuck ? "; stuck: " : "", r.stuck ? r.stuck_what : "",
@@ -950,8 +972,7 @@ static int sw_child(const char* scenario_name, const char* entry, unsigned long 
     } else if (r.wrong && !r.first) {
       fprintf(out, "LOST\twrong results with an OK status: %s\n", r.wrong_what);
     } else if (leaks && !sw_is_release_entry(entry)) {
-      fprintf(out, "LEAK\tsoftcuda reported %llu leaked object(s) at context teardown (first error: %s)\n", leaks,
-              msg);
+      fprintf(out, "LEAK\tsoftcuda reported %llu leaked object(s) at context teardown (first error: %s)\n", leaks, msg);
     } else if (r.first) {
       if (strstr(msg, entry) || strstr(msg, result_name))
         fprintf(out, "%s\t%s\n", leaks ? "kept" : "failed", msg);
@@ -1053,8 +1074,8 @@ static void sw_start(sw_job_t* j) {
      * faulted runs stay short. Both ranks start on one gate, so a healthy peer arrives
      * within milliseconds; a slow one shows up as a LOST peer-timeout row. */
     if (j->entry) setenv("SOFTNCCL_TIMEOUT_MS", SW_PEER_TIMEOUT_MS, 0);
-    execl(sw_self, sw_self, "--child", sw_scenarios[j->scenario].name, j->entry ? j->entry : "-", nth,
-          sw_result_name, j->out_path, (char*)NULL);
+    execl(sw_self, sw_self, "--child", sw_scenarios[j->scenario].name, j->entry ? j->entry : "-", nth, sw_result_name,
+          j->out_path, (char*)NULL);
     _exit(127);
   }
   j->pid = pid;
@@ -1120,9 +1141,8 @@ static void sw_finish(sw_job_t* j, int status) {
      * report (exit 1) or LeakSanitizer (23) or another sanitizer. */
     char prev[600];
     snprintf(prev, sizeof(prev), "%s", j->detail);
-    snprintf(j->outcome, sizeof(j->outcome), strstr(tail, "runtime error") || strstr(tail, "ThreadSanitizer")
-                                                 ? "CRASH"
-                                                 : "LEAK");
+    snprintf(j->outcome, sizeof(j->outcome),
+             strstr(tail, "runtime error") || strstr(tail, "ThreadSanitizer") ? "CRASH" : "LEAK");
     snprintf(j->detail, sizeof(j->detail), "exit %d at exit-time checks: %s (run said: %s)", WEXITSTATUS(status),
              tail[0] ? tail : "see log", prev);
   }
@@ -1216,7 +1236,7 @@ static int sw_parent(int print_all) {
   int count_n[SW_SCENARIO_COUNT];
   sw_job_t* jobs = NULL;
   int job_count = 0, job_cap = 0, s, i, bad = 0, known_runs = 0, runs_by_outcome[10] = {0};
-  static const char* const outcome_names[] = {"failed", "recovered", "unreached", "kept",   "LOST",
+  static const char* const outcome_names[] = {"failed", "recovered", "unreached", "kept",    "LOST",
                                               "LEAK",   "HANG",      "CRASH",     "CONTEXT", "other"};
   int64_t t0 = gpuhal_now_ns();
   const char* tmp = getenv("TMPDIR");
@@ -1243,8 +1263,8 @@ static int sw_parent(int print_all) {
     count_n[s] = 0;
     if (!sw_selected(sw_scenarios[s].name)) continue;
     if (strcmp(baseline[s].outcome, "clean") != 0) {
-      printf("sweep: scenario %s does not run clean without faults: %s %s\n", sw_scenarios[s].name,
-             baseline[s].outcome, baseline[s].detail);
+      printf("sweep: scenario %s does not run clean without faults: %s %s\n", sw_scenarios[s].name, baseline[s].outcome,
+             baseline[s].detail);
       bad++;
       if (f) fclose(f);
       continue;
@@ -1322,21 +1342,23 @@ static int sw_parent(int print_all) {
         if (counts[jobs[i].scenario][c].entry == jobs[i].entry) calls = counts[jobs[i].scenario][c].calls;
       if (print_all || row_bad || strchr(row, '?'))
         printf("%-10s %-30s %6llu  %s%s\n", sw_scenarios[jobs[i].scenario].name, jobs[i].entry, calls, row,
-               row_bad ? "   <== BAD" : strchr(row, '?') ? "   <== known bug" : "");
+               row_bad            ? "   <== BAD"
+               : strchr(row, '?') ? "   <== known bug"
+                                  : "");
     }
     for (; i < j; ++i) {
       size_t len = strlen(jobs[i].outcome);
       int known = len > 0 && jobs[i].outcome[len - 1] == '?';
       if (known) {
-        printf("    %s %s#%llu KNOWN BUG %.*s: %s\n      why: %s\n", sw_scenarios[jobs[i].scenario].name,
-               jobs[i].entry, jobs[i].nth, (int)(len - 1), jobs[i].outcome, jobs[i].detail,
+        printf("    %s %s#%llu KNOWN BUG %.*s: %s\n      why: %s\n", sw_scenarios[jobs[i].scenario].name, jobs[i].entry,
+               jobs[i].nth, (int)(len - 1), jobs[i].outcome, jobs[i].detail,
                sw_known_why(jobs[i].entry, "LOST") ? sw_known_why(jobs[i].entry, "LOST")
                                                    : sw_known_why(jobs[i].entry, "LEAK"));
         continue;
       }
       if (sw_is_bad(jobs[i].outcome) || verbose || (print_all && strcmp(jobs[i].outcome, "recovered") == 0))
-        printf("    %s %s#%llu %s: %s   [log %s]\n", sw_scenarios[jobs[i].scenario].name, jobs[i].entry,
-               jobs[i].nth, jobs[i].outcome, jobs[i].detail, jobs[i].log_path);
+        printf("    %s %s#%llu %s: %s   [log %s]\n", sw_scenarios[jobs[i].scenario].name, jobs[i].entry, jobs[i].nth,
+               jobs[i].outcome, jobs[i].detail, jobs[i].log_path);
       if (sw_is_bad(jobs[i].outcome)) bad++;
     }
   }
@@ -1362,8 +1384,7 @@ int main(int argc, char** argv) {
   int print_all = 0, i;
   (void)tu_run; /* the sweep has its own main */
   if (argc == 7 && strcmp(argv[1], "--child") == 0)
-    return sw_child(argv[2], strcmp(argv[3], "-") == 0 ? NULL : argv[3], strtoull(argv[4], NULL, 10), argv[5],
-                    argv[6]);
+    return sw_child(argv[2], strcmp(argv[3], "-") == 0 ? NULL : argv[3], strtoull(argv[4], NULL, 10), argv[5], argv[6]);
   for (i = 1; i < argc; ++i) print_all |= strcmp(argv[i], "--table") == 0;
   if (!tu_softcuda()) {
     printf("sweep: skipped: the fault sweep needs softcuda's fault injection (GPUHAL_CUDA_LIBRARY)\n");

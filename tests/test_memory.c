@@ -14,7 +14,7 @@
 #define MIB (1024ull * 1024ull)
 #define POOL_MAX (64 * MIB)
 #define CHUNK (8 * MIB)
-#define MAX_CHUNKS 32        /* a pool of 64 MiB fits 8; more means the limit is ignored */
+#define MAX_CHUNKS 32         /* a pool of 64 MiB fits 8; more means the limit is ignored */
 #define WAIT_NS 30000000000ll /* every wait: 30 s */
 #define SPIN_US 2000000ull    /* the GPU work that keeps the deallocas in flight: 2 s */
 
@@ -171,7 +171,8 @@ TU_TEST(full_pool_recovers_after_deallocation) {
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, wait_time()));
   TU_CHECK_OK(gpuhal_device_memory_stats(f.device, &stats));
   if (tu_softcuda() && stats.device_total > POOL_MAX)
-    fprintf(stderr, "  note: softcuda's device has %llu bytes (SOFTCUDA_DEVICE_MEMORY unset?): buffer_allocate has room\n",
+    fprintf(stderr,
+            "  note: softcuda's device has %llu bytes (SOFTCUDA_DEVICE_MEMORY unset?): buffer_allocate has room\n",
             (unsigned long long)stats.device_total);
   TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 2 * CHUNK, &plain));
   TU_CHECK_OK(gpuhal_device_memory_stats(f.device, &stats));

@@ -56,8 +56,9 @@ TU_TEST(blake2b_test_vectors) {
   TU_CHECK(strcmp(text, "bddd813c634239723171ef3fee98579b94964e3bb1cb3e427262c8c068d52319") == 0);
   gpuhal__blake2b("abc", 3, digest, 64);
   hex(digest, 64, text);
-  TU_CHECK(strcmp(text, "ba80a53f981c4d0d6a2797b69f12f6e94c212f14685ac4b74b12bb6fdbffa2d1"
-                        "7d87c5392aab792dc252d5de4533cc9518d38aa8dbf1925ab92386edd4009923") == 0);
+  TU_CHECK(strcmp(text,
+                  "ba80a53f981c4d0d6a2797b69f12f6e94c212f14685ac4b74b12bb6fdbffa2d1"
+                  "7d87c5392aab792dc252d5de4533cc9518d38aa8dbf1925ab92386edd4009923") == 0);
   /* the fast hash: deterministic, seed- and length-sensitive */
   TU_CHECK(gpuhal__hash_fast64(data, 1000, 1) == gpuhal__hash_fast64(data, 1000, 1));
   TU_CHECK(gpuhal__hash_fast64(data, 1000, 1) != gpuhal__hash_fast64(data, 1000, 2));
@@ -111,7 +112,7 @@ TU_TEST(many_modules_cold_warm_and_after_release) {
     TU_CHECK_EQ_INT(s.entries, MANY);
     release_all(exe, MANY);
     TU_CHECK_EQ_INT(mc_stats(device).entries, MANY); /* unreferenced, still cached */
-    load_and_check_all(device, exe, MANY);            /* warm */
+    load_and_check_all(device, exe, MANY);           /* warm */
     t2 = gpuhal_now_ns();
     s = mc_stats(device);
     TU_CHECK_EQ_INT(s.compiles, MANY);
@@ -196,11 +197,11 @@ typedef struct hook_state_s {
   pthread_cond_t cond;
   int calls, frees;
   int cc_major;
-  int wait_for_waits;     /* >0: block until the cache reports this many waits */
-  int block_k;            /* >=0: block while compiling gen_add_<block_k> until released */
-  int blocked, released;  /* the block_k compile has started / may go on */
-  int fail;               /* return an error */
-  int garbage;            /* return bytes that are not a cubin */
+  int wait_for_waits;    /* >0: block until the cache reports this many waits */
+  int block_k;           /* >=0: block while compiling gen_add_<block_k> until released */
+  int blocked, released; /* the block_k compile has started / may go on */
+  int fail;              /* return an error */
+  int garbage;           /* return bytes that are not a cubin */
 } hook_state_t;
 
 static void hook_init(hook_state_t* h) {
@@ -497,7 +498,7 @@ TU_TEST(eviction_is_lru_and_respects_limits) {
   device = mc_device(driver, 0, &params);
   TU_REQUIRE(device != NULL);
   for (k = 0; k < 3; ++k) load_release(device, k); /* LRU order: 0 1 2 */
-  load_release(device, 0);                          /* hit; order: 1 2 0 */
+  load_release(device, 0);                         /* hit; order: 1 2 0 */
   TU_CHECK_EQ_INT(compiles(device), 3);
   load_release(device, 3); /* evicts 1, the least recently used */
   s = mc_stats(device);

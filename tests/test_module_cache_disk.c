@@ -22,8 +22,8 @@
 
 /* Loads modules [first, first + count) (backwards when `reverse`) on a new device with
  * the disk cache in `dir`, checks every result. 0 or the number of failures. */
-static int load_range(gpuhal_driver_t* driver, const char* dir, uint64_t disk_max_bytes, unsigned first,
-                      unsigned count, int reverse, gpuhal_module_cache_stats_t* out_stats) {
+static int load_range(gpuhal_driver_t* driver, const char* dir, uint64_t disk_max_bytes, unsigned first, unsigned count,
+                      int reverse, gpuhal_module_cache_stats_t* out_stats) {
   gpuhal_device_params_t params = mc_params(dir);
   gpuhal_device_t* device;
   unsigned i;
@@ -63,8 +63,8 @@ static int child_main(int argc, char** argv) {
   driver = mc_driver();
   if (!driver) return 3;
   memset(&s, 0, sizeof(s));
-  failures = load_range(driver, argv[3], strtoull(argv[7], NULL, 10), (unsigned)atoi(argv[4]),
-                        (unsigned)atoi(argv[5]), atoi(argv[6]), &s);
+  failures = load_range(driver, argv[3], strtoull(argv[7], NULL, 10), (unsigned)atoi(argv[4]), (unsigned)atoi(argv[5]),
+                        atoi(argv[6]), &s);
   expect_hits = atol(argv[8]);
   expect_compiles = atol(argv[9]);
   if (expect_hits >= 0 && (long)s.disk_hits != expect_hits) {
@@ -210,12 +210,23 @@ TU_TEST(bad_files_are_ignored_and_rebuilt) {
     switch (i) {
       case 0: bad[good_size - 7] ^= 0x10; break;
       case 1: bad_size = good_size / 2; break;
-      case 2: gpuhal__put_le32(bad + 8, 2); reseal_header(bad); break;
-      case 3: gpuhal__put_le32(bad + 60, 7); reseal_header(bad); break;
-      case 4: for (j = 0; j < bad_size; ++j) bad[j] = (unsigned char)(j * 131 + 7); break;
+      case 2:
+        gpuhal__put_le32(bad + 8, 2);
+        reseal_header(bad);
+        break;
+      case 3:
+        gpuhal__put_le32(bad + 60, 7);
+        reseal_header(bad);
+        break;
+      case 4:
+        for (j = 0; j < bad_size; ++j) bad[j] = (unsigned char)(j * 131 + 7);
+        break;
       case 5: bad_size = 0; break;
       case 6: bad_size = GPUHAL__DISK_HEADER_SIZE; break;
-      default: memset(bad + good_size, 0, 64); bad_size = good_size + 64; break;
+      default:
+        memset(bad + good_size, 0, 64);
+        bad_size = good_size + 64;
+        break;
     }
     write_whole(path, bad, bad_size);
     free(bad);
@@ -223,8 +234,8 @@ TU_TEST(bad_files_are_ignored_and_rebuilt) {
     TU_CHECK_EQ_INT(load_range(driver, dir, 0, 3, 1, 0, &s), 0); /* the right result anyway */
     if (s.disk_rejects != 1 || s.compiles != 1 || s.disk_writes != 1 || s.disk_hits != 0)
       TU_FAIL_AT(__FILE__, __LINE__, "%s: rejects %llu compiles %llu writes %llu hits %llu", kinds[i],
-                 (unsigned long long)s.disk_rejects, (unsigned long long)s.compiles,
-                 (unsigned long long)s.disk_writes, (unsigned long long)s.disk_hits);
+                 (unsigned long long)s.disk_rejects, (unsigned long long)s.compiles, (unsigned long long)s.disk_writes,
+                 (unsigned long long)s.disk_hits);
     if (!mc_log_contains("ignoring disk cache file")) TU_FAIL_AT(__FILE__, __LINE__, "%s: no debug log", kinds[i]);
     TU_CHECK_EQ_INT(load_range(driver, dir, 0, 3, 1, 0, &s), 0); /* rebuilt: a hit now */
     TU_CHECK_EQ_INT(s.disk_hits, 1);
@@ -554,10 +565,17 @@ static int plant_socket(const char* dir, const char* path) {
   return ok;
 }
 
-enum { PLANT_FIFO, PLANT_LINK_TO_FIFO, PLANT_LINK_TO_DEV_ZERO, PLANT_SOCKET, PLANT_CHAR_DEVICE, PLANT_LINK_TO_FILE,
-       PLANT_KINDS };
-static const char* const plant_names[PLANT_KINDS] = {"FIFO", "symlink to a FIFO", "symlink to /dev/zero", "socket",
-                                                     "character device", "symlink to a valid cache file"};
+enum {
+  PLANT_FIFO,
+  PLANT_LINK_TO_FIFO,
+  PLANT_LINK_TO_DEV_ZERO,
+  PLANT_SOCKET,
+  PLANT_CHAR_DEVICE,
+  PLANT_LINK_TO_FILE,
+  PLANT_KINDS
+};
+static const char* const plant_names[PLANT_KINDS] = {"FIFO",   "symlink to a FIFO", "symlink to /dev/zero",
+                                                     "socket", "character device",  "symlink to a valid cache file"};
 
 /* Puts the kind at `path`; 0 when this machine does not let us (a device node needs root). */
 static int plant(int kind, const char* dir, const char* path, const char* good_file) {
@@ -614,8 +632,8 @@ TU_TEST(non_regular_files_are_refused_without_hanging) {
     s = mc_stats(device);
     if (s.compiles != 1 || s.disk_rejects != 1 || s.disk_writes != 1 || s.disk_hits != 0 || !s.disk_enabled)
       TU_FAIL_AT(__FILE__, __LINE__, "%s: compiles %llu rejects %llu writes %llu hits %llu enabled %d", what,
-                 (unsigned long long)s.compiles, (unsigned long long)s.disk_rejects,
-                 (unsigned long long)s.disk_writes, (unsigned long long)s.disk_hits, s.disk_enabled);
+                 (unsigned long long)s.compiles, (unsigned long long)s.disk_rejects, (unsigned long long)s.disk_writes,
+                 (unsigned long long)s.disk_hits, s.disk_enabled);
     if (!mc_log_contains("ignoring disk cache file")) TU_FAIL_AT(__FILE__, __LINE__, "%s: no debug log", what);
     if ((kind == PLANT_FIFO && !mc_log_contains("FIFO")) ||
         (kind == PLANT_LINK_TO_FIFO && !mc_log_contains("symbolic link")))
@@ -664,12 +682,16 @@ TU_TEST(temporary_files_are_unique_and_fresh) {
 }
 
 int main(int argc, char** argv) {
-  static const tu_case_t cases[] = {
-      TU_CASE(many_modules_cold_warm_and_from_disk), TU_CASE(second_process_hits_the_disk_cache),
-      TU_CASE(bad_files_are_ignored_and_rebuilt),    TU_CASE(parser_survives_arbitrary_bytes),
-      TU_CASE(two_processes_fill_one_directory),     TU_CASE(disk_eviction_is_lru_with_touch_on_hit),
-      TU_CASE(unusable_directory_degrades_to_memory), TU_CASE(compile_hook_files_are_kept_apart),
-      TU_CASE(non_regular_files_are_refused_without_hanging), TU_CASE(temporary_files_are_unique_and_fresh)};
+  static const tu_case_t cases[] = {TU_CASE(many_modules_cold_warm_and_from_disk),
+                                    TU_CASE(second_process_hits_the_disk_cache),
+                                    TU_CASE(bad_files_are_ignored_and_rebuilt),
+                                    TU_CASE(parser_survives_arbitrary_bytes),
+                                    TU_CASE(two_processes_fill_one_directory),
+                                    TU_CASE(disk_eviction_is_lru_with_touch_on_hit),
+                                    TU_CASE(unusable_directory_degrades_to_memory),
+                                    TU_CASE(compile_hook_files_are_kept_apart),
+                                    TU_CASE(non_regular_files_are_refused_without_hanging),
+                                    TU_CASE(temporary_files_are_unique_and_fresh)};
   mc_remember_self(argv[0]);
   if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_main(argc, argv);
   return tu_run(cases, (int)(sizeof(cases) / sizeof(cases[0])), argc, argv);

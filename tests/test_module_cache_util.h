@@ -152,8 +152,8 @@ static gpuhal_status_t mc_run_check(gpuhal_device_t* device, gpuhal_executable_t
   if (!st) st = gpuhal_command_buffer_end(cb);
   if (!st) st = gpuhal_semaphore_create(driver, 0, &sem);
   if (!st)
-    st = gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &one), cb,
-                              NULL);
+    st =
+        gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &one), cb, NULL);
   if (!st) st = gpuhal_semaphore_wait(sem, 1, gpuhal_timeout_relative_ns(60ll * 1000000000ll));
   if (!st) st = gpuhal_buffer_read(buffer, 0, host, sizeof(host));
   for (i = 0; !st && i < MC_N; ++i)

@@ -20,8 +20,8 @@ static gpuhal_status_t md_producer(md_fixture_t* f, int dev, gpuhal_buffer_t* ds
   args[3] = gpuhal_arg_u64(us);
   GPUHAL__RETURN_IF_ERROR(gpuhal_command_buffer_create(f->devices[dev], 0, 0, out));
   GPUHAL__RETURN_IF_ERROR(gpuhal_command_buffer_begin(*out));
-  GPUHAL__RETURN_IF_ERROR(gpuhal_cmd_dispatch(*out, f->spin_store[dev], gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0,
-                                              4, args));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal_cmd_dispatch(*out, f->spin_store[dev], gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 4, args));
   return gpuhal_command_buffer_end(*out);
 }
 
@@ -135,29 +135,28 @@ typedef struct md_ctx_test_s {
 static md_ctx_test_t md_ctx;
 
 /* After every call: the thread's own context is still current. */
-#define MD_CTX(expr)                                                                                   \
-  do {                                                                                                 \
-    CUcontext md_now_ = NULL;                                                                          \
-    expr;                                                                                              \
-    md_ctx.calls++;                                                                                    \
-    md_ctx.cu->cuCtxGetCurrent(&md_now_);                                                              \
-    if (md_now_ != md_ctx.own) {                                                                       \
-      fprintf(stderr, "  FAIL %s:%d: %s changed the current context\n", __FILE__, __LINE__, #expr);    \
-      md_ctx.failures++;                                                                               \
-      md_ctx.cu->cuCtxSetCurrent(md_ctx.own);                                                          \
-    }                                                                                                  \
+#define MD_CTX(expr)                                                                                \
+  do {                                                                                              \
+    CUcontext md_now_ = NULL;                                                                       \
+    expr;                                                                                           \
+    md_ctx.calls++;                                                                                 \
+    md_ctx.cu->cuCtxGetCurrent(&md_now_);                                                           \
+    if (md_now_ != md_ctx.own) {                                                                    \
+      fprintf(stderr, "  FAIL %s:%d: %s changed the current context\n", __FILE__, __LINE__, #expr); \
+      md_ctx.failures++;                                                                            \
+      md_ctx.cu->cuCtxSetCurrent(md_ctx.own);                                                       \
+    }                                                                                               \
   } while (0)
 #define MD_CTX_OK(expr) MD_CTX(TU_CHECK_OK(expr))
 /* ... and a pure submission or host-side call does not even touch it. */
-#define MD_CTX_UNTOUCHED(expr)                                                                       \
-  do {                                                                                               \
-    unsigned long long md_sw_ = md_softcuda_switches_this_thread();                                  \
-    MD_CTX_OK(expr);                                                                                 \
-    if (md_softcuda_switches_this_thread() != md_sw_) {                                              \
-      fprintf(stderr, "  FAIL %s:%d: %s switched contexts on the calling thread\n", __FILE__, __LINE__, \
-              #expr);                                                                                \
-      md_ctx.failures++;                                                                             \
-    }                                                                                                \
+#define MD_CTX_UNTOUCHED(expr)                                                                                  \
+  do {                                                                                                          \
+    unsigned long long md_sw_ = md_softcuda_switches_this_thread();                                             \
+    MD_CTX_OK(expr);                                                                                            \
+    if (md_softcuda_switches_this_thread() != md_sw_) {                                                         \
+      fprintf(stderr, "  FAIL %s:%d: %s switched contexts on the calling thread\n", __FILE__, __LINE__, #expr); \
+      md_ctx.failures++;                                                                                        \
+    }                                                                                                           \
   } while (0)
 
 static gpuhal_status_t md_host_fn(void* user) {
@@ -226,14 +225,14 @@ static void md_every_function(const gpuhal__cuda_symbols_t* cu, CUcontext own) {
   MD_CTX_OK(gpuhal_cmd_copy(cb, gpuhal_ref_buffer(pending, 0), gpuhal_ref_buffer(b0, 3072), 256));
   MD_CTX_OK(gpuhal_command_buffer_end(cb));
   MD_CTX_OK(gpuhal_command_buffer_native_graph(cb, &graph));
-  MD_CTX_OK(gpuhal_queue_execute(dev[0], 0, gpuhal_semaphore_list_one(&sem, &v1),
-                                 gpuhal_semaphore_list_one(&sem, &v2), cb, NULL));
-  MD_CTX_OK(gpuhal_queue_execute(dev[1], 0, gpuhal_semaphore_list_one(&sem, &v2),
-                                 gpuhal_semaphore_list_one(&sem, &v3), NULL, NULL));
+  MD_CTX_OK(gpuhal_queue_execute(dev[0], 0, gpuhal_semaphore_list_one(&sem, &v1), gpuhal_semaphore_list_one(&sem, &v2),
+                                 cb, NULL));
+  MD_CTX_OK(gpuhal_queue_execute(dev[1], 0, gpuhal_semaphore_list_one(&sem, &v2), gpuhal_semaphore_list_one(&sem, &v3),
+                                 NULL, NULL));
   MD_CTX_OK(gpuhal_queue_host_call(dev[1], 0, gpuhal_semaphore_list_one(&sem, &v3),
                                    gpuhal_semaphore_list_one(&sem, &v4), md_host_fn, &host_calls));
-  MD_CTX_OK(gpuhal_queue_dealloca(dev[0], 0, gpuhal_semaphore_list_one(&sem, &v4),
-                                  gpuhal_semaphore_list_one(&sem, &v5), pending));
+  MD_CTX_OK(gpuhal_queue_dealloca(dev[0], 0, gpuhal_semaphore_list_one(&sem, &v4), gpuhal_semaphore_list_one(&sem, &v5),
+                                  pending));
   MD_CTX_OK(gpuhal_semaphore_wait(sem, 5, md_seconds(60)));
   MD_CTX_UNTOUCHED(gpuhal_semaphore_query(sem, &value));
   MD_CTX_UNTOUCHED(gpuhal_semaphore_signal(sem, 6));
@@ -356,8 +355,8 @@ TU_TEST(devices_run_concurrently) {
   for (i = 0; i < f.count; ++i) TU_CHECK_OK(gpuhal_semaphore_wait(sem[i], (uint64_t)chain, md_seconds(60)));
   elapsed = gpuhal_now_ns() - start;
   /* serial would take count * chain * us; concurrent devices about chain * us */
-  fprintf(stderr, "  %d devices x %d x %llu us: %.1f ms (serial: %.1f ms)\n", f.count, chain,
-          (unsigned long long)us, (double)elapsed / 1e6, (double)f.count * chain * (double)us / 1e3);
+  fprintf(stderr, "  %d devices x %d x %llu us: %.1f ms (serial: %.1f ms)\n", f.count, chain, (unsigned long long)us,
+          (double)elapsed / 1e6, (double)f.count * chain * (double)us / 1e3);
   TU_CHECK(elapsed < (int64_t)((double)f.count * chain * (double)us * 1000.0 * 0.9));
   for (i = 0; i < f.count; ++i) {
     gpuhal_semaphore_release(sem[i]);

@@ -71,9 +71,7 @@ static int md_open(md_fixture_t* f, int want, int need, const char* nccl_library
   return 1;
 }
 
-static char* md_read_file(const char* name, size_t* size) {
-  return tu_read_kernel_file(name, size);
-}
+static char* md_read_file(const char* name, size_t* size) { return tu_read_kernel_file(name, size); }
 
 /* Loads spin_store on every device of the fixture. */
 static gpuhal_status_t md_load_kernels(md_fixture_t* f) {
@@ -190,8 +188,8 @@ static double md_get(const void* base, gpuhal_element_type_t t, size_t i) {
   }
 }
 static const char* md_type_name(gpuhal_element_type_t t) {
-  static const char* const names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
-                                      "float64", "bfloat16"};
+  static const char* const names[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
+                                      "uint64", "float16", "float32", "float64", "bfloat16"};
   return (unsigned)t < 10 ? names[t] : "?";
 }
 

@@ -43,9 +43,9 @@ TU_TEST(argument_checks) {
   TU_CHECK_STATUS(gpuhal_queue_host_call(NULL, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(),
                                          qt_host_fn_nop, NULL),
                   GPUHAL_STATUS_INVALID_ARGUMENT, "device");
-  TU_CHECK_STATUS(gpuhal_queue_host_call(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(),
-                                         NULL, NULL),
-                  GPUHAL_STATUS_INVALID_ARGUMENT, "fn");
+  TU_CHECK_STATUS(
+      gpuhal_queue_host_call(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), NULL, NULL),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "fn");
   bad.count = 1;
   bad.semaphores = NULL;
   bad.values = &one;
@@ -79,7 +79,7 @@ TU_TEST(waiter_submitted_before_signaller) {
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &a));
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &b));
   TU_CHECK_OK(qt_submit(f.device, 1, gpuhal_semaphore_list_one(&a, &one), gpuhal_semaphore_list_one(&b, &one),
-                                   &qt_counting_ops, &counter));
+                        &qt_counting_ops, &counter));
   /* Not done while A is missing (with memops it is issued behind a GPU wait on A's value;
    * on the event path it is not issued at all). */
   TU_CHECK_STATUS(gpuhal_semaphore_wait(b, 1, gpuhal_timeout_relative_ns(20 * 1000000)),
@@ -87,7 +87,7 @@ TU_TEST(waiter_submitted_before_signaller) {
   if (!gpuhal_driver_has_feature(f.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS))
     TU_CHECK_EQ_INT(qt_counter_get(&counter.issued), 0);
   TU_CHECK_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&a, &one),
-                                   &qt_barrier_ops, NULL));
+                        &qt_barrier_ops, NULL));
   TU_CHECK_OK(gpuhal_semaphore_wait(b, 1, qt_seconds(10)));
   TU_CHECK_OK(gpuhal_semaphore_query(a, &v));
   TU_CHECK_EQ_INT(v, 1);
@@ -111,8 +111,8 @@ TU_TEST(host_signal_gates_work) {
   qt_counter_init(&counter);
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &gate));
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &done));
-  TU_CHECK_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_one(&gate, &one),
-                                   gpuhal_semaphore_list_one(&done, &one), &qt_counting_ops, &counter));
+  TU_CHECK_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_one(&gate, &one), gpuhal_semaphore_list_one(&done, &one),
+                        &qt_counting_ops, &counter));
   TU_CHECK_STATUS(gpuhal_device_wait_idle(f.device, gpuhal_timeout_relative_ns(20 * 1000000)),
                   GPUHAL_STATUS_DEADLINE_EXCEEDED, "outstanding");
   if (!gpuhal_driver_has_feature(f.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS))
@@ -139,10 +139,10 @@ TU_TEST(failure_propagates_through_a_chain) {
   qt_counter_init(&counter);
   for (i = 0; i < 3; ++i) TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s[i]));
   /* Submitted in reverse order, on alternating queues. */
-  TU_CHECK_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_one(&s[1], &one),
-                                   gpuhal_semaphore_list_one(&s[2], &one), &qt_counting_ops, &counter));
-  TU_CHECK_OK(qt_submit(f.device, 1, gpuhal_semaphore_list_one(&s[0], &one),
-                                   gpuhal_semaphore_list_one(&s[1], &one), &qt_counting_ops, &counter));
+  TU_CHECK_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_one(&s[1], &one), gpuhal_semaphore_list_one(&s[2], &one),
+                        &qt_counting_ops, &counter));
+  TU_CHECK_OK(qt_submit(f.device, 1, gpuhal_semaphore_list_one(&s[0], &one), gpuhal_semaphore_list_one(&s[1], &one),
+                        &qt_counting_ops, &counter));
   TU_CHECK_OK(gpuhal__queue_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s[0], &one),
                                    &qt_failing_ops, NULL));
   st = gpuhal_semaphore_wait(s[2], 1, qt_seconds(10));
@@ -154,7 +154,8 @@ TU_TEST(failure_propagates_through_a_chain) {
            strstr(gpuhal_status_message(st), "waited"));
   gpuhal_status_free(st);
   for (i = 0; i < 3; ++i)
-    TU_CHECK_STATUS(gpuhal_semaphore_query(s[i], &v), GPUHAL_STATUS_RESOURCE_EXHAUSTED, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES");
+    TU_CHECK_STATUS(gpuhal_semaphore_query(s[i], &v), GPUHAL_STATUS_RESOURCE_EXHAUSTED,
+                    "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES");
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(10)));
   /* B and C were told of the failure and released (on the event path they never issued;
    * with memops they ran behind GPU waits that A's failure released). */
@@ -177,8 +178,8 @@ TU_TEST(host_failed_wait_fails_queued_work) {
   TU_REQUIRE(qt_open(&f, 1, NULL));
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &gate));
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &out));
-  TU_CHECK_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_one(&gate, &one),
-                                   gpuhal_semaphore_list_one(&out, &one), &qt_barrier_ops, NULL));
+  TU_CHECK_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_one(&gate, &one), gpuhal_semaphore_list_one(&out, &one),
+                        &qt_barrier_ops, NULL));
   gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "the producer gave up"));
   TU_CHECK_STATUS(gpuhal_semaphore_wait(out, 1, qt_seconds(10)), GPUHAL_STATUS_CANCELLED, "the producer gave up");
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(10)));
@@ -242,9 +243,9 @@ TU_TEST(host_call_ordering) {
     uint64_t wait_value = (uint64_t)i;
     rec.args[i].recorder = &rec;
     rec.args[i].id = i;
-    TU_CHECK_OK(gpuhal_queue_host_call(f.device, (uint32_t)(i % 2),
-                                       i ? gpuhal_semaphore_list_one(&s, &values[i - 1]) : gpuhal_semaphore_list_empty(),
-                                       gpuhal_semaphore_list_one(&s, &values[i]), qt_host_fn_record, &rec.args[i]));
+    TU_CHECK_OK(gpuhal_queue_host_call(
+        f.device, (uint32_t)(i % 2), i ? gpuhal_semaphore_list_one(&s, &values[i - 1]) : gpuhal_semaphore_list_empty(),
+        gpuhal_semaphore_list_one(&s, &values[i]), qt_host_fn_record, &rec.args[i]));
     GPUHAL__UNUSED(wait_value);
   }
   TU_CHECK_OK(gpuhal_semaphore_wait(s, 8, qt_seconds(10)));
@@ -294,14 +295,14 @@ TU_TEST(alloca_execute_dealloca) {
       TU_CHECK(buffers[i] != NULL);
       probes[i].buffer = buffers[i];
       probes[i].address = 0;
-      TU_CHECK_OK(qt_submit(f.device, 1, gpuhal_semaphore_list_one(&s, &v1),
-                                       gpuhal_semaphore_list_one(&s, &v2), &qt_address_probe_ops, &probes[i]));
+      TU_CHECK_OK(qt_submit(f.device, 1, gpuhal_semaphore_list_one(&s, &v1), gpuhal_semaphore_list_one(&s, &v2),
+                            &qt_address_probe_ops, &probes[i]));
       TU_CHECK_OK(gpuhal_queue_dealloca(f.device, 0, gpuhal_semaphore_list_one(&s, &v2),
                                         gpuhal_semaphore_list_one(&s, &v3), buffers[i]));
       /* A second dealloca of the same buffer is refused. */
-      TU_CHECK_STATUS(gpuhal_queue_dealloca(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(),
-                                            buffers[i]),
-                      GPUHAL_STATUS_FAILED_PRECONDITION, "already");
+      TU_CHECK_STATUS(
+          gpuhal_queue_dealloca(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), buffers[i]),
+          GPUHAL_STATUS_FAILED_PRECONDITION, "already");
       base = v3;
     }
     TU_CHECK_OK(gpuhal_semaphore_wait(s, base, qt_seconds(10)));
@@ -312,9 +313,9 @@ TU_TEST(alloca_execute_dealloca) {
     gpuhal_semaphore_release(dummy);
   }
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(10)));
-  TU_CHECK_STATUS(gpuhal_queue_alloca(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), 0,
-                                      &buffers[0]),
-                  GPUHAL_STATUS_INVALID_ARGUMENT, "size");
+  TU_CHECK_STATUS(
+      gpuhal_queue_alloca(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), 0, &buffers[0]),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "size");
   gpuhal_semaphore_release(s);
   qt_close(&f);
 }
@@ -350,8 +351,8 @@ TU_TEST(chain_of_100_issues_without_host_waits) {
   }
   for (i = 0; i < N; ++i) {
     TU_CHECK_OK(qt_submit(f.device, (uint32_t)(i % 2),
-                                     i ? gpuhal_semaphore_list_one(&s, &values[i]) : gpuhal_semaphore_list_empty(),
-                                     gpuhal_semaphore_list_one(&s, &values[i + 1]), &qt_spin_ops, &spin));
+                          i ? gpuhal_semaphore_list_one(&s, &values[i]) : gpuhal_semaphore_list_empty(),
+                          gpuhal_semaphore_list_one(&s, &values[i + 1]), &qt_spin_ops, &spin));
   }
   /* Every launch happens while the first kernel still runs: the semaphore is still 0. */
   deadline = gpuhal_now_ns() + 250 * 1000000ll;
@@ -398,10 +399,9 @@ TU_TEST(release_with_work_in_flight) {
   spin.rest_us = 2000;
   spin.launched = 0;
   for (i = 0; i < 10; ++i)
-    TU_CHECK_OK(gpuhal__queue_submit(f.device, (uint32_t)(i % 2),
-                                     i ? gpuhal_semaphore_list_one(&s, &values[i]) : gpuhal_semaphore_list_empty(),
-                                     gpuhal_semaphore_list_one(&s, &values[i + 1]),
-                                     have_kernels ? &qt_spin_ops : &qt_barrier_ops, &spin));
+    TU_CHECK_OK(gpuhal__queue_submit(
+        f.device, (uint32_t)(i % 2), i ? gpuhal_semaphore_list_one(&s, &values[i]) : gpuhal_semaphore_list_empty(),
+        gpuhal_semaphore_list_one(&s, &values[i + 1]), have_kernels ? &qt_spin_ops : &qt_barrier_ops, &spin));
   TU_CHECK_OK(gpuhal__queue_submit(f.device, 0, gpuhal_semaphore_list_one(&never, &one),
                                    gpuhal_semaphore_list_one(&stuck, &one), &qt_counting_ops, &counter));
   qt_close(&f); /* right away */
@@ -451,8 +451,7 @@ static void* stress_main(void* arg) {
     sig = gpuhal_semaphore_list_one(&t->own, &next);
     switch (i % 3) {
       case 0:
-        s = qt_submit(t->fixture->device, queue, w, sig, i % 2 ? &qt_barrier_ops : &qt_worker_barrier_ops,
-                                 NULL);
+        s = qt_submit(t->fixture->device, queue, w, sig, i % 2 ? &qt_barrier_ops : &qt_worker_barrier_ops, NULL);
         break;
       case 1: s = gpuhal_queue_host_call(t->fixture->device, queue, w, sig, qt_host_fn_nop, NULL); break;
       default: s = qt_submit(t->fixture->device, queue, w, sig, &qt_counting_ops, &qt_global_counter); break;
@@ -554,8 +553,8 @@ static gpuhal_status_t alloca_pair(qt_fixture_t* f, gpuhal_semaphore_t* s, uint6
   gpuhal_status_t st = gpuhal_queue_alloca(f->device, 0, gpuhal_semaphore_list_one(&s, &prev),
                                            gpuhal_semaphore_list_one(&s, &mid), 256, &buffer);
   if (!st)
-    st = gpuhal_queue_dealloca(f->device, 0, gpuhal_semaphore_list_one(&s, &mid),
-                               gpuhal_semaphore_list_one(&s, &next), buffer);
+    st = gpuhal_queue_dealloca(f->device, 0, gpuhal_semaphore_list_one(&s, &mid), gpuhal_semaphore_list_one(&s, &next),
+                               buffer);
   *value = next;
   if (out) {
     *out = buffer;
@@ -658,8 +657,8 @@ TU_TEST(failing_event_queries_wait_for_the_work) {
 TU_MAIN(TU_CASE(barrier_signals), TU_CASE(argument_checks), TU_CASE(waiter_submitted_before_signaller),
         TU_CASE(host_signal_gates_work), TU_CASE(failure_propagates_through_a_chain),
         TU_CASE(host_failed_wait_fails_queued_work), TU_CASE(gate_fails_while_host_waits), TU_CASE(host_call_ordering),
-        TU_CASE(host_call_error_fails_signal),
-        TU_CASE(alloca_execute_dealloca), TU_CASE(chain_of_100_issues_without_host_waits),
-        TU_CASE(release_with_work_in_flight),
-        TU_CASE(eight_threads_mixed_submissions), TU_CASE(steady_state_allocates_nothing), TU_CASE(alloca_buffer_objects_are_recycled),
-        TU_CASE(long_wait_sleeps_between_polls), TU_CASE(failing_event_queries_wait_for_the_work))
+        TU_CASE(host_call_error_fails_signal), TU_CASE(alloca_execute_dealloca),
+        TU_CASE(chain_of_100_issues_without_host_waits), TU_CASE(release_with_work_in_flight),
+        TU_CASE(eight_threads_mixed_submissions), TU_CASE(steady_state_allocates_nothing),
+        TU_CASE(alloca_buffer_objects_are_recycled), TU_CASE(long_wait_sleeps_between_polls),
+        TU_CASE(failing_event_queries_wait_for_the_work))

@@ -165,8 +165,8 @@ TU_TEST(reverse_chain_three_queues) {
   arg = gpuhal_arg_buffer(counter, 0);
   TU_CHECK_OK(qc_record_dispatch(f.device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, f.atomic_inc,
                                  1, 1, 1, &arg, &stream_cb));
-  TU_CHECK_OK(qc_record_dispatch(f.device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, f.atomic_inc, 1,
-                                 1, 1, &arg, &graph_cb));
+  TU_CHECK_OK(qc_record_dispatch(f.device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, f.atomic_inc,
+                                 1, 1, 1, &arg, &graph_cb));
   TU_REQUIRE(head && timeline && stream_cb && graph_cb);
   for (i = QC_HOPS - 1; i >= 0; --i) {
     uint64_t wait_value = i == 0 ? 1 : (uint64_t)i, signal_values[2];
@@ -288,8 +288,8 @@ TU_TEST(independent_queues_do_not_wait_for_each_other) {
   TU_REQUIRE(l && x && h && short_cb);
   TU_REQUIRE(qc_blocker_start(&f, &blocker, 1, l));
   /* Short work on queue 2, then a host call on queue 0 that waits only on it. */
-  TU_CHECK_OK(gpuhal_queue_execute(f.device, 2, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&x, &one_value),
-                                   short_cb, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 2, gpuhal_semaphore_list_empty(),
+                                   gpuhal_semaphore_list_one(&x, &one_value), short_cb, NULL));
   TU_CHECK_OK(gpuhal_queue_host_call(f.device, 0, gpuhal_semaphore_list_one(&x, &one_value),
                                      gpuhal_semaphore_list_one(&h, &one_value), qc_set_flag_fn, &host_ran));
   TU_CHECK_OK(gpuhal_semaphore_wait(h, 1, qt_seconds(QC_WAIT_S)));
@@ -415,9 +415,8 @@ static void failed_entry_ends_wait(gpuhal_wait_mode_t mode, int while_blocked, g
   TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_DATA_LOSS);
   TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), QC_CAUSE);
   if (took >= 5000000000ll)
-    TU_FAIL_AT(__FILE__, __LINE__, "%s wait %s: took %lld ms to end",
-               mode == GPUHAL_WAIT_ANY ? "ANY" : "ALL", while_blocked ? "(failed while blocked)" : "(failed before)",
-               (long long)(took / 1000000));
+    TU_FAIL_AT(__FILE__, __LINE__, "%s wait %s: took %lld ms to end", mode == GPUHAL_WAIT_ANY ? "ANY" : "ALL",
+               while_blocked ? "(failed while blocked)" : "(failed before)", (long long)(took / 1000000));
   gpuhal_status_free(st);
 }
 

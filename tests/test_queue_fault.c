@@ -31,12 +31,12 @@ TU_TEST(faulting_kernel_loses_the_device) {
   spin.rest_us = 1000;
   spin.launched = 0;
   /* fault -> s=1 ; spin waits s=1 -> s=2 (other queue) ; work gated on the host -> s=3 */
-  TU_CHECK_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one),
-                                   &qt_fault_ops, &f));
-  TU_CHECK_OK(qt_submit(f.device, 1, gpuhal_semaphore_list_one(&s, &one),
-                                   gpuhal_semaphore_list_one(&s, &two), &qt_spin_ops, &spin));
-  TU_CHECK_OK(qt_submit(f.device, 1, gpuhal_semaphore_list_one(&gate, &one),
-                                   gpuhal_semaphore_list_one(&later, &three), &qt_barrier_ops, NULL));
+  TU_CHECK_OK(
+      qt_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one), &qt_fault_ops, &f));
+  TU_CHECK_OK(qt_submit(f.device, 1, gpuhal_semaphore_list_one(&s, &one), gpuhal_semaphore_list_one(&s, &two),
+                        &qt_spin_ops, &spin));
+  TU_CHECK_OK(qt_submit(f.device, 1, gpuhal_semaphore_list_one(&gate, &one), gpuhal_semaphore_list_one(&later, &three),
+                        &qt_barrier_ops, NULL));
   st = gpuhal_semaphore_wait(s, 2, qt_seconds(20));
   TU_CHECK(st != NULL);
   TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "CUDA_ERROR_ILLEGAL_ADDRESS");
@@ -52,7 +52,7 @@ TU_TEST(faulting_kernel_loses_the_device) {
   gpuhal_status_free(st);
   /* Work submitted after the loss fails fast too. */
   TU_CHECK_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&after, &one),
-                                   &qt_barrier_ops, NULL));
+                        &qt_barrier_ops, NULL));
   st = gpuhal_semaphore_wait(after, 1, qt_seconds(20));
   TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "CUDA_ERROR_ILLEGAL_ADDRESS");
   gpuhal_status_free(st);

@@ -22,8 +22,7 @@ static void harvest_release(void* user, gpuhal_device_t* device) {
   if (pthread_equal(pthread_self(), c->submitter)) gpuhal__atomic_add(&c->released_by_submitter, 1);
 }
 static void harvest_complete(void* user, gpuhal_status_t status) { qt_counting_complete(user, status); }
-static const gpuhal__action_ops_t harvest_ops = {"test_harvest", qt_counting_issue, harvest_complete,
-                                                 harvest_release};
+static const gpuhal__action_ops_t harvest_ops = {"test_harvest", qt_counting_issue, harvest_complete, harvest_release};
 
 static void harvest_counter_init(harvest_counter_t* c) {
   memset(c, 0, sizeof(*c));
@@ -102,8 +101,8 @@ TU_TEST(harvest_waits_for_the_gpu_and_backs_off) {
   TU_CHECK_OK(qt_submit_spin(&f, &spin, 200000, slow, 1)); /* 200 ms */
   for (i = 0; i < n; ++i) {
     uint64_t next = i + 1;
-    TU_REQUIRE_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &next),
-                            &harvest_ops, &c));
+    TU_REQUIRE_OK(
+        qt_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &next), &harvest_ops, &c));
     if (i % 8 == 7) gpuhal__sleep_ns(GPUHAL__HARVEST_MAX_WAIT_NS + 20000);
   }
   /* Everything after the kernel is in its stream's order: nothing may have completed yet. */

@@ -61,10 +61,10 @@ static uint32_t qr_rand(qr_thread_t* t, uint32_t n) {
   return (uint32_t)((x >> 11) % n);
 }
 
-#define QR_FAIL(w, ...)                               \
-  do {                                                \
-    fprintf(stderr, "  FAIL: " __VA_ARGS__);          \
-    fprintf(stderr, "\n");                            \
+#define QR_FAIL(w, ...)                                      \
+  do {                                                       \
+    fprintf(stderr, "  FAIL: " __VA_ARGS__);                 \
+    fprintf(stderr, "\n");                                   \
     __atomic_add_fetch(&(w)->failures, 1, __ATOMIC_SEQ_CST); \
   } while (0)
 
@@ -113,22 +113,21 @@ static void qr_submit_hop(qr_thread_t* t, gpuhal_semaphore_list_t wait, uint64_t
       gpuhal_buffer_t* buffer = NULL;
       uint64_t one = 1;
       if (!qr_ok(w, gpuhal_semaphore_create(w->driver, 0, &mid), "semaphore")) break;
-      if (qr_ok(w, gpuhal_queue_alloca(device, q, wait, gpuhal_semaphore_list_one(&mid, &one), 4096u << qr_rand(t, 6),
-                                       &buffer),
+      if (qr_ok(w,
+                gpuhal_queue_alloca(device, q, wait, gpuhal_semaphore_list_one(&mid, &one), 4096u << qr_rand(t, 6),
+                                    &buffer),
                 "alloca"))
-        qr_ok(w, gpuhal_queue_dealloca(device, qr_rand(t, QR_QUEUES), gpuhal_semaphore_list_one(&mid, &one), signal,
-                                       buffer),
-              "dealloca");
+        qr_ok(
+            w,
+            gpuhal_queue_dealloca(device, qr_rand(t, QR_QUEUES), gpuhal_semaphore_list_one(&mid, &one), signal, buffer),
+            "dealloca");
       gpuhal_buffer_release(buffer);
       gpuhal_semaphore_release(mid);
       break;
     }
-    default: /* barrier */
-      qr_ok(w, gpuhal_queue_execute(device, q, wait, signal, NULL, NULL), "barrier");
-      break;
+    default: /* barrier */ qr_ok(w, gpuhal_queue_execute(device, q, wait, signal, NULL, NULL), "barrier"); break;
   }
 }
-
 
 /* On the first blocking wait that times out: what every queue holds (a hang's picture, read
  * racily from the internals; gpuhal has no public report of pending work yet). */
@@ -158,8 +157,8 @@ static void qr_dump_action(const char* where, gpuhal__action_t* a) {
     gpuhal__action_wait_t* w = &a->waits[i];
     gpuhal_semaphore_t* s = w->semaphore;
     fprintf(stderr, "       wait %p >= %llu kind %d (value %llu word %lld newest %llu fail %d)\n", (void*)s,
-            (unsigned long long)w->value, w->kind, (unsigned long long)s->value,
-            s->word ? (long long)*s->word : -1LL, (unsigned long long)s->newest_value, s->failure != NULL);
+            (unsigned long long)w->value, w->kind, (unsigned long long)s->value, s->word ? (long long)*s->word : -1LL,
+            (unsigned long long)s->newest_value, s->failure != NULL);
   }
   for (i = 0; i < a->signal_count; ++i)
     fprintf(stderr, "       signal %p = %llu (value %llu word %lld)\n", (void*)a->signals[i].semaphore,
@@ -201,8 +200,7 @@ static void qr_dump(qr_world_t* w) {
   for (d = 0; d < QR_THREADS; ++d)
     fprintf(stderr, "  timeline %d %p value %llu word %lld submitted %llu\n", d, (void*)w->timelines[d],
             (unsigned long long)w->timelines[d]->value,
-            w->timelines[d]->word ? (long long)*w->timelines[d]->word : -1LL,
-            (unsigned long long)w->submitted[d]);
+            w->timelines[d]->word ? (long long)*w->timelines[d]->word : -1LL, (unsigned long long)w->submitted[d]);
   for (d = 0; d < QR_THREADS; ++d) {
     gpuhal__list_node_t* n;
     gpuhal_semaphore_t* s = w->timelines[d];
@@ -216,8 +214,8 @@ static void qr_dump(qr_world_t* w) {
     gpuhal__queue_state_t* st = gpuhal__queue_state(w->devices[d]);
     gpuhal__ordinal_t* o = &w->devices[d]->driver->ordinals[0];
     fprintf(stderr, "  device %d: parked %d streams+graphs %d of room %d outstanding %llu in_flight %u side %u/%u\n", d,
-            o->parked, o->room_live, o->room,
-            (unsigned long long)st->outstanding, st->in_flight_count, st->side_count, st->side_free_count);
+            o->parked, o->room_live, o->room, (unsigned long long)st->outstanding, st->in_flight_count, st->side_count,
+            st->side_free_count);
     qr_dump_list("pending", &st->pending);
     qr_dump_list("incoming", &st->incoming);
     qr_dump_list("host_calls", &st->host_calls);
@@ -225,11 +223,16 @@ static void qr_dump(qr_world_t* w) {
     for (q = 0; q < w->devices[d]->queue_count; ++q) {
       gpuhal__queue_lane_t* l = &st->lanes[q];
       char name[32];
-      snprintf(name, sizeof(name), "q%u in_flight", q); qr_dump_list(name, &l->in_flight);
-      snprintf(name, sizeof(name), "q%u observing", q); qr_dump_list(name, &l->observing);
-      snprintf(name, sizeof(name), "q%u deferred", q); qr_dump_list(name, &l->deferred);
-      snprintf(name, sizeof(name), "q%u side", q); qr_dump_list(name, &l->side);
-      snprintf(name, sizeof(name), "q%u side_obs", q); qr_dump_list(name, &l->side_observing);
+      snprintf(name, sizeof(name), "q%u in_flight", q);
+      qr_dump_list(name, &l->in_flight);
+      snprintf(name, sizeof(name), "q%u observing", q);
+      qr_dump_list(name, &l->observing);
+      snprintf(name, sizeof(name), "q%u deferred", q);
+      qr_dump_list(name, &l->deferred);
+      snprintf(name, sizeof(name), "q%u side", q);
+      qr_dump_list(name, &l->side);
+      snprintf(name, sizeof(name), "q%u side_obs", q);
+      qr_dump_list(name, &l->side_observing);
     }
   }
 }
@@ -246,8 +249,10 @@ static void qr_probe(qr_thread_t* t) {
     case 0:
     case 1:
       st = gpuhal_semaphore_wait(w->timelines[other], v, gpuhal_timeout_immediate());
-      if (st && gpuhal_status_code(st) != GPUHAL_STATUS_DEADLINE_EXCEEDED) qr_ok(w, st, "poll");
-      else gpuhal_status_free(st);
+      if (st && gpuhal_status_code(st) != GPUHAL_STATUS_DEADLINE_EXCEEDED)
+        qr_ok(w, st, "poll");
+      else
+        gpuhal_status_free(st);
       break;
     case 2: {
       gpuhal_semaphore_t* sems[2];
@@ -261,8 +266,10 @@ static void qr_probe(qr_thread_t* t) {
       list.semaphores = sems;
       list.values = values;
       st = gpuhal_semaphores_wait(qr_rand(t, 2) ? GPUHAL_WAIT_ANY : GPUHAL_WAIT_ALL, list, gpuhal_timeout_immediate());
-      if (st && gpuhal_status_code(st) != GPUHAL_STATUS_DEADLINE_EXCEEDED) qr_ok(w, st, "poll list");
-      else gpuhal_status_free(st);
+      if (st && gpuhal_status_code(st) != GPUHAL_STATUS_DEADLINE_EXCEEDED)
+        qr_ok(w, st, "poll list");
+      else
+        gpuhal_status_free(st);
       break;
     }
     default: /* a blocking wait on a value whose hops are all queued: it must come */
@@ -347,10 +354,10 @@ static int qr_world_open(qr_world_t* w) {
     if (!st) st = gpuhal_buffer_write(w->counters[d], 0, &zero, 4);
     arg = gpuhal_arg_buffer(w->counters[d], 0);
     for (k = 0; !st && k < 2; ++k)
-      st = qc_record_dispatch(w->devices[d],
-                              GPUHAL_COMMAND_BUFFER_REUSABLE |
-                                  (k ? GPUHAL_COMMAND_BUFFER_GRAPH : GPUHAL_COMMAND_BUFFER_STREAM),
-                              w->inc[d], 1, 1, 1, &arg, &w->reusable[d][k]);
+      st = qc_record_dispatch(
+          w->devices[d],
+          GPUHAL_COMMAND_BUFFER_REUSABLE | (k ? GPUHAL_COMMAND_BUFFER_GRAPH : GPUHAL_COMMAND_BUFFER_STREAM), w->inc[d],
+          1, 1, 1, &arg, &w->reusable[d][k]);
   }
   for (k = 0; !st && k < QR_THREADS; ++k) st = gpuhal_semaphore_create(w->driver, 0, &w->timelines[k]);
   if (st) {

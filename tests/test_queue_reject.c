@@ -100,8 +100,8 @@ static void out_of_host_memory(int kind) {
   TU_CHECK_OK(gpuhal_device_create(driver, 0, NULL, &device));
   TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &s));
   if (device && kind == 3) {
-    TU_CHECK_OK(gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_STREAM, 1,
-                                             &cb));
+    TU_CHECK_OK(
+        gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_STREAM, 1, &cb));
     if (cb) TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
     if (cb) TU_CHECK_OK(gpuhal_command_buffer_end(cb));
   }
@@ -304,7 +304,8 @@ TU_TEST(calls_on_a_lost_device) {
   int i;
   TU_REQUIRE_OK(gpuhal_driver_create(NULL, &driver));
   TU_CHECK_OK(gpuhal_device_create(driver, 0, NULL, &device));
-  st = device ? qc_load_kernel(device, "fault", &exe, &fault) : gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "no device");
+  st = device ? qc_load_kernel(device, "fault", &exe, &fault)
+              : gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "no device");
   if (st) {
     gpuhal_status_free(st);
     gpuhal_executable_release(exe);
@@ -355,6 +356,5 @@ TU_TEST(calls_on_a_lost_device) {
 }
 
 TU_MAIN(TU_CASE(out_of_host_memory_host_call), TU_CASE(out_of_host_memory_execute), TU_CASE(out_of_host_memory_alloca),
-        TU_CASE(out_of_host_memory_execute_with_bindings),
-        TU_CASE(launch_fails_stream), TU_CASE(launch_fails_graph), TU_CASE(alloca_out_of_device_memory),
-        TU_CASE(one_shot_executed_twice), TU_CASE(calls_on_a_lost_device))
+        TU_CASE(out_of_host_memory_execute_with_bindings), TU_CASE(launch_fails_stream), TU_CASE(launch_fails_graph),
+        TU_CASE(alloca_out_of_device_memory), TU_CASE(one_shot_executed_twice), TU_CASE(calls_on_a_lost_device))

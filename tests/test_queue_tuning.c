@@ -42,8 +42,10 @@ static void tt_workload(qt_fixture_t* f, int reverse) {
     /* A poll never blocks and never keeps anything. */
     {
       gpuhal_status_t polled = gpuhal_semaphore_wait(s, next, gpuhal_timeout_immediate());
-      if (polled == NULL) polls_ok++;
-      else TU_CHECK_EQ_INT(gpuhal_status_code(polled), GPUHAL_STATUS_DEADLINE_EXCEEDED);
+      if (polled == NULL)
+        polls_ok++;
+      else
+        TU_CHECK_EQ_INT(gpuhal_status_code(polled), GPUHAL_STATUS_DEADLINE_EXCEEDED);
       gpuhal_status_free(polled);
     }
   }
@@ -236,15 +238,16 @@ enum { TT_ROOM_GRAPHS = 6 };
 static gpuhal_command_buffer_t* tt_fill_graph(gpuhal_device_t* device, gpuhal_buffer_t* buffer) {
   gpuhal_command_buffer_t* cb = NULL;
   uint32_t pattern = 5;
-  TU_CHECK_OK(gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cb));
+  TU_CHECK_OK(
+      gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cb));
   if (!cb) return NULL;
   TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
   TU_CHECK_OK(gpuhal_cmd_fill(cb, gpuhal_ref_buffer(buffer, 0), 64, &pattern, 4));
   TU_CHECK_OK(gpuhal_command_buffer_end(cb));
   return cb;
 }
-static int tt_gated_parks(gpuhal_device_t* device, gpuhal_semaphore_t* gate, uint64_t gate_value, gpuhal_semaphore_t* done,
-                          uint64_t first, int n) {
+static int tt_gated_parks(gpuhal_device_t* device, gpuhal_semaphore_t* gate, uint64_t gate_value,
+                          gpuhal_semaphore_t* done, uint64_t first, int n) {
   int i;
   qt_softcuda_parked_peak(1);
   for (i = 0; i < n; ++i) {

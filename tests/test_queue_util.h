@@ -90,9 +90,7 @@ static void qt_close(qt_fixture_t* f) {
   f->driver = NULL;
 }
 
-static char* qt_read_file(const char* path) {
-  return tu_read_file(path, NULL);
-}
+static char* qt_read_file(const char* path) { return tu_read_file(path, NULL); }
 
 static int qt_load_one(qt_fixture_t* f, const char* file, const char* entry, CUmodule* module, CUfunction* fn) {
   const gpuhal__cuda_symbols_t* cu = &f->driver->cu;
@@ -486,7 +484,8 @@ static gpuhal_status_t qc_record_dispatch(gpuhal_device_t* device, gpuhal_comman
                                           const gpuhal_arg_t* args, gpuhal_command_buffer_t** out) {
   gpuhal_status_t st = gpuhal_command_buffer_create(device, flags, 0, out);
   if (!st) st = gpuhal_command_buffer_begin(*out);
-  if (!st) st = gpuhal_cmd_dispatch(*out, kernel, gpuhal_dim3(grid, 1, 1), gpuhal_dim3(block, 1, 1), 0, arg_count, args);
+  if (!st)
+    st = gpuhal_cmd_dispatch(*out, kernel, gpuhal_dim3(grid, 1, 1), gpuhal_dim3(block, 1, 1), 0, arg_count, args);
   if (!st) st = gpuhal_command_buffer_end(*out);
   if (st) {
     gpuhal_command_buffer_release(*out);
@@ -497,9 +496,8 @@ static gpuhal_status_t qc_record_dispatch(gpuhal_device_t* device, gpuhal_comman
 
 /* spin_flag(flag, out, timeout_us): in flight until the host stores non-zero to *flag (both
  * words in one pinned buffer the caller owns: flag at byte 0, out at byte 4). */
-static gpuhal_status_t qc_record_spin_flag(gpuhal_device_t* device, gpuhal_kernel_t* spin_flag,
-                                           gpuhal_buffer_t* words, uint64_t timeout_us,
-                                           gpuhal_command_buffer_t** out) {
+static gpuhal_status_t qc_record_spin_flag(gpuhal_device_t* device, gpuhal_kernel_t* spin_flag, gpuhal_buffer_t* words,
+                                           uint64_t timeout_us, gpuhal_command_buffer_t** out) {
   gpuhal_arg_t args[3];
   args[0] = gpuhal_arg_buffer(words, 0);
   args[1] = gpuhal_arg_buffer(words, 4);

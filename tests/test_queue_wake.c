@@ -186,8 +186,9 @@ TU_TEST(long_chain_submitted_backwards) {
   for (i = QW_HOPS - 1; i >= 0; --i) {
     uint64_t wait_value = i == 0 ? 1 : (uint64_t)i, signal_value = (uint64_t)i + 1;
     gpuhal_semaphore_t* wait_sem = i == 0 ? head : timeline;
-    gpuhal_status_t st = gpuhal_queue_execute(f.device, (uint32_t)(i % 2), gpuhal_semaphore_list_one(&wait_sem, &wait_value),
-                                              gpuhal_semaphore_list_one(&timeline, &signal_value), f.stream_cb, NULL);
+    gpuhal_status_t st =
+        gpuhal_queue_execute(f.device, (uint32_t)(i % 2), gpuhal_semaphore_list_one(&wait_sem, &wait_value),
+                             gpuhal_semaphore_list_one(&timeline, &signal_value), f.stream_cb, NULL);
     if (st) {
       TU_CHECK_OK(st);
       break;
@@ -211,7 +212,7 @@ enum { QW_SHUFFLED = 64, QW_HOST_WAITERS = 8 };
 typedef struct qw_value_check_s {
   gpuhal_semaphore_t* s;
   uint64_t value;
-  int32_t* early; /* ran (or returned) before s reached value */
+  int32_t* early;         /* ran (or returned) before s reached value */
   gpuhal_status_t status; /* host waiters: what the wait returned */
 } qw_value_check_t;
 
@@ -401,7 +402,8 @@ TU_TEST(signals_race_device_release) {
       if (!st) {
         ran++;
       } else if (gpuhal_status_code(st) == GPUHAL_STATUS_DEADLINE_EXCEEDED) {
-        TU_FAIL_AT(__FILE__, __LINE__, "round %d op %d neither ran nor failed: %s", round, i, gpuhal_status_message(st));
+        TU_FAIL_AT(__FILE__, __LINE__, "round %d op %d neither ran nor failed: %s", round, i,
+                   gpuhal_status_message(st));
         bad = 1;
       } else {
         aborted++;
@@ -505,7 +507,8 @@ TU_TEST(graph_recorded_while_work_is_parked) {
   rec.counter = f.counter;
   if (qc_async_start(&async, qw_record_fn, &rec)) {
     if (!qc_async_wait(&async, 5000))
-      TU_FAIL_AT(__FILE__, __LINE__, "recording a GRAPH command buffer did not return within 5 s while work was parked");
+      TU_FAIL_AT(__FILE__, __LINE__,
+                 "recording a GRAPH command buffer did not return within 5 s while work was parked");
     TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
     qc_async_join(&async, "recording a GRAPH command buffer after the gate opened");
   } else {
@@ -548,8 +551,8 @@ static void qw_make_fn(void* p) {
   int i;
   for (i = 0; i < QW_LIVE && !m->status; ++i) {
     uint64_t v = (uint64_t)i + 1;
-    m->status = qc_record_dispatch(m->f->device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, m->f->inc, 1,
-                                   1, 1, &arg, &m->cbs[i]);
+    m->status = qc_record_dispatch(m->f->device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE,
+                                   m->f->inc, 1, 1, 1, &arg, &m->cbs[i]);
     if (!m->status)
       m->status = gpuhal_queue_execute(m->f->device, 1, gpuhal_semaphore_list_one(&m->gate, &one),
                                        gpuhal_semaphore_list_one(&m->many, &v), m->cbs[i], NULL);
@@ -621,7 +624,8 @@ static gpuhal_status_t qw_load_within(gpuhal_device_t* device, int ms, gpuhal_ex
   memset(&load, 0, sizeof(load));
   load.device = device;
   if (!qc_async_start(&async, qw_load_fn, &load)) return gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "no thread");
-  if (!qc_async_wait(&async, ms)) TU_FAIL_AT(__FILE__, __LINE__, "loading an executable did not return within %d ms", ms);
+  if (!qc_async_wait(&async, ms))
+    TU_FAIL_AT(__FILE__, __LINE__, "loading an executable did not return within %d ms", ms);
   qc_async_join(&async, "loading an executable");
   *exe = load.exe;
   return load.status;

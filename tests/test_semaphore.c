@@ -70,9 +70,9 @@ TU_TEST(argument_checks) {
   l.values = NULL;
   TU_CHECK_STATUS(gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, l, gpuhal_timeout_immediate()),
                   GPUHAL_STATUS_INVALID_ARGUMENT, "NULL");
-  TU_CHECK_STATUS(gpuhal_semaphores_wait((gpuhal_wait_mode_t)7, gpuhal_semaphore_list_empty(),
-                                         gpuhal_timeout_immediate()),
-                  GPUHAL_STATUS_INVALID_ARGUMENT, "mode");
+  TU_CHECK_STATUS(
+      gpuhal_semaphores_wait((gpuhal_wait_mode_t)7, gpuhal_semaphore_list_empty(), gpuhal_timeout_immediate()),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "mode");
   TU_CHECK_OK(gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, gpuhal_semaphore_list_empty(), gpuhal_timeout_immediate()));
   gpuhal_semaphore_fail(NULL, gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "ignored")); /* no crash, no leak */
   gpuhal_semaphore_release(NULL);
@@ -91,10 +91,8 @@ TU_TEST(fail_keeps_first_cause) {
   gpuhal_semaphore_fail(s, gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "the first cause"));
   gpuhal_semaphore_fail(s, gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "the second cause"));
   TU_CHECK_STATUS(gpuhal_semaphore_query(s, &v), GPUHAL_STATUS_DATA_LOSS, "the first cause");
-  TU_CHECK_STATUS(gpuhal_semaphore_wait(s, 5, gpuhal_timeout_infinite()), GPUHAL_STATUS_DATA_LOSS,
-                  "the first cause");
-  TU_CHECK_STATUS(gpuhal_semaphore_wait(s, 1, gpuhal_timeout_immediate()), GPUHAL_STATUS_DATA_LOSS,
-                  "the first cause");
+  TU_CHECK_STATUS(gpuhal_semaphore_wait(s, 5, gpuhal_timeout_infinite()), GPUHAL_STATUS_DATA_LOSS, "the first cause");
+  TU_CHECK_STATUS(gpuhal_semaphore_wait(s, 1, gpuhal_timeout_immediate()), GPUHAL_STATUS_DATA_LOSS, "the first cause");
   TU_CHECK_STATUS(gpuhal_semaphore_signal(s, 2), GPUHAL_STATUS_DATA_LOSS, "the first cause");
   gpuhal_semaphore_fail(s, NULL);
   gpuhal_semaphore_release(s);
@@ -357,5 +355,4 @@ TU_TEST(signal_wait_from_several_threads) {
 
 TU_MAIN(TU_CASE(create_query_signal), TU_CASE(argument_checks), TU_CASE(fail_keeps_first_cause),
         TU_CASE(wait_before_signal), TU_CASE(timeouts), TU_CASE(wait_any_returns_on_first),
-        TU_CASE(wait_all_waits_for_every_one), TU_CASE(wait_all_long_list),
-        TU_CASE(signal_wait_from_several_threads))
+        TU_CASE(wait_all_waits_for_every_one), TU_CASE(wait_all_long_list), TU_CASE(signal_wait_from_several_threads))

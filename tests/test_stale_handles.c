@@ -176,9 +176,9 @@ TU_TEST(stale_buffer) {
     table.count = 1;
     table.buffers = slots;
     table.offsets = NULL;
-    TU_CHECK_STATUS(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(),
-                                         bound, &table),
-                    GPUHAL_STATUS_INVALID_ARGUMENT, "already released");
+    TU_CHECK_STATUS(
+        gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), bound, &table),
+        GPUHAL_STATUS_INVALID_ARGUMENT, "already released");
     gpuhal_command_buffer_release(bound);
   }
   gpuhal_buffer_retain(stale);
@@ -244,9 +244,9 @@ TU_TEST(stale_command_buffer) {
   SH_STALE(gpuhal_cmd_copy(stale, gpuhal_ref_buffer(live, 0), gpuhal_ref_buffer(live, 64), 4), "command_buffer");
   SH_STALE(gpuhal_cmd_barrier(stale), "command_buffer");
   SH_STALE(gpuhal_command_buffer_native_graph(stale, &graph), "command_buffer");
-  TU_CHECK_STATUS(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), stale,
-                                       NULL),
-                  GPUHAL_STATUS_INVALID_ARGUMENT, "already released");
+  TU_CHECK_STATUS(
+      gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), stale, NULL),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "already released");
   {
     gpuhal_executable_t* exe = NULL;
     gpuhal_kernel_t* kernel = NULL;

@@ -61,15 +61,25 @@ TU_TEST(static_fallback_when_allocation_fails) {
 }
 
 TU_TEST(code_strings) {
-  static const struct { gpuhal_status_code_t code; const char* name; } names[] = {
-      {GPUHAL_STATUS_OK, "OK"}, {GPUHAL_STATUS_CANCELLED, "CANCELLED"}, {GPUHAL_STATUS_UNKNOWN, "UNKNOWN"},
-      {GPUHAL_STATUS_INVALID_ARGUMENT, "INVALID_ARGUMENT"}, {GPUHAL_STATUS_DEADLINE_EXCEEDED, "DEADLINE_EXCEEDED"},
-      {GPUHAL_STATUS_NOT_FOUND, "NOT_FOUND"}, {GPUHAL_STATUS_ALREADY_EXISTS, "ALREADY_EXISTS"},
-      {GPUHAL_STATUS_PERMISSION_DENIED, "PERMISSION_DENIED"}, {GPUHAL_STATUS_RESOURCE_EXHAUSTED, "RESOURCE_EXHAUSTED"},
-      {GPUHAL_STATUS_FAILED_PRECONDITION, "FAILED_PRECONDITION"}, {GPUHAL_STATUS_ABORTED, "ABORTED"},
-      {GPUHAL_STATUS_OUT_OF_RANGE, "OUT_OF_RANGE"}, {GPUHAL_STATUS_UNIMPLEMENTED, "UNIMPLEMENTED"},
-      {GPUHAL_STATUS_INTERNAL, "INTERNAL"}, {GPUHAL_STATUS_UNAVAILABLE, "UNAVAILABLE"},
-      {GPUHAL_STATUS_DATA_LOSS, "DATA_LOSS"}};
+  static const struct {
+    gpuhal_status_code_t code;
+    const char* name;
+  } names[] = {{GPUHAL_STATUS_OK, "OK"},
+               {GPUHAL_STATUS_CANCELLED, "CANCELLED"},
+               {GPUHAL_STATUS_UNKNOWN, "UNKNOWN"},
+               {GPUHAL_STATUS_INVALID_ARGUMENT, "INVALID_ARGUMENT"},
+               {GPUHAL_STATUS_DEADLINE_EXCEEDED, "DEADLINE_EXCEEDED"},
+               {GPUHAL_STATUS_NOT_FOUND, "NOT_FOUND"},
+               {GPUHAL_STATUS_ALREADY_EXISTS, "ALREADY_EXISTS"},
+               {GPUHAL_STATUS_PERMISSION_DENIED, "PERMISSION_DENIED"},
+               {GPUHAL_STATUS_RESOURCE_EXHAUSTED, "RESOURCE_EXHAUSTED"},
+               {GPUHAL_STATUS_FAILED_PRECONDITION, "FAILED_PRECONDITION"},
+               {GPUHAL_STATUS_ABORTED, "ABORTED"},
+               {GPUHAL_STATUS_OUT_OF_RANGE, "OUT_OF_RANGE"},
+               {GPUHAL_STATUS_UNIMPLEMENTED, "UNIMPLEMENTED"},
+               {GPUHAL_STATUS_INTERNAL, "INTERNAL"},
+               {GPUHAL_STATUS_UNAVAILABLE, "UNAVAILABLE"},
+               {GPUHAL_STATUS_DATA_LOSS, "DATA_LOSS"}};
   size_t i;
   for (i = 0; i < sizeof(names) / sizeof(names[0]); ++i)
     TU_CHECK(strcmp(gpuhal_status_code_string(names[i].code), names[i].name) == 0);
@@ -106,13 +116,18 @@ TU_TEST(every_cuda_error_maps) {
 }
 
 TU_TEST(specific_cuda_mappings) {
-  static const struct { int value; gpuhal_status_code_t code; } m[] = {
-      {2, GPUHAL_STATUS_RESOURCE_EXHAUSTED}, {1, GPUHAL_STATUS_INVALID_ARGUMENT}, {400, GPUHAL_STATUS_INVALID_ARGUMENT},
-      {500, GPUHAL_STATUS_NOT_FOUND},        {600, GPUHAL_STATUS_UNAVAILABLE},    {801, GPUHAL_STATUS_UNIMPLEMENTED},
-      {100, GPUHAL_STATUS_UNAVAILABLE},      {3, GPUHAL_STATUS_UNAVAILABLE},      {4, GPUHAL_STATUS_UNAVAILABLE},
-      {909, GPUHAL_STATUS_DEADLINE_EXCEEDED}, {800, GPUHAL_STATUS_PERMISSION_DENIED}, {999, GPUHAL_STATUS_UNKNOWN}};
+  static const struct {
+    int value;
+    gpuhal_status_code_t code;
+  } m[] = {{2, GPUHAL_STATUS_RESOURCE_EXHAUSTED},  {1, GPUHAL_STATUS_INVALID_ARGUMENT},
+           {400, GPUHAL_STATUS_INVALID_ARGUMENT},  {500, GPUHAL_STATUS_NOT_FOUND},
+           {600, GPUHAL_STATUS_UNAVAILABLE},       {801, GPUHAL_STATUS_UNIMPLEMENTED},
+           {100, GPUHAL_STATUS_UNAVAILABLE},       {3, GPUHAL_STATUS_UNAVAILABLE},
+           {4, GPUHAL_STATUS_UNAVAILABLE},         {909, GPUHAL_STATUS_DEADLINE_EXCEEDED},
+           {800, GPUHAL_STATUS_PERMISSION_DENIED}, {999, GPUHAL_STATUS_UNKNOWN}};
   size_t i;
-  for (i = 0; i < sizeof(m) / sizeof(m[0]); ++i) TU_CHECK_EQ_INT(gpuhal__cuda_error_code((CUresult)m[i].value), m[i].code);
+  for (i = 0; i < sizeof(m) / sizeof(m[0]); ++i)
+    TU_CHECK_EQ_INT(gpuhal__cuda_error_code((CUresult)m[i].value), m[i].code);
   TU_CHECK(gpuhal__cuda_error_is_sticky((CUresult)700));
   TU_CHECK(gpuhal__cuda_error_is_sticky((CUresult)719));
   TU_CHECK(!gpuhal__cuda_error_is_sticky((CUresult)2));
@@ -121,7 +136,8 @@ TU_TEST(specific_cuda_mappings) {
   {
     gpuhal_status_t s = gpuhal__cuda_status(NULL, CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc", "/x/y/gpuhal.h", 1234);
     TU_CHECK(strcmp(gpuhal_status_message(s),
-                    "RESOURCE_EXHAUSTED: CUDA_ERROR_OUT_OF_MEMORY (out of memory) in cuMemAlloc at gpuhal.h:1234") == 0);
+                    "RESOURCE_EXHAUSTED: CUDA_ERROR_OUT_OF_MEMORY (out of memory) in cuMemAlloc at gpuhal.h:1234") ==
+             0);
     gpuhal_status_free(s);
   }
   /* A value nobody knows still gives a useful message. */
@@ -181,7 +197,8 @@ TU_TEST(nccl_errors) {
   gpuhal__nccl_symbols_t nccl;
   size_t i;
   for (i = 1; i < GPUHAL__ARRAY_SIZE(gpuhal__nccl_errors); ++i) {
-    gpuhal_status_t s = gpuhal__nccl_status(NULL, (ncclResult_t)gpuhal__nccl_errors[i].value, "ncclAllReduce", __FILE__, 7);
+    gpuhal_status_t s =
+        gpuhal__nccl_status(NULL, (ncclResult_t)gpuhal__nccl_errors[i].value, "ncclAllReduce", __FILE__, 7);
     TU_CHECK_EQ_INT(gpuhal_status_code(s), gpuhal__nccl_errors[i].code);
     TU_CHECK_STR_CONTAINS(gpuhal_status_message(s), gpuhal__nccl_errors[i].name);
     TU_CHECK_STR_CONTAINS(gpuhal_status_message(s), "in ncclAllReduce at test_status.c:7");

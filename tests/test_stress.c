@@ -35,11 +35,22 @@ static st_query_leaks_fn st_query_leaks;
 /* Entry points a random fault may hit: allocation, launch, events, copies, graph upkeep.
  * Not the releasing ones (cuMemFreeAsync, cuEventDestroy, ...): when those fail the driver
  * keeps the object and softcuda rightly reports it; test_fault_sweep covers them. */
-static const char* const st_fault_entries[] = {
-    "cuMemAlloc",         "cuMemAllocFromPoolAsync", "cuLaunchKernel",    "cuGraphLaunch",
-    "cuEventRecord",      "cuStreamWaitEvent",       "cuMemcpyHtoD",      "cuMemcpyDtoH",    "cuModuleLoadDataEx",
-    "cuModuleGetFunction", "cuGraphInstantiateWithFlags", "cuMemsetD32Async", "cuMemcpyHtoDAsync",
-    "cuGraphExecKernelNodeSetParams", "cuEventCreate", "cuMemAllocHost"};
+static const char* const st_fault_entries[] = {"cuMemAlloc",
+                                               "cuMemAllocFromPoolAsync",
+                                               "cuLaunchKernel",
+                                               "cuGraphLaunch",
+                                               "cuEventRecord",
+                                               "cuStreamWaitEvent",
+                                               "cuMemcpyHtoD",
+                                               "cuMemcpyDtoH",
+                                               "cuModuleLoadDataEx",
+                                               "cuModuleGetFunction",
+                                               "cuGraphInstantiateWithFlags",
+                                               "cuMemsetD32Async",
+                                               "cuMemcpyHtoDAsync",
+                                               "cuGraphExecKernelNodeSetParams",
+                                               "cuEventCreate",
+                                               "cuMemAllocHost"};
 
 typedef struct st_shared_s {
   gpuhal_driver_t* driver;
@@ -58,7 +69,7 @@ typedef struct st_thread_s {
   int index;
   uint64_t rng;
   gpuhal_semaphore_t* chain;
-  uint64_t value;   /* what the chain reaches when everything submitted completes */
+  uint64_t value; /* what the chain reaches when everything submitted completes */
   /* Host functions run, per chain generation: a host call of a failed chain whose wait was
    * reached before the failure still runs, possibly after the chain was replaced. */
   int host_calls[64];
@@ -133,7 +144,8 @@ static void st_submitted(st_thread_t* t, gpuhal_status_t st) {
     return;
   }
   t->refused++;
-  if (gpuhal_status_code(st) == GPUHAL_STATUS_INVALID_ARGUMENT && !st_names_cuda(st)) st_bad(t, "submission refused", st);
+  if (gpuhal_status_code(st) == GPUHAL_STATUS_INVALID_ARGUMENT && !st_names_cuda(st))
+    st_bad(t, "submission refused", st);
   gpuhal_status_free(st);
   /* Nothing was queued: keep the chain going from the host, unless it already failed. */
   st = gpuhal_semaphore_wait(t->chain, t->value, gpuhal_timeout_relative_ns(ST_WAIT_NS));
@@ -339,18 +351,21 @@ TU_TEST(random_mix_across_devices_with_faults) {
    * sticky), unless one was lost, which must then be reported with its cause. */
   for (i = 0; i < s.device_count; ++i) {
     gpuhal_status_t st = gpuhal_device_wait_idle(s.device[i], gpuhal_timeout_relative_ns(ST_WAIT_NS));
-    if (gpuhal_status_code(st) == GPUHAL_STATUS_DEADLINE_EXCEEDED) TU_FAIL_AT(__FILE__, __LINE__, "device %d never went idle", i);
-    else if (st && !st_names_cuda(st)) TU_FAIL_AT(__FILE__, __LINE__, "wait_idle: %s", gpuhal_status_message(st));
+    if (gpuhal_status_code(st) == GPUHAL_STATUS_DEADLINE_EXCEEDED)
+      TU_FAIL_AT(__FILE__, __LINE__, "device %d never went idle", i);
+    else if (st && !st_names_cuda(st))
+      TU_FAIL_AT(__FILE__, __LINE__, "wait_idle: %s", gpuhal_status_message(st));
     gpuhal_status_free(st);
   }
   for (i = 0; i < s.device_count; ++i) gpuhal_device_release(s.device[i]);
   gpuhal_driver_release(s.driver);
   free(s.ptx);
   if (s.softcuda) TU_CHECK_EQ_INT(st_query_leaks(), 0);
-  printf("stress: %d threads, %d devices, %d ops (%d submitted, %d refused at the call), %d faults armed, "
-         "%d chains failed with a CUDA cause, %d problems, %.2f s\n",
-         thread_count, s.device_count, ops, submitted, refused, faults, chains_failed, bad,
-         (double)(gpuhal_now_ns() - t0) / 1e9);
+  printf(
+      "stress: %d threads, %d devices, %d ops (%d submitted, %d refused at the call), %d faults armed, "
+      "%d chains failed with a CUDA cause, %d problems, %.2f s\n",
+      thread_count, s.device_count, ops, submitted, refused, faults, chains_failed, bad,
+      (double)(gpuhal_now_ns() - t0) / 1e9);
 }
 
 TU_MAIN(TU_CASE(random_mix_across_devices_with_faults))

@@ -39,8 +39,7 @@ static const char spin_us_ptx[] =
     "\n"
     "\tret;\n"
     "\n"
-    "}\n"
-    ;
+    "}\n";
 
 static const char saxpy_ptx[] =
     ".version 8.0\n"
@@ -86,8 +85,7 @@ static const char saxpy_ptx[] =
     "$L__BB0_2:\n"
     "\tret;\n"
     "\n"
-    "}\n"
-    ;
+    "}\n";
 
 enum { TT_BATCHES = 6, TT_SLOTS = 2, TT_N = 1 << 16, TT_SPIN_US = 4000 };
 #define TT_BYTES ((uint64_t)TT_N * sizeof(float))
@@ -192,10 +190,10 @@ static gpuhal_status_t tt_submit_batch(tt_pipeline* p, uint32_t i) {
   b[0] = p->host_in;
   b[1] = p->x[slot];
   offsets[0] = i * TT_BYTES;
-  st = gpuhal_queue_execute(p->device, 0,
-                            i >= TT_SLOTS ? gpuhal_semaphore_list_one(&p->downloaded, &slot_free)
-                                          : gpuhal_semaphore_list_empty(),
-                            gpuhal_semaphore_list_one(&p->uploaded, &done), p->upload, &bind);
+  st = gpuhal_queue_execute(
+      p->device, 0,
+      i >= TT_SLOTS ? gpuhal_semaphore_list_one(&p->downloaded, &slot_free) : gpuhal_semaphore_list_empty(),
+      gpuhal_semaphore_list_one(&p->uploaded, &done), p->upload, &bind);
   if (st) return st;
   b[0] = p->x[slot];
   b[1] = p->y[slot];
@@ -375,8 +373,8 @@ TU_TEST(host_calls_allocas_and_flush) {
   TU_REQUIRE_OK(tt_driver(path, &driver));
   TU_REQUIRE_OK(gpuhal_device_create(driver, 0, NULL, &device));
   TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &sem));
-  TU_CHECK_OK(gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &v1),
-                                   NULL, NULL));
+  TU_CHECK_OK(
+      gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &v1), NULL, NULL));
   TU_CHECK_OK(gpuhal_queue_host_call(device, 0, gpuhal_semaphore_list_one(&sem, &v1),
                                      gpuhal_semaphore_list_one(&sem, &v2), tt_host_fn, &ran));
   TU_CHECK_OK(gpuhal_queue_alloca(device, 0, gpuhal_semaphore_list_one(&sem, &v2), gpuhal_semaphore_list_one(&sem, &v3),

@@ -78,7 +78,10 @@ TT_UNUSED static char* tj_parse_string_raw(tj_parser* ps) {
           c = (char)(code < 128 ? code : '?');
           break;
         }
-        case 0: ps->error = "unterminated escape"; free(out); return NULL;
+        case 0:
+          ps->error = "unterminated escape";
+          free(out);
+          return NULL;
         default: c = e; break;
       }
     } else if ((unsigned char)c < 0x20) {
@@ -333,8 +336,7 @@ TT_UNUSED static const char* tt_load(const char* path, tt_trace* t) {
       f->tid = (int)tj_num(e, "tid", -1);
       f->ts = tj_num(e, "ts", -1);
       if (!f->cat || f->id < 0 || f->ts < 0) return "a flow event without cat, id or ts";
-      if (f->ph == 'f' && (!tj_str(e, "bp") || strcmp(tj_str(e, "bp"), "e")))
-        return "a flow end without \"bp\":\"e\"";
+      if (f->ph == 'f' && (!tj_str(e, "bp") || strcmp(tj_str(e, "bp"), "e"))) return "a flow end without \"bp\":\"e\"";
     } else {
       snprintf(why, sizeof(why), "event %zu has an unexpected ph '%s'", i, ph);
       return why;
@@ -374,8 +376,9 @@ TT_UNUSED static const char* tt_check_order_and_nesting(const tt_trace* t) {
       if (b->ts >= a->ts + a->dur - eps) break; /* sorted: the rest start after a ends */
       if (b->pid != a->pid || b->tid != a->tid) continue;
       if (b->ts + b->dur > a->ts + a->dur + eps) {
-        snprintf(why, sizeof(why), "spans '%s' [%.3f, %.3f] and '%s' [%.3f, %.3f] overlap without nesting (pid %d tid %d)",
-                 a->name, a->ts, a->ts + a->dur, b->name, b->ts, b->ts + b->dur, a->pid, a->tid);
+        snprintf(why, sizeof(why),
+                 "spans '%s' [%.3f, %.3f] and '%s' [%.3f, %.3f] overlap without nesting (pid %d tid %d)", a->name,
+                 a->ts, a->ts + a->dur, b->name, b->ts, b->ts + b->dur, a->pid, a->tid);
         return why;
       }
     }

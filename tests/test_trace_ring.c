@@ -37,7 +37,7 @@ TU_TEST(ring_is_bounded) {
   why = tt_load(path, &t);
   if (why) TU_FAIL_AT(__FILE__, __LINE__, "%s", why);
   TU_REQUIRE(!why);
-  TU_CHECK(t.dropped > 1000);                  /* ~5 records per barrier */
+  TU_CHECK(t.dropped > 1000); /* ~5 records per barrier */
   TU_CHECK(t.span_count <= 64 && t.span_count > 0);
   why = tt_check_order_and_nesting(&t);
   if (why) TU_FAIL_AT(__FILE__, __LINE__, "%s", why);

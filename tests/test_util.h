@@ -23,69 +23,70 @@ typedef struct tu_state_s {
 static tu_state_t tu_state;
 
 #define TU_TEST(name) static void tu_case_##name(void)
-#define TU_CASE(name) {#name, tu_case_##name}
+#define TU_CASE(name) \
+  { #name, tu_case_##name }
 
-#define TU_FAIL_AT(file, line, ...)                  \
-  do {                                               \
-    fprintf(stderr, "  FAIL %s:%d: ", file, line);   \
-    fprintf(stderr, __VA_ARGS__);                    \
-    fprintf(stderr, "\n");                           \
+#define TU_FAIL_AT(file, line, ...)                                             \
+  do {                                                                          \
+    fprintf(stderr, "  FAIL %s:%d: ", file, line);                              \
+    fprintf(stderr, __VA_ARGS__);                                               \
+    fprintf(stderr, "\n");                                                      \
     __atomic_add_fetch(&tu_state.failed, 1, __ATOMIC_SEQ_CST); /* any thread */ \
   } while (0)
 
-#define TU_CHECK(cond)                                               \
-  do {                                                               \
-    if (!(cond)) TU_FAIL_AT(__FILE__, __LINE__, "%s", #cond);        \
+#define TU_CHECK(cond)                                        \
+  do {                                                        \
+    if (!(cond)) TU_FAIL_AT(__FILE__, __LINE__, "%s", #cond); \
   } while (0)
-#define TU_REQUIRE(cond)                                             \
-  do {                                                               \
-    if (!(cond)) {                                                   \
-      TU_FAIL_AT(__FILE__, __LINE__, "required: %s", #cond);        \
-      return;                                                        \
-    }                                                                \
+#define TU_REQUIRE(cond)                                     \
+  do {                                                       \
+    if (!(cond)) {                                           \
+      TU_FAIL_AT(__FILE__, __LINE__, "required: %s", #cond); \
+      return;                                                \
+    }                                                        \
   } while (0)
-#define TU_CHECK_EQ_INT(a, b)                                                                   \
-  do {                                                                                          \
-    long long tu_a_ = (long long)(a), tu_b_ = (long long)(b);                                   \
+#define TU_CHECK_EQ_INT(a, b)                                                                            \
+  do {                                                                                                   \
+    long long tu_a_ = (long long)(a), tu_b_ = (long long)(b);                                            \
     if (tu_a_ != tu_b_) TU_FAIL_AT(__FILE__, __LINE__, "%s == %s (%lld != %lld)", #a, #b, tu_a_, tu_b_); \
   } while (0)
-#define TU_CHECK_STR_CONTAINS(haystack, needle)                                                    \
-  do {                                                                                             \
-    const char* tu_h_ = (haystack);                                                                \
-    if (!tu_h_ || !strstr(tu_h_, (needle)))                                                        \
+#define TU_CHECK_STR_CONTAINS(haystack, needle)                                                         \
+  do {                                                                                                  \
+    const char* tu_h_ = (haystack);                                                                     \
+    if (!tu_h_ || !strstr(tu_h_, (needle)))                                                             \
       TU_FAIL_AT(__FILE__, __LINE__, "'%s' does not contain '%s'", tu_h_ ? tu_h_ : "(null)", (needle)); \
   } while (0)
 
 /* For gpuhal statuses (the test must include gpuhal.h first). Frees the status. */
-#define TU_CHECK_OK(expr)                                                               \
-  do {                                                                                  \
-    gpuhal_status_t tu_s_ = (expr);                                                     \
-    if (tu_s_) {                                                                        \
+#define TU_CHECK_OK(expr)                                                              \
+  do {                                                                                 \
+    gpuhal_status_t tu_s_ = (expr);                                                    \
+    if (tu_s_) {                                                                       \
       TU_FAIL_AT(__FILE__, __LINE__, "%s -> %s", #expr, gpuhal_status_message(tu_s_)); \
-      gpuhal_status_free(tu_s_);                                                        \
-    }                                                                                   \
+      gpuhal_status_free(tu_s_);                                                       \
+    }                                                                                  \
   } while (0)
-#define TU_REQUIRE_OK(expr)                                                             \
-  do {                                                                                  \
-    gpuhal_status_t tu_s_ = (expr);                                                     \
-    if (tu_s_) {                                                                        \
+#define TU_REQUIRE_OK(expr)                                                            \
+  do {                                                                                 \
+    gpuhal_status_t tu_s_ = (expr);                                                    \
+    if (tu_s_) {                                                                       \
       TU_FAIL_AT(__FILE__, __LINE__, "%s -> %s", #expr, gpuhal_status_message(tu_s_)); \
-      gpuhal_status_free(tu_s_);                                                        \
-      return;                                                                           \
-    }                                                                                   \
+      gpuhal_status_free(tu_s_);                                                       \
+      return;                                                                          \
+    }                                                                                  \
   } while (0)
 /* Checks the code and that the message contains `needle`; frees the status. */
-#define TU_CHECK_STATUS(expr, code, needle)                                                        \
-  do {                                                                                             \
-    gpuhal_status_t tu_s_ = (expr);                                                                \
-    if (gpuhal_status_code(tu_s_) != (code)) {                                                     \
-      TU_FAIL_AT(__FILE__, __LINE__, "%s -> %s, expected %s", #expr, gpuhal_status_message(tu_s_), \
-                 gpuhal_status_code_string(code));                                                 \
-    } else if ((needle) && !strstr(gpuhal_status_message(tu_s_), (needle) ? (needle) : "")) {      \
-      TU_FAIL_AT(__FILE__, __LINE__, "%s -> '%s' does not mention '%s'", #expr,                    \
-                 gpuhal_status_message(tu_s_), (needle) ? (needle) : "");                          \
-    }                                                                                              \
-    gpuhal_status_free(tu_s_);                                                                     \
+#define TU_CHECK_STATUS(expr, code, needle)                                                                   \
+  do {                                                                                                        \
+    gpuhal_status_t tu_s_ = (expr);                                                                           \
+    if (gpuhal_status_code(tu_s_) != (code)) {                                                                \
+      TU_FAIL_AT(__FILE__, __LINE__, "%s -> %s, expected %s", #expr, gpuhal_status_message(tu_s_),            \
+                 gpuhal_status_code_string(code));                                                            \
+    } else if ((needle) && !strstr(gpuhal_status_message(tu_s_), (needle) ? (needle) : "")) {                 \
+      TU_FAIL_AT(__FILE__, __LINE__, "%s -> '%s' does not mention '%s'", #expr, gpuhal_status_message(tu_s_), \
+                 (needle) ? (needle) : "");                                                                   \
+    }                                                                                                         \
+    gpuhal_status_free(tu_s_);                                                                                \
   } while (0)
 
 #define TU_SKIP(reason)            \
@@ -99,7 +100,8 @@ static tu_state_t tu_state;
 #if defined(__GNUC__)
 __attribute__((unused))
 #endif
-static int tu_softcuda(void) {
+static int
+tu_softcuda(void) {
   const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
   void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   int yes = 0;
@@ -117,7 +119,8 @@ static int tu_softcuda(void) {
 #if defined(__GNUC__)
 __attribute__((unused))
 #endif
-static int tu_softcuda_faults(const char* spec) {
+static int
+tu_softcuda_faults(const char* spec) {
   const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
   void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   int (*set_faults)(const char*) = NULL;
@@ -147,7 +150,8 @@ static int tu_softcuda_faults(const char* spec) {
 #if defined(__GNUC__)
 __attribute__((unused))
 #endif
-static char* tu_read_file(const char* path, size_t* size) {
+static char*
+tu_read_file(const char* path, size_t* size) {
   FILE* f = fopen(path, "rb");
   long n;
   char* data;
@@ -170,7 +174,8 @@ static char* tu_read_file(const char* path, size_t* size) {
 #if defined(__GNUC__)
 __attribute__((unused))
 #endif
-static char* tu_read_kernel_file(const char* file, size_t* size) {
+static char*
+tu_read_kernel_file(const char* file, size_t* size) {
   char path[1024];
   snprintf(path, sizeof(path), "%s/%s", GPUHAL_KERNELS_DIR, file);
   return tu_read_file(path, size);
@@ -185,7 +190,8 @@ typedef struct tu_case_s {
 #if defined(__GNUC__)
 __attribute__((unused))
 #endif
-static int tu_run(const tu_case_t* cases, int count, int argc, char** argv) {
+static int
+tu_run(const tu_case_t* cases, int count, int argc, char** argv) {
   int passed = 0, failed = 0, skipped = 0, i, j;
   for (i = 0; i < count; ++i) {
     int selected = argc <= 1;
@@ -212,9 +218,9 @@ static int tu_run(const tu_case_t* cases, int count, int argc, char** argv) {
   return 0;
 }
 
-#define TU_MAIN(...)                                                                  \
-  int main(int argc, char** argv) {                                                   \
-    static const tu_case_t tu_cases[] = {__VA_ARGS__};                                \
+#define TU_MAIN(...)                                                                    \
+  int main(int argc, char** argv) {                                                     \
+    static const tu_case_t tu_cases[] = {__VA_ARGS__};                                  \
     return tu_run(tu_cases, (int)(sizeof(tu_cases) / sizeof(tu_cases[0])), argc, argv); \
   }
 

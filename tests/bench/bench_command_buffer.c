@@ -27,9 +27,9 @@ typedef struct bench {
   gpuhal_driver_t* driver;
   gpuhal_device_t* device;
   gpuhal_executable_t* exe;
-  gpuhal_kernel_t* spin;    /* spin_us(u64 us) */
+  gpuhal_kernel_t* spin; /* spin_us(u64 us) */
   gpuhal_executable_t* exe2;
-  gpuhal_kernel_t* fill;    /* fill_u32(unsigned* dst, unsigned value, unsigned n) */
+  gpuhal_kernel_t* fill; /* fill_u32(unsigned* dst, unsigned value, unsigned n) */
   gpuhal_semaphore_t* sem;
   uint64_t value;
   CUstream raw_stream;
@@ -62,9 +62,7 @@ static void report(const char* name, double gpuhal_us, double raw_us, double tar
   fflush(stdout);
 }
 
-static char* read_file(const char* name, size_t* size) {
-  return tu_read_kernel_file(name, size);
-}
+static char* read_file(const char* name, size_t* size) { return tu_read_kernel_file(name, size); }
 
 static gpuhal_status_t load(bench* b, const char* name, gpuhal_executable_t** exe, gpuhal_kernel_t** k) {
   char file[128];
@@ -82,15 +80,18 @@ static gpuhal_status_t load(bench* b, const char* name, gpuhal_executable_t** ex
 /* Executes on queue 0, signalling the next value; waits when `wait`. */
 static int execute(bench* b, gpuhal_command_buffer_t* cb, const gpuhal_binding_table_t* table, int wait) {
   uint64_t v = ++b->value;
-  if (!ok(b, gpuhal_queue_execute(b->device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&b->sem, &v),
-                                  cb, table),
+  if (!ok(b,
+          gpuhal_queue_execute(b->device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&b->sem, &v), cb,
+                               table),
           "queue_execute"))
     return 0;
   if (wait) return ok(b, gpuhal_semaphore_wait(b->sem, v, gpuhal_timeout_infinite()), "semaphore_wait");
   return 1;
 }
 
-static int wait_last(bench* b) { return ok(b, gpuhal_semaphore_wait(b->sem, b->value, gpuhal_timeout_infinite()), "wait"); }
+static int wait_last(bench* b) {
+  return ok(b, gpuhal_semaphore_wait(b->sem, b->value, gpuhal_timeout_infinite()), "wait");
+}
 
 /* The raw side runs with the device's context pushed on this thread. */
 static void raw_enter(bench* b) { b->device->cu->cuCtxPushCurrent(b->device->context); }
@@ -279,7 +280,8 @@ int main(int argc, char** argv) {
   if (b.n <= 0 || b.repeats <= 0) return 2;
   if (!ok(&b, gpuhal_driver_create(NULL, &b.driver), "driver") ||
       !ok(&b, gpuhal_device_create(b.driver, 0, NULL, &b.device), "device") ||
-      !ok(&b, load(&b, "spin_us", &b.exe, &b.spin), "spin_us") || !ok(&b, load(&b, "fill_u32", &b.exe2, &b.fill), "fill_u32") ||
+      !ok(&b, load(&b, "spin_us", &b.exe, &b.spin), "spin_us") ||
+      !ok(&b, load(&b, "fill_u32", &b.exe2, &b.fill), "fill_u32") ||
       !ok(&b, gpuhal_semaphore_create(b.driver, 0, &b.sem), "semaphore"))
     return 1;
   raw_enter(&b);

@@ -112,8 +112,10 @@ static int64_t run_child(const char* mode, const char* dir, const char* env_name
     close(fds[0]);
     dup2(fds[1], 1);
     unsetenv("GPUHAL_CACHE_DIR");
-    if (disable_driver_cache) setenv("CUDA_CACHE_DISABLE", "1", 1);
-    else unsetenv("CUDA_CACHE_DISABLE");
+    if (disable_driver_cache)
+      setenv("CUDA_CACHE_DISABLE", "1", 1);
+    else
+      unsetenv("CUDA_CACHE_DISABLE");
     if (env_name) setenv(env_name, env_value, 1);
     argv[0] = bench_self;
     argv[1] = (char*)"--child";
@@ -194,8 +196,10 @@ int main(int argc, char** argv) {
   double big_hit, small_hit;
   const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
   ssize_t n = readlink("/proc/self/exe", bench_self, sizeof(bench_self) - 1);
-  if (n > 0) bench_self[n] = 0;
-  else snprintf(bench_self, sizeof(bench_self), "%s", argv[0]);
+  if (n > 0)
+    bench_self[n] = 0;
+  else
+    snprintf(bench_self, sizeof(bench_self), "%s", argv[0]);
   if (argc >= 4 && !strcmp(argv[1], "--child")) return child_main(argv[2], argv[3]);
   if (argc >= 2) repeats = atoi(argv[1]) > 0 ? atoi(argv[1]) : 5;
   big = gen_big_ptx(BIG_ENTRIES, BIG_CHAIN, &big_size);
@@ -224,8 +228,8 @@ int main(int argc, char** argv) {
   printf("  fresh process, median of %d:\n", repeats);
   printf("    cold JIT (driver, CUDA_CACHE_DISABLE=1)      %10.3f ms\n", cold / 1e6);
   printf("    gpuhal cold (cuLink + disk store), once       %10.3f ms\n", gpuhal_cold / 1e6);
-  printf("    gpuhal disk-cache hit                        %10.3f ms   %.0fx faster than cold JIT\n",
-         gpuhal_hit / 1e6, (double)cold / (double)gpuhal_hit);
+  printf("    gpuhal disk-cache hit                        %10.3f ms   %.0fx faster than cold JIT\n", gpuhal_hit / 1e6,
+         (double)cold / (double)gpuhal_hit);
   printf("    driver JIT cache: fill once                  %10.3f ms\n", driver_fill / 1e6);
   printf("    driver JIT cache hit (CUDA_CACHE_PATH)       %10.3f ms   gpuhal/driver = %.2f\n", driver_hit / 1e6,
          (double)gpuhal_hit / (double)driver_hit);

@@ -21,21 +21,21 @@
 #include "gpuhal.h"
 #include "../test_multi_device_util.h"
 
-#define BM_CHECK(expr)                                                                          \
-  do {                                                                                          \
-    gpuhal_status_t bm_s_ = (expr);                                                             \
-    if (bm_s_) {                                                                                \
+#define BM_CHECK(expr)                                                                               \
+  do {                                                                                               \
+    gpuhal_status_t bm_s_ = (expr);                                                                  \
+    if (bm_s_) {                                                                                     \
       fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #expr, gpuhal_status_message(bm_s_)); \
-      exit(1);                                                                                  \
-    }                                                                                           \
+      exit(1);                                                                                       \
+    }                                                                                                \
   } while (0)
-#define BM_CU(expr)                                                                   \
-  do {                                                                                \
-    CUresult bm_r_ = (expr);                                                          \
-    if (bm_r_ != CUDA_SUCCESS) {                                                      \
+#define BM_CU(expr)                                                                           \
+  do {                                                                                        \
+    CUresult bm_r_ = (expr);                                                                  \
+    if (bm_r_ != CUDA_SUCCESS) {                                                              \
       fprintf(stderr, "%s:%d: %s -> CUDA error %d\n", __FILE__, __LINE__, #expr, (int)bm_r_); \
-      exit(1);                                                                        \
-    }                                                                                 \
+      exit(1);                                                                                \
+    }                                                                                         \
   } while (0)
 
 static md_fixture_t f;
@@ -364,11 +364,12 @@ static void bm_all_reduce(int max_mib, int min_iterations, double* worst_ratio) 
     for (it = 0; it < BM_EVENTS; ++it) BM_CU(cu->cuEventCreate(&events[d * BM_EVENTS + it], CU_EVENT_DISABLE_TIMING));
     BM_CU(cu->cuCtxPopCurrent(&popped));
   }
-  printf("all-reduce, float sum over %d devices: %s, median of %d runs; gpuhal STREAM and GRAPH "
-         "command buffers vs raw NCCL (all ranks in one group per call, one thread); raw-threads: one thread per "
-         "rank, +event: and an event recorded after each call, as gpuhal does (diagnostics)\n",
-         n, n > 1 ? "bus bandwidth GB/s" : "one rank, no bus: microseconds per all-reduce (the cost of issuing one)",
-         BM_REPS);
+  printf(
+      "all-reduce, float sum over %d devices: %s, median of %d runs; gpuhal STREAM and GRAPH "
+      "command buffers vs raw NCCL (all ranks in one group per call, one thread); raw-threads: one thread per "
+      "rank, +event: and an event recorded after each call, as gpuhal does (diagnostics)\n",
+      n, n > 1 ? "bus bandwidth GB/s" : "one rank, no bus: microseconds per all-reduce (the cost of issuing one)",
+      BM_REPS);
   for (mib = 1; mib <= (uint64_t)max_mib; mib *= 4) {
     uint64_t bytes = mib << 20;
     size_t count = (size_t)(bytes / 4);
@@ -411,10 +412,11 @@ static void bm_all_reduce(int max_mib, int min_iterations, double* worst_ratio) 
     mt = bm_median(t_threads, BM_REPS);
     me = bm_median(t_events, BM_REPS);
     mc = bm_median(t_comms, BM_REPS);
-    printf("all-reduce %5llu MiB x %3d: gpuhal stream %7.2f graph %7.2f | raw %7.2f | raw-threads %7.2f, "
-           "+event %7.2f, on gpuhal's communicators %7.2f | ratio stream %.3f graph %.3f (target >= 0.95)\n",
-           (unsigned long long)mib, iterations, bm_rate(bytes, ms, n), bm_rate(bytes, mg, n), bm_rate(bytes, mr, n),
-           bm_rate(bytes, mt, n), bm_rate(bytes, me, n), bm_rate(bytes, mc, n), mr / ms, mr / mg);
+    printf(
+        "all-reduce %5llu MiB x %3d: gpuhal stream %7.2f graph %7.2f | raw %7.2f | raw-threads %7.2f, "
+        "+event %7.2f, on gpuhal's communicators %7.2f | ratio stream %.3f graph %.3f (target >= 0.95)\n",
+        (unsigned long long)mib, iterations, bm_rate(bytes, ms, n), bm_rate(bytes, mg, n), bm_rate(bytes, mr, n),
+        bm_rate(bytes, mt, n), bm_rate(bytes, me, n), bm_rate(bytes, mc, n), mr / ms, mr / mg);
     fflush(stdout);
     if (mr / ms < *worst_ratio) *worst_ratio = mr / ms;
     if (mr / mg < *worst_ratio) *worst_ratio = mr / mg;

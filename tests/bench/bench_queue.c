@@ -54,7 +54,6 @@
 #include "test_util.h"
 #include "test_queue_util.h"
 
-
 /* Case 5's raw side uses cuStreamWaitValue64 / cuStreamWriteValue64 /
  * cuMemHostGetDevicePointer from gpuhal's CUDA table; -DGPUHAL_BENCH_HAVE_MEMOPS=0 leaves it
  * out. */
@@ -72,7 +71,7 @@ typedef struct bench_s {
   CUevent raw_events[4];
   int iterations;
   int failures;
-  long waiter_lead_us; /* case 6: how long the waiter waits before the submit */
+  long waiter_lead_us;         /* case 6: how long the waiter waits before the submit */
   struct bench_graph_s* graph; /* case 4 */
 } bench_t;
 
@@ -112,8 +111,7 @@ static double gpuhal_round_trip(bench_t* b, int n) {
   start = gpuhal_now_ns();
   for (i = 0; i < n; ++i) {
     uint64_t next = ++b->value;
-    if (!check(b, qt_submit(b->f.device, 0, gpuhal_semaphore_list_empty(), one(&b->s, &next), &qt_spin_ops,
-                                       &spin),
+    if (!check(b, qt_submit(b->f.device, 0, gpuhal_semaphore_list_empty(), one(&b->s, &next), &qt_spin_ops, &spin),
                "round trip submit"))
       return 0;
     if (!check(b, gpuhal_semaphore_wait(b->s, next, gpuhal_timeout_infinite()), "round trip wait")) return 0;
@@ -150,8 +148,7 @@ static double gpuhal_chain(bench_t* b, int n) {
   start = gpuhal_now_ns();
   for (i = 0; i < n; ++i) {
     uint64_t prev = first + (uint64_t)i, next = prev + 1;
-    if (!check(b, qt_submit(b->f.device, (uint32_t)(i % 2), one(&b->s, &prev), one(&b->s, &next),
-                                       &qt_spin_ops, &spin),
+    if (!check(b, qt_submit(b->f.device, (uint32_t)(i % 2), one(&b->s, &prev), one(&b->s, &next), &qt_spin_ops, &spin),
                "chain submit"))
       return 0;
   }
@@ -258,15 +255,18 @@ static int bench_graph_setup(bench_t* b, bench_graph_t* g) {
   if (!image) return 0;
   if (!check(b, gpuhal_executable_load(b->f.device, image, strlen(image) + 1, &g->executable), "executable_load") ||
       !check(b, gpuhal_executable_kernel(g->executable, "spin_us", &g->kernel), "executable_kernel") ||
-      !check(b, gpuhal_command_buffer_create(b->f.device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_GRAPH, 0,
-                                             &g->command_buffer),
+      !check(b,
+             gpuhal_command_buffer_create(b->f.device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_GRAPH, 0,
+                                          &g->command_buffer),
              "command_buffer_create") ||
       !check(b, gpuhal_command_buffer_begin(g->command_buffer), "begin") ||
-      !check(b, gpuhal_cmd_dispatch(g->command_buffer, g->kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg),
+      !check(b,
+             gpuhal_cmd_dispatch(g->command_buffer, g->kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg),
              "dispatch") ||
       !check(b, gpuhal_command_buffer_end(g->command_buffer), "end") ||
-      !check(b, gpuhal_command_buffer_create(b->f.device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_STREAM,
-                                             0, &g->stream_cb),
+      !check(b,
+             gpuhal_command_buffer_create(b->f.device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_STREAM, 0,
+                                          &g->stream_cb),
              "command_buffer_create") ||
       !check(b, gpuhal_command_buffer_begin(g->stream_cb), "begin") ||
       !check(b, gpuhal_cmd_dispatch(g->stream_cb, g->kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg),
@@ -332,8 +332,8 @@ static double gpuhal_signal_to_host(bench_t* b, int n) {
   for (i = 0; i < n; ++i) {
     uint64_t gate = ++b->gate_value, next = ++b->value;
     int64_t start;
-    if (!check(b, gpuhal_queue_execute(b->f.device, 0, one(&b->gate, &gate), one(&b->s, &next),
-                                       b->graph->stream_cb, NULL),
+    if (!check(b,
+               gpuhal_queue_execute(b->f.device, 0, one(&b->gate, &gate), one(&b->s, &next), b->graph->stream_cb, NULL),
                "signal-to-host execute"))
       return 0;
     bench_sleep_us(200);
@@ -359,15 +359,16 @@ static double raw_signal_to_host(bench_t* b, int n) {
   int64_t total = 0;
   int i, ok = 1;
   int memops = 0;
-  if (!cu->cuStreamWaitValue64 || !cu->cuStreamWriteValue64 || !cu->cuMemHostAlloc ||
-      !cu->cuMemHostGetDevicePointer || !cu->cuMemFreeHost)
+  if (!cu->cuStreamWaitValue64 || !cu->cuStreamWriteValue64 || !cu->cuMemHostAlloc || !cu->cuMemHostGetDevicePointer ||
+      !cu->cuMemFreeHost)
     return 0;
   /* A device without 64-bit stream memory operations has no raw side to compare with. */
   if (cu->cuDeviceGetAttribute(&memops, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, b->f.device->cu_device) !=
           CUDA_SUCCESS ||
       !memops)
     return 0;
-  if (!check_cu(b, cu->cuMemHostAlloc(&host, 2 * sizeof(uint64_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+  if (!check_cu(b,
+                cu->cuMemHostAlloc(&host, 2 * sizeof(uint64_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
                 "cuMemHostAlloc"))
     return 0;
   words = (volatile uint64_t*)host;
@@ -379,7 +380,8 @@ static double raw_signal_to_host(bench_t* b, int n) {
     int64_t start;
     ok = check_cu(b, cu->cuStreamWaitValue64(b->raw_streams[0], dev, k, CU_STREAM_WAIT_VALUE_GEQ), "wait value") &&
          check_cu(b, cu->cuLaunchKernel(b->f.spin, 1, 1, 1, 1, 1, 1, 0, b->raw_streams[0], params, NULL), "launch") &&
-         check_cu(b, cu->cuStreamWriteValue64(b->raw_streams[0], dev + sizeof(uint64_t), k, CU_STREAM_WRITE_VALUE_DEFAULT),
+         check_cu(b,
+                  cu->cuStreamWriteValue64(b->raw_streams[0], dev + sizeof(uint64_t), k, CU_STREAM_WRITE_VALUE_DEFAULT),
                   "write value");
     if (!ok) break;
     bench_sleep_us(200);
@@ -414,9 +416,9 @@ static double raw_signal_to_host(bench_t* b, int n) {
 typedef struct bench_waiter_s {
   bench_t* b;
   int n;
-  uint64_t base;          /* the values waited for are base + 1 .. base + n */
-  int32_t ready;          /* the value the waiter is about to wait for (atomic) */
-  int32_t woke;           /* the value it returned from (atomic) */
+  uint64_t base; /* the values waited for are base + 1 .. base + n */
+  int32_t ready; /* the value the waiter is about to wait for (atomic) */
+  int32_t woke;  /* the value it returned from (atomic) */
   int64_t woke_ns;
   gpuhal_status_t status;
 } bench_waiter_t;
@@ -450,10 +452,11 @@ static double gpuhal_early_waiter(bench_t* b, int n) {
     while (__atomic_load_n(&w.ready, __ATOMIC_SEQ_CST) < i && __atomic_load_n(&w.woke, __ATOMIC_SEQ_CST) < n) {
     }
     if (__atomic_load_n(&w.woke, __ATOMIC_SEQ_CST) >= n) break; /* the waiter failed */
-    bench_sleep_us(b->waiter_lead_us); /* the waiter is in its wait by now */
+    bench_sleep_us(b->waiter_lead_us);                          /* the waiter is in its wait by now */
     start = gpuhal_now_ns();
-    if (!check(b, gpuhal_queue_execute(b->f.device, 0, gpuhal_semaphore_list_empty(), one(&b->s, &next),
-                                       b->graph->stream_cb, NULL),
+    if (!check(b,
+               gpuhal_queue_execute(b->f.device, 0, gpuhal_semaphore_list_empty(), one(&b->s, &next),
+                                    b->graph->stream_cb, NULL),
                "early-waiter execute"))
       break;
     while (__atomic_load_n(&w.woke, __ATOMIC_SEQ_CST) < i) {
@@ -473,8 +476,8 @@ static double gpuhal_reverse_chain(bench_t* b, int n) {
   for (i = n - 1; i >= 0; --i) {
     uint64_t prev = first + (uint64_t)i, next = prev + 1;
     gpuhal_semaphore_list_t wait = i == 0 ? one(&b->gate, &gate) : one(&b->s, &prev);
-    if (!check(b, gpuhal_queue_execute(b->f.device, (uint32_t)(i % 2), wait, one(&b->s, &next),
-                                       b->graph->stream_cb, NULL),
+    if (!check(b,
+               gpuhal_queue_execute(b->f.device, (uint32_t)(i % 2), wait, one(&b->s, &next), b->graph->stream_cb, NULL),
                "reverse chain execute"))
       return 0;
   }
@@ -505,33 +508,33 @@ static void diag_count(diag_counter_t* c, int64_t start_ns) {
     __atomic_add_fetch(&c->ns, ns, __ATOMIC_RELAXED);
   }
 }
-#define DIAG_ENTRIES(X)                                                                                            \
-  X(cuEventRecord, (CUevent e, CUstream s), (e, s))                                                                \
-  X(cuEventQuery, (CUevent e), (e))                                                                                \
-  X(cuEventSynchronize, (CUevent e), (e))                                                                          \
-  X(cuStreamWaitEvent, (CUstream s, CUevent e, unsigned int f), (s, e, f))                                         \
-  X(cuLaunchKernel,                                                                                                \
-    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,             \
-     unsigned int bz, unsigned int sh, CUstream s, void** p, void** x),                                            \
-    (f, gx, gy, gz, bx, by, bz, sh, s, p, x))                                                                      \
-  X(cuGraphLaunch, (CUgraphExec g, CUstream s), (g, s))                                                            \
-  X(cuMemAllocFromPoolAsync, (CUdeviceptr * p, size_t n, CUmemoryPool pool, CUstream s), (p, n, pool, s))          \
-  X(cuMemFreeAsync, (CUdeviceptr p, CUstream s), (p, s))                                                           \
-  X(cuCtxGetCurrent, (CUcontext * c), (c))                                                                         \
-  X(cuCtxPushCurrent, (CUcontext c), (c))                                                                          \
-  X(cuCtxPopCurrent, (CUcontext * c), (c))                                                                         \
-  X(cuEventCreate, (CUevent * e, unsigned int f), (e, f))                                                          \
-  X(cuStreamWaitValue64, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f), (s, a, v, f))                   \
-  X(cuStreamWriteValue64, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f), (s, a, v, f))                  \
+#define DIAG_ENTRIES(X)                                                                                   \
+  X(cuEventRecord, (CUevent e, CUstream s), (e, s))                                                       \
+  X(cuEventQuery, (CUevent e), (e))                                                                       \
+  X(cuEventSynchronize, (CUevent e), (e))                                                                 \
+  X(cuStreamWaitEvent, (CUstream s, CUevent e, unsigned int f), (s, e, f))                                \
+  X(cuLaunchKernel,                                                                                       \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,   \
+     unsigned int bz, unsigned int sh, CUstream s, void** p, void** x),                                   \
+    (f, gx, gy, gz, bx, by, bz, sh, s, p, x))                                                             \
+  X(cuGraphLaunch, (CUgraphExec g, CUstream s), (g, s))                                                   \
+  X(cuMemAllocFromPoolAsync, (CUdeviceptr * p, size_t n, CUmemoryPool pool, CUstream s), (p, n, pool, s)) \
+  X(cuMemFreeAsync, (CUdeviceptr p, CUstream s), (p, s))                                                  \
+  X(cuCtxGetCurrent, (CUcontext * c), (c))                                                                \
+  X(cuCtxPushCurrent, (CUcontext c), (c))                                                                 \
+  X(cuCtxPopCurrent, (CUcontext * c), (c))                                                                \
+  X(cuEventCreate, (CUevent * e, unsigned int f), (e, f))                                                 \
+  X(cuStreamWaitValue64, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f), (s, a, v, f))         \
+  X(cuStreamWriteValue64, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f), (s, a, v, f))        \
   X(cuStreamQuery, (CUstream s), (s))
-#define DIAG_DEFINE(name, params, args)                                    \
-  static gpuhal_PFN_##name diag_orig_##name;                              \
-  static diag_counter_t diag_##name = {#name, 0, 0, 0, 0};                \
-  static CUresult CUDAAPI diag_fn_##name params {                         \
-    int64_t start_ns = gpuhal_now_ns();                                   \
-    CUresult r = diag_orig_##name args;                                   \
-    diag_count(&diag_##name, start_ns);                                   \
-    return r;                                                             \
+#define DIAG_DEFINE(name, params, args)                    \
+  static gpuhal_PFN_##name diag_orig_##name;               \
+  static diag_counter_t diag_##name = {#name, 0, 0, 0, 0}; \
+  static CUresult CUDAAPI diag_fn_##name params {          \
+    int64_t start_ns = gpuhal_now_ns();                    \
+    CUresult r = diag_orig_##name args;                    \
+    diag_count(&diag_##name, start_ns);                    \
+    return r;                                              \
   }
 DIAG_ENTRIES(DIAG_DEFINE)
 #define DIAG_INSTALL(name, params, args) \
@@ -541,10 +544,10 @@ DIAG_ENTRIES(DIAG_DEFINE)
   if (diag_orig_##name) cu->name = diag_orig_##name;
 #define DIAG_RESET(name, params, args) \
   diag_##name.calls = diag_##name.ns = diag_##name.calls_main = diag_##name.ns_main = 0;
-#define DIAG_PRINT(name, params, args)                                                                          \
-  if (diag_##name.calls || diag_##name.calls_main)                                                              \
-    printf("    %-24s %8.2f calls %7.3f us (bench thread) | %8.2f calls %7.3f us (gpuhal threads)\n", #name,    \
-           (double)diag_##name.calls_main / n, (double)diag_##name.ns_main / 1000.0 / n,                         \
+#define DIAG_PRINT(name, params, args)                                                                       \
+  if (diag_##name.calls || diag_##name.calls_main)                                                           \
+    printf("    %-24s %8.2f calls %7.3f us (bench thread) | %8.2f calls %7.3f us (gpuhal threads)\n", #name, \
+           (double)diag_##name.calls_main / n, (double)diag_##name.ns_main / 1000.0 / n,                     \
            (double)diag_##name.calls / n, (double)diag_##name.ns / 1000.0 / n);
 
 static int64_t thread_cpu_ns(clockid_t clock) {
@@ -630,9 +633,11 @@ static void run_case(bench_t* b, const char* name, double target, double (*ours)
     printf("%-40s %10.2f %10s (not available on this device)\n", name, mg, "-");
     return;
   }
-  printf("%-40s %10.2f %10.2f %7.2fx %7.2fx %-13s [gpuhal %.2f..%.2f raw %.2f..%.2f]\n", name, mg, mr, mratio,
-         target, target <= 0 ? "" : mratio <= target ? "met" : "(over target)", min_of(g, reps), max_of(g, reps),
-         min_of(r, reps), max_of(r, reps));
+  printf("%-40s %10.2f %10.2f %7.2fx %7.2fx %-13s [gpuhal %.2f..%.2f raw %.2f..%.2f]\n", name, mg, mr, mratio, target,
+         target <= 0        ? ""
+         : mratio <= target ? "met"
+                            : "(over target)",
+         min_of(g, reps), max_of(g, reps), min_of(r, reps), max_of(r, reps));
   fflush(stdout);
 }
 
@@ -677,7 +682,8 @@ int main(int argc, char** argv) {
   }
   b.graph = &graph;
   have_graph = bench_graph_setup(&b, &graph);
-  if (have_graph && strchr(only, '4')) run_case(&b, "4 graph execute, 1 wait 1 signal", 1.25, gpuhal_graph, raw_graph, n, reps, NULL);
+  if (have_graph && strchr(only, '4'))
+    run_case(&b, "4 graph execute, 1 wait 1 signal", 1.25, gpuhal_graph, raw_graph, n, reps, NULL);
   if (have_graph && strchr(only, '5')) {
     if (!GPUHAL_BENCH_HAVE_MEMOPS) printf("  (case 5 raw side not built: GPUHAL_BENCH_HAVE_MEMOPS=0)\n");
     run_case(&b, "5 host signal -> dispatch -> host", 1.25, gpuhal_signal_to_host, raw_signal_to_host, n, reps, NULL);

@@ -16,12 +16,12 @@
 #define GPUHAL_KERNELS_DIR "tests/kernels"
 #endif
 
-#define FUZZ_REQUIRE(c)                                                              \
-  do {                                                                               \
-    if (!(c)) {                                                                      \
+#define FUZZ_REQUIRE(c)                                                                \
+  do {                                                                                 \
+    if (!(c)) {                                                                        \
       fprintf(stderr, "fuzz_arguments: broken promise: %s (line %d)\n", #c, __LINE__); \
-      abort();                                                                       \
-    }                                                                                \
+      abort();                                                                         \
+    }                                                                                  \
   } while (0)
 
 #define BUFFER_BYTES 4096
@@ -31,7 +31,7 @@ static struct {
   int ready;
   gpuhal_driver_t* driver;
   gpuhal_device_t* device;
-  gpuhal_device_t* other; /* a second device, for wrong-device cases (may be NULL) */
+  gpuhal_device_t* other;      /* a second device, for wrong-device cases (may be NULL) */
   gpuhal_buffer_t* buffers[3]; /* device, pinned: on `device`; device: on `other` */
   gpuhal_executable_t* exe;
   gpuhal_kernel_t* kernel; /* fill_u32(unsigned* dst, unsigned value, unsigned n) */
@@ -114,8 +114,28 @@ static uint64_t rd_raw64(reader_t* r) {
 }
 /* A size or offset, usually near an edge of a 4096-byte buffer. */
 static uint64_t rd_size(reader_t* r) {
-  static const uint64_t edges[] = {0, 1, 2, 3, 4, 7, 8, 15, 16, 255, 256, 1024, 4092, 4095, 4096, 4097, 8192,
-                                   0xFFFFFFFFull, 0x100000000ull, UINT64_MAX - 4095, UINT64_MAX - 1, UINT64_MAX};
+  static const uint64_t edges[] = {0,
+                                   1,
+                                   2,
+                                   3,
+                                   4,
+                                   7,
+                                   8,
+                                   15,
+                                   16,
+                                   255,
+                                   256,
+                                   1024,
+                                   4092,
+                                   4095,
+                                   4096,
+                                   4097,
+                                   8192,
+                                   0xFFFFFFFFull,
+                                   0x100000000ull,
+                                   UINT64_MAX - 4095,
+                                   UINT64_MAX - 1,
+                                   UINT64_MAX};
   uint8_t k = rd_u8(r);
   if (k < 200) return edges[k % (sizeof(edges) / sizeof(edges[0]))];
   if (k < 240) return rd_u8(r) * 16u;

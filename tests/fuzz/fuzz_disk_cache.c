@@ -10,12 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define FUZZ_REQUIRE(c)                                                         \
-  do {                                                                          \
-    if (!(c)) {                                                                 \
+#define FUZZ_REQUIRE(c)                                                                 \
+  do {                                                                                  \
+    if (!(c)) {                                                                         \
       fprintf(stderr, "fuzz_disk_cache: broken promise: %s (line %d)\n", #c, __LINE__); \
-      abort();                                                                  \
-    }                                                                           \
+      abort();                                                                          \
+    }                                                                                   \
   } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);

@@ -8,12 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define FUZZ_REQUIRE(c)                                                         \
-  do {                                                                          \
-    if (!(c)) {                                                                 \
+#define FUZZ_REQUIRE(c)                                                                   \
+  do {                                                                                    \
+    if (!(c)) {                                                                           \
       fprintf(stderr, "fuzz_image_detect: broken promise: %s (line %d)\n", #c, __LINE__); \
-      abort();                                                                  \
-    }                                                                           \
+      abort();                                                                            \
+    }                                                                                     \
   } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -59,8 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (i = 0; i < meaningful; ++i) FUZZ_REQUIRE(copy[i] != 0); /* text: NULs only at the end */
         break;
       }
-      default:
-        FUZZ_REQUIRE(!"unknown format");
+      default: FUZZ_REQUIRE(!"unknown format");
     }
   }
   free(copy);

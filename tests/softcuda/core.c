@@ -54,9 +54,12 @@ static size_t sc_parse_size(const char* s, size_t dflt) {
   v = strtod(s, &end);
   if (end == s || v <= 0) return dflt;
   switch (*end) {
-    case 'k': case 'K': v *= 1024.0; break;
-    case 'm': case 'M': v *= 1024.0 * 1024.0; break;
-    case 'g': case 'G': v *= 1024.0 * 1024.0 * 1024.0; break;
+    case 'k':
+    case 'K': v *= 1024.0; break;
+    case 'm':
+    case 'M': v *= 1024.0 * 1024.0; break;
+    case 'g':
+    case 'G': v *= 1024.0 * 1024.0 * 1024.0; break;
     default: break;
   }
   return (size_t)v;
@@ -138,7 +141,8 @@ static CUresult sc_enter(int fn, const char* name) {
       fn != SC_FN_cuGetErrorName && fn != SC_FN_cuGetErrorString && fn != SC_FN_cuGetProcAddress)
     r = CUDA_ERROR_NOT_INITIALIZED;
   SC_UNLOCK();
-  if (r != CUDA_SUCCESS && sc.verbose) fprintf(stderr, "softcuda: %s -> %d (injected or not initialised)\n", name, (int)r);
+  if (r != CUDA_SUCCESS && sc.verbose)
+    fprintf(stderr, "softcuda: %s -> %d (injected or not initialised)\n", name, (int)r);
   return r;
 }
 
@@ -154,9 +158,7 @@ static void sc_obj_init(sc_obj* o, sc_kind kind, sc_ctx* owner, void (*destroy)(
   o->destroy = destroy;
 }
 
-static uint64_t sc_handle_of(const sc_obj* o) {
-  return o->id ? SC_HANDLE_TAG | ((uint64_t)o->kind << 48) | o->id : 0;
-}
+static uint64_t sc_handle_of(const sc_obj* o) { return o->id ? SC_HANDLE_TAG | ((uint64_t)o->kind << 48) | o->id : 0; }
 
 static uint64_t sc_obj_register(sc_obj* o) {
   if (sc.nobjs + 1 >= sc.cap_objs) {
@@ -205,7 +207,8 @@ static const char* sc_kind_name(sc_kind k) {
 /* A handle that is not live: destroyed (id in range, kind matches, slot empty) or never
  * ours. Counted as a handle violation. */
 static CUresult sc_bad_handle(const char* what, const void* h) {
-  return sc_violation(SOFTCUDA_VIOLATION_HANDLE, CUDA_ERROR_INVALID_HANDLE, "invalid or destroyed %s handle %p", what, h);
+  return sc_violation(SOFTCUDA_VIOLATION_HANDLE, CUDA_ERROR_INVALID_HANDLE, "invalid or destroyed %s handle %p", what,
+                      h);
 }
 
 /* ---- errors ------------------------------------------------------------------------- */
@@ -448,7 +451,8 @@ static CUresult sc_lookup_ctx(CUcontext h, sc_ctx** out) {
   if (!o) {
     if (((uint64_t)(uintptr_t)h & ((uint64_t)0xff << 56)) == SC_HANDLE_TAG &&
         (((uint64_t)(uintptr_t)h >> 48) & 0xff) == SC_K_CTX)
-      return sc_violation(SOFTCUDA_VIOLATION_CONTEXT, CUDA_ERROR_CONTEXT_IS_DESTROYED, "context %p is destroyed", (void*)h);
+      return sc_violation(SOFTCUDA_VIOLATION_CONTEXT, CUDA_ERROR_CONTEXT_IS_DESTROYED, "context %p is destroyed",
+                          (void*)h);
     return sc_violation(SOFTCUDA_VIOLATION_HANDLE, CUDA_ERROR_INVALID_CONTEXT, "invalid context handle %p", (void*)h);
   }
   *out = (sc_ctx*)o;
@@ -532,7 +536,8 @@ CUresult CUDAAPI sc_cuCtxPopCurrent(CUcontext* pctx) {
   SC_ENTER(cuCtxPopCurrent);
   t = sc_thread();
   if (t->depth == 0)
-    return sc_violation(SOFTCUDA_VIOLATION_CONTEXT, CUDA_ERROR_INVALID_CONTEXT, "cuCtxPopCurrent with an empty context stack");
+    return sc_violation(SOFTCUDA_VIOLATION_CONTEXT, CUDA_ERROR_INVALID_CONTEXT,
+                        "cuCtxPopCurrent with an empty context stack");
   before = sc_top(t);
   t->depth--;
   if (pctx) *pctx = (CUcontext)(uintptr_t)before;
@@ -945,8 +950,9 @@ static size_t sc_report_locked(sc_ctx* c, FILE* f, int all) {
     sc_alloc* a = sc.allocs[i];
     if (!all && a->ctx != c) continue;
     if (a->type == SC_MEM_POOL && !all) continue;
-    if (f) fprintf(f, "softcuda: leak: %s #%llu of %zu bytes at 0x%llx (device %d)\n", sc_mem_type_name(a->type), a->id,
-                   a->size, (unsigned long long)a->base, a->dev);
+    if (f)
+      fprintf(f, "softcuda: leak: %s #%llu of %zu bytes at 0x%llx (device %d)\n", sc_mem_type_name(a->type), a->id,
+              a->size, (unsigned long long)a->base, a->dev);
     n++;
   }
   for (k = 1; k <= sc.nobjs; ++k) {

@@ -40,8 +40,8 @@
 typedef struct sc_gnp {
   int refs;
   CUgraphNodeType type;
-  sc_op* op;     /* work nodes: the op template (owned) */
-  sc_event* ev;  /* EVENT_RECORD / WAIT_EVENT (referenced) */
+  sc_op* op;    /* work nodes: the op template (owned) */
+  sc_event* ev; /* EVENT_RECORD / WAIT_EVENT (referenced) */
 } sc_gnp;
 
 static sc_gnp* sc_gnp_new(CUgraphNodeType type) {
@@ -71,10 +71,10 @@ typedef struct sc_graph sc_graph;
 typedef struct sc_gnode {
   sc_obj h;
   sc_graph* g;
-  int idx;          /* position in g->nodes (creation order) */
+  int idx; /* position in g->nodes (creation order) */
   sc_gnp* p;
-  sc_graph* child;  /* CU_GRAPH_NODE_TYPE_GRAPH: a private clone */
-  int* deps;        /* indices of the nodes it depends on, in edge order */
+  sc_graph* child; /* CU_GRAPH_NODE_TYPE_GRAPH: a private clone */
+  int* deps;       /* indices of the nodes it depends on, in edge order */
   int ndeps, cap_deps;
 } sc_gnode;
 
@@ -398,7 +398,8 @@ static CUresult sc_set2d_check(const CUDA_MEMSET_NODE_PARAMS* p) {
   if (p->width > (size_t)-1 / p->elementSize) return CUDA_ERROR_INVALID_VALUE;
   if (p->height > 1 && p->pitch < p->width * p->elementSize) return CUDA_ERROR_INVALID_VALUE;
   rows = p->height - 1;
-  if (!sc_mul_add(rows, p->height > 1 ? p->pitch : 0, p->width * p->elementSize, &span)) return CUDA_ERROR_INVALID_VALUE;
+  if (!sc_mul_add(rows, p->height > 1 ? p->pitch : 0, p->width * p->elementSize, &span))
+    return CUDA_ERROR_INVALID_VALUE;
   return sc_check_range((uintptr_t)p->dst, span, 1, NULL);
 }
 
@@ -414,8 +415,12 @@ static CUresult sc_run_set2d(sc_op* op) {
     char* row = (char*)(uintptr_t)p->dst + y * p->pitch;
     switch (p->elementSize) {
       case 1: memset(row, (int)(p->value & 0xff), p->width); break;
-      case 2: for (i = 0; i < p->width; ++i) ((uint16_t*)row)[i] = (uint16_t)p->value; break;
-      default: for (i = 0; i < p->width; ++i) ((uint32_t*)row)[i] = (uint32_t)p->value; break;
+      case 2:
+        for (i = 0; i < p->width; ++i) ((uint16_t*)row)[i] = (uint16_t)p->value;
+        break;
+      default:
+        for (i = 0; i < p->width; ++i) ((uint32_t*)row)[i] = (uint32_t)p->value;
+        break;
     }
   }
   return CUDA_SUCCESS;
@@ -537,7 +542,8 @@ CUresult CUDAAPI sc_cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph
   SC_ENTER(cuGraphAddEmptyNode);
   if (!phGraphNode) return CUDA_ERROR_INVALID_VALUE;
   SC_LOCK();
-  r = sc_graph_add_entry(phGraphNode, hGraph, dependencies, numDependencies, sc_gnp_new(CU_GRAPH_NODE_TYPE_EMPTY), NULL);
+  r = sc_graph_add_entry(phGraphNode, hGraph, dependencies, numDependencies, sc_gnp_new(CU_GRAPH_NODE_TYPE_EMPTY),
+                         NULL);
   SC_UNLOCK();
   return r;
 }
@@ -702,10 +708,10 @@ CUresult CUDAAPI sc_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType* type)
 /* ---- flattening: the topology an exec graph runs -------------------------------------------- */
 
 typedef struct sc_xnode {
-  sc_gnp* p;   /* current parameters (referenced) */
-  int top;     /* index of the top-level node it comes from */
-  int is_top;  /* it is that node itself (not a child's entry, exit or inside) */
-  int* deps;   /* sorted, for cuGraphExecUpdate */
+  sc_gnp* p;  /* current parameters (referenced) */
+  int top;    /* index of the top-level node it comes from */
+  int is_top; /* it is that node itself (not a child's entry, exit or inside) */
+  int* deps;  /* sorted, for cuGraphExecUpdate */
   int ndeps, cap_deps;
   int* succ;
   int nsucc, cap_succ;
@@ -803,7 +809,8 @@ static int sc_flat_build(sc_flat* f, const sc_graph* g) {
   for (i = 0; i < f->n; ++i) {
     indeg[i] = f->x[i].ndeps;
     if (!indeg[i]) queue[tail++] = i;
-    if (f->x[i].ndeps > 1) qsort(f->x[i].deps, (size_t)f->x[i].ndeps, sizeof(int), sc_int_cmp); /* deps is NULL when 0 */
+    if (f->x[i].ndeps > 1)
+      qsort(f->x[i].deps, (size_t)f->x[i].ndeps, sizeof(int), sc_int_cmp); /* deps is NULL when 0 */
   }
   while (head < tail) {
     int v = queue[head++], k;
@@ -819,7 +826,7 @@ static int sc_flat_build(sc_flat* f, const sc_graph* g) {
 
 typedef struct sc_exec {
   sc_obj h;
-  uint64_t graph;   /* handle of the graph it was instantiated from (for SetParams) */
+  uint64_t graph; /* handle of the graph it was instantiated from (for SetParams) */
   sc_flat f;
   sc_stream* last_s; /* its latest launch (referenced): the next one waits for it */
   uint64_t last_seq;
@@ -904,13 +911,13 @@ CUresult CUDAAPI sc_cuGraphExecDestroy(CUgraphExec hGraphExec) {
 
 /* One launch: the parameters as they were at cuGraphLaunch. */
 typedef struct sc_glaunch {
-  sc_exec* x;          /* referenced: its topology never changes */
+  sc_exec* x; /* referenced: its topology never changes */
   int n;
-  sc_gnp** p;          /* referenced */
-  sc_stream** wait_s;  /* WAIT_EVENT: the record in force at launch (referenced), or NULL */
+  sc_gnp** p;         /* referenced */
+  sc_stream** wait_s; /* WAIT_EVENT: the record in force at launch (referenced), or NULL */
   uint64_t* wait_seq;
-  uint64_t* rec_gen;   /* EVENT_RECORD: the generation this launch recorded */
-  sc_stream* prev_s;   /* the exec's previous launch (referenced): an exec never overlaps itself */
+  uint64_t* rec_gen; /* EVENT_RECORD: the generation this launch recorded */
+  sc_stream* prev_s; /* the exec's previous launch (referenced): an exec never overlaps itself */
   uint64_t prev_seq;
 } sc_glaunch;
 
@@ -929,7 +936,8 @@ static CUresult sc_graph_run_node(sc_glaunch* L, int i, const sc_op* launch) {
     tmp.seq = launch->seq;
     return tmp.run(&tmp);
   }
-  if (p->type == CU_GRAPH_NODE_TYPE_WAIT_EVENT && L->wait_s[i]) sc_wait_seq_unlocked(launch->stream, L->wait_s[i], L->wait_seq[i]);
+  if (p->type == CU_GRAPH_NODE_TYPE_WAIT_EVENT && L->wait_s[i])
+    sc_wait_seq_unlocked(launch->stream, L->wait_s[i], L->wait_seq[i]);
   if (p->type == CU_GRAPH_NODE_TYPE_EVENT_RECORD) {
     SC_LOCK();
     if (p->ev->gen == L->rec_gen[i]) {
@@ -1318,8 +1326,7 @@ static CUgraphExecUpdateResult sc_update_node_check(const sc_xnode* old, const s
     if (old->deps[k] != nw->deps[k]) return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
   if ((a->op != NULL) != (b->op != NULL) || (a->op && a->op->run != b->op->run))
     return CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
-  if (a->op && a->op->run == sc_run_kernel &&
-      ((sc_func*)a->op->a)->mod->ctx != ((sc_func*)b->op->a)->mod->ctx)
+  if (a->op && a->op->run == sc_run_kernel && ((sc_func*)a->op->a)->mod->ctx != ((sc_func*)b->op->a)->mod->ctx)
     return CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE;
   if (a->op && a->op->run == sc_run_copy3d) {
     const CUDA_MEMCPY3D *o = &((sc_copy3d*)a->op->a)->p, *n = &((sc_copy3d*)b->op->a)->p;
@@ -1328,8 +1335,8 @@ static CUgraphExecUpdateResult sc_update_node_check(const sc_xnode* old, const s
   }
   if (a->op && a->op->run == sc_run_set2d) {
     const CUDA_MEMSET_NODE_PARAMS *o = &((sc_set2d*)a->op->a)->p, *n = &((sc_set2d*)b->op->a)->p;
-    if (o->height > 1 && (n->height != o->height || n->width != o->width || n->elementSize != o->elementSize ||
-                          n->pitch != o->pitch))
+    if (o->height > 1 &&
+        (n->height != o->height || n->width != o->width || n->elementSize != o->elementSize || n->pitch != o->pitch))
       return CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED; /* 2D: only address and value */
   }
   return CU_GRAPH_EXEC_UPDATE_SUCCESS;
@@ -1379,9 +1386,9 @@ CUresult CUDAAPI sc_cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CU
 /* ---- stream capture --------------------------------------------------------------------------- */
 
 typedef struct sc_cap_event {
-  sc_event* e;   /* referenced */
-  uint64_t gen;  /* the record (generation) made inside the capture */
-  int* deps;     /* the recording stream's tail at that point */
+  sc_event* e;  /* referenced */
+  uint64_t gen; /* the record (generation) made inside the capture */
+  int* deps;    /* the recording stream's tail at that point */
   int ndeps;
 } sc_cap_event;
 
@@ -1390,9 +1397,9 @@ typedef struct sc_capture {
   sc_graph* g;             /* being built; registered by cuStreamEndCapture */
   sc_stream* origin;
   CUstreamCaptureMode mode;
-  sc_tls* thread;          /* the thread that began it */
-  CUresult invalid;        /* why it was invalidated, or CUDA_SUCCESS */
-  sc_stream** streams;     /* every stream in it (referenced), origin first */
+  sc_tls* thread;      /* the thread that began it */
+  CUresult invalid;    /* why it was invalidated, or CUDA_SUCCESS */
+  sc_stream** streams; /* every stream in it (referenced), origin first */
   int nstreams, cap_streams;
   sc_cap_event* evs;
   int nevs, cap_evs;
@@ -1674,7 +1681,7 @@ CUresult CUDAAPI sc_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus*
   r = sc_get_stream(hStream, &s);
   if (r == CUDA_SUCCESS) {
     sc_cap_stream* cs = (sc_cap_stream*)s->capture;
-    *captureStatus = !cs                                  ? CU_STREAM_CAPTURE_STATUS_NONE
+    *captureStatus = !cs                                ? CU_STREAM_CAPTURE_STATUS_NONE
                      : cs->cap->invalid != CUDA_SUCCESS ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
                                                         : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   }

@@ -43,8 +43,8 @@ CUresult CUDAAPI sc_cuMemHostGetDevicePointer(CUdeviceptr* pdptr, void* p, unsig
                        "cuMemHostGetDevicePointer(%p): not in a live pinned host allocation", p);
     else if (!(a->flags & CU_MEMHOSTALLOC_DEVICEMAP))
       r = sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
-                       "cuMemHostGetDevicePointer(%p): allocation #%llu was not made with CU_MEMHOSTALLOC_DEVICEMAP",
-                       p, a->id);
+                       "cuMemHostGetDevicePointer(%p): allocation #%llu was not made with CU_MEMHOSTALLOC_DEVICEMAP", p,
+                       a->id);
     else
       *pdptr = (CUdeviceptr)(uintptr_t)p;
   }
@@ -88,8 +88,8 @@ static CUresult sc_memop_check_addr(const char* what, CUdeviceptr addr, size_t w
   sc_alloc* a = NULL;
   CUresult r;
   if (addr % width)
-    return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE, "%s: address 0x%llx is not %zu-byte aligned",
-                        what, (unsigned long long)addr, width);
+    return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
+                        "%s: address 0x%llx is not %zu-byte aligned", what, (unsigned long long)addr, width);
   if (!sc_alloc_find((uintptr_t)addr))
     return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
                         "%s: address 0x%llx is not device-visible memory (no live allocation holds it)", what,
@@ -100,11 +100,13 @@ static CUresult sc_memop_check_addr(const char* what, CUdeviceptr addr, size_t w
     if (!(a->flags & CU_MEMHOSTALLOC_DEVICEMAP))
       return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
                           "%s: address 0x%llx is pinned host memory (#%llu) not mapped for the device: allocate it "
-                          "with CU_MEMHOSTALLOC_DEVICEMAP", what, (unsigned long long)addr, a->id);
+                          "with CU_MEMHOSTALLOC_DEVICEMAP",
+                          what, (unsigned long long)addr, a->id);
     if (!(a->flags & CU_MEMHOSTALLOC_PORTABLE) && a->ctx != c)
       return sc_violation(SOFTCUDA_VIOLATION_CONTEXT, CUDA_ERROR_INVALID_VALUE,
                           "%s: address 0x%llx is pinned host memory (#%llu) of another context, allocated without "
-                          "CU_MEMHOSTALLOC_PORTABLE", what, (unsigned long long)addr, a->id);
+                          "CU_MEMHOSTALLOC_PORTABLE",
+                          what, (unsigned long long)addr, a->id);
     return CUDA_SUCCESS;
   }
   if (a->dev != c->dev && !sc_ctx_has_peer_on(c, a->dev))
@@ -222,9 +224,8 @@ static void sc_memop_print_park(FILE* f, const sc_stream* s, const sc_park* k, c
   fprintf(f,
           "softcuda: leak: %s (context %p, device %d) %s parked on %s: waiting for the %d-bit value at 0x%llx "
           "%s %llu (it holds %llu)\n",
-          name, (void*)(uintptr_t)sc_handle_of(&s->ctx->h), s->ctx->dev, when,
-          k->what, k->wide ? 64 : 32, (unsigned long long)k->addr, sc_memop_cmp_name(k->cmp),
-          (unsigned long long)k->value,
+          name, (void*)(uintptr_t)sc_handle_of(&s->ctx->h), s->ctx->dev, when, k->what, k->wide ? 64 : 32,
+          (unsigned long long)k->addr, sc_memop_cmp_name(k->cmp), (unsigned long long)k->value,
           (unsigned long long)(sc_memop_live(k->addr, k->wide ? 8 : 4) ? sc_memop_load(k->addr, k->wide) : 0));
 }
 
@@ -258,7 +259,7 @@ static CUresult sc_memop_wait_locked(sc_stream* s, const char* what, const CUstr
     }
     if (sc_memop_met(sc_memop_load(k.addr, k.wide), k.value, k.cmp, k.wide)) break;
     if (s->ctx->sticky != CUDA_SUCCESS) break; /* the context faulted: nothing runs any more */
-    if (s->abandon) { /* context teardown: this wait can never be met */
+    if (s->abandon) {                          /* context teardown: this wait can never be met */
       sc_memop_print_park(stderr, s, &k, "was");
       fprintf(stderr, "softcuda: released at the teardown of its context; the work queued behind it is dropped\n");
       sc.leaks++;

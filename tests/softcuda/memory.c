@@ -72,8 +72,8 @@ static CUresult sc_check_range(uintptr_t p, size_t bytes, int device_side, sc_al
   if (out) *out = a;
   if (!a) {
     if (!device_side) return CUDA_SUCCESS;
-    return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
-                        "0x%llx is not in any live allocation", (unsigned long long)p);
+    return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE, "0x%llx is not in any live allocation",
+                        (unsigned long long)p);
   }
   if (a->free_pending)
     return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
@@ -271,8 +271,12 @@ static CUresult sc_run_fill(sc_op* op) {
   size_t i, n = (size_t)op->u1;
   switch (op->u2) {
     case 1: memset(op->a, (int)(op->u0 & 0xff), n); break;
-    case 2: for (i = 0; i < n; ++i) ((uint16_t*)op->a)[i] = (uint16_t)op->u0; break;
-    default: for (i = 0; i < n; ++i) ((uint32_t*)op->a)[i] = (uint32_t)op->u0; break;
+    case 2:
+      for (i = 0; i < n; ++i) ((uint16_t*)op->a)[i] = (uint16_t)op->u0;
+      break;
+    default:
+      for (i = 0; i < n; ++i) ((uint32_t*)op->a)[i] = (uint32_t)op->u0;
+      break;
   }
   return CUDA_SUCCESS;
 }
@@ -344,11 +348,13 @@ CUresult CUDAAPI sc_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t byteC
 }
 CUresult CUDAAPI sc_cuMemcpyHtoD(CUdeviceptr dstDevice, const void* srcHost, size_t byteCount) {
   SC_ENTER(cuMemcpyHtoD);
-  return sc_copy((uintptr_t)dstDevice, SC_SIDE_DEVICE, (uintptr_t)srcHost, SC_SIDE_HOST, byteCount, NULL, 1, NULL, NULL);
+  return sc_copy((uintptr_t)dstDevice, SC_SIDE_DEVICE, (uintptr_t)srcHost, SC_SIDE_HOST, byteCount, NULL, 1, NULL,
+                 NULL);
 }
 CUresult CUDAAPI sc_cuMemcpyDtoH(void* dstHost, CUdeviceptr srcDevice, size_t byteCount) {
   SC_ENTER(cuMemcpyDtoH);
-  return sc_copy((uintptr_t)dstHost, SC_SIDE_HOST, (uintptr_t)srcDevice, SC_SIDE_DEVICE, byteCount, NULL, 1, NULL, NULL);
+  return sc_copy((uintptr_t)dstHost, SC_SIDE_HOST, (uintptr_t)srcDevice, SC_SIDE_DEVICE, byteCount, NULL, 1, NULL,
+                 NULL);
 }
 CUresult CUDAAPI sc_cuMemcpyDtoD(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t byteCount) {
   SC_ENTER(cuMemcpyDtoD);
@@ -365,7 +371,8 @@ CUresult CUDAAPI sc_cuMemcpyDtoHAsync(void* dstHost, CUdeviceptr srcDevice, size
   return sc_copy((uintptr_t)dstHost, SC_SIDE_HOST, (uintptr_t)srcDevice, SC_SIDE_DEVICE, byteCount, hStream, 0, NULL,
                  NULL);
 }
-CUresult CUDAAPI sc_cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t byteCount, CUstream hStream) {
+CUresult CUDAAPI sc_cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t byteCount,
+                                      CUstream hStream) {
   SC_ENTER(cuMemcpyDtoDAsync);
   return sc_copy((uintptr_t)dstDevice, SC_SIDE_DEVICE, (uintptr_t)srcDevice, SC_SIDE_DEVICE, byteCount, hStream, 0,
                  NULL, NULL);

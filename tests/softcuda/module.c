@@ -127,8 +127,8 @@ static const char* sc_parse_params(const char* p, const char* end, sc_ptx_entry*
         p = sc_token(p, end, tok, sizeof tok);
         align = (size_t)strtoul(tok, NULL, 10);
         if (!align || (align & (align - 1))) return NULL;
-      } else if (!strcmp(tok, ".ptr") || !strcmp(tok, ".global") || !strcmp(tok, ".const") ||
-                 !strcmp(tok, ".shared") || !strcmp(tok, ".local")) {
+      } else if (!strcmp(tok, ".ptr") || !strcmp(tok, ".global") || !strcmp(tok, ".const") || !strcmp(tok, ".shared") ||
+                 !strcmp(tok, ".local")) {
         /* pointer annotation: .ptr .global .align N */
       } else if (tok[0] == '.' && sc_type_size(tok)) {
         tsize = sc_type_size(tok);
@@ -283,9 +283,12 @@ static void sc_jit_options_out(unsigned n, const CUjit_option* opts, void** vals
       memcpy(&vals[i], &ms, sizeof ms);
       continue;
     }
-    if (opts[i] == CU_JIT_INFO_LOG_BUFFER) msg = info, size_opt = CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES;
-    else if (opts[i] == CU_JIT_ERROR_LOG_BUFFER) msg = error, size_opt = CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES;
-    else continue;
+    if (opts[i] == CU_JIT_INFO_LOG_BUFFER)
+      msg = info, size_opt = CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES;
+    else if (opts[i] == CU_JIT_ERROR_LOG_BUFFER)
+      msg = error, size_opt = CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES;
+    else
+      continue;
     for (j = 0; j < n; ++j)
       if (opts[j] == size_opt) {
         size_t cap = (size_t)(uintptr_t)vals[j];
@@ -585,9 +588,12 @@ static CUresult sc_copy_args(const sc_func* f, void** kernelParams, void** extra
     const void* src = NULL;
     size_t size = 0;
     for (i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
-      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) src = extra[i + 1];
-      else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) size = *(const size_t*)extra[i + 1];
-      else goto bad;
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+        src = extra[i + 1];
+      else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+        size = *(const size_t*)extra[i + 1];
+      else
+        goto bad;
     }
     if (!src || size < f->param_bytes) goto bad;
     memcpy(buf, src, f->param_bytes);
@@ -724,7 +730,8 @@ CUresult CUDAAPI sc_cuLinkAddData(CUlinkState state, CUjitInputType type, void* 
     len = strnlen(ptx, size);
     sc_jit_delay();
   } else if (type == CU_JIT_INPUT_CUBIN) {
-    if (size < SC_CUBIN_MAGIC_LEN || memcmp(data, sc_cubin_magic, SC_CUBIN_MAGIC_LEN) != 0) return CUDA_ERROR_INVALID_IMAGE;
+    if (size < SC_CUBIN_MAGIC_LEN || memcmp(data, sc_cubin_magic, SC_CUBIN_MAGIC_LEN) != 0)
+      return CUDA_ERROR_INVALID_IMAGE;
     ptx = (const char*)data + SC_CUBIN_MAGIC_LEN;
     len = strnlen(ptx, size - SC_CUBIN_MAGIC_LEN);
   } else {

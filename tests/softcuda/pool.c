@@ -40,7 +40,8 @@ static void sc_pools_release(int dev) {
   uint64_t i;
   for (i = 1; i <= sc.nobjs; ++i) {
     sc_obj* o = sc.objs[i];
-    if (o && o->kind == SC_K_POOL && ((sc_pool*)o)->dev == dev) sc_pool_trim_locked((sc_pool*)o, ((sc_pool*)o)->threshold);
+    if (o && o->kind == SC_K_POOL && ((sc_pool*)o)->dev == dev)
+      sc_pool_trim_locked((sc_pool*)o, ((sc_pool*)o)->threshold);
   }
 }
 
@@ -117,12 +118,16 @@ CUresult CUDAAPI sc_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute
       case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: p->reuse_internal = *(int*)value != 0; break;
       case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: p->threshold = *(cuuint64_t*)value; break;
       case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-        if (*(cuuint64_t*)value != 0) r = CUDA_ERROR_INVALID_VALUE;
-        else p->reserved_high = p->reserved;
+        if (*(cuuint64_t*)value != 0)
+          r = CUDA_ERROR_INVALID_VALUE;
+        else
+          p->reserved_high = p->reserved;
         break;
       case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-        if (*(cuuint64_t*)value != 0) r = CUDA_ERROR_INVALID_VALUE;
-        else p->used_high = p->used;
+        if (*(cuuint64_t*)value != 0)
+          r = CUDA_ERROR_INVALID_VALUE;
+        else
+          p->used_high = p->used;
         break;
       default: r = CUDA_ERROR_INVALID_VALUE; break;
     }

@@ -44,10 +44,8 @@
  * through softcuda_fault_point(). */
 #define SC_NCCL_FN_ENUM(name, params) SC_FN_##name,
 enum {
-  GPUHAL_CUDA_REQUIRED_SYMBOLS(SC_FN_ENUM) GPUHAL_CUDA_OPTIONAL_SYMBOLS(SC_FN_ENUM)
-  SC_FN_cuGetProcAddress,
-  GPUHAL_NCCL_SYMBOLS(SC_NCCL_FN_ENUM)
-  SC_FN_COUNT
+  GPUHAL_CUDA_REQUIRED_SYMBOLS(SC_FN_ENUM) GPUHAL_CUDA_OPTIONAL_SYMBOLS(SC_FN_ENUM) SC_FN_cuGetProcAddress,
+  GPUHAL_NCCL_SYMBOLS(SC_NCCL_FN_ENUM) SC_FN_COUNT
 };
 
 /* Every implementation, with the exact parameters of the tables (a definition that does
@@ -79,9 +77,9 @@ typedef struct sc_obj sc_obj;
 struct sc_obj {
   sc_kind kind;
   int refs;
-  uint64_t id;               /* 0 once unregistered */
-  sc_ctx* owner;             /* context it belongs to (leak report), or NULL */
-  void (*destroy)(sc_obj*);  /* frees the object when refs reach 0 (under sc.mu) */
+  uint64_t id;              /* 0 once unregistered */
+  sc_ctx* owner;            /* context it belongs to (leak report), or NULL */
+  void (*destroy)(sc_obj*); /* frees the object when refs reach 0 (under sc.mu) */
 };
 
 #define SC_MAX_DEVICES 16
@@ -94,7 +92,7 @@ typedef struct sc_pool sc_pool;
 struct sc_ctx {
   sc_obj h;
   int dev;
-  int parked_now;         /* streams blocked on an unmet stream memory wait */
+  int parked_now; /* streams blocked on an unmet stream memory wait */
   unsigned flags;
   int primary;
   int dead;               /* destroyed / released: torn down */
@@ -113,10 +111,10 @@ struct sc_op {
   sc_op* next;
   uint64_t seq;
   sc_stream* stream;
-  const char* what;           /* for messages */
-  CUresult (*run)(sc_op*);    /* runs on the worker WITHOUT sc.mu; non-success = sticky fault */
-  void (*fini)(sc_op*);       /* under sc.mu after the op completed or was skipped */
-  void* a;                    /* payload, owned by run/fini */
+  const char* what;        /* for messages */
+  CUresult (*run)(sc_op*); /* runs on the worker WITHOUT sc.mu; non-success = sticky fault */
+  void (*fini)(sc_op*);    /* under sc.mu after the op completed or was skipped */
+  void* a;                 /* payload, owned by run/fini */
   void* b;
   void* c;
   uint64_t u0, u1, u2;
@@ -142,7 +140,7 @@ struct sc_stream {
   const struct sc_park* parked; /* a stream memory wait it is parked on, or NULL */
   sc_stream* waiting_on;        /* a stream it waits for (cuStreamWaitEvent), or NULL */
   int abandon;                  /* teardown released a wait that could never be met: skip the rest */
-  sc_op* running;    /* the op the worker took off the queue and runs now, or NULL */
+  sc_op* running;               /* the op the worker took off the queue and runs now, or NULL */
 };
 
 typedef struct sc_event {
@@ -190,7 +188,7 @@ typedef struct sc_alloc {
   uintptr_t base;
   size_t size;
   sc_mem_type type;
-  sc_ctx* ctx;  /* owning context (NULL for pool allocations) */
+  sc_ctx* ctx;     /* owning context (NULL for pool allocations) */
   sc_ctx* made_in; /* pool: the context of the allocating stream (sc_free_ctx_allocs_locked) */
   int dev;
   sc_pool* pool;
@@ -258,9 +256,9 @@ typedef struct sc_global {
   int jit_delay_ms;
   int leaks_fatal;
   int verbose;
-  int no_memops; /* SOFTCUDA_NO_MEMOPS: no 64-bit stream memory operations, no WAIT_VALUE_NOR */
+  int no_memops;           /* SOFTCUDA_NO_MEMOPS: no 64-bit stream memory operations, no WAIT_VALUE_NOR */
   int pool_internal_reuse; /* SOFTCUDA_POOL_INTERNAL_REUSE=1: see pool.c */
-  int stream_room; /* SOFTCUDA_STREAM_ROOM: a context's first store of streams and executables; 0: unbounded */
+  int stream_room;         /* SOFTCUDA_STREAM_ROOM: a context's first store of streams and executables; 0: unbounded */
   /* handle table */
   sc_obj** objs;
   uint64_t nobjs, cap_objs;
@@ -294,10 +292,10 @@ extern sc_global sc;
 
 /* First statement of every entry point: counts it, refuses calls from callbacks, applies
  * fault injection and the cuInit rule. */
-#define SC_ENTER(name)                                   \
-  do {                                                   \
+#define SC_ENTER(name)                                    \
+  do {                                                    \
     CUresult sc_enter_r_ = sc_enter(SC_FN_##name, #name); \
-    if (sc_enter_r_ != CUDA_SUCCESS) return sc_enter_r_; \
+    if (sc_enter_r_ != CUDA_SUCCESS) return sc_enter_r_;  \
   } while (0)
 
 static CUresult sc_enter(int fn, const char* name);

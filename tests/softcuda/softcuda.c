@@ -29,8 +29,8 @@ typedef struct sc_proc {
 /* Each definition must convert to the table's function pointer type: a compile-time
  * check of the signature against gpuhal_PFN_<name> as well. */
 #define SC_PROC_ENTRY(name, dlsym_name, pinned, params) {#name, pinned, (sc_fnptr)(gpuhal_PFN_##name)sc_##name},
-static const sc_proc sc_procs[] = {GPUHAL_CUDA_REQUIRED_SYMBOLS(SC_PROC_ENTRY) GPUHAL_CUDA_OPTIONAL_SYMBOLS(SC_PROC_ENTRY)
-                                       {"cuGetProcAddress", 12000, (sc_fnptr)(gpuhal_PFN_cuGetProcAddress)sc_cuGetProcAddress}};
+static const sc_proc sc_procs[] = {GPUHAL_CUDA_REQUIRED_SYMBOLS(SC_PROC_ENTRY) GPUHAL_CUDA_OPTIONAL_SYMBOLS(
+    SC_PROC_ENTRY){"cuGetProcAddress", 12000, (sc_fnptr)(gpuhal_PFN_cuGetProcAddress)sc_cuGetProcAddress}};
 
 CUresult CUDAAPI sc_cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
                                      CUdriverProcAddressQueryResult* symbolStatus) {

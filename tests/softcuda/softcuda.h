@@ -36,12 +36,12 @@ typedef struct softcuda_dim3 {
  * block's threads itself; a __syncthreads() in the CUDA source becomes a phase boundary
  * between two thread loops in the twin. */
 typedef struct softcuda_block {
-  softcuda_dim3 grid_dim;   /* gridDim */
-  softcuda_dim3 block_dim;  /* blockDim */
-  softcuda_dim3 block_idx;  /* blockIdx */
-  void* shared;             /* dynamic shared memory of this block (sharedMemBytes, zeroed) */
+  softcuda_dim3 grid_dim;  /* gridDim */
+  softcuda_dim3 block_dim; /* blockDim */
+  softcuda_dim3 block_idx; /* blockIdx */
+  void* shared;            /* dynamic shared memory of this block (sharedMemBytes, zeroed) */
   unsigned shared_bytes;
-  int device;               /* device ordinal the launch runs on */
+  int device; /* device ordinal the launch runs on */
 } softcuda_block;
 
 /* params: one pointer per kernel parameter, like cuLaunchKernel's kernelParams, pointing
@@ -62,11 +62,11 @@ SOFTCUDA_API int softcuda_accessible(const void* ptr, size_t bytes);
 
 /* Defines twin NAME and registers it at load time:
  *   SOFTCUDA_TWIN(vector_add) { ... use block, params ...; return 0; } */
-#define SOFTCUDA_TWIN(NAME)                                                          \
-  static int softcuda_twin_##NAME(const softcuda_block* block, void** params);        \
-  __attribute__((constructor)) static void softcuda_twin_register_##NAME(void) {     \
-    softcuda_register_twin(#NAME, softcuda_twin_##NAME);                             \
-  }                                                                                  \
+#define SOFTCUDA_TWIN(NAME)                                                      \
+  static int softcuda_twin_##NAME(const softcuda_block* block, void** params);   \
+  __attribute__((constructor)) static void softcuda_twin_register_##NAME(void) { \
+    softcuda_register_twin(#NAME, softcuda_twin_##NAME);                         \
+  }                                                                              \
   static int softcuda_twin_##NAME(const softcuda_block* block, void** params)
 
 /* The value of kernel parameter I, of C type T. */

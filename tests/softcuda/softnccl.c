@@ -66,9 +66,9 @@ static ncclResult_t sn_fault(const char* entry) {
   if (r == 0) return ncclSuccess;
   return r >= (int)ncclUnhandledCudaError && r <= (int)ncclRemoteError ? (ncclResult_t)r : ncclUnhandledCudaError;
 }
-#define SN_FAULT(name)                               \
-  do {                                               \
-    ncclResult_t sn_fault_r_ = sn_fault(#name);      \
+#define SN_FAULT(name)                                  \
+  do {                                                  \
+    ncclResult_t sn_fault_r_ = sn_fault(#name);         \
     if (sn_fault_r_ != ncclSuccess) return sn_fault_r_; \
   } while (0)
 
@@ -105,11 +105,11 @@ typedef struct sn_mailbox {
 typedef struct sn_board {
   uint32_t magic;
   int32_t nranks;
-  int32_t joined;     /* ranks that attached (InitRank) */
-  int32_t refs;       /* attached communicators (InitAll: freed by the last) */
-  uint32_t arrived;   /* barrier */
+  int32_t joined;   /* ranks that attached (InitRank) */
+  int32_t refs;     /* attached communicators (InitAll: freed by the last) */
+  uint32_t arrived; /* barrier */
   uint32_t generation;
-  int32_t failed;     /* a rank timed out: everyone fails fast */
+  int32_t failed; /* a rank timed out: everyone fails fast */
   int32_t pad;
   /* then: nranks slots of SOFTNCCL_CHUNK, then nranks*nranks mailboxes (header + chunk) */
 } sn_board;
@@ -138,7 +138,7 @@ struct ncclComm {
   int connected; /* made its first collective call (see sn_connect) */
   ncclResult_t async_error;
   struct ncclComm* next_live; /* sn_live_comms */
-  int refs; /* the user's (until destroy or abort) and one per enqueued operation */
+  int refs;                   /* the user's (until destroy or abort) and one per enqueued operation */
 };
 
 /* Every live communicator. A communicator whose destroy failed (fault injection) stays here,
@@ -189,10 +189,18 @@ static int sn_barrier(ncclComm_t comm) { return sn_barrier_n(comm, 1); }
 /* ------------------------------------------------------------ element types ---- */
 static size_t sn_type_size(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64: return 8;
     default: return 0;
   }
 }
@@ -204,8 +212,10 @@ static float sn_half_to_float(uint16_t h) {
     f = ldexpf((float)man, -24);
     return sign ? -f : f;
   }
-  if (exp == 31) bits = sign | 0x7f800000u | (man << 13);
-  else bits = sign | ((exp + 112) << 23) | (man << 13);
+  if (exp == 31)
+    bits = sign | 0x7f800000u | (man << 13);
+  else
+    bits = sign | ((exp + 112) << 23) | (man << 13);
   memcpy(&f, &bits, 4);
   return f;
 }
@@ -244,18 +254,18 @@ static uint16_t sn_float_to_bf16(float f) {
 }
 
 /* acc[i] = acc[i] (op) in[i] for n elements. */
-#define SN_REDUCE_LOOP(T)                                                   \
-  do {                                                                      \
-    T* a = (T*)acc;                                                         \
-    const T* x = (const T*)in;                                              \
-    for (i = 0; i < n; ++i) {                                               \
-      switch (op) {                                                         \
-        case ncclProd: a[i] = (T)(a[i] * x[i]); break;                      \
-        case ncclMax: a[i] = a[i] > x[i] ? a[i] : x[i]; break;              \
-        case ncclMin: a[i] = a[i] < x[i] ? a[i] : x[i]; break;              \
-        default: a[i] = (T)(a[i] + x[i]); break;                            \
-      }                                                                     \
-    }                                                                       \
+#define SN_REDUCE_LOOP(T)                                      \
+  do {                                                         \
+    T* a = (T*)acc;                                            \
+    const T* x = (const T*)in;                                 \
+    for (i = 0; i < n; ++i) {                                  \
+      switch (op) {                                            \
+        case ncclProd: a[i] = (T)(a[i] * x[i]); break;         \
+        case ncclMax: a[i] = a[i] > x[i] ? a[i] : x[i]; break; \
+        case ncclMin: a[i] = a[i] < x[i] ? a[i] : x[i]; break; \
+        default: a[i] = (T)(a[i] + x[i]); break;               \
+      }                                                        \
+    }                                                          \
   } while (0)
 
 static void sn_reduce16(void* acc, const void* in, size_t n, ncclRedOp_t op, int bf16) {
@@ -288,10 +298,10 @@ static void sn_reduce(void* acc, const void* in, size_t n, ncclDataType_t t, ncc
 }
 
 /* ncclAvg: the sum divided by the number of ranks. */
-#define SN_DIV_LOOP(T)                                         \
-  do {                                                         \
-    T* a = (T*)acc;                                            \
-    for (i = 0; i < n; ++i) a[i] = (T)(a[i] / (T)nranks);      \
+#define SN_DIV_LOOP(T)                                    \
+  do {                                                    \
+    T* a = (T*)acc;                                       \
+    for (i = 0; i < n; ++i) a[i] = (T)(a[i] / (T)nranks); \
   } while (0)
 static void sn_divide(void* acc, size_t n, ncclDataType_t t, int nranks) {
   size_t i;
@@ -319,7 +329,15 @@ static void sn_divide(void* acc, size_t n, ncclDataType_t t, int nranks) {
 }
 
 /* ------------------------------------------------------------ operations ---- */
-typedef enum sn_kind { SN_ALL_REDUCE, SN_ALL_GATHER, SN_REDUCE_SCATTER, SN_BROADCAST, SN_REDUCE, SN_SEND, SN_RECV } sn_kind;
+typedef enum sn_kind {
+  SN_ALL_REDUCE,
+  SN_ALL_GATHER,
+  SN_REDUCE_SCATTER,
+  SN_BROADCAST,
+  SN_REDUCE,
+  SN_SEND,
+  SN_RECV
+} sn_kind;
 
 typedef struct sn_item {
   sn_kind kind;
@@ -360,9 +378,7 @@ static int sn_run_collective(ncclComm_t comm, const sn_item* it) {
     switch (it->kind) {
       case SN_ALL_REDUCE:
       case SN_REDUCE:
-      case SN_ALL_GATHER:
-        memcpy(sn_slot(comm->board, r), it->send + off * es, m * es);
-        break;
+      case SN_ALL_GATHER: memcpy(sn_slot(comm->board, r), it->send + off * es, m * es); break;
       case SN_BROADCAST:
         if (r == it->root) memcpy(sn_slot(comm->board, r), it->send + off * es, m * es);
         break;
@@ -569,8 +585,7 @@ static ncclResult_t sn_submit(ncclComm_t comm, CUstream stream, const sn_item* i
       (int)item->op >= (int)ncclNumOps)
     return ncclInvalidArgument;
   if (item->root < 0 || item->root >= comm->nranks) return ncclInvalidArgument;
-  if (item->count && !item->recv && item->kind != SN_SEND &&
-      !((item->kind == SN_REDUCE) && comm->rank != item->root))
+  if (item->count && !item->recv && item->kind != SN_SEND && !((item->kind == SN_REDUCE) && comm->rank != item->root))
     return ncclInvalidArgument;
   if (sn_group_depth > 0) {
     if (sn_group_count == sn_group_cap) {
@@ -625,7 +640,8 @@ SN_API ncclResult_t ncclGroupEnd(void) {
       items[count++] = sn_group_items[j].item;
       if (j != i) sn_group_items[j].comm = NULL;
     }
-    if (result == ncclSuccess) result = sn_enqueue_items(sn_group_items[i].comm, sn_group_items[i].stream, items, count);
+    if (result == ncclSuccess)
+      result = sn_enqueue_items(sn_group_items[i].comm, sn_group_items[i].stream, items, count);
     sn_group_items[i].comm = NULL;
   }
   sn_group_count = 0;
@@ -720,8 +736,7 @@ SN_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   }
   if (f) fclose(f);
   memcpy(uniqueId->internal, sn_id_prefix, sizeof(sn_id_prefix) - 1);
-  for (i = 0; i < sizeof(rnd); ++i)
-    snprintf(uniqueId->internal + sizeof(sn_id_prefix) - 1 + 2 * i, 3, "%02x", rnd[i]);
+  for (i = 0; i < sizeof(rnd); ++i) snprintf(uniqueId->internal + sizeof(sn_id_prefix) - 1 + 2 * i, 3, "%02x", rnd[i]);
   return ncclSuccess;
 }
 

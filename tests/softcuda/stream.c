@@ -181,7 +181,8 @@ static void sc_submit(sc_stream* s, sc_op* op) {
       sc_stream* b = c->streams[i];
       if (b != s && !(b->flags & CU_STREAM_NON_BLOCKING) && b->enq_seq > b->done_seq) sc_enqueue_wait(s, b, b->enq_seq);
     }
-  } else if (!(s->flags & CU_STREAM_NON_BLOCKING) && c->null_stream && c->null_stream->enq_seq > c->null_stream->done_seq) {
+  } else if (!(s->flags & CU_STREAM_NON_BLOCKING) && c->null_stream &&
+             c->null_stream->enq_seq > c->null_stream->done_seq) {
     sc_enqueue_wait(s, c->null_stream, c->null_stream->enq_seq);
   }
   sc_enqueue_raw(s, op);

@@ -13,7 +13,11 @@
 int main(int argc, char** argv) {
   int n = argc > 1 ? atoi(argv[1]) : 20, parked = argc > 2 ? atoi(argv[2]) : 1, warm = argc > 3 ? atoi(argv[3]) : 0;
   int i, j, stuck = 0;
-  CUdevice dev; CUcontext ctx; CUstream s[64]; volatile unsigned long long* w; CUdeviceptr dw;
+  CUdevice dev;
+  CUcontext ctx;
+  CUstream s[64];
+  volatile unsigned long long* w;
+  CUdeviceptr dw;
   const char* env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   if (n > 64) n = 64;
   if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
@@ -32,7 +36,11 @@ int main(int argc, char** argv) {
   for (i = parked; i < n; ++i) cuStreamWriteValue64(s[i], dw + (CUdeviceptr)i * 8, 1, 0);
   usleep(100000);
   printf("connections=%s streams=%d parked=%d warm=%d: stuck:", env ? env : "default", n, parked, warm);
-  for (i = parked; i < n; ++i) if (!w[i]) { printf(" %d", i); stuck++; }
+  for (i = parked; i < n; ++i)
+    if (!w[i]) {
+      printf(" %d", i);
+      stuck++;
+    }
   printf(" (%d of %d)\n", stuck, n - parked);
   w[64] = 1;
   for (j = 0; j < n; ++j) cuStreamSynchronize(s[j]);

@@ -32,7 +32,8 @@ static pid_t main_tid;
 static void on_prof(int sig, siginfo_t* si, void* uc_) {
   ucontext_t* uc = (ucontext_t*)uc_;
   long i = __atomic_fetch_add(&nsamples, 1, __ATOMIC_RELAXED);
-  (void)sig; (void)si;
+  (void)sig;
+  (void)si;
   if (i < MAXS) {
     pcs[i] = (unsigned long)uc->uc_mcontext.gregs[REG_RIP];
     mainflag[i] = syscall(SYS_gettid) == main_tid;
@@ -80,7 +81,8 @@ __attribute__((destructor)) static void stop(void) {
       int k;
       for (k = 0; k < NW; ++k) {
         Dl_info ci;
-        if (stk[i][k] > 0x10000 && dladdr((void*)stk[i][k], &ci) && ci.dli_fname && strstr(ci.dli_fname, "alloca_loop")) {
+        if (stk[i][k] > 0x10000 && dladdr((void*)stk[i][k], &ci) && ci.dli_fname &&
+            strstr(ci.dli_fname, "alloca_loop")) {
           fprintf(f, " caller 0x%lx", stk[i][k] - (unsigned long)ci.dli_fbase);
           break;
         }

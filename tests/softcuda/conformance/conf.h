@@ -67,13 +67,12 @@ static CONF_UNUSED int conf_load(void) {
   }
   conf_sym(&cu.cuGetProcAddress, "cuGetProcAddress_v2");
   if (!cu.cuGetProcAddress) return 0;
-#define CONF_RESOLVE(name, dlsym_name, pinned, params)                                           \
-  {                                                                                              \
-    void* p = NULL;                                                                              \
-    CUdriverProcAddressQueryResult st;                                                           \
-    if (cu.cuGetProcAddress(#name, &p, pinned, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS) \
-      p = NULL;                                                                                  \
-    memcpy(&cu.name, &p, sizeof p);                                                              \
+#define CONF_RESOLVE(name, dlsym_name, pinned, params)                                                      \
+  {                                                                                                         \
+    void* p = NULL;                                                                                         \
+    CUdriverProcAddressQueryResult st;                                                                      \
+    if (cu.cuGetProcAddress(#name, &p, pinned, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS) p = NULL; \
+    memcpy(&cu.name, &p, sizeof p);                                                                         \
   }
   GPUHAL_CUDA_REQUIRED_SYMBOLS(CONF_RESOLVE)
   GPUHAL_CUDA_OPTIONAL_SYMBOLS(CONF_RESOLVE)
@@ -99,33 +98,33 @@ static CONF_UNUSED const char* conf_err(CUresult r) {
 }
 
 /* Checks a CUresult, naming both codes on a mismatch. */
-#define CONF_EQ(expr, want)                                                                           \
-  do {                                                                                                \
-    CUresult conf_r_ = (expr), conf_w_ = (want);                                                      \
-    if (conf_r_ != conf_w_)                                                                           \
+#define CONF_EQ(expr, want)                                                                                     \
+  do {                                                                                                          \
+    CUresult conf_r_ = (expr), conf_w_ = (want);                                                                \
+    if (conf_r_ != conf_w_)                                                                                     \
       TU_FAIL_AT(__FILE__, __LINE__, "%s -> %s (%d), expected %s (%d)", #expr, conf_err(conf_r_), (int)conf_r_, \
-                 conf_err(conf_w_), (int)conf_w_);                                                    \
+                 conf_err(conf_w_), (int)conf_w_);                                                              \
   } while (0)
 #define CONF_OK(expr) CONF_EQ(expr, CUDA_SUCCESS)
-#define CONF_REQUIRE_OK(expr)                                                                    \
-  do {                                                                                           \
-    CUresult conf_r2_ = (expr);                                                                  \
-    if (conf_r2_ != CUDA_SUCCESS) {                                                              \
+#define CONF_REQUIRE_OK(expr)                                                                              \
+  do {                                                                                                     \
+    CUresult conf_r2_ = (expr);                                                                            \
+    if (conf_r2_ != CUDA_SUCCESS) {                                                                        \
       TU_FAIL_AT(__FILE__, __LINE__, "required: %s -> %s (%d)", #expr, conf_err(conf_r2_), (int)conf_r2_); \
-      return;                                                                                    \
-    }                                                                                            \
+      return;                                                                                              \
+    }                                                                                                      \
   } while (0)
 
 /* Every case starts with CONF_BEGIN: loads the driver or fails the case. */
 #define CONF_BEGIN() TU_REQUIRE(conf_load())
 /* Strictness-only checks: softcuda enforces them, a real driver may not. */
-#define CONF_STRICT()                                                  \
-  do {                                                                 \
-    CONF_BEGIN();                                                      \
+#define CONF_STRICT()                                                    \
+  do {                                                                   \
+    CONF_BEGIN();                                                        \
     if (!conf_is_softcuda()) TU_SKIP("strictness check: softcuda only"); \
   } while (0)
-#define CONF_NEED(fn)                                             \
-  do {                                                            \
+#define CONF_NEED(fn)                                            \
+  do {                                                           \
     if (!cu.fn) TU_SKIP(#fn " is not available in this driver"); \
   } while (0)
 

@@ -165,7 +165,7 @@ TU_TEST(strict_context_switch_counter) {
   CONF_STRICT();
   c = conf_ctx(0); /* 1 switch */
   before = sq_switches(0);
-  CONF_OK(cu.cuCtxSetCurrent(c)); /* no change: not counted */
+  CONF_OK(cu.cuCtxSetCurrent(c));  /* no change: not counted */
   CONF_OK(cu.cuCtxPushCurrent(c)); /* same context: not counted */
   CONF_OK(cu.cuCtxPopCurrent(NULL));
   TU_CHECK_EQ_INT(sq_switches(0) - before, 0);

@@ -6,8 +6,8 @@
 #define N 256 /* elements of every test buffer */
 
 static CUmodule g_mod_fill, g_mod_spin;
-static CUfunction g_fill;  /* fill_u32(dst, value, n) */
-static CUfunction g_spin;  /* spin_store(dst, value, n, us) */
+static CUfunction g_fill; /* fill_u32(dst, value, n) */
+static CUfunction g_spin; /* spin_store(dst, value, n, us) */
 
 static int setup(void) {
   if (!conf_ctx(0)) return 0;
@@ -198,9 +198,9 @@ TU_TEST(diamond_and_queries) {
   TU_REQUIRE(A && B && C && D);
   CONF_OK(cu.cuStreamCreate(&s, 0));
   CONF_OK(cu.cuGraphCreate(&g, 0));
-  CONF_OK(add_memset(&root, g, NULL, 0, A, 5, N));         /* A = 5 */
-  CONF_OK(add_fill(&left, g, &root, 1, B, 9, N));          /* B = 9 */
-  CONF_OK(add_copy(&right, g, &root, 1, C, A, N * 4));     /* C = A = 5 */
+  CONF_OK(add_memset(&root, g, NULL, 0, A, 5, N));     /* A = 5 */
+  CONF_OK(add_fill(&left, g, &root, 1, B, 9, N));      /* B = 9 */
+  CONF_OK(add_copy(&right, g, &root, 1, C, A, N * 4)); /* C = A = 5 */
   {
     CUgraphNode deps[2];
     deps[0] = left;
@@ -402,9 +402,9 @@ typedef struct host_state {
   pthread_mutex_t mu;
   int calls;
   int running, max_running;
-  unsigned seen;          /* what the node read from pinned memory */
+  unsigned seen; /* what the node read from pinned memory */
   volatile unsigned* pinned;
-  int check_refusal;      /* softcuda: CUDA calls from the node must be refused */
+  int check_refusal; /* softcuda: CUDA calls from the node must be refused */
   CUresult refusal;
   int sleep_ms;
 } host_state;

@@ -62,9 +62,9 @@ TU_TEST(capture_records_instead_of_running) {
   CONF_OK(cu.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
   CONF_OK(cu.cuStreamIsCapturing(s, &st));
   TU_CHECK_EQ_INT(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
-  CONF_OK(fill(s, A, 3, N));                       /* kernel */
-  CONF_OK(cu.cuMemcpyDtoDAsync(B, A, N * 4, s));   /* memcpy */
-  CONF_OK(cu.cuMemsetD32Async(C, 6, N / 2, s));    /* memset */
+  CONF_OK(fill(s, A, 3, N));                            /* kernel */
+  CONF_OK(cu.cuMemcpyDtoDAsync(B, A, N * 4, s));        /* memcpy */
+  CONF_OK(cu.cuMemsetD32Async(C, 6, N / 2, s));         /* memset */
   CONF_OK(cu.cuLaunchHostFunc(s, count_calls, &calls)); /* host */
   CONF_OK(cu.cuStreamEndCapture(s, &g));
   TU_REQUIRE(g != NULL);
@@ -403,6 +403,6 @@ TU_TEST(captured_nodes_take_exec_updates) {
   teardown();
 }
 
-TU_MAIN(TU_CASE(capture_records_instead_of_running), TU_CASE(capture_fork_and_join), TU_CASE(capture_unjoined_fork_fails),
-        TU_CASE(capture_sync_is_refused_and_invalidates), TU_CASE(capture_rules), TU_CASE(captured_graph_as_child),
-        TU_CASE(captured_nodes_take_exec_updates))
+TU_MAIN(TU_CASE(capture_records_instead_of_running), TU_CASE(capture_fork_and_join),
+        TU_CASE(capture_unjoined_fork_fails), TU_CASE(capture_sync_is_refused_and_invalidates), TU_CASE(capture_rules),
+        TU_CASE(captured_graph_as_child), TU_CASE(captured_nodes_take_exec_updates))

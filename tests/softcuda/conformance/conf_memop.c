@@ -36,10 +36,10 @@ static int attr(CUdevice_attribute a) {
 static int have_64(void) { return attr(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS) == 1; }
 static int have_nor(void) { return attr(CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR) == 1; }
 
-#define NEED_MEMOPS()               \
-  do {                              \
-    CONF_BEGIN();                   \
-    CONF_NEED(cuStreamWaitValue32); \
+#define NEED_MEMOPS()                \
+  do {                               \
+    CONF_BEGIN();                    \
+    CONF_NEED(cuStreamWaitValue32);  \
     CONF_NEED(cuStreamWriteValue32); \
   } while (0)
 

@@ -107,7 +107,8 @@ TU_TEST(functions_and_params) {
 TU_TEST(bad_images) {
   CUmodule m;
   static const unsigned char junk[] = {0xba, 0xdc, 0x0f, 0xfe, 1, 2, 3, 4, 0};
-  static const char bad_ptx[] = ".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry k(.param .u64 )\n{ ret; }\n";
+  static const char bad_ptx[] =
+      ".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry k(.param .u64 )\n{ ret; }\n";
   CONF_BEGIN();
   TU_REQUIRE(conf_ctx(0));
   CONF_EQ(cu.cuModuleLoadData(&m, junk), CUDA_ERROR_INVALID_IMAGE);

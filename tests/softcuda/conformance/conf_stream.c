@@ -159,7 +159,7 @@ TU_TEST(cross_context_wait) {
   CONF_OK(conf_spin(spin1, s1, 80000));
   CONF_OK(cu.cuEventRecord(e, s1));
   CONF_OK(cu.cuCtxSetCurrent(NULL));
-  TU_REQUIRE(conf_ctx(0)); /* retains device 0 once more */
+  TU_REQUIRE(conf_ctx(0));                 /* retains device 0 once more */
   CONF_OK(cu.cuStreamWaitEvent(s0, e, 0)); /* stream of device 0 waits on device 1 */
   CONF_OK(cu.cuStreamSynchronize(s0));
   TU_CHECK(conf_now_ms() - t0 >= 75);

@@ -122,8 +122,8 @@ TU_TEST(env_faults) {
   conf_ctx_done(0);
 }
 
-static const tu_case_t cases[] = {TU_CASE(fault_injection), TU_CASE(call_counters), TU_CASE(jit_delay),
-                                  TU_CASE(child_leaks), TU_CASE(leaks_fail_the_process), TU_CASE(env_faults)};
+static const tu_case_t cases[] = {TU_CASE(fault_injection), TU_CASE(call_counters),          TU_CASE(jit_delay),
+                                  TU_CASE(child_leaks),     TU_CASE(leaks_fail_the_process), TU_CASE(env_faults)};
 
 int main(int argc, char** argv) {
   ssize_t n = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
