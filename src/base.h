@@ -686,18 +686,6 @@ static gpuhal__list_node_t* gpuhal__list_pop_front(gpuhal__list_node_t* head) {
 }
 #define GPUHAL__CONTAINER_OF(ptr, type, member) ((type*)(void*)((char*)(ptr)-offsetof(type, member)))
 
-/* ---- hashing (FNV-1a 64; for hash tables, not for cache keys that must not collide) ---- */
-static uint64_t gpuhal__hash64(const void* data, size_t size, uint64_t seed) {
-  const unsigned char* p = (const unsigned char*)data;
-  uint64_t h = 1469598103934665603ull ^ seed;
-  size_t i;
-  for (i = 0; i < size; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 /* ---- environment ---- */
 static const char* gpuhal__getenv(const char* name) {
   const char* v = getenv(name);

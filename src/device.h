@@ -283,7 +283,7 @@ struct gpuhal_device_s {
   struct gpuhal__queue_state_s* queue_state;
   struct gpuhal__module_cache_s* module_cache;
   struct gpuhal__trace_device_s* trace; /* trace.h: NULL when tracing is off */
-  /* Memop path: 1 when the built-in kernels did not load at creation (command_buffer.h),
+  /* Memop path: 1 when the built-in kernels did not load at creation (builtin_kernels.h),
    * so that nothing of this device parks on a GPU value wait (a later load would wait for
    * the parked work). */
   int no_gpu_park;
@@ -329,7 +329,8 @@ typedef struct gpuhal__hooks_s {
   void (*trace_command)(gpuhal_device_t* device, CUstream stream, const struct gpuhal__cmd_s* cmd);
 } gpuhal__hooks_t;
 
-/* The table (hooks.h): the one declaration in gpuhal of a function defined further on. */
+/* The table (hooks.h): the one declaration of a function defined in a later module (the
+ * queue's five files, one module, declare two of each other's). */
 static const gpuhal__hooks_t* gpuhal__hooks(void);
 
 /* The driver's and each device's trace state are NULL when tracing is off, so every trace

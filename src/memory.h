@@ -74,11 +74,7 @@ struct gpuhal_buffer_s {
   void* host_pointer; /* pinned and managed */
   int32_t state;      /* gpuhal__buffer_state_t, atomic */
   int pending;        /* memory comes from the device pool through the queue */
-  /* For pending buffers, set by the queue: called at the last release instead of freeing
-   * here, so the queue can free the memory in stream order. NULL: a LIVE pending buffer's
-   * memory is freed synchronously on the worker (stream 0). */
-  void (*release_hook)(gpuhal_buffer_t* buffer);
-  void* queue_data; /* the queue's own per-buffer state */
+  void* queue_data;   /* the queue's own per-buffer state */
 };
 
 /* The stream-ordered pool of one device. */
@@ -660,19 +656,15 @@ static gpuhal_status_t gpuhal__buffer_free_memory(gpuhal_buffer_t* buffer) {
 
 static void gpuhal__buffer_destroy(gpuhal_buffer_t* buffer) {
   gpuhal_device_t* device = buffer->device;
-  if (buffer->pending && buffer->release_hook) {
-    buffer->release_hook(buffer);
-  } else {
-    gpuhal_status_t status;
-    if (!buffer->pending && buffer->kind == GPUHAL_MEMORY_DEVICE && device->memory &&
-        gpuhal__atomic_load(&buffer->state) == GPUHAL__BUFFER_LIVE)
-      __atomic_sub_fetch(&device->memory->buffers_allocated, buffer->size, __ATOMIC_RELAXED);
-    status = gpuhal__buffer_free_memory(buffer);
-    if (status) {
-      gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "freeing a buffer of %llu bytes: %s",
-                  (unsigned long long)buffer->size, gpuhal_status_message(status));
-      gpuhal_status_free(status);
-    }
+  gpuhal_status_t status;
+  if (!buffer->pending && buffer->kind == GPUHAL_MEMORY_DEVICE && device->memory &&
+      gpuhal__atomic_load(&buffer->state) == GPUHAL__BUFFER_LIVE)
+    __atomic_sub_fetch(&device->memory->buffers_allocated, buffer->size, __ATOMIC_RELAXED);
+  status = gpuhal__buffer_free_memory(buffer);
+  if (status) {
+    gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "freeing a buffer of %llu bytes: %s",
+                (unsigned long long)buffer->size, gpuhal_status_message(status));
+    gpuhal_status_free(status);
   }
   gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_FREED);
   gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_BUFFER, buffer);

@@ -112,7 +112,7 @@ typedef struct gpuhal__module_entry_s {
 #define GPUHAL__MODULE_CACHE_DEFAULT_BYTES ((uint64_t)256 << 20)
 #define GPUHAL__MODULE_CACHE_DEFAULT_DISK_BYTES ((uint64_t)1 << 30)
 
-/* Per-device state (device->module_cache). `builtins` lets command_buffer.h keep its
+/* Per-device state (device->module_cache). `builtins` lets builtin_kernels.h keep its
  * lazily loaded built-in kernels here. */
 typedef struct gpuhal__module_cache_s {
   gpuhal_device_t* device;

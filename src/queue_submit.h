@@ -4,7 +4,7 @@
  * worker; a call that fails after its arguments were accepted fails its signals.
  *
  * Part of the queue (its rules are at the top of queue.h). gpuhal_queue_execute lives in
- * command_buffer.h. */
+ * queue_execute.h. */
 
 /* ---- submission ---- */
 

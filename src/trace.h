@@ -584,7 +584,7 @@ static void gpuhal__trace_action_release(gpuhal_device_t* device, gpuhal__action
   gpuhal__mutex_unlock(&td->mutex);
 }
 
-/* ---- hook of command buffers (command_buffer.h): STREAM commands ---- */
+/* ---- hook of command buffers (command_buffer_stream.h): STREAM commands ---- */
 
 static const char* gpuhal__trace_command_name(const gpuhal__cmd_t* cmd) {
   switch (cmd->type) {

@@ -1,6 +1,6 @@
 // gpuhal's built-in kernels: fill and copy for what memset/memcpy nodes cannot do.
 //
-// gpuhal embeds the PTX of this file (src/builtin_ptx.h, included by src/command_buffer.h);
+// gpuhal embeds the PTX of this file (src/builtin_ptx.h, included by src/builtin_kernels.h);
 // the C twins for softcuda are in gpuhal_builtin_fill.c. Used for:
 //   - fills with 8- and 16-byte patterns (CUDA's memsets stop at 4 bytes), and fills whose
 //     destination is not aligned to the pattern (only reachable through binding offsets);
