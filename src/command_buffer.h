@@ -777,7 +777,7 @@ static gpuhal_status_t gpuhal__cb_resolve_args(gpuhal_command_buffer_t* cb, cons
 
 /* Graph: rewrites the parameters of late-bound kernel nodes whose addresses changed. */
 GPUHAL_API void gpuhal_command_buffer_retain(gpuhal_command_buffer_t* command_buffer) {
-  if (!command_buffer || gpuhal__atomic_load(&command_buffer->object.magic) != GPUHAL__MAGIC_COMMAND_BUFFER) return;
+  if (!gpuhal__object_is_live(command_buffer, GPUHAL__MAGIC_COMMAND_BUFFER)) return;
   gpuhal__object_user_retain(&command_buffer->object);
 }
 static void gpuhal__cb_destroy(gpuhal_command_buffer_t* cb) {
@@ -813,7 +813,7 @@ static void gpuhal__cb_release_ref(gpuhal_command_buffer_t* cb) {
 }
 
 GPUHAL_API void gpuhal_command_buffer_release(gpuhal_command_buffer_t* command_buffer) {
-  if (!command_buffer || gpuhal__atomic_load(&command_buffer->object.magic) != GPUHAL__MAGIC_COMMAND_BUFFER) return;
+  if (!gpuhal__object_is_live(command_buffer, GPUHAL__MAGIC_COMMAND_BUFFER)) return;
   if (!gpuhal__object_user_release(&command_buffer->object)) {
     gpuhal__log_extra_release(command_buffer->device->logger, __func__, "a command buffer");
     return;

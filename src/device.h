@@ -699,8 +699,7 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
 }
 
 GPUHAL_API void gpuhal_driver_retain(gpuhal_driver_t* driver) {
-  if (driver && gpuhal__atomic_load(&driver->header.magic) == GPUHAL__MAGIC_DRIVER)
-    gpuhal__object_user_retain(&driver->header);
+  if (gpuhal__object_is_live(driver, GPUHAL__MAGIC_DRIVER)) gpuhal__object_user_retain(&driver->header);
 }
 
 /* gpuhal's own driver references (devices, semaphores): no waiting. */
@@ -755,7 +754,7 @@ static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
 }
 
 GPUHAL_API void gpuhal_driver_release(gpuhal_driver_t* driver) {
-  if (!driver || gpuhal__atomic_load(&driver->header.magic) != GPUHAL__MAGIC_DRIVER) return;
+  if (!gpuhal__object_is_live(driver, GPUHAL__MAGIC_DRIVER)) return;
   if (!gpuhal__object_user_release(&driver->header)) {
     gpuhal__log_extra_release(&driver->logger, __func__, "the driver");
     return;
@@ -772,13 +771,13 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_device_count(gpuhal_driver_t* driver, i
 }
 
 GPUHAL_API int gpuhal_driver_has_feature(gpuhal_driver_t* driver, gpuhal_feature_t feature) {
-  if (!driver || gpuhal__atomic_load(&driver->header.magic) != GPUHAL__MAGIC_DRIVER) return 0;
+  if (!gpuhal__object_is_live(driver, GPUHAL__MAGIC_DRIVER)) return 0;
   if ((unsigned)feature > (unsigned)GPUHAL_FEATURE_SEMAPHORE_MEMOPS) return 0;
   return (driver->features & gpuhal__feature_bit(feature)) != 0;
 }
 
 GPUHAL_API const char* gpuhal_driver_cuda_library(gpuhal_driver_t* driver) {
-  if (!driver || gpuhal__atomic_load(&driver->header.magic) != GPUHAL__MAGIC_DRIVER) return "";
+  if (!gpuhal__object_is_live(driver, GPUHAL__MAGIC_DRIVER)) return "";
   return driver->cuda_library;
 }
 
@@ -1281,11 +1280,11 @@ GPUHAL_API gpuhal_status_t gpuhal_device_info(gpuhal_device_t* device, gpuhal_de
 }
 
 GPUHAL_API uint32_t gpuhal_device_queue_count(gpuhal_device_t* device) {
-  if (!device || gpuhal__atomic_load(&device->header.magic) != GPUHAL__MAGIC_DEVICE) return 0;
+  if (!gpuhal__object_is_live(device, GPUHAL__MAGIC_DEVICE)) return 0;
   return device->queue_count;
 }
 
 GPUHAL_API gpuhal_driver_t* gpuhal_device_driver(gpuhal_device_t* device) {
-  if (!device || gpuhal__atomic_load(&device->header.magic) != GPUHAL__MAGIC_DEVICE) return NULL;
+  if (!gpuhal__object_is_live(device, GPUHAL__MAGIC_DEVICE)) return NULL;
   return device->driver;
 }

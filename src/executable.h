@@ -100,7 +100,7 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_load(gpuhal_device_t* device, const
 }
 
 GPUHAL_API void gpuhal_executable_retain(gpuhal_executable_t* executable) {
-  if (!executable || gpuhal__atomic_load(&executable->object.magic) != GPUHAL__MAGIC_EXECUTABLE) return;
+  if (!gpuhal__object_is_live(executable, GPUHAL__MAGIC_EXECUTABLE)) return;
   gpuhal__object_user_retain(&executable->object);
 }
 
@@ -128,7 +128,7 @@ static void gpuhal__executable_release_ref(gpuhal_executable_t* executable) {
 }
 
 GPUHAL_API void gpuhal_executable_release(gpuhal_executable_t* executable) {
-  if (!executable || gpuhal__atomic_load(&executable->object.magic) != GPUHAL__MAGIC_EXECUTABLE) return;
+  if (!gpuhal__object_is_live(executable, GPUHAL__MAGIC_EXECUTABLE)) return;
   if (!gpuhal__object_user_release(&executable->object)) {
     gpuhal__log_extra_release(executable->device->logger, __func__, "an executable");
     return;

@@ -704,7 +704,7 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate(gpuhal_device_t* device, gpuha
 }
 
 static int gpuhal__buffer_is_valid(gpuhal_buffer_t* buffer) {
-  return buffer && gpuhal__atomic_load(&buffer->header.magic) == GPUHAL__MAGIC_BUFFER;
+  return gpuhal__object_is_live(buffer, GPUHAL__MAGIC_BUFFER);
 }
 
 /* gpuhal's own references (command buffers, queue actions, collectives); NULL is fine. */

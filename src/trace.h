@@ -283,7 +283,7 @@ static void gpuhal__trace_destroy(gpuhal_driver_t* driver) {
 }
 
 GPUHAL_API int gpuhal_driver_trace_enabled(gpuhal_driver_t* driver) {
-  if (!driver || gpuhal__atomic_load(&driver->header.magic) != GPUHAL__MAGIC_DRIVER) return 0;
+  if (!gpuhal__object_is_live(driver, GPUHAL__MAGIC_DRIVER)) return 0;
   return driver->trace && driver->trace->json;
 }
 
