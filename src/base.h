@@ -308,6 +308,20 @@ static void gpuhal__sleep_ns(int64_t ns) {
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
 }
+/* The one poll-and-sleep backoff: each sleep twice the last, from `ns` up to `max_ns`. */
+typedef struct gpuhal__backoff_s {
+  int64_t ns, max_ns;
+} gpuhal__backoff_t;
+static gpuhal__backoff_t gpuhal__backoff(int64_t first_ns, int64_t max_ns) {
+  gpuhal__backoff_t b;
+  b.ns = first_ns;
+  b.max_ns = max_ns > first_ns ? max_ns : first_ns;
+  return b;
+}
+static void gpuhal__backoff_sleep(gpuhal__backoff_t* b) {
+  gpuhal__sleep_ns(b->ns);
+  b->ns = b->ns > b->max_ns / 2 ? b->max_ns : 2 * b->ns;
+}
 
 /* ---- allocator ---- */
 static void* gpuhal__default_alloc(size_t size, void* user) {

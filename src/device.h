@@ -1006,7 +1006,8 @@ static int gpuhal__device_allows_park(const gpuhal_device_t* device) {
  * call is paired with gpuhal__device_park_resume, whatever it returned. */
 static gpuhal_status_t gpuhal__device_park_pause(gpuhal_device_t* device, const char* what) {
   gpuhal__ordinal_t* o = &device->driver->ordinals[device->ordinal];
-  int64_t limit = device->params.tuning.load_parked_wait_ns, start, sleep_ns = 20000;
+  int64_t limit = device->params.tuning.load_parked_wait_ns, start;
+  gpuhal__backoff_t backoff = gpuhal__backoff(20000, 1000000);
   int32_t parked;
   if (!device->driver->memops) return NULL;
   gpuhal__atomic_add(&o->park_paused, 1);
@@ -1016,8 +1017,7 @@ static gpuhal_status_t gpuhal__device_park_pause(gpuhal_device_t* device, const 
   if (limit == 0) limit = 5000000000LL;
   start = gpuhal_now_ns();
   while (limit > 0 && (parked = gpuhal__atomic_load(&o->parked)) > 0 && gpuhal_now_ns() - start < limit) {
-    gpuhal__sleep_ns(sleep_ns);
-    if (sleep_ns < 1000000) sleep_ns *= 2;
+    gpuhal__backoff_sleep(&backoff);
   }
   if (parked == 0) return NULL;
   return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,

@@ -91,11 +91,11 @@ static CUresult gpuhal__action_recheck(gpuhal__queue_state_t* state, gpuhal__act
   const gpuhal__cuda_symbols_t* cu = state->device->cu;
   const char* name = NULL;
   const char* text = NULL;
-  int64_t sleep_ns = GPUHAL__COMPLETION_FIRST_SLEEP_NS;
+  gpuhal__backoff_t backoff = gpuhal__backoff(GPUHAL__COMPLETION_FIRST_SLEEP_NS, state->tuning.completion_max_sleep_ns);
   int tries;
   for (tries = 0; tries < 3; ++tries) {
     CUresult r;
-    gpuhal__sleep_ns(sleep_ns);
+    gpuhal__sleep_ns(GPUHAL__COMPLETION_FIRST_SLEEP_NS);
     r = cu->cuEventQuery(a->event->handle);
     if (r == CUDA_SUCCESS || gpuhal__cuda_error_is_sticky(r)) return r;
   }
@@ -108,8 +108,7 @@ static CUresult gpuhal__action_recheck(gpuhal__queue_state_t* state, gpuhal__act
   for (;;) {
     CUresult r = cu->cuStreamQuery(a->stream);
     if (r != CUDA_ERROR_NOT_READY) return r;
-    gpuhal__sleep_ns(sleep_ns);
-    if (sleep_ns < state->tuning.completion_max_sleep_ns) sleep_ns *= 2;
+    gpuhal__backoff_sleep(&backoff);
   }
 }
 
