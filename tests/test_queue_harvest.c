@@ -101,6 +101,10 @@ TU_TEST(harvest_waits_for_the_gpu_and_backs_off) {
   TU_CHECK_OK(qt_submit_spin(&f, &spin, 200000, slow, 1)); /* 200 ms */
   for (i = 0; i < n; ++i) {
     uint64_t next = i + 1;
+    int64_t until = gpuhal_now_ns() + 1000000000;
+    /* Only a submitter that issues itself harvests: on a loaded machine the worker may not
+     * have taken what was handed to it yet, and every later submission would follow it. */
+    while (gpuhal__atomic_load(&state->incoming_count) && gpuhal_now_ns() < until) gpuhal__sleep_ns(20000);
     TU_REQUIRE_OK(
         qt_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &next), &harvest_ops, &c));
     if (i % 8 == 7) gpuhal__sleep_ns(GPUHAL__HARVEST_MAX_WAIT_NS + 20000);
