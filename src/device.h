@@ -1110,7 +1110,6 @@ static gpuhal_status_t gpuhal__device_create_subsystems(gpuhal_device_t* device)
   GPUHAL__RETURN_IF_ERROR(gpuhal__hooks()->module_cache_create(device));
   GPUHAL__RETURN_IF_ERROR(gpuhal__hooks()->queue_state_create(device));
   gpuhal__hooks()->command_buffer_device_ready(device);
-  GPUHAL__UNUSED(device);
   return NULL;
 }
 
@@ -1120,7 +1119,6 @@ static void gpuhal__device_destroy_subsystems(gpuhal_device_t* device) {
   gpuhal__hooks()->module_cache_destroy(device);
   gpuhal__hooks()->memory_state_destroy(device);
   gpuhal__hooks()->trace_device_destroy(device); /* trace hook */
-  GPUHAL__UNUSED(device);
 }
 
 /* Tears down whatever part of a device exists; used by release and by a failed create. */
