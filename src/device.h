@@ -299,6 +299,7 @@ struct gpuhal_device_s {
  * so that it can drain while everything it uses is still there. */
 struct gpuhal__action_s;
 struct gpuhal__cmd_s;
+struct gpuhal_semaphore_list_t; /* semaphore.h: passed by pointer, so device.h needs no later module */
 typedef struct gpuhal__hooks_s {
   /* the driver's */
   gpuhal_status_t (*trace_create)(gpuhal_driver_t* driver);
@@ -318,8 +319,9 @@ typedef struct gpuhal__hooks_s {
   void (*queue_settle)(gpuhal_device_t* device, gpuhal_timeout_t timeout);
   int (*queue_owns_thread)(gpuhal_device_t* device);
   /* tracing, from the queue and STREAM command buffers (called through GPUHAL__TRACE) */
-  uint64_t (*trace_submit_begin)(gpuhal_device_t* device, struct gpuhal__action_s* a, gpuhal_semaphore_list_t wait,
-                                 gpuhal_semaphore_list_t signal);
+  uint64_t (*trace_submit_begin)(gpuhal_device_t* device, struct gpuhal__action_s* a,
+                                 const struct gpuhal_semaphore_list_t* wait,
+                                 const struct gpuhal_semaphore_list_t* signal);
   void (*trace_submit_end)(gpuhal_device_t* device, uint32_t queue, const char* name, uint64_t span, int64_t t0);
   int64_t (*trace_issue_begin)(gpuhal_device_t* device, struct gpuhal__action_s* a, CUstream stream);
   void (*trace_issue_end)(gpuhal_device_t* device, struct gpuhal__action_s* a, CUstream stream, int64_t t0, int failed);

@@ -9,7 +9,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-/* Counts one event in a module cache's statistics (atomics: read without the lock). */
+/* Counts one event in a statistics counter (atomics: read without the lock). */
 #define GPUHAL__STAT_ADD(stats, field) ((void)__atomic_add_fetch(&(stats)->field, 1, __ATOMIC_RELAXED))
 
 #define GPUHAL__PATH_MAX 4096
@@ -20,7 +20,8 @@ typedef struct gpuhal__disk_cache_s {
   char* dir;   /* NULL: no disk cache */
   int enabled; /* atomic: cleared (with one warning) when the directory fails us */
   uint64_t max_bytes;
-  gpuhal_module_cache_stats_t* stats; /* the module cache's */
+  uint64_t writes;    /* atomic: files written (the module cache's stats report it) */
+  uint64_t evictions; /* atomic: files this device removed to keep within max_bytes */
 } gpuhal__disk_cache_t;
 
 /* ---- the disk-cache file format ----
@@ -434,7 +435,7 @@ static void gpuhal__disk_evict(gpuhal__disk_cache_t* disk, const char* keep) {
       if (keep && strcmp(files[i].name, keep) == 0) continue;
       if (!gpuhal__disk_path(disk, files[i].name, path, sizeof(path))) continue;
       if (unlink(path) == 0) {
-        GPUHAL__STAT_ADD(disk->stats, disk_evictions);
+        GPUHAL__STAT_ADD(disk, evictions);
         gpuhal__log(disk->device->logger, GPUHAL_LOG_DEBUG, "module cache: evicted %s from disk", files[i].name);
       } else if (errno != ENOENT) {
         continue; /* still there: it still counts */
@@ -462,6 +463,6 @@ static void gpuhal__disk_store(gpuhal__disk_cache_t* disk, const gpuhal__disk_ke
     gpuhal__disk_disable(disk, what, err);
     return;
   }
-  GPUHAL__STAT_ADD(disk->stats, disk_writes);
+  GPUHAL__STAT_ADD(disk, writes);
   gpuhal__disk_evict(disk, name);
 }

@@ -8,28 +8,7 @@
 typedef struct gpuhal_executable_s gpuhal_executable_t;
 typedef struct gpuhal_kernel_s gpuhal_kernel_t;
 
-/* What a kernel needs and allows, as the driver reports it. */
-#define GPUHAL_KERNEL_PARAM_COUNT_UNKNOWN UINT32_MAX
-typedef struct gpuhal_kernel_info_t {
-  const char* name;                   /* the entry name; valid while the executable lives */
-  int max_threads_per_block;          /* for this kernel on this device (registers may lower it) */
-  int static_shared_bytes;            /* __shared__ arrays of fixed size */
-  int max_dynamic_shared_bytes;       /* current limit of launch shared_bytes (48 KiB - static by default) */
-  int max_dynamic_shared_optin_bytes; /* the most gpuhal_kernel_set_max_dynamic_shared can allow */
-  int num_regs;                       /* registers per thread */
-  int local_bytes;                    /* local memory per thread (spills, stack arrays) */
-  int const_bytes;                    /* user __constant__ bytes */
-  int ptx_version;                    /* major*10+minor of the PTX it came from; 0 for SASS only */
-  int binary_version;                 /* major*10+minor of the SASS it runs */
-  /* Parameters: count, byte offsets and sizes in the parameter buffer. param_count is
-   * GPUHAL_KERNEL_PARAM_COUNT_UNKNOWN (and the arrays NULL) when the driver cannot say
-   * (no cuFuncGetParamInfo: drivers before CUDA 12.4); command buffers then skip the
-   * argument count and size checks for this kernel. The arrays live as long as the
-   * executable. */
-  uint32_t param_count;
-  const uint32_t* param_offsets;
-  const uint32_t* param_sizes;
-} gpuhal_kernel_info_t;
+/* gpuhal_kernel_info_t is declared with the module cache, which keeps it per module. */
 
 /* Loads an image on a device: PTX text (size may or may not count a terminating NUL),
  * a cubin (ELF) or a fatbin. The format is detected from the bytes; anything else is

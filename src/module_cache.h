@@ -27,6 +27,30 @@
  * turns the disk cache off for the device, with one warning; loads go on in memory.
  * gpuhal's own built-in kernels (fills, copies) are a module of the cache too: loaded by the
  * first command that needs them, or at device creation on the memop path. */
+/* What a kernel needs and allows, as the driver reports it (gpuhal_kernel_info, executable.h);
+ * the cache keeps it with each module's kernels. */
+#define GPUHAL_KERNEL_PARAM_COUNT_UNKNOWN UINT32_MAX
+typedef struct gpuhal_kernel_info_t {
+  const char* name;                   /* the entry name; valid while the executable lives */
+  int max_threads_per_block;          /* for this kernel on this device (registers may lower it) */
+  int static_shared_bytes;            /* __shared__ arrays of fixed size */
+  int max_dynamic_shared_bytes;       /* current limit of launch shared_bytes (48 KiB - static by default) */
+  int max_dynamic_shared_optin_bytes; /* the most gpuhal_kernel_set_max_dynamic_shared can allow */
+  int num_regs;                       /* registers per thread */
+  int local_bytes;                    /* local memory per thread (spills, stack arrays) */
+  int const_bytes;                    /* user __constant__ bytes */
+  int ptx_version;                    /* major*10+minor of the PTX it came from; 0 for SASS only */
+  int binary_version;                 /* major*10+minor of the SASS it runs */
+  /* Parameters: count, byte offsets and sizes in the parameter buffer. param_count is
+   * GPUHAL_KERNEL_PARAM_COUNT_UNKNOWN (and the arrays NULL) when the driver cannot say
+   * (no cuFuncGetParamInfo: drivers before CUDA 12.4); command buffers then skip the
+   * argument count and size checks for this kernel. The arrays live as long as the
+   * executable. */
+  uint32_t param_count;
+  const uint32_t* param_offsets;
+  const uint32_t* param_sizes;
+} gpuhal_kernel_info_t;
+
 typedef struct gpuhal_module_cache_stats_t {
   uint64_t hits;             /* loads served from memory (including those that waited for a compile in flight) */
   uint64_t misses;           /* loads that had to build a module (from disk or by compiling) */
@@ -535,7 +559,6 @@ static gpuhal_status_t gpuhal__module_cache_create(gpuhal_device_t* device) {
   cache->max_bytes =
       params->module_cache_max_bytes ? params->module_cache_max_bytes : GPUHAL__MODULE_CACHE_DEFAULT_BYTES;
   cache->disk.device = device;
-  cache->disk.stats = &cache->stats;
   cache->disk.max_bytes = params->module_cache_disk_max_bytes ? params->module_cache_disk_max_bytes
                                                               : GPUHAL__MODULE_CACHE_DEFAULT_DISK_BYTES;
   device->module_cache = cache;
@@ -751,8 +774,8 @@ GPUHAL_API gpuhal_status_t gpuhal_device_module_cache_stats(gpuhal_device_t* dev
   GPUHAL__STAT_COPY(disk_hits);
   GPUHAL__STAT_COPY(disk_misses);
   GPUHAL__STAT_COPY(disk_rejects);
-  GPUHAL__STAT_COPY(disk_writes);
-  GPUHAL__STAT_COPY(disk_evictions);
+  out_stats->disk_writes = __atomic_load_n(&cache->disk.writes, __ATOMIC_RELAXED);
+  out_stats->disk_evictions = __atomic_load_n(&cache->disk.evictions, __ATOMIC_RELAXED);
   GPUHAL__STAT_COPY(evictions);
   GPUHAL__STAT_COPY(trimmed);
 #undef GPUHAL__STAT_COPY

@@ -201,8 +201,8 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
     tp->word_written = 0;
   }
   gpuhal__action_retain_semaphores(a);
-  GPUHAL__TRACE(
-      device, (trace_t0 = gpuhal_now_ns(), trace_span = gpuhal__hooks()->trace_submit_begin(device, a, wait, signal)));
+  GPUHAL__TRACE(device, (trace_t0 = gpuhal_now_ns(),
+                         trace_span = gpuhal__hooks()->trace_submit_begin(device, a, &wait, &signal)));
   /* From here `a` may complete and be reused at any time: the trace keeps only its span id. */
   if (issuing && idle) dispatched = gpuhal__queue_issue_here(state, a);
   if (issuing) gpuhal__mutex_unlock(&state->issue_mutex);

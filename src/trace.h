@@ -440,8 +440,8 @@ static void gpuhal__trace_list(gpuhal__trace_t* trace, gpuhal__trace_kind_t kind
 
 /* Submit (any thread, before the action can run): gives the action its span and records
  * what it waits for and signals. Returns the span id (0 when the trace could not keep up). */
-static uint64_t gpuhal__trace_submit_begin(gpuhal_device_t* device, gpuhal__action_t* a, gpuhal_semaphore_list_t wait,
-                                           gpuhal_semaphore_list_t signal) {
+static uint64_t gpuhal__trace_submit_begin(gpuhal_device_t* device, gpuhal__action_t* a,
+                                           const gpuhal_semaphore_list_t* wait, const gpuhal_semaphore_list_t* signal) {
   gpuhal__trace_device_t* td = device->trace;
   gpuhal__trace_action_t* ta = gpuhal__trace_action_acquire(td);
   if (!ta) return 0;
@@ -451,8 +451,8 @@ static uint64_t gpuhal__trace_submit_begin(gpuhal_device_t* device, gpuhal__acti
   ta->timed = 0;
   ta->mark_count = 0;
   gpuhal__trace_describe(ta, a);
-  gpuhal__trace_list(td->trace, GPUHAL__TRACE_WAIT, ta->span, wait);
-  gpuhal__trace_list(td->trace, GPUHAL__TRACE_SIGNAL, ta->span, signal);
+  gpuhal__trace_list(td->trace, GPUHAL__TRACE_WAIT, ta->span, *wait);
+  gpuhal__trace_list(td->trace, GPUHAL__TRACE_SIGNAL, ta->span, *signal);
   a->trace = ta;
   gpuhal__trace_nvtx_push(td->trace, "submit", a->ops->name);
   return ta->span;
