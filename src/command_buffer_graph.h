@@ -269,5 +269,9 @@ static gpuhal_status_t gpuhal__cb_graph_issue(gpuhal_command_buffer_t* cb, const
   return GPUHAL__CU(cb->device->cu, cuGraphLaunch, (cb->exec, stream));
 }
 
-static const gpuhal__cb_backend_t gpuhal__cb_graph_backend = {"GRAPH", gpuhal__cb_graph_end, gpuhal__cb_destroy_graph,
-                                                              gpuhal__cb_graph_issue};
+/* The GRAPH back end (command_buffer.h, gpuhal__cb_backend_t). */
+static const gpuhal__cb_backend_t* gpuhal__cb_graph_backend(void) {
+  static const gpuhal__cb_backend_t backend = {"GRAPH", gpuhal__cb_graph_end, gpuhal__cb_destroy_graph,
+                                               gpuhal__cb_graph_issue};
+  return &backend;
+}

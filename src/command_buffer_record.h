@@ -41,7 +41,7 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_create(gpuhal_device_t* device,
   cb->flags = flags;
   cb->binding_slots = binding_slots;
   cb->state = GPUHAL__CB_INITIAL;
-  cb->backend = (flags & GPUHAL_COMMAND_BUFFER_STREAM) ? &gpuhal__cb_stream_backend : &gpuhal__cb_graph_backend;
+  cb->backend = (flags & GPUHAL_COMMAND_BUFFER_STREAM) ? gpuhal__cb_stream_backend() : gpuhal__cb_graph_backend();
   gpuhal__mutex_init(&cb->action_mutex);
   *out_command_buffer = cb;
   return NULL;

@@ -125,5 +125,9 @@ static gpuhal_status_t gpuhal__cb_stream_end(gpuhal_command_buffer_t* cb) {
 }
 static void gpuhal__cb_stream_discard(gpuhal_command_buffer_t* cb) { GPUHAL__UNUSED(cb); }
 
-static const gpuhal__cb_backend_t gpuhal__cb_stream_backend = {"STREAM", gpuhal__cb_stream_end,
-                                                               gpuhal__cb_stream_discard, gpuhal__cb_stream_issue};
+/* The STREAM back end (command_buffer.h, gpuhal__cb_backend_t). */
+static const gpuhal__cb_backend_t* gpuhal__cb_stream_backend(void) {
+  static const gpuhal__cb_backend_t backend = {"STREAM", gpuhal__cb_stream_end, gpuhal__cb_stream_discard,
+                                               gpuhal__cb_stream_issue};
+  return &backend;
+}
