@@ -39,6 +39,9 @@
  * tests/abi checks every size, field offset, enum value and function signature here
  * against the real cuda.h / cudaTypedefs.h / nccl.h where they are installed.
  */
+
+/* ---- gpuhal:internal ---- */
+
 #ifndef GPUHAL_CUDA_API_H
 #define GPUHAL_CUDA_API_H
 

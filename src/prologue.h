@@ -75,8 +75,6 @@
  *
  * LICENCE: MIT, at the end of this file.
  */
-#ifndef GPUHAL_H
-#define GPUHAL_H
 
 /* The implementation needs POSIX (clocks, threads, dlopen). In strict ISO modes
  * (-std=c99) ask for it, which works when gpuhal.h comes before any system header. */
@@ -108,8 +106,4 @@
 #define GPUHAL_PRINTF_ATTR(fmt_index, args_index) __attribute__((format(printf, fmt_index, args_index)))
 #else
 #define GPUHAL_PRINTF_ATTR(fmt_index, args_index)
-#endif
-
-#ifdef __cplusplus
-extern "C" {
 #endif

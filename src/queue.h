@@ -74,6 +74,14 @@
  * so a busy steady state needs neither the completion thread nor the worker. The completion
  * thread leaves issued work alone for tuning.completion_min_age_ns (host calls, idle waits
  * and release cut that short): nothing's promptness depends on it. */
+#ifndef GPUHAL_SRC_QUEUE_H
+#define GPUHAL_SRC_QUEUE_H
+
+#include "internal.h"
+#include "device.h"
+#include "memory.h"
+#include "event_pool.h"
+#include "semaphore.h"
 
 /* A host function for gpuhal_queue_host_call: runs on a gpuhal thread; a returned error
  * fails the call's signal semaphores. It must not wait for work queued after it on the same
@@ -101,7 +109,7 @@ GPUHAL_API gpuhal_status_t gpuhal_device_wait_idle(gpuhal_device_t* device, gpuh
 /* NULL while the device is healthy; after a sticky CUDA error, a clone of the loss cause. */
 GPUHAL_API gpuhal_status_t gpuhal_device_lost_status(gpuhal_device_t* device);
 
-/* ---- gpuhal:implementation ---- */
+/* ---- gpuhal:internal ---- */
 
 /* What an action does; see the queue <-> command-buffer contract. */
 typedef struct gpuhal__action_ops_s {
@@ -292,376 +300,171 @@ typedef struct gpuhal__queue_state_s {
   int threads_started;
 } gpuhal__queue_state_t;
 
-static gpuhal__queue_state_t* gpuhal__queue_state(gpuhal_device_t* device) {
-  return (gpuhal__queue_state_t*)device->queue_state;
-}
+GPUHAL__PRIVATE gpuhal__queue_state_t* gpuhal__queue_state(gpuhal_device_t* device);
 
 /* The device's tuning with every default filled in (zero fields take the defaults). */
-static gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_queue_tuning_t* in) {
-  gpuhal_queue_tuning_t t = *in;
-  if (t.host_wait_spin_ns == 0) t.host_wait_spin_ns = 200000;
-  if (t.host_wait_spin_ns < 0) t.host_wait_spin_ns = 0;
-  if (t.host_wait_max_sleep_ns <= 0) t.host_wait_max_sleep_ns = 1000000;
-  if (t.completion_min_age_ns == 0) t.completion_min_age_ns = 100000;
-  if (t.completion_min_age_ns < 0) t.completion_min_age_ns = 0;
-  if (t.completion_max_sleep_ns <= 0) t.completion_max_sleep_ns = 200000;
-  if (t.harvest_min == 0) t.harvest_min = 48;
-  if (t.harvest_min < 0) t.harvest_min = 0; /* off */
-  if (t.gpu_parked_max == 0) {
-    const char* env = gpuhal__getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-    long connections = env && env[0] ? strtol(env, NULL, 10) : 8;
-    t.gpu_parked_max = (int32_t)(connections > 0 && connections <= 1024 ? connections / 4 : 2);
-  }
-  if (t.gpu_parked_max < 0) t.gpu_parked_max = 0; /* none */
-  /* park_headroom: gpuhal__device_room_headroom (device.h) reads it */
-  return t;
-}
+GPUHAL__PRIVATE gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_queue_tuning_t* in);
 
 /* Reserves one of the streams of the device's ordinal that may park on the GPU (see
  * gpuhal_queue_tuning_t.gpu_parked_max): 0 when all are taken. The reservation becomes the
  * side stream's at issue, which gives it back once its work is seen complete. Devices of one
  * ordinal share its context, hence its hardware queues and the bound. */
-static int gpuhal__park_reserve(gpuhal__queue_state_t* state) {
-  gpuhal_device_t* device = state->device;
-  int32_t* count;
-  int32_t now;
-  if (!state->memops || state->tuning.gpu_parked_max <= 0 || device->no_gpu_park || !device->driver->ordinals) return 0;
-  count = &device->driver->ordinals[device->ordinal].parked;
-  now = gpuhal__atomic_load(count);
-  while (now < state->tuning.gpu_parked_max)
-    if (gpuhal__atomic_cas(count, &now, now + 1)) {
-      /* and only while CUDA's store of streams has room (device.h, gpuhal__device_room_refill) */
-      if (gpuhal__device_allows_park(device)) return 1;
-      gpuhal__atomic_sub(count, 1);
-      return 0;
-    }
-  return 0;
-}
+GPUHAL__PRIVATE int gpuhal__park_reserve(gpuhal__queue_state_t* state);
 
-static void gpuhal__park_release(gpuhal__queue_state_t* state, int32_t n) {
-  if (n > 0) gpuhal__atomic_sub(&state->device->driver->ordinals[state->device->ordinal].parked, n);
-}
+GPUHAL__PRIVATE void gpuhal__park_release(gpuhal__queue_state_t* state, int32_t n);
 
 /* 1 when the calling thread is one of the queue's own threads (device teardown must not
  * run there: it joins them). */
-static int gpuhal__queue_owns_thread(gpuhal_device_t* device) {
-  gpuhal__queue_state_t* state = gpuhal__queue_state(device);
-  pthread_t self = pthread_self();
-  return state && state->threads_started &&
-         (pthread_equal(self, state->completion_thread) || pthread_equal(self, state->host_call_thread));
-}
+GPUHAL__PRIVATE int gpuhal__queue_owns_thread(gpuhal_device_t* device);
 
 /* ---- kicking the pump ---- */
 /* Makes sure the pump runs (again) on the worker soon. Any thread; no allocation. */
-static void gpuhal__queue_kick(gpuhal__queue_state_t* state) { gpuhal__worker_post(state->device, &state->pump_task); }
+GPUHAL__PRIVATE void gpuhal__queue_kick(gpuhal__queue_state_t* state);
 
 /* Asks the pump to look at the pending actions (not only to release retired ones). */
-static void gpuhal__queue_kick_issue(gpuhal__queue_state_t* state) {
-  gpuhal__atomic_store(&state->issue_needed, 1);
-  gpuhal__queue_kick(state);
-}
+GPUHAL__PRIVATE void gpuhal__queue_kick_issue(gpuhal__queue_state_t* state);
 
 /* Marks `a` for the pump to resolve again and pushes it on the woken stack, so a pump pass
  * looks only at woken actions, never at every blocked one. An action is on the stack (or in
  * a pump's batch) at most once: on_woken guards woken_next. Any thread. */
-static void gpuhal__woken_push(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
-  gpuhal__action_t* head = __atomic_load_n(&state->woken, __ATOMIC_RELAXED);
-  do {
-    a->woken_next = head;
-  } while (!__atomic_compare_exchange_n(&state->woken, &head, a, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
-}
-static void gpuhal__action_wake(gpuhal__action_t* a) {
-  gpuhal__atomic_store(&a->wake, 1);
-  if (__atomic_exchange_n(&a->on_woken, 1, __ATOMIC_ACQ_REL)) return; /* the pump will look at it */
-  gpuhal__woken_push(a->state, a);
-}
+GPUHAL__PRIVATE void gpuhal__woken_push(gpuhal__queue_state_t* state, gpuhal__action_t* a);
+GPUHAL__PRIVATE void gpuhal__action_wake(gpuhal__action_t* a);
 
 /* Enters the pending list; under issue_mutex. */
-static void gpuhal__action_make_pending(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
-  a->in_pending = 1;
-  a->pending_seq = ++state->pending_seq;
-  gpuhal__list_push_back(&state->pending, &a->link);
-}
+GPUHAL__PRIVATE void gpuhal__action_make_pending(gpuhal__queue_state_t* state, gpuhal__action_t* a);
 
-static void gpuhal__queue_issue_woken(void* arg);
+GPUHAL__PRIVATE void gpuhal__queue_issue_woken(void* arg);
 
 /* A semaphore an action waits on changed. When a host signal changed it, the signalling
  * thread issues what became ready once it released the semaphore (no worker wake-up between
  * a host signal and its GPU work); otherwise the pump is kicked. */
-static void gpuhal__action_wait_notify(gpuhal__semaphore_waiter_t* waiter) {
-  gpuhal__action_t* a = (gpuhal__action_t*)waiter->user;
-  gpuhal__queue_state_t* state = a->state;
-  gpuhal_semaphore_t* s = GPUHAL__CONTAINER_OF(waiter, gpuhal__action_wait_t, waiter)->semaphore;
-  gpuhal__action_wake(a);
-  if (gpuhal__semaphore_after_has(s, gpuhal__queue_issue_woken, state)) return;
-  if (gpuhal__semaphore_after_room(s)) {
-    /* Counted before `stopping` is read, so a release either sees the count or is seen. */
-    __atomic_add_fetch(&state->signal_runs, 1, __ATOMIC_SEQ_CST);
-    if (!__atomic_load_n(&state->stopping, __ATOMIC_SEQ_CST)) {
-      gpuhal__semaphore_after_add(s, gpuhal__queue_issue_woken, state);
-      return;
-    }
-    __atomic_sub_fetch(&state->signal_runs, 1, __ATOMIC_SEQ_CST);
-  }
-  gpuhal__queue_kick_issue(state);
-}
+GPUHAL__PRIVATE void gpuhal__action_wait_notify(gpuhal__semaphore_waiter_t* waiter);
 
 /* ---- the action pool ---- */
-static gpuhal_status_t gpuhal__action_acquire_locked(gpuhal__queue_state_t* state, gpuhal__action_t** out) {
-  gpuhal__action_t* a = state->free_actions;
-  if (!a) {
-    gpuhal__action_block_t* block = NULL;
-    uint32_t i;
-    GPUHAL__RETURN_IF_ERROR(
-        gpuhal__alloc_zeroed(state->device->allocator, sizeof(*block), "queue action pool block", (void**)&block));
-    block->next = state->action_blocks;
-    state->action_blocks = block;
-    for (i = 0; i < GPUHAL__ACTION_POOL_BLOCK; ++i) {
-      block->actions[i].next_free = state->free_actions;
-      state->free_actions = &block->actions[i];
-    }
-    a = state->free_actions;
-  }
-  state->free_actions = a->next_free;
-  a->next_free = NULL;
-  *out = a;
-  return NULL;
-}
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__action_acquire_locked(gpuhal__queue_state_t* state, gpuhal__action_t** out);
 
-/* Room for `count` entries of `size` bytes: inline, or the action's grow-only storage. */
-static gpuhal_status_t gpuhal__action_reserve_list(const gpuhal_allocator_t* allocator, uint32_t count, size_t size,
-                                                   void* inline_storage, void** storage, uint32_t* capacity, void** out,
-                                                   const char* what) {
-  if (count <= GPUHAL__ACTION_INLINE_ENTRIES) {
-    *out = inline_storage;
-    return NULL;
-  }
-  if (count > *capacity) {
-    size_t bytes = size * (size_t)count;
-    void* grown = gpuhal__alloc(allocator, bytes);
-    if (!grown) return gpuhal__status_oom(what, bytes);
-    gpuhal__free(allocator, *storage);
-    *storage = grown;
-    *capacity = count;
-  }
-  *out = *storage;
-  return NULL;
-}
-
-static gpuhal_status_t gpuhal__action_reserve(gpuhal__queue_state_t* state, gpuhal__action_t* a, uint32_t waits,
-                                              uint32_t signals) {
-  const gpuhal_allocator_t* allocator = state->device->allocator;
-  void* waits_at = NULL;
-  void* signals_at = NULL;
-  GPUHAL__RETURN_IF_ERROR(gpuhal__action_reserve_list(allocator, waits, sizeof(gpuhal__action_wait_t), a->inline_waits,
-                                                      (void**)&a->wait_storage, &a->wait_capacity, &waits_at,
-                                                      "queue action wait list"));
-  GPUHAL__RETURN_IF_ERROR(gpuhal__action_reserve_list(allocator, signals, sizeof(gpuhal__timepoint_t),
-                                                      a->inline_signals, (void**)&a->signal_storage,
-                                                      &a->signal_capacity, &signals_at, "queue action signal list"));
-  a->waits = (gpuhal__action_wait_t*)waits_at;
-  a->signals = (gpuhal__timepoint_t*)signals_at;
-  return NULL;
-}
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__action_reserve(gpuhal__queue_state_t* state, gpuhal__action_t* a,
+                                                       uint32_t waits, uint32_t signals);
 
 /* ---- failing and retiring ---- */
 
 /* Hands a finished action to the worker for release. Any thread. */
-static void gpuhal__action_retire(gpuhal__action_t* a) {
-  gpuhal__queue_state_t* state = a->state;
-  gpuhal__mutex_lock(&state->mutex);
-  gpuhal__list_push_back(&state->retired, &a->link);
-  state->retired_unkicked = 0;
-  gpuhal__mutex_unlock(&state->mutex);
-  gpuhal__queue_kick(state);
-}
+GPUHAL__PRIVATE void gpuhal__action_retire(gpuhal__action_t* a);
 
 /* Fails every semaphore of `signal` with a clone of `cause` (annotated with `what`): so a
  * queue call that fails after its arguments were accepted tells whoever waits for its
  * signals, and work that would have signalled them fails them the same way. */
-static void gpuhal__queue_fail_signals(gpuhal_semaphore_list_t signal, gpuhal_status_t cause, const char* what,
-                                       int ordinal, uint32_t queue) {
-  uint32_t i;
-  for (i = 0; i < signal.count; ++i)
-    gpuhal__semaphore_fail_owned(
-        signal.semaphores[i],
-        gpuhal_status_annotate(gpuhal_status_clone(cause),
-                               "failing the semaphore that queue '%s' (device %d, queue %u) was to signal to %llu",
-                               what, ordinal, queue, (unsigned long long)signal.values[i]));
-}
+GPUHAL__PRIVATE void gpuhal__queue_fail_signals(gpuhal_semaphore_list_t signal, gpuhal_status_t cause, const char* what,
+                                                int ordinal, uint32_t queue);
 
 /* Fails every signal of `a` with `cause` (owned; kept in the action) and tells its ops. */
-static void gpuhal__action_fail(gpuhal__action_t* a, gpuhal_status_t cause) {
-  uint32_t i;
-  if (!cause) cause = gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "queue action failed without a cause");
-  for (i = 0; i < a->signal_count; ++i) {
-    gpuhal__timepoint_t* tp = &a->signals[i];
-    gpuhal_semaphore_list_t one = gpuhal_semaphore_list_one(&tp->semaphore, &tp->value);
-    gpuhal__semaphore_remove_timepoint(tp);
-    gpuhal__queue_fail_signals(one, cause, a->ops->name, a->state->device->ordinal, a->queue_index);
-  }
-  if (a->ops->complete) a->ops->complete(a->user, cause);
-  gpuhal_status_free(a->failure);
-  a->failure = cause;
-}
+GPUHAL__PRIVATE void gpuhal__action_fail(gpuhal__action_t* a, gpuhal_status_t cause);
 
 /* The work reached its values: advance them (host calls: after their function ran). */
-static void gpuhal__action_succeed(gpuhal__action_t* a) {
-  uint32_t i;
-  for (i = 0; i < a->signal_count; ++i) gpuhal__semaphore_advance(a->signals[i].semaphore, a->signals[i].value);
-  /* Advancing unlinked every timepoint of the action (each is at or below the new value). */
-  a->completed_ok = 1;
-  if (a->ops->complete) a->ops->complete(a->user, NULL);
-}
+GPUHAL__PRIVATE void gpuhal__action_succeed(gpuhal__action_t* a);
 
 /* Marks the device lost (first cause wins) and kicks the pump so pending work fails fast. */
-static void gpuhal__queue_mark_lost(gpuhal__queue_state_t* state, gpuhal_status_t cause) {
-  int first = 0;
-  gpuhal__mutex_lock(&state->mutex);
-  if (!state->lost) {
-    state->lost = gpuhal_status_annotate(gpuhal_status_clone(cause), "device %d is lost", state->device->ordinal);
-    gpuhal__atomic_store(&state->lost_flag, 1);
-    first = 1;
-  }
-  state->device->lost = 1;
-  gpuhal__mutex_unlock(&state->mutex);
-  if (first) {
-    gpuhal__log(state->device->logger, GPUHAL_LOG_ERROR, "device %d lost: %s", state->device->ordinal,
-                gpuhal_status_message(cause));
-    gpuhal__queue_kick_issue(state);
-  }
-}
+GPUHAL__PRIVATE void gpuhal__queue_mark_lost(gpuhal__queue_state_t* state, gpuhal_status_t cause);
 
 /* A clone of the loss cause, or NULL. */
-static gpuhal_status_t gpuhal__queue_lost_clone(gpuhal__queue_state_t* state) {
-  gpuhal_status_t s = NULL;
-  if (!gpuhal__atomic_load(&state->lost_flag)) return NULL;
-  gpuhal__mutex_lock(&state->mutex);
-  if (state->lost) s = gpuhal_status_clone(state->lost);
-  gpuhal__mutex_unlock(&state->mutex);
-  return s;
-}
-
-/* 1 when signal `i` holds no semaphore reference of its own: a wait of the same semaphore
- * holds the one the action needs (a timeline that waits on one value and signals the next
- * costs one reference count change per submission and per release, not two). */
-static int gpuhal__action_signal_ref_shared(const gpuhal__action_t* a, uint32_t i) {
-  return i < 32 && ((a->shared_signal_refs >> i) & 1u);
-}
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_lost_clone(gpuhal__queue_state_t* state);
 
 /* At submission: takes the semaphore references of the lists, one per wait and one per
  * signal whose semaphore none of the waits has. */
-static void gpuhal__action_retain_semaphores(gpuhal__action_t* a) {
-  uint32_t i, j;
-  a->shared_signal_refs = 0;
-  for (i = 0; i < a->wait_count; ++i) gpuhal__object_retain(&a->waits[i].semaphore->object);
-  for (i = 0; i < a->signal_count; ++i) {
-    for (j = 0; i < 32 && j < a->wait_count && a->waits[j].semaphore != a->signals[i].semaphore; ++j) {
-    }
-    if (i < 32 && j < a->wait_count) {
-      a->shared_signal_refs |= 1u << i;
-    } else {
-      gpuhal__object_retain(&a->signals[i].semaphore->object);
-    }
-  }
-}
+GPUHAL__PRIVATE void gpuhal__action_retain_semaphores(gpuhal__action_t* a);
 
 /* Drops the events that resolved waits hold (an action blocked on a later wait must hold no
  * other device's event: that device's release would wait for it). */
-static void gpuhal__action_drop_wait_events(gpuhal__action_t* a) {
-  uint32_t i;
-  for (i = 0; i < a->wait_count; ++i) {
-    gpuhal__event_release(a->waits[i].event);
-    a->waits[i].event = NULL;
-  }
-}
+GPUHAL__PRIVATE void gpuhal__action_drop_wait_events(gpuhal__action_t* a);
 
 /* Counts `a` (side work) in (1) or out (0) of the device's work that may wait on the GPU
  * for a value, which puts off frees that would wait for the whole device (memory.h). A
  * free that looked just before such work was enqueued still waits for it: a window of a
  * few instructions against the free's own CUDA call. */
-static void gpuhal__action_gpu_wait_count(gpuhal__action_t* a, int in) {
-  if (a->gpu_wait_counted == in) return;
-  a->gpu_wait_counted = in;
-  gpuhal__memory_gpu_waits_add(a->state->device, in ? 1 : -1);
-}
-
-/* On the worker (or a harvesting submitter): drops everything the action holds. Its own
- * event, when this was the last reference, goes on `*events` (the state's pool). */
-static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
-  gpuhal__queue_state_t* state = a->state;
-  uint32_t i;
-  if (a->ops->release) a->ops->release(a->user, state->device);
-  GPUHAL__TRACE(state->device, gpuhal__hooks()->trace_action_release(state->device, a)); /* trace hook */
-  /* Signals first: a signal may share its semaphore reference with a wait. */
-  for (i = 0; i < a->signal_count; ++i) {
-    if (!a->completed_ok) gpuhal__semaphore_remove_timepoint(&a->signals[i]);
-    gpuhal__semaphore_reassert_failure(a->signals[i].semaphore);
-    if (!gpuhal__action_signal_ref_shared(a, i)) gpuhal__semaphore_release_ref(a->signals[i].semaphore);
-  }
-  gpuhal__action_drop_wait_events(a);
-  for (i = 0; i < a->wait_count; ++i) {
-    gpuhal__action_wait_t* w = &a->waits[i];
-    /* Only an action that never issued can still be registered (on its blocking wait). */
-    if (!a->event && i == a->next_wait) gpuhal__semaphore_unregister(w->semaphore, &w->waiter);
-    gpuhal__semaphore_release_ref(w->semaphore);
-  }
-  gpuhal__action_gpu_wait_count(a, 0);                     /* an issue that failed */
-  if (a->park_reserved) gpuhal__park_release(a->state, 1); /* never issued */
-  a->park_reserved = 0;
-  a->completed_ok = 0;
-  a->value_waits = 0;
-  a->provisional = 0;
-  a->shared_signal_refs = 0;
-  gpuhal__event_release_to(a->event, events);
-  a->event = NULL;
-  gpuhal_status_free(a->failure);
-  a->failure = NULL;
-  a->ops = NULL;
-  a->user = NULL;
-  a->host_fn = NULL;
-}
+GPUHAL__PRIVATE void gpuhal__action_gpu_wait_count(gpuhal__action_t* a, int in);
 
 /* On the worker (or a harvesting submitter, holding no queue lock): releases a list of
  * retired actions and returns them, and their events, to the pools under one lock each
  * (not one per action: submitters take the state's lock on every submission). */
-static void gpuhal__actions_release(gpuhal__queue_state_t* state, gpuhal__list_node_t* retired) {
-  gpuhal__action_t* first = NULL;
-  gpuhal__action_t* last = NULL;
-  gpuhal__event_t* events = NULL;
-  gpuhal__list_node_t* n;
-  uint64_t count = 0;
-  while ((n = gpuhal__list_pop_front(retired)) != NULL) {
-    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
-    gpuhal__action_drop(a, &events);
-    a->next_free = first;
-    if (!last) last = a;
-    first = a;
-    count++;
-  }
-  gpuhal__event_pool_put_chain(&state->events, events);
-  if (!count) return;
-  gpuhal__mutex_lock(&state->mutex);
-  last->next_free = state->free_actions;
-  state->free_actions = first;
-  if (__atomic_sub_fetch(&state->outstanding, count, __ATOMIC_ACQ_REL) == 0) gpuhal__cond_broadcast(&state->idle_cond);
-  gpuhal__mutex_unlock(&state->mutex);
-}
+GPUHAL__PRIVATE void gpuhal__actions_release(gpuhal__queue_state_t* state, gpuhal__list_node_t* retired);
 
-static void gpuhal__list_splice_back(gpuhal__list_node_t* to, gpuhal__list_node_t* from) {
-  if (gpuhal__list_empty(from)) return;
-  from->next->prev = to->prev;
-  to->prev->next = from->next;
-  from->prev->next = to;
-  to->prev = from->prev;
-  gpuhal__list_init(from);
-}
+GPUHAL__PRIVATE void gpuhal__list_splice_back(gpuhal__list_node_t* to, gpuhal__list_node_t* from);
 
 /* A failure of a wait of `a` on a failed semaphore: its cause, then who waited for what. */
-static gpuhal_status_t gpuhal__action_wait_failure(const gpuhal__action_t* a, gpuhal_status_t cause_clone,
-                                                   uint64_t value) {
-  char who[96];
-  snprintf(who, sizeof(who), "queue '%s' (device %d, queue %u)", a->ops->name, a->state->device->ordinal,
-           a->queue_index);
-  return gpuhal__semaphore_failure_for(cause_clone, who, value);
-}
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__action_wait_failure(const gpuhal__action_t* a, gpuhal_status_t cause_clone,
+                                                            uint64_t value);
+/* ---- resolving and issuing (the pump on the worker, or a submitter's fast path) ---- */
+
+typedef enum gpuhal__resolve_e {
+  GPUHAL__RESOLVE_READY,
+  GPUHAL__RESOLVE_BLOCKED,
+  GPUHAL__RESOLVE_FAILED
+} gpuhal__resolve_t;
+
+/* gpuhal__action_resolve_waits, giving back a parked-stream reservation the action turned
+ * out not to need (it keeps it while any wait of it goes to the GPU). */
+GPUHAL__PRIVATE gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_events,
+                                                         gpuhal_status_t* out_failure);
+
+GPUHAL__PRIVATE int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp);
+
+/* The work on side stream `stream` is seen complete: the stream is free again. Under the
+ * state's mutex. */
+GPUHAL__PRIVATE void gpuhal__side_stream_put_locked(gpuhal__queue_state_t* state, CUstream stream);
+
+/* Issues a ready action and puts it on its lane (or fails it). Under issue_mutex with the
+ * device's context current. Returns when it was issued (0: it failed). */
+GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a);
+
+/* Issues whatever became ready, until a pass finds nothing more or `budget` actions left
+ * the pending list (`caller`: see gpuhal__queue_pump_pass); returns 0 when nothing woken is
+ * left. Under issue_mutex with the device's context current. */
+GPUHAL__PRIVATE int gpuhal__queue_issue_ready(gpuhal__queue_state_t* state, int budget, int caller);
+
+/* Asked for by gpuhal__action_wait_notify on a thread that signalled from the host, once
+ * the semaphore's lock is released: issues what the signal made ready here, with the
+ * device's context pushed, as a submitter's fast path does (up to GPUHAL__SIGNAL_ISSUE_MAX;
+ * the worker takes the rest). The device's own threads, and a thread that finds another
+ * issuing, leave it to the worker. The state outlives the call (signal_runs). */
+GPUHAL__PRIVATE void gpuhal__queue_issue_woken(void* arg);
+
+GPUHAL__PRIVATE void gpuhal__queue_pump(gpuhal__queue_state_t* state);
+
+GPUHAL__PRIVATE void gpuhal__queue_pump_task(gpuhal__task_t* task);
+
+/* Timepoint callback (under the signalled semaphore's lock, the action alive): 1 when the
+ * action's inputs are all reached, so its completed event means its values are reached. */
+GPUHAL__PRIVATE int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp);
+
+GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg);
+
+/* ---- the host-call thread ---- */
+GPUHAL__PRIVATE void* gpuhal__host_call_main(void* arg);
+
+/* After a fast-path issue on `queue` (at `now`, 0 if unknown), on the submitting thread,
+ * with no queue lock held. */
+GPUHAL__PRIVATE void gpuhal__queue_harvest(gpuhal__queue_state_t* state, uint32_t queue, int64_t now);
+
+/* The common argument checks of every queue operation; names `func` in messages. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_validate(const char* func, gpuhal_device_t* device, uint32_t queue_index,
+                                                       gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal);
+
+/* gpuhal__queue_submit with GPUHAL__SUBMIT_* flags. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_submit_ex(gpuhal_device_t* device, uint32_t queue_index,
+                                                        gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
+                                                        const gpuhal__action_ops_t* ops, void* user, unsigned flags);
+
+/* ---- idle, loss ---- */
+/* Waits, up to `timeout`, until every action that is not blocked on a semaphore has been
+ * released: issued work finished and the references it held dropped. For the application's
+ * gpuhal_driver_release (device.h); actions still blocked are left for device release. */
+GPUHAL__PRIVATE void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeout_t timeout);
+/* ---- the device hooks ---- */
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device);
+
+/* Device release: finishes issued work, fails work that never became ready, joins the
+ * threads, frees everything. Called by device.h with the worker still running. */
+GPUHAL__PRIVATE void gpuhal__queue_state_destroy(gpuhal_device_t* device);
+
+#endif /* GPUHAL_SRC_QUEUE_H */

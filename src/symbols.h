@@ -13,6 +13,13 @@
  * and then of the base name.
  *
  * This module is implementation-only: CUDA names never reach a user's program. */
+#ifndef GPUHAL_SRC_SYMBOLS_H
+#define GPUHAL_SRC_SYMBOLS_H
+
+#include "internal.h"
+#include "cuda_api.h"
+
+/* ---- gpuhal:internal ---- */
 
 /* One field per table entry, named as the function. */
 typedef struct gpuhal__cuda_symbols_s {
@@ -37,184 +44,19 @@ typedef struct gpuhal__nccl_symbols_s {
  * bits are copied (the POSIX-sanctioned way). */
 #define GPUHAL__STORE_FN(field, ptr) memcpy(&(field), &(ptr), sizeof(void*))
 
-/* Appends "'name' (reason)" to a "tried" list, keeping it NUL-terminated and bounded. */
-static void gpuhal__tried_append(char* tried, size_t size, const char* name, const char* reason) {
-  size_t used = strlen(tried);
-  if (used + 1 >= size) return;
-  snprintf(tried + used, size - used, "%s'%s' (%s)", used ? ", " : "", name, reason ? reason : "not found");
-}
-
-/* Opens the first library of `candidates` (NULL-terminated) that loads. */
-static void* gpuhal__library_open_first(const char* const* candidates, const gpuhal__logger_t* logger, char* tried,
-                                        size_t tried_size, char* loaded_path, size_t loaded_path_size) {
-  size_t i;
-  tried[0] = 0;
-  for (i = 0; candidates[i]; ++i) {
-    void* handle = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL);
-    if (handle) {
-      if (loaded_path && loaded_path_size) snprintf(loaded_path, loaded_path_size, "%s", candidates[i]);
-      gpuhal__log(logger, GPUHAL_LOG_DEBUG, "loaded '%s'", candidates[i]);
-      return handle;
-    }
-    gpuhal__tried_append(tried, tried_size, candidates[i], dlerror());
-  }
-  return NULL;
-}
-
-/* The libraries to try: an explicit path alone (a caller who names one does not want a
- * silent fallback to another), else $env_name alone, else the defaults. */
-static void gpuhal__library_candidates(const char* path_or_null, const char* env_name, const char* default1,
-                                       const char* default2, const char* out[3]) {
-  const char* chosen = path_or_null && path_or_null[0] ? path_or_null : gpuhal__getenv(env_name);
-  if (chosen) {
-    out[0] = chosen;
-    out[1] = NULL;
-  } else {
-    out[0] = default1;
-    out[1] = default2;
-  }
-  out[2] = NULL;
-}
-
-/* One symbol: cuGetProcAddress_v2 at the pinned version, then the versioned export, then
- * the base name. NULL when none resolves. */
-static void* gpuhal__cuda_symbol_resolve(void* handle, gpuhal_PFN_cuGetProcAddress get_proc, const char* name,
-                                         const char* dlsym_name, int version) {
-  void* fn = NULL;
-  if (get_proc) {
-    CUdriverProcAddressQueryResult query = CU_GET_PROC_ADDRESS_SUCCESS;
-    if (get_proc(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &query) == CUDA_SUCCESS && fn &&
-        query == CU_GET_PROC_ADDRESS_SUCCESS)
-      return fn;
-    fn = NULL;
-  }
-  fn = dlsym(handle, dlsym_name);
-  if (!fn) fn = dlsym(handle, name);
-  return fn;
-}
-
-/* Resolves every table entry into `cu`; returns the number of missing required symbols
- * and lists them in `missing`. */
-static int gpuhal__cuda_symbols_resolve_all(void* handle, const gpuhal__logger_t* logger, gpuhal__cuda_symbols_t* cu,
-                                            char* missing, size_t missing_size) {
-  int missing_count = 0;
-  void* fn;
-  missing[0] = 0;
-#define GPUHAL__RESOLVE_REQUIRED(name, dlsym_name, version, params)                           \
-  fn = gpuhal__cuda_symbol_resolve(handle, cu->cuGetProcAddress, #name, dlsym_name, version); \
-  if (!fn) {                                                                                  \
-    gpuhal__tried_append(missing, missing_size, #name, dlsym_name);                           \
-    missing_count++;                                                                          \
-  }                                                                                           \
-  GPUHAL__STORE_FN(cu->name, fn);
-#define GPUHAL__RESOLVE_OPTIONAL(name, dlsym_name, version, params)                           \
-  fn = gpuhal__cuda_symbol_resolve(handle, cu->cuGetProcAddress, #name, dlsym_name, version); \
-  if (!fn)                                                                                    \
-    gpuhal__log(logger, GPUHAL_LOG_INFO,                                                      \
-                "optional CUDA symbol %s (%s, CUDA %d) not found: the feature "               \
-                "that needs it is off",                                                       \
-                #name, dlsym_name, version);                                                  \
-  GPUHAL__STORE_FN(cu->name, fn);
-  GPUHAL_CUDA_REQUIRED_SYMBOLS(GPUHAL__RESOLVE_REQUIRED)
-  GPUHAL_CUDA_OPTIONAL_SYMBOLS(GPUHAL__RESOLVE_OPTIONAL)
-#undef GPUHAL__RESOLVE_REQUIRED
-#undef GPUHAL__RESOLVE_OPTIONAL
-  return missing_count;
-}
-
 /* Loads the CUDA driver library: `path_or_null`, else $GPUHAL_CUDA_LIBRARY, else
  * libcuda.so.1 then libcuda.so. On success fills `cu`, the dlopen handle and the path that
  * loaded. A library that will not load gives UNAVAILABLE listing what was tried; one that
  * lacks a required symbol gives UNAVAILABLE naming every missing symbol. */
-static gpuhal_status_t gpuhal__symbols_load_cuda(const char* path_or_null, const gpuhal__logger_t* logger,
-                                                 gpuhal__cuda_symbols_t* cu, void** out_handle, char* loaded_path,
-                                                 size_t loaded_path_size) {
-  const char* candidates[3];
-  char tried[1024];
-  char missing[1024];
-  char path[GPUHAL__LIBRARY_PATH_MAX];
-  void* handle;
-  void* get_proc;
-  int missing_count;
-  memset(cu, 0, sizeof(*cu));
-  *out_handle = NULL;
-  if (loaded_path && loaded_path_size) loaded_path[0] = 0;
-  gpuhal__library_candidates(path_or_null, "GPUHAL_CUDA_LIBRARY", "libcuda.so.1", "libcuda.so", candidates);
-  handle = gpuhal__library_open_first(candidates, logger, tried, sizeof(tried), path, sizeof(path));
-  if (!handle)
-    return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE,
-                              "could not load the CUDA driver library: tried %s; install the NVIDIA driver or "
-                              "point GPUHAL_CUDA_LIBRARY at libcuda.so.1",
-                              tried);
-  /* Only the _v2 export has the CUDA 12 signature (with the query result) we call. */
-  get_proc = dlsym(handle, "cuGetProcAddress_v2");
-  GPUHAL__STORE_FN(cu->cuGetProcAddress, get_proc);
-  if (!get_proc)
-    gpuhal__log(logger, GPUHAL_LOG_INFO, "'%s' has no cuGetProcAddress_v2 (a pre-CUDA-12 driver): using dlsym", path);
-  missing_count = gpuhal__cuda_symbols_resolve_all(handle, logger, cu, missing, sizeof(missing));
-  if (missing_count) {
-    dlclose(handle);
-    memset(cu, 0, sizeof(*cu));
-    return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE,
-                              "the CUDA driver library '%s' lacks %d required symbol%s: %s; the driver is too old "
-                              "or the library is not a CUDA driver",
-                              path, missing_count, missing_count == 1 ? "" : "s", missing);
-  }
-  *out_handle = handle;
-  if (loaded_path && loaded_path_size) snprintf(loaded_path, loaded_path_size, "%s", path);
-  return NULL;
-}
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_cuda(const char* path_or_null, const gpuhal__logger_t* logger,
+                                                          gpuhal__cuda_symbols_t* cu, void** out_handle,
+                                                          char* loaded_path, size_t loaded_path_size);
 
 /* Loads NCCL: `path_or_null`, else $GPUHAL_NCCL_LIBRARY, else libnccl.so.2 then
  * libnccl.so. NCCL is optional: a missing library, or one missing any symbol, leaves every
  * field NULL (`loaded` 0) and returns OK. With GPUHAL_NO_NCCL nothing is loaded. */
-static gpuhal_status_t gpuhal__symbols_load_nccl(const char* path_or_null, const gpuhal__logger_t* logger,
-                                                 gpuhal__nccl_symbols_t* nccl, void** out_handle, char* loaded_path,
-                                                 size_t loaded_path_size) {
-#if defined(GPUHAL_NO_NCCL)
-  GPUHAL__UNUSED(path_or_null);
-  GPUHAL__UNUSED(logger);
-  memset(nccl, 0, sizeof(*nccl));
-  *out_handle = NULL;
-  if (loaded_path && loaded_path_size) loaded_path[0] = 0;
-  return NULL;
-#else
-  const char* candidates[3];
-  char tried[1024];
-  char missing[512];
-  char path[GPUHAL__LIBRARY_PATH_MAX];
-  void* handle;
-  void* fn;
-  int missing_count = 0;
-  memset(nccl, 0, sizeof(*nccl));
-  *out_handle = NULL;
-  if (loaded_path && loaded_path_size) loaded_path[0] = 0;
-  gpuhal__library_candidates(path_or_null, "GPUHAL_NCCL_LIBRARY", "libnccl.so.2", "libnccl.so", candidates);
-  handle = gpuhal__library_open_first(candidates, logger, tried, sizeof(tried), path, sizeof(path));
-  if (!handle) {
-    gpuhal__log(logger, GPUHAL_LOG_INFO, "NCCL not loaded (collectives are off): tried %s", tried);
-    return NULL;
-  }
-  missing[0] = 0;
-#define GPUHAL__RESOLVE_NCCL(name, params)                           \
-  fn = dlsym(handle, #name);                                         \
-  if (!fn) {                                                         \
-    gpuhal__tried_append(missing, sizeof(missing), #name, "absent"); \
-    missing_count++;                                                 \
-  }                                                                  \
-  GPUHAL__STORE_FN(nccl->name, fn);
-  GPUHAL_NCCL_SYMBOLS(GPUHAL__RESOLVE_NCCL)
-  GPUHAL__RESOLVE_NCCL(ncclGetErrorString, (ncclResult_t result))
-#undef GPUHAL__RESOLVE_NCCL
-  if (missing_count) {
-    gpuhal__log(logger, GPUHAL_LOG_WARN, "NCCL library '%s' lacks %s: collectives are off", path, missing);
-    dlclose(handle);
-    memset(nccl, 0, sizeof(*nccl));
-    return NULL;
-  }
-  nccl->loaded = 1;
-  *out_handle = handle;
-  if (loaded_path && loaded_path_size) snprintf(loaded_path, loaded_path_size, "%s", path);
-  return NULL;
-#endif
-}
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_nccl(const char* path_or_null, const gpuhal__logger_t* logger,
+                                                          gpuhal__nccl_symbols_t* nccl, void** out_handle,
+                                                          char* loaded_path, size_t loaded_path_size);
+
+#endif /* GPUHAL_SRC_SYMBOLS_H */

@@ -4,6 +4,7 @@
 #define GPUHAL_IMPLEMENTATION
 #include "gpuhal.h"
 #include "test_util.h"
+#include "test_internals.h"
 
 typedef struct fixture_s {
   gpuhal_driver_t* driver;
@@ -231,9 +232,9 @@ TU_TEST(driver_errors_are_translated) {
   tu_softcuda_faults(NULL);
   TU_CHECK_EQ_INT(gpuhal_status_code(s), GPUHAL_STATUS_RESOURCE_EXHAUSTED);
   TU_CHECK_STR_CONTAINS(gpuhal_status_message(s), "CUDA_ERROR_OUT_OF_MEMORY");
-  /* gpuhal.h:LINE, or memory.h:LINE (of src/) in a -DGPUHAL_SOURCE_LINES=ON build */
+  /* gpuhal.h:LINE, or memory.c:LINE (of src/) in a -DGPUHAL_SOURCE_LINES=ON build */
   TU_CHECK(strstr(gpuhal_status_message(s), "in cuMemAlloc at gpuhal.h:") != NULL ||
-           strstr(gpuhal_status_message(s), "in cuMemAlloc at memory.h:") != NULL);
+           strstr(gpuhal_status_message(s), "in cuMemAlloc at memory.c:") != NULL);
   TU_CHECK_STR_CONTAINS(gpuhal_status_message(s), "buffer_allocate of 1024 bytes on device 0 failed after trimming");
   TU_CHECK_STR_CONTAINS(gpuhal_status_message(s), "allocating 1024 bytes of device memory on device 0");
   gpuhal_status_free(s);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "test_util.h"
+#include "test_internals.h"
 
 /* Each test uses some of these helpers. */
 #pragma GCC diagnostic ignored "-Wunused-function"

@@ -15,7 +15,7 @@ underscore (a macro may carry its parameters, as in GPUHAL_ASSERT(c)); continuat
 (indented further) and prose lines are not entries. A name counts as documented only as an
 entry of its own list, not where the manual merely mentions it.
 
-What counts as read, in src/*.h (comments removed, backslash-continued lines joined):
+What counts as read, in src/*.h and src/*.c (comments removed, backslash-continued lines joined):
 
   configuration macro  a GPUHAL_<X> name (one underscore: GPUHAL__<x> names are internal)
                        that appears in an #if, #ifdef, #ifndef, #elif, #elifdef or
@@ -55,6 +55,8 @@ IGNORED_MACROS = {
     "GPUHAL_IMPLEMENTATION_DONE",  # guard of the implementation half (tools/amalgamate.py)
     "GPUHAL_CUDA_API_H",           # include guard of src/cuda_api.h
 }
+# The include guards of src/ files (tools/amalgamate.py drops them).
+IGNORED_PREFIX = "GPUHAL_SRC_"
 # Environment variables that are not gpuhal's to document (none so far).
 IGNORED_ENV = set()
 
@@ -173,7 +175,7 @@ def scan(sources):
             if not m:
                 continue
             for macro in USER_MACRO_RE.findall(m.group(1)):
-                if macro not in IGNORED_MACROS:
+                if macro not in IGNORED_MACROS and not macro.startswith(IGNORED_PREFIX):
                     macros.setdefault(macro, name)
     # Readers: getenv, secure_getenv, and functions that pass a parameter to a reader.
     readers = {"getenv", "secure_getenv"}
@@ -229,7 +231,7 @@ def manual_lists(text):
 def main():
     sources = {}
     for f in sorted(os.listdir(SRC)):
-        if f.endswith(".h"):
+        if f.endswith((".h", ".c")):
             with open(os.path.join(SRC, f), encoding="utf-8") as fh:
                 sources["src/" + f] = fh.read()
     macros, env = scan(sources)
@@ -243,7 +245,7 @@ def main():
             problems.append("%s: %s is read in %s but not listed in the manual in %s"
                             % (ME, name, found[name], MANUAL))
         for name in sorted(listed - set(found)):
-            problems.append("%s: %s is listed in the manual in %s (%s) but src/*.h no longer reads it"
+            problems.append("%s: %s is listed in the manual in %s (%s) but src/ no longer reads it"
                             % (ME, name, MANUAL, heading.lower()))
     if problems:
         for p in problems:

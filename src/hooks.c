@@ -1,5 +1,12 @@
 /* gpuhal - the hooks table (see device.h, "hooks"): the calls that go up the module order,
  * bound here, after every module that defines one. Part of the implementation only. */
+#include "device.h"
+#include "memory.h"
+#include "semaphore.h"
+#include "queue.h"
+#include "module_cache.h"
+#include "builtin_kernels.h"
+#include "trace.h"
 
 static const gpuhal__hooks_t gpuhal__hooks_table = {
     gpuhal__trace_create,
@@ -27,4 +34,4 @@ static const gpuhal__hooks_t gpuhal__hooks_table = {
     gpuhal__trace_command,
 };
 
-static const gpuhal__hooks_t* gpuhal__hooks(void) { return &gpuhal__hooks_table; }
+GPUHAL__PRIVATE const gpuhal__hooks_t* gpuhal__hooks(void) { return &gpuhal__hooks_table; }

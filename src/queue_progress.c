@@ -3,6 +3,9 @@
  * host functions, and a busy submitter harvests its own queue's completed work.
  *
  * Part of the queue (its rules are at the top of queue.h). */
+#include "queue.h"
+#include "symbols.h"
+#include "status.h"
 
 /* ---- the completion thread: progress, per queue ---- */
 
@@ -47,9 +50,7 @@ static gpuhal__inputs_t gpuhal__action_inputs(const gpuhal__action_t* a, gpuhal_
   return result;
 }
 
-/* Timepoint callback (under the signalled semaphore's lock, the action alive): 1 when the
- * action's inputs are all reached, so its completed event means its values are reached. */
-static int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp) {
+GPUHAL__PRIVATE int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp) {
   return gpuhal__action_inputs((const gpuhal__action_t*)tp->owner, NULL) == GPUHAL__INPUTS_REACHED;
 }
 
@@ -308,7 +309,7 @@ static int gpuhal__completion_observing(gpuhal__queue_state_t* state) {
   return 0;
 }
 
-static void* gpuhal__completion_main(void* arg) {
+GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
   gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
   gpuhal__context_scope_t scope;
   /* cuEventQuery needs no current context on CUDA, but a gpuhal thread may hold it. */
@@ -376,8 +377,7 @@ static void* gpuhal__completion_main(void* arg) {
   return NULL;
 }
 
-/* ---- the host-call thread ---- */
-static void* gpuhal__host_call_main(void* arg) {
+GPUHAL__PRIVATE void* gpuhal__host_call_main(void* arg) {
   gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
   for (;;) {
     gpuhal__action_t* a;
@@ -517,9 +517,7 @@ static uint32_t gpuhal__harvest_look(gpuhal__queue_state_t* state, gpuhal__queue
   return n;
 }
 
-/* After a fast-path issue on `queue` (at `now`, 0 if unknown), on the submitting thread,
- * with no queue lock held. */
-static void gpuhal__queue_harvest(gpuhal__queue_state_t* state, uint32_t queue, int64_t now) {
+GPUHAL__PRIVATE void gpuhal__queue_harvest(gpuhal__queue_state_t* state, uint32_t queue, int64_t now) {
   gpuhal__queue_lane_t* lane = &state->lanes[queue];
   gpuhal__list_node_t taken;
   gpuhal__list_node_t* n;

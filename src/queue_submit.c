@@ -4,7 +4,8 @@
  * worker; a call that fails after its arguments were accepted fails its signals.
  *
  * Part of the queue (its rules are at the top of queue.h). gpuhal_queue_execute lives in
- * queue_execute.h. */
+ * queue_execute.c. */
+#include "queue.h"
 
 /* ---- submission ---- */
 
@@ -40,9 +41,8 @@ static int64_t gpuhal__queue_issue_here(gpuhal__queue_state_t* state, gpuhal__ac
   return dispatched;
 }
 
-/* The common argument checks of every queue operation; names `func` in messages. */
-static gpuhal_status_t gpuhal__queue_validate(const char* func, gpuhal_device_t* device, uint32_t queue_index,
-                                              gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal) {
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_validate(const char* func, gpuhal_device_t* device, uint32_t queue_index,
+                                                       gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal) {
   GPUHAL__RETURN_IF_ERROR(gpuhal__object_check(device, GPUHAL__MAGIC_DEVICE, func, "device"));
   if (queue_index >= device->queue_count)
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
@@ -221,18 +221,9 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   return NULL;
 }
 
-/* See the queue <-> command-buffer contract. */
-static gpuhal_status_t gpuhal__queue_submit(gpuhal_device_t* device, uint32_t queue_index, gpuhal_semaphore_list_t wait,
-                                            gpuhal_semaphore_list_t signal, const gpuhal__action_ops_t* ops,
-                                            void* user) {
-  return gpuhal__queue_submit_impl(ops && ops->name ? ops->name : "gpuhal__queue_submit", device, queue_index, wait,
-                                   signal, ops, user, NULL, NULL, 0);
-}
-
-/* gpuhal__queue_submit with GPUHAL__SUBMIT_* flags. */
-static gpuhal_status_t gpuhal__queue_submit_ex(gpuhal_device_t* device, uint32_t queue_index,
-                                               gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
-                                               const gpuhal__action_ops_t* ops, void* user, unsigned flags) {
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_submit_ex(gpuhal_device_t* device, uint32_t queue_index,
+                                                        gpuhal_semaphore_list_t wait, gpuhal_semaphore_list_t signal,
+                                                        const gpuhal__action_ops_t* ops, void* user, unsigned flags) {
   return gpuhal__queue_submit_impl(ops && ops->name ? ops->name : "gpuhal__queue_submit", device, queue_index, wait,
                                    signal, ops, user, NULL, NULL, flags);
 }
@@ -338,11 +329,7 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32
   return status;
 }
 
-/* ---- idle, loss ---- */
-/* Waits, up to `timeout`, until every action that is not blocked on a semaphore has been
- * released: issued work finished and the references it held dropped. For the application's
- * gpuhal_driver_release (device.h); actions still blocked are left for device release. */
-static void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeout_t timeout) {
+GPUHAL__PRIVATE void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeout_t timeout) {
   gpuhal__queue_state_t* state = gpuhal__queue_state(device);
   if (!state) return;
   for (;;) {

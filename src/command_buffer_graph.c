@@ -2,6 +2,9 @@
  * instantiated once; every execute patches the late-bound kernel nodes whose addresses
  * changed and launches it. Commands between two barriers have no edges among themselves;
  * a barrier orders all before it before all after it. Part of the implementation only. */
+#include "command_buffer.h"
+#include "symbols.h"
+#include "status.h"
 
 /* Destroys the graph, its instantiation and the staging memory; the device's context is
  * current. Every handle is cleared whatever fails (a failed destroy leaves the object to
@@ -269,8 +272,7 @@ static gpuhal_status_t gpuhal__cb_graph_issue(gpuhal_command_buffer_t* cb, const
   return GPUHAL__CU(cb->device->cu, cuGraphLaunch, (cb->exec, stream));
 }
 
-/* The GRAPH back end (command_buffer.h, gpuhal__cb_backend_t). */
-static const gpuhal__cb_backend_t* gpuhal__cb_graph_backend(void) {
+GPUHAL__PRIVATE const gpuhal__cb_backend_t* gpuhal__cb_graph_backend(void) {
   static const gpuhal__cb_backend_t backend = {"GRAPH", gpuhal__cb_graph_end, gpuhal__cb_destroy_graph,
                                                gpuhal__cb_graph_issue};
   return &backend;

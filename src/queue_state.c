@@ -2,10 +2,10 @@
  * lanes, threads, event pool and side streams), called from device.h.
  *
  * Part of the queue (its rules are at the top of queue.h). */
+#include "queue.h"
+#include "status.h"
 
-/* ---- the device hooks ---- */
-
-static gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device) {
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* device) {
   gpuhal__queue_state_t* state = NULL;
   gpuhal_status_t status;
   uint32_t i;
@@ -113,9 +113,7 @@ static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
   return NULL;
 }
 
-/* Device release: finishes issued work, fails work that never became ready, joins the
- * threads, frees everything. Called by device.h with the worker still running. */
-static void gpuhal__queue_state_destroy(gpuhal_device_t* device) {
+GPUHAL__PRIVATE void gpuhal__queue_state_destroy(gpuhal_device_t* device) {
   gpuhal__queue_state_t* state = gpuhal__queue_state(device);
   gpuhal__action_block_t* block;
   if (!state) return;

@@ -1,6 +1,9 @@
 /* gpuhal - command buffers, the STREAM back end: the recorded commands are issued one by
  * one into the queue's stream at every execute (no instantiation: for one-shot and tiny
  * work). Part of the implementation only. */
+#include "command_buffer.h"
+#include "symbols.h"
+#include "status.h"
 
 static gpuhal_status_t gpuhal__stream_launch_builtin(gpuhal_device_t* device, CUfunction function, uint64_t size,
                                                      void** params, CUstream stream) {
@@ -125,8 +128,7 @@ static gpuhal_status_t gpuhal__cb_stream_end(gpuhal_command_buffer_t* cb) {
 }
 static void gpuhal__cb_stream_discard(gpuhal_command_buffer_t* cb) { GPUHAL__UNUSED(cb); }
 
-/* The STREAM back end (command_buffer.h, gpuhal__cb_backend_t). */
-static const gpuhal__cb_backend_t* gpuhal__cb_stream_backend(void) {
+GPUHAL__PRIVATE const gpuhal__cb_backend_t* gpuhal__cb_stream_backend(void) {
   static const gpuhal__cb_backend_t backend = {"STREAM", gpuhal__cb_stream_end, gpuhal__cb_stream_discard,
                                                gpuhal__cb_stream_issue};
   return &backend;

@@ -1,6 +1,8 @@
 /* gpuhal - command buffers: the public recording calls (create, begin, the gpuhal_cmd_*
  * commands, end). Every command is checked when it is recorded; a rejected one leaves the
  * command buffer as it was. Part of the implementation only (declared in command_buffer.h). */
+#include "command_buffer.h"
+#include "module_cache.h"
 
 /* ---- create ---- */
 static void gpuhal__dispatch_limits_of(const gpuhal_device_info_t* info, gpuhal__dispatch_limits_t* l) {

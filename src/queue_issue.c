@@ -5,14 +5,9 @@
  * the device's context. Both hold issue_mutex, so issues are serialized per device. On the
  * memop path, waits that would block may go to the GPU (a value wait on a side stream), up to
  * the per-ordinal bound on parked streams. */
-
-/* ---- resolving and issuing (the pump on the worker, or a submitter's fast path) ---- */
-
-typedef enum gpuhal__resolve_e {
-  GPUHAL__RESOLVE_READY,
-  GPUHAL__RESOLVE_BLOCKED,
-  GPUHAL__RESOLVE_FAILED
-} gpuhal__resolve_t;
+#include "queue.h"
+#include "symbols.h"
+#include "status.h"
 
 /* A spare word for arming `s` (memops): a sentinel when it has one already, else a new one
  * (NULL when none could be had: the wait then blocks on the host as on the event path). */
@@ -100,9 +95,8 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
   return GPUHAL__RESOLVE_READY;
 }
 
-/* gpuhal__action_resolve_waits, giving back a parked-stream reservation the action turned
- * out not to need (it keeps it while any wait of it goes to the GPU). */
-static gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_events, gpuhal_status_t* out_failure) {
+GPUHAL__PRIVATE gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_events,
+                                                         gpuhal_status_t* out_failure) {
   gpuhal__resolve_t r = gpuhal__action_resolve_waits(a, take_events, out_failure);
   if (a->park_reserved && !a->provisional) {
     gpuhal__park_release(a->state, 1);
@@ -151,8 +145,6 @@ static gpuhal_status_t gpuhal__action_issue_waits(gpuhal__action_t* a, CUstream 
   return NULL;
 }
 
-static int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp);
-
 /* A side stream for provisional work: a free one, else a new one. Under issue_mutex with
  * the device's context current (issues are serialized: only this adds streams). */
 static gpuhal_status_t gpuhal__side_stream_acquire(gpuhal__queue_state_t* state, CUstream* out) {
@@ -196,9 +188,7 @@ static gpuhal_status_t gpuhal__side_stream_follow(gpuhal__queue_state_t* state, 
   return GPUHAL__CU(cu, cuStreamWaitEvent, (side, lane->side_tail, 0));
 }
 
-/* The work on side stream `stream` is seen complete: the stream is free again. Under the
- * state's mutex. */
-static void gpuhal__side_stream_put_locked(gpuhal__queue_state_t* state, CUstream stream) {
+GPUHAL__PRIVATE void gpuhal__side_stream_put_locked(gpuhal__queue_state_t* state, CUstream stream) {
   state->side_free[state->side_free_count++] = stream;
   gpuhal__park_release(state, 1);
 }
@@ -287,9 +277,7 @@ static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t sta
   gpuhal__action_retire(a);
 }
 
-/* Issues a ready action and puts it on its lane (or fails it). Under issue_mutex with the
- * device's context current. Returns when it was issued (0: it failed). */
-static int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
   gpuhal_status_t status = gpuhal__action_issue(a);
   gpuhal__queue_lane_t* lane = &state->lanes[a->queue_index];
   int64_t now;
@@ -428,22 +416,14 @@ static void gpuhal__queue_take_incoming(gpuhal__queue_state_t* state) {
   }
 }
 
-/* Issues whatever became ready, until a pass finds nothing more or `budget` actions left
- * the pending list (`caller`: see gpuhal__queue_pump_pass); returns 0 when nothing woken is
- * left. Under issue_mutex with the device's context current. */
-static int gpuhal__queue_issue_ready(gpuhal__queue_state_t* state, int budget, int caller) {
+GPUHAL__PRIVATE int gpuhal__queue_issue_ready(gpuhal__queue_state_t* state, int budget, int caller) {
   gpuhal__queue_take_incoming(state);
   while (gpuhal__queue_pump_pass(state, &budget, caller) > 0 && budget > 0) {
   }
   return budget <= 0 && __atomic_load_n(&state->woken, __ATOMIC_ACQUIRE) != NULL;
 }
 
-/* Asked for by gpuhal__action_wait_notify on a thread that signalled from the host, once
- * the semaphore's lock is released: issues what the signal made ready here, with the
- * device's context pushed, as a submitter's fast path does (up to GPUHAL__SIGNAL_ISSUE_MAX;
- * the worker takes the rest). The device's own threads, and a thread that finds another
- * issuing, leave it to the worker. The state outlives the call (signal_runs). */
-static void gpuhal__queue_issue_woken(void* arg) {
+GPUHAL__PRIVATE void gpuhal__queue_issue_woken(void* arg) {
   gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
   gpuhal_device_t* device = state->device;
   int left = 1;
@@ -462,7 +442,7 @@ static void gpuhal__queue_issue_woken(void* arg) {
   __atomic_sub_fetch(&state->signal_runs, 1, __ATOMIC_SEQ_CST);
 }
 
-static void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
+GPUHAL__PRIVATE void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
   gpuhal__list_node_t retired;
   gpuhal__list_init(&retired);
   /* Most kicks only bring retired actions: then leave issuing (and the fast path) alone.
@@ -480,6 +460,6 @@ static void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
   gpuhal__actions_release(state, &retired);
 }
 
-static void gpuhal__queue_pump_task(gpuhal__task_t* task) {
+GPUHAL__PRIVATE void gpuhal__queue_pump_task(gpuhal__task_t* task) {
   gpuhal__queue_pump(GPUHAL__CONTAINER_OF(task, gpuhal__queue_state_t, pump_task));
 }

@@ -1,0 +1,564 @@
+#include "internal.h"
+
+/* ---- status implementation ---- */
+struct gpuhal_status_s {
+  gpuhal_status_code_t code;
+  int is_static; /* the out-of-memory fallbacks below are never freed */
+  size_t length;
+  char message[1]; /* "CODE: text", NUL-terminated; allocated to fit */
+};
+
+static const char* const gpuhal__status_code_names[] = {
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS"};
+
+GPUHAL_API const char* gpuhal_status_code_string(gpuhal_status_code_t code) {
+  if ((unsigned)code < GPUHAL__ARRAY_SIZE(gpuhal__status_code_names)) return gpuhal__status_code_names[code];
+  return "UNKNOWN_CODE";
+}
+
+/* One static status per code, for when a status cannot be allocated. */
+#define GPUHAL__STATIC_STATUS(c) \
+  {                              \
+    c, 1, 0, { 0 }               \
+  }
+static struct gpuhal_status_s gpuhal__static_statuses[16] = {GPUHAL__STATIC_STATUS(GPUHAL_STATUS_OK),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_CANCELLED),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_UNKNOWN),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_INVALID_ARGUMENT),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_DEADLINE_EXCEEDED),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_NOT_FOUND),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_ALREADY_EXISTS),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_PERMISSION_DENIED),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_RESOURCE_EXHAUSTED),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_FAILED_PRECONDITION),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_ABORTED),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_OUT_OF_RANGE),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_UNIMPLEMENTED),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_INTERNAL),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_UNAVAILABLE),
+                                                             GPUHAL__STATIC_STATUS(GPUHAL_STATUS_DATA_LOSS)};
+
+/* Test hook: when non-zero, status allocation fails (exercises the static fallback). */
+static int gpuhal__status_alloc_fails = 0;
+
+static gpuhal_status_t gpuhal__status_static(gpuhal_status_code_t code) {
+  if ((unsigned)code >= GPUHAL__ARRAY_SIZE(gpuhal__static_statuses)) code = GPUHAL_STATUS_UNKNOWN;
+  return &gpuhal__static_statuses[code];
+}
+
+static gpuhal_status_t gpuhal__status_alloc(gpuhal_status_code_t code, size_t text_length) {
+  gpuhal_status_t s;
+  if (gpuhal__status_alloc_fails) return NULL;
+  s = (gpuhal_status_t)malloc(sizeof(struct gpuhal_status_s) + text_length);
+  if (!s) return NULL;
+  s->code = code;
+  s->is_static = 0;
+  s->length = text_length;
+  s->message[text_length] = 0;
+  return s;
+}
+
+static gpuhal_status_t gpuhal__status_vmake(gpuhal_status_code_t code, const char* format, va_list args) {
+  const char* name = gpuhal_status_code_string(code);
+  size_t name_length = strlen(name);
+  va_list copy;
+  int n;
+  gpuhal_status_t s;
+  va_copy(copy, args);
+  n = vsnprintf(NULL, 0, format, copy);
+  va_end(copy);
+  if (n < 0) n = 0;
+  s = gpuhal__status_alloc(code, name_length + 2 + (size_t)n);
+  if (!s) return gpuhal__status_static(code);
+  memcpy(s->message, name, name_length);
+  s->message[name_length] = ':';
+  s->message[name_length + 1] = ' ';
+  vsnprintf(s->message + name_length + 2, (size_t)n + 1, format, args);
+  return s;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_status_make(gpuhal_status_code_t code, const char* format, ...) {
+  va_list args;
+  gpuhal_status_t s;
+  if (code == GPUHAL_STATUS_OK) return NULL;
+  if (!format) format = "";
+  va_start(args, format);
+  s = gpuhal__status_vmake(code, format, args);
+  va_end(args);
+  return s;
+}
+
+GPUHAL_API gpuhal_status_code_t gpuhal_status_code(gpuhal_status_t status) {
+  return status ? status->code : GPUHAL_STATUS_OK;
+}
+
+GPUHAL_API const char* gpuhal_status_message(gpuhal_status_t status) {
+  if (!status) return "OK";
+  if (status->is_static) return gpuhal_status_code_string(status->code);
+  return status->message;
+}
+
+GPUHAL_API void gpuhal_status_free(gpuhal_status_t status) {
+  if (status && !status->is_static) free(status);
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_status_annotate(gpuhal_status_t status, const char* format, ...) {
+  va_list args;
+  int n;
+  gpuhal_status_t grown;
+  size_t old_length;
+  if (!status) return NULL;
+  if (status->is_static || !format) return status; /* a static status has no room for context */
+  va_start(args, format);
+  n = vsnprintf(NULL, 0, format, args);
+  va_end(args);
+  if (n <= 0) return status;
+  old_length = status->length;
+  grown = gpuhal__status_alloc(status->code, old_length + 2 + (size_t)n);
+  if (!grown) return status; /* keep the cause, lose the context */
+  memcpy(grown->message, status->message, old_length);
+  grown->message[old_length] = ';';
+  grown->message[old_length + 1] = ' ';
+  va_start(args, format);
+  vsnprintf(grown->message + old_length + 2, (size_t)n + 1, format, args);
+  va_end(args);
+  gpuhal_status_free(status);
+  return grown;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_status_clone(gpuhal_status_t status) {
+  gpuhal_status_t copy;
+  if (!status || status->is_static) return status;
+  copy = gpuhal__status_alloc(status->code, status->length);
+  if (!copy) return gpuhal__status_static(status->code);
+  memcpy(copy->message, status->message, status->length);
+  return copy;
+}
+
+/* ---- time ---- */
+GPUHAL_API int64_t gpuhal_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
+}
+GPUHAL_API gpuhal_timeout_t gpuhal_timeout_immediate(void) {
+  gpuhal_timeout_t t;
+  t.deadline_ns = INT64_MIN;
+  return t;
+}
+GPUHAL_API gpuhal_timeout_t gpuhal_timeout_infinite(void) {
+  gpuhal_timeout_t t;
+  t.deadline_ns = INT64_MAX;
+  return t;
+}
+GPUHAL_API gpuhal_timeout_t gpuhal_timeout_deadline_ns(int64_t monotonic_ns) {
+  gpuhal_timeout_t t;
+  t.deadline_ns = monotonic_ns;
+  return t;
+}
+GPUHAL_API gpuhal_timeout_t gpuhal_timeout_relative_ns(int64_t ns) {
+  int64_t now;
+  if (ns <= 0) return gpuhal_timeout_immediate();
+  now = gpuhal_now_ns();
+  if (ns >= INT64_MAX - now) return gpuhal_timeout_infinite();
+  return gpuhal_timeout_deadline_ns(now + ns);
+}
+
+GPUHAL__PRIVATE int gpuhal__timeout_is_immediate(gpuhal_timeout_t t) { return t.deadline_ns == INT64_MIN; }
+
+GPUHAL__PRIVATE int gpuhal__timeout_is_infinite(gpuhal_timeout_t t) { return t.deadline_ns == INT64_MAX; }
+
+GPUHAL__PRIVATE int gpuhal__timeout_expired(gpuhal_timeout_t t) {
+  if (gpuhal__timeout_is_infinite(t)) return 0;
+  if (gpuhal__timeout_is_immediate(t)) return 1;
+  return gpuhal_now_ns() >= t.deadline_ns;
+}
+
+GPUHAL__PRIVATE void gpuhal__sleep_ns(int64_t ns) {
+  struct timespec ts;
+  if (ns <= 0) return;
+  ts.tv_sec = (time_t)(ns / 1000000000);
+  ts.tv_nsec = (long)(ns % 1000000000);
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+GPUHAL__PRIVATE gpuhal__backoff_t gpuhal__backoff(int64_t first_ns, int64_t max_ns) {
+  gpuhal__backoff_t b;
+  b.ns = first_ns;
+  b.max_ns = max_ns > first_ns ? max_ns : first_ns;
+  return b;
+}
+
+GPUHAL__PRIVATE void gpuhal__backoff_sleep(gpuhal__backoff_t* b) {
+  gpuhal__sleep_ns(b->ns);
+  b->ns = b->ns > b->max_ns / 2 ? b->max_ns : 2 * b->ns;
+}
+
+GPUHAL__PRIVATE void* gpuhal__default_alloc(size_t size, void* user) {
+  GPUHAL__UNUSED(user);
+  return malloc(size);
+}
+static void gpuhal__default_free(void* ptr, void* user) {
+  GPUHAL__UNUSED(user);
+  free(ptr);
+}
+
+GPUHAL__PRIVATE gpuhal_allocator_t gpuhal__allocator_resolve(const gpuhal_allocator_t* a) {
+  gpuhal_allocator_t r;
+  if (a && a->alloc && a->free) return *a;
+  r.alloc = gpuhal__default_alloc;
+  r.free = gpuhal__default_free;
+  r.user = NULL;
+  return r;
+}
+
+GPUHAL__PRIVATE void* gpuhal__alloc(const gpuhal_allocator_t* a, size_t size) {
+  return size ? a->alloc(size, a->user) : NULL;
+}
+
+GPUHAL__PRIVATE void* gpuhal__calloc(const gpuhal_allocator_t* a, size_t size) {
+  void* p = gpuhal__alloc(a, size);
+  if (p) memset(p, 0, size);
+  return p;
+}
+
+GPUHAL__PRIVATE void gpuhal__free(const gpuhal_allocator_t* a, void* ptr) {
+  if (ptr) a->free(ptr, a->user);
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__status_oom(const char* what, size_t size) {
+  return gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED, "out of host memory allocating %s (%zu bytes)", what,
+                            size);
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__alloc_zeroed(const gpuhal_allocator_t* a, size_t size, const char* what,
+                                                     void** out) {
+  *out = gpuhal__calloc(a, size);
+  return *out ? NULL : gpuhal__status_oom(what, size);
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__grow(const gpuhal_allocator_t* allocator, void** data, size_t* capacity,
+                                             size_t needed, size_t element_size, const char* what) {
+  size_t new_capacity;
+  unsigned char* grown;
+  if (needed <= *capacity) return NULL;
+  new_capacity = *capacity ? *capacity : 16;
+  while (new_capacity < needed) new_capacity *= 2;
+  if (new_capacity > SIZE_MAX / element_size) return gpuhal__status_oom(what, SIZE_MAX);
+  grown = (unsigned char*)gpuhal__alloc(allocator, new_capacity * element_size);
+  if (!grown) return gpuhal__status_oom(what, new_capacity * element_size);
+  if (*data) memcpy(grown, *data, *capacity * element_size);
+  memset(grown + *capacity * element_size, 0, (new_capacity - *capacity) * element_size);
+  gpuhal__free(allocator, *data);
+  *data = grown;
+  *capacity = new_capacity;
+  return NULL;
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__grow32(const gpuhal_allocator_t* allocator, void** data, uint32_t* capacity,
+                                               size_t needed, size_t element_size, const char* what) {
+  size_t cap = *capacity;
+  if (needed > UINT32_MAX) return gpuhal__status_oom(what, SIZE_MAX);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__grow(allocator, data, &cap, needed, element_size, what));
+  *capacity = (uint32_t)GPUHAL__MIN(cap, (size_t)UINT32_MAX);
+  return NULL;
+}
+
+GPUHAL__PRIVATE char* gpuhal__strdup(const gpuhal_allocator_t* a, const char* s) {
+  size_t n = strlen(s) + 1;
+  char* p = (char*)gpuhal__alloc(a, n);
+  if (p) memcpy(p, s, n);
+  return p;
+}
+
+GPUHAL__PRIVATE void gpuhal__object_init(gpuhal__object_t* o, uint32_t magic) {
+  o->magic = magic;
+  o->refcount = 1;
+  o->user_refs = 1;
+  o->next_released = NULL;
+}
+
+GPUHAL__PRIVATE void gpuhal__object_retain(gpuhal__object_t* o) { gpuhal__atomic_add(&o->refcount, 1); }
+
+GPUHAL__PRIVATE int gpuhal__object_release(gpuhal__object_t* o) {
+  if (gpuhal__atomic_sub(&o->refcount, 1) != 0) return 0;
+  gpuhal__atomic_store(&o->magic, GPUHAL__MAGIC_DEAD);
+  return 1;
+}
+
+GPUHAL__PRIVATE void gpuhal__object_user_retain(gpuhal__object_t* o) {
+  gpuhal__atomic_add(&o->user_refs, 1);
+  gpuhal__object_retain(o);
+}
+
+GPUHAL__PRIVATE int gpuhal__object_user_release(gpuhal__object_t* o) {
+  int32_t n = gpuhal__atomic_load(&o->user_refs);
+  while (n > 0)
+    if (gpuhal__atomic_cas(&o->user_refs, &n, n - 1)) return 1;
+  return 0;
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__object_check(const void* object, uint32_t magic, const char* func,
+                                                     const char* arg) {
+  uint32_t m;
+  if (!object)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument '%s' must not be NULL", func, arg);
+  m = gpuhal__atomic_load(&((const gpuhal__object_t*)object)->magic);
+  if (m == GPUHAL__MAGIC_DEAD)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument '%s' was already released", func, arg);
+  if (m != magic)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument '%s' is not a gpuhal object of the right type", func, arg);
+  return NULL;
+}
+
+GPUHAL__PRIVATE int gpuhal__object_is_live(const void* object, uint32_t magic) {
+  return object && gpuhal__atomic_load(&((const gpuhal__object_t*)object)->magic) == magic;
+}
+typedef pthread_once_t gpuhal__once_t;
+#define GPUHAL__ONCE_INIT PTHREAD_ONCE_INIT
+
+GPUHAL__PRIVATE void gpuhal__mutex_init(gpuhal__mutex_t* m) { pthread_mutex_init(m, NULL); }
+
+GPUHAL__PRIVATE void gpuhal__mutex_destroy(gpuhal__mutex_t* m) { pthread_mutex_destroy(m); }
+
+GPUHAL__PRIVATE void gpuhal__mutex_lock(gpuhal__mutex_t* m) { pthread_mutex_lock(m); }
+
+GPUHAL__PRIVATE void gpuhal__mutex_unlock(gpuhal__mutex_t* m) { pthread_mutex_unlock(m); }
+
+GPUHAL__PRIVATE int gpuhal__mutex_trylock(gpuhal__mutex_t* m) { return pthread_mutex_trylock(m) == 0; }
+
+GPUHAL__PRIVATE void gpuhal__cond_init(gpuhal__cond_t* c) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->cond, &attr);
+  pthread_condattr_destroy(&attr);
+}
+
+GPUHAL__PRIVATE void gpuhal__cond_destroy(gpuhal__cond_t* c) { pthread_cond_destroy(&c->cond); }
+
+GPUHAL__PRIVATE void gpuhal__cond_signal(gpuhal__cond_t* c) { pthread_cond_signal(&c->cond); }
+
+GPUHAL__PRIVATE void gpuhal__cond_broadcast(gpuhal__cond_t* c) { pthread_cond_broadcast(&c->cond); }
+
+GPUHAL__PRIVATE void gpuhal__cond_wait(gpuhal__cond_t* c, gpuhal__mutex_t* m) { pthread_cond_wait(&c->cond, m); }
+
+GPUHAL__PRIVATE int gpuhal__cond_wait_until(gpuhal__cond_t* c, gpuhal__mutex_t* m, gpuhal_timeout_t timeout) {
+  struct timespec ts;
+  if (gpuhal__timeout_is_infinite(timeout)) {
+    pthread_cond_wait(&c->cond, m);
+    return 1;
+  }
+  if (gpuhal__timeout_expired(timeout)) return 0;
+  ts.tv_sec = (time_t)(timeout.deadline_ns / 1000000000);
+  ts.tv_nsec = (long)(timeout.deadline_ns % 1000000000);
+  return pthread_cond_timedwait(&c->cond, m, &ts) != ETIMEDOUT;
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__thread_create(gpuhal__thread_t* thread, gpuhal__thread_fn_t fn, void* arg,
+                                                      const char* name) {
+  int rc = pthread_create(thread, NULL, fn, arg);
+  if (rc != 0)
+    return gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED, "could not start thread '%s': %s", name, strerror(rc));
+#if defined(__linux__) && defined(__USE_GNU)
+  pthread_setname_np(*thread, name);
+#endif
+  return NULL;
+}
+
+GPUHAL__PRIVATE void gpuhal__thread_join(gpuhal__thread_t thread) { pthread_join(thread, NULL); }
+static void gpuhal__once(gpuhal__once_t* once, void (*fn)(void)) { pthread_once(once, fn); }
+
+/* ---- object pools: type-stable memory for gpuhal objects ----
+ * Handles are raw pointers (the API passes gpuhal_buffer_t* and so on), so a handle cannot
+ * carry a generation: once an address holds a new live object of the same type, an old
+ * handle to it is indistinguishable from the new one. What the pool guarantees instead:
+ *   - the memory of a released object is never given back to the allocator while its
+ *     driver lives (the pool frees it with the driver), so reading a stale handle's header
+ *     is always safe and finds the poison or another object's magic, never freed memory;
+ *   - a released object's memory is reused only for an object of the same type, oldest
+ *     released first, and only once GPUHAL_HANDLE_REUSE_DISTANCE more objects of that type
+ *     have been released after it. So a stale handle is reported as released until at
+ *     least that many later objects of its type were released; after that it may name a
+ *     newer object of its type (still gpuhal memory of the right type, never a crash).
+ * Memory held back: at most GPUHAL_HANDLE_REUSE_DISTANCE released objects per type (plus
+ * the peak of live ones), reached only by a program that churns objects of that type.
+ * The checks stay one load of the magic: no lock, no lookup. */
+#ifndef GPUHAL_HANDLE_REUSE_DISTANCE
+#define GPUHAL_HANDLE_REUSE_DISTANCE 4096
+#endif
+
+GPUHAL__PRIVATE void gpuhal__object_pool_init(gpuhal__object_pool_t* pool, const gpuhal_allocator_t* allocator) {
+  memset(pool->types, 0, sizeof(pool->types));
+  pool->allocator = *allocator;
+  gpuhal__mutex_init(&pool->mutex);
+}
+
+GPUHAL__PRIVATE void gpuhal__object_pool_deinit(gpuhal__object_pool_t* pool) {
+  unsigned i;
+  for (i = 0; i < GPUHAL__OBJECT_POOL_TYPES; ++i) {
+    gpuhal__object_t* o = pool->types[i].oldest;
+    while (o) {
+      gpuhal__object_t* next = o->next_released;
+      gpuhal__free(&pool->allocator, o);
+      o = next;
+    }
+  }
+  memset(pool->types, 0, sizeof(pool->types));
+  gpuhal__mutex_destroy(&pool->mutex);
+}
+/* Under the mutex: the FIFO of `magic`, claimed on first use; NULL if all are taken.
+ * `size` 0: any (a free). */
+static gpuhal__object_fifo_t* gpuhal__object_fifo_locked(gpuhal__object_pool_t* pool, uint32_t magic, size_t size) {
+  unsigned i;
+  for (i = 0; i < GPUHAL__OBJECT_POOL_TYPES; ++i) {
+    gpuhal__object_fifo_t* fifo = &pool->types[i];
+    if (fifo->magic == 0) {
+      fifo->magic = magic;
+      fifo->size = size;
+    }
+    if (fifo->magic == magic) {
+      if (!fifo->size) fifo->size = size;
+      GPUHAL_ASSERT(size == 0 || fifo->size == size); /* one size per type: a reused object must fit */
+      return fifo;
+    }
+  }
+  return NULL;
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__object_alloc(gpuhal__object_pool_t* pool, uint32_t magic, size_t size,
+                                                     const char* what, void** out) {
+  gpuhal__object_t* reused = NULL;
+  gpuhal__object_fifo_t* fifo;
+  GPUHAL_ASSERT(size >= sizeof(gpuhal__object_t));
+  gpuhal__mutex_lock(&pool->mutex);
+  fifo = gpuhal__object_fifo_locked(pool, magic, size);
+  if (fifo && fifo->count > GPUHAL_HANDLE_REUSE_DISTANCE) {
+    reused = fifo->oldest;
+    fifo->oldest = reused->next_released;
+    if (!fifo->oldest) fifo->newest = NULL;
+    fifo->count--;
+  }
+  gpuhal__mutex_unlock(&pool->mutex);
+  if (!reused) return gpuhal__alloc_zeroed(&pool->allocator, size, what, out);
+  memset(reused, 0, size);
+  *out = reused;
+  return NULL;
+}
+
+GPUHAL__PRIVATE void gpuhal__object_free(gpuhal__object_pool_t* pool, uint32_t magic, void* object) {
+  gpuhal__object_t* o = (gpuhal__object_t*)object;
+  gpuhal__object_fifo_t* fifo;
+  if (!o) return;
+  gpuhal__atomic_store(&o->magic, GPUHAL__MAGIC_DEAD);
+  o->refcount = 0;
+  o->user_refs = 0;
+  o->next_released = NULL;
+  gpuhal__mutex_lock(&pool->mutex);
+  fifo = gpuhal__object_fifo_locked(pool, magic, 0);
+  if (fifo) {
+    if (fifo->newest) {
+      fifo->newest->next_released = o;
+    } else {
+      fifo->oldest = o;
+    }
+    fifo->newest = o;
+    fifo->count++;
+  }
+  gpuhal__mutex_unlock(&pool->mutex);
+  if (!fifo) gpuhal__free(&pool->allocator, o); /* cannot happen: more FIFOs than types */
+}
+
+/* Objects that outlive every driver (the drivers themselves, when they use the default
+ * allocator: a user's allocator may be gone once its driver is): one process-wide pool,
+ * never torn down; what it holds stays reachable from here, so leak checkers are content. */
+static gpuhal__object_pool_t gpuhal__process_objects;
+static gpuhal__once_t gpuhal__process_objects_once = GPUHAL__ONCE_INIT;
+static void gpuhal__process_objects_init(void) {
+  gpuhal_allocator_t a = gpuhal__allocator_resolve(NULL);
+  gpuhal__object_pool_init(&gpuhal__process_objects, &a);
+}
+
+GPUHAL__PRIVATE gpuhal__object_pool_t* gpuhal__process_object_pool(void) {
+  gpuhal__once(&gpuhal__process_objects_once, gpuhal__process_objects_init);
+  return &gpuhal__process_objects;
+}
+
+GPUHAL__PRIVATE void gpuhal__list_init(gpuhal__list_node_t* head) { head->prev = head->next = head; }
+
+GPUHAL__PRIVATE int gpuhal__list_empty(const gpuhal__list_node_t* head) { return head->next == head; }
+
+GPUHAL__PRIVATE void gpuhal__list_push_back(gpuhal__list_node_t* head, gpuhal__list_node_t* node) {
+  node->prev = head->prev;
+  node->next = head;
+  head->prev->next = node;
+  head->prev = node;
+}
+
+GPUHAL__PRIVATE void gpuhal__list_insert_after(gpuhal__list_node_t* at, gpuhal__list_node_t* node) {
+  node->prev = at;
+  node->next = at->next;
+  at->next->prev = node;
+  at->next = node;
+}
+
+GPUHAL__PRIVATE void gpuhal__list_remove(gpuhal__list_node_t* node) {
+  node->prev->next = node->next;
+  node->next->prev = node->prev;
+  node->prev = node->next = node;
+}
+
+GPUHAL__PRIVATE gpuhal__list_node_t* gpuhal__list_pop_front(gpuhal__list_node_t* head) {
+  gpuhal__list_node_t* n;
+  if (gpuhal__list_empty(head)) return NULL;
+  n = head->next;
+  gpuhal__list_remove(n);
+  return n;
+}
+
+GPUHAL__PRIVATE const char* gpuhal__getenv(const char* name) {
+  const char* v = getenv(name);
+  return (v && v[0]) ? v : NULL;
+}
+
+GPUHAL__PRIVATE gpuhal_log_level_t gpuhal__log_level_parse(const char* s, gpuhal_log_level_t fallback) {
+  if (!s) return fallback;
+  if (!strcmp(s, "none") || !strcmp(s, "off")) return GPUHAL_LOG_NONE;
+  if (!strcmp(s, "error")) return GPUHAL_LOG_ERROR;
+  if (!strcmp(s, "warn") || !strcmp(s, "warning")) return GPUHAL_LOG_WARN;
+  if (!strcmp(s, "info")) return GPUHAL_LOG_INFO;
+  if (!strcmp(s, "debug")) return GPUHAL_LOG_DEBUG;
+  return fallback;
+}
+static const char* gpuhal__log_level_name(gpuhal_log_level_t level) {
+  switch (level) {
+    case GPUHAL_LOG_ERROR: return "error";
+    case GPUHAL_LOG_WARN: return "warn";
+    case GPUHAL_LOG_INFO: return "info";
+    case GPUHAL_LOG_DEBUG: return "debug";
+    default: return "none";
+  }
+}
+GPUHAL__PRIVATE void gpuhal__log(const gpuhal__logger_t* logger, gpuhal_log_level_t level, const char* format, ...) {
+  char buffer[1024];
+  va_list args;
+  if (!logger || level == GPUHAL_LOG_NONE || level > logger->level) return;
+  va_start(args, format);
+  vsnprintf(buffer, sizeof(buffer), format, args);
+  va_end(args);
+  if (logger->fn) {
+    logger->fn(level, buffer, logger->user);
+  } else {
+    fprintf(stderr, "gpuhal %s: %s\n", gpuhal__log_level_name(level), buffer);
+  }
+}
+
+GPUHAL__PRIVATE void gpuhal__log_extra_release(const gpuhal__logger_t* logger, const char* func, const char* what) {
+  gpuhal__log(logger, GPUHAL_LOG_ERROR,
+              "%s: %s was released more times than it was created and retained; this release is ignored", func, what);
+}

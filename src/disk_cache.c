@@ -1,0 +1,418 @@
+#include "disk_cache.h"
+#include "hash.h"
+#include "module_image.h"
+
+/* ---- the disk-cache file format ----
+ *
+ * A file is a 128-byte header and a payload (a cubin or fatbin). Integers little-endian:
+ *     0  8  magic "GPUHALMC"
+ *     8  4  format version (1)
+ *    12  4  header size (128)
+ *    16 32  BLAKE2b-256 of the image
+ *    48  8  image size
+ *    56  4  image format (1: PTX)
+ *    60  4  compute capability major     64  4  minor
+ *    68  4  driver version (e.g. 13000)
+ *    72  4  JIT optimization level       76  4  JIT max registers
+ *    80  4  compiler (0: driver cuLink, 1: the user's compile hook)
+ *    84  4  reserved (0)
+ *    88  8  payload size (the file is exactly 128 + this)
+ *    96  8  payload checksum (fast64, seeded)
+ *   104  8  header checksum (fast64 of bytes 0..103, seeded)
+ *   112 16  reserved (0)
+ * Everything is checked before the payload is used. */
+#define GPUHAL__DISK_MAGIC "GPUHALMC"
+#define GPUHAL__DISK_FORMAT_VERSION 1u
+#define GPUHAL__DISK_HEADER_SIZE 128u
+#define GPUHAL__DISK_SEED_HEADER 0x67707568616C6831ull  /* "gpuhalh1" */
+#define GPUHAL__DISK_SEED_PAYLOAD 0x67707568616C7031ull /* "gpuhalp1" */
+#define GPUHAL__DISK_MAX_FILE_BYTES ((uint64_t)1 << 30)
+#define GPUHAL__DISK_SUFFIX ".gpuhal"
+#define GPUHAL__DISK_TEMP_MARK ".gpuhal.tmp."
+
+static void gpuhal__put_le32(unsigned char* p, uint32_t v) {
+  p[0] = (unsigned char)v;
+  p[1] = (unsigned char)(v >> 8);
+  p[2] = (unsigned char)(v >> 16);
+  p[3] = (unsigned char)(v >> 24);
+}
+static void gpuhal__put_le64(unsigned char* p, uint64_t v) {
+  gpuhal__put_le32(p, (uint32_t)v);
+  gpuhal__put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Writes the 128-byte header of a file holding `payload` for `key`. */
+static void gpuhal__disk_header_encode(const gpuhal__disk_key_t* key, const void* payload, size_t payload_size,
+                                       unsigned char* header) {
+  memset(header, 0, GPUHAL__DISK_HEADER_SIZE);
+  memcpy(header, GPUHAL__DISK_MAGIC, 8);
+  gpuhal__put_le32(header + 8, GPUHAL__DISK_FORMAT_VERSION);
+  gpuhal__put_le32(header + 12, GPUHAL__DISK_HEADER_SIZE);
+  memcpy(header + 16, key->image_digest, 32);
+  gpuhal__put_le64(header + 48, key->image_size);
+  gpuhal__put_le32(header + 56, key->image_format);
+  gpuhal__put_le32(header + 60, (uint32_t)key->cc_major);
+  gpuhal__put_le32(header + 64, (uint32_t)key->cc_minor);
+  gpuhal__put_le32(header + 68, (uint32_t)key->driver_version);
+  gpuhal__put_le32(header + 72, (uint32_t)key->optimization_level);
+  gpuhal__put_le32(header + 76, (uint32_t)key->max_registers);
+  gpuhal__put_le32(header + 80, key->compiler);
+  gpuhal__put_le64(header + 88, (uint64_t)payload_size);
+  gpuhal__put_le64(header + 96, gpuhal__hash_fast64(payload, payload_size, GPUHAL__DISK_SEED_PAYLOAD));
+  gpuhal__put_le64(header + 104, gpuhal__hash_fast64(header, 104, GPUHAL__DISK_SEED_HEADER));
+}
+
+static void gpuhal__disk_header_key(const unsigned char* header, gpuhal__disk_key_t* key) {
+  memset(key, 0, sizeof(*key));
+  memcpy(key->image_digest, header + 16, 32);
+  key->image_size = gpuhal__le64(header + 48);
+  key->image_format = gpuhal__le32(header + 56);
+  key->cc_major = (int32_t)gpuhal__le32(header + 60);
+  key->cc_minor = (int32_t)gpuhal__le32(header + 64);
+  key->driver_version = (int32_t)gpuhal__le32(header + 68);
+  key->optimization_level = (int32_t)gpuhal__le32(header + 72);
+  key->max_registers = (int32_t)gpuhal__le32(header + 76);
+  key->compiler = gpuhal__le32(header + 80);
+}
+
+static int gpuhal__disk_key_equal(const gpuhal__disk_key_t* a, const gpuhal__disk_key_t* b) {
+  return memcmp(a->image_digest, b->image_digest, 32) == 0 && a->image_size == b->image_size &&
+         a->image_format == b->image_format && a->cc_major == b->cc_major && a->cc_minor == b->cc_minor &&
+         a->driver_version == b->driver_version && a->optimization_level == b->optimization_level &&
+         a->max_registers == b->max_registers && a->compiler == b->compiler;
+}
+
+/* Checks a whole disk-cache file held in memory and finds its payload. Pure: no I/O, no
+ * allocation except for the status; safe on arbitrary bytes (the fuzzing entry point).
+ * NULL and the payload (a pointer into `bytes`), or DATA_LOSS (corrupt, truncated, not
+ * ours) / FAILED_PRECONDITION (another format version, or made for another key). */
+static gpuhal_status_t gpuhal__disk_cache_parse(const void* bytes, size_t size, const gpuhal__disk_key_t* expected,
+                                                const void** out_payload, size_t* out_payload_size) {
+  const unsigned char* p = (const unsigned char*)bytes;
+  gpuhal__disk_key_t found;
+  uint64_t payload_size;
+  gpuhal__image_format_t format;
+  size_t format_size;
+  gpuhal_status_t st;
+  *out_payload = NULL;
+  *out_payload_size = 0;
+  if (!p || size < GPUHAL__DISK_HEADER_SIZE)
+    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "truncated: %zu bytes, less than the %u-byte header", size,
+                              GPUHAL__DISK_HEADER_SIZE);
+  if (memcmp(p, GPUHAL__DISK_MAGIC, 8) != 0)
+    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "not a gpuhal module cache file (bad magic)");
+  if (gpuhal__le32(p + 8) != GPUHAL__DISK_FORMAT_VERSION)
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "format version %u (this gpuhal reads version %u)",
+                              (unsigned)gpuhal__le32(p + 8), GPUHAL__DISK_FORMAT_VERSION);
+  if (gpuhal__le32(p + 12) != GPUHAL__DISK_HEADER_SIZE)
+    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "header size %u (expected %u)", (unsigned)gpuhal__le32(p + 12),
+                              GPUHAL__DISK_HEADER_SIZE);
+  if (gpuhal__hash_fast64(p, 104, GPUHAL__DISK_SEED_HEADER) != gpuhal__le64(p + 104))
+    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "header checksum mismatch");
+  if (gpuhal__le32(p + 84) != 0 || gpuhal__le64(p + 112) != 0 || gpuhal__le64(p + 120) != 0)
+    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "reserved header bytes are not zero");
+  gpuhal__disk_header_key(p, &found);
+  if (!expected || !gpuhal__disk_key_equal(&found, expected))
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                              "made for another key (sm_%d%d, driver %d, compiler %u, image of %llu bytes)",
+                              (int)found.cc_major, (int)found.cc_minor, (int)found.driver_version,
+                              (unsigned)found.compiler, (unsigned long long)found.image_size);
+  payload_size = gpuhal__le64(p + 88);
+  if (payload_size != (uint64_t)(size - GPUHAL__DISK_HEADER_SIZE))
+    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "the header says %llu payload bytes but the file has %zu",
+                              (unsigned long long)payload_size, size - GPUHAL__DISK_HEADER_SIZE);
+  if (payload_size == 0) return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "empty payload");
+  if (gpuhal__hash_fast64(p + GPUHAL__DISK_HEADER_SIZE, (size_t)payload_size, GPUHAL__DISK_SEED_PAYLOAD) !=
+      gpuhal__le64(p + 96))
+    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "payload checksum mismatch");
+  st = gpuhal__image_detect(p + GPUHAL__DISK_HEADER_SIZE, (size_t)payload_size, "disk cache payload", &format,
+                            &format_size);
+  if (!st && format == GPUHAL__IMAGE_PTX)
+    st = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "the payload is PTX text, not a cubin or fatbin");
+  if (st) {
+    gpuhal_status_t wrapped = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "bad payload: %s", gpuhal_status_message(st));
+    gpuhal_status_free(st);
+    return wrapped;
+  }
+  *out_payload = p + GPUHAL__DISK_HEADER_SIZE;
+  *out_payload_size = (size_t)payload_size;
+  return NULL;
+}
+
+GPUHAL__PRIVATE void gpuhal__disk_file_name(const gpuhal__disk_key_t* key, char* out, size_t out_size) {
+  static const char hex[] = "0123456789abcdef";
+  char digest[65];
+  int i;
+  for (i = 0; i < 32; ++i) {
+    digest[2 * i] = hex[key->image_digest[i] >> 4];
+    digest[2 * i + 1] = hex[key->image_digest[i] & 15];
+  }
+  digest[64] = 0;
+  snprintf(out, out_size, "%s-sm%d%d-drv%d-O%d-R%d-%s%s", digest, (int)key->cc_major, (int)key->cc_minor,
+           (int)key->driver_version, (int)key->optimization_level, (int)key->max_registers,
+           key->compiler == GPUHAL__COMPILER_HOOK ? "hook" : "driver", GPUHAL__DISK_SUFFIX);
+}
+
+GPUHAL__PRIVATE void gpuhal__disk_disable(gpuhal__disk_cache_t* disk, const char* what, int error) {
+  int expected = 1;
+  if (__atomic_compare_exchange_n(&disk->enabled, &expected, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    gpuhal__log(disk->device->logger, GPUHAL_LOG_WARN,
+                "module cache: disk cache directory '%s' is not usable (%s: %s); caching in memory only", disk->dir,
+                what, strerror(error));
+}
+
+GPUHAL__PRIVATE int gpuhal__make_dirs(const char* path) {
+  char buffer[GPUHAL__PATH_MAX];
+  size_t n = strlen(path), i;
+  struct stat st;
+  if (n == 0 || n >= sizeof(buffer)) return ENAMETOOLONG;
+  memcpy(buffer, path, n + 1);
+  for (i = 1; i <= n; ++i) {
+    if (buffer[i] != '/' && buffer[i] != 0) continue;
+    buffer[i] = 0;
+    if (mkdir(buffer, 0755) != 0 && errno != EEXIST) return errno;
+    buffer[i] = i < n ? '/' : 0;
+  }
+  if (stat(path, &st) != 0) return errno;
+  return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+}
+
+GPUHAL__PRIVATE int gpuhal__disk_path(const gpuhal__disk_cache_t* disk, const char* name, char* out, size_t out_size) {
+  int n = snprintf(out, out_size, "%s/%s", disk->dir, name);
+  return n > 0 && (size_t)n < out_size;
+}
+
+/* Opens a cache file for reading, refusing what the cache never writes. The cache only
+ * ever renames regular files into place, so anything else at an entry's path was put there
+ * by someone else: O_NONBLOCK keeps a FIFO (or a device) from hanging the open and every
+ * load of the image waiting behind it, O_NOFOLLOW refuses a symbolic link whatever it
+ * points to, and fstat on the opened descriptor refuses the rest (no check-then-open race).
+ * -1 with *status set (NOT_FOUND when there is no file, else DATA_LOSS), or the fd. */
+static int gpuhal__disk_open_regular(const char* path, struct stat* st, gpuhal_status_t* status) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  *status = NULL;
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT)
+      *status = gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "no file");
+    else if (err == ELOOP)
+      *status = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "a symbolic link, not a file the cache wrote");
+    else
+      *status = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "cannot open: %s", strerror(err));
+    return -1;
+  }
+  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+    *status = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "not a regular file (%s)",
+                                 S_ISFIFO(st->st_mode)   ? "a FIFO"
+                                 : S_ISDIR(st->st_mode)  ? "a directory"
+                                 : S_ISCHR(st->st_mode)  ? "a character device"
+                                 : S_ISSOCK(st->st_mode) ? "a socket"
+                                                         : "another kind");
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Reads a whole regular file (at most GPUHAL__DISK_MAX_FILE_BYTES) into a new buffer and
+ * refreshes its mtime (the LRU clock of the directory). NOT_FOUND when there is none. */
+static gpuhal_status_t gpuhal__disk_read_file(gpuhal_device_t* device, const char* path, void** out_bytes,
+                                              size_t* out_size) {
+  struct stat st;
+  unsigned char* bytes;
+  size_t done = 0;
+  gpuhal_status_t status;
+  int fd;
+  memset(&st, 0, sizeof(st));
+  fd = gpuhal__disk_open_regular(path, &st, &status);
+  *out_bytes = NULL;
+  *out_size = 0;
+  if (fd < 0) return status;
+  if (st.st_size < 0 || (uint64_t)st.st_size > GPUHAL__DISK_MAX_FILE_BYTES) {
+    close(fd);
+    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "not a file of a sensible size");
+  }
+  bytes = (unsigned char*)gpuhal__alloc(device->allocator, st.st_size ? (size_t)st.st_size : 1);
+  if (!bytes) {
+    close(fd);
+    return gpuhal__status_oom("a disk cache file", (size_t)st.st_size);
+  }
+  while (done < (size_t)st.st_size) {
+    ssize_t got = read(fd, bytes + done, (size_t)st.st_size - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    done += (size_t)got;
+  }
+  if (done == (size_t)st.st_size) (void)futimens(fd, NULL); /* may fail on a read-only dir: fine */
+  close(fd);
+  *out_bytes = bytes;
+  *out_size = done;
+  return NULL;
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__disk_lookup(gpuhal__disk_cache_t* disk, const gpuhal__disk_key_t* key,
+                                                    const char* path, void** out_file, const void** out_payload,
+                                                    size_t* out_payload_size) {
+  gpuhal_device_t* device = disk->device;
+  void* file = NULL;
+  size_t size = 0;
+  gpuhal_status_t st = gpuhal__disk_read_file(device, path, &file, &size);
+  if (!st) st = gpuhal__disk_cache_parse(file, size, key, out_payload, out_payload_size);
+  if (st) {
+    gpuhal__free(device->allocator, file);
+    return st;
+  }
+  *out_file = file;
+  return NULL;
+}
+
+static int gpuhal__write_all(int fd, const void* data, size_t size) {
+  const unsigned char* p = (const unsigned char*)data;
+  while (size > 0) {
+    ssize_t n = write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return errno ? errno : EIO;
+    p += n;
+    size -= (size_t)n;
+  }
+  return 0;
+}
+
+static uint32_t gpuhal__temp_counter = 0;
+
+GPUHAL__PRIVATE int gpuhal__temp_file_create(const char* path, char* temp, size_t temp_size) {
+  int fd = -1, attempt, n;
+  errno = 0;
+  for (attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+    unsigned k = __atomic_add_fetch(&gpuhal__temp_counter, 1, __ATOMIC_RELAXED);
+    /* The clock and a stack address tell apart processes of equal pids (containers). */
+    uint64_t salt = (uint64_t)gpuhal_now_ns() ^ ((uint64_t)(uintptr_t)&k << 16) ^ ((uint64_t)attempt << 56);
+    n = snprintf(temp, temp_size, "%s.tmp.%ld.%u.%llx", path, (long)getpid(), k, (unsigned long long)salt);
+    if (n <= 0 || (size_t)n >= temp_size) {
+      errno = ENAMETOOLONG;
+      return -1;
+    }
+    fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) return -1;
+  }
+  return fd;
+}
+
+/* Writes header + payload to a unique temporary file in the directory, fsyncs it and
+ * renames it over `path`: readers (other processes too) see the old file, the new file or
+ * none, never a part. 0 or an errno; `what` says which step failed. */
+static int gpuhal__disk_write_file(const char* path, const unsigned char* header, const void* payload,
+                                   size_t payload_size, const char** what) {
+  char temp[GPUHAL__PATH_MAX + 64];
+  int err = 0;
+  int fd = gpuhal__temp_file_create(path, temp, sizeof(temp));
+  if (fd < 0) {
+    *what = "creating a temporary file";
+    return errno ? errno : EEXIST;
+  }
+  err = gpuhal__write_all(fd, header, GPUHAL__DISK_HEADER_SIZE);
+  if (!err) err = gpuhal__write_all(fd, payload, payload_size);
+  *what = "writing";
+  if (!err && fsync(fd) != 0) err = errno, *what = "fsync";
+  if (close(fd) != 0 && !err) err = errno, *what = "close";
+  if (!err && rename(temp, path) != 0) err = errno, *what = "rename";
+  if (err) unlink(temp);
+  return err;
+}
+
+typedef struct gpuhal__disk_file_s {
+  int64_t mtime_ns;
+  uint64_t bytes;
+  char name[256];
+} gpuhal__disk_file_t;
+
+static int gpuhal__disk_file_older(const void* a, const void* b) {
+  const gpuhal__disk_file_t* x = (const gpuhal__disk_file_t*)a;
+  const gpuhal__disk_file_t* y = (const gpuhal__disk_file_t*)b;
+  if (x->mtime_ns != y->mtime_ns) return x->mtime_ns < y->mtime_ns ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+static int gpuhal__ends_with(const char* s, const char* suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && memcmp(s + n - m, suffix, m) == 0;
+}
+
+/* Keeps the directory within disk_max_bytes: lists the cache files, and removes the least
+ * recently used (oldest mtime) until the rest fit, never `keep` (just written). Files may
+ * vanish under the scan (other processes evict too): that is fine. Also removes temporary
+ * files a crashed writer left (older than an hour). */
+static void gpuhal__disk_evict(gpuhal__disk_cache_t* disk, const char* keep) {
+  const gpuhal_allocator_t* allocator = disk->device->allocator;
+  gpuhal__disk_file_t* files = NULL;
+  size_t count = 0, capacity = 0, i;
+  uint64_t total = 0;
+  struct timespec now;
+  struct dirent* de;
+  char path[GPUHAL__PATH_MAX];
+  DIR* dir = opendir(disk->dir);
+  if (!dir) return;
+  clock_gettime(CLOCK_REALTIME, &now);
+  while ((de = readdir(dir)) != NULL) {
+    struct stat st;
+    int temp = strstr(de->d_name, GPUHAL__DISK_TEMP_MARK) != NULL;
+    if (!temp && !gpuhal__ends_with(de->d_name, GPUHAL__DISK_SUFFIX)) continue;
+    if (strlen(de->d_name) >= sizeof(files[0].name)) continue;
+    /* lstat: a link or a FIFO planted here is neither counted nor followed. */
+    if (!gpuhal__disk_path(disk, de->d_name, path, sizeof(path)) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+      continue;
+    if (temp) {
+      if ((int64_t)now.tv_sec - (int64_t)st.st_mtim.tv_sec > 3600) unlink(path);
+      continue;
+    }
+    if (count == capacity) {
+      gpuhal_status_t grown = gpuhal__grow(allocator, (void**)&files, &capacity, count + 1, sizeof(gpuhal__disk_file_t),
+                                           "disk cache files");
+      if (grown) {
+        gpuhal_status_free(grown);
+        break;
+      }
+    }
+    files[count].mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    files[count].bytes = (uint64_t)st.st_size;
+    strcpy(files[count].name, de->d_name);
+    total += (uint64_t)st.st_size;
+    ++count;
+  }
+  closedir(dir);
+  if (total > disk->max_bytes && count) {
+    qsort(files, count, sizeof(gpuhal__disk_file_t), gpuhal__disk_file_older);
+    for (i = 0; i < count && total > disk->max_bytes; ++i) {
+      if (keep && strcmp(files[i].name, keep) == 0) continue;
+      if (!gpuhal__disk_path(disk, files[i].name, path, sizeof(path))) continue;
+      if (unlink(path) == 0) {
+        GPUHAL__STAT_ADD(disk, evictions);
+        gpuhal__log(disk->device->logger, GPUHAL_LOG_DEBUG, "module cache: evicted %s from disk", files[i].name);
+      } else if (errno != ENOENT) {
+        continue; /* still there: it still counts */
+      }
+      total -= files[i].bytes;
+    }
+  }
+  gpuhal__free(allocator, files);
+}
+
+GPUHAL__PRIVATE void gpuhal__disk_store(gpuhal__disk_cache_t* disk, const gpuhal__disk_key_t* key, const char* name,
+                                        const void* payload, size_t payload_size) {
+  unsigned char header[GPUHAL__DISK_HEADER_SIZE];
+  char path[GPUHAL__PATH_MAX];
+  const char* what = "";
+  int err;
+  if (!gpuhal__disk_path(disk, name, path, sizeof(path))) {
+    gpuhal__disk_disable(disk, "path too long", ENAMETOOLONG);
+    return;
+  }
+  gpuhal__disk_header_encode(key, payload, payload_size, header);
+  err = gpuhal__disk_write_file(path, header, payload, payload_size, &what);
+  if (err) {
+    gpuhal__disk_disable(disk, what, err);
+    return;
+  }
+  GPUHAL__STAT_ADD(disk, writes);
+  gpuhal__disk_evict(disk, name);
+}

@@ -1,0 +1,308 @@
+#include "executable.h"
+#include "symbols.h"
+#include "status.h"
+#include "module_image.h"
+
+#define GPUHAL__MAGIC_EXECUTABLE 0x45584543u /* "EXEC" */
+
+GPUHAL_API gpuhal_status_t gpuhal_executable_load(gpuhal_device_t* device, const void* image, size_t size,
+                                                  gpuhal_executable_t** out_executable) {
+  gpuhal_executable_t* executable = NULL;
+  gpuhal__module_entry_t* entry = NULL;
+  GPUHAL__CHECK_ARG(out_executable != NULL, "out_executable", "must not be NULL");
+  *out_executable = NULL;
+  GPUHAL__CHECK_OBJECT(device, GPUHAL__MAGIC_DEVICE);
+  GPUHAL__CHECK_ARG(image != NULL, "image", "must not be NULL");
+  GPUHAL__CHECK_ARG(size > 0, "size", "must be > 0");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_EXECUTABLE, sizeof(*executable),
+                                               "an executable", (void**)&executable));
+  {
+    gpuhal_status_t st = gpuhal__module_cache_load(device, image, size, NULL, &entry);
+    if (st) {
+      gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_EXECUTABLE, executable);
+      return st;
+    }
+  }
+  gpuhal__object_init(&executable->object, GPUHAL__MAGIC_EXECUTABLE);
+  gpuhal__device_retain_ref(device);
+  executable->device = device;
+  executable->entry = entry;
+  gpuhal__mutex_init(&executable->mutex);
+  *out_executable = executable;
+  return NULL;
+}
+
+GPUHAL_API void gpuhal_executable_retain(gpuhal_executable_t* executable) {
+  if (!gpuhal__object_is_live(executable, GPUHAL__MAGIC_EXECUTABLE)) return;
+  gpuhal__object_user_retain(&executable->object);
+}
+
+static void gpuhal__executable_destroy(gpuhal_executable_t* executable) {
+  gpuhal_device_t* device = executable->device;
+  gpuhal_kernel_t* kernel = executable->kernels;
+  while (kernel) {
+    gpuhal_kernel_t* next = kernel->next;
+    gpuhal__free(device->allocator, kernel->name);
+    gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_KERNEL, kernel);
+    kernel = next;
+  }
+  gpuhal__module_cache_release(device, executable->entry);
+  gpuhal__mutex_destroy(&executable->mutex);
+  gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_EXECUTABLE, executable);
+  gpuhal__device_release_ref(device);
+}
+
+GPUHAL__PRIVATE void gpuhal__executable_retain_ref(gpuhal_executable_t* executable) {
+  gpuhal__object_retain(&executable->object);
+}
+
+GPUHAL__PRIVATE void gpuhal__executable_release_ref(gpuhal_executable_t* executable) {
+  if (gpuhal__object_release(&executable->object)) gpuhal__executable_destroy(executable);
+}
+
+GPUHAL_API void gpuhal_executable_release(gpuhal_executable_t* executable) {
+  if (!gpuhal__object_is_live(executable, GPUHAL__MAGIC_EXECUTABLE)) return;
+  if (!gpuhal__object_user_release(&executable->object)) {
+    gpuhal__log_extra_release(executable->device->logger, __func__, "an executable");
+    return;
+  }
+  gpuhal__executable_release_ref(executable);
+}
+
+/* cuFuncGetParamInfo for index 0, 1, ... until the driver says there is no such index. */
+static gpuhal_status_t gpuhal__function_query_params(gpuhal_device_t* device, gpuhal__function_record_t* record) {
+  const gpuhal__cuda_symbols_t* cu = device->cu;
+  uint32_t count = 0, capacity = 0, i;
+  uint32_t* offsets = NULL;
+  record->info.param_count = GPUHAL_KERNEL_PARAM_COUNT_UNKNOWN;
+  if (!cu->cuFuncGetParamInfo) return NULL;
+  for (;;) {
+    size_t offset = 0, size = 0;
+    CUresult r = cu->cuFuncGetParamInfo(record->function, count, &offset, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE) break; /* index past the last parameter */
+    if (r != CUDA_SUCCESS) {
+      /* The driver has the entry point but cannot say for this kernel: checks are off. */
+      gpuhal__log(device->logger, GPUHAL_LOG_DEBUG, "cuFuncGetParamInfo(%s, %u) returned %d: parameter checks off",
+                  record->name, count, (int)r);
+      gpuhal__free(device->allocator, offsets);
+      return NULL;
+    }
+    if (count == capacity) {
+      gpuhal_status_t grown = gpuhal__grow32(device->allocator, (void**)&offsets, &capacity, count + 1,
+                                             sizeof(uint32_t) * 2, "kernel parameter info");
+      if (grown) {
+        gpuhal__free(device->allocator, offsets);
+        return grown;
+      }
+    }
+    offsets[2 * count] = (uint32_t)offset;
+    offsets[2 * count + 1] = (uint32_t)size;
+    ++count;
+  }
+  /* Store as two arrays: offsets[0..count), sizes[count..2*count). */
+  if (count) {
+    record->params = (uint32_t*)gpuhal__alloc(device->allocator, sizeof(uint32_t) * 2 * count);
+    if (!record->params) {
+      gpuhal__free(device->allocator, offsets);
+      return gpuhal__status_oom("kernel parameter info", sizeof(uint32_t) * 2 * count);
+    }
+    for (i = 0; i < count; ++i) {
+      record->params[i] = offsets[2 * i];
+      record->params[count + i] = offsets[2 * i + 1];
+    }
+    record->info.param_offsets = record->params;
+    record->info.param_sizes = record->params + count;
+  }
+  gpuhal__free(device->allocator, offsets);
+  record->info.param_count = count;
+  return NULL;
+}
+
+static gpuhal_status_t gpuhal__function_query_attributes(gpuhal_device_t* device, gpuhal__function_record_t* record) {
+  const gpuhal__cuda_symbols_t* cu = device->cu;
+  gpuhal_kernel_info_t* info = &record->info;
+  CUfunction f = record->function;
+  int optin = device->info.max_shared_memory_per_block_optin;
+  GPUHAL__RETURN_IF_ERROR(
+      GPUHAL__CU(cu, cuFuncGetAttribute, (&info->max_threads_per_block, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f)));
+  GPUHAL__RETURN_IF_ERROR(
+      GPUHAL__CU(cu, cuFuncGetAttribute, (&info->static_shared_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f)));
+  GPUHAL__RETURN_IF_ERROR(GPUHAL__CU(
+      cu, cuFuncGetAttribute, (&info->max_dynamic_shared_bytes, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f)));
+  GPUHAL__RETURN_IF_ERROR(GPUHAL__CU(cu, cuFuncGetAttribute, (&info->num_regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f)));
+  GPUHAL__RETURN_IF_ERROR(
+      GPUHAL__CU(cu, cuFuncGetAttribute, (&info->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f)));
+  GPUHAL__RETURN_IF_ERROR(
+      GPUHAL__CU(cu, cuFuncGetAttribute, (&info->const_bytes, CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, f)));
+  GPUHAL__RETURN_IF_ERROR(GPUHAL__CU(cu, cuFuncGetAttribute, (&info->ptx_version, CU_FUNC_ATTRIBUTE_PTX_VERSION, f)));
+  GPUHAL__RETURN_IF_ERROR(
+      GPUHAL__CU(cu, cuFuncGetAttribute, (&info->binary_version, CU_FUNC_ATTRIBUTE_BINARY_VERSION, f)));
+  info->max_dynamic_shared_optin_bytes = optin > info->static_shared_bytes ? optin - info->static_shared_bytes : 0;
+  return gpuhal__function_query_params(device, record);
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__function_load_now(gpuhal_device_t* device, CUfunction function) {
+  if (!device->driver->memops || !device->cu->cuFuncLoad) return NULL;
+  return GPUHAL__CU(device->cu, cuFuncLoad, (function));
+}
+
+/* cuModuleGetFunction and the attributes, in the device's context. */
+static gpuhal_status_t gpuhal__function_record_create(gpuhal_device_t* device, gpuhal__module_entry_t* entry,
+                                                      const char* name, gpuhal__function_record_t** out_record) {
+  size_t name_length = strlen(name);
+  gpuhal__function_record_t* record = NULL;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t st;
+  CUresult r;
+  GPUHAL_ASSERT(entry->context == device->context); /* a module is only ever used in its own context */
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(*record) + name_length + 1,
+                                               "a kernel function record", (void**)&record));
+  record->name = (char*)(record + 1);
+  memcpy(record->name, name, name_length + 1);
+  record->info.name = record->name;
+  st = gpuhal__context_enter(device, &scope);
+  if (!st) {
+    r = device->cu->cuModuleGetFunction(&record->function, entry->module, name);
+    if (r == CUDA_ERROR_NOT_FOUND) {
+      st = gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND,
+                              "gpuhal_executable_kernel: no kernel named '%s' in this %s executable", name,
+                              gpuhal__image_format_name(entry->format));
+    } else if (r != CUDA_SUCCESS) {
+      st = gpuhal__cuda_status(device->cu, r, "cuModuleGetFunction", __FILE__, __LINE__); /* not called again */
+    } else {
+      st = gpuhal__function_query_attributes(device, record);
+      if (!st) st = gpuhal__function_load_now(device, record->function);
+    }
+    gpuhal__context_leave(device, &scope);
+  }
+  if (st) {
+    gpuhal__free(device->allocator, record->params);
+    gpuhal__free(device->allocator, record);
+    return st;
+  }
+  *out_record = record;
+  return NULL;
+}
+
+/* The entry's record for `name`, looked up in the driver on first use (then cached for
+ * every executable of the entry). */
+static gpuhal_status_t gpuhal__module_entry_function(gpuhal_device_t* device, gpuhal__module_entry_t* entry,
+                                                     const char* name, gpuhal__function_record_t** out_record) {
+  gpuhal__function_record_t* record;
+  gpuhal_status_t st = NULL;
+  gpuhal__mutex_lock(&entry->functions_mutex);
+  for (record = entry->functions; record; record = record->next)
+    if (strcmp(record->name, name) == 0) break;
+  if (!record) {
+    st = gpuhal__function_record_create(device, entry, name, &record);
+    if (!st) {
+      record->next = entry->functions;
+      entry->functions = record;
+    }
+  }
+  if (!st) *out_record = record;
+  gpuhal__mutex_unlock(&entry->functions_mutex);
+  return st;
+}
+
+/* Under the executable mutex. */
+static gpuhal_kernel_t* gpuhal__executable_find_kernel_locked(gpuhal_executable_t* executable, const char* name) {
+  gpuhal_kernel_t* k;
+  for (k = executable->kernels; k; k = k->next)
+    if (strcmp(k->name, name) == 0) return k;
+  return NULL;
+}
+
+/* A kernel object of this executable over the entry's cached function record. */
+static gpuhal_status_t gpuhal__kernel_create(gpuhal_executable_t* executable, const char* name,
+                                             gpuhal_kernel_t** out_kernel) {
+  gpuhal_device_t* device = executable->device;
+  size_t name_length = strlen(name);
+  gpuhal__function_record_t* record = NULL;
+  gpuhal_kernel_t* kernel = NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__module_entry_function(device, executable->entry, name, &record));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_KERNEL, sizeof(*kernel),
+                                               "a kernel", (void**)&kernel));
+  kernel->name = (char*)gpuhal__alloc(device->allocator, name_length + 1);
+  if (!kernel->name) {
+    gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_KERNEL, kernel);
+    return gpuhal__status_oom("a kernel's name", name_length + 1);
+  }
+  gpuhal__object_init(&kernel->object, GPUHAL__MAGIC_KERNEL);
+  memcpy(kernel->name, name, name_length + 1);
+  kernel->executable = executable;
+  kernel->function = record->function;
+  gpuhal__mutex_lock(&executable->entry->functions_mutex);
+  kernel->info = record->info; /* param arrays stay the record's: the entry outlives the executable */
+  gpuhal__mutex_unlock(&executable->entry->functions_mutex);
+  kernel->info.name = kernel->name;
+  *out_kernel = kernel;
+  return NULL;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_executable_kernel(gpuhal_executable_t* executable, const char* name,
+                                                    gpuhal_kernel_t** out_kernel) {
+  gpuhal_kernel_t* kernel;
+  GPUHAL__CHECK_ARG(out_kernel != NULL, "out_kernel", "must not be NULL");
+  *out_kernel = NULL;
+  GPUHAL__CHECK_OBJECT(executable, GPUHAL__MAGIC_EXECUTABLE);
+  GPUHAL__CHECK_ARG(name != NULL, "name", "must not be NULL");
+  GPUHAL__CHECK_ARG(name[0] != 0, "name", "must not be empty");
+  gpuhal__mutex_lock(&executable->mutex);
+  kernel = gpuhal__executable_find_kernel_locked(executable, name);
+  if (!kernel) {
+    /* Created under the executable's lock: a lookup is rare and this keeps one object per name. */
+    gpuhal_status_t st = gpuhal__kernel_create(executable, name, &kernel);
+    if (st) {
+      gpuhal__mutex_unlock(&executable->mutex);
+      return st;
+    }
+    kernel->next = executable->kernels;
+    executable->kernels = kernel;
+  }
+  gpuhal__mutex_unlock(&executable->mutex);
+  *out_kernel = kernel;
+  return NULL;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_kernel_info(gpuhal_kernel_t* kernel, gpuhal_kernel_info_t* out_info) {
+  GPUHAL__CHECK_OBJECT(kernel, GPUHAL__MAGIC_KERNEL);
+  GPUHAL__CHECK_ARG(out_info != NULL, "out_info", "must not be NULL");
+  gpuhal__mutex_lock(&kernel->executable->mutex);
+  *out_info = kernel->info;
+  gpuhal__mutex_unlock(&kernel->executable->mutex);
+  return NULL;
+}
+
+/* Later kernel objects of the entry start from the value the CUfunction now has. */
+static void gpuhal__module_entry_note_shared(gpuhal__module_entry_t* entry, const char* name, int bytes) {
+  gpuhal__function_record_t* record;
+  gpuhal__mutex_lock(&entry->functions_mutex);
+  for (record = entry->functions; record; record = record->next)
+    if (strcmp(record->name, name) == 0) record->info.max_dynamic_shared_bytes = bytes;
+  gpuhal__mutex_unlock(&entry->functions_mutex);
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_kernel_set_max_dynamic_shared(gpuhal_kernel_t* kernel, uint32_t bytes) {
+  gpuhal_device_t* device;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t st;
+  GPUHAL__CHECK_OBJECT(kernel, GPUHAL__MAGIC_KERNEL);
+  device = kernel->executable->device;
+  if (bytes > (uint32_t)kernel->info.max_dynamic_shared_optin_bytes)
+    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
+                              "gpuhal_kernel_set_max_dynamic_shared: argument 'bytes' (%u) exceeds what kernel '%s' "
+                              "can have on this device (%d: the opt-in limit less %d bytes of static shared memory)",
+                              bytes, kernel->name, kernel->info.max_dynamic_shared_optin_bytes,
+                              kernel->info.static_shared_bytes);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  st = GPUHAL__CU(device->cu, cuFuncSetAttribute,
+                  (kernel->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes));
+  gpuhal__context_leave(device, &scope);
+  if (st) return gpuhal_status_annotate(st, "gpuhal_kernel_set_max_dynamic_shared('%s', %u)", kernel->name, bytes);
+  gpuhal__mutex_lock(&kernel->executable->mutex);
+  __atomic_store_n(&kernel->info.max_dynamic_shared_bytes, (int)bytes, __ATOMIC_RELAXED);
+  gpuhal__mutex_unlock(&kernel->executable->mutex);
+  gpuhal__module_entry_note_shared(kernel->executable->entry, kernel->name, (int)bytes);
+  return NULL;
+}

@@ -1,0 +1,235 @@
+/* internal: what every module of the implementation stands on (base's internal half):
+ * GPUHAL__PRIVATE, system headers, assertions, the object header and pools, lists,
+ * array growth, atomics, mutexes, threads, clocks, logging and the status macros. */
+#ifndef GPUHAL_SRC_INTERNAL_H
+#define GPUHAL_SRC_INTERNAL_H
+
+#include "base.h"
+
+/* ---- gpuhal:internal ---- */
+
+/* Functions that one file of the implementation defines and another calls. gpuhal.h is one
+ * translation unit, so they are static there; tools/check_units.sh compiles each src/ .c on
+ * its own with -DGPUHAL__PRIVATE= (external linkage), which fails on any use of a name
+ * whose declaration the file does not include. */
+#ifndef GPUHAL__PRIVATE
+#define GPUHAL__PRIVATE static
+#endif
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <limits.h>
+#include <time.h>
+#include <pthread.h>
+#include <dlfcn.h>
+
+#if !defined(CLOCK_MONOTONIC)
+#error \
+    "gpuhal: the implementation needs POSIX clocks: include gpuhal.h before any system header in the file that defines GPUHAL_IMPLEMENTATION, or compile with -D_POSIX_C_SOURCE=200809L"
+#endif
+#if !defined(__GNUC__) && !defined(__clang__)
+#error "gpuhal: this compiler is not supported yet: gpuhal needs the GCC/Clang __atomic builtins"
+#endif
+
+#ifndef GPUHAL_ASSERT
+#include <assert.h>
+#define GPUHAL_ASSERT(c) assert(c)
+#endif
+
+#define GPUHAL__UNUSED(x) ((void)(x))
+#define GPUHAL__MIN(a, b) ((a) < (b) ? (a) : (b))
+#define GPUHAL__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Internal shorthands. Every argument error names the function, the argument and the rule. */
+#define GPUHAL__RETURN_IF_ERROR(expr)    \
+  do {                                   \
+    gpuhal_status_t gpuhal__s_ = (expr); \
+    if (gpuhal__s_) return gpuhal__s_;   \
+  } while (0)
+#define GPUHAL__CHECK_ARG(cond, arg, rule)                                                                    \
+  do {                                                                                                        \
+    if (!(cond))                                                                                              \
+      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument '%s' %s", __func__, arg, rule); \
+  } while (0)
+#define GPUHAL__CHECK_RANGE(cond, arg, rule)                                                                         \
+  do {                                                                                                               \
+    if (!(cond)) return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE, "%s: argument '%s' %s", __func__, arg, rule); \
+  } while (0)
+GPUHAL__PRIVATE int gpuhal__timeout_is_immediate(gpuhal_timeout_t t);
+GPUHAL__PRIVATE int gpuhal__timeout_is_infinite(gpuhal_timeout_t t);
+GPUHAL__PRIVATE int gpuhal__timeout_expired(gpuhal_timeout_t t);
+GPUHAL__PRIVATE void gpuhal__sleep_ns(int64_t ns);
+/* The one poll-and-sleep backoff: each sleep twice the last, from `ns` up to `max_ns`. */
+typedef struct gpuhal__backoff_s {
+  int64_t ns, max_ns;
+} gpuhal__backoff_t;
+GPUHAL__PRIVATE gpuhal__backoff_t gpuhal__backoff(int64_t first_ns, int64_t max_ns);
+GPUHAL__PRIVATE void gpuhal__backoff_sleep(gpuhal__backoff_t* b);
+
+/* ---- allocator ---- */
+GPUHAL__PRIVATE void* gpuhal__default_alloc(size_t size, void* user);
+/* Fills in the defaults of a user allocator: both functions or neither. */
+GPUHAL__PRIVATE gpuhal_allocator_t gpuhal__allocator_resolve(const gpuhal_allocator_t* a);
+GPUHAL__PRIVATE void* gpuhal__alloc(const gpuhal_allocator_t* a, size_t size);
+GPUHAL__PRIVATE void* gpuhal__calloc(const gpuhal_allocator_t* a, size_t size);
+GPUHAL__PRIVATE void gpuhal__free(const gpuhal_allocator_t* a, void* ptr);
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__status_oom(const char* what, size_t size);
+/* Allocates zeroed memory for `what` or returns RESOURCE_EXHAUSTED naming it. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__alloc_zeroed(const gpuhal_allocator_t* a, size_t size, const char* what,
+                                                     void** out);
+/* The one array growth: makes `*data` (`*capacity` elements of `element_size` bytes) hold
+ * at least `needed`, doubling from 16; the new elements are zeroed. On failure nothing
+ * changes and RESOURCE_EXHAUSTED names `what`. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__grow(const gpuhal_allocator_t* allocator, void** data, size_t* capacity,
+                                             size_t needed, size_t element_size, const char* what);
+/* gpuhal__grow for a uint32_t capacity. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__grow32(const gpuhal_allocator_t* allocator, void** data, uint32_t* capacity,
+                                               size_t needed, size_t element_size, const char* what);
+GPUHAL__PRIVATE char* gpuhal__strdup(const gpuhal_allocator_t* a, const char* s);
+
+/* ---- atomics (GCC/Clang builtins; C99 has no atomics and C++ must compile this too) ---- */
+#define gpuhal__atomic_load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define gpuhal__atomic_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define gpuhal__atomic_add(p, v) __atomic_add_fetch((p), (v), __ATOMIC_ACQ_REL)
+#define gpuhal__atomic_sub(p, v) __atomic_sub_fetch((p), (v), __ATOMIC_ACQ_REL)
+#define gpuhal__atomic_cas(p, expected_ptr, desired) \
+  __atomic_compare_exchange_n((p), (expected_ptr), (desired), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
+#define gpuhal__atomic_exchange(p, v) __atomic_exchange_n((p), (v), __ATOMIC_ACQ_REL)
+/* Orders a store before a later load of another variable (two threads that each store one
+ * flag and then read the other's: at least one sees the other's). */
+#define gpuhal__atomic_fence() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+
+/* ---- objects: a header every ref-counted gpuhal object starts with ----
+ * `magic` names the type. An object's memory comes from its driver's object pool (below),
+ * which never hands it back to the allocator while the driver lives: a released object
+ * keeps its header, poisoned (GPUHAL__MAGIC_DEAD), so a late call on a released handle
+ * reads that and gets INVALID_ARGUMENT instead of touching freed memory.
+ *
+ * Two counts, because gpuhal holds references of its own (a recorded command buffer holds
+ * its buffers, a queued action its semaphores, a buffer its device): `refcount` counts
+ * every reference and frees the object at zero; `user_refs` counts the application's
+ * alone (its create and its gpuhal_X_retain / gpuhal_X_release calls). A public release
+ * takes one of the application's, never one of gpuhal's, so a release too many is refused
+ * (logged as an error) instead of destroying the object under work that still uses it. */
+typedef struct gpuhal__object_s {
+  uint32_t magic;
+  int32_t refcount;                       /* every reference: the application's and gpuhal's own */
+  int32_t user_refs;                      /* the application's: created with one, public retain/release */
+  struct gpuhal__object_s* next_released; /* its pool's FIFO while released */
+} gpuhal__object_t;
+
+#define GPUHAL__MAGIC_DEAD 0xDEADDEADu
+GPUHAL__PRIVATE void gpuhal__object_init(gpuhal__object_t* o, uint32_t magic);
+/* gpuhal's own references. */
+GPUHAL__PRIVATE void gpuhal__object_retain(gpuhal__object_t* o);
+/* Returns 1 when this was the last reference (and poisons the magic). */
+GPUHAL__PRIVATE int gpuhal__object_release(gpuhal__object_t* o);
+/* The application's references: gpuhal_X_retain takes one of each count. */
+GPUHAL__PRIVATE void gpuhal__object_user_retain(gpuhal__object_t* o);
+/* For gpuhal_X_release: drops one of the application's references and returns 1 (the
+ * caller then drops the object reference that goes with it), or returns 0 when the
+ * application holds none: the caller logs that and ignores the call. */
+GPUHAL__PRIVATE int gpuhal__object_user_release(gpuhal__object_t* o);
+/* Checks a handle argument: non-NULL, right type, not released. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__object_check(const void* object, uint32_t magic, const char* func,
+                                                     const char* arg);
+/* The same test without making a status: for functions that return no status. */
+GPUHAL__PRIVATE int gpuhal__object_is_live(const void* object, uint32_t magic);
+#define GPUHAL__CHECK_OBJECT(obj, magic)                                           \
+  do {                                                                             \
+    if (!(obj)) return gpuhal__object_check(NULL, (magic), __func__, #obj);        \
+    GPUHAL__RETURN_IF_ERROR(gpuhal__object_check((obj), (magic), __func__, #obj)); \
+  } while (0)
+
+/* ---- threads ---- */
+typedef pthread_mutex_t gpuhal__mutex_t;
+typedef struct gpuhal__cond_s {
+  pthread_cond_t cond;
+} gpuhal__cond_t;
+typedef pthread_t gpuhal__thread_t;
+
+GPUHAL__PRIVATE void gpuhal__mutex_init(gpuhal__mutex_t* m);
+GPUHAL__PRIVATE void gpuhal__mutex_destroy(gpuhal__mutex_t* m);
+GPUHAL__PRIVATE void gpuhal__mutex_lock(gpuhal__mutex_t* m);
+GPUHAL__PRIVATE void gpuhal__mutex_unlock(gpuhal__mutex_t* m);
+GPUHAL__PRIVATE int gpuhal__mutex_trylock(gpuhal__mutex_t* m);
+
+/* Condition variables wait on CLOCK_MONOTONIC, matching gpuhal_timeout_t. */
+GPUHAL__PRIVATE void gpuhal__cond_init(gpuhal__cond_t* c);
+GPUHAL__PRIVATE void gpuhal__cond_destroy(gpuhal__cond_t* c);
+GPUHAL__PRIVATE void gpuhal__cond_signal(gpuhal__cond_t* c);
+GPUHAL__PRIVATE void gpuhal__cond_broadcast(gpuhal__cond_t* c);
+GPUHAL__PRIVATE void gpuhal__cond_wait(gpuhal__cond_t* c, gpuhal__mutex_t* m);
+/* Waits until signalled or the deadline passes; returns 0 on timeout (spurious wakeups
+ * return 1 too: callers re-check their predicate in a loop, as always). */
+GPUHAL__PRIVATE int gpuhal__cond_wait_until(gpuhal__cond_t* c, gpuhal__mutex_t* m, gpuhal_timeout_t timeout);
+
+typedef void* (*gpuhal__thread_fn_t)(void* arg);
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__thread_create(gpuhal__thread_t* thread, gpuhal__thread_fn_t fn, void* arg,
+                                                      const char* name);
+GPUHAL__PRIVATE void gpuhal__thread_join(gpuhal__thread_t thread);
+#define GPUHAL__OBJECT_POOL_TYPES 16 /* more than gpuhal's object types */
+
+/* The released objects of one type, oldest first. */
+typedef struct gpuhal__object_fifo_s {
+  uint32_t magic; /* 0: unclaimed */
+  size_t size;
+  gpuhal__object_t* oldest;
+  gpuhal__object_t* newest;
+  size_t count;
+} gpuhal__object_fifo_t;
+
+typedef struct gpuhal__object_pool_s {
+  gpuhal__mutex_t mutex; /* taken to create and to free an object, never to check one */
+  gpuhal_allocator_t allocator;
+  gpuhal__object_fifo_t types[GPUHAL__OBJECT_POOL_TYPES];
+} gpuhal__object_pool_t;
+
+GPUHAL__PRIVATE void gpuhal__object_pool_init(gpuhal__object_pool_t* pool, const gpuhal_allocator_t* allocator);
+/* Frees every released object (the pool's owner is going: no handle of it is usable now).
+ * Objects still live are the application's leak and stay as they are. */
+GPUHAL__PRIVATE void gpuhal__object_pool_deinit(gpuhal__object_pool_t* pool);
+/* Zeroed memory for an object of type `magic` (the caller then runs gpuhal__object_init):
+ * the oldest released one once it is GPUHAL_HANDLE_REUSE_DISTANCE releases old, otherwise
+ * new memory. RESOURCE_EXHAUSTED names `what`. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__object_alloc(gpuhal__object_pool_t* pool, uint32_t magic, size_t size,
+                                                     const char* what, void** out);
+/* Releases an object's memory to its pool: poisons the header (a late call on the handle
+ * is caught) and queues it for reuse. Also for an object whose creation failed. */
+GPUHAL__PRIVATE void gpuhal__object_free(gpuhal__object_pool_t* pool, uint32_t magic, void* object);
+GPUHAL__PRIVATE gpuhal__object_pool_t* gpuhal__process_object_pool(void);
+
+/* ---- intrusive doubly linked list ---- */
+typedef struct gpuhal__list_node_s {
+  struct gpuhal__list_node_s* prev;
+  struct gpuhal__list_node_s* next;
+} gpuhal__list_node_t;
+GPUHAL__PRIVATE void gpuhal__list_init(gpuhal__list_node_t* head);
+GPUHAL__PRIVATE int gpuhal__list_empty(const gpuhal__list_node_t* head);
+GPUHAL__PRIVATE void gpuhal__list_push_back(gpuhal__list_node_t* head, gpuhal__list_node_t* node);
+GPUHAL__PRIVATE void gpuhal__list_insert_after(gpuhal__list_node_t* at, gpuhal__list_node_t* node);
+GPUHAL__PRIVATE void gpuhal__list_remove(gpuhal__list_node_t* node);
+GPUHAL__PRIVATE gpuhal__list_node_t* gpuhal__list_pop_front(gpuhal__list_node_t* head);
+#define GPUHAL__CONTAINER_OF(ptr, type, member) ((type*)(void*)((char*)(ptr)-offsetof(type, member)))
+
+/* ---- environment ---- */
+GPUHAL__PRIVATE const char* gpuhal__getenv(const char* name);
+GPUHAL__PRIVATE gpuhal_log_level_t gpuhal__log_level_parse(const char* s, gpuhal_log_level_t fallback);
+
+/* A logger: a sink and a level. Drivers own one; modules log through their driver's. */
+typedef struct gpuhal__logger_s {
+  gpuhal_log_level_t level;
+  gpuhal_log_fn_t fn; /* NULL: stderr */
+  void* user;
+} gpuhal__logger_t;
+
+GPUHAL__PRIVATE void gpuhal__log(const gpuhal__logger_t* logger, gpuhal_log_level_t level, const char* format, ...)
+    GPUHAL_PRINTF_ATTR(3, 4);
+
+/* For a public release the application had no reference left for (see gpuhal__object_t). */
+GPUHAL__PRIVATE void gpuhal__log_extra_release(const gpuhal__logger_t* logger, const char* func, const char* what);
+
+#endif /* GPUHAL_SRC_INTERNAL_H */

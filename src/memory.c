@@ -1,0 +1,720 @@
+#include "memory.h"
+#include "symbols.h"
+#include "status.h"
+
+/* ---- the device pool ---- */
+
+static gpuhal_status_t gpuhal__pool_set_threshold(gpuhal_device_t* device, CUmemoryPool pool) {
+  cuuint64_t threshold = (cuuint64_t)device->params.pool_release_threshold;
+  return GPUHAL__CU(device->cu, cuMemPoolSetAttribute, (pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+}
+
+/* Our own pool (device-located, pinned, release threshold from the params); the device's
+ * default pool when creating one fails. Runs on the worker. */
+static gpuhal_status_t gpuhal__pool_create(void* arg) {
+  gpuhal_device_t* device = (gpuhal_device_t*)arg;
+  const gpuhal__cuda_symbols_t* cu = device->cu;
+  gpuhal__memory_state_t* memory = device->memory;
+  CUmemPoolProps props;
+  gpuhal_status_t status;
+  memset(&props, 0, sizeof(props));
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = device->ordinal;
+  props.maxSize = (size_t)device->params.pool_max_bytes;
+  status = GPUHAL__CU(cu, cuMemPoolCreate, (&memory->pool, &props));
+  if (!status) {
+    memory->owns_pool = 1;
+  } else if (device->params.pool_max_bytes) {
+    /* The default pool has no limit: falling back would drop the one asked for. */
+    return gpuhal_status_annotate(status,
+                                  "creating a pool of at most %llu bytes (params->pool_max_bytes; "
+                                  "CUDA 12.2 or later)",
+                                  (unsigned long long)device->params.pool_max_bytes);
+  } else if (cu->cuDeviceGetDefaultMemPool) {
+    gpuhal__log(device->logger, GPUHAL_LOG_INFO, "device %d: %s; using the default pool", device->ordinal,
+                gpuhal_status_message(status));
+    gpuhal_status_free(status);
+    memory->pool = NULL;
+    GPUHAL__CU_RETURN(cu, cuDeviceGetDefaultMemPool, (&memory->pool, device->cu_device));
+  } else {
+    return status;
+  }
+  return gpuhal__pool_set_threshold(device, memory->pool);
+}
+
+static gpuhal_status_t gpuhal__pool_destroy(void* arg) {
+  gpuhal_device_t* device = (gpuhal_device_t*)arg;
+  gpuhal__memory_state_t* memory = device->memory;
+  gpuhal_status_t status = NULL;
+  if (memory->oom_event) status = GPUHAL__CU(device->cu, cuEventDestroy, (memory->oom_event));
+  memory->oom_event = NULL;
+  if (memory->pool && memory->owns_pool) {
+    gpuhal_status_t destroyed = GPUHAL__CU(device->cu, cuMemPoolDestroy, (memory->pool));
+    if (!status) {
+      status = destroyed;
+    } else {
+      gpuhal_status_free(destroyed);
+    }
+  }
+  memory->pool = NULL;
+  return status;
+}
+
+static void gpuhal__memory_flush_task(gpuhal__task_t* task);
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device) {
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(gpuhal__memory_state_t), "device memory state",
+                                               (void**)&device->memory));
+  gpuhal__list_init(&device->memory->flush_task.node);
+  device->memory->flush_task.fn = gpuhal__memory_flush_task;
+  device->memory->flush_device = device;
+  if (!device->info.memory_pools_supported && device->params.pool_max_bytes)
+    return gpuhal_status_make(GPUHAL_STATUS_UNIMPLEMENTED,
+                              "gpuhal_device_create: argument 'params->pool_max_bytes' needs stream-ordered pools, "
+                              "which device %d does not support",
+                              device->ordinal);
+  if (!device->info.memory_pools_supported) {
+    gpuhal__log(device->logger, GPUHAL_LOG_INFO, "device %d: no stream-ordered pools; queue allocations use cuMemAlloc",
+                device->ordinal);
+    return NULL;
+  }
+  return gpuhal_status_annotate(gpuhal__worker_call(device, gpuhal__pool_create, device),
+                                "creating the memory pool of device %d", device->ordinal);
+}
+
+static gpuhal_status_t gpuhal__memory_flush_call(void* driver);
+
+GPUHAL__PRIVATE void gpuhal__memory_state_destroy(gpuhal_device_t* device) {
+  gpuhal__memory_state_t* memory = device->memory;
+  if (!memory) return;
+  /* The queue is gone: nothing of this device waits on the GPU any more. What was put off
+   * runs once no other device's work does (on this thread, or a flush task of theirs). */
+  gpuhal__mutex_lock(&device->driver->parked_mutex);
+  device->driver->gpu_waits -= memory->gpu_waits;
+  memory->gpu_waits = 0;
+  gpuhal__mutex_unlock(&device->driver->parked_mutex);
+  /* On the worker, after any flush task still queued there. */
+  gpuhal_status_free(gpuhal__worker_call(device, gpuhal__memory_flush_call, device->driver));
+  if (device->memory->pool) {
+    gpuhal_status_t status = gpuhal__worker_call(device, gpuhal__pool_destroy, device);
+    if (status) {
+      gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: %s", device->ordinal, gpuhal_status_message(status));
+      gpuhal_status_free(status);
+    }
+  }
+  gpuhal__free(device->allocator, device->memory);
+  device->memory = NULL;
+}
+
+/* Allocates `size` bytes in stream order on `stream` from the device pool; without pool
+ * support, a synchronous cuMemAlloc. The _current form needs the device's context current
+ * (the queue's issue); the _async form enters it (any thread). */
+static gpuhal_status_t gpuhal__pool_alloc_current(gpuhal_device_t* device, CUstream stream, uint64_t size,
+                                                  CUdeviceptr* out_ptr) {
+  *out_ptr = 0;
+  if (size > (uint64_t)SIZE_MAX)
+    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE, "allocation of %llu bytes exceeds the address space",
+                              (unsigned long long)size);
+  if (device->memory && device->memory->pool)
+    return GPUHAL__CU(device->cu, cuMemAllocFromPoolAsync, (out_ptr, (size_t)size, device->memory->pool, stream));
+  return GPUHAL__CU(device->cu, cuMemAlloc, (out_ptr, (size_t)size));
+}
+
+/* The index of the queue whose stream is `stream`, or -1. */
+static int gpuhal__stream_queue_index(gpuhal_device_t* device, CUstream stream) {
+  uint32_t i;
+  for (i = 0; device->streams && i < device->queue_count; ++i)
+    if (device->streams[i] == stream) return (int)i;
+  return -1;
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__pool_free_current(gpuhal_device_t* device, CUstream stream, CUdeviceptr ptr) {
+  gpuhal_status_t status;
+  if (!ptr) return NULL;
+  if (device->memory && device->memory->pool) {
+    int queue = gpuhal__stream_queue_index(device, stream);
+    if (queue >= 0) gpuhal__atomic_store(&device->memory->frees_issued[queue], 1);
+    return GPUHAL__CU(device->cu, cuMemFreeAsync, (ptr, stream));
+  }
+  status = GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
+  return status ? status : GPUHAL__CU(device->cu, cuMemFree, (ptr));
+}
+
+/* ---- running out of memory ---- */
+
+static int gpuhal__status_is_oom(gpuhal_status_t status) {
+  return gpuhal_status_code(status) == GPUHAL_STATUS_RESOURCE_EXHAUSTED;
+}
+
+/* Gives the pool's unused memory back to the device (no pool: nothing to do). */
+static gpuhal_status_t gpuhal__pool_trim_current(gpuhal_device_t* device) {
+  if (!device->memory || !device->memory->pool) return NULL;
+  return GPUHAL__CU(device->cu, cuMemPoolTrimTo, (device->memory->pool, 0));
+}
+
+static gpuhal_status_t gpuhal__pool_attribute(gpuhal_device_t* device, CUmemPool_attribute attr, uint64_t* out) {
+  cuuint64_t value = 0;
+  GPUHAL__CU_RETURN(device->cu, cuMemPoolGetAttribute, (device->memory->pool, attr, &value));
+  *out = (uint64_t)value;
+  return NULL;
+}
+
+/* gpuhal_device_memory_stats with the device's context current. */
+static gpuhal_status_t gpuhal__memory_stats_current(gpuhal_device_t* device, gpuhal_memory_stats_t* out) {
+  size_t free_bytes = 0, total_bytes = 0;
+  memset(out, 0, sizeof(*out));
+  if (device->memory) {
+    out->buffers_allocated = __atomic_load_n(&device->memory->buffers_allocated, __ATOMIC_RELAXED);
+    if (device->memory->pool) {
+      GPUHAL__RETURN_IF_ERROR(
+          gpuhal__pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &out->pool_reserved));
+      GPUHAL__RETURN_IF_ERROR(gpuhal__pool_attribute(device, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &out->pool_used));
+      GPUHAL__RETURN_IF_ERROR(
+          gpuhal__pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &out->pool_reserved_high));
+      GPUHAL__RETURN_IF_ERROR(gpuhal__pool_attribute(device, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &out->pool_used_high));
+    }
+  }
+  GPUHAL__CU_RETURN(device->cu, cuMemGetInfo, (&free_bytes, &total_bytes));
+  out->device_free = (uint64_t)free_bytes;
+  out->device_total = (uint64_t)total_bytes;
+  return NULL;
+}
+
+/* Adds to an out-of-memory status what was asked and what the pool and the device hold. */
+static gpuhal_status_t gpuhal__oom_describe(gpuhal_device_t* device, gpuhal_status_t status, const char* what,
+                                            uint64_t size) {
+  gpuhal_memory_stats_t stats;
+  gpuhal_status_t failed = gpuhal__memory_stats_current(device, &stats);
+  if (failed) {
+    status = gpuhal_status_annotate(status,
+                                    "%s of %llu bytes on device %d failed after trimming the pool (no memory "
+                                    "statistics: %s)",
+                                    what, (unsigned long long)size, device->ordinal, gpuhal_status_message(failed));
+    gpuhal_status_free(failed);
+    return status;
+  }
+  return gpuhal_status_annotate(status,
+                                "%s of %llu bytes on device %d failed after trimming the pool: the pool holds %llu "
+                                "bytes (%llu in use; limit %llu, 0 = none), device buffers %llu; the device has "
+                                "%llu of %llu bytes free",
+                                what, (unsigned long long)size, device->ordinal,
+                                (unsigned long long)stats.pool_reserved, (unsigned long long)stats.pool_used,
+                                (unsigned long long)device->params.pool_max_bytes,
+                                (unsigned long long)stats.buffers_allocated, (unsigned long long)stats.device_free,
+                                (unsigned long long)stats.device_total);
+}
+
+/* Makes `stream` wait (on the GPU) for what is issued so far on each other queue stream
+ * that issued a pool free and is still busy, so the pool may hand that memory on by its
+ * event-dependency reuse rule. Never blocks. *out_count: the streams it waits for. */
+static gpuhal_status_t gpuhal__pool_wait_for_frees(gpuhal_device_t* device, CUstream stream, int* out_count) {
+  const gpuhal__cuda_symbols_t* cu = device->cu;
+  gpuhal__memory_state_t* memory = device->memory;
+  uint32_t i;
+  *out_count = 0;
+  for (i = 0; i < device->queue_count; ++i) {
+    CUstream other = device->streams[i];
+    CUresult r;
+    if (other == stream || !__atomic_exchange_n(&memory->frees_issued[i], 0, __ATOMIC_ACQ_REL)) continue;
+    r = cu->cuStreamQuery(other);
+    if (r == CUDA_SUCCESS) continue; /* idle: its frees ran before the trim */
+    gpuhal__atomic_store(&memory->frees_issued[i], 1);
+    if (r != CUDA_ERROR_NOT_READY) return gpuhal__cuda_status(cu, r, "cuStreamQuery", __FILE__, __LINE__);
+    if (!memory->oom_event) GPUHAL__CU_RETURN(cu, cuEventCreate, (&memory->oom_event, CU_EVENT_DISABLE_TIMING));
+    /* A wait takes the record in force when it is made, so one event serves every stream. */
+    GPUHAL__CU_RETURN(cu, cuEventRecord, (memory->oom_event, other));
+    GPUHAL__CU_RETURN(cu, cuStreamWaitEvent, (stream, memory->oom_event, 0));
+    (*out_count)++;
+  }
+  return NULL;
+}
+
+/* A queue_alloca's allocation on `stream` (context current, issues serialized). Out of
+ * memory, it trims the pool and tries again; then, if other queues have pool frees in
+ * flight, waits for them on the GPU and tries a last time. */
+static gpuhal_status_t gpuhal__pool_alloc_or_recover(gpuhal_device_t* device, CUstream stream, uint64_t size,
+                                                     CUdeviceptr* out_ptr) {
+  gpuhal_status_t status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
+  gpuhal_status_t step;
+  int waited = 0;
+  if (!gpuhal__status_is_oom(status)) return status;
+  step = gpuhal__pool_trim_current(device);
+  if (!step) {
+    gpuhal_status_free(status);
+    status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
+    if (gpuhal__status_is_oom(status) && device->memory && device->memory->pool)
+      step = gpuhal__pool_wait_for_frees(device, stream, &waited);
+  }
+  if (step) {
+    gpuhal_status_free(status);
+    return step;
+  }
+  if (waited) {
+    gpuhal_status_free(status);
+    status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
+  }
+  return gpuhal__status_is_oom(status) ? gpuhal__oom_describe(device, status, "queue_alloca", size) : status;
+}
+
+/* Frees `ptr` in stream order; without pool support, waits for `stream` then cuMemFree.
+ * Any thread: it enters the device's context. */
+static gpuhal_status_t gpuhal__pool_free_async(gpuhal_device_t* device, CUstream stream, CUdeviceptr ptr) {
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  if (!ptr) return NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  status = gpuhal__pool_free_current(device, stream, ptr);
+  gpuhal__context_leave(device, &scope);
+  return status;
+}
+
+/* ---- buffers ---- */
+
+/* Sets up a zeroed buffer object of `device` (taking a device reference), no memory yet. */
+static void gpuhal__buffer_init(gpuhal_buffer_t* buffer, gpuhal_device_t* device, gpuhal_memory_kind_t kind,
+                                uint64_t size) {
+  gpuhal__object_init(&buffer->header, GPUHAL__MAGIC_BUFFER);
+  gpuhal__device_retain_ref(device);
+  buffer->device = device;
+  buffer->kind = kind;
+  buffer->size = size;
+  buffer->state = GPUHAL__BUFFER_UNALLOCATED;
+}
+
+static gpuhal_status_t gpuhal__buffer_new(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
+                                          gpuhal_buffer_t** out_buffer) {
+  gpuhal_buffer_t* buffer = NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_BUFFER, sizeof(*buffer),
+                                               "gpuhal_buffer_t", (void**)&buffer));
+  gpuhal__buffer_init(buffer, device, kind, size);
+  *out_buffer = buffer;
+  return NULL;
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_create_pending(gpuhal_device_t* device, uint64_t size,
+                                                              gpuhal_buffer_t** out_buffer) {
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_new(device, GPUHAL_MEMORY_DEVICE, size, out_buffer));
+  (*out_buffer)->pending = 1;
+  return NULL;
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_pending_allocate(gpuhal_buffer_t* buffer, gpuhal_device_t* device,
+                                                                CUstream stream) {
+  CUdeviceptr ptr = 0;
+  gpuhal_status_t status;
+  if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_UNALLOCATED)
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "queue_alloca: the buffer was already allocated");
+  status = gpuhal__pool_alloc_or_recover(device, stream, buffer->size, &ptr);
+  if (status && !gpuhal__status_is_oom(status))
+    status = gpuhal_status_annotate(status, "queue_alloca of %llu bytes on device %d", (unsigned long long)buffer->size,
+                                    device->ordinal);
+  GPUHAL__RETURN_IF_ERROR(status);
+  gpuhal__atomic_store(&buffer->address, ptr);
+  gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_LIVE);
+  return NULL;
+}
+
+/* Allocates a plain buffer's memory of its kind; the device's context is current. */
+static gpuhal_status_t gpuhal__buffer_allocate_current(gpuhal_buffer_t* buffer) {
+  const gpuhal__cuda_symbols_t* cu = buffer->device->cu;
+  size_t size = (size_t)buffer->size;
+  gpuhal_status_t status = NULL;
+  switch (buffer->kind) {
+    case GPUHAL_MEMORY_DEVICE: status = GPUHAL__CU(cu, cuMemAlloc, (&buffer->address, size)); break;
+    case GPUHAL_MEMORY_HOST_PINNED:
+      status = GPUHAL__CU(cu, cuMemAllocHost, (&buffer->host_pointer, size));
+      /* Unified addressing (every 64-bit platform CUDA still supports) makes the host
+       * pointer valid on the device too. */
+      if (!status) buffer->address = (CUdeviceptr)(uintptr_t)buffer->host_pointer;
+      break;
+    case GPUHAL_MEMORY_MANAGED:
+      status = GPUHAL__CU(cu, cuMemAllocManaged, (&buffer->address, size, CU_MEM_ATTACH_GLOBAL));
+      if (!status) buffer->host_pointer = (void*)(uintptr_t)buffer->address;
+      break;
+  }
+  return status;
+}
+
+/* Out of device (or managed) memory, the pool may be holding what is missing: trim it and
+ * try once more. */
+static gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* buffer) {
+  gpuhal_device_t* device = buffer->device;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  status = gpuhal__buffer_allocate_current(buffer);
+  if (gpuhal__status_is_oom(status) && buffer->kind != GPUHAL_MEMORY_HOST_PINNED) {
+    gpuhal_status_t trimmed = gpuhal__pool_trim_current(device);
+    if (trimmed) {
+      gpuhal_status_free(status);
+      status = trimmed;
+    } else {
+      gpuhal_status_free(status);
+      status = gpuhal__buffer_allocate_current(buffer);
+      if (gpuhal__status_is_oom(status)) status = gpuhal__oom_describe(device, status, "buffer_allocate", buffer->size);
+    }
+  }
+  gpuhal__context_leave(device, &scope);
+  if (!status && buffer->kind == GPUHAL_MEMORY_DEVICE && device->memory)
+    __atomic_add_fetch(&device->memory->buffers_allocated, buffer->size, __ATOMIC_RELAXED);
+  return status;
+}
+
+static gpuhal_status_t gpuhal__buffer_free_pending_sync(void* arg) {
+  gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)arg;
+  gpuhal_device_t* device = buffer->device;
+  CUstream stream = device->streams ? device->streams[0] : NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__pool_free_async(device, stream, buffer->address));
+  return GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
+}
+
+/* The call `d` names, in the current context. */
+static gpuhal_status_t gpuhal__deferred_call_run(const gpuhal__cuda_symbols_t* cu, const gpuhal__deferred_call_t* d) {
+  if (d->host) return GPUHAL__CU(cu, cuMemFreeHost, (d->host));
+  if (d->module) return GPUHAL__CU(cu, cuModuleUnload, (d->module));
+  return GPUHAL__CU(cu, cuMemFree, (d->address));
+}
+
+/* Runs `call` (cuMemFree, cuMemFreeHost or cuModuleUnload) with the device's context
+ * current, or, while queue work of any device of the driver may wait on the GPU for a value,
+ * puts it off: these calls wait until the whole context is idle (tools/probe/park_probe.c),
+ * and the value may only come from the calling thread later. The check and the call share
+ * driver->parked_mutex with the count of such work, so none is enqueued while one of these
+ * calls waits for the context. */
+static gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device, const gpuhal__deferred_call_t* call) {
+  gpuhal_driver_t* driver = device->driver;
+  gpuhal_status_t status = NULL;
+  if (!driver->memops) return gpuhal__deferred_call_run(device->cu, call); /* nothing ever parks */
+  gpuhal__mutex_lock(&driver->parked_mutex);
+  if (driver->gpu_waits > 0) {
+    gpuhal__deferred_call_t* d = NULL;
+    status = gpuhal__alloc_zeroed(device->allocator, sizeof(*d), "a call put off", (void**)&d);
+    if (!status) {
+      *d = *call;
+      d->cu_device = device->cu_device;
+      status = GPUHAL__CU(device->cu, cuDevicePrimaryCtxRetain, (&d->context, device->cu_device));
+    }
+    if (!status) {
+      d->next = driver->deferred;
+      driver->deferred = d;
+    } else {
+      gpuhal__free(device->allocator, d);
+    }
+  } else {
+    status = gpuhal__deferred_call_run(device->cu, call);
+  }
+  gpuhal__mutex_unlock(&driver->parked_mutex);
+  return status;
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_free(gpuhal_device_t* device, void* host, CUdeviceptr address) {
+  gpuhal__deferred_call_t call;
+  memset(&call, 0, sizeof(call));
+  call.host = host;
+  call.address = address;
+  return gpuhal__device_sync_call(device, &call);
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_module(gpuhal_device_t* device, CUmodule module) {
+  gpuhal__deferred_call_t call;
+  memset(&call, 0, sizeof(call));
+  call.module = module;
+  return gpuhal__device_sync_call(device, &call);
+}
+
+/* Under parked_mutex: runs what was put off, each in its context, unless queue work may wait
+ * on the GPU again. Any thread. */
+static void gpuhal__driver_flush_deferred_locked(gpuhal_driver_t* driver) {
+  const gpuhal__cuda_symbols_t* cu = &driver->cu;
+  while (driver->gpu_waits == 0 && driver->deferred) {
+    gpuhal__deferred_call_t* d = driver->deferred;
+    gpuhal__context_scope_t scope;
+    gpuhal_status_t status = NULL;
+    driver->deferred = d->next;
+    if (gpuhal__context_push_any(cu, d->context, &scope)) {
+      status = gpuhal__deferred_call_run(cu, d);
+      gpuhal__context_pop_any(cu, &scope);
+    }
+    if (status) {
+      gpuhal__log(&driver->logger, GPUHAL_LOG_ERROR, "a call put off while work waited on the GPU: %s",
+                  gpuhal_status_message(status));
+      gpuhal_status_free(status);
+    }
+    cu->cuDevicePrimaryCtxRelease(d->cu_device);
+    gpuhal__free(&driver->allocator, d);
+  }
+}
+
+GPUHAL__PRIVATE void gpuhal__driver_flush_deferred(gpuhal_driver_t* driver) {
+  gpuhal__mutex_lock(&driver->parked_mutex);
+  gpuhal__driver_flush_deferred_locked(driver);
+  gpuhal__mutex_unlock(&driver->parked_mutex);
+}
+
+static gpuhal_status_t gpuhal__memory_flush_call(void* driver) {
+  gpuhal__driver_flush_deferred((gpuhal_driver_t*)driver);
+  return NULL;
+}
+
+static void gpuhal__memory_flush_task(gpuhal__task_t* task) {
+  gpuhal__memory_state_t* memory = GPUHAL__CONTAINER_OF(task, gpuhal__memory_state_t, flush_task);
+  gpuhal__driver_flush_deferred(memory->flush_device->driver);
+}
+
+GPUHAL__PRIVATE void gpuhal__memory_gpu_waits_add(gpuhal_device_t* device, int32_t delta) {
+  gpuhal__memory_state_t* memory = device->memory;
+  gpuhal_driver_t* driver = device->driver;
+  int flush;
+  if (!memory) return;
+  gpuhal__mutex_lock(&driver->parked_mutex);
+  memory->gpu_waits += delta;
+  driver->gpu_waits += delta;
+  flush = driver->gpu_waits == 0 && driver->deferred != NULL;
+  gpuhal__mutex_unlock(&driver->parked_mutex);
+  if (flush) gpuhal__worker_post(device, &memory->flush_task);
+}
+
+/* Frees a (non-pending) buffer's memory; the device's context is current. */
+static gpuhal_status_t gpuhal__buffer_free_current(void* arg) {
+  gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)arg;
+  const gpuhal__cuda_symbols_t* cu = buffer->device->cu;
+  GPUHAL__UNUSED(cu);
+  if (buffer->kind == GPUHAL_MEMORY_HOST_PINNED) return gpuhal__device_free(buffer->device, buffer->host_pointer, 0);
+  return gpuhal__device_free(buffer->device, NULL, buffer->address);
+}
+
+static gpuhal_status_t gpuhal__buffer_free_memory(gpuhal_buffer_t* buffer) {
+  gpuhal_device_t* device = buffer->device;
+  const gpuhal__cuda_symbols_t* cu = device->cu;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status = NULL;
+  if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_LIVE) return NULL;
+  if (buffer->pending) return gpuhal__worker_call(device, gpuhal__buffer_free_pending_sync, buffer);
+  GPUHAL__UNUSED(cu);
+  status = gpuhal__context_enter(device, &scope);
+  if (status) {
+    /* This thread cannot take the device's context now; the worker thread holds it for its
+     * life, so free there rather than leak the memory. */
+    gpuhal_status_free(status);
+    return gpuhal__worker_call(device, gpuhal__buffer_free_current, buffer);
+  }
+  status = gpuhal__buffer_free_current(buffer);
+  gpuhal__context_leave(device, &scope);
+  return status;
+}
+
+static void gpuhal__buffer_destroy(gpuhal_buffer_t* buffer) {
+  gpuhal_device_t* device = buffer->device;
+  gpuhal_status_t status;
+  if (!buffer->pending && buffer->kind == GPUHAL_MEMORY_DEVICE && device->memory &&
+      gpuhal__atomic_load(&buffer->state) == GPUHAL__BUFFER_LIVE)
+    __atomic_sub_fetch(&device->memory->buffers_allocated, buffer->size, __ATOMIC_RELAXED);
+  status = gpuhal__buffer_free_memory(buffer);
+  if (status) {
+    gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "freeing a buffer of %llu bytes: %s",
+                (unsigned long long)buffer->size, gpuhal_status_message(status));
+    gpuhal_status_free(status);
+  }
+  gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_FREED);
+  gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_BUFFER, buffer);
+  gpuhal__device_release_ref(device);
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
+                                                  gpuhal_buffer_t** out_buffer) {
+  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_status_t status;
+  GPUHAL__CHECK_ARG(out_buffer != NULL, "out_buffer", "must not be NULL");
+  *out_buffer = NULL;
+  GPUHAL__CHECK_HANDLE(device, GPUHAL__MAGIC_DEVICE);
+  GPUHAL__CHECK_ARG((unsigned)kind <= (unsigned)GPUHAL_MEMORY_MANAGED, "kind",
+                    "must be GPUHAL_MEMORY_DEVICE, _HOST_PINNED or _MANAGED");
+  GPUHAL__CHECK_ARG(size > 0, "size", "must be > 0");
+  GPUHAL__CHECK_RANGE(size <= (uint64_t)SIZE_MAX, "size", "exceeds the address space (SIZE_MAX)");
+  GPUHAL__CHECK_RANGE(size <= device->info.total_memory || kind != GPUHAL_MEMORY_DEVICE, "size",
+                      "exceeds the device's total memory");
+  if (kind == GPUHAL_MEMORY_MANAGED && !device->info.managed_memory)
+    return gpuhal_status_make(GPUHAL_STATUS_UNIMPLEMENTED, "%s: device %d does not support managed memory", __func__,
+                              device->ordinal);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_new(device, kind, size, &buffer));
+  status = gpuhal__buffer_allocate_memory(buffer);
+  if (status) {
+    gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_BUFFER, buffer);
+    gpuhal__device_release_ref(device);
+    return gpuhal_status_annotate(status, "allocating %llu bytes of %s memory on device %d", (unsigned long long)size,
+                                  kind == GPUHAL_MEMORY_DEVICE        ? "device"
+                                  : kind == GPUHAL_MEMORY_HOST_PINNED ? "pinned host"
+                                                                      : "managed",
+                                  device->ordinal);
+  }
+  gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_LIVE);
+  *out_buffer = buffer;
+  return NULL;
+}
+
+static int gpuhal__buffer_is_valid(gpuhal_buffer_t* buffer) {
+  return gpuhal__object_is_live(buffer, GPUHAL__MAGIC_BUFFER);
+}
+
+GPUHAL__PRIVATE void gpuhal__buffer_retain_ref(gpuhal_buffer_t* buffer) {
+  if (buffer) gpuhal__object_retain(&buffer->header);
+}
+
+GPUHAL__PRIVATE void gpuhal__buffer_release_ref(gpuhal_buffer_t* buffer) {
+  if (buffer && gpuhal__object_release(&buffer->header)) gpuhal__buffer_destroy(buffer);
+}
+
+GPUHAL_API void gpuhal_buffer_retain(gpuhal_buffer_t* buffer) {
+  if (gpuhal__buffer_is_valid(buffer)) gpuhal__object_user_retain(&buffer->header);
+}
+
+GPUHAL_API void gpuhal_buffer_release(gpuhal_buffer_t* buffer) {
+  if (!gpuhal__buffer_is_valid(buffer)) return;
+  if (!gpuhal__object_user_release(&buffer->header)) {
+    gpuhal__log_extra_release(buffer->device->logger, __func__, "a buffer");
+    return;
+  }
+  gpuhal__buffer_release_ref(buffer);
+}
+
+GPUHAL_API uint64_t gpuhal_buffer_size(gpuhal_buffer_t* buffer) {
+  return gpuhal__buffer_is_valid(buffer) ? buffer->size : 0;
+}
+
+GPUHAL_API gpuhal_memory_kind_t gpuhal_buffer_kind(gpuhal_buffer_t* buffer) {
+  return gpuhal__buffer_is_valid(buffer) ? buffer->kind : GPUHAL_MEMORY_DEVICE;
+}
+
+GPUHAL_API gpuhal_device_t* gpuhal_buffer_device(gpuhal_buffer_t* buffer) {
+  return gpuhal__buffer_is_valid(buffer) ? buffer->device : NULL;
+}
+
+GPUHAL_API void* gpuhal_buffer_host_pointer(gpuhal_buffer_t* buffer) {
+  return gpuhal__buffer_is_valid(buffer) ? buffer->host_pointer : NULL;
+}
+
+/* FAILED_PRECONDITION unless the buffer's memory is LIVE. */
+static gpuhal_status_t gpuhal__buffer_check_live(gpuhal_buffer_t* buffer, const char* func) {
+  int32_t state = gpuhal__atomic_load(&buffer->state);
+  if (state == GPUHAL__BUFFER_LIVE) return NULL;
+  return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: argument 'buffer' %s", func,
+                            state == GPUHAL__BUFFER_UNALLOCATED
+                                ? "has no memory yet: its queue_alloca has not been issued (wait on its signal first)"
+                                : "has no memory any more: its queue_dealloca was issued");
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_buffer_device_address(gpuhal_buffer_t* buffer, uint64_t* out_address) {
+  GPUHAL__CHECK_HANDLE(buffer, GPUHAL__MAGIC_BUFFER);
+  GPUHAL__CHECK_ARG(out_address != NULL, "out_address", "must not be NULL");
+  *out_address = 0;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_check_live(buffer, __func__));
+  *out_address = (uint64_t)buffer->address;
+  return NULL;
+}
+
+/* Checks [offset, offset + size) lies inside the buffer, without overflow. */
+static gpuhal_status_t gpuhal__buffer_check_range(gpuhal_buffer_t* buffer, uint64_t offset, uint64_t size,
+                                                  const char* func) {
+  if (size == 0) return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument 'size' must be > 0", func);
+  if (offset >= buffer->size)
+    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
+                              "%s: argument 'offset' is %llu, past the end of the buffer (%llu bytes)", func,
+                              (unsigned long long)offset, (unsigned long long)buffer->size);
+  if (size > buffer->size - offset)
+    return gpuhal_status_make(
+        GPUHAL_STATUS_OUT_OF_RANGE, "%s: argument 'size' is %llu, but only %llu bytes follow offset %llu in the buffer",
+        func, (unsigned long long)size, (unsigned long long)(buffer->size - offset), (unsigned long long)offset);
+  return NULL;
+}
+
+/* memcpy of a range gpuhal__buffer_check_range accepted. No buffer comes near PTRDIFF_MAX
+ * bytes, so the test always passes; it shows the optimiser that a huge constant size from
+ * a caller's bad-input path (refused by the check) never reaches memcpy, which it would
+ * otherwise report at -O2/-O3 (-Wstringop-overflow) once the call is inlined. */
+static void gpuhal__host_copy(void* dst, const void* src, uint64_t size) {
+  if (size <= (uint64_t)PTRDIFF_MAX) memcpy(dst, src, (size_t)size);
+}
+
+/* cuMemcpyHtoD from pageable memory may return before the DMA lands (it is staged on the
+ * legacy stream). Our queues are non-blocking streams, which do not wait for the legacy
+ * stream, so the write is only complete once that stream is synchronized. */
+static gpuhal_status_t gpuhal__buffer_copy_to_device(gpuhal_buffer_t* buffer, uint64_t offset, const void* src,
+                                                     uint64_t size) {
+  gpuhal_device_t* device = buffer->device;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  status = GPUHAL__CU(device->cu, cuMemcpyHtoD, (buffer->address + (CUdeviceptr)offset, src, (size_t)size));
+  if (!status) status = GPUHAL__CU(device->cu, cuStreamSynchronize, ((CUstream)NULL));
+  gpuhal__context_leave(device, &scope);
+  return status;
+}
+
+static gpuhal_status_t gpuhal__buffer_copy_from_device(gpuhal_buffer_t* buffer, uint64_t offset, void* dst,
+                                                       uint64_t size) {
+  gpuhal_device_t* device = buffer->device;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  status = GPUHAL__CU(device->cu, cuMemcpyDtoH, (dst, buffer->address + (CUdeviceptr)offset, (size_t)size));
+  gpuhal__context_leave(device, &scope);
+  return status;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_buffer_read(gpuhal_buffer_t* buffer, uint64_t offset, void* dst, uint64_t size) {
+  GPUHAL__CHECK_HANDLE(buffer, GPUHAL__MAGIC_BUFFER);
+  GPUHAL__CHECK_ARG(dst != NULL, "dst", "must not be NULL");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_check_range(buffer, offset, size, __func__));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_check_live(buffer, __func__));
+  /* Pinned memory is plain host memory. Managed memory goes through the driver, which is
+   * safe even on devices without concurrent managed access. */
+  if (buffer->kind == GPUHAL_MEMORY_HOST_PINNED) {
+    gpuhal__host_copy(dst, (const char*)buffer->host_pointer + offset, size);
+    return NULL;
+  }
+  return gpuhal_status_annotate(gpuhal__buffer_copy_from_device(buffer, offset, dst, size),
+                                "reading %llu bytes at offset %llu", (unsigned long long)size,
+                                (unsigned long long)offset);
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_buffer_write(gpuhal_buffer_t* buffer, uint64_t offset, const void* src,
+                                               uint64_t size) {
+  GPUHAL__CHECK_HANDLE(buffer, GPUHAL__MAGIC_BUFFER);
+  GPUHAL__CHECK_ARG(src != NULL, "src", "must not be NULL");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_check_range(buffer, offset, size, __func__));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_check_live(buffer, __func__));
+  if (buffer->kind == GPUHAL_MEMORY_HOST_PINNED) {
+    gpuhal__host_copy((char*)buffer->host_pointer + offset, src, size);
+    return NULL;
+  }
+  return gpuhal_status_annotate(gpuhal__buffer_copy_to_device(buffer, offset, src, size),
+                                "writing %llu bytes at offset %llu", (unsigned long long)size,
+                                (unsigned long long)offset);
+}
+
+/* ---- device memory: trim and statistics ---- */
+
+GPUHAL_API gpuhal_status_t gpuhal_device_trim(gpuhal_device_t* device) {
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  GPUHAL__CHECK_HANDLE(device, GPUHAL__MAGIC_DEVICE);
+  if (!device->memory || !device->memory->pool) return NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  status = gpuhal__pool_trim_current(device);
+  gpuhal__context_leave(device, &scope);
+  return gpuhal_status_annotate(status, "trimming the memory pool of device %d", device->ordinal);
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_device_memory_stats(gpuhal_device_t* device, gpuhal_memory_stats_t* out_stats) {
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  GPUHAL__CHECK_ARG(out_stats != NULL, "out_stats", "must not be NULL");
+  memset(out_stats, 0, sizeof(*out_stats));
+  GPUHAL__CHECK_HANDLE(device, GPUHAL__MAGIC_DEVICE);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  status = gpuhal__memory_stats_current(device, out_stats);
+  gpuhal__context_leave(device, &scope);
+  return gpuhal_status_annotate(status, "reading the memory statistics of device %d", device->ordinal);
+}

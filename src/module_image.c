@@ -1,0 +1,127 @@
+#include "module_image.h"
+#include "hash.h"
+
+GPUHAL__PRIVATE const char* gpuhal__image_format_name(gpuhal__image_format_t f) {
+  switch (f) {
+    case GPUHAL__IMAGE_PTX: return "PTX";
+    case GPUHAL__IMAGE_CUBIN: return "cubin";
+    case GPUHAL__IMAGE_FATBIN: return "fatbin";
+  }
+  return "unknown";
+}
+
+#define GPUHAL__ELF_EM_CUDA 190
+#define GPUHAL__FATBIN_MAGIC 0xBA55ED50u
+
+/* A cubin is an ELF file. A 64-bit one (every real cubin) must be for EM_CUDA and have its
+ * section headers inside the image; anything else after the ELF magic is left for the
+ * driver to judge (softcuda's stand-in cubins are ELF magic + PTX). */
+static gpuhal_status_t gpuhal__image_check_cubin(const unsigned char* p, size_t size, const char* func) {
+  uint64_t shoff;
+  uint64_t shend;
+  /* 52 bytes is the smallest ELF header (ELF32); nothing shorter is worth a driver call. */
+  if (size < 52)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument 'image' is a truncated ELF file (%zu bytes, less than the 52-byte "
+                              "smallest ELF header)",
+                              func, size);
+  if (p[4] != 2) return NULL;
+  if (size < 64)
+    return gpuhal_status_make(
+        GPUHAL_STATUS_INVALID_ARGUMENT,
+        "%s: argument 'image' is a truncated ELF64 file (%zu bytes, less than its 64-byte header)", func, size);
+  if (gpuhal__le16(p + 18) != GPUHAL__ELF_EM_CUDA)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument 'image' is an ELF file for machine %u, not a CUDA cubin (EM_CUDA = %d)",
+                              func, (unsigned)gpuhal__le16(p + 18), GPUHAL__ELF_EM_CUDA);
+  shoff = gpuhal__le64(p + 0x28);
+  shend = shoff + (uint64_t)gpuhal__le16(p + 0x3A) * gpuhal__le16(p + 0x3C);
+  if (shoff > size || shend > size)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument 'image' is a truncated cubin: its section headers end at byte %llu "
+                              "but 'size' is %zu",
+                              func, (unsigned long long)shend, size);
+  return NULL;
+}
+
+/* A fatbin starts with {u32 magic, u16 version, u16 header size, u64 payload size}. */
+static gpuhal_status_t gpuhal__image_check_fatbin(const unsigned char* p, size_t size, const char* func) {
+  uint64_t total;
+  if (size < 16)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument 'image' has the fatbin magic but only %zu bytes", func, size);
+  /* (compared piecewise: a huge payload size must not wrap the sum) */
+  total = (uint64_t)gpuhal__le16(p + 6) + GPUHAL__MIN(gpuhal__le64(p + 8), (uint64_t)SIZE_MAX);
+  if (gpuhal__le64(p + 8) > (uint64_t)size || total > size)
+    return gpuhal_status_make(
+        GPUHAL_STATUS_INVALID_ARGUMENT,
+        "%s: argument 'image' is a truncated fatbin: its header says %llu bytes but 'size' is %zu", func,
+        (unsigned long long)total, size);
+  return NULL;
+}
+
+/* PTX: text (tabs, newlines, printable bytes; at most one NUL, at the very end) that has
+ * a .version directive. *out_text_size excludes the NUL. */
+static gpuhal_status_t gpuhal__image_check_ptx(const unsigned char* p, size_t size, const char* func,
+                                               size_t* out_text_size) {
+  size_t n = size;
+  size_t i;
+  if (n && p[n - 1] == 0) --n;
+  for (i = 0; i < n; ++i) {
+    /* Eight bytes at a time while none is a control byte other than \t \n \v \f \r
+     * (per-byte compares in one word: each byte is or'ed with 0x80 first, so no borrow
+     * crosses bytes). */
+    const uint64_t high = 0x8080808080808080ull, ones = 0x0101010101010101ull;
+    while (i + 8 <= n) {
+      uint64_t w = gpuhal__read_u64(p + i), low7 = (w & ~high) | high;
+      uint64_t ge20 = low7 - ones * 0x20, ge09 = low7 - ones * 0x09, ge0e = low7 - ones * 0x0E;
+      if ((~w & ~ge20 & ~(ge09 & ~ge0e) & high) != 0) break;
+      i += 8;
+    }
+    if (i >= n) break;
+    if (p[i] >= 0x20 || (unsigned char)(p[i] - 9) < 5) continue;
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument 'image' is not PTX, a cubin (ELF) or a fatbin: byte %zu is 0x%02x "
+                              "(not text) and the image starts with no known magic number",
+                              func, i, (unsigned)p[i]);
+  }
+  for (i = 0; i + 8 <= n; ++i) {
+    if (memcmp(p + i, ".version", 8) == 0) {
+      *out_text_size = n;
+      return NULL;
+    }
+  }
+  return gpuhal_status_make(
+      GPUHAL_STATUS_INVALID_ARGUMENT,
+      "%s: argument 'image' is text without a .version directive: not PTX (nor a cubin or fatbin)", func);
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__image_detect(const void* image, size_t size, const char* func,
+                                                     gpuhal__image_format_t* out_format, size_t* out_size) {
+  const unsigned char* p = (const unsigned char*)image;
+  *out_size = size;
+  if (size >= 4 && p[0] == 0x7F && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') {
+    *out_format = GPUHAL__IMAGE_CUBIN;
+    return gpuhal__image_check_cubin(p, size, func);
+  }
+  if (size >= 4 && gpuhal__le32(p) == GPUHAL__FATBIN_MAGIC) {
+    *out_format = GPUHAL__IMAGE_FATBIN;
+    return gpuhal__image_check_fatbin(p, size, func);
+  }
+  *out_format = GPUHAL__IMAGE_PTX;
+  return gpuhal__image_check_ptx(p, size, func, out_size);
+}
+
+GPUHAL__PRIVATE void gpuhal__image_sniff(const void* image, size_t size, gpuhal__image_format_t* out_format,
+                                         size_t* out_size) {
+  const unsigned char* p = (const unsigned char*)image;
+  *out_size = size;
+  if (size >= 4 && p[0] == 0x7F && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') {
+    *out_format = GPUHAL__IMAGE_CUBIN;
+  } else if (size >= 4 && gpuhal__le32(p) == GPUHAL__FATBIN_MAGIC) {
+    *out_format = GPUHAL__IMAGE_FATBIN;
+  } else {
+    *out_format = GPUHAL__IMAGE_PTX;
+    if (size && p[size - 1] == 0) *out_size = size - 1;
+  }
+}

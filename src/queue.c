@@ -1,0 +1,336 @@
+#include "queue.h"
+
+GPUHAL__PRIVATE gpuhal__queue_state_t* gpuhal__queue_state(gpuhal_device_t* device) {
+  return (gpuhal__queue_state_t*)device->queue_state;
+}
+
+GPUHAL__PRIVATE gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_queue_tuning_t* in) {
+  gpuhal_queue_tuning_t t = *in;
+  if (t.host_wait_spin_ns == 0) t.host_wait_spin_ns = 200000;
+  if (t.host_wait_spin_ns < 0) t.host_wait_spin_ns = 0;
+  if (t.host_wait_max_sleep_ns <= 0) t.host_wait_max_sleep_ns = 1000000;
+  if (t.completion_min_age_ns == 0) t.completion_min_age_ns = 100000;
+  if (t.completion_min_age_ns < 0) t.completion_min_age_ns = 0;
+  if (t.completion_max_sleep_ns <= 0) t.completion_max_sleep_ns = 200000;
+  if (t.harvest_min == 0) t.harvest_min = 48;
+  if (t.harvest_min < 0) t.harvest_min = 0; /* off */
+  if (t.gpu_parked_max == 0) {
+    const char* env = gpuhal__getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    long connections = env && env[0] ? strtol(env, NULL, 10) : 8;
+    t.gpu_parked_max = (int32_t)(connections > 0 && connections <= 1024 ? connections / 4 : 2);
+  }
+  if (t.gpu_parked_max < 0) t.gpu_parked_max = 0; /* none */
+  /* park_headroom: gpuhal__device_room_headroom (device.h) reads it */
+  return t;
+}
+
+GPUHAL__PRIVATE int gpuhal__park_reserve(gpuhal__queue_state_t* state) {
+  gpuhal_device_t* device = state->device;
+  int32_t* count;
+  int32_t now;
+  if (!state->memops || state->tuning.gpu_parked_max <= 0 || device->no_gpu_park || !device->driver->ordinals) return 0;
+  count = &device->driver->ordinals[device->ordinal].parked;
+  now = gpuhal__atomic_load(count);
+  while (now < state->tuning.gpu_parked_max)
+    if (gpuhal__atomic_cas(count, &now, now + 1)) {
+      /* and only while CUDA's store of streams has room (device.h, gpuhal__device_room_refill) */
+      if (gpuhal__device_allows_park(device)) return 1;
+      gpuhal__atomic_sub(count, 1);
+      return 0;
+    }
+  return 0;
+}
+
+GPUHAL__PRIVATE void gpuhal__park_release(gpuhal__queue_state_t* state, int32_t n) {
+  if (n > 0) gpuhal__atomic_sub(&state->device->driver->ordinals[state->device->ordinal].parked, n);
+}
+
+GPUHAL__PRIVATE int gpuhal__queue_owns_thread(gpuhal_device_t* device) {
+  gpuhal__queue_state_t* state = gpuhal__queue_state(device);
+  pthread_t self = pthread_self();
+  return state && state->threads_started &&
+         (pthread_equal(self, state->completion_thread) || pthread_equal(self, state->host_call_thread));
+}
+
+GPUHAL__PRIVATE void gpuhal__queue_kick(gpuhal__queue_state_t* state) {
+  gpuhal__worker_post(state->device, &state->pump_task);
+}
+
+GPUHAL__PRIVATE void gpuhal__queue_kick_issue(gpuhal__queue_state_t* state) {
+  gpuhal__atomic_store(&state->issue_needed, 1);
+  gpuhal__queue_kick(state);
+}
+
+GPUHAL__PRIVATE void gpuhal__woken_push(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+  gpuhal__action_t* head = __atomic_load_n(&state->woken, __ATOMIC_RELAXED);
+  do {
+    a->woken_next = head;
+  } while (!__atomic_compare_exchange_n(&state->woken, &head, a, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+}
+
+GPUHAL__PRIVATE void gpuhal__action_wake(gpuhal__action_t* a) {
+  gpuhal__atomic_store(&a->wake, 1);
+  if (__atomic_exchange_n(&a->on_woken, 1, __ATOMIC_ACQ_REL)) return; /* the pump will look at it */
+  gpuhal__woken_push(a->state, a);
+}
+
+GPUHAL__PRIVATE void gpuhal__action_make_pending(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+  a->in_pending = 1;
+  a->pending_seq = ++state->pending_seq;
+  gpuhal__list_push_back(&state->pending, &a->link);
+}
+
+GPUHAL__PRIVATE void gpuhal__action_wait_notify(gpuhal__semaphore_waiter_t* waiter) {
+  gpuhal__action_t* a = (gpuhal__action_t*)waiter->user;
+  gpuhal__queue_state_t* state = a->state;
+  gpuhal_semaphore_t* s = GPUHAL__CONTAINER_OF(waiter, gpuhal__action_wait_t, waiter)->semaphore;
+  gpuhal__action_wake(a);
+  if (gpuhal__semaphore_after_has(s, gpuhal__queue_issue_woken, state)) return;
+  if (gpuhal__semaphore_after_room(s)) {
+    /* Counted before `stopping` is read, so a release either sees the count or is seen. */
+    __atomic_add_fetch(&state->signal_runs, 1, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&state->stopping, __ATOMIC_SEQ_CST)) {
+      gpuhal__semaphore_after_add(s, gpuhal__queue_issue_woken, state);
+      return;
+    }
+    __atomic_sub_fetch(&state->signal_runs, 1, __ATOMIC_SEQ_CST);
+  }
+  gpuhal__queue_kick_issue(state);
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__action_acquire_locked(gpuhal__queue_state_t* state, gpuhal__action_t** out) {
+  gpuhal__action_t* a = state->free_actions;
+  if (!a) {
+    gpuhal__action_block_t* block = NULL;
+    uint32_t i;
+    GPUHAL__RETURN_IF_ERROR(
+        gpuhal__alloc_zeroed(state->device->allocator, sizeof(*block), "queue action pool block", (void**)&block));
+    block->next = state->action_blocks;
+    state->action_blocks = block;
+    for (i = 0; i < GPUHAL__ACTION_POOL_BLOCK; ++i) {
+      block->actions[i].next_free = state->free_actions;
+      state->free_actions = &block->actions[i];
+    }
+    a = state->free_actions;
+  }
+  state->free_actions = a->next_free;
+  a->next_free = NULL;
+  *out = a;
+  return NULL;
+}
+
+/* Room for `count` entries of `size` bytes: inline, or the action's grow-only storage. */
+static gpuhal_status_t gpuhal__action_reserve_list(const gpuhal_allocator_t* allocator, uint32_t count, size_t size,
+                                                   void* inline_storage, void** storage, uint32_t* capacity, void** out,
+                                                   const char* what) {
+  if (count <= GPUHAL__ACTION_INLINE_ENTRIES) {
+    *out = inline_storage;
+    return NULL;
+  }
+  if (count > *capacity) {
+    size_t bytes = size * (size_t)count;
+    void* grown = gpuhal__alloc(allocator, bytes);
+    if (!grown) return gpuhal__status_oom(what, bytes);
+    gpuhal__free(allocator, *storage);
+    *storage = grown;
+    *capacity = count;
+  }
+  *out = *storage;
+  return NULL;
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__action_reserve(gpuhal__queue_state_t* state, gpuhal__action_t* a,
+                                                       uint32_t waits, uint32_t signals) {
+  const gpuhal_allocator_t* allocator = state->device->allocator;
+  void* waits_at = NULL;
+  void* signals_at = NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__action_reserve_list(allocator, waits, sizeof(gpuhal__action_wait_t), a->inline_waits,
+                                                      (void**)&a->wait_storage, &a->wait_capacity, &waits_at,
+                                                      "queue action wait list"));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__action_reserve_list(allocator, signals, sizeof(gpuhal__timepoint_t),
+                                                      a->inline_signals, (void**)&a->signal_storage,
+                                                      &a->signal_capacity, &signals_at, "queue action signal list"));
+  a->waits = (gpuhal__action_wait_t*)waits_at;
+  a->signals = (gpuhal__timepoint_t*)signals_at;
+  return NULL;
+}
+
+GPUHAL__PRIVATE void gpuhal__action_retire(gpuhal__action_t* a) {
+  gpuhal__queue_state_t* state = a->state;
+  gpuhal__mutex_lock(&state->mutex);
+  gpuhal__list_push_back(&state->retired, &a->link);
+  state->retired_unkicked = 0;
+  gpuhal__mutex_unlock(&state->mutex);
+  gpuhal__queue_kick(state);
+}
+
+GPUHAL__PRIVATE void gpuhal__queue_fail_signals(gpuhal_semaphore_list_t signal, gpuhal_status_t cause, const char* what,
+                                                int ordinal, uint32_t queue) {
+  uint32_t i;
+  for (i = 0; i < signal.count; ++i)
+    gpuhal__semaphore_fail_owned(
+        signal.semaphores[i],
+        gpuhal_status_annotate(gpuhal_status_clone(cause),
+                               "failing the semaphore that queue '%s' (device %d, queue %u) was to signal to %llu",
+                               what, ordinal, queue, (unsigned long long)signal.values[i]));
+}
+
+GPUHAL__PRIVATE void gpuhal__action_fail(gpuhal__action_t* a, gpuhal_status_t cause) {
+  uint32_t i;
+  if (!cause) cause = gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "queue action failed without a cause");
+  for (i = 0; i < a->signal_count; ++i) {
+    gpuhal__timepoint_t* tp = &a->signals[i];
+    gpuhal_semaphore_list_t one = gpuhal_semaphore_list_one(&tp->semaphore, &tp->value);
+    gpuhal__semaphore_remove_timepoint(tp);
+    gpuhal__queue_fail_signals(one, cause, a->ops->name, a->state->device->ordinal, a->queue_index);
+  }
+  if (a->ops->complete) a->ops->complete(a->user, cause);
+  gpuhal_status_free(a->failure);
+  a->failure = cause;
+}
+
+GPUHAL__PRIVATE void gpuhal__action_succeed(gpuhal__action_t* a) {
+  uint32_t i;
+  for (i = 0; i < a->signal_count; ++i) gpuhal__semaphore_advance(a->signals[i].semaphore, a->signals[i].value);
+  /* Advancing unlinked every timepoint of the action (each is at or below the new value). */
+  a->completed_ok = 1;
+  if (a->ops->complete) a->ops->complete(a->user, NULL);
+}
+
+GPUHAL__PRIVATE void gpuhal__queue_mark_lost(gpuhal__queue_state_t* state, gpuhal_status_t cause) {
+  int first = 0;
+  gpuhal__mutex_lock(&state->mutex);
+  if (!state->lost) {
+    state->lost = gpuhal_status_annotate(gpuhal_status_clone(cause), "device %d is lost", state->device->ordinal);
+    gpuhal__atomic_store(&state->lost_flag, 1);
+    first = 1;
+  }
+  state->device->lost = 1;
+  gpuhal__mutex_unlock(&state->mutex);
+  if (first) {
+    gpuhal__log(state->device->logger, GPUHAL_LOG_ERROR, "device %d lost: %s", state->device->ordinal,
+                gpuhal_status_message(cause));
+    gpuhal__queue_kick_issue(state);
+  }
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_lost_clone(gpuhal__queue_state_t* state) {
+  gpuhal_status_t s = NULL;
+  if (!gpuhal__atomic_load(&state->lost_flag)) return NULL;
+  gpuhal__mutex_lock(&state->mutex);
+  if (state->lost) s = gpuhal_status_clone(state->lost);
+  gpuhal__mutex_unlock(&state->mutex);
+  return s;
+}
+
+/* 1 when signal `i` holds no semaphore reference of its own: a wait of the same semaphore
+ * holds the one the action needs (a timeline that waits on one value and signals the next
+ * costs one reference count change per submission and per release, not two). */
+static int gpuhal__action_signal_ref_shared(const gpuhal__action_t* a, uint32_t i) {
+  return i < 32 && ((a->shared_signal_refs >> i) & 1u);
+}
+
+GPUHAL__PRIVATE void gpuhal__action_retain_semaphores(gpuhal__action_t* a) {
+  uint32_t i, j;
+  a->shared_signal_refs = 0;
+  for (i = 0; i < a->wait_count; ++i) gpuhal__object_retain(&a->waits[i].semaphore->object);
+  for (i = 0; i < a->signal_count; ++i) {
+    for (j = 0; i < 32 && j < a->wait_count && a->waits[j].semaphore != a->signals[i].semaphore; ++j) {
+    }
+    if (i < 32 && j < a->wait_count) {
+      a->shared_signal_refs |= 1u << i;
+    } else {
+      gpuhal__object_retain(&a->signals[i].semaphore->object);
+    }
+  }
+}
+
+GPUHAL__PRIVATE void gpuhal__action_drop_wait_events(gpuhal__action_t* a) {
+  uint32_t i;
+  for (i = 0; i < a->wait_count; ++i) {
+    gpuhal__event_release(a->waits[i].event);
+    a->waits[i].event = NULL;
+  }
+}
+
+GPUHAL__PRIVATE void gpuhal__action_gpu_wait_count(gpuhal__action_t* a, int in) {
+  if (a->gpu_wait_counted == in) return;
+  a->gpu_wait_counted = in;
+  gpuhal__memory_gpu_waits_add(a->state->device, in ? 1 : -1);
+}
+
+/* On the worker (or a harvesting submitter): drops everything the action holds. Its own
+ * event, when this was the last reference, goes on `*events` (the state's pool). */
+static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
+  gpuhal__queue_state_t* state = a->state;
+  uint32_t i;
+  if (a->ops->release) a->ops->release(a->user, state->device);
+  GPUHAL__TRACE(state->device, gpuhal__hooks()->trace_action_release(state->device, a)); /* trace hook */
+  /* Signals first: a signal may share its semaphore reference with a wait. */
+  for (i = 0; i < a->signal_count; ++i) {
+    if (!a->completed_ok) gpuhal__semaphore_remove_timepoint(&a->signals[i]);
+    gpuhal__semaphore_reassert_failure(a->signals[i].semaphore);
+    if (!gpuhal__action_signal_ref_shared(a, i)) gpuhal__semaphore_release_ref(a->signals[i].semaphore);
+  }
+  gpuhal__action_drop_wait_events(a);
+  for (i = 0; i < a->wait_count; ++i) {
+    gpuhal__action_wait_t* w = &a->waits[i];
+    /* Only an action that never issued can still be registered (on its blocking wait). */
+    if (!a->event && i == a->next_wait) gpuhal__semaphore_unregister(w->semaphore, &w->waiter);
+    gpuhal__semaphore_release_ref(w->semaphore);
+  }
+  gpuhal__action_gpu_wait_count(a, 0);                     /* an issue that failed */
+  if (a->park_reserved) gpuhal__park_release(a->state, 1); /* never issued */
+  a->park_reserved = 0;
+  a->completed_ok = 0;
+  a->value_waits = 0;
+  a->provisional = 0;
+  a->shared_signal_refs = 0;
+  gpuhal__event_release_to(a->event, events);
+  a->event = NULL;
+  gpuhal_status_free(a->failure);
+  a->failure = NULL;
+  a->ops = NULL;
+  a->user = NULL;
+  a->host_fn = NULL;
+}
+
+GPUHAL__PRIVATE void gpuhal__actions_release(gpuhal__queue_state_t* state, gpuhal__list_node_t* retired) {
+  gpuhal__action_t* first = NULL;
+  gpuhal__action_t* last = NULL;
+  gpuhal__event_t* events = NULL;
+  gpuhal__list_node_t* n;
+  uint64_t count = 0;
+  while ((n = gpuhal__list_pop_front(retired)) != NULL) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    gpuhal__action_drop(a, &events);
+    a->next_free = first;
+    if (!last) last = a;
+    first = a;
+    count++;
+  }
+  gpuhal__event_pool_put_chain(&state->events, events);
+  if (!count) return;
+  gpuhal__mutex_lock(&state->mutex);
+  last->next_free = state->free_actions;
+  state->free_actions = first;
+  if (__atomic_sub_fetch(&state->outstanding, count, __ATOMIC_ACQ_REL) == 0) gpuhal__cond_broadcast(&state->idle_cond);
+  gpuhal__mutex_unlock(&state->mutex);
+}
+
+GPUHAL__PRIVATE void gpuhal__list_splice_back(gpuhal__list_node_t* to, gpuhal__list_node_t* from) {
+  if (gpuhal__list_empty(from)) return;
+  from->next->prev = to->prev;
+  to->prev->next = from->next;
+  from->prev->next = to;
+  to->prev = from->prev;
+  gpuhal__list_init(from);
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__action_wait_failure(const gpuhal__action_t* a, gpuhal_status_t cause_clone,
+                                                            uint64_t value) {
+  char who[96];
+  snprintf(who, sizeof(who), "queue '%s' (device %d, queue %u)", a->ops->name, a->state->device->ordinal,
+           a->queue_index);
+  return gpuhal__semaphore_failure_for(cause_clone, who, value);
+}

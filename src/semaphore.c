@@ -1,0 +1,834 @@
+#include "semaphore.h"
+#include "cuda_api.h"
+#include "symbols.h"
+#include "status.h"
+
+#define GPUHAL__MAGIC_SEMAPHORE 0x414D4553u /* "SEMA" */
+
+/* A host wait on a value whose work is submitted polls that value's own recorded event on
+ * the waiting thread (cuEventQuery) for the device's tuning.host_wait_spin_ns, then keeps
+ * polling between sleeps that grow with the time already waited (1/64 of it, at least
+ * 10 us, at most tuning.host_wait_max_sleep_ns): the wake-up comes within a small fraction
+ * of the wait's length, and a long wait costs almost no CPU. A wait on values that are not
+ * submitted, or on several values, sleeps on a condition variable that every advance of
+ * its semaphores signals; where the values live in device-mapped memory it also reads them
+ * there between sleeps (GPU signals write them directly). Every path returns every
+ * reference it took, whatever the timeout. */
+#define GPUHAL__HOST_WAIT_SLEEP_FRACTION 64
+#define GPUHAL__HOST_WAIT_MIN_SLEEP_NS 10000
+#define GPUHAL__WORD_SLAB_WORDS 4096 /* 32 KiB of value words per pinned allocation */
+/* What a failed semaphore's word holds: far enough above the value that every GPU wait on
+ * it is released. CUDA's GEQ compares with wraparound ((int64_t)(*word - value) >= 0), so
+ * UINT64_MAX would release nothing; value + 2^62 releases every wait up to 2^62 above. */
+#define GPUHAL__WORD_FAILED(s) ((s)->value + (1ull << 62))
+
+/* A fresh slab in `device`'s primary context; its words go on the driver's free list. Under
+ * driver->words_mutex. */
+static gpuhal_status_t gpuhal__word_slab_create(gpuhal_driver_t* driver, gpuhal_device_t* device) {
+  const gpuhal__cuda_symbols_t* cu = &driver->cu;
+  gpuhal__word_slab_t* slab = NULL;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  void* host = NULL;
+  uint32_t i;
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__alloc_zeroed(&driver->allocator, sizeof(*slab), "semaphore word slab", (void**)&slab));
+  status = GPUHAL__CU(cu, cuDevicePrimaryCtxRetain, (&slab->context, device->cu_device));
+  if (status) {
+    gpuhal__free(&driver->allocator, slab);
+    return status;
+  }
+  slab->cu_device = device->cu_device;
+  status = gpuhal__context_enter(device, &scope);
+  if (!status) {
+    status = GPUHAL__CU(
+        cu, cuMemHostAlloc,
+        (&host, GPUHAL__WORD_SLAB_WORDS * sizeof(uint64_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+    if (!status) {
+      status = GPUHAL__CU(cu, cuMemHostGetDevicePointer, (&slab->address, host, 0));
+      if (status) cu->cuMemFreeHost(host);
+    }
+    gpuhal__context_leave(device, &scope);
+  }
+  if (status) {
+    cu->cuDevicePrimaryCtxRelease(slab->cu_device);
+    gpuhal__free(&driver->allocator, slab);
+    return gpuhal_status_annotate(status, "allocating pinned memory for semaphore values");
+  }
+  slab->words = (uint64_t*)host;
+  for (i = GPUHAL__WORD_SLAB_WORDS; i-- > 0;) {
+    slab->words[i] = (uint64_t)(uintptr_t)driver->free_words;
+    driver->free_words = &slab->words[i];
+  }
+  slab->next = driver->word_slabs;
+  driver->word_slabs = slab;
+  return NULL;
+}
+
+/* The device address of `word` (a word of one of the driver's slabs). */
+static CUdeviceptr gpuhal__word_address(gpuhal_driver_t* driver, const volatile uint64_t* word) {
+  gpuhal__word_slab_t* slab;
+  for (slab = driver->word_slabs; slab; slab = slab->next)
+    if (word >= slab->words && word < slab->words + GPUHAL__WORD_SLAB_WORDS)
+      return slab->address + (CUdeviceptr)((const uint64_t*)word - slab->words) * sizeof(uint64_t);
+  return 0;
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__word_acquire(gpuhal_driver_t* driver, gpuhal_device_t* device, uint64_t** out) {
+  gpuhal_status_t status = NULL;
+  gpuhal__mutex_lock(&driver->words_mutex);
+  if (!driver->free_words) status = gpuhal__word_slab_create(driver, device);
+  if (!status) {
+    *out = driver->free_words;
+    driver->free_words = (uint64_t*)(uintptr_t) * *out;
+  }
+  gpuhal__mutex_unlock(&driver->words_mutex);
+  return status;
+}
+
+GPUHAL__PRIVATE void gpuhal__word_return(gpuhal_driver_t* driver, volatile uint64_t* word) {
+  gpuhal__mutex_lock(&driver->words_mutex);
+  *word = (uint64_t)(uintptr_t)driver->free_words;
+  driver->free_words = (uint64_t*)word;
+  gpuhal__mutex_unlock(&driver->words_mutex);
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_words_free(gpuhal_driver_t* driver) {
+  const gpuhal__cuda_symbols_t* cu = &driver->cu;
+  while (driver->word_slabs) {
+    gpuhal__word_slab_t* slab = driver->word_slabs;
+    gpuhal__context_scope_t scope;
+    driver->word_slabs = slab->next;
+    /* The slab is freed and the caller's context kept even when a push or pop fails. */
+    if (gpuhal__context_push_any(cu, slab->context, &scope)) {
+      gpuhal_status_t status = GPUHAL__CU(cu, cuMemFreeHost, (slab->words));
+      if (status) {
+        gpuhal__log(&driver->logger, GPUHAL_LOG_ERROR, "freeing semaphore words: %s", gpuhal_status_message(status));
+        gpuhal_status_free(status);
+      }
+      gpuhal__context_pop_any(cu, &scope);
+    }
+    cu->cuDevicePrimaryCtxRelease(slab->cu_device);
+    gpuhal__free(&driver->allocator, slab);
+  }
+  driver->free_words = NULL;
+}
+
+/* Raises an armed word to `value`, never lowering it: GPU signals write the word directly
+ * and run ahead of what the host has observed (work signalling 5 may have written it while
+ * the host only now learns that 4 is reached); storing 4 over that 5 would hold back GPU
+ * waits for 5 that had not looked yet until the host learns of 5. */
+static void gpuhal__word_raise(volatile uint64_t* word, uint64_t value) {
+  uint64_t now = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+  while (now < value && !__atomic_compare_exchange_n(word, &now, value, 1, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
+  }
+}
+
+/* Under the lock: the value (and, once armed, its word) becomes `value`. */
+static void gpuhal__semaphore_store_locked(gpuhal_semaphore_t* s, uint64_t value) {
+  gpuhal__atomic_store(&s->value, value);
+  if (s->word) gpuhal__word_raise(s->word, value);
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_waiter_init(gpuhal__semaphore_waiter_t* w) { gpuhal__list_init(&w->link); }
+static int gpuhal__semaphore_waiter_registered(const gpuhal__semaphore_waiter_t* w) {
+  return !gpuhal__list_empty(&w->link);
+}
+
+/* Under the lock: links `w` into the waiters, which are kept sorted by value so that a
+ * notification stops at the first value beyond what changed (a chain of thousands of
+ * blocked actions costs nothing per change). Values registered in either order insert at
+ * an end without a search. */
+static void gpuhal__semaphore_waiter_link_locked(gpuhal_semaphore_t* s, gpuhal__semaphore_waiter_t* w) {
+  gpuhal__list_node_t* n = s->waiters.prev;
+  if (!gpuhal__list_empty(&s->waiters) &&
+      GPUHAL__CONTAINER_OF(s->waiters.next, gpuhal__semaphore_waiter_t, link)->value >= w->value) {
+    n = &s->waiters;
+  } else {
+    while (n != &s->waiters && GPUHAL__CONTAINER_OF(n, gpuhal__semaphore_waiter_t, link)->value > w->value) n = n->prev;
+  }
+  gpuhal__list_insert_after(n, &w->link);
+}
+
+GPUHAL__PRIVATE int gpuhal__semaphore_after_has(const gpuhal_semaphore_t* s, void (*run)(void*), const void* arg) {
+  uint32_t i;
+  for (i = 0; s->after && i < s->after->count; ++i)
+    if (s->after->calls[i].run == run && s->after->calls[i].arg == arg) return 1;
+  return 0;
+}
+
+GPUHAL__PRIVATE int gpuhal__semaphore_after_room(const gpuhal_semaphore_t* s) {
+  return s->after && s->after->count < GPUHAL__SIGNAL_AFTER_MAX;
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_after_add(gpuhal_semaphore_t* s, void (*run)(void*), void* arg) {
+  s->after->calls[s->after->count].run = run;
+  s->after->calls[s->after->count].arg = arg;
+  s->after->count++;
+}
+
+/* Under the lock: the waiters satisfied by (value, submitted_value, failed) are unlinked and
+ * notified. `submitted_value` is the value of a newly submitted timepoint (0: none). */
+static void gpuhal__semaphore_notify_locked(gpuhal_semaphore_t* s, uint64_t submitted_value) {
+  gpuhal__list_node_t* n = s->waiters.next;
+  uint64_t highest = s->value > submitted_value ? s->value : submitted_value;
+  while (n != &s->waiters) {
+    gpuhal__list_node_t* next = n->next;
+    gpuhal__semaphore_waiter_t* w = GPUHAL__CONTAINER_OF(n, gpuhal__semaphore_waiter_t, link);
+    int hit = s->failure != NULL || s->value >= w->value || (w->wants_submitted && submitted_value >= w->value);
+    if (!s->failure && w->value > highest) break; /* sorted: no later waiter is satisfied */
+    if (hit) {
+      gpuhal__list_remove(&w->link);
+      w->notify(w);
+    }
+    n = next;
+  }
+}
+
+/* Under the lock: republishes the newest submitted timepoint after the list changed. */
+static void gpuhal__semaphore_publish_newest_locked(gpuhal_semaphore_t* s) {
+  const gpuhal__timepoint_t* newest =
+      gpuhal__list_empty(&s->timepoints) ? NULL : GPUHAL__CONTAINER_OF(s->timepoints.prev, gpuhal__timepoint_t, link);
+  uint64_t value = newest ? newest->value : 0;
+  /* A provisional newest value is not "covered" without the lock: the waiter must learn
+   * that it is provisional (gpuhal__semaphore_check). */
+  CUstream stream = newest && !newest->provisional ? newest->event->stream : NULL;
+  uint32_t seq = __atomic_load_n(&s->newest_seq, __ATOMIC_RELAXED);
+  if (value == gpuhal__atomic_load(&s->newest_value) && stream == gpuhal__atomic_load(&s->newest_stream)) return;
+  __atomic_store_n(&s->newest_seq, seq + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  __atomic_store_n(&s->newest_value, value, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->newest_stream, stream, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->newest_seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+GPUHAL__PRIVATE int gpuhal__semaphore_covered_on_stream(gpuhal_semaphore_t* s, uint64_t value, CUstream stream) {
+  uint32_t seq;
+  uint64_t newest_value;
+  CUstream newest_stream;
+  if (gpuhal__atomic_load(&s->failure) != NULL) return 0;
+  if (gpuhal__atomic_load(&s->value) >= value) return 1;
+  seq = __atomic_load_n(&s->newest_seq, __ATOMIC_ACQUIRE);
+  if (seq & 1u) return 0;
+  newest_value = __atomic_load_n(&s->newest_value, __ATOMIC_RELAXED);
+  newest_stream = __atomic_load_n(&s->newest_stream, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  if (__atomic_load_n(&s->newest_seq, __ATOMIC_RELAXED) != seq) return 0;
+  return newest_stream == stream && stream != NULL && newest_value >= value;
+}
+
+/* Under the lock: forgets timepoints at or below the completed value. */
+static void gpuhal__semaphore_drop_completed_timepoints_locked(gpuhal_semaphore_t* s) {
+  while (!gpuhal__list_empty(&s->timepoints)) {
+    gpuhal__timepoint_t* tp = GPUHAL__CONTAINER_OF(s->timepoints.next, gpuhal__timepoint_t, link);
+    if (tp->value > s->value) break;
+    gpuhal__list_remove(&tp->link);
+  }
+  gpuhal__semaphore_publish_newest_locked(s);
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_advance(gpuhal_semaphore_t* s, uint64_t value) {
+  gpuhal__mutex_lock(&s->mutex);
+  if (s->failure) {
+    /* GPU work that signals a failed semaphore writes its value over the failed word when
+     * it runs: store it again once that work is seen done, so no GPU wait stays blocked. */
+    if (s->word) __atomic_store_n(s->word, GPUHAL__WORD_FAILED(s), __ATOMIC_RELEASE);
+  } else if (value > s->value) {
+    gpuhal__semaphore_store_locked(s, value);
+    gpuhal__semaphore_drop_completed_timepoints_locked(s);
+    gpuhal__semaphore_notify_locked(s, 0);
+  }
+  gpuhal__mutex_unlock(&s->mutex);
+}
+
+/* The work of submitted timepoint (`event`, `value`) is done: advance to `value` unless the
+ * the work's inputs are not all known reached yet (then the completion side advances it or
+ * fails it once the work's inputs are known). 1 when the value is reached (or failed). */
+static int gpuhal__semaphore_advance_from_event(gpuhal_semaphore_t* s, const gpuhal__event_t* event, uint64_t value) {
+  gpuhal__list_node_t* n;
+  int reached = 1;
+  gpuhal__mutex_lock(&s->mutex);
+  if (!s->failure && s->value < value) {
+    for (n = s->timepoints.next; n != &s->timepoints; n = n->next) {
+      gpuhal__timepoint_t* tp = GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link);
+      if (tp->event == event && tp->value == value) break;
+    }
+    if (n == &s->timepoints) {
+      reached = 0;
+    } else {
+      gpuhal__timepoint_t* tp = GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link);
+      reached = !tp->provisional || tp->settled(tp);
+    }
+    if (reached) {
+      gpuhal__semaphore_store_locked(s, value);
+      gpuhal__semaphore_drop_completed_timepoints_locked(s);
+      gpuhal__semaphore_notify_locked(s, 0);
+    }
+  }
+  gpuhal__mutex_unlock(&s->mutex);
+  return reached;
+}
+
+/* Under the lock: gives `s` its word, *spare_word (which is then consumed: set to NULL),
+ * unless it has one; the word starts at the value. */
+static void gpuhal__semaphore_install_word_locked(gpuhal_semaphore_t* s, uint64_t** spare_word) {
+  if (s->word) return;
+  **spare_word = s->value;
+  s->word_address = gpuhal__word_address(s->driver, *spare_word);
+  gpuhal__atomic_store(&s->word, (volatile uint64_t*)*spare_word);
+  *spare_word = NULL;
+}
+
+GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s, uint64_t** spare_word) {
+  CUdeviceptr armed;
+  int always = *spare_word != NULL;
+  gpuhal__mutex_lock(&s->mutex);
+  s->signalling++;
+  if (always) gpuhal__semaphore_install_word_locked(s, spare_word);
+  armed = s->word && (always || s->armed_until > s->value) ? s->word_address : 0;
+  gpuhal__mutex_unlock(&s->mutex);
+  return armed;
+}
+
+/* Under the lock: one signal issue of `s` ended; the last one wakes the GPU waits that
+ * were refused an arming meanwhile (wants_submitted waiters look again). */
+static void gpuhal__semaphore_signal_end_locked(gpuhal_semaphore_t* s) {
+  if (--s->signalling > 0 || !s->arm_refused) return;
+  s->arm_refused = 0;
+  gpuhal__semaphore_notify_locked(s, UINT64_MAX);
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_word_keep(gpuhal_semaphore_t* s) {
+  gpuhal__mutex_lock(&s->mutex);
+  s->word_unsafe = 1;
+  gpuhal__mutex_unlock(&s->mutex);
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_signal_end(gpuhal_semaphore_t* s, int wrote) {
+  gpuhal__mutex_lock(&s->mutex);
+  if (wrote) s->word_unsafe = 1;
+  gpuhal__semaphore_signal_end_locked(s);
+  gpuhal__mutex_unlock(&s->mutex);
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuhal__timepoint_t* tp) {
+  gpuhal__list_node_t* n;
+  gpuhal__mutex_lock(&s->mutex);
+  if (s->failure || tp->value <= s->value) {
+    gpuhal__semaphore_signal_end_locked(s);
+    gpuhal__mutex_unlock(&s->mutex);
+    return;
+  }
+  /* Sorted insert, searching from the back: values are mostly signalled in order. */
+  n = s->timepoints.prev;
+  while (n != &s->timepoints && GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link)->value > tp->value) n = n->prev;
+  gpuhal__list_insert_after(n, &tp->link);
+  if (!s->queue_signalled) gpuhal__atomic_store(&s->queue_signalled, 1);
+  gpuhal__semaphore_publish_newest_locked(s);
+  gpuhal__semaphore_notify_locked(s, tp->value);
+  gpuhal__semaphore_signal_end_locked(s);
+  gpuhal__mutex_unlock(&s->mutex);
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_remove_timepoint(gpuhal__timepoint_t* tp) {
+  gpuhal_semaphore_t* s = tp->semaphore;
+  gpuhal__mutex_lock(&s->mutex);
+  gpuhal__list_remove(&tp->link);
+  gpuhal__semaphore_publish_newest_locked(s);
+  gpuhal__mutex_unlock(&s->mutex);
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_reassert_failure(gpuhal_semaphore_t* s) {
+  if (!gpuhal__atomic_load(&s->failure) || !gpuhal__atomic_load(&s->word)) return;
+  gpuhal__mutex_lock(&s->mutex);
+  __atomic_store_n(s->word, GPUHAL__WORD_FAILED(s), __ATOMIC_RELEASE);
+  gpuhal__mutex_unlock(&s->mutex);
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_fail_owned(gpuhal_semaphore_t* s, gpuhal_status_t cause) {
+  if (!cause) cause = gpuhal_status_make(GPUHAL_STATUS_ABORTED, "semaphore failed without a cause");
+  gpuhal__mutex_lock(&s->mutex);
+  if (s->failure) {
+    /* Work that failed after signalling may have written its value over the failed word
+     * (its value write precedes its event): store it again. */
+    if (s->word) __atomic_store_n(s->word, GPUHAL__WORD_FAILED(s), __ATOMIC_RELEASE);
+    gpuhal__mutex_unlock(&s->mutex);
+    gpuhal_status_free(cause);
+    return;
+  }
+  gpuhal__atomic_store(&s->failure, cause); /* host waiters read it without the mutex */
+  if (s->word) __atomic_store_n(s->word, GPUHAL__WORD_FAILED(s), __ATOMIC_RELEASE); /* releases GPU waits */
+  while (!gpuhal__list_empty(&s->timepoints)) gpuhal__list_pop_front(&s->timepoints);
+  gpuhal__semaphore_publish_newest_locked(s);
+  gpuhal__semaphore_notify_locked(s, 0);
+  gpuhal__mutex_unlock(&s->mutex);
+}
+
+GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint64_t value,
+                                                             gpuhal__wait_query_t* q) {
+  gpuhal__wait_state_t state = GPUHAL__WAIT_PENDING;
+  gpuhal__mutex_lock(&s->mutex);
+  if (s->failure) {
+    q->failure = gpuhal_status_clone(s->failure);
+    state = GPUHAL__WAIT_FAILED;
+  } else if (s->value >= value) {
+    state = GPUHAL__WAIT_COMPLETED;
+  } else {
+    gpuhal__list_node_t* n;
+    if (q->look_submitted) {
+      /* The earliest submitted timepoint at or above `value`: search from the newest, since
+       * a chain waits on the value just submitted while many older ones are in flight. */
+      gpuhal__timepoint_t* best = NULL;
+      for (n = s->timepoints.prev; n != &s->timepoints; n = n->prev) {
+        gpuhal__timepoint_t* tp = GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link);
+        if (tp->value < value) break;
+        /* Provisional work signalling above `value` may itself wait (through a GPU value
+         * wait) for `value`: a GPU wait on its event could close a cycle. Such a wait
+         * waits on the word instead (which passes `value` no later than that work runs),
+         * or on the host. */
+        if (tp->provisional && (q->skip_provisional || (q->order_stream && tp->value != value))) continue;
+        best = tp;
+      }
+      if (best) {
+        if (q->take_event && (!q->order_stream || best->event->stream != q->order_stream)) {
+          gpuhal__event_retain(best->event);
+          q->event = best->event;
+        }
+        q->event_value = best->value;
+        q->provisional = best->provisional;
+        q->word_written = best->word_written;
+        state = GPUHAL__WAIT_SUBMITTED;
+      }
+    }
+    if (state == GPUHAL__WAIT_PENDING && q->spare_word && !s->signalling) {
+      gpuhal__semaphore_install_word_locked(s, &q->spare_word);
+      q->word_address = s->word_address;
+      if (value > s->armed_until) s->armed_until = value;
+      state = GPUHAL__WAIT_ARMED;
+    } else if (state == GPUHAL__WAIT_PENDING) {
+      /* Not armed while a signal is being issued (see gpuhal__semaphore_signal_begin): the
+       * wait stays on the host until that signal is published, then looks again. */
+      if (q->spare_word) s->arm_refused = 1;
+      if (q->waiter && !gpuhal__semaphore_waiter_registered(q->waiter)) {
+        q->waiter->value = value;
+        gpuhal__semaphore_waiter_link_locked(s, q->waiter);
+      }
+    }
+  }
+  gpuhal__mutex_unlock(&s->mutex);
+  return state;
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_unregister(gpuhal_semaphore_t* s, gpuhal__semaphore_waiter_t* waiter) {
+  gpuhal__mutex_lock(&s->mutex);
+  gpuhal__list_remove(&waiter->link);
+  gpuhal__mutex_unlock(&s->mutex);
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_failure_for(gpuhal_status_t cause_clone, const char* who,
+                                                              uint64_t value) {
+  return gpuhal_status_annotate(cause_clone, "while %s waited for a semaphore to reach %llu", who,
+                                (unsigned long long)value);
+}
+
+/* ---- public: lifetime and host signalling ---- */
+
+GPUHAL_API gpuhal_status_t gpuhal_semaphore_create(gpuhal_driver_t* driver, uint64_t initial_value,
+                                                   gpuhal_semaphore_t** out_semaphore) {
+  gpuhal_semaphore_t* s = NULL;
+  GPUHAL__CHECK_ARG(out_semaphore != NULL, "out_semaphore", "must not be NULL");
+  *out_semaphore = NULL;
+  GPUHAL__CHECK_OBJECT(driver, GPUHAL__MAGIC_DRIVER);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&driver->objects, GPUHAL__MAGIC_SEMAPHORE, sizeof(*s),
+                                               "gpuhal_semaphore_create: semaphore", (void**)&s));
+  gpuhal__object_init(&s->object, GPUHAL__MAGIC_SEMAPHORE);
+  gpuhal__driver_retain_ref(driver); /* a semaphore may outlive the user's driver reference */
+  s->driver = driver;
+  s->allocator = driver->allocator;
+  gpuhal__mutex_init(&s->mutex);
+  s->value = initial_value;
+  gpuhal__list_init(&s->timepoints);
+  gpuhal__list_init(&s->waiters);
+  *out_semaphore = s;
+  return NULL;
+}
+
+GPUHAL_API void gpuhal_semaphore_retain(gpuhal_semaphore_t* semaphore) {
+  if (!gpuhal__object_is_live(semaphore, GPUHAL__MAGIC_SEMAPHORE)) return;
+  gpuhal__object_user_retain(&semaphore->object);
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_release_ref(gpuhal_semaphore_t* semaphore) {
+  if (!gpuhal__object_release(&semaphore->object)) return;
+  /* Nothing can be registered now: waiters and actions hold references. */
+  GPUHAL_ASSERT(gpuhal__list_empty(&semaphore->waiters));
+  gpuhal_status_free(semaphore->failure);
+  semaphore->failure = NULL;
+  /* No GPU work refers to the word now: every action that used it held a reference. */
+  if (semaphore->word && !semaphore->word_unsafe) gpuhal__word_return(semaphore->driver, semaphore->word);
+  semaphore->word = NULL;
+  gpuhal__mutex_destroy(&semaphore->mutex);
+  {
+    gpuhal_driver_t* driver = semaphore->driver;
+    gpuhal__object_free(&driver->objects, GPUHAL__MAGIC_SEMAPHORE, semaphore);
+    gpuhal__driver_release_ref(driver);
+  }
+}
+
+GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore) {
+  /* NULL or a released handle: ignore rather than crash */
+  if (!gpuhal__object_is_live(semaphore, GPUHAL__MAGIC_SEMAPHORE)) return;
+  if (!gpuhal__object_user_release(&semaphore->object)) {
+    gpuhal__log_extra_release(&semaphore->driver->logger, __func__, "a semaphore");
+    return;
+  }
+  gpuhal__semaphore_release_ref(semaphore);
+}
+
+/* Looks at the newest submitted value's event (one cuEventQuery; never blocks) and advances
+ * the semaphore if that work is done, so a query is current even before the completion
+ * thread gets there: after waiting on work that depended on this value, a query shows it. */
+static void gpuhal__semaphore_poll(gpuhal_semaphore_t* s) {
+  gpuhal__event_t* event = NULL;
+  uint64_t value = 0;
+  gpuhal__mutex_lock(&s->mutex);
+  if (!s->failure && !gpuhal__list_empty(&s->timepoints)) {
+    gpuhal__timepoint_t* newest = GPUHAL__CONTAINER_OF(s->timepoints.prev, gpuhal__timepoint_t, link);
+    event = newest->event;
+    value = newest->value;
+    gpuhal__event_retain(event);
+  }
+  gpuhal__mutex_unlock(&s->mutex);
+  if (!event) return;
+  if (gpuhal__event_query(event) == 0) gpuhal__semaphore_advance_from_event(s, event, value);
+  gpuhal__event_release(event);
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_semaphore_query(gpuhal_semaphore_t* semaphore, uint64_t* out_value) {
+  gpuhal_status_t failure = NULL;
+  GPUHAL__CHECK_ARG(out_value != NULL, "out_value", "must not be NULL");
+  *out_value = 0;
+  GPUHAL__CHECK_OBJECT(semaphore, GPUHAL__MAGIC_SEMAPHORE);
+  gpuhal__semaphore_poll(semaphore);
+  gpuhal__mutex_lock(&semaphore->mutex);
+  if (semaphore->failure) failure = gpuhal_status_clone(semaphore->failure);
+  *out_value = semaphore->value;
+  gpuhal__mutex_unlock(&semaphore->mutex);
+  return failure;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_semaphore_signal(gpuhal_semaphore_t* semaphore, uint64_t value) {
+  gpuhal_status_t result = NULL;
+  gpuhal__signal_after_t after;
+  uint32_t i;
+  GPUHAL__CHECK_OBJECT(semaphore, GPUHAL__MAGIC_SEMAPHORE);
+  after.count = 0;
+  gpuhal__mutex_lock(&semaphore->mutex);
+  if (semaphore->failure) {
+    result = gpuhal_status_annotate(gpuhal_status_clone(semaphore->failure),
+                                    "gpuhal_semaphore_signal: the semaphore has failed");
+  } else if (value <= semaphore->value) {
+    result = gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                                "gpuhal_semaphore_signal: argument 'value' (%llu) must be above the current "
+                                "value (%llu): timeline values only grow",
+                                (unsigned long long)value, (unsigned long long)semaphore->value);
+  } else {
+    gpuhal__semaphore_store_locked(semaphore, value);
+    if (semaphore->queue_signalled) gpuhal__atomic_store(&semaphore->queue_signalled, 0);
+    gpuhal__semaphore_drop_completed_timepoints_locked(semaphore);
+    semaphore->after = &after;
+    gpuhal__semaphore_notify_locked(semaphore, 0);
+    semaphore->after = NULL;
+  }
+  gpuhal__mutex_unlock(&semaphore->mutex);
+  /* Each call keeps what its arg points to alive until it ran (gpuhal__queue_issue_woken). */
+  for (i = 0; i < after.count; ++i) after.calls[i].run(after.calls[i].arg);
+  return result;
+}
+
+GPUHAL_API void gpuhal_semaphore_fail(gpuhal_semaphore_t* semaphore, gpuhal_status_t cause) {
+  gpuhal_status_t bad = gpuhal__object_check(semaphore, GPUHAL__MAGIC_SEMAPHORE, __func__, "semaphore");
+  if (bad) {
+    gpuhal_status_free(bad);
+    gpuhal_status_free(cause);
+    return;
+  }
+  gpuhal__semaphore_fail_owned(semaphore, cause);
+}
+
+GPUHAL_API gpuhal_semaphore_list_t gpuhal_semaphore_list_empty(void) {
+  gpuhal_semaphore_list_t list;
+  list.count = 0;
+  list.semaphores = NULL;
+  list.values = NULL;
+  return list;
+}
+
+GPUHAL_API gpuhal_semaphore_list_t gpuhal_semaphore_list_one(gpuhal_semaphore_t* const* semaphore,
+                                                             const uint64_t* value) {
+  gpuhal_semaphore_list_t list;
+  list.count = (semaphore && value) ? 1u : 0u;
+  list.semaphores = semaphore;
+  list.values = value;
+  return list;
+}
+
+/* ---- host waits ----
+ * A host wait registers one waiter node per entry on the entry's semaphore; the nodes share
+ * one mutex + condition variable, on which the waiting thread sleeps. Notifiers run under
+ * the semaphore's lock and take the shared mutex to update the count, so once the waiting
+ * thread has unregistered every node (under each semaphore's lock) no notifier can still be
+ * touching its stack. */
+typedef struct gpuhal__host_wait_s {
+  gpuhal__mutex_t mutex;
+  gpuhal__cond_t cond;
+  uint32_t notified; /* nodes notified so far */
+} gpuhal__host_wait_t;
+
+static void gpuhal__host_wait_notify(gpuhal__semaphore_waiter_t* waiter) {
+  gpuhal__host_wait_t* hw = (gpuhal__host_wait_t*)waiter->user;
+  gpuhal__mutex_lock(&hw->mutex);
+  gpuhal__atomic_add(&hw->notified, 1u); /* also read unlocked by a spinning waiter */
+  gpuhal__cond_signal(&hw->cond);
+  gpuhal__mutex_unlock(&hw->mutex);
+}
+
+/* The sleep before the next poll of a wait that started at `start`: a small fraction of the
+ * time waited, bounded, and never past the deadline. */
+static int64_t gpuhal__host_wait_sleep_ns(int64_t start, int64_t max_sleep_ns, gpuhal_timeout_t timeout) {
+  int64_t now = gpuhal_now_ns();
+  int64_t sleep_ns = (now - start) / GPUHAL__HOST_WAIT_SLEEP_FRACTION;
+  if (sleep_ns < GPUHAL__HOST_WAIT_MIN_SLEEP_NS) sleep_ns = GPUHAL__HOST_WAIT_MIN_SLEEP_NS;
+  if (sleep_ns > max_sleep_ns) sleep_ns = max_sleep_ns;
+  if (!gpuhal__timeout_is_infinite(timeout) && sleep_ns > timeout.deadline_ns - now)
+    sleep_ns = timeout.deadline_ns - now;
+  return sleep_ns;
+}
+
+/* Waits on this thread for `event`, which reaches `event_value` >= `value` of `s` (or for
+ * the word, when `word_written`: see inside): polls it for the event's device's spin
+ * window, then (with `may_sleep`: the wait needs nothing
+ * else) between growing sleeps until the timeout. Once it completed, the value is advanced
+ * right here. Returns 1 when it completed, 0 when the window or the timeout passed first,
+ * the value was reached or failed another way, or the query failed (errors are the
+ * completion side's to report). Always releases the event. */
+static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, gpuhal__event_t* event,
+                                         uint64_t event_value, int word_written, gpuhal_timeout_t timeout,
+                                         int may_sleep) {
+  const gpuhal_queue_tuning_t* tuning = &event->pool->device->params.tuning;
+  int64_t start = gpuhal_now_ns();
+  int64_t spin_end = start + tuning->host_wait_spin_ns;
+  /* The work writes the word after it ran (the write fences what came before it in its
+   * stream): the word passing the value is as good as the event completing, and reading it
+   * costs nothing. (It may also pass for a later signal or a failure store: the timeline
+   * is past the value then too, and a failure is looked at first.) */
+  volatile uint64_t* word = word_written ? gpuhal__atomic_load(&s->word) : NULL;
+  int r, advanced = 0;
+  for (;;) {
+    int64_t now;
+    if (word && !gpuhal__atomic_load(&s->failure) && __atomic_load_n(word, __ATOMIC_ACQUIRE) >= event_value) {
+      word = NULL; /* once: if work it waited on is not known reached yet, the event decides */
+      if (gpuhal__semaphore_advance_from_event(s, event, event_value)) {
+        r = 0;
+        advanced = 1;
+        break;
+      }
+    }
+    r = word ? 1 : gpuhal__event_query(event);
+    if (r != 1) break;
+    if (gpuhal__atomic_load(&s->value) >= value || gpuhal__atomic_load(&s->failure) != NULL) break;
+    now = gpuhal_now_ns();
+    if (gpuhal__timeout_expired(timeout) || (now >= spin_end && !may_sleep)) break;
+    if (now >= spin_end) gpuhal__sleep_ns(gpuhal__host_wait_sleep_ns(start, tuning->host_wait_max_sleep_ns, timeout));
+  }
+  if (r == 0 && !advanced && !gpuhal__semaphore_advance_from_event(s, event, event_value)) r = 1;
+  gpuhal__event_release(event);
+  return r == 0;
+}
+
+/* The outcome of the entries: 1 when the wait is over for `mode` (satisfied, or failed with
+ * *out_status: for ALL any failed entry; for ANY a failed entry while none is reached), 0
+ * when not. With `nodes`, entries not reached register their node. With `out`, the first
+ * entry whose value is submitted hands over its event (retained; the caller must release
+ * it), which entry that was, and what its timepoint said. */
+typedef struct gpuhal__host_wait_event_s {
+  gpuhal__event_t* event;
+  uint64_t value; /* the submitted value the event stands for */
+  uint32_t index;
+  int word_written;
+} gpuhal__host_wait_event_t;
+static int gpuhal__host_wait_evaluate(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list,
+                                      gpuhal__semaphore_waiter_t* nodes, gpuhal_status_t* out_status,
+                                      gpuhal__host_wait_event_t* out) {
+  uint32_t i, completed = 0;
+  gpuhal_status_t first_failure = NULL;
+  for (i = 0; i < list.count; ++i) {
+    gpuhal__wait_query_t q;
+    gpuhal__wait_state_t st;
+    memset(&q, 0, sizeof(q));
+    q.waiter = nodes ? &nodes[i] : NULL;
+    q.look_submitted = out != NULL;
+    q.take_event = out != NULL && out->event == NULL;
+    st = gpuhal__semaphore_check(list.semaphores[i], list.values[i], &q);
+    if (st == GPUHAL__WAIT_COMPLETED) {
+      completed++;
+      if (mode == GPUHAL_WAIT_ANY) break;
+    } else if (st == GPUHAL__WAIT_FAILED) {
+      if (!first_failure) {
+        first_failure = gpuhal__semaphore_failure_for(q.failure, "a host wait", list.values[i]);
+      } else {
+        gpuhal_status_free(q.failure);
+      }
+      if (mode == GPUHAL_WAIT_ALL) break;
+    } else if (st == GPUHAL__WAIT_SUBMITTED && q.event) {
+      out->event = q.event;
+      out->value = q.event_value;
+      out->index = i;
+      out->word_written = q.word_written;
+    }
+  }
+  if ((mode == GPUHAL_WAIT_ALL && completed == list.count) || (mode == GPUHAL_WAIT_ANY && completed > 0)) {
+    gpuhal_status_free(first_failure);
+    return 1;
+  }
+  if (first_failure) {
+    *out_status = first_failure;
+    return 1;
+  }
+  return 0;
+}
+
+static gpuhal_status_t gpuhal__host_wait_deadline(void) {
+  return gpuhal_status_make(GPUHAL_STATUS_DEADLINE_EXCEEDED, "semaphore wait: the timeout passed first");
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_list_check(const char* func, const char* arg,
+                                                             gpuhal_semaphore_list_t list,
+                                                             const gpuhal_driver_t* driver) {
+  uint32_t i;
+  if (list.count == 0) return NULL;
+  if (!list.semaphores || !list.values)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument '%s' has count %u but NULL semaphores or values", func, arg, list.count);
+  for (i = 0; i < list.count; ++i) {
+    gpuhal_semaphore_t* s = list.semaphores[i];
+    gpuhal_status_t bad = gpuhal__object_check(s, GPUHAL__MAGIC_SEMAPHORE, func, arg);
+    if (bad) return gpuhal_status_annotate(bad, "at index %u", i);
+    if (driver && s->driver != driver)
+      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                                "%s: argument '%s' entry %u is a semaphore of another driver than the device's", func,
+                                arg, i);
+  }
+  return NULL;
+}
+
+#define GPUHAL__HOST_WAIT_INLINE_NODES 8
+/* A wait on values not submitted yet spins on its notifications this long from its start
+ * before it sleeps on its condition variable: a sleeping thread takes longer to wake than
+ * the GPU work it waits for takes to run (bench_queue case 6 vs 6b, tests/bench/RESULTS.md). */
+#define GPUHAL__HOST_WAIT_UNSUBMITTED_SPIN_NS 200000
+#define GPUHAL__HOST_WAIT_MAX_SLEEP_NS 1000000 /* between reads of armed words while registered */
+
+/* Phase 1: no registration. Polls the event of the first submitted entry on this thread
+ * (once per entry at most), which for a single value or ALL may run until the timeout. 1
+ * when the wait is over (*out_status says how), 0 to go on registered. */
+static int gpuhal__host_wait_poll(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list, gpuhal_timeout_t timeout,
+                                  gpuhal_status_t* out_status) {
+  uint32_t polls = 0;
+  for (;;) {
+    gpuhal__host_wait_event_t found;
+    int want_event = !gpuhal__timeout_is_immediate(timeout) && polls < list.count;
+    memset(&found, 0, sizeof(found));
+    if (gpuhal__host_wait_evaluate(mode, list, NULL, out_status, want_event ? &found : NULL)) {
+      if (found.event) gpuhal__event_release(found.event);
+      return 1;
+    }
+    if (!found.event) return 0;
+    polls++;
+    /* Only a wait on this one value may sleep here: with more entries, another one's failure
+     * (or, for ANY, its completion) must end the wait, which the registered phase sees. */
+    gpuhal__semaphore_await_event(list.semaphores[found.index], list.values[found.index], found.event, found.value,
+                                  found.word_written, timeout, list.count == 1);
+    if (gpuhal__timeout_expired(timeout)) return 0;
+  }
+}
+
+static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list,
+                                                    gpuhal_timeout_t timeout) {
+  gpuhal__semaphore_waiter_t inline_nodes[GPUHAL__HOST_WAIT_INLINE_NODES];
+  gpuhal__semaphore_waiter_t* nodes = inline_nodes;
+  const gpuhal_allocator_t* allocator = &list.semaphores[0]->allocator;
+  gpuhal__host_wait_t hw;
+  gpuhal_status_t result = NULL;
+  int64_t start = gpuhal_now_ns();
+  uint32_t i;
+
+  if (gpuhal__host_wait_poll(mode, list, timeout, &result)) return result;
+  if (gpuhal__timeout_expired(timeout)) {
+    /* One last look, so a value reached during the poll's last sleep still counts. */
+    if (gpuhal__host_wait_evaluate(mode, list, NULL, &result, NULL)) return result;
+    return gpuhal__host_wait_deadline();
+  }
+  if (list.count > GPUHAL__HOST_WAIT_INLINE_NODES) {
+    size_t bytes = sizeof(*nodes) * (size_t)list.count;
+    nodes = (gpuhal__semaphore_waiter_t*)gpuhal__alloc(allocator, bytes);
+    if (!nodes) return gpuhal__status_oom("semaphore wait nodes", bytes);
+  }
+  gpuhal__mutex_init(&hw.mutex);
+  gpuhal__cond_init(&hw.cond);
+  hw.notified = 0;
+  for (i = 0; i < list.count; ++i) {
+    gpuhal__semaphore_waiter_init(&nodes[i]);
+    nodes[i].wants_submitted = 1; /* a value submitted meanwhile is polled on this thread */
+    nodes[i].notify = gpuhal__host_wait_notify;
+    nodes[i].user = &hw;
+  }
+  for (;;) {
+    uint32_t seen = gpuhal__atomic_load(&hw.notified);
+    int notified;
+    int64_t spin_end = start + GPUHAL__HOST_WAIT_UNSUBMITTED_SPIN_NS;
+    if (spin_end > timeout.deadline_ns) spin_end = timeout.deadline_ns; /* INT64_MAX when infinite */
+    /* Registers the nodes not registered yet (notified ones were unlinked) and checks. */
+    if (gpuhal__host_wait_evaluate(mode, list, nodes, &result, NULL)) break;
+    if (gpuhal__timeout_expired(timeout)) {
+      result = gpuhal__host_wait_deadline();
+      break;
+    }
+    if (gpuhal_now_ns() < spin_end) {
+      /* Early in the wait: spin on the notification count (bounded like a nap). */
+      while (gpuhal__atomic_load(&hw.notified) == seen && gpuhal_now_ns() < spin_end) {
+      }
+    } else {
+      /* Sleep until notified, bounded so that words written by GPU signals are read again. */
+      gpuhal_timeout_t nap =
+          gpuhal_timeout_relative_ns(gpuhal__host_wait_sleep_ns(start, GPUHAL__HOST_WAIT_MAX_SLEEP_NS, timeout));
+      gpuhal__mutex_lock(&hw.mutex);
+      while (gpuhal__atomic_load(&hw.notified) == seen && gpuhal__cond_wait_until(&hw.cond, &hw.mutex, nap)) {
+      }
+      gpuhal__mutex_unlock(&hw.mutex);
+    }
+    notified = gpuhal__atomic_load(&hw.notified) != seen;
+    /* Notified: a value was reached, failed or submitted; a submitted one is polled here. */
+    if (notified && gpuhal__host_wait_poll(mode, list, timeout, &result)) break;
+  }
+  for (i = 0; i < list.count; ++i) gpuhal__semaphore_unregister(list.semaphores[i], &nodes[i]);
+  gpuhal__cond_destroy(&hw.cond);
+  gpuhal__mutex_destroy(&hw.mutex);
+  if (nodes != inline_nodes) gpuhal__free(allocator, nodes);
+  return result;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_semaphore_wait(gpuhal_semaphore_t* semaphore, uint64_t value,
+                                                 gpuhal_timeout_t timeout) {
+  GPUHAL__CHECK_OBJECT(semaphore, GPUHAL__MAGIC_SEMAPHORE);
+  return gpuhal__semaphores_wait_impl(GPUHAL_WAIT_ALL, gpuhal_semaphore_list_one(&semaphore, &value), timeout);
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_semaphores_wait(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list,
+                                                  gpuhal_timeout_t timeout) {
+  GPUHAL__CHECK_ARG(mode == GPUHAL_WAIT_ALL || mode == GPUHAL_WAIT_ANY, "mode",
+                    "must be GPUHAL_WAIT_ALL or GPUHAL_WAIT_ANY");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__semaphore_list_check(__func__, "list", list, NULL));
+  if (list.count == 0) return NULL;
+  return gpuhal__semaphores_wait_impl(mode, list, timeout);
+}

@@ -1,0 +1,55 @@
+/* Helpers for the tests that reach into gpuhal's internals (include after gpuhal.h with
+ * GPUHAL_IMPLEMENTATION). Built only from internal calls the implementation itself uses, so
+ * that src/ keeps no function that only a test calls (tools/check_units.sh fails on one). */
+#ifndef GPUHAL_TEST_INTERNALS_H
+#define GPUHAL_TEST_INTERNALS_H
+
+#ifndef GPUHAL_IMPLEMENTATION_DONE
+#error "test_internals.h: include gpuhal.h with GPUHAL_IMPLEMENTATION defined first"
+#endif
+
+/* Each test uses some of these. */
+#pragma GCC diagnostic ignored "-Wunused-function"
+
+/* A queue action with no flags (the queue <-> command-buffer contract, queue.h). */
+static gpuhal_status_t gpuhal__queue_submit(gpuhal_device_t* device, uint32_t queue_index, gpuhal_semaphore_list_t wait,
+                                            gpuhal_semaphore_list_t signal, const gpuhal__action_ops_t* ops,
+                                            void* user) {
+  return gpuhal__queue_submit_ex(device, queue_index, wait, signal, ops, user, 0);
+}
+
+/* gpuhal__pool_alloc_current from any thread: it enters the device's context. */
+static gpuhal_status_t gpuhal__pool_alloc_async(gpuhal_device_t* device, CUstream stream, uint64_t size,
+                                                CUdeviceptr* out_ptr) {
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  *out_ptr = 0;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
+  gpuhal__context_leave(device, &scope);
+  return status;
+}
+
+/* For gpuhal_queue_dealloca: `buffer` must come from gpuhal_queue_alloca and must not
+ * have been deallocated already. */
+static gpuhal_status_t gpuhal__buffer_check_pending(const char* func, gpuhal_buffer_t* buffer) {
+  if (!buffer->pending)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument 'buffer' was not allocated by gpuhal_queue_alloca (release it instead)",
+                              func);
+  if (gpuhal__atomic_load(&buffer->state) == GPUHAL__BUFFER_FREED)
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: argument 'buffer' was already deallocated", func);
+  return NULL;
+}
+
+/* Issues a pending buffer's free on `stream` (queue_dealloca); the buffer becomes FREED. */
+static gpuhal_status_t gpuhal__buffer_pending_free(gpuhal_buffer_t* buffer, gpuhal_device_t* device, CUstream stream) {
+  if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_LIVE)
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                              "queue_dealloca: the buffer's memory is not live (never allocated, or already freed)");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__pool_free_async(device, stream, buffer->address));
+  gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_FREED);
+  return NULL;
+}
+
+#endif /* GPUHAL_TEST_INTERNALS_H */
