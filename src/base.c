@@ -362,11 +362,16 @@ GPUHAL__PRIVATE int gpuhal__cond_wait_until(gpuhal__cond_t* c, gpuhal__mutex_t* 
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__thread_create(gpuhal__thread_t* thread, gpuhal__thread_fn_t fn, void* arg,
                                                       const char* name) {
-  int rc = pthread_create(thread, NULL, fn, arg);
+  gpuhal__thread_t detached;
+  pthread_attr_t attr;
+  int rc = pthread_attr_init(&attr);
+  if (rc == 0 && !thread) rc = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (rc == 0) rc = pthread_create(thread ? thread : &detached, &attr, fn, arg);
+  pthread_attr_destroy(&attr);
   if (rc != 0)
     return gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED, "could not start thread '%s': %s", name, strerror(rc));
 #if defined(__linux__) && defined(__USE_GNU)
-  pthread_setname_np(*thread, name);
+  pthread_setname_np(thread ? *thread : detached, name);
 #endif
   return NULL;
 }

@@ -85,7 +85,7 @@ static gpuhal_status_t gpuhal__dispatch_check_dims(const gpuhal_command_buffer_t
         "gpuhal_cmd_dispatch: argument 'block' has %llu threads; kernel '%s' allows at most %d per "
         "block on this device",
         (unsigned long long)threads, kernel->name, kernel->info.max_threads_per_block);
-  max_dynamic_shared = __atomic_load_n(&kernel->info.max_dynamic_shared_bytes, __ATOMIC_RELAXED);
+  max_dynamic_shared = gpuhal__atomic_load_relaxed(&kernel->info.max_dynamic_shared_bytes);
   if (shared_bytes > (uint32_t)max_dynamic_shared)
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
                               "gpuhal_cmd_dispatch: argument 'shared_bytes' (%u) exceeds kernel '%s''s dynamic shared "

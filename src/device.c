@@ -2,7 +2,7 @@
 #include "status.h"
 
 GPUHAL__PRIVATE int gpuhal__on_worker(gpuhal_device_t* device) {
-  return device->worker.started && pthread_equal(pthread_self(), device->worker.thread);
+  return device->worker.started && gpuhal__thread_is_current(device->worker.thread);
 }
 
 GPUHAL__PRIVATE void gpuhal__worker_post(gpuhal_device_t* device, gpuhal__task_t* task) {
@@ -863,8 +863,7 @@ static void* gpuhal__device_reaper_main(void* arg) {
 
 GPUHAL__PRIVATE void gpuhal__device_release_ref(gpuhal_device_t* device) {
   gpuhal_driver_t* driver = device->driver;
-  pthread_t reaper;
-  pthread_attr_t attr;
+  gpuhal_status_t status;
   if (!gpuhal__object_release(&device->header)) return;
   if (!gpuhal__device_owns_thread(device)) {
     gpuhal__device_destroy(device);
@@ -877,16 +876,15 @@ GPUHAL__PRIVATE void gpuhal__device_release_ref(gpuhal_device_t* device) {
   gpuhal__mutex_lock(&driver->devices_mutex);
   driver->reapers++;
   gpuhal__mutex_unlock(&driver->devices_mutex);
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (pthread_create(&reaper, &attr, gpuhal__device_reaper_main, device) != 0) {
-    gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: could not start its teardown thread; it leaks",
-                device->ordinal);
+  status = gpuhal__thread_create(NULL, gpuhal__device_reaper_main, device, "gpuhal-reaper");
+  if (status) {
+    gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: %s; it leaks", device->ordinal,
+                gpuhal_status_message(status));
+    gpuhal_status_free(status);
     gpuhal__mutex_lock(&driver->devices_mutex);
     driver->reapers--;
     gpuhal__mutex_unlock(&driver->devices_mutex);
   }
-  pthread_attr_destroy(&attr);
 }
 
 /* A release beyond the application's own references (a second release of a device whose

@@ -155,7 +155,7 @@ GPUHAL__PRIVATE void gpuhal__disk_file_name(const gpuhal__disk_key_t* key, char*
 
 GPUHAL__PRIVATE void gpuhal__disk_disable(gpuhal__disk_cache_t* disk, const char* what, int error) {
   int expected = 1;
-  if (__atomic_compare_exchange_n(&disk->enabled, &expected, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+  if (gpuhal__atomic_cas(&disk->enabled, &expected, 0))
     gpuhal__log(disk->device->logger, GPUHAL_LOG_WARN,
                 "module cache: disk cache directory '%s' is not usable (%s: %s); caching in memory only", disk->dir,
                 what, strerror(error));
@@ -284,7 +284,7 @@ GPUHAL__PRIVATE int gpuhal__temp_file_create(const char* path, char* temp, size_
   int fd = -1, attempt, n;
   errno = 0;
   for (attempt = 0; attempt < 16 && fd < 0; ++attempt) {
-    unsigned k = __atomic_add_fetch(&gpuhal__temp_counter, 1, __ATOMIC_RELAXED);
+    unsigned k = gpuhal__atomic_add_relaxed(&gpuhal__temp_counter, 1);
     /* The clock and a stack address tell apart processes of equal pids (containers). */
     uint64_t salt = (uint64_t)gpuhal_now_ns() ^ ((uint64_t)(uintptr_t)&k << 16) ^ ((uint64_t)attempt << 56);
     n = snprintf(temp, temp_size, "%s.tmp.%ld.%u.%llx", path, (long)getpid(), k, (unsigned long long)salt);

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 /* Counts one event in a statistics counter (atomics: read without the lock). */
-#define GPUHAL__STAT_ADD(stats, field) ((void)__atomic_add_fetch(&(stats)->field, 1, __ATOMIC_RELAXED))
+#define GPUHAL__STAT_ADD(stats, field) ((void)gpuhal__atomic_add_relaxed(&(stats)->field, 1))
 
 #define GPUHAL__PATH_MAX 4096
 

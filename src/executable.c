@@ -301,7 +301,7 @@ GPUHAL_API gpuhal_status_t gpuhal_kernel_set_max_dynamic_shared(gpuhal_kernel_t*
   gpuhal__context_leave(device, &scope);
   if (st) return gpuhal_status_annotate(st, "gpuhal_kernel_set_max_dynamic_shared('%s', %u)", kernel->name, bytes);
   gpuhal__mutex_lock(&kernel->executable->mutex);
-  __atomic_store_n(&kernel->info.max_dynamic_shared_bytes, (int)bytes, __ATOMIC_RELAXED);
+  gpuhal__atomic_store_relaxed(&kernel->info.max_dynamic_shared_bytes, (int)bytes);
   gpuhal__mutex_unlock(&kernel->executable->mutex);
   gpuhal__module_entry_note_shared(kernel->executable->entry, kernel->name, (int)bytes);
   return NULL;

@@ -90,7 +90,10 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__grow32(const gpuhal_allocator_t* allocat
                                                size_t needed, size_t element_size, const char* what);
 GPUHAL__PRIVATE char* gpuhal__strdup(const gpuhal_allocator_t* a, const char* s);
 
-/* ---- atomics (GCC/Clang builtins; C99 has no atomics and C++ must compile this too) ---- */
+/* ---- atomics (GCC/Clang builtins; C99 has no atomics and C++ must compile this too) ----
+ * Every atomic access in gpuhal goes through these. The plain names are the usual orders
+ * (acquire loads, release stores, acq_rel read-modify-writes); a suffix names any other, so
+ * each call site says which order it relies on. The add/sub forms return the new value. */
 #define gpuhal__atomic_load(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define gpuhal__atomic_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define gpuhal__atomic_add(p, v) __atomic_add_fetch((p), (v), __ATOMIC_ACQ_REL)
@@ -98,9 +101,30 @@ GPUHAL__PRIVATE char* gpuhal__strdup(const gpuhal_allocator_t* a, const char* s)
 #define gpuhal__atomic_cas(p, expected_ptr, desired) \
   __atomic_compare_exchange_n((p), (expected_ptr), (desired), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
 #define gpuhal__atomic_exchange(p, v) __atomic_exchange_n((p), (v), __ATOMIC_ACQ_REL)
+/* Counters and hints nothing else is ordered by (statistics, "is anything there" peeks). */
+#define gpuhal__atomic_load_relaxed(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define gpuhal__atomic_store_relaxed(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define gpuhal__atomic_add_relaxed(p, v) __atomic_add_fetch((p), (v), __ATOMIC_RELAXED)
+#define gpuhal__atomic_sub_relaxed(p, v) __atomic_sub_fetch((p), (v), __ATOMIC_RELAXED)
+/* Store-then-load handshakes between two threads (Dekker): each side's store must be seen
+ * before its own later load of the other side's flag. */
+#define gpuhal__atomic_load_seq_cst(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define gpuhal__atomic_store_seq_cst(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+#define gpuhal__atomic_add_seq_cst(p, v) __atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
+#define gpuhal__atomic_sub_seq_cst(p, v) __atomic_sub_fetch((p), (v), __ATOMIC_SEQ_CST)
+#define gpuhal__atomic_exchange_seq_cst(p, v) __atomic_exchange_n((p), (v), __ATOMIC_SEQ_CST)
+/* Taking a whole list another thread published with release stores. */
+#define gpuhal__atomic_exchange_acquire(p, v) __atomic_exchange_n((p), (v), __ATOMIC_ACQUIRE)
+/* A compare-exchange retry loop that publishes (a lock-free push, a monotonic maximum). */
+#define gpuhal__atomic_cas_weak_release(p, expected_ptr, desired) \
+  __atomic_compare_exchange_n((p), (expected_ptr), (desired), 1, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)
 /* Orders a store before a later load of another variable (two threads that each store one
  * flag and then read the other's: at least one sees the other's). */
 #define gpuhal__atomic_fence() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+/* A sequence lock's fences (semaphore.c): its relaxed data accesses ordered against its
+ * counter's. */
+#define gpuhal__atomic_fence_release() __atomic_thread_fence(__ATOMIC_RELEASE)
+#define gpuhal__atomic_fence_acquire() __atomic_thread_fence(__ATOMIC_ACQUIRE)
 
 /* ---- objects: a header every ref-counted gpuhal object starts with ----
  * `magic` names the type. An object's memory comes from its driver's object pool (below),
@@ -168,9 +192,15 @@ GPUHAL__PRIVATE void gpuhal__cond_wait(gpuhal__cond_t* c, gpuhal__mutex_t* m);
 GPUHAL__PRIVATE int gpuhal__cond_wait_until(gpuhal__cond_t* c, gpuhal__mutex_t* m, gpuhal_timeout_t timeout);
 
 typedef void* (*gpuhal__thread_fn_t)(void* arg);
+/* Starts `fn(arg)` on a new thread named `name`; with `thread` NULL the thread is detached
+ * (nothing joins it). */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__thread_create(gpuhal__thread_t* thread, gpuhal__thread_fn_t fn, void* arg,
                                                       const char* name);
 GPUHAL__PRIVATE void gpuhal__thread_join(gpuhal__thread_t thread);
+/* 1 when the calling thread is `thread`. */
+#define gpuhal__thread_is_current(thread) pthread_equal(pthread_self(), (thread))
+/* A number that names the calling thread while it lives (trace records' thread ids). */
+#define gpuhal__thread_self_id() ((uint64_t)pthread_self())
 #define GPUHAL__OBJECT_POOL_TYPES 16 /* more than gpuhal's object types */
 
 /* The released objects of one type, oldest first. */

@@ -166,7 +166,7 @@ static gpuhal_status_t gpuhal__memory_stats_current(gpuhal_device_t* device, gpu
   size_t free_bytes = 0, total_bytes = 0;
   memset(out, 0, sizeof(*out));
   if (device->memory) {
-    out->buffers_allocated = __atomic_load_n(&device->memory->buffers_allocated, __ATOMIC_RELAXED);
+    out->buffers_allocated = gpuhal__atomic_load_relaxed(&device->memory->buffers_allocated);
     if (device->memory->pool) {
       GPUHAL__RETURN_IF_ERROR(
           gpuhal__pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &out->pool_reserved));
@@ -217,7 +217,7 @@ static gpuhal_status_t gpuhal__pool_wait_for_frees(gpuhal_device_t* device, CUst
   for (i = 0; i < device->queue_count; ++i) {
     CUstream other = device->streams[i];
     CUresult r;
-    if (other == stream || !__atomic_exchange_n(&memory->frees_issued[i], 0, __ATOMIC_ACQ_REL)) continue;
+    if (other == stream || !gpuhal__atomic_exchange(&memory->frees_issued[i], 0)) continue;
     r = cu->cuStreamQuery(other);
     if (r == CUDA_SUCCESS) continue; /* idle: its frees ran before the trim */
     gpuhal__atomic_store(&memory->frees_issued[i], 1);
@@ -358,7 +358,7 @@ static gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* buffer) {
   }
   gpuhal__context_leave(device, &scope);
   if (!status && buffer->kind == GPUHAL_MEMORY_DEVICE && device->memory)
-    __atomic_add_fetch(&device->memory->buffers_allocated, buffer->size, __ATOMIC_RELAXED);
+    gpuhal__atomic_add_relaxed(&device->memory->buffers_allocated, buffer->size);
   return status;
 }
 
@@ -510,7 +510,7 @@ static void gpuhal__buffer_destroy(gpuhal_buffer_t* buffer) {
   gpuhal_status_t status;
   if (!buffer->pending && buffer->kind == GPUHAL_MEMORY_DEVICE && device->memory &&
       gpuhal__atomic_load(&buffer->state) == GPUHAL__BUFFER_LIVE)
-    __atomic_sub_fetch(&device->memory->buffers_allocated, buffer->size, __ATOMIC_RELAXED);
+    gpuhal__atomic_sub_relaxed(&device->memory->buffers_allocated, buffer->size);
   status = gpuhal__buffer_free_memory(buffer);
   if (status) {
     gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "freeing a buffer of %llu bytes: %s",

@@ -221,7 +221,7 @@ static gpuhal_status_t gpuhal__build_via_cubin(gpuhal__module_cache_t* cache, gp
   char name[256];
   gpuhal__cubin_t cubin;
   gpuhal_status_t st;
-  int disk = __atomic_load_n(&cache->disk.enabled, __ATOMIC_ACQUIRE);
+  int disk = gpuhal__atomic_load(&cache->disk.enabled);
   memset(&cubin, 0, sizeof(cubin));
   if (disk) {
     gpuhal__disk_key_make(device, entry, &key);
@@ -241,8 +241,7 @@ static gpuhal_status_t gpuhal__build_via_cubin(gpuhal__module_cache_t* cache, gp
  * hook; otherwise the driver compiles it directly (and may use its own JIT cache). */
 static gpuhal_status_t gpuhal__module_build(gpuhal__module_cache_t* cache, gpuhal__module_entry_t* entry) {
   gpuhal_device_t* device = cache->device;
-  if (entry->format == GPUHAL__IMAGE_PTX &&
-      (device->params.compile_fn || __atomic_load_n(&cache->disk.enabled, __ATOMIC_ACQUIRE)))
+  if (entry->format == GPUHAL__IMAGE_PTX && (device->params.compile_fn || gpuhal__atomic_load(&cache->disk.enabled)))
     return gpuhal__build_via_cubin(cache, entry);
   GPUHAL__STAT_ADD(&cache->stats, compiles);
   return gpuhal__module_load_image(device, entry->image, entry->size, entry->format,
@@ -394,7 +393,7 @@ static int gpuhal__module_entry_unref_locked(gpuhal__module_cache_t* cache, gpuh
   if (--entry->refcount > 0) return 0;
   if (entry->state == GPUHAL__ENTRY_READY && entry->in_table) {
     gpuhal__list_push_back(&cache->idle, &entry->lru);
-    __atomic_add_fetch(&cache->stats.evictions, gpuhal__module_cache_evict_locked(cache, 0, victims), __ATOMIC_RELAXED);
+    gpuhal__atomic_add_relaxed(&cache->stats.evictions, gpuhal__module_cache_evict_locked(cache, 0, victims));
     return 0;
   }
   return 1;
@@ -524,7 +523,7 @@ static gpuhal_status_t gpuhal__module_cache_finish(gpuhal__module_cache_t* cache
     entry->state = GPUHAL__ENTRY_READY;
     cache->ready_count++;
     cache->ready_bytes += entry->size;
-    __atomic_add_fetch(&cache->stats.evictions, gpuhal__module_cache_evict_locked(cache, 0, victims), __ATOMIC_RELAXED);
+    gpuhal__atomic_add_relaxed(&cache->stats.evictions, gpuhal__module_cache_evict_locked(cache, 0, victims));
   }
   gpuhal__cond_broadcast(&cache->flight_done);
   gpuhal__mutex_unlock(&cache->mutex);
@@ -603,7 +602,7 @@ GPUHAL_API gpuhal_status_t gpuhal_device_module_cache_trim(gpuhal_device_t* devi
   cache = gpuhal__module_cache_of(device);
   gpuhal__list_init(&victims);
   gpuhal__mutex_lock(&cache->mutex);
-  __atomic_add_fetch(&cache->stats.trimmed, gpuhal__module_cache_evict_locked(cache, 1, &victims), __ATOMIC_RELAXED);
+  gpuhal__atomic_add_relaxed(&cache->stats.trimmed, gpuhal__module_cache_evict_locked(cache, 1, &victims));
   gpuhal__mutex_unlock(&cache->mutex);
   gpuhal__module_cache_unload_list(device, &victims);
   return NULL;
@@ -617,7 +616,7 @@ GPUHAL_API gpuhal_status_t gpuhal_device_module_cache_stats(gpuhal_device_t* dev
   cache = gpuhal__module_cache_of(device);
   memset(out_stats, 0, sizeof(*out_stats));
   gpuhal__mutex_lock(&cache->mutex);
-#define GPUHAL__STAT_COPY(field) out_stats->field = __atomic_load_n(&cache->stats.field, __ATOMIC_RELAXED)
+#define GPUHAL__STAT_COPY(field) out_stats->field = gpuhal__atomic_load_relaxed(&cache->stats.field)
   GPUHAL__STAT_COPY(hits);
   GPUHAL__STAT_COPY(misses);
   GPUHAL__STAT_COPY(waits);
@@ -626,8 +625,8 @@ GPUHAL_API gpuhal_status_t gpuhal_device_module_cache_stats(gpuhal_device_t* dev
   GPUHAL__STAT_COPY(disk_hits);
   GPUHAL__STAT_COPY(disk_misses);
   GPUHAL__STAT_COPY(disk_rejects);
-  out_stats->disk_writes = __atomic_load_n(&cache->disk.writes, __ATOMIC_RELAXED);
-  out_stats->disk_evictions = __atomic_load_n(&cache->disk.evictions, __ATOMIC_RELAXED);
+  out_stats->disk_writes = gpuhal__atomic_load_relaxed(&cache->disk.writes);
+  out_stats->disk_evictions = gpuhal__atomic_load_relaxed(&cache->disk.evictions);
   GPUHAL__STAT_COPY(evictions);
   GPUHAL__STAT_COPY(trimmed);
 #undef GPUHAL__STAT_COPY
@@ -635,7 +634,7 @@ GPUHAL_API gpuhal_status_t gpuhal_device_module_cache_stats(gpuhal_device_t* dev
   out_stats->bytes = cache->ready_bytes;
   out_stats->max_entries = cache->max_entries;
   out_stats->max_bytes = cache->max_bytes;
-  out_stats->disk_enabled = __atomic_load_n(&cache->disk.enabled, __ATOMIC_ACQUIRE);
+  out_stats->disk_enabled = gpuhal__atomic_load(&cache->disk.enabled);
   gpuhal__mutex_unlock(&cache->mutex);
   return NULL;
 }

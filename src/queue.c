@@ -47,9 +47,8 @@ GPUHAL__PRIVATE void gpuhal__park_release(gpuhal__queue_state_t* state, int32_t 
 
 GPUHAL__PRIVATE int gpuhal__queue_owns_thread(gpuhal_device_t* device) {
   gpuhal__queue_state_t* state = gpuhal__queue_state(device);
-  pthread_t self = pthread_self();
   return state && state->threads_started &&
-         (pthread_equal(self, state->completion_thread) || pthread_equal(self, state->host_call_thread));
+         (gpuhal__thread_is_current(state->completion_thread) || gpuhal__thread_is_current(state->host_call_thread));
 }
 
 GPUHAL__PRIVATE void gpuhal__queue_kick(gpuhal__queue_state_t* state) {
@@ -62,15 +61,15 @@ GPUHAL__PRIVATE void gpuhal__queue_kick_issue(gpuhal__queue_state_t* state) {
 }
 
 GPUHAL__PRIVATE void gpuhal__woken_push(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
-  gpuhal__action_t* head = __atomic_load_n(&state->woken, __ATOMIC_RELAXED);
+  gpuhal__action_t* head = gpuhal__atomic_load_relaxed(&state->woken);
   do {
     a->woken_next = head;
-  } while (!__atomic_compare_exchange_n(&state->woken, &head, a, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+  } while (!gpuhal__atomic_cas_weak_release(&state->woken, &head, a));
 }
 
 GPUHAL__PRIVATE void gpuhal__action_wake(gpuhal__action_t* a) {
   gpuhal__atomic_store(&a->wake, 1);
-  if (__atomic_exchange_n(&a->on_woken, 1, __ATOMIC_ACQ_REL)) return; /* the pump will look at it */
+  if (gpuhal__atomic_exchange(&a->on_woken, 1)) return; /* the pump will look at it */
   gpuhal__woken_push(a->state, a);
 }
 
@@ -88,12 +87,12 @@ GPUHAL__PRIVATE void gpuhal__action_wait_notify(gpuhal__semaphore_waiter_t* wait
   if (gpuhal__semaphore_after_has(s, gpuhal__queue_issue_woken, state)) return;
   if (gpuhal__semaphore_after_room(s)) {
     /* Counted before `stopping` is read, so a release either sees the count or is seen. */
-    __atomic_add_fetch(&state->signal_runs, 1, __ATOMIC_SEQ_CST);
-    if (!__atomic_load_n(&state->stopping, __ATOMIC_SEQ_CST)) {
+    gpuhal__atomic_add_seq_cst(&state->signal_runs, 1);
+    if (!gpuhal__atomic_load_seq_cst(&state->stopping)) {
       gpuhal__semaphore_after_add(s, gpuhal__queue_issue_woken, state);
       return;
     }
-    __atomic_sub_fetch(&state->signal_runs, 1, __ATOMIC_SEQ_CST);
+    gpuhal__atomic_sub_seq_cst(&state->signal_runs, 1);
   }
   gpuhal__queue_kick_issue(state);
 }
@@ -314,7 +313,7 @@ GPUHAL__PRIVATE void gpuhal__actions_release(gpuhal__queue_state_t* state, gpuha
   gpuhal__mutex_lock(&state->mutex);
   last->next_free = state->free_actions;
   state->free_actions = first;
-  if (__atomic_sub_fetch(&state->outstanding, count, __ATOMIC_ACQ_REL) == 0) gpuhal__cond_broadcast(&state->idle_cond);
+  if (gpuhal__atomic_sub(&state->outstanding, count) == 0) gpuhal__cond_broadcast(&state->idle_cond);
   gpuhal__mutex_unlock(&state->mutex);
 }
 

@@ -362,13 +362,13 @@ static void gpuhal__woken_push_back(gpuhal__queue_state_t* state, gpuhal__action
 static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state, int* budget, int caller) {
   gpuhal__action_t* batch;
   int progress = 0;
-  batch = __atomic_exchange_n(&state->woken, NULL, __ATOMIC_ACQUIRE);
+  batch = gpuhal__atomic_exchange_acquire(&state->woken, NULL);
   if (gpuhal__atomic_load(&state->lost_flag)) {
     gpuhal__list_node_t* n = state->pending.next;
     while (batch) { /* dropped: everything pending fails below */
       gpuhal__action_t* a = batch;
       batch = a->woken_next; /* read before on_woken is cleared: then a notify may reuse it */
-      __atomic_store_n(&a->on_woken, 0, __ATOMIC_SEQ_CST);
+      gpuhal__atomic_store_seq_cst(&a->on_woken, 0);
     }
     while (n != &state->pending) {
       gpuhal__list_node_t* next = n->next;
@@ -389,8 +389,8 @@ static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state, int* budget, in
     batch = a->woken_next;
     /* Off the stack first, then take the wake: a notify in between pushes it again. An
      * entry may be stale (woken while it was being issued on a submitter's fast path). */
-    __atomic_store_n(&a->on_woken, 0, __ATOMIC_SEQ_CST);
-    if (!a->in_pending || !__atomic_exchange_n(&a->wake, 0, __ATOMIC_SEQ_CST)) continue;
+    gpuhal__atomic_store_seq_cst(&a->on_woken, 0);
+    if (!a->in_pending || !gpuhal__atomic_exchange_seq_cst(&a->wake, 0)) continue;
     if (gpuhal__queue_pump_one(state, a, NULL)) {
       progress++;
       (*budget)--;
@@ -420,7 +420,7 @@ GPUHAL__PRIVATE int gpuhal__queue_issue_ready(gpuhal__queue_state_t* state, int 
   gpuhal__queue_take_incoming(state);
   while (gpuhal__queue_pump_pass(state, &budget, caller) > 0 && budget > 0) {
   }
-  return budget <= 0 && __atomic_load_n(&state->woken, __ATOMIC_ACQUIRE) != NULL;
+  return budget <= 0 && gpuhal__atomic_load(&state->woken) != NULL;
 }
 
 GPUHAL__PRIVATE void gpuhal__queue_issue_woken(void* arg) {
@@ -439,7 +439,7 @@ GPUHAL__PRIVATE void gpuhal__queue_issue_woken(void* arg) {
     gpuhal__mutex_unlock(&state->issue_mutex);
   }
   if (left) gpuhal__queue_kick_issue(state);
-  __atomic_sub_fetch(&state->signal_runs, 1, __ATOMIC_SEQ_CST);
+  gpuhal__atomic_sub_seq_cst(&state->signal_runs, 1);
 }
 
 GPUHAL__PRIVATE void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
@@ -449,7 +449,7 @@ GPUHAL__PRIVATE void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
    * New submissions move to `pending` under the issue lock, so a submitter's fast path
    * (which needs `incoming` empty and the issue lock) cannot overtake one of them that has
    * left `incoming` but is not issued yet: submission order holds. */
-  if (__atomic_exchange_n(&state->issue_needed, 0, __ATOMIC_ACQ_REL)) {
+  if (gpuhal__atomic_exchange(&state->issue_needed, 0)) {
     gpuhal__mutex_lock(&state->issue_mutex);
     gpuhal__queue_issue_ready(state, INT_MAX, 0);
     gpuhal__mutex_unlock(&state->issue_mutex);

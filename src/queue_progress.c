@@ -495,7 +495,7 @@ static uint32_t gpuhal__harvest_look(gpuhal__queue_state_t* state, gpuhal__queue
   }
   gpuhal__mutex_unlock(&state->mutex);
   if (!probe) return 0;
-  __atomic_add_fetch(&state->harvest_looks, 1, __ATOMIC_RELAXED);
+  gpuhal__atomic_add_relaxed(&state->harvest_looks, 1);
   /* Errors and unfinished work alike are left to the completion thread. */
   complete = gpuhal__event_query(event) == 0;
   gpuhal__event_release(event);
@@ -505,7 +505,7 @@ static uint32_t gpuhal__harvest_look(gpuhal__queue_state_t* state, gpuhal__queue
     if (backoff > GPUHAL__HARVEST_MAX_BACKOFF) backoff = GPUHAL__HARVEST_MAX_BACKOFF;
     lane->harvest_backoff = backoff;
     gpuhal__atomic_store(&lane->harvest_skip, backoff);
-    __atomic_add_fetch(&state->harvest_misses, 1, __ATOMIC_RELAXED);
+    gpuhal__atomic_add_relaxed(&state->harvest_misses, 1);
     return 0;
   }
   lane->harvest_backoff = 0;
@@ -513,7 +513,7 @@ static uint32_t gpuhal__harvest_look(gpuhal__queue_state_t* state, gpuhal__queue
   gpuhal__mutex_lock(&state->mutex);
   n = gpuhal__harvest_take(state, lane, seq, taken);
   gpuhal__mutex_unlock(&state->mutex);
-  __atomic_add_fetch(&state->harvested, n, __ATOMIC_RELAXED);
+  gpuhal__atomic_add_relaxed(&state->harvested, n);
   return n;
 }
 

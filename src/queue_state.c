@@ -118,11 +118,11 @@ GPUHAL__PRIVATE void gpuhal__queue_state_destroy(gpuhal_device_t* device) {
   gpuhal__action_block_t* block;
   if (!state) return;
   gpuhal__mutex_lock(&state->mutex);
-  __atomic_store_n(&state->stopping, 1, __ATOMIC_SEQ_CST);
+  gpuhal__atomic_store_seq_cst(&state->stopping, 1);
   gpuhal__mutex_unlock(&state->mutex);
   /* Issues asked of signalling threads before they could see `stopping` end soon (they
    * only try the issue lock); later ones kick the worker. */
-  while (__atomic_load_n(&state->signal_runs, __ATOMIC_SEQ_CST) > 0) gpuhal__sleep_ns(10000);
+  while (gpuhal__atomic_load_seq_cst(&state->signal_runs) > 0) gpuhal__sleep_ns(10000);
   gpuhal_status_free(gpuhal__worker_call(device, gpuhal__queue_abort_pending, state));
   /* Issued work completes (or fails) on the completion and host-call threads and comes
    * back through the pump, which releases it. GPU value waits that nothing reached would
@@ -131,11 +131,11 @@ GPUHAL__PRIVATE void gpuhal__queue_state_destroy(gpuhal_device_t* device) {
   state->idle_waiters++;
   state->abandon_value_waits = 1;
   gpuhal__cond_signal(&state->completion_cond);
-  while (__atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) {
+  while (gpuhal__atomic_load(&state->outstanding) > 0) {
     /* Value waits issued since the last look (none are: submission is closed) or found
      * after it: look again now and then. */
     if (!gpuhal__cond_wait_until(&state->idle_cond, &state->mutex, gpuhal_timeout_relative_ns(10000000)) &&
-        __atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) {
+        gpuhal__atomic_load(&state->outstanding) > 0) {
       state->abandon_value_waits = 1;
       gpuhal__cond_signal(&state->completion_cond);
     }

@@ -90,7 +90,7 @@ static int gpuhal__action_acquire_issuing(gpuhal__queue_state_t* state, uint32_t
   }
   state->issue_free = a->next_free;
   a->next_free = NULL;
-  __atomic_add_fetch(&state->outstanding, 1, __ATOMIC_ACQ_REL);
+  gpuhal__atomic_add(&state->outstanding, 1);
   *out = a;
   return 1;
 }
@@ -117,7 +117,7 @@ static gpuhal_status_t gpuhal__action_acquire_locked_path(gpuhal__queue_state_t*
     }
   }
   if (!status) {
-    __atomic_add_fetch(&state->outstanding, 1, __ATOMIC_ACQ_REL);
+    gpuhal__atomic_add(&state->outstanding, 1);
     *out_idle = issuing && gpuhal__list_empty(&state->incoming) && !state->lost;
     *out = a;
   }
@@ -314,8 +314,7 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32
   {
     /* One dealloca per buffer: the queue's per-buffer word records that it was submitted. */
     void* expected = NULL;
-    if (!__atomic_compare_exchange_n(&buffer->queue_data, &expected, (void*)buffer, 0, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE))
+    if (!gpuhal__atomic_cas(&buffer->queue_data, &expected, (void*)buffer))
       return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
                                 "gpuhal_queue_dealloca: argument 'buffer' already has a dealloca queued");
   }
@@ -339,7 +338,7 @@ GPUHAL__PRIVATE void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeou
     for (n = state->pending.next; n != &state->pending; n = n->next) ++blocked;
     gpuhal__mutex_unlock(&state->issue_mutex);
     gpuhal__mutex_lock(&state->mutex);
-    outstanding = __atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE);
+    outstanding = gpuhal__atomic_load(&state->outstanding);
     gpuhal__mutex_unlock(&state->mutex);
     if (outstanding <= blocked || gpuhal__timeout_expired(timeout)) return;
     gpuhal__sleep_ns(50000);
@@ -355,13 +354,13 @@ GPUHAL_API gpuhal_status_t gpuhal_device_wait_idle(gpuhal_device_t* device, gpuh
   gpuhal__mutex_lock(&state->mutex);
   state->idle_waiters++;
   if (state->completion_napping) gpuhal__cond_signal(&state->completion_cond); /* stop aging the work */
-  while (__atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) {
+  while (gpuhal__atomic_load(&state->outstanding) > 0) {
     if (!gpuhal__cond_wait_until(&state->idle_cond, &state->mutex, timeout) &&
-        __atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE) > 0) {
+        gpuhal__atomic_load(&state->outstanding) > 0) {
       result =
           gpuhal_status_make(GPUHAL_STATUS_DEADLINE_EXCEEDED,
                              "gpuhal_device_wait_idle: %llu queue operations still outstanding when the timeout passed",
-                             (unsigned long long)__atomic_load_n(&state->outstanding, __ATOMIC_ACQUIRE));
+                             (unsigned long long)gpuhal__atomic_load(&state->outstanding));
       break;
     }
   }

@@ -119,8 +119,8 @@ GPUHAL__PRIVATE void gpuhal__semaphore_words_free(gpuhal_driver_t* driver) {
  * the host only now learns that 4 is reached); storing 4 over that 5 would hold back GPU
  * waits for 5 that had not looked yet until the host learns of 5. */
 static void gpuhal__word_raise(volatile uint64_t* word, uint64_t value) {
-  uint64_t now = __atomic_load_n(word, __ATOMIC_ACQUIRE);
-  while (now < value && !__atomic_compare_exchange_n(word, &now, value, 1, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
+  uint64_t now = gpuhal__atomic_load(word);
+  while (now < value && !gpuhal__atomic_cas_weak_release(word, &now, value)) {
   }
 }
 
@@ -193,13 +193,13 @@ static void gpuhal__semaphore_publish_newest_locked(gpuhal_semaphore_t* s) {
   /* A provisional newest value is not "covered" without the lock: the waiter must learn
    * that it is provisional (gpuhal__semaphore_check). */
   CUstream stream = newest && !newest->provisional ? newest->event->stream : NULL;
-  uint32_t seq = __atomic_load_n(&s->newest_seq, __ATOMIC_RELAXED);
+  uint32_t seq = gpuhal__atomic_load_relaxed(&s->newest_seq);
   if (value == gpuhal__atomic_load(&s->newest_value) && stream == gpuhal__atomic_load(&s->newest_stream)) return;
-  __atomic_store_n(&s->newest_seq, seq + 1, __ATOMIC_RELAXED);
-  __atomic_thread_fence(__ATOMIC_RELEASE);
-  __atomic_store_n(&s->newest_value, value, __ATOMIC_RELAXED);
-  __atomic_store_n(&s->newest_stream, stream, __ATOMIC_RELAXED);
-  __atomic_store_n(&s->newest_seq, seq + 2, __ATOMIC_RELEASE);
+  gpuhal__atomic_store_relaxed(&s->newest_seq, seq + 1);
+  gpuhal__atomic_fence_release();
+  gpuhal__atomic_store_relaxed(&s->newest_value, value);
+  gpuhal__atomic_store_relaxed(&s->newest_stream, stream);
+  gpuhal__atomic_store(&s->newest_seq, seq + 2);
 }
 
 GPUHAL__PRIVATE int gpuhal__semaphore_covered_on_stream(gpuhal_semaphore_t* s, uint64_t value, CUstream stream) {
@@ -208,12 +208,12 @@ GPUHAL__PRIVATE int gpuhal__semaphore_covered_on_stream(gpuhal_semaphore_t* s, u
   CUstream newest_stream;
   if (gpuhal__atomic_load(&s->failure) != NULL) return 0;
   if (gpuhal__atomic_load(&s->value) >= value) return 1;
-  seq = __atomic_load_n(&s->newest_seq, __ATOMIC_ACQUIRE);
+  seq = gpuhal__atomic_load(&s->newest_seq);
   if (seq & 1u) return 0;
-  newest_value = __atomic_load_n(&s->newest_value, __ATOMIC_RELAXED);
-  newest_stream = __atomic_load_n(&s->newest_stream, __ATOMIC_RELAXED);
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  if (__atomic_load_n(&s->newest_seq, __ATOMIC_RELAXED) != seq) return 0;
+  newest_value = gpuhal__atomic_load_relaxed(&s->newest_value);
+  newest_stream = gpuhal__atomic_load_relaxed(&s->newest_stream);
+  gpuhal__atomic_fence_acquire();
+  if (gpuhal__atomic_load_relaxed(&s->newest_seq) != seq) return 0;
   return newest_stream == stream && stream != NULL && newest_value >= value;
 }
 
@@ -232,7 +232,7 @@ GPUHAL__PRIVATE void gpuhal__semaphore_advance(gpuhal_semaphore_t* s, uint64_t v
   if (s->failure) {
     /* GPU work that signals a failed semaphore writes its value over the failed word when
      * it runs: store it again once that work is seen done, so no GPU wait stays blocked. */
-    if (s->word) __atomic_store_n(s->word, GPUHAL__WORD_FAILED(s), __ATOMIC_RELEASE);
+    if (s->word) gpuhal__atomic_store(s->word, GPUHAL__WORD_FAILED(s));
   } else if (value > s->value) {
     gpuhal__semaphore_store_locked(s, value);
     gpuhal__semaphore_drop_completed_timepoints_locked(s);
@@ -341,7 +341,7 @@ GPUHAL__PRIVATE void gpuhal__semaphore_remove_timepoint(gpuhal__timepoint_t* tp)
 GPUHAL__PRIVATE void gpuhal__semaphore_reassert_failure(gpuhal_semaphore_t* s) {
   if (!gpuhal__atomic_load(&s->failure) || !gpuhal__atomic_load(&s->word)) return;
   gpuhal__mutex_lock(&s->mutex);
-  __atomic_store_n(s->word, GPUHAL__WORD_FAILED(s), __ATOMIC_RELEASE);
+  gpuhal__atomic_store(s->word, GPUHAL__WORD_FAILED(s));
   gpuhal__mutex_unlock(&s->mutex);
 }
 
@@ -351,13 +351,13 @@ GPUHAL__PRIVATE void gpuhal__semaphore_fail_owned(gpuhal_semaphore_t* s, gpuhal_
   if (s->failure) {
     /* Work that failed after signalling may have written its value over the failed word
      * (its value write precedes its event): store it again. */
-    if (s->word) __atomic_store_n(s->word, GPUHAL__WORD_FAILED(s), __ATOMIC_RELEASE);
+    if (s->word) gpuhal__atomic_store(s->word, GPUHAL__WORD_FAILED(s));
     gpuhal__mutex_unlock(&s->mutex);
     gpuhal_status_free(cause);
     return;
   }
-  gpuhal__atomic_store(&s->failure, cause); /* host waiters read it without the mutex */
-  if (s->word) __atomic_store_n(s->word, GPUHAL__WORD_FAILED(s), __ATOMIC_RELEASE); /* releases GPU waits */
+  gpuhal__atomic_store(&s->failure, cause);                           /* host waiters read it without the mutex */
+  if (s->word) gpuhal__atomic_store(s->word, GPUHAL__WORD_FAILED(s)); /* releases GPU waits */
   while (!gpuhal__list_empty(&s->timepoints)) gpuhal__list_pop_front(&s->timepoints);
   gpuhal__semaphore_publish_newest_locked(s);
   gpuhal__semaphore_notify_locked(s, 0);
@@ -626,7 +626,7 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
   int r, advanced = 0;
   for (;;) {
     int64_t now;
-    if (word && !gpuhal__atomic_load(&s->failure) && __atomic_load_n(word, __ATOMIC_ACQUIRE) >= event_value) {
+    if (word && !gpuhal__atomic_load(&s->failure) && gpuhal__atomic_load(word) >= event_value) {
       word = NULL; /* once: if work it waited on is not known reached yet, the event decides */
       if (gpuhal__semaphore_advance_from_event(s, event, event_value)) {
         r = 0;

@@ -31,7 +31,7 @@ enum {
   GPUHAL__TRACE_ANCHOR = 2  /* stands for the operation itself when it has no GPU span (host calls) */
 };
 
-static uint64_t gpuhal__trace_thread_key(void) { return (uint64_t)pthread_self(); }
+static uint64_t gpuhal__trace_thread_key(void) { return gpuhal__thread_self_id(); }
 
 /* ---- the ring ---- */
 
