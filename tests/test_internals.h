@@ -1,12 +1,14 @@
-/* Helpers for the tests that reach into gpuhal's internals (include after gpuhal.h with
- * GPUHAL_IMPLEMENTATION). Built only from internal calls the implementation itself uses, so
- * that src/ keeps no function that only a test calls (tools/check_units.sh fails on one). */
+/* The one way a test reaches gpuhal's internals: it includes this header (first, or after
+ * the configuration macros it sets) instead of gpuhal.h, and so compiles the implementation
+ * into itself. Every other test includes gpuhal.h alone and links the one implementation
+ * the test build makes (tests/gpuhal_impl.c), so it can use nothing but the public API
+ * (tests/CMakeLists.txt enforces this). Also the helpers built on internals that src/ does
+ * not keep (src/ keeps no function only a test calls: tools/check_units.sh fails on one). */
 #ifndef GPUHAL_TEST_INTERNALS_H
 #define GPUHAL_TEST_INTERNALS_H
 
-#ifndef GPUHAL_IMPLEMENTATION_DONE
-#error "test_internals.h: include gpuhal.h with GPUHAL_IMPLEMENTATION defined first"
-#endif
+#define GPUHAL_IMPLEMENTATION
+#include "gpuhal.h"
 
 /* Each test uses some of these. */
 #pragma GCC diagnostic ignored "-Wunused-function"

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct tu_state_s {
   int failed;  /* checks failed in the current case */
@@ -56,6 +57,15 @@ static tu_state_t tu_state;
     if (!tu_h_ || !strstr(tu_h_, (needle)))                                                             \
       TU_FAIL_AT(__FILE__, __LINE__, "'%s' does not contain '%s'", tu_h_ ? tu_h_ : "(null)", (needle)); \
   } while (0)
+
+/* Sleeps about `ns` nanoseconds (a test's pause; gpuhal's own sleep is internal). */
+static inline void tu_sleep_ns(long long ns) {
+  struct timespec ts;
+  ts.tv_sec = (time_t)(ns / 1000000000);
+  ts.tv_nsec = (long)(ns % 1000000000);
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
 
 /* For gpuhal statuses (the test must include gpuhal.h first). Frees the status. */
 #define TU_CHECK_OK(expr)                                                              \

@@ -1,6 +1,6 @@
 # Module cache tests: on softcuda every PTX compile sleeps SOFTCUDA_JIT_DELAY_MS (so that
 # concurrent loads really overlap and compiles cost something); the disk tests start
-# child processes of themselves (tests/test_module_cache_util.h: mc_spawn).
+# child processes of themselves (tests/module_cache/test_module_cache_util.h: mc_spawn).
 if(GPUHAL_TEST_DRIVER STREQUAL "softcuda")
   set(GPUHAL_MODULE_CACHE_ENV ${GPUHAL_TEST_ENV} "SOFTCUDA_JIT_DELAY_MS=20")
 else()

@@ -1,0 +1,346 @@
+/* Command buffers: the GRAPH recorder. The same bodies as test_command_buffer.c (every
+ * command byte for byte, every fill pattern size at odd offsets, barrier ordering with a
+ * slow writer, 1,000 executes with rotating binding tables patched into the instantiated
+ * graph, late-bound queue_alloca buffers, transient buffers after their dealloca,
+ * validation), plus the graph's structure read back from the driver (nodes between
+ * barriers independent, barrier edges present), and a command buffer's graph destroyed
+ * without leaks when the releasing thread cannot push the device's context (softcuda). */
+#include "test_internals.h"
+#include "test_command_buffer_common.h"
+
+#define GRAPH GPUHAL_COMMAND_BUFFER_GRAPH
+
+TU_TEST(graph_commands_bytes) { body_commands_bytes(GRAPH); }
+TU_TEST(graph_fill_every_pattern) { body_fill_patterns(GRAPH); }
+TU_TEST(graph_barrier_orders) { body_barrier_orders(GRAPH); }
+TU_TEST(graph_reusable_1000_rotating_tables) { body_reusable_rotating(GRAPH); }
+TU_TEST(graph_late_bound_alloca) { body_late_alloca(GRAPH); }
+TU_TEST(graph_unordered_alloca_fails) { body_unordered_alloca_fails(GRAPH); }
+TU_TEST(graph_empty) { body_empty(GRAPH); }
+TU_TEST(graph_transient_after_dealloca) { body_transient_after_dealloca(GRAPH); }
+TU_TEST(graph_transient_dealloca_queued_first) { body_transient_dealloca_queued_first(GRAPH); }
+TU_TEST(graph_transient_through_slot) { body_transient_through_slot(GRAPH); }
+TU_TEST(graph_transient_reusable_named) { body_transient_reusable_named(GRAPH); }
+TU_TEST(graph_validation) { body_validation(GRAPH); }
+
+/* The driver's own view of the graph, through the library gpuhal loaded. */
+typedef CUresult (*get_nodes_fn)(CUgraph, CUgraphNode*, size_t*);
+typedef CUresult (*get_edges_fn)(CUgraph, CUgraphNode*, CUgraphNode*, size_t*);
+typedef CUresult (*node_type_fn)(CUgraphNode, CUgraphNodeType*);
+
+static int index_of(const CUgraphNode* nodes, size_t n, CUgraphNode node) {
+  size_t i;
+  for (i = 0; i < n; ++i)
+    if (nodes[i] == node) return (int)i;
+  return -1;
+}
+
+/* leading barrier; A B; barrier; C; barrier barrier; D E F; trailing barrier.
+ * Expected: A, B -> join (empty) -> C -> D, E, F; nothing else. */
+TU_TEST(graph_structure) {
+  cbt t;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_buffer_t* buf = NULL;
+  gpuhal_arg_t args[3];
+  CUgraph graph = NULL;
+  CUgraphNode nodes[16], from[16], to[16];
+  CUgraphNode k[6];
+  size_t node_count = 16, edge_count = 16, i;
+  int in_deg[16], out_deg[16], kernels = 0, empties = 0, j, join = -1;
+  const char* lib_name = getenv("GPUHAL_CUDA_LIBRARY");
+  void* lib;
+  get_nodes_fn get_nodes;
+  get_edges_fn get_edges;
+  node_type_fn node_type;
+  if (!cbt_open(&t)) return;
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, 1024, &buf));
+  TU_REQUIRE_OK(gpuhal_command_buffer_create(t.device, GRAPH, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  args[1] = gpuhal_arg_u32(1);
+  args[2] = gpuhal_arg_u32(1);
+#define DISPATCH(index)                                                                                       \
+  do {                                                                                                        \
+    args[0] = gpuhal_arg_buffer(buf, 4u * (index));                                                           \
+    TU_CHECK_OK(gpuhal_cmd_dispatch(cb, t.fill_u32, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args)); \
+  } while (0)
+  TU_CHECK_OK(gpuhal_cmd_barrier(cb));
+  DISPATCH(0);
+  DISPATCH(1);
+  TU_CHECK_OK(gpuhal_cmd_barrier(cb));
+  DISPATCH(2);
+  TU_CHECK_OK(gpuhal_cmd_barrier(cb));
+  TU_CHECK_OK(gpuhal_cmd_barrier(cb));
+  DISPATCH(3);
+  DISPATCH(4);
+  DISPATCH(5);
+  TU_CHECK_OK(gpuhal_cmd_barrier(cb));
+#undef DISPATCH
+  TU_REQUIRE_OK(gpuhal_command_buffer_end(cb));
+  TU_REQUIRE_OK(gpuhal_command_buffer_native_graph(cb, (void**)&graph));
+  TU_REQUIRE(graph != NULL);
+  /* The kernel nodes, in recording order. */
+  for (i = 0, j = 0; i < cb->cmd_count; ++i)
+    if (cb->cmds[i].type == GPUHAL__CMD_DISPATCH) k[j++] = cb->cmds[i].node;
+  TU_REQUIRE(j == 6);
+
+  lib = dlopen(lib_name && lib_name[0] ? lib_name : "libcuda.so.1", RTLD_NOW);
+  TU_REQUIRE(lib != NULL);
+  *(void**)&get_nodes = dlsym(lib, "cuGraphGetNodes");
+  *(void**)&get_edges = dlsym(lib, "cuGraphGetEdges");
+  *(void**)&node_type = dlsym(lib, "cuGraphNodeGetType");
+  TU_REQUIRE(get_nodes && get_edges && node_type);
+  TU_REQUIRE(get_nodes(graph, nodes, &node_count) == CUDA_SUCCESS);
+  TU_REQUIRE(get_edges(graph, from, to, &edge_count) == CUDA_SUCCESS);
+  TU_CHECK_EQ_INT(node_count, 7);
+  TU_CHECK_EQ_INT(edge_count, 6);
+  memset(in_deg, 0, sizeof(in_deg));
+  memset(out_deg, 0, sizeof(out_deg));
+  for (i = 0; i < node_count && i < 16; ++i) {
+    CUgraphNodeType type;
+    TU_REQUIRE(node_type(nodes[i], &type) == CUDA_SUCCESS);
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL) kernels++;
+    if (type == CU_GRAPH_NODE_TYPE_EMPTY) {
+      empties++;
+      join = (int)i;
+    }
+  }
+  TU_CHECK_EQ_INT(kernels, 6);
+  TU_CHECK_EQ_INT(empties, 1);
+  TU_REQUIRE(join >= 0);
+  for (i = 0; i < edge_count && i < 16; ++i) {
+    int f = index_of(nodes, node_count, from[i]), g = index_of(nodes, node_count, to[i]);
+    TU_REQUIRE(f >= 0 && g >= 0);
+    out_deg[f]++;
+    in_deg[g]++;
+    /* Every edge is one of: A->join, B->join, join->C, C->D, C->E, C->F. */
+    TU_CHECK((from[i] == k[0] && to[i] == nodes[join]) || (from[i] == k[1] && to[i] == nodes[join]) ||
+             (from[i] == nodes[join] && to[i] == k[2]) ||
+             (from[i] == k[2] && (to[i] == k[3] || to[i] == k[4] || to[i] == k[5])));
+  }
+  TU_CHECK_EQ_INT(in_deg[join], 2);
+  TU_CHECK_EQ_INT(out_deg[join], 1);
+  TU_CHECK_EQ_INT(out_deg[index_of(nodes, node_count, k[2])], 3);
+  for (j = 3; j < 6; ++j) TU_CHECK_EQ_INT(out_deg[index_of(nodes, node_count, k[j])], 0);
+  for (j = 0; j < 2; ++j) TU_CHECK_EQ_INT(in_deg[index_of(nodes, node_count, k[j])], 0);
+  dlclose(lib);
+  /* It also runs. */
+  TU_CHECK_OK(cbt_run(&t, cb, NULL));
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(buf);
+  cbt_close(&t);
+}
+
+/* One node between barriers needs no join node; the next segment depends on it directly. */
+TU_TEST(graph_single_node_segments_chain) {
+  cbt t;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_buffer_t* buf = NULL;
+  uint32_t v = 9;
+  int i;
+  if (!cbt_open(&t)) return;
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, 64, &buf));
+  TU_REQUIRE_OK(gpuhal_command_buffer_create(t.device, GRAPH, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  for (i = 0; i < 5; ++i) {
+    TU_CHECK_OK(gpuhal_cmd_fill(cb, gpuhal_ref_buffer(buf, 0), 64, &v, 4));
+    TU_CHECK_OK(gpuhal_cmd_barrier(cb));
+  }
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  TU_CHECK_EQ_INT(cb->node_count, 5); /* no empty nodes */
+  TU_CHECK_OK(cbt_run(&t, cb, NULL));
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(buf);
+  cbt_close(&t);
+}
+
+TU_TEST(native_graph_rules) {
+  cbt t;
+  gpuhal_command_buffer_t* cb = NULL;
+  void* graph = NULL;
+  if (!cbt_open(&t)) return;
+  TU_REQUIRE_OK(gpuhal_command_buffer_create(t.device, GPUHAL_COMMAND_BUFFER_STREAM, 0, &cb));
+  TU_CHECK_STATUS(gpuhal_command_buffer_native_graph(cb, &graph), GPUHAL_STATUS_FAILED_PRECONDITION, "STREAM");
+  gpuhal_command_buffer_release(cb);
+  TU_REQUIRE_OK(gpuhal_command_buffer_create(t.device, GRAPH, 0, &cb));
+  TU_CHECK_STATUS(gpuhal_command_buffer_native_graph(cb, &graph), GPUHAL_STATUS_FAILED_PRECONDITION, "ended");
+  TU_CHECK_STATUS(gpuhal_command_buffer_native_graph(cb, NULL), GPUHAL_STATUS_INVALID_ARGUMENT, "out_cu_graph");
+  gpuhal_command_buffer_release(cb);
+  cbt_close(&t);
+}
+
+/* ---- destruction when this thread cannot take the device's context (issue #15) ----
+ * A command buffer's graph, graph exec and staging memory are destroyed even when pushing
+ * the device's context fails on the releasing thread (the worker does it then). softcuda
+ * counts its live objects: the count must come back to what it was before the command
+ * buffer existed (and SOFTCUDA_LEAKS=fatal fails the process on a leak at exit). */
+static size_t rel_live_objects(void) {
+  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
+  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  size_t (*report)(int) = NULL;
+  size_t n = 0;
+  void* p = h ? dlsym(h, "softcuda_leak_report") : NULL;
+  memcpy(&report, &p, sizeof(p));
+  if (report) n = report(0);
+  if (h) dlclose(h);
+  return n;
+}
+static unsigned long long rel_calls(const char* entry) {
+  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
+  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  unsigned long long (*calls)(const char*) = NULL;
+  unsigned long long n = 0;
+  void* p = h ? dlsym(h, "softcuda_query_calls") : NULL;
+  memcpy(&calls, &p, sizeof(p));
+  if (calls) n = calls(entry);
+  if (h) dlclose(h);
+  return n;
+}
+
+#define REL_PUSH_FAILS_ONCE "cuCtxPushCurrent@1=CUDA_ERROR_OUT_OF_MEMORY"
+#define REL_PUSH_FAILS "cuCtxPushCurrent@*=CUDA_ERROR_OUT_OF_MEMORY"
+
+/* A GRAPH command buffer with a memset node, a memcpy node from staging memory and a
+ * kernel node: everything its destruction must give back. */
+static gpuhal_command_buffer_t* rel_record(cbt* t, gpuhal_buffer_t* buf, gpuhal_command_buffer_flags_t flags) {
+  gpuhal_command_buffer_t* cb = NULL;
+  uint32_t value = 7, update[4] = {1, 2, 3, 4};
+  gpuhal_arg_t args[3];
+  args[0] = gpuhal_arg_buffer(buf, 512);
+  args[1] = gpuhal_arg_u32(9);
+  args[2] = gpuhal_arg_u32(64);
+  TU_CHECK_OK(gpuhal_command_buffer_create(t->device, GRAPH | flags, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  TU_CHECK_OK(gpuhal_cmd_fill(cb, gpuhal_ref_buffer(buf, 0), 256, &value, 4));
+  TU_CHECK_OK(gpuhal_cmd_update(cb, update, gpuhal_ref_buffer(buf, 256), sizeof(update)));
+  TU_CHECK_OK(gpuhal_cmd_dispatch(cb, t->fill_u32, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 3, args));
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  return cb;
+}
+
+/* Released on the application's thread, whose context push fails. */
+TU_TEST(graph_release_with_context_push_failing) {
+  cbt t;
+  gpuhal_buffer_t* buf = NULL;
+  gpuhal_command_buffer_t* cb;
+  size_t before;
+  unsigned long long pushes;
+  if (!tu_softcuda()) TU_SKIP("needs softcuda (fault injection, object counts)");
+  if (!cbt_open(&t)) return;
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, 1024, &buf));
+  TU_CHECK_OK(gpuhal_device_wait_idle(t.device, gpuhal_timeout_relative_ns(30000000000ll)));
+  before = rel_live_objects();
+  cb = rel_record(&t, buf, 0);
+  TU_CHECK(rel_live_objects() >= before + 3); /* graph, graph exec, staging memory */
+  pushes = rel_calls("cuCtxPushCurrent");
+  TU_REQUIRE(tu_softcuda_faults(REL_PUSH_FAILS_ONCE) == 0);
+  gpuhal_command_buffer_release(cb);
+  TU_CHECK(tu_softcuda_faults(NULL) == 0);
+  TU_CHECK(rel_calls("cuCtxPushCurrent") > pushes); /* the push was tried, and failed */
+  TU_CHECK_EQ_INT(rel_live_objects(), before);
+  gpuhal_buffer_release(buf);
+  cbt_close(&t);
+}
+
+typedef struct rel_host_release_s {
+  gpuhal_command_buffer_t* cb;
+  int armed;
+} rel_host_release_t;
+
+/* On the queue's host-call thread: the last release, with this thread's push failing. */
+static gpuhal_status_t rel_host_release(void* user) {
+  rel_host_release_t* r = (rel_host_release_t*)user;
+  r->armed = tu_softcuda_faults(REL_PUSH_FAILS_ONCE) == 0;
+  gpuhal_command_buffer_release(r->cb);
+  tu_softcuda_faults(NULL);
+  return NULL;
+}
+
+static gpuhal_status_t rel_nothing(void* user) {
+  (void)user;
+  return NULL;
+}
+
+/* Released on a gpuhal thread (a host call's) that holds no gpuhal lock. */
+TU_TEST(graph_release_on_host_call_thread_with_context_push_failing) {
+  cbt t;
+  gpuhal_buffer_t* buf = NULL;
+  gpuhal_semaphore_t* done = NULL;
+  rel_host_release_t r;
+  size_t before;
+  uint64_t one = 1, two = 2;
+  if (!tu_softcuda()) TU_SKIP("needs softcuda (fault injection, object counts)");
+  if (!cbt_open(&t)) return;
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, 1024, &buf));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &done));
+  /* A first host call warms what host calls use (the event pool), so that the count below
+   * holds only what the command buffer adds. */
+  TU_CHECK_OK(gpuhal_queue_host_call(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&done, &one),
+                                     rel_nothing, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, gpuhal_timeout_relative_ns(30000000000ll)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(t.device, gpuhal_timeout_relative_ns(30000000000ll)));
+  before = rel_live_objects();
+  r.cb = rel_record(&t, buf, 0);
+  r.armed = 0;
+  TU_CHECK_OK(gpuhal_queue_host_call(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&done, &two),
+                                     rel_host_release, &r));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 2, gpuhal_timeout_relative_ns(30000000000ll)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(t.device, gpuhal_timeout_relative_ns(30000000000ll)));
+  TU_CHECK(r.armed);
+  TU_CHECK_EQ_INT(rel_live_objects(), before);
+  gpuhal_semaphore_release(done);
+  gpuhal_buffer_release(buf);
+  cbt_close(&t);
+}
+
+/* The last reference is the execute's, dropped when the execute retires (on whichever
+ * gpuhal or application thread retires it), with every context push failing meanwhile. */
+TU_TEST(graph_release_by_execute_with_context_push_failing) {
+  cbt t;
+  gpuhal_buffer_t* buf = NULL;
+  gpuhal_semaphore_t* gate = NULL;
+  gpuhal_semaphore_t* done = NULL;
+  gpuhal_command_buffer_t* cb;
+  size_t before;
+  uint64_t one = 1;
+  if (!tu_softcuda()) TU_SKIP("needs softcuda (fault injection, object counts)");
+  if (!cbt_open(&t)) return;
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, 1024, &buf));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &gate));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &done));
+  /* A first execute, queued before its signal like the second, warms what executes use
+   * (the event pool; with GPU-resident values a side stream), so that the count below
+   * holds only what the second command buffer adds. */
+  cb = rel_record(&t, buf, 0);
+  TU_CHECK_OK(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_one(&gate, &one),
+                                   gpuhal_semaphore_list_one(&done, &one), cb, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, gpuhal_timeout_relative_ns(30000000000ll)));
+  gpuhal_command_buffer_release(cb);
+  one = 2;
+  TU_CHECK_OK(gpuhal_device_wait_idle(t.device, gpuhal_timeout_relative_ns(30000000000ll)));
+  before = rel_live_objects();
+  cb = rel_record(&t, buf, 0);
+  TU_CHECK_OK(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_one(&gate, &one),
+                                   gpuhal_semaphore_list_one(&done, &one), cb, NULL));
+  gpuhal_command_buffer_release(cb);
+  TU_REQUIRE(tu_softcuda_faults(REL_PUSH_FAILS) == 0);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 2));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 2, gpuhal_timeout_relative_ns(30000000000ll)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(t.device, gpuhal_timeout_relative_ns(30000000000ll)));
+  TU_CHECK(tu_softcuda_faults(NULL) == 0);
+  TU_CHECK_EQ_INT(rel_live_objects(), before);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done);
+  gpuhal_buffer_release(buf);
+  cbt_close(&t);
+}
+
+TU_MAIN(TU_CASE(graph_structure), TU_CASE(graph_single_node_segments_chain), TU_CASE(native_graph_rules),
+        TU_CASE(graph_commands_bytes), TU_CASE(graph_fill_every_pattern), TU_CASE(graph_barrier_orders),
+        TU_CASE(graph_reusable_1000_rotating_tables), TU_CASE(graph_late_bound_alloca),
+        TU_CASE(graph_unordered_alloca_fails), TU_CASE(graph_empty), TU_CASE(graph_validation),
+        TU_CASE(graph_transient_after_dealloca), TU_CASE(graph_transient_dealloca_queued_first),
+        TU_CASE(graph_transient_through_slot), TU_CASE(graph_transient_reusable_named),
+        TU_CASE(graph_release_with_context_push_failing),
+        TU_CASE(graph_release_on_host_call_thread_with_context_push_failing),
+        TU_CASE(graph_release_by_execute_with_context_push_failing))

@@ -1,0 +1,305 @@
+/* Executables and kernels: loading PTX (with and without its NUL), format detection,
+ * the per-device module cache sharing one module per image, kernel lookup, kernel info,
+ * dynamic shared memory opt-in. */
+#include "test_internals.h"
+
+#include "test_util.h"
+
+typedef struct fixture {
+  gpuhal_driver_t* driver;
+  gpuhal_device_t* device;
+} fixture;
+
+static int fixture_open(fixture* f) {
+  int count = 0;
+  gpuhal_status_t st;
+  memset(f, 0, sizeof(*f));
+  st = gpuhal_driver_create(NULL, &f->driver);
+  if (!st) st = gpuhal_driver_device_count(f->driver, &count);
+  if (!st && count == 0) {
+    gpuhal_driver_release(f->driver);
+    f->driver = NULL;
+    return 0;
+  }
+  if (!st) st = gpuhal_device_create(f->driver, 0, NULL, &f->device);
+  if (st) {
+    TU_FAIL_AT(__FILE__, __LINE__, "fixture: %s", gpuhal_status_message(st));
+    gpuhal_status_free(st);
+    gpuhal_driver_release(f->driver);
+    f->driver = NULL;
+    return 0;
+  }
+  return 1;
+}
+
+static void fixture_close(fixture* f) {
+  gpuhal_device_release(f->device);
+  gpuhal_driver_release(f->driver);
+}
+
+/* Reads tests/kernels/<name> into a malloc'ed buffer (NUL-terminated; *size excludes it). */
+static char* read_kernel_file(const char* name, size_t* size) { return tu_read_kernel_file(name, size); }
+
+#define OPEN_OR_SKIP(f)                                \
+  do {                                                 \
+    if (!fixture_open(f)) {                            \
+      if (!tu_state.failed) TU_SKIP("no CUDA device"); \
+      return;                                          \
+    }                                                  \
+  } while (0)
+
+TU_TEST(load_ptx_with_and_without_nul) {
+  fixture f;
+  size_t size = 0;
+  char* ptx;
+  gpuhal_executable_t* a = NULL;
+  gpuhal_executable_t* b = NULL;
+  gpuhal_kernel_t* ka = NULL;
+  gpuhal_kernel_t* kb = NULL;
+  OPEN_OR_SKIP(&f);
+  ptx = read_kernel_file("vector_add.ptx", &size);
+  TU_REQUIRE(ptx != NULL);
+  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &a));     /* no NUL */
+  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size + 1, &b)); /* with the NUL */
+  TU_REQUIRE(a && b);
+  TU_CHECK(a != b);
+  /* One image, one module on the device: both executables share the cache entry. */
+  TU_CHECK(a->entry == b->entry);
+  TU_CHECK_EQ_INT(a->entry->refcount, 2);
+  TU_CHECK_OK(gpuhal_executable_kernel(a, "vector_add", &ka));
+  TU_CHECK_OK(gpuhal_executable_kernel(b, "vector_add", &kb));
+  TU_CHECK(ka && kb && ka->function == kb->function);
+  gpuhal_executable_release(a);
+  TU_CHECK_EQ_INT(b->entry->refcount, 1);
+  gpuhal_executable_release(b);
+  free(ptx);
+  fixture_close(&f);
+}
+
+TU_TEST(module_cache_compiles_once) {
+  fixture f;
+  size_t size = 0;
+  char* ptx;
+  gpuhal_executable_t* exe[3] = {NULL, NULL, NULL};
+  unsigned long long (*calls)(const char*) = NULL;
+  unsigned long long before = 0;
+  int i;
+  void* lib;
+  OPEN_OR_SKIP(&f);
+  if (!tu_softcuda()) {
+    fixture_close(&f);
+    TU_SKIP("counts driver calls: softcuda only");
+  }
+  lib = dlopen(getenv("GPUHAL_CUDA_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
+  TU_REQUIRE(lib != NULL);
+  *(void**)&calls = dlsym(lib, "softcuda_query_calls");
+  TU_REQUIRE(calls != NULL);
+  ptx = read_kernel_file("saxpy.ptx", &size);
+  TU_REQUIRE(ptx != NULL);
+  before = calls("cuModuleLoadDataEx");
+  for (i = 0; i < 3; ++i) TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe[i]));
+  TU_CHECK_EQ_INT(calls("cuModuleLoadDataEx") - before, 1);
+  for (i = 0; i < 3; ++i) gpuhal_executable_release(exe[i]);
+  /* Unreferenced entries stay cached: the next load is a hit... */
+  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe[0]));
+  TU_CHECK_EQ_INT(calls("cuModuleLoadDataEx") - before, 1);
+  gpuhal_executable_release(exe[0]);
+  /* ...until trimmed: then the next load compiles again. */
+  TU_CHECK_OK(gpuhal_device_module_cache_trim(f.device));
+  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe[0]));
+  TU_CHECK_EQ_INT(calls("cuModuleLoadDataEx") - before, 2);
+  gpuhal_executable_release(exe[0]);
+  dlclose(lib);
+  free(ptx);
+  fixture_close(&f);
+}
+
+TU_TEST(kernel_lookup_and_info) {
+  fixture f;
+  size_t size = 0;
+  char* ptx;
+  gpuhal_executable_t* exe = NULL;
+  gpuhal_kernel_t* k = NULL;
+  gpuhal_kernel_t* again = NULL;
+  gpuhal_kernel_info_t info;
+  OPEN_OR_SKIP(&f);
+  ptx = read_kernel_file("saxpy.ptx", &size);
+  TU_REQUIRE(ptx != NULL);
+  TU_REQUIRE_OK(gpuhal_executable_load(f.device, ptx, size, &exe));
+  TU_CHECK_OK(gpuhal_executable_kernel(exe, "saxpy", &k));
+  TU_CHECK_OK(gpuhal_executable_kernel(exe, "saxpy", &again));
+  TU_CHECK(k != NULL && k == again);
+  TU_CHECK_STATUS(gpuhal_executable_kernel(exe, "no_such_kernel", &again), GPUHAL_STATUS_NOT_FOUND, "no_such_kernel");
+  TU_CHECK(again == NULL);
+  TU_CHECK_STATUS(gpuhal_executable_kernel(exe, NULL, &again), GPUHAL_STATUS_INVALID_ARGUMENT, "name");
+  TU_CHECK_STATUS(gpuhal_executable_kernel(exe, "", &again), GPUHAL_STATUS_INVALID_ARGUMENT, "name");
+  TU_CHECK_STATUS(gpuhal_executable_kernel(NULL, "saxpy", &again), GPUHAL_STATUS_INVALID_ARGUMENT, "executable");
+  TU_REQUIRE_OK(gpuhal_kernel_info(k, &info));
+  TU_CHECK(strcmp(info.name, "saxpy") == 0);
+  TU_CHECK(info.max_threads_per_block > 0);
+  TU_CHECK(info.max_dynamic_shared_bytes >= 0);
+  TU_CHECK(info.max_dynamic_shared_optin_bytes >= info.max_dynamic_shared_bytes);
+  if (info.param_count != GPUHAL_KERNEL_PARAM_COUNT_UNKNOWN) {
+    /* saxpy(float a, const float* x, float* y, unsigned n) */
+    TU_CHECK_EQ_INT(info.param_count, 4);
+    TU_CHECK_EQ_INT(info.param_sizes[0], 4);
+    TU_CHECK_EQ_INT(info.param_sizes[1], 8);
+    TU_CHECK_EQ_INT(info.param_sizes[2], 8);
+    TU_CHECK_EQ_INT(info.param_sizes[3], 4);
+    TU_CHECK_EQ_INT(info.param_offsets[0], 0);
+    TU_CHECK_EQ_INT(info.param_offsets[1], 8);
+    TU_CHECK_EQ_INT(info.param_offsets[2], 16);
+    TU_CHECK_EQ_INT(info.param_offsets[3], 24);
+  } else {
+    fprintf(stderr, "  note: the driver has no cuFuncGetParamInfo; parameter checks are off\n");
+  }
+  TU_CHECK_STATUS(gpuhal_kernel_info(k, NULL), GPUHAL_STATUS_INVALID_ARGUMENT, "out_info");
+  gpuhal_executable_release(exe);
+  /* The kernel died with its executable. */
+  TU_CHECK_STATUS(gpuhal_kernel_info(k, &info), GPUHAL_STATUS_INVALID_ARGUMENT, "released");
+  free(ptx);
+  fixture_close(&f);
+}
+
+TU_TEST(dynamic_shared_opt_in) {
+  fixture f;
+  size_t size = 0;
+  char* ptx;
+  gpuhal_executable_t* exe = NULL;
+  gpuhal_kernel_t* k = NULL;
+  gpuhal_kernel_info_t info;
+  OPEN_OR_SKIP(&f);
+  ptx = read_kernel_file("vector_add.ptx", &size);
+  TU_REQUIRE(ptx != NULL);
+  TU_REQUIRE_OK(gpuhal_executable_load(f.device, ptx, size, &exe));
+  TU_REQUIRE_OK(gpuhal_executable_kernel(exe, "vector_add", &k));
+  TU_REQUIRE_OK(gpuhal_kernel_info(k, &info));
+  if (info.max_dynamic_shared_optin_bytes > info.max_dynamic_shared_bytes) {
+    TU_CHECK_OK(gpuhal_kernel_set_max_dynamic_shared(k, (uint32_t)info.max_dynamic_shared_optin_bytes));
+    TU_REQUIRE_OK(gpuhal_kernel_info(k, &info));
+    TU_CHECK_EQ_INT(info.max_dynamic_shared_bytes, info.max_dynamic_shared_optin_bytes);
+  }
+  TU_CHECK_STATUS(gpuhal_kernel_set_max_dynamic_shared(k, (uint32_t)info.max_dynamic_shared_optin_bytes + 1),
+                  GPUHAL_STATUS_OUT_OF_RANGE, "bytes");
+  gpuhal_executable_release(exe);
+  free(ptx);
+  fixture_close(&f);
+}
+
+TU_TEST(format_detection) {
+  fixture f;
+  gpuhal_executable_t* exe = NULL;
+  unsigned char junk[64];
+  unsigned char elf[64];
+  unsigned char fatbin[32];
+  static const char text[] = "this is text but not PTX\n";
+  static const char bad_ptx[] = ".version 8.0\n.target sm_75\n.address_size 64\n this does not compile (\n";
+  gpuhal_status_t st;
+  int i;
+  OPEN_OR_SKIP(&f);
+  for (i = 0; i < 64; ++i) junk[i] = (unsigned char)(i * 37 + 1);
+  TU_CHECK_STATUS(gpuhal_executable_load(f.device, junk, sizeof(junk), &exe), GPUHAL_STATUS_INVALID_ARGUMENT,
+                  "not PTX, a cubin");
+  TU_CHECK(exe == NULL);
+  TU_CHECK_STATUS(gpuhal_executable_load(f.device, text, sizeof(text), &exe), GPUHAL_STATUS_INVALID_ARGUMENT,
+                  ".version");
+  /* ELF64 for x86-64 (EM 62): not a cubin. */
+  memset(elf, 0, sizeof(elf));
+  memcpy(elf, "\177ELF", 4);
+  elf[4] = 2;
+  elf[18] = 62;
+  TU_CHECK_STATUS(gpuhal_executable_load(f.device, elf, sizeof(elf), &exe), GPUHAL_STATUS_INVALID_ARGUMENT, "EM_CUDA");
+  /* EM_CUDA but its section headers lie past the end: truncated. */
+  elf[18] = 190;
+  elf[0x28] = 0x00;
+  elf[0x29] = 0x10; /* shoff 4096 */
+  elf[0x3A] = 64;
+  elf[0x3C] = 3;
+  TU_CHECK_STATUS(gpuhal_executable_load(f.device, elf, sizeof(elf), &exe), GPUHAL_STATUS_INVALID_ARGUMENT,
+                  "truncated");
+  TU_CHECK_STATUS(gpuhal_executable_load(f.device, elf, 20, &exe), GPUHAL_STATUS_INVALID_ARGUMENT, "truncated");
+  /* A fatbin header claiming more bytes than given. */
+  memset(fatbin, 0, sizeof(fatbin));
+  fatbin[0] = 0x50, fatbin[1] = 0xED, fatbin[2] = 0x55, fatbin[3] = 0xBA;
+  fatbin[6] = 16;
+  fatbin[8] = 0x00, fatbin[9] = 0x01; /* 256 bytes of payload */
+  TU_CHECK_STATUS(gpuhal_executable_load(f.device, fatbin, sizeof(fatbin), &exe), GPUHAL_STATUS_INVALID_ARGUMENT,
+                  "fatbin");
+  /* PTX that does not compile: the driver's error (with its log where it gives one). */
+  st = gpuhal_executable_load(f.device, bad_ptx, sizeof(bad_ptx), &exe);
+  if (st) {
+    TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "PTX");
+    gpuhal_status_free(st);
+  } else {
+    TU_CHECK(tu_softcuda()); /* softcuda only parses entries; a real JIT must refuse it */
+    gpuhal_executable_release(exe);
+    exe = NULL;
+  }
+  /* Arguments. */
+  TU_CHECK_STATUS(gpuhal_executable_load(f.device, NULL, 10, &exe), GPUHAL_STATUS_INVALID_ARGUMENT, "image");
+  TU_CHECK_STATUS(gpuhal_executable_load(f.device, text, 0, &exe), GPUHAL_STATUS_INVALID_ARGUMENT, "size");
+  TU_CHECK_STATUS(gpuhal_executable_load(NULL, text, sizeof(text), &exe), GPUHAL_STATUS_INVALID_ARGUMENT, "device");
+  TU_CHECK_STATUS(gpuhal_executable_load(f.device, text, sizeof(text), NULL), GPUHAL_STATUS_INVALID_ARGUMENT,
+                  "out_executable");
+  fixture_close(&f);
+}
+
+TU_TEST(executable_outlives_user_reference) {
+  fixture f;
+  size_t size = 0;
+  char* ptx;
+  gpuhal_executable_t* exe = NULL;
+  gpuhal_kernel_t* k = NULL;
+  OPEN_OR_SKIP(&f);
+  ptx = read_kernel_file("vector_add.ptx", &size);
+  TU_REQUIRE(ptx != NULL);
+  TU_REQUIRE_OK(gpuhal_executable_load(f.device, ptx, size, &exe));
+  free(ptx); /* the image was copied */
+  gpuhal_executable_retain(exe);
+  gpuhal_executable_release(exe);
+  TU_CHECK_OK(gpuhal_executable_kernel(exe, "vector_add", &k));
+  gpuhal_executable_release(exe);
+  gpuhal_executable_release(NULL);
+  fixture_close(&f);
+}
+
+/* A driver without cuFuncGetParamInfo (before CUDA 12.4): the kernel info says the
+ * parameters are unknown and dispatches skip the argument checks. */
+TU_TEST(no_param_info_turns_checks_off) {
+  fixture f;
+  size_t size = 0;
+  char* ptx;
+  gpuhal_executable_t* exe = NULL;
+  gpuhal_kernel_t* k = NULL;
+  gpuhal_kernel_info_t info;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_arg_t arg;
+  gpuhal__cuda_symbols_t* cu;
+  gpuhal_PFN_cuFuncGetParamInfo saved;
+  OPEN_OR_SKIP(&f);
+  cu = (gpuhal__cuda_symbols_t*)(void*)f.device->cu;
+  saved = cu->cuFuncGetParamInfo;
+  cu->cuFuncGetParamInfo = NULL;
+  ptx = read_kernel_file("vector_add.ptx", &size);
+  TU_REQUIRE(ptx != NULL);
+  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe));
+  TU_CHECK_OK(gpuhal_executable_kernel(exe, "vector_add", &k));
+  cu->cuFuncGetParamInfo = saved;
+  TU_REQUIRE(k != NULL);
+  TU_CHECK_OK(gpuhal_kernel_info(k, &info));
+  TU_CHECK(info.param_count == GPUHAL_KERNEL_PARAM_COUNT_UNKNOWN);
+  TU_CHECK(info.param_offsets == NULL && info.param_sizes == NULL);
+  /* One argument for a four-parameter kernel is recorded (not executed). */
+  TU_CHECK_OK(gpuhal_command_buffer_create(f.device, GPUHAL_COMMAND_BUFFER_STREAM, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  arg = gpuhal_arg_u32(1);
+  TU_CHECK_OK(gpuhal_cmd_dispatch(cb, k, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg));
+  gpuhal_command_buffer_release(cb);
+  gpuhal_executable_release(exe);
+  free(ptx);
+  fixture_close(&f);
+}
+
+TU_MAIN(TU_CASE(no_param_info_turns_checks_off), TU_CASE(load_ptx_with_and_without_nul),
+        TU_CASE(module_cache_compiles_once), TU_CASE(kernel_lookup_and_info), TU_CASE(dynamic_shared_opt_in),
+        TU_CASE(format_detection), TU_CASE(executable_outlives_user_reference))

@@ -1,0 +1,316 @@
+/* test_queue_tuning - every field of gpuhal_queue_tuning_t at a value other than its default
+ * (on the default path, GPU-resident semaphore values where the devices have them, and on
+ * the event path): the same mixed workload must end with exact values, every poll returning
+ * at once, and nothing left behind.
+ *
+ * The workload: a dependent chain across two queues (each hop submitted before the one it
+ * waits on for a quarter of them), host calls among the hops, counted GPU work, immediate
+ * polls of values in flight, an ANY wait, and an alloca/dealloca pair. */
+#include "test_internals.h"
+
+#include "test_util.h"
+#include "test_queue_util.h"
+
+enum { TT_HOPS = 240 };
+
+/* `reverse`: submit hops 60..119 before the hops they wait on. */
+static void tt_workload(qt_fixture_t* f, int reverse) {
+  gpuhal_semaphore_t* s = NULL;
+  gpuhal_semaphore_t* other = NULL;
+  gpuhal_semaphore_t* list_sems[2];
+  uint64_t list_values[2];
+  gpuhal_semaphore_list_t any;
+  gpuhal_buffer_t* scratch = NULL;
+  qt_counter_t counter;
+  uint64_t i, v = 0, polls_ok = 0;
+  qt_counter_init(&counter);
+  TU_CHECK_OK(gpuhal_semaphore_create(f->driver, 0, &s));
+  TU_CHECK_OK(gpuhal_semaphore_create(f->driver, 0, &other));
+  for (i = 0; i < TT_HOPS; ++i) {
+    /* Hops 60..119 are submitted in reverse (each before the one it waits on). */
+    uint64_t hop = (reverse && i >= 60 && i < 120) ? 179 - i : i;
+    uint64_t prev = hop, next = hop + 1;
+    gpuhal_semaphore_list_t wait = gpuhal_semaphore_list_one(&s, &prev);
+    gpuhal_semaphore_list_t signal = gpuhal_semaphore_list_one(&s, &next);
+    uint32_t queue = (uint32_t)(hop % 2);
+    if (hop % 13 == 5) {
+      TU_CHECK_OK(gpuhal_queue_host_call(f->device, queue, wait, signal, qt_host_fn_nop, NULL));
+    } else {
+      TU_CHECK_OK(qt_submit(f->device, queue, wait, signal, &qt_counting_ops, &counter));
+    }
+    /* A poll never blocks and never keeps anything. */
+    {
+      gpuhal_status_t polled = gpuhal_semaphore_wait(s, next, gpuhal_timeout_immediate());
+      if (polled == NULL)
+        polls_ok++;
+      else
+        TU_CHECK_EQ_INT(gpuhal_status_code(polled), GPUHAL_STATUS_DEADLINE_EXCEEDED);
+      gpuhal_status_free(polled);
+    }
+  }
+  list_sems[0] = other;
+  list_sems[1] = s;
+  list_values[0] = 1;
+  list_values[1] = TT_HOPS;
+  any.count = 2;
+  any.semaphores = list_sems;
+  any.values = list_values;
+  TU_CHECK_OK(gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, any, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_semaphore_query(s, &v));
+  TU_CHECK_EQ_INT(v, TT_HOPS);
+  {
+    uint64_t one = 1, two = 2;
+    TU_CHECK_OK(gpuhal_queue_alloca(f->device, 1, gpuhal_semaphore_list_empty(),
+                                    gpuhal_semaphore_list_one(&other, &one), 4096, &scratch));
+    TU_CHECK_OK(gpuhal_queue_dealloca(f->device, 0, gpuhal_semaphore_list_one(&other, &one),
+                                      gpuhal_semaphore_list_one(&other, &two), scratch));
+    TU_CHECK_OK(gpuhal_semaphore_wait(other, 2, qt_seconds(30)));
+  }
+  TU_CHECK_OK(gpuhal_device_wait_idle(f->device, qt_seconds(30)));
+  TU_CHECK_EQ_INT(qt_counter_get(&counter.completed_ok), qt_counter_get(&counter.issued));
+  TU_CHECK_EQ_INT(qt_counter_get(&counter.released), qt_counter_get(&counter.issued));
+  TU_CHECK(polls_ok <= TT_HOPS);
+  gpuhal_buffer_release(scratch);
+  gpuhal_semaphore_release(other);
+  gpuhal_semaphore_release(s);
+}
+
+/* The workload at `tuning`, on the default path (GPU-resident values where the devices
+ * have them) and on the event path. */
+static void tt_run(const gpuhal_queue_tuning_t* tuning) {
+  qt_fixture_t f;
+  int path;
+  qt_tuning = *tuning;
+  for (path = 0; path < 2; ++path) {
+    qt_semaphore_memops = path ? -1 : 0;
+    TU_REQUIRE(qt_open(&f, 2, NULL));
+    if (path) TU_CHECK(!gpuhal_driver_has_feature(f.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS));
+    tt_workload(&f, 1);
+    qt_close(&f);
+  }
+  qt_semaphore_memops = 0;
+  memset(&qt_tuning, 0, sizeof(qt_tuning));
+}
+
+TU_TEST(defaults) {
+  gpuhal_queue_tuning_t t;
+  memset(&t, 0, sizeof(t));
+  tt_run(&t);
+}
+
+TU_TEST(no_spin_short_sleeps) {
+  gpuhal_queue_tuning_t t;
+  memset(&t, 0, sizeof(t));
+  t.host_wait_spin_ns = -1;
+  t.host_wait_max_sleep_ns = 20000;
+  tt_run(&t);
+}
+
+TU_TEST(completion_looks_at_once_and_polls_often) {
+  gpuhal_queue_tuning_t t;
+  memset(&t, 0, sizeof(t));
+  t.completion_min_age_ns = -1;
+  t.completion_max_sleep_ns = 5000;
+  tt_run(&t);
+}
+
+TU_TEST(completion_ages_work_long) {
+  gpuhal_queue_tuning_t t;
+  memset(&t, 0, sizeof(t));
+  t.completion_min_age_ns = 5000000;
+  t.host_wait_spin_ns = 1000;
+  tt_run(&t);
+}
+
+TU_TEST(harvest_off_and_eager) {
+  gpuhal_queue_tuning_t t;
+  memset(&t, 0, sizeof(t));
+  t.harvest_min = -1;
+  tt_run(&t);
+  t.harvest_min = 2;
+  tt_run(&t);
+}
+
+TU_TEST(worker_issues_everything) {
+  gpuhal_queue_tuning_t t;
+  memset(&t, 0, sizeof(t));
+  t.no_caller_issue = 1;
+  tt_run(&t);
+}
+
+/* The same workload with timeline values in device memory, where the device has them
+ * (work queued before its signal waits on the GPU, on side streams), at the default bound
+ * on parked streams, at one, and at none (every such wait on the host). */
+/* The workload on the memop path (one device) at bound `gpu_parked_max`. */
+static void tt_run_memops(int32_t gpu_parked_max) {
+  gpuhal_driver_options_t options;
+  gpuhal_device_params_t params;
+  qt_fixture_t f;
+  int count = 0;
+  memset(&f, 0, sizeof(f));
+  memset(&options, 0, sizeof(options));
+  memset(&params, 0, sizeof(params));
+  options.semaphore_memops = 1;
+  params.queue_count = 2;
+  params.tuning.gpu_parked_max = gpu_parked_max;
+  TU_REQUIRE_OK(gpuhal_driver_create(&options, &f.driver));
+  TU_CHECK_OK(gpuhal_driver_device_count(f.driver, &count));
+  if (count == 0 || !gpuhal_driver_has_feature(f.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
+    gpuhal_driver_release(f.driver);
+    TU_SKIP("no 64-bit stream memory operations on every device");
+  }
+  TU_REQUIRE_OK(gpuhal_device_create(f.driver, 0, &params, &f.device));
+  tt_workload(&f, 1);
+  qt_close(&f);
+}
+
+enum { TT_GATED = 8 };
+
+/* `devices` gpuhal devices of ordinal 0 (one context, so one set of hardware queues) each
+ * queue work behind values of a host gate that nothing has submitted, each op its own
+ * value: every op could park a stream. On softcuda, no more streams of the context may be
+ * parked at once than the bound; then the gate opens and everything runs. */
+static void tt_run_gated(int32_t gpu_parked_max, int devices) {
+  gpuhal_driver_options_t options;
+  gpuhal_device_params_t params;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device[2] = {NULL, NULL};
+  gpuhal_semaphore_t* gate = NULL;
+  gpuhal_semaphore_t* done[TT_GATED];
+  int count = 0, i, peak, bound = gpu_parked_max == 0 ? 2 : gpu_parked_max < 0 ? 0 : gpu_parked_max;
+  memset(done, 0, sizeof(done));
+  memset(&options, 0, sizeof(options));
+  memset(&params, 0, sizeof(params));
+  options.semaphore_memops = 1;
+  params.queue_count = 2;
+  params.tuning.gpu_parked_max = gpu_parked_max;
+  TU_REQUIRE_OK(gpuhal_driver_create(&options, &driver));
+  TU_CHECK_OK(gpuhal_driver_device_count(driver, &count));
+  if (count == 0 || !gpuhal_driver_has_feature(driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
+    gpuhal_driver_release(driver);
+    TU_SKIP("no 64-bit stream memory operations on every device");
+  }
+  for (i = 0; i < devices; ++i) TU_CHECK_OK(gpuhal_device_create(driver, 0, &params, &device[i]));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &gate));
+  qt_softcuda_parked_peak(1);
+  for (i = 0; i < TT_GATED; ++i) {
+    uint64_t wait_value = (uint64_t)i + 1, one = 1;
+    TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &done[i]));
+    if (device[i % devices] && gate && done[i])
+      TU_CHECK_OK(gpuhal_queue_execute(device[i % devices], (uint32_t)(i / devices) % 2u,
+                                       gpuhal_semaphore_list_one(&gate, &wait_value),
+                                       gpuhal_semaphore_list_one(&done[i], &one), NULL, NULL));
+  }
+  qc_sleep_ms(50); /* the streams that may park get there */
+  peak = qt_softcuda_parked_peak(0);
+  if (peak >= 0) {
+    fprintf(stderr, "  %d device(s) of one GPU: at most %d streams parked at once (bound %d)\n", devices, peak, bound);
+    TU_CHECK(peak <= bound);
+  }
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, TT_GATED));
+  for (i = 0; i < TT_GATED; ++i) {
+    if (done[i]) TU_CHECK_OK(gpuhal_semaphore_wait(done[i], 1, qt_seconds(30)));
+    gpuhal_semaphore_release(done[i]);
+  }
+  gpuhal_semaphore_release(gate);
+  for (i = devices - 1; i >= 0; --i) gpuhal_device_release(device[i]);
+  gpuhal_driver_release(driver);
+}
+
+TU_TEST(semaphore_memops) { tt_run_memops(0); }
+TU_TEST(semaphore_memops_one_parked) { tt_run_memops(1); }
+TU_TEST(semaphore_memops_none_parked) { tt_run_memops(-1); }
+TU_TEST(semaphore_memops_gated_bound) {
+  tt_run_gated(0, 1);
+  tt_run_gated(1, 1);
+  tt_run_gated(-1, 1);
+}
+/* Two gpuhal devices of one GPU share its context and hardware queues: one bound for both. */
+TU_TEST(semaphore_memops_gated_two_devices_one_gpu) { tt_run_gated(0, 2); }
+
+/* tuning.park_headroom at 4: a dispatch parks behind a gate, then GRAPH command buffers are
+ * made while it waits (nothing may grow CUDA's store of streams and executables while work
+ * is parked): once less than 4 of room is left, more work behind the gate must wait on the
+ * host (softcuda counts parked streams). After the gate, with nothing parked, the next
+ * command buffer grows the room again and gated work parks again. */
+enum { TT_ROOM_GRAPHS = 6 };
+static gpuhal_command_buffer_t* tt_fill_graph(gpuhal_device_t* device, gpuhal_buffer_t* buffer) {
+  gpuhal_command_buffer_t* cb = NULL;
+  uint32_t pattern = 5;
+  TU_CHECK_OK(
+      gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cb));
+  if (!cb) return NULL;
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  TU_CHECK_OK(gpuhal_cmd_fill(cb, gpuhal_ref_buffer(buffer, 0), 64, &pattern, 4));
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  return cb;
+}
+static int tt_gated_parks(gpuhal_device_t* device, gpuhal_semaphore_t* gate, uint64_t gate_value,
+                          gpuhal_semaphore_t* done, uint64_t first, int n) {
+  int i;
+  qt_softcuda_parked_peak(1);
+  for (i = 0; i < n; ++i) {
+    uint64_t v = first + (uint64_t)i;
+    TU_CHECK_OK(gpuhal_queue_execute(device, (uint32_t)i % 2u, gpuhal_semaphore_list_one(&gate, &gate_value),
+                                     gpuhal_semaphore_list_one(&done, &v), NULL, NULL));
+  }
+  qc_sleep_ms(50); /* what may park has parked */
+  return qt_softcuda_parked_peak(0);
+}
+TU_TEST(semaphore_memops_park_headroom) {
+  gpuhal_driver_options_t options;
+  gpuhal_device_params_t params;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal_semaphore_t *gate = NULL, *done_a = NULL, *done_b = NULL;
+  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_command_buffer_t* graphs[TT_ROOM_GRAPHS + 1];
+  int count = 0, i, peak;
+  memset(graphs, 0, sizeof(graphs));
+  memset(&options, 0, sizeof(options));
+  memset(&params, 0, sizeof(params));
+  options.semaphore_memops = 1;
+  params.queue_count = 2;
+  params.tuning.park_headroom = 4;
+  TU_REQUIRE_OK(gpuhal_driver_create(&options, &driver));
+  TU_CHECK_OK(gpuhal_driver_device_count(driver, &count));
+  if (count == 0 || !gpuhal_driver_has_feature(driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
+    gpuhal_driver_release(driver);
+    TU_SKIP("no 64-bit stream memory operations on every device");
+  }
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &device));
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, 64, &buffer));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &gate));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &done_a));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &done_b));
+  peak = tt_gated_parks(device, gate, 1, done_a, 1, 1);
+  if (peak >= 0) TU_CHECK_EQ_INT(peak, 1);
+  for (i = 0; i < TT_ROOM_GRAPHS; ++i) graphs[i] = tt_fill_graph(device, buffer);
+  peak = tt_gated_parks(device, gate, 1, done_a, 2, 4);
+  if (peak >= 0) {
+    fprintf(stderr, "  with %d graphs made while work was parked, a stream parked anew: %s (room left < 4: none)\n",
+            TT_ROOM_GRAPHS, peak ? "yes" : "no");
+    TU_CHECK_EQ_INT(peak, 0); /* the peak counts streams that parked since the reset */
+  }
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done_a, 5, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(30)));
+  graphs[TT_ROOM_GRAPHS] = tt_fill_graph(device, buffer); /* nothing parked: grows the room */
+  peak = tt_gated_parks(device, gate, 2, done_b, 1, 2);
+  if (peak >= 0) TU_CHECK_EQ_INT(peak, 2);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 2));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done_b, 2, qt_seconds(30)));
+  for (i = 0; i <= TT_ROOM_GRAPHS; ++i) gpuhal_command_buffer_release(graphs[i]);
+  gpuhal_buffer_release(buffer);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done_a);
+  gpuhal_semaphore_release(done_b);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+}
+
+TU_MAIN(TU_CASE(defaults), TU_CASE(no_spin_short_sleeps), TU_CASE(completion_looks_at_once_and_polls_often),
+        TU_CASE(completion_ages_work_long), TU_CASE(harvest_off_and_eager), TU_CASE(worker_issues_everything),
+        TU_CASE(semaphore_memops), TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked),
+        TU_CASE(semaphore_memops_gated_bound), TU_CASE(semaphore_memops_gated_two_devices_one_gpu),
+        TU_CASE(semaphore_memops_park_headroom))
