@@ -66,7 +66,9 @@ GPUHAL_API gpuhal_timeout_t gpuhal_timeout_deadline_ns(int64_t monotonic_ns);
 GPUHAL_API int64_t gpuhal_now_ns(void);
 
 /* ------------------------------------------------------------- allocator ---- */
-/* Every allocation gpuhal makes goes through this (set per driver). Zeroed: malloc/free. */
+/* Every allocation gpuhal makes goes through this (set per driver), but the driver object
+ * itself: that comes from a process-wide pool (malloc), so that a released driver's handle
+ * is still caught once its allocator is gone. Zeroed: malloc/free. */
 typedef struct gpuhal_allocator_t {
   void* (*alloc)(size_t size, void* user); /* returns NULL on failure; 16-byte aligned */
   void (*free)(void* ptr, void* user);

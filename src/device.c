@@ -251,19 +251,16 @@ static gpuhal_status_t gpuhal__driver_init_cuda(gpuhal_driver_t* driver) {
 /* A driver's own memory: from the process-wide object pool with the default allocator, so
  * a late call on a released driver is caught; from a user's allocator it is freed at once
  * (that allocator may be gone once its driver is). */
-static gpuhal_status_t gpuhal__driver_alloc(const gpuhal_allocator_t* allocator, gpuhal_driver_t** out) {
-  if (allocator->alloc == gpuhal__default_alloc)
-    return gpuhal__object_alloc(gpuhal__process_object_pool(), GPUHAL__MAGIC_DRIVER, sizeof(gpuhal_driver_t),
-                                "gpuhal_driver_t", (void**)out);
-  return gpuhal__alloc_zeroed(allocator, sizeof(gpuhal_driver_t), "gpuhal_driver_t", (void**)out);
+/* A driver object always comes from the process-wide pool, whatever the driver's allocator:
+ * a released driver's handle must stay readable (poisoned) after its allocator may be gone,
+ * so a late call on it gets INVALID_ARGUMENT instead of reading memory the application
+ * freed or gave to something else. */
+static gpuhal_status_t gpuhal__driver_alloc(gpuhal_driver_t** out) {
+  return gpuhal__object_alloc(gpuhal__process_object_pool(), GPUHAL__MAGIC_DRIVER, sizeof(gpuhal_driver_t),
+                              "gpuhal_driver_t", (void**)out);
 }
 static void gpuhal__driver_free(gpuhal_driver_t* driver) {
-  gpuhal_allocator_t allocator = driver->allocator;
-  if (allocator.alloc == gpuhal__default_alloc) {
-    gpuhal__object_free(gpuhal__process_object_pool(), GPUHAL__MAGIC_DRIVER, driver);
-  } else {
-    gpuhal__free(&allocator, driver);
-  }
+  gpuhal__object_free(gpuhal__process_object_pool(), GPUHAL__MAGIC_DRIVER, driver);
 }
 
 static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
@@ -306,7 +303,7 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   GPUHAL__CHECK_RANGE((unsigned)options->log_level <= (unsigned)GPUHAL_LOG_DEBUG, "options->log_level",
                       "must be a gpuhal_log_level_t (0..4)");
   allocator = gpuhal__allocator_resolve(&options->allocator);
-  GPUHAL__RETURN_IF_ERROR(gpuhal__driver_alloc(&allocator, &driver));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__driver_alloc(&driver));
   gpuhal__object_init(&driver->header, GPUHAL__MAGIC_DRIVER);
   gpuhal__object_pool_init(&driver->objects, &allocator);
   gpuhal__mutex_init(&driver->devices_mutex);

@@ -429,6 +429,42 @@ TU_TEST(stale_driver) {
   gpuhal_driver_release(stale);
 }
 
+/* A driver with the application's allocator is caught too: its object does not go back to
+ * that allocator (ASan reported a read of freed memory here before). */
+static int sh_user_allocs = 0;
+static void* sh_user_alloc(size_t size, void* user) {
+  (void)user;
+  __atomic_add_fetch(&sh_user_allocs, 1, __ATOMIC_RELAXED);
+  return malloc(size);
+}
+static void sh_user_free(void* p, void* user) {
+  (void)user;
+  if (p) __atomic_sub_fetch(&sh_user_allocs, 1, __ATOMIC_RELAXED);
+  free(p);
+}
+TU_TEST(stale_driver_with_user_allocator) {
+  gpuhal_driver_options_t options;
+  gpuhal_driver_t* stale = NULL;
+  gpuhal_semaphore_t* s = NULL;
+  int count = 0, i;
+  memset(&options, 0, sizeof(options));
+  options.allocator.alloc = sh_user_alloc;
+  options.allocator.free = sh_user_free;
+  TU_REQUIRE_OK(gpuhal_driver_create(&options, &stale));
+  gpuhal_driver_release(stale);
+  TU_CHECK_EQ_INT(__atomic_load_n(&sh_user_allocs, __ATOMIC_RELAXED), 0); /* all it allocated, it freed */
+  SH_STALE(gpuhal_driver_device_count(stale, &count), "driver");
+  SH_STALE(gpuhal_semaphore_create(stale, 0, &s), "driver");
+  for (i = 0; i < 64; ++i) { /* new drivers of the same allocator do not take the stale one's place */
+    gpuhal_driver_t* d = NULL;
+    TU_REQUIRE_OK(gpuhal_driver_create(&options, &d));
+    TU_CHECK(d != stale);
+    gpuhal_driver_release(d);
+  }
+  SH_STALE(gpuhal_driver_device_count(stale, &count), "driver");
+  TU_CHECK(s == NULL);
+}
+
 /* ---- the memory kept for this is bounded ---- */
 
 typedef struct sh_counting_s {
@@ -483,4 +519,4 @@ TU_TEST(released_objects_are_reused_after_the_distance) {
 
 TU_MAIN(TU_CASE(stale_semaphore), TU_CASE(stale_buffer), TU_CASE(stale_alloca_buffer), TU_CASE(stale_command_buffer),
         TU_CASE(stale_executable_and_kernel), TU_CASE(stale_device), TU_CASE(stale_channel), TU_CASE(stale_driver),
-        TU_CASE(released_objects_are_reused_after_the_distance))
+        TU_CASE(stale_driver_with_user_allocator), TU_CASE(released_objects_are_reused_after_the_distance))
