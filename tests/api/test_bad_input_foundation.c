@@ -1,7 +1,7 @@
 /* Bad input to every public function of the foundation modules (driver, device, buffer):
  * each case returns INVALID_ARGUMENT or OUT_OF_RANGE (or FAILED_PRECONDITION for wrong
  * state) with a message naming the argument, and never crashes. One table row per case. */
-#include "test_internals.h"
+#include "gpuhal.h"
 #include "test_util.h"
 
 /* Objects the rows use; set up once. released_* were released but are still quarantined
@@ -71,8 +71,9 @@ ROW(allocate_bad_kind, OUT_BUFFER; return gpuhal_buffer_allocate(device, (gpuhal
 ROW(allocate_negative_kind, OUT_BUFFER; return gpuhal_buffer_allocate(device, (gpuhal_memory_kind_t)-1, 16, &b);)
 ROW(allocate_zero_size, OUT_BUFFER; return gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, 0, &b);)
 ROW(allocate_huge_size, OUT_BUFFER; return gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, UINT64_MAX, &b);)
-ROW(allocate_more_than_the_device, OUT_BUFFER;
-    return gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, device->info.total_memory + 1, &b);)
+ROW(allocate_more_than_the_device, OUT_BUFFER; gpuhal_device_info_t info;
+    gpuhal_status_t s = gpuhal_device_info(device, &info); if (s) return s;
+    return gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, info.total_memory + 1, &b);)
 ROW(allocate_released_device, OUT_BUFFER; return gpuhal_buffer_allocate(released_device, GPUHAL_MEMORY_DEVICE, 16, &b);)
 /* gpuhal_buffer_device_address */
 ROW(trim_null_device, return gpuhal_device_trim(NULL);)

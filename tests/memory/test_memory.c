@@ -7,7 +7,7 @@
  * out of memory on softcuda and on a real GPU with far more memory. CTest also gives
  * softcuda's device 64 MiB (tests/cmake/memory.cmake), so a full pool leaves no room for
  * gpuhal_buffer_allocate either; on a real GPU that step has room anyway. */
-#include "test_internals.h"
+#include "gpuhal.h"
 #include "test_util.h"
 
 #define MIB (1024ull * 1024ull)
@@ -64,7 +64,7 @@ static gpuhal_status_t alloca_wait(gpuhal_device_t* device, uint32_t queue, uint
   const uint64_t one = 1;
   gpuhal_status_t s;
   *out = NULL;
-  s = gpuhal_semaphore_create(device->driver, 0, &done);
+  s = gpuhal_semaphore_create(gpuhal_device_driver(device), 0, &done);
   if (s) return s;
   s = gpuhal_queue_alloca(device, queue, EMPTY, gpuhal_semaphore_list_one(&done, &one), size, out);
   if (s) {
