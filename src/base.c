@@ -268,6 +268,15 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__grow32(const gpuhal_allocator_t* allocat
   return NULL;
 }
 
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__grow32_pair(const gpuhal_allocator_t* allocator, uint32_t* capacity,
+                                                    size_t needed, void** first, size_t first_size,
+                                                    const char* first_what, void** second, size_t second_size,
+                                                    const char* second_what) {
+  uint32_t first_capacity = *capacity;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__grow32(allocator, first, &first_capacity, needed, first_size, first_what));
+  return gpuhal__grow32(allocator, second, capacity, first_capacity, second_size, second_what);
+}
+
 GPUHAL__PRIVATE char* gpuhal__strdup(const gpuhal_allocator_t* a, const char* s) {
   size_t n = strlen(s) + 1;
   char* p = (char*)gpuhal__alloc(a, n);

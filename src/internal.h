@@ -88,6 +88,12 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__grow(const gpuhal_allocator_t* allocator
 /* gpuhal__grow for a uint32_t capacity. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__grow32(const gpuhal_allocator_t* allocator, void** data, uint32_t* capacity,
                                                size_t needed, size_t element_size, const char* what);
+/* Two arrays that share `capacity`, grown to at least `needed` elements: `first` first, so a
+ * failure leaves `capacity` true for both (`first` may then be the larger). */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__grow32_pair(const gpuhal_allocator_t* allocator, uint32_t* capacity,
+                                                    size_t needed, void** first, size_t first_size,
+                                                    const char* first_what, void** second, size_t second_size,
+                                                    const char* second_what);
 GPUHAL__PRIVATE char* gpuhal__strdup(const gpuhal_allocator_t* a, const char* s);
 
 /* ---- atomics (GCC/Clang builtins; C99 has no atomics and C++ must compile this too) ----

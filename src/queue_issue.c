@@ -157,16 +157,10 @@ static gpuhal_status_t gpuhal__side_stream_acquire(gpuhal__queue_state_t* state,
     gpuhal__mutex_unlock(&state->mutex);
     return NULL;
   }
-  if (state->side_count == state->side_capacity) {
-    /* Two arrays of one capacity (the completion thread reads them under the lock): the
-     * free list first, so a failure leaves side_capacity true for both. */
-    uint32_t free_capacity = state->side_capacity;
-    status = gpuhal__grow32(allocator, (void**)&state->side_free, &free_capacity, state->side_count + 1u,
-                            sizeof(CUstream), "the free side streams");
-    if (!status)
-      status = gpuhal__grow32(allocator, (void**)&state->side_streams, &state->side_capacity, free_capacity,
-                              sizeof(CUstream), "side streams");
-  }
+  if (state->side_count == state->side_capacity) /* both read by the completion thread under the lock */
+    status = gpuhal__grow32_pair(allocator, &state->side_capacity, state->side_count + 1u, (void**)&state->side_free,
+                                 sizeof(CUstream), "the free side streams", (void**)&state->side_streams,
+                                 sizeof(CUstream), "side streams");
   gpuhal__mutex_unlock(&state->mutex);
   GPUHAL__RETURN_IF_ERROR(status);
   GPUHAL__RETURN_IF_ERROR(gpuhal__device_stream_create(state->device, &stream));

@@ -492,13 +492,9 @@ GPUHAL__PRIVATE void gpuhal__trace_command(gpuhal_device_t* device, CUstream str
   const char* name = gpuhal__trace_command_name(cmd);
   if (!ta || !ta->timed || !name) return;
   if (ta->mark_count == ta->mark_capacity) {
-    /* Two arrays of one capacity: the names first, so a failure leaves both as they were. */
-    uint32_t names_capacity = ta->mark_capacity;
-    gpuhal_status_t st = gpuhal__grow32(device->allocator, (void**)&ta->mark_names, &names_capacity, ta->mark_count + 1,
-                                        sizeof(*ta->mark_names), "trace command names");
-    if (!st)
-      st = gpuhal__grow32(device->allocator, (void**)&ta->marks, &ta->mark_capacity, names_capacity, sizeof(*ta->marks),
-                          "trace command events");
+    gpuhal_status_t st = gpuhal__grow32_pair(device->allocator, &ta->mark_capacity, ta->mark_count + 1,
+                                             (void**)&ta->mark_names, sizeof(*ta->mark_names), "trace command names",
+                                             (void**)&ta->marks, sizeof(*ta->marks), "trace command events");
     if (st) {
       gpuhal_status_free(st); /* the command goes untimed */
       return;
