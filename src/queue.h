@@ -6,60 +6,90 @@
  *
  * THE RULES (one page; CONTRIBUTING and docs keep to it)
  *
- * Threads of a device and the CUDA calls each may make:
+ * Threads of a device and the CUDA calls each may make. A push/pop is cuCtxGetCurrent,
+ * cuCtxPushCurrent, cuCtxPopCurrent; a thread that gets a CUDA error names it with
+ * cuGetErrorName/cuGetErrorString. An issue makes: its waits (cuStreamWaitEvent,
+ * cuStreamWaitValue64); the work's own calls (cuLaunchKernel, cuMemcpyAsync/PeerAsync/
+ * HtoDAsync, cuMemsetD8/16/32Async, cuGraphExecKernelNodeSetParams + cuGraphLaunch,
+ * cuMemFreeAsync, cuMemAllocFromPoolAsync and, out of memory, cuMemPoolTrimTo, cuStreamQuery,
+ * an event wait on a busy queue (cuEventCreate/Record, cuStreamWaitEvent),
+ * cuMemPoolGetAttribute, cuMemGetInfo); its signals (cuStreamWriteValue64, cuEventRecord);
+ * for side work, a side stream (cuStreamCreate; growing CUDA's store of streams: more
+ * cuStreamCreate/cuStreamDestroy) made to follow its queue's stream (cuEventCreate,
+ * cuEventRecord, cuStreamWaitEvent); event pool growth: cuEventCreate; a semaphore word slab
+ * (cuDevicePrimaryCtxRetain, then cuMemHostAlloc, cuMemHostGetDevicePointer in a push/pop;
+ * failing: cuMemFreeHost, cuDevicePrimaryCtxRelease); cuStreamQuery after a failed issue;
+ * when tracing, timing events (cuEventCreate, cuEventRecord).
  *  - a submitting thread (any application thread): with the issue lock and the device's
  *    context pushed, it issues an action whose waits are resolved when nothing is queued
- *    ahead ("fast path": stream waits, the work, cuEventRecord, value writes); it may also
- *    harvest (below): cuEventQuery, then releases (which enter the context themselves).
- *  - a thread in gpuhal_semaphore_signal (an application thread): the same, for the actions
- *    its signal woke, once the semaphore's lock is released (up to GPUHAL__SIGNAL_ISSUE_MAX,
- *    only actions a submitter may issue, only with the issue lock free; else the worker).
- *  - the worker (device.h; context current for life): the pump issues whatever became ready
- *    (only woken actions are looked at, in the order they became pending) and releases
- *    retired actions. Every other context-dependent call
- *    of a subsystem runs here or in a push/pop of the device's context.
- *  - the completion thread: cuEventQuery (cuStreamQuery when a query keeps failing), never a
- *    blocking call. It observes each queue
- *    (lane) on its own: per lane in issue order, one query of the newest covering the older
- *    ones, never waiting on one lane while another has finished work.
- *  - the host-call thread: runs gpuhal_queue_host_call functions; no CUDA call.
+ *    ahead ("fast path"; only what a submitter may issue: no collectives, no GRAPH build,
+ *    no alloca/dealloca without a pool); it may also harvest (below): cuEventQuery, then
+ *    releases, each in a push/pop of its own (cuMemFree, cuMemFreeHost, or, put off,
+ *    cuDevicePrimaryCtxRetain; cuGraphExecDestroy, cuGraphDestroy); module unloads, frees of
+ *    queue_alloca memory and NCCL communicators it hands to the worker and waits for.
+ *  - a thread in gpuhal_semaphore_signal (an application thread): a push/pop and issues (no
+ *    harvest) of woken actions, its signal's among them, once the semaphore's lock is
+ *    released (up to GPUHAL__SIGNAL_ISSUE_MAX, only actions a submitter may issue, only with
+ *    the issue lock free, never on a thread of their device; else the worker).
+ *  - a host waiter (gpuhal_semaphore_wait, gpuhal_semaphore_query): cuEventQuery.
+ *  - the worker (device.h; cuCtxSetCurrent: its context current for life): the pump issues
+ *    whatever became ready (only woken actions are looked at, in the order they became
+ *    pending; on a lost device, all, to fail them), also what a submitter may not:
+ *    collectives (NCCL, then cuCtxGetCurrent/cuCtxSetCurrent to keep its context), a GRAPH
+ *    built at its first execute (cuMemAlloc, cuMemcpyHtoD, cuGraphCreate, cuGraphAdd*Node, a
+ *    capture on a stream of its own: cuStreamBeginCapture/EndCapture, cuGraphDestroy;
+ *    cuGraphInstantiateWithFlags) and, without a pool, cuMemAlloc and cuStreamSynchronize +
+ *    cuMemFree. It releases retired actions (as a harvester, and what is handed to it:
+ *    cuModuleUnload, cuMemFreeAsync + cuStreamSynchronize), runs the calls put off (each in
+ *    a push/pop of its context; cuDevicePrimaryCtxRelease) and every subsystem's
+ *    gpuhal__worker_call (setup and teardown of streams, the pool, the event pool and the
+ *    trace: creates, destroys, cuStreamSynchronize, cuEventSynchronize; peer access; NCCL).
+ *    Every other context-dependent call of a subsystem runs here or in a push/pop.
+ *  - the completion thread: a push/pop for its life; cuEventQuery, cuStreamQuery (side work
+ *    whose query failed; a queue's stream, polled until it drains, when queries of its work
+ *    keep failing), cuEventElapsedTime when tracing; never a blocking call. It observes each
+ *    queue (lane) on its own: per lane in issue order, one query of the newest covering the
+ *    older ones, never waiting on one lane while another has finished work (but in a drain).
+ *  - the host-call thread: runs gpuhal_queue_host_call functions; no CUDA call of its own
+ *    (a function's gpuhal calls make theirs, a submit's fast path included).
  *  No CUDA call is made inside a CUDA callback (gpuhal never uses cuLaunchHostFunc). No
- *  gpuhal thread joins or waits for itself: a device teardown that would run on one of the
- *  device's own threads (a host function releasing the device) runs on a teardown thread.
+ *  gpuhal thread joins or waits for itself: a device's teardown runs where its last
+ *  reference goes, but on a teardown thread when that is one of its own (a host function
+ *  releasing the device).
  *
- * Who advances a semaphore's value: one function, gpuhal__semaphore_advance (and its twin
- * for an observed event, gpuhal__semaphore_advance_from_event), under the semaphore's lock,
- * stores the value (and, when armed, its device word) and wakes every waiter it satisfies.
- * It is called by whoever learns that the work reaching a value is done: the completion
- * thread, a harvesting submitter, a host waiter that saw the value's own event complete, the
- * host-call thread after a host function, or gpuhal_semaphore_signal. GPU work never changes
- * the value the host sees; it only writes the word other GPU work waits on.
+ * Who advances a semaphore's value: gpuhal__semaphore_advance (or its twin for an observed
+ * event, gpuhal__semaphore_advance_from_event; gpuhal_semaphore_signal does the same itself),
+ * under the semaphore's lock, stores the value (and, when armed, its device word) and wakes
+ * every waiter it satisfies. It is called by whoever learns that the work reaching a value is
+ * done: the completion thread, a harvesting submitter, a host waiter or
+ * gpuhal_semaphore_query that saw the value's own event complete (or its word pass the
+ * value), the host-call thread after a host function, or gpuhal_semaphore_signal. GPU work
+ * never changes the value the host sees; it only writes the word other GPU work waits on.
  *
  * How a wait is resolved (the action's waits, in order): reached -> nothing; submitted on the
  * action's own stream -> nothing (stream order); submitted elsewhere -> cuStreamWaitEvent on
- * that value's event at issue (no event is held while the action is still blocked, so a
- * device's release never waits for another device's pending work); not submitted -> with
- * GPU-resident values (GPUHAL_FEATURE_SEMAPHORE_MEMOPS, the default where supported) and a
- * semaphore whose latest signal came from the host (or that has none), cuStreamWaitValue64 on the
- * semaphore's word and the action issues at once; otherwise the action waits on the host,
- * registered on the semaphore, until the value is submitted or reached. Work behind a value
- * wait, or behind such work ("provisional"), runs on a side stream of its own that first
- * follows its queue's stream: a queue's stream never waits for a value not submitted, so
- * nothing queued after such work waits for it unless it waits for its values. GPU work that
- * signals an armed semaphore writes the word before its event is recorded (whoever sees the
- * event complete, and may then store a higher value, comes after the write); a semaphore is
- * not armed while a signal of it is being issued. Such a wait never takes the event of
- * provisional work that signals a higher value (that work may wait for this very value).
- * At most tuning.gpu_parked_max side streams per ordinal (all gpuhal devices of it share
- * its context) are busy at once: CUDA shares a few hardware queues among a context's
- * streams, and past a few parked ones other streams' work stalls behind them; beyond the
- * bound, work waits on the host as on the event path; and nothing parks while CUDA's
- * store of streams and graph executables has less than tuning.park_headroom room left
- * (growing it waits for parked streams: gpuhal__device_room_refill, device.h). A queue's
- * stream never waits on provisional work's event. While any work may wait on the GPU,
- * calls that wait for an idle context (frees, module unloads) are put off driver-wide
- * (gpuhal__device_sync_call); module loads wait for parked work with a bound
- * (gpuhal__device_park_pause); gpuhal's own kernels load at device creation.
+ * that value's event at issue (no event is held while the action is blocked, so a device's
+ * release never waits for another device's pending work); not submitted -> with GPU-resident
+ * values (GPUHAL_FEATURE_SEMAPHORE_MEMOPS, the default where supported) and a semaphore whose
+ * latest signal came from the host (or that has none), cuStreamWaitValue64 on its word and
+ * the action issues at once; otherwise the action waits on the host, registered on the
+ * semaphore, until the value is submitted or reached. Work behind a value wait, or behind
+ * such work ("provisional"), runs on a side stream of its own that first follows its queue's
+ * stream: a queue's stream never waits for a value not submitted, nor on provisional work's
+ * event, so nothing queued after such work waits for it unless it waits for its values. GPU
+ * work that signals an armed semaphore writes the word before its event is recorded (whoever
+ * sees the event complete, and may then store a higher value, comes after the write); a
+ * semaphore is not armed while a signal of it is being issued. An event wait never takes the
+ * event of provisional work that signals a higher value (that work may wait for this very
+ * value). At most tuning.gpu_parked_max side streams per ordinal (its gpuhal devices share its
+ * context) are busy at once: CUDA shares a few hardware queues among a context's streams, and
+ * past a few parked ones other streams' work stalls behind them. Beyond the bound, and while
+ * CUDA's store of streams and graph executables has less than tuning.park_headroom room left
+ * (a step of its growth waits for parked streams; gpuhal grows it ahead while none are:
+ * gpuhal__device_room_refill, device.h), work waits on the host as on the event path. While
+ * any work may wait on the GPU, calls that wait for an idle context (frees, module unloads)
+ * are put off driver-wide (gpuhal__device_sync_call); module loads wait for parked work with a
+ * bound (gpuhal__device_park_pause); gpuhal's own kernels load at device creation.
  *
  * Failure: a CUDA error fails the action's signal semaphores with the original error; an
  * action waiting on a failed semaphore fails with that cause in its message; a queue call
@@ -73,7 +103,8 @@
  * its queue's lane itself (one cuEventQuery per look, backing off while the GPU is behind),
  * so a busy steady state needs neither the completion thread nor the worker. The completion
  * thread leaves issued work alone for tuning.completion_min_age_ns (host calls, idle waits
- * and release cut that short): nothing's promptness depends on it. */
+ * and release cut that short; side work it takes at once): nothing's promptness depends on
+ * it. */
 #ifndef GPUHAL_SRC_QUEUE_H
 #define GPUHAL_SRC_QUEUE_H
 
