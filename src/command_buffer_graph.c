@@ -30,8 +30,8 @@ static gpuhal_status_t gpuhal__cb_destroy_graph_current(void* arg) {
   return st;
 }
 
-/* Runs on any thread, with no gpuhal lock held (a last release may come from the
- * completion thread or the worker). When this thread cannot take the device's context,
+/* Runs on any thread, with no gpuhal lock held (a last release may come from an
+ * application thread, a harvesting submitter or the worker). When this thread cannot take the device's context,
  * the worker, which holds it for its life, does the destroying (run directly when this is
  * the worker): the handles are never dropped with their objects still alive. */
 static void gpuhal__cb_destroy_graph(gpuhal_command_buffer_t* cb) {

@@ -1,50 +1,52 @@
 /* queue: the deferred issue queue (DESIGN §6).
  *
  * Every queue operation waits on a semaphore list and signals a semaphore list. A call
- * copies and retains what it needs, appends an action and returns: it never blocks on the
- * GPU and never waits for its semaphores on the calling thread.
+ * copies and retains what it needs, appends an action and returns: it never waits for its
+ * semaphores or its work on the calling thread. (A submitter that harvests runs the
+ * releases of what it retired, and a release that frees memory may wait for the device as
+ * gpuhal_buffer_release may; creating a side stream may wait for CUDA to grow its store.)
  *
  * THE RULES (one page; CONTRIBUTING and docs keep to it)
  *
- * Threads of a device and the CUDA calls each may make. A push/pop is cuCtxGetCurrent,
- * cuCtxPushCurrent, cuCtxPopCurrent; a thread that gets a CUDA error names it with
- * cuGetErrorName/cuGetErrorString. An issue makes: its waits (cuStreamWaitEvent,
- * cuStreamWaitValue64); the work's own calls (cuLaunchKernel, cuMemcpyAsync/PeerAsync/
+ * Threads of a device and the CUDA calls each may make (a push/pop: cuCtxGetCurrent,
+ * cuCtxPushCurrent, cuCtxPopCurrent; any thread names a CUDA error it gets with
+ * cuGetErrorName/cuGetErrorString). An issue makes: its waits' cuStreamWaitEvent and
+ * cuStreamWaitValue64; the work's own calls (cuLaunchKernel, cuMemcpyAsync/PeerAsync/
  * HtoDAsync, cuMemsetD8/16/32Async, cuGraphExecKernelNodeSetParams + cuGraphLaunch,
- * cuMemFreeAsync, cuMemAllocFromPoolAsync and, out of memory, cuMemPoolTrimTo, cuStreamQuery,
- * an event wait on a busy queue (cuEventCreate/Record, cuStreamWaitEvent),
- * cuMemPoolGetAttribute, cuMemGetInfo); its signals (cuStreamWriteValue64, cuEventRecord);
- * for side work, a side stream (cuStreamCreate; growing CUDA's store of streams: more
- * cuStreamCreate/cuStreamDestroy) made to follow its queue's stream (cuEventCreate,
- * cuEventRecord, cuStreamWaitEvent); event pool growth: cuEventCreate; a semaphore word slab
- * (cuDevicePrimaryCtxRetain, then cuMemHostAlloc, cuMemHostGetDevicePointer in a push/pop;
- * failing: cuMemFreeHost, cuDevicePrimaryCtxRelease); cuStreamQuery after a failed issue;
- * when tracing, timing events (cuEventCreate, cuEventRecord).
+ * cuMemFreeAsync, cuMemAllocFromPoolAsync; out of memory, cuMemPoolTrimTo, cuStreamQuery,
+ * cuEventCreate/Record + cuStreamWaitEvent on busy queues, cuMemPoolGetAttribute,
+ * cuMemGetInfo); its signals' cuStreamWriteValue64 and cuEventRecord; for side work,
+ * cuStreamCreate (growing CUDA's store: cuStreamCreate/Destroy) and, to follow its queue's
+ * stream, cuEventCreate/Record + cuStreamWaitEvent; event pool growth: cuEventCreate; a
+ * semaphore word slab: cuDevicePrimaryCtxRetain, cuMemHostAlloc and cuMemHostGetDevicePointer
+ * in a push/pop (failing: cuMemFreeHost, cuDevicePrimaryCtxRelease); cuStreamQuery after a
+ * failed issue; tracing: cuEventCreate/Record.
  *  - a submitting thread (any application thread): with the issue lock and the device's
  *    context pushed, it issues an action whose waits are resolved when nothing is queued
- *    ahead ("fast path"; only what a submitter may issue: no collectives, no GRAPH build,
- *    no alloca/dealloca without a pool); it may also harvest (below): cuEventQuery, then
- *    releases, each in a push/pop of its own (cuMemFree, cuMemFreeHost, or, put off,
+ *    ahead ("fast path"; only what a submitter may issue: no NCCL call, no GRAPH build, no
+ *    alloca/dealloca without a pool); it may also harvest (below): cuEventQuery, then
+ *    releases, each in a push/pop of its own (cuMemFree, cuMemFreeHost or, put off,
  *    cuDevicePrimaryCtxRetain; cuGraphExecDestroy, cuGraphDestroy); module unloads, frees of
- *    queue_alloca memory and NCCL communicators it hands to the worker and waits for.
+ *    queue_alloca memory, NCCL communicators and whatever a failed push leaves it hands to
+ *    the worker and waits for.
  *  - a thread in gpuhal_semaphore_signal (an application thread): a push/pop and issues (no
  *    harvest) of woken actions, its signal's among them, once the semaphore's lock is
  *    released (up to GPUHAL__SIGNAL_ISSUE_MAX, only actions a submitter may issue, only with
  *    the issue lock free, never on a thread of their device; else the worker).
- *  - a host waiter (gpuhal_semaphore_wait, gpuhal_semaphore_query): cuEventQuery.
- *  - the worker (device.h; cuCtxSetCurrent: its context current for life): the pump issues
- *    whatever became ready (only woken actions are looked at, in the order they became
- *    pending; on a lost device, all, to fail them), also what a submitter may not:
- *    collectives (NCCL, then cuCtxGetCurrent/cuCtxSetCurrent to keep its context), a GRAPH
- *    built at its first execute (cuMemAlloc, cuMemcpyHtoD, cuGraphCreate, cuGraphAdd*Node, a
- *    capture on a stream of its own: cuStreamBeginCapture/EndCapture, cuGraphDestroy;
- *    cuGraphInstantiateWithFlags) and, without a pool, cuMemAlloc and cuStreamSynchronize +
- *    cuMemFree. It releases retired actions (as a harvester, and what is handed to it:
- *    cuModuleUnload, cuMemFreeAsync + cuStreamSynchronize), runs the calls put off (each in
- *    a push/pop of its context; cuDevicePrimaryCtxRelease) and every subsystem's
- *    gpuhal__worker_call (setup and teardown of streams, the pool, the event pool and the
- *    trace: creates, destroys, cuStreamSynchronize, cuEventSynchronize; peer access; NCCL).
- *    Every other context-dependent call of a subsystem runs here or in a push/pop.
+ *  - a host waiter (gpuhal_semaphore_wait, gpuhal_semaphores_wait, gpuhal_semaphore_query):
+ *    cuEventQuery.
+ *  - the worker (device.h; cuCtxSetCurrent: context current for life): the pump issues what
+ *    became ready (only woken actions are looked at, in the order they became pending; on a
+ *    lost device all, to fail them), also what a submitter may not: collectives (NCCL, then
+ *    cuCtxGetCurrent/cuCtxSetCurrent), a GRAPH built at its first execute (cuMemAlloc,
+ *    cuMemcpyHtoD, cuGraphCreate, cuGraphAdd*Node, cuStreamBeginCapture/EndCapture on a stream
+ *    of its own, cuGraphDestroy, cuGraphInstantiateWithFlags), without a pool cuMemAlloc and
+ *    cuStreamSynchronize + cuMemFree. It releases retired actions (as a harvester, plus what
+ *    is handed to it: cuModuleUnload, cuMemFreeAsync + cuStreamSynchronize), runs calls put
+ *    off (in a push/pop of their context; cuDevicePrimaryCtxRelease) and subsystems'
+ *    gpuhal__worker_call (setup and teardown: creates and destroys of streams, the pool,
+ *    events and graphs, cuStreamSynchronize, cuEventSynchronize; peer access; NCCL). Every
+ *    other context-dependent call of a subsystem runs here or in a push/pop of its context.
  *  - the completion thread: a push/pop for its life; cuEventQuery, cuStreamQuery (side work
  *    whose query failed; a queue's stream, polled until it drains, when queries of its work
  *    keep failing), cuEventElapsedTime when tracing; never a blocking call. It observes each
@@ -53,18 +55,17 @@
  *  - the host-call thread: runs gpuhal_queue_host_call functions; no CUDA call of its own
  *    (a function's gpuhal calls make theirs, a submit's fast path included).
  *  No CUDA call is made inside a CUDA callback (gpuhal never uses cuLaunchHostFunc). No
- *  gpuhal thread joins or waits for itself: a device's teardown runs where its last
- *  reference goes, but on a teardown thread when that is one of its own (a host function
- *  releasing the device).
+ *  gpuhal thread joins or waits for itself: a device's teardown runs where its last reference
+ *  goes, but on a teardown thread if that is one of its own (a host function releasing it).
  *
  * Who advances a semaphore's value: gpuhal__semaphore_advance (or its twin for an observed
  * event, gpuhal__semaphore_advance_from_event; gpuhal_semaphore_signal does the same itself),
  * under the semaphore's lock, stores the value (and, when armed, its device word) and wakes
  * every waiter it satisfies. It is called by whoever learns that the work reaching a value is
- * done: the completion thread, a harvesting submitter, a host waiter or
- * gpuhal_semaphore_query that saw the value's own event complete (or its word pass the
- * value), the host-call thread after a host function, or gpuhal_semaphore_signal. GPU work
- * never changes the value the host sees; it only writes the word other GPU work waits on.
+ * done: the completion thread, a harvesting submitter, a host waiter or query that saw the
+ * value's own event complete (or, waiting, its word pass the value), the host-call thread
+ * after a host function, or gpuhal_semaphore_signal. GPU work never changes the value the
+ * host sees; it only writes the word other GPU work waits on.
  *
  * How a wait is resolved (the action's waits, in order): reached -> nothing; submitted on the
  * action's own stream -> nothing (stream order); submitted elsewhere -> cuStreamWaitEvent on
@@ -80,16 +81,16 @@
  * work that signals an armed semaphore writes the word before its event is recorded (whoever
  * sees the event complete, and may then store a higher value, comes after the write); a
  * semaphore is not armed while a signal of it is being issued. An event wait never takes the
- * event of provisional work that signals a higher value (that work may wait for this very
- * value). At most tuning.gpu_parked_max side streams per ordinal (its gpuhal devices share its
- * context) are busy at once: CUDA shares a few hardware queues among a context's streams, and
- * past a few parked ones other streams' work stalls behind them. Beyond the bound, and while
- * CUDA's store of streams and graph executables has less than tuning.park_headroom room left
- * (a step of its growth waits for parked streams; gpuhal grows it ahead while none are:
+ * event of provisional work that signals a higher value (that work may wait for this value).
+ * At most tuning.gpu_parked_max side streams per ordinal (its gpuhal devices share its
+ * context) are busy at once (CUDA shares a few hardware queues among a context's streams:
+ * past a few parked ones, other streams' work stalls); beyond the bound, and while CUDA's
+ * store of streams and graph executables has less than tuning.park_headroom room left (a
+ * step of its growth waits for parked streams; gpuhal grows it ahead while none are:
  * gpuhal__device_room_refill, device.h), work waits on the host as on the event path. While
  * any work may wait on the GPU, calls that wait for an idle context (frees, module unloads)
- * are put off driver-wide (gpuhal__device_sync_call); module loads wait for parked work with a
- * bound (gpuhal__device_park_pause); gpuhal's own kernels load at device creation.
+ * are put off driver-wide (gpuhal__device_sync_call); module loads wait for parked work with
+ * a bound (gpuhal__device_park_pause); gpuhal's own kernels load at device creation.
  *
  * Failure: a CUDA error fails the action's signal semaphores with the original error; an
  * action waiting on a failed semaphore fails with that cause in its message; a queue call

@@ -85,8 +85,9 @@ static void gpuhal__completion_retire_done(gpuhal__queue_state_t* state, gpuhal_
 /* cuEventQuery of `a`'s event failed with `query_error`, which is not sticky: the work may
  * still be running, so its semaphores must not fail (or advance) yet. Waits until the
  * queue's stream has drained: that tells whether the work completed (CUDA_SUCCESS) or how
- * it failed. Blocks this queue's progress only, and only on this rare path; a queue's
- * stream never waits for a value not submitted, so it drains (work on side streams is
+ * it failed. Blocks the completion thread (every lane of the device) while it polls, and
+ * only on this rare path; a queue's stream never waits for a value not submitted, so it
+ * drains (work on side streams is
  * asked without waiting: gpuhal__completion_observe_lane). */
 static CUresult gpuhal__action_recheck(gpuhal__queue_state_t* state, gpuhal__action_t* a, CUresult query_error) {
   const gpuhal__cuda_symbols_t* cu = state->device->cu;
