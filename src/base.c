@@ -1,3 +1,5 @@
+/* base: statuses, timeouts and clocks, the default allocator, array growth, threads,
+ * object pools, lists and logging (declared in base.h and internal.h). */
 #include "internal.h"
 
 /* ---- status implementation ---- */

@@ -1,3 +1,5 @@
+/* channel: NCCL communicators and the collectives recorded into command buffers
+ * (channel.h). */
 #include "channel.h"
 #include "symbols.h"
 #include "status.h"

@@ -1,3 +1,5 @@
+/* device: the driver (libraries, enumeration, info) and devices (primary context, worker
+ * thread, streams, CUDA's store of streams and executables, subsystems) (device.h). */
 #include "device.h"
 #include "status.h"
 

@@ -1,3 +1,5 @@
+/* disk_cache: the module cache's files: names, the header format, validation, atomic
+ * writes and eviction (disk_cache.h). */
 #include "disk_cache.h"
 #include "hash.h"
 #include "module_image.h"

@@ -1,3 +1,4 @@
+/* event_pool: a device's recycled CUevents (event_pool.h). */
 #include "event_pool.h"
 #include "status.h"
 

@@ -1,3 +1,5 @@
+/* executable: loading images through the module cache, and kernels with their
+ * attributes (executable.h). */
 #include "executable.h"
 #include "symbols.h"
 #include "status.h"

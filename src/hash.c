@@ -1,3 +1,4 @@
+/* hash: the 64-bit hash and BLAKE2b (hash.h). */
 #include "hash.h"
 
 GPUHAL__PRIVATE uint16_t gpuhal__le16(const unsigned char* p) { return (uint16_t)(p[0] | (p[1] << 8)); }

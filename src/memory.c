@@ -1,3 +1,5 @@
+/* memory: buffers, the device's stream-ordered pool, running out of memory, and the
+ * calls put off while work waits on the GPU (memory.h). */
 #include "memory.h"
 #include "symbols.h"
 #include "status.h"

@@ -1,3 +1,5 @@
+/* module_cache: the in-memory cache of loaded modules (one load per image and JIT
+ * options), compiles, eviction and statistics (module_cache.h). */
 #include "module_cache.h"
 #include "hash.h"
 #include "symbols.h"

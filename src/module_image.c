@@ -1,3 +1,5 @@
+/* module_image: telling PTX, cubin and fatbin images apart and checking them
+ * (module_image.h). */
 #include "module_image.h"
 #include "hash.h"
 

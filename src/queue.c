@@ -1,3 +1,5 @@
+/* queue: actions (their pool and records), failing and retiring them. The queue's rules
+ * are at the top of queue.h. */
 #include "queue.h"
 
 GPUHAL__PRIVATE gpuhal__queue_state_t* gpuhal__queue_state(gpuhal_device_t* device) {

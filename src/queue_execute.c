@@ -1,3 +1,5 @@
+/* queue_execute: gpuhal_queue_execute and barriers as queue actions, with their
+ * pooled binding tables (queue_execute.h). */
 #include "queue_execute.h"
 #include "device.h"
 #include "memory.h"

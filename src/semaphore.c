@@ -1,3 +1,5 @@
+/* semaphore: timeline semaphores, their GPU-resident words, timepoints and waiters,
+ * and host waits (semaphore.h). */
 #include "semaphore.h"
 #include "cuda_api.h"
 #include "symbols.h"

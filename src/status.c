@@ -1,3 +1,5 @@
+/* status: CUDA and NCCL errors as statuses that name the error, the call and file:line
+ * (status.h). */
 #include "status.h"
 
 /* status: turning CUresult and ncclResult_t into gpuhal statuses.

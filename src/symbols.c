@@ -1,3 +1,5 @@
+/* symbols: loading the CUDA driver and NCCL and filling their function tables
+ * (symbols.h). */
 #include "symbols.h"
 
 /* Appends "'name' (reason)" to a "tried" list, keeping it NUL-terminated and bounded. */

@@ -1,3 +1,5 @@
+/* trace: recording the Chrome-trace timeline and NVTX ranges, and writing the file
+ * (trace.h). */
 #include "trace.h"
 #include "symbols.h"
 #include "status.h"
