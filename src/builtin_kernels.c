@@ -1,5 +1,5 @@
 /* builtin_kernels: loading gpuhal's own fill and copy kernels (the PTX of builtin_ptx.h)
- * through the module cache, and launching them (builtin_kernels.h). */
+ * through the module cache, and their launch grids (builtin_kernels.h). */
 #include "builtin_kernels.h"
 #include "status.h"
 #include "executable.h"

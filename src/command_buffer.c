@@ -1,5 +1,6 @@
-/* command_buffer: recording storage, the command buffer object's life, late-address
- * resolution and the multi-device hook (command_buffer.h). */
+/* command_buffer: dispatch arguments and references, recording storage and checks, the
+ * command buffer object's life, late-address resolution and the multi-device hook
+ * (command_buffer.h). */
 #include "command_buffer.h"
 #include "symbols.h"
 #include "status.h"

@@ -1,5 +1,6 @@
-/* queue: actions (their pool and records), failing and retiring them. The queue's rules
- * are at the top of queue.h. */
+/* queue: the queue's state and tuning, kicks and the woken stack, actions (their pool,
+ * waits, retiring), failing and succeeding them, and park accounting. The queue's rules are
+ * at the top of queue.h. */
 #include "queue.h"
 
 GPUHAL__PRIVATE gpuhal__queue_state_t* gpuhal__queue_state(gpuhal_device_t* device) {
