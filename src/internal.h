@@ -203,6 +203,8 @@ typedef void* (*gpuhal__thread_fn_t)(void* arg);
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__thread_create(gpuhal__thread_t* thread, gpuhal__thread_fn_t fn, void* arg,
                                                       const char* name);
 GPUHAL__PRIVATE void gpuhal__thread_join(gpuhal__thread_t thread);
+/* A variable of which each thread has its own copy (GCC/Clang; C99 has none). */
+#define GPUHAL__THREAD_LOCAL __thread
 /* 1 when the calling thread is `thread`. */
 #define gpuhal__thread_is_current(thread) pthread_equal(pthread_self(), (thread))
 /* A number that names the calling thread while it lives (trace records' thread ids). */

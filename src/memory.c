@@ -339,7 +339,8 @@ static gpuhal_status_t gpuhal__buffer_allocate_current(gpuhal_buffer_t* buffer) 
   return status;
 }
 
-/* Out of device (or managed) memory, the pool may be holding what is missing: trim it and
+/* Out of device (or managed) memory, the pool may be holding what is missing, and frees
+ * put off may not have run yet: run them (unless work waits on the GPU), trim the pool and
  * try once more. */
 static gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* buffer) {
   gpuhal_device_t* device = buffer->device;
@@ -348,7 +349,9 @@ static gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* buffer) {
   GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
   status = gpuhal__buffer_allocate_current(buffer);
   if (gpuhal__status_is_oom(status) && buffer->kind != GPUHAL_MEMORY_HOST_PINNED) {
-    gpuhal_status_t trimmed = gpuhal__pool_trim_current(device);
+    gpuhal_status_t trimmed;
+    gpuhal__driver_flush_deferred(device->driver);
+    trimmed = gpuhal__pool_trim_current(device);
     if (trimmed) {
       gpuhal_status_free(status);
       status = trimmed;
@@ -379,18 +382,26 @@ static gpuhal_status_t gpuhal__deferred_call_run(const gpuhal__cuda_symbols_t* c
   return GPUHAL__CU(cu, cuMemFree, (d->address));
 }
 
+static GPUHAL__THREAD_LOCAL int gpuhal__put_off_depth = 0;
+
+GPUHAL__PRIVATE void gpuhal__put_off_begin(void) { gpuhal__put_off_depth++; }
+GPUHAL__PRIVATE void gpuhal__put_off_end(void) { gpuhal__put_off_depth--; }
+
 /* Runs `call` (cuMemFree, cuMemFreeHost or cuModuleUnload) with the device's context
- * current, or, while queue work of any device of the driver may wait on the GPU for a value,
- * puts it off: these calls wait until the whole context is idle (tools/probe/park_probe.c),
- * and the value may only come from the calling thread later. The check and the call share
- * driver->parked_mutex with the count of such work, so none is enqueued while one of these
- * calls waits for the context. */
+ * current, or puts it off: while queue work of any device of the driver may wait on the GPU
+ * for a value (these calls wait until the whole context is idle, tools/probe/park_probe.c,
+ * and the value may only come from the calling thread later), and inside a queue call's
+ * harvest (gpuhal__put_off_begin: the call must not wait for the GPU; the worker runs it
+ * soon). The check and the call share driver->parked_mutex with the count of such work, so
+ * none is enqueued while one of these calls waits for the context. */
 static gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device, const gpuhal__deferred_call_t* call) {
   gpuhal_driver_t* driver = device->driver;
   gpuhal_status_t status = NULL;
-  if (!driver->memops) return gpuhal__deferred_call_run(device->cu, call); /* nothing ever parks */
+  int put_off = gpuhal__put_off_depth > 0 && device->memory != NULL;
+  int flush = 0;
+  if (!driver->memops && !put_off) return gpuhal__deferred_call_run(device->cu, call); /* nothing ever parks */
   gpuhal__mutex_lock(&driver->parked_mutex);
-  if (driver->gpu_waits > 0) {
+  if (driver->gpu_waits > 0 || put_off) {
     gpuhal__deferred_call_t* d = NULL;
     status = gpuhal__alloc_zeroed(device->allocator, sizeof(*d), "a call put off", (void**)&d);
     if (!status) {
@@ -401,6 +412,7 @@ static gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device, const g
     if (!status) {
       d->next = driver->deferred;
       driver->deferred = d;
+      flush = driver->gpu_waits == 0; /* else the last GPU wait's end flushes */
     } else {
       gpuhal__free(device->allocator, d);
     }
@@ -408,6 +420,7 @@ static gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device, const g
     status = gpuhal__deferred_call_run(device->cu, call);
   }
   gpuhal__mutex_unlock(&driver->parked_mutex);
+  if (flush) gpuhal__worker_post(device, &device->memory->flush_task);
   return status;
 }
 

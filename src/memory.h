@@ -134,6 +134,12 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_free(gpuhal_device_t* device, voi
 /* cuModuleUnload; see gpuhal__device_sync_call. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_module(gpuhal_device_t* device, CUmodule module);
 
+/* Between these (nested), the calling thread is an application thread inside a queue call
+ * that releases what it retired (a harvest): gpuhal__device_free and
+ * gpuhal__device_unload_module, which wait until the whole context is idle, are put off to
+ * the device's worker rather than run there, so the queue call does not wait for the GPU. */
+GPUHAL__PRIVATE void gpuhal__put_off_begin(void);
+GPUHAL__PRIVATE void gpuhal__put_off_end(void);
 GPUHAL__PRIVATE void gpuhal__driver_flush_deferred(gpuhal_driver_t* driver);
 
 /* The queue is about to enqueue (+1), or has seen the end of (-1), work that may wait on the

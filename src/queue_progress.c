@@ -541,5 +541,8 @@ GPUHAL__PRIVATE void gpuhal__queue_harvest(gpuhal__queue_state_t* state, uint32_
     gpuhal__action_t* next = n->next == &taken ? NULL : GPUHAL__CONTAINER_OF(n->next, gpuhal__action_t, link);
     gpuhal__action_complete_ok(a, gpuhal__actions_share_signal(a, next));
   }
+  /* A queue call must not wait for the GPU: frees these releases make go to the worker. */
+  gpuhal__put_off_begin();
   gpuhal__actions_release(state, &taken);
+  gpuhal__put_off_end();
 }

@@ -128,4 +128,95 @@ TU_TEST(harvest_waits_for_the_gpu_and_backs_off) {
   qt_close(&f);
 }
 
-TU_MAIN(TU_CASE(busy_submitter_retires_completed_work), TU_CASE(harvest_waits_for_the_gpu_and_backs_off))
+/* A harvest runs on an application thread inside a queue call, which must not wait for the
+ * GPU: a free its releases make (here the last reference of a buffer, dropped by an action's
+ * release) is put off to the worker, not run there (cuMemFree waits for the whole device).
+ * The worker is held busy meanwhile, so the free is seen waiting for it; once let go, the
+ * worker frees it. */
+typedef struct putoff_s {
+  harvest_counter_t c;
+  gpuhal_buffer_t* buffer;
+  int32_t released_on_submitter;
+  int32_t put_off;
+} putoff_t;
+static void putoff_release(void* user, gpuhal_device_t* device) {
+  putoff_t* p = (putoff_t*)user;
+  harvest_release(&p->c, device);
+  if (pthread_equal(pthread_self(), p->c.submitter) && p->buffer) {
+    gpuhal_driver_t* driver = device->driver;
+    gpuhal_buffer_release(p->buffer); /* the last reference */
+    p->buffer = NULL;
+    gpuhal__mutex_lock(&driver->parked_mutex);
+    p->put_off = driver->deferred != NULL;
+    gpuhal__mutex_unlock(&driver->parked_mutex);
+    gpuhal__atomic_store(&p->released_on_submitter, 1);
+  }
+}
+static void putoff_complete(void* user, gpuhal_status_t status) { qt_counting_complete(&((putoff_t*)user)->c, status); }
+static gpuhal_status_t putoff_issue(void* user, gpuhal_device_t* device, CUstream stream) {
+  return qt_counting_issue(&((putoff_t*)user)->c, device, stream);
+}
+static const gpuhal__action_ops_t putoff_ops = {"test_putoff", putoff_issue, putoff_complete, putoff_release};
+
+typedef struct worker_hold_s {
+  gpuhal__task_t task;
+  int32_t held;
+  int32_t let_go;
+} worker_hold_t;
+static void worker_hold_run(gpuhal__task_t* task) {
+  worker_hold_t* h = GPUHAL__CONTAINER_OF(task, worker_hold_t, task);
+  int64_t end = gpuhal_now_ns() + (int64_t)60 * 1000000000;
+  gpuhal__atomic_store(&h->held, 1);
+  while (!gpuhal__atomic_load(&h->let_go) && gpuhal_now_ns() < end) tu_sleep_ns(100000);
+}
+
+TU_TEST(harvest_puts_frees_off_to_the_worker) {
+  qt_fixture_t f;
+  gpuhal_semaphore_t* s = NULL;
+  putoff_t p;
+  worker_hold_t hold;
+  uint64_t i, total = 0;
+  int round, drained = 0;
+  int64_t end;
+  qt_tuning.completion_min_age_ns = 20000000;
+  TU_REQUIRE(qt_open(&f, 1, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  memset(&p, 0, sizeof(p));
+  harvest_counter_init(&p.c);
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 4096, &p.buffer));
+  memset(&hold, 0, sizeof(hold));
+  gpuhal__list_init(&hold.task.node);
+  hold.task.fn = worker_hold_run;
+  gpuhal__worker_post(f.device, &hold.task);
+  end = gpuhal_now_ns() + (int64_t)10 * 1000000000;
+  while (!gpuhal__atomic_load(&hold.held) && gpuhal_now_ns() < end) tu_sleep_ns(100000);
+  TU_REQUIRE(gpuhal__atomic_load(&hold.held));
+  for (round = 0; round < 10 && !gpuhal__atomic_load(&p.released_on_submitter); ++round) {
+    for (i = 0; i < 200; ++i, ++total) {
+      uint64_t prev = total, next = total + 1;
+      TU_REQUIRE_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_one(&s, &prev), gpuhal_semaphore_list_one(&s, &next),
+                              &putoff_ops, &p));
+      if (i % 4 == 3) tu_sleep_ns(GPUHAL__HARVEST_MAX_WAIT_NS + 20000);
+    }
+  }
+  TU_CHECK(gpuhal__atomic_load(&p.released_on_submitter) == 1);
+  TU_CHECK(p.put_off == 1); /* the free waits for the (held) worker */
+  gpuhal__atomic_store(&hold.let_go, 1);
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, total, qt_seconds(60)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(60)));
+  end = gpuhal_now_ns() + (int64_t)10 * 1000000000;
+  while (!drained && gpuhal_now_ns() < end) {
+    gpuhal__mutex_lock(&f.driver->parked_mutex);
+    drained = f.driver->deferred == NULL;
+    gpuhal__mutex_unlock(&f.driver->parked_mutex);
+    if (!drained) tu_sleep_ns(100000);
+  }
+  TU_CHECK(drained); /* the worker freed it */
+  if (p.buffer) gpuhal_buffer_release(p.buffer);
+  harvest_check_counts(&p.c);
+  gpuhal_semaphore_release(s);
+  qt_close(&f);
+}
+
+TU_MAIN(TU_CASE(busy_submitter_retires_completed_work), TU_CASE(harvest_waits_for_the_gpu_and_backs_off),
+        TU_CASE(harvest_puts_frees_off_to_the_worker))
