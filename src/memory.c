@@ -367,12 +367,56 @@ static gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* buffer) {
   return status;
 }
 
+/* Frees queue_alloca memory that was never deallocated, on the worker. */
+static gpuhal_status_t gpuhal__pending_free_now(gpuhal_device_t* device, CUdeviceptr address) {
+  CUstream stream = device->streams ? device->streams[0] : NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__pool_free_async(device, stream, address));
+  return GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
+}
+
 static gpuhal_status_t gpuhal__buffer_free_pending_sync(void* arg) {
   gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)arg;
+  return gpuhal__pending_free_now(buffer->device, buffer->address);
+}
+
+/* The same, put off (gpuhal__put_off_begin): a task of the worker that owns its memory and a
+ * device reference, so the releasing queue call does not wait for the worker. */
+typedef struct gpuhal__pending_free_s {
+  gpuhal__task_t task;
+  gpuhal_device_t* device;
+  CUdeviceptr address;
+} gpuhal__pending_free_t;
+
+static void gpuhal__pending_free_run(gpuhal__task_t* task) {
+  gpuhal__pending_free_t* f = GPUHAL__CONTAINER_OF(task, gpuhal__pending_free_t, task);
+  gpuhal_device_t* device = f->device;
+  gpuhal_status_t status = gpuhal__pending_free_now(device, f->address);
+  if (status) {
+    gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "freeing queue_alloca memory put off: %s",
+                gpuhal_status_message(status));
+    gpuhal_status_free(status);
+  }
+  gpuhal__free(device->allocator, f);
+  gpuhal__device_release_ref(device);
+}
+
+/* 1 when the free of `buffer`'s pending memory was handed to the worker; 0 when it must be
+ * made now (no memory for the task: then the caller waits for the worker after all). */
+static int gpuhal__pending_free_put_off(gpuhal_buffer_t* buffer) {
   gpuhal_device_t* device = buffer->device;
-  CUstream stream = device->streams ? device->streams[0] : NULL;
-  GPUHAL__RETURN_IF_ERROR(gpuhal__pool_free_async(device, stream, buffer->address));
-  return GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
+  gpuhal__pending_free_t* f = NULL;
+  gpuhal_status_t status = gpuhal__alloc_zeroed(device->allocator, sizeof(*f), "a free put off", (void**)&f);
+  if (status) {
+    gpuhal_status_free(status);
+    return 0;
+  }
+  gpuhal__list_init(&f->task.node);
+  f->task.fn = gpuhal__pending_free_run;
+  f->device = device;
+  f->address = buffer->address;
+  gpuhal__device_retain_ref(device);
+  gpuhal__worker_post(device, &f->task);
+  return 1;
 }
 
 /* The call `d` names, in the current context. */
@@ -506,7 +550,10 @@ static gpuhal_status_t gpuhal__buffer_free_memory(gpuhal_buffer_t* buffer) {
   gpuhal__context_scope_t scope;
   gpuhal_status_t status = NULL;
   if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_LIVE) return NULL;
-  if (buffer->pending) return gpuhal__worker_call(device, gpuhal__buffer_free_pending_sync, buffer);
+  if (buffer->pending) {
+    if (gpuhal__put_off_depth > 0 && !gpuhal__on_worker(device) && gpuhal__pending_free_put_off(buffer)) return NULL;
+    return gpuhal__worker_call(device, gpuhal__buffer_free_pending_sync, buffer);
+  }
   GPUHAL__UNUSED(cu);
   status = gpuhal__context_enter(device, &scope);
   if (status) {

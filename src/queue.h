@@ -3,9 +3,9 @@
  * Every queue operation waits on a semaphore list and signals a semaphore list. A call
  * copies and retains what it needs, appends an action and returns: it never waits for its
  * semaphores or its work on the calling thread. (A submitter that harvests runs the
- * releases of what it retired; the frees they make, which wait for the whole device, go to
- * the worker, but a queue_alloca buffer's free and a module unload still wait for the worker
- * to make them; creating a side stream may wait for CUDA to grow its store.)
+ * releases of what it retired; the frees they make go to the worker without waiting, but a
+ * module unload, when a release pushes the module cache past its limits, still waits for
+ * the worker; creating a side stream may wait for CUDA to grow its store.)
  *
  * THE RULES (one page; CONTRIBUTING and docs keep to it)
  *
@@ -28,8 +28,9 @@
  *    alloca/dealloca without a pool); it may also harvest (below): cuEventQuery, then
  *    releases, each in a push/pop of its own (cuGraphExecDestroy, cuGraphDestroy; a free,
  *    which waits for the whole device, is put off to the worker: cuDevicePrimaryCtxRetain,
- *    gpuhal__put_off_begin); module unloads, frees of queue_alloca memory, NCCL
- *    communicators and whatever a failed push leaves it hands to the worker and waits for.
+ *    gpuhal__put_off_begin; so is the free of queue_alloca memory never deallocated, as a
+ *    worker task); module unloads, NCCL communicators and whatever a failed push leaves it
+ *    hands to the worker and waits for.
  *  - a thread in gpuhal_semaphore_signal (an application thread): a push/pop and issues (no
  *    harvest) of woken actions, its signal's among them, once the semaphore's lock is
  *    released (up to GPUHAL__SIGNAL_ISSUE_MAX, only actions a submitter may issue, only with

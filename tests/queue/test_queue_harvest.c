@@ -133,11 +133,38 @@ TU_TEST(harvest_waits_for_the_gpu_and_backs_off) {
  * release) is put off to the worker, not run there (cuMemFree waits for the whole device).
  * The worker is held busy meanwhile, so the free is seen waiting for it; once let go, the
  * worker frees it. */
+typedef struct worker_hold_s {
+  gpuhal__task_t task;
+  int64_t hold_ns; /* at most */
+  int32_t held;    /* the worker is in the task now */
+  int32_t let_go;
+} worker_hold_t;
+static void worker_hold_run(gpuhal__task_t* task) {
+  worker_hold_t* h = GPUHAL__CONTAINER_OF(task, worker_hold_t, task);
+  int64_t end = gpuhal_now_ns() + h->hold_ns;
+  gpuhal__atomic_store(&h->held, 1);
+  while (!gpuhal__atomic_load(&h->let_go) && gpuhal_now_ns() < end) tu_sleep_ns(100000);
+  gpuhal__atomic_store(&h->held, 0);
+}
+/* Holds `device`'s worker in a task until let go (or `hold_ns` passes). */
+static int worker_hold(gpuhal_device_t* device, worker_hold_t* h, int64_t hold_ns) {
+  int64_t end = gpuhal_now_ns() + (int64_t)10 * 1000000000;
+  memset(h, 0, sizeof(*h));
+  h->hold_ns = hold_ns;
+  gpuhal__list_init(&h->task.node);
+  h->task.fn = worker_hold_run;
+  gpuhal__worker_post(device, &h->task);
+  while (!gpuhal__atomic_load(&h->held) && gpuhal_now_ns() < end) tu_sleep_ns(100000);
+  return gpuhal__atomic_load(&h->held);
+}
+
 typedef struct putoff_s {
   harvest_counter_t c;
   gpuhal_buffer_t* buffer;
+  worker_hold_t* hold;
   int32_t released_on_submitter;
   int32_t put_off;
+  int32_t worker_still_held; /* when the release returned */
 } putoff_t;
 static void putoff_release(void* user, gpuhal_device_t* device) {
   putoff_t* p = (putoff_t*)user;
@@ -146,6 +173,7 @@ static void putoff_release(void* user, gpuhal_device_t* device) {
     gpuhal_driver_t* driver = device->driver;
     gpuhal_buffer_release(p->buffer); /* the last reference */
     p->buffer = NULL;
+    p->worker_still_held = gpuhal__atomic_load(&p->hold->held);
     gpuhal__mutex_lock(&driver->parked_mutex);
     p->put_off = driver->deferred != NULL;
     gpuhal__mutex_unlock(&driver->parked_mutex);
@@ -158,16 +186,20 @@ static gpuhal_status_t putoff_issue(void* user, gpuhal_device_t* device, CUstrea
 }
 static const gpuhal__action_ops_t putoff_ops = {"test_putoff", putoff_issue, putoff_complete, putoff_release};
 
-typedef struct worker_hold_s {
-  gpuhal__task_t task;
-  int32_t held;
-  int32_t let_go;
-} worker_hold_t;
-static void worker_hold_run(gpuhal__task_t* task) {
-  worker_hold_t* h = GPUHAL__CONTAINER_OF(task, worker_hold_t, task);
-  int64_t end = gpuhal_now_ns() + (int64_t)60 * 1000000000;
-  gpuhal__atomic_store(&h->held, 1);
-  while (!gpuhal__atomic_load(&h->let_go) && gpuhal_now_ns() < end) tu_sleep_ns(100000);
+/* Submits actions that wait for each other on `s` until one harvested by this thread has
+ * released p->buffer; returns the last value signalled. */
+static uint64_t putoff_rounds(qt_fixture_t* f, gpuhal_semaphore_t* s, putoff_t* p, uint64_t total) {
+  uint64_t i;
+  int round;
+  for (round = 0; round < 10 && !gpuhal__atomic_load(&p->released_on_submitter); ++round) {
+    for (i = 0; i < 200; ++i, ++total) {
+      uint64_t prev = total, next = total + 1;
+      TU_CHECK_OK(qt_submit(f->device, 0, gpuhal_semaphore_list_one(&s, &prev), gpuhal_semaphore_list_one(&s, &next),
+                            &putoff_ops, p));
+      if (i % 4 == 3) tu_sleep_ns(GPUHAL__HARVEST_MAX_WAIT_NS + 20000);
+    }
+  }
+  return total;
 }
 
 TU_TEST(harvest_puts_frees_off_to_the_worker) {
@@ -175,32 +207,21 @@ TU_TEST(harvest_puts_frees_off_to_the_worker) {
   gpuhal_semaphore_t* s = NULL;
   putoff_t p;
   worker_hold_t hold;
-  uint64_t i, total = 0;
-  int round, drained = 0;
+  uint64_t total = 0;
+  int drained = 0;
   int64_t end;
   qt_tuning.completion_min_age_ns = 20000000;
   TU_REQUIRE(qt_open(&f, 1, NULL));
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
   memset(&p, 0, sizeof(p));
   harvest_counter_init(&p.c);
+  p.hold = &hold;
   TU_REQUIRE_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 4096, &p.buffer));
-  memset(&hold, 0, sizeof(hold));
-  gpuhal__list_init(&hold.task.node);
-  hold.task.fn = worker_hold_run;
-  gpuhal__worker_post(f.device, &hold.task);
-  end = gpuhal_now_ns() + (int64_t)10 * 1000000000;
-  while (!gpuhal__atomic_load(&hold.held) && gpuhal_now_ns() < end) tu_sleep_ns(100000);
-  TU_REQUIRE(gpuhal__atomic_load(&hold.held));
-  for (round = 0; round < 10 && !gpuhal__atomic_load(&p.released_on_submitter); ++round) {
-    for (i = 0; i < 200; ++i, ++total) {
-      uint64_t prev = total, next = total + 1;
-      TU_REQUIRE_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_one(&s, &prev), gpuhal_semaphore_list_one(&s, &next),
-                              &putoff_ops, &p));
-      if (i % 4 == 3) tu_sleep_ns(GPUHAL__HARVEST_MAX_WAIT_NS + 20000);
-    }
-  }
+  TU_REQUIRE(worker_hold(f.device, &hold, (int64_t)60 * 1000000000));
+  total = putoff_rounds(&f, s, &p, total);
   TU_CHECK(gpuhal__atomic_load(&p.released_on_submitter) == 1);
-  TU_CHECK(p.put_off == 1); /* the free waits for the (held) worker */
+  TU_CHECK(p.put_off == 1);           /* the free waits for the (held) worker */
+  TU_CHECK(p.worker_still_held == 1); /* and the release did not */
   gpuhal__atomic_store(&hold.let_go, 1);
   TU_CHECK_OK(gpuhal_semaphore_wait(s, total, qt_seconds(60)));
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(60)));
@@ -218,5 +239,46 @@ TU_TEST(harvest_puts_frees_off_to_the_worker) {
   qt_close(&f);
 }
 
+/* The same for queue_alloca memory never deallocated: its free (on the worker: it needs the
+ * device's stream) is a task of the worker, and the release does not wait for it. The hold
+ * is short, so that a release that waited for the worker is seen after it, not as a hang. */
+TU_TEST(harvest_does_not_wait_for_an_alloca_free) {
+  qt_fixture_t f;
+  gpuhal_semaphore_t* s = NULL;
+  gpuhal_semaphore_t* allocated = NULL;
+  putoff_t p;
+  worker_hold_t hold;
+  const uint64_t one = 1;
+  uint64_t total = 0;
+  int64_t end;
+  qt_tuning.completion_min_age_ns = 20000000;
+  TU_REQUIRE(qt_open(&f, 1, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &allocated));
+  memset(&p, 0, sizeof(p));
+  harvest_counter_init(&p.c);
+  p.hold = &hold;
+  TU_REQUIRE_OK(gpuhal_queue_alloca(f.device, 0, gpuhal_semaphore_list_empty(),
+                                    gpuhal_semaphore_list_one(&allocated, &one), 4096, &p.buffer));
+  TU_REQUIRE_OK(gpuhal_semaphore_wait(allocated, 1, qt_seconds(60)));
+  TU_REQUIRE_OK(gpuhal_device_wait_idle(f.device, qt_seconds(60)));
+  /* The alloca's action is released (it held a reference): only ours is left. */
+  end = gpuhal_now_ns() + (int64_t)10 * 1000000000;
+  while (gpuhal__atomic_load(&p.buffer->header.refcount) > 1 && gpuhal_now_ns() < end) tu_sleep_ns(100000);
+  TU_REQUIRE(gpuhal__atomic_load(&p.buffer->header.refcount) == 1);
+  TU_REQUIRE(worker_hold(f.device, &hold, (int64_t)3 * 1000000000));
+  total = putoff_rounds(&f, s, &p, total);
+  TU_CHECK(gpuhal__atomic_load(&p.released_on_submitter) == 1);
+  TU_CHECK(p.worker_still_held == 1); /* the release did not wait for the worker */
+  gpuhal__atomic_store(&hold.let_go, 1);
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, total, qt_seconds(60)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(60)));
+  if (p.buffer) gpuhal_buffer_release(p.buffer);
+  harvest_check_counts(&p.c);
+  gpuhal_semaphore_release(allocated);
+  gpuhal_semaphore_release(s);
+  qt_close(&f); /* the device's release waits for the worker's free (it holds a reference) */
+}
+
 TU_MAIN(TU_CASE(busy_submitter_retires_completed_work), TU_CASE(harvest_waits_for_the_gpu_and_backs_off),
-        TU_CASE(harvest_puts_frees_off_to_the_worker))
+        TU_CASE(harvest_puts_frees_off_to_the_worker), TU_CASE(harvest_does_not_wait_for_an_alloca_free))
