@@ -538,23 +538,19 @@ GPUHAL__PRIVATE void gpuhal__memory_gpu_waits_add(gpuhal_device_t* device, int32
 /* Frees a (non-pending) buffer's memory; the device's context is current. */
 static gpuhal_status_t gpuhal__buffer_free_current(void* arg) {
   gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)arg;
-  const gpuhal__cuda_symbols_t* cu = buffer->device->cu;
-  GPUHAL__UNUSED(cu);
   if (buffer->kind == GPUHAL_MEMORY_HOST_PINNED) return gpuhal__device_free(buffer->device, buffer->host_pointer, 0);
   return gpuhal__device_free(buffer->device, NULL, buffer->address);
 }
 
 static gpuhal_status_t gpuhal__buffer_free_memory(gpuhal_buffer_t* buffer) {
   gpuhal_device_t* device = buffer->device;
-  const gpuhal__cuda_symbols_t* cu = device->cu;
   gpuhal__context_scope_t scope;
   gpuhal_status_t status = NULL;
   if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_LIVE) return NULL;
   if (buffer->pending) {
-    if (gpuhal__put_off_depth > 0 && !gpuhal__on_worker(device) && gpuhal__pending_free_put_off(buffer)) return NULL;
+    if (gpuhal__put_off_depth > 0 && gpuhal__pending_free_put_off(buffer)) return NULL;
     return gpuhal__worker_call(device, gpuhal__buffer_free_pending_sync, buffer);
   }
-  GPUHAL__UNUSED(cu);
   status = gpuhal__context_enter(device, &scope);
   if (status) {
     /* This thread cannot take the device's context now; the worker thread holds it for its
