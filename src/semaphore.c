@@ -281,12 +281,15 @@ static void gpuhal__semaphore_install_word_locked(gpuhal_semaphore_t* s, uint64_
   *spare_word = NULL;
 }
 
-GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s, uint64_t** spare_word) {
+GPUHAL__PRIVATE int gpuhal__semaphore_wants_word(gpuhal_semaphore_t* s) {
+  return !gpuhal__atomic_load(&s->word) && gpuhal__atomic_load(&s->armed_until) > gpuhal__atomic_load(&s->value);
+}
+
+GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s, uint64_t** spare_word, int always) {
   CUdeviceptr armed;
-  int always = *spare_word != NULL;
   gpuhal__mutex_lock(&s->mutex);
   s->signalling++;
-  if (always) gpuhal__semaphore_install_word_locked(s, spare_word);
+  if (*spare_word && (always || s->armed_until > s->value)) gpuhal__semaphore_install_word_locked(s, spare_word);
   armed = s->word && (always || s->armed_until > s->value) ? s->word_address : 0;
   gpuhal__mutex_unlock(&s->mutex);
   return armed;
@@ -402,10 +405,14 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
         state = GPUHAL__WAIT_SUBMITTED;
       }
     }
+    /* No refusal while a signal is being issued: that signal's timepoint then says its work
+     * does not write the word, and the host waiter queries its event instead. */
+    if (state == GPUHAL__WAIT_PENDING && q->host_arm && value > s->armed_until)
+      gpuhal__atomic_store(&s->armed_until, value);
     if (state == GPUHAL__WAIT_PENDING && q->spare_word && !s->signalling) {
       gpuhal__semaphore_install_word_locked(s, &q->spare_word);
       q->word_address = s->word_address;
-      if (value > s->armed_until) s->armed_until = value;
+      if (value > s->armed_until) gpuhal__atomic_store(&s->armed_until, value);
       state = GPUHAL__WAIT_ARMED;
     } else if (state == GPUHAL__WAIT_PENDING) {
       /* Not armed while a signal is being issued (see gpuhal__semaphore_signal_begin): the
@@ -671,6 +678,10 @@ static int gpuhal__host_wait_evaluate(gpuhal_wait_mode_t mode, gpuhal_semaphore_
     q.waiter = nodes ? &nodes[i] : NULL;
     q.look_submitted = out != NULL;
     q.take_event = out != NULL && out->event == NULL;
+    /* Registering on a value not submitted yet (memops): its signal's work will write the
+     * word, which this thread reads once the value is submitted (cheaper and sooner than
+     * querying the event; tests/bench/RESULTS.md). */
+    q.host_arm = nodes && list.semaphores[i]->driver->memops && !gpuhal__semaphore_waiter_registered(&nodes[i]);
     st = gpuhal__semaphore_check(list.semaphores[i], list.values[i], &q);
     if (st == GPUHAL__WAIT_COMPLETED) {
       completed++;

@@ -126,10 +126,11 @@ struct gpuhal_semaphore_s {
    * the value lives in `value` alone. Set once, under the mutex. */
   volatile uint64_t* word;
   CUdeviceptr word_address;
-  /* The highest value a GPU wait was armed for. Only while the value is below it do
+  /* The highest value a GPU wait was armed for, or a host waiter registered for before it
+   * was submitted (gpuhal__wait_query_t.host_arm). Only while the value is below it do
    * signals write the word (a cuStreamWriteValue64 costs several times an event record to
-   * enqueue): past it no GPU wait needs their writes, and host advances keep raising the
-   * word for the waits armed later. Under the mutex. */
+   * enqueue): past it no wait needs their writes, and host advances keep raising the word
+   * for the waits armed later. Written under the mutex, read atomically. */
   uint64_t armed_until;
   /* 1 when the latest signal came from queue work (a published timepoint), 0 when from the
    * host (gpuhal_semaphore_signal) or none came yet. Only a value the host is expected to
@@ -188,14 +189,18 @@ GPUHAL__PRIVATE int gpuhal__semaphore_covered_on_stream(gpuhal_semaphore_t* s, u
 GPUHAL__PRIVATE void gpuhal__semaphore_advance(gpuhal_semaphore_t* s, uint64_t value);
 
 /* A queue action starts issuing a signal of `s` (before its work's event is recorded).
- * Returns the device address of the word when a GPU wait armed it for a value not reached
- * yet (armed_until), or always when `*spare_word` is given (work behind a GPU wait, whose
- * end is the host's to learn: host waits then read the word; `s` takes *spare_word as its
- * word when it has none), else 0: the work must then
- * write its value there before the event, so that whoever sees the event complete (and
- * may store a higher value, as a host call after it does) comes after the write. Until
+ * Returns the device address of the word when a wait armed it for a value not reached yet
+ * (armed_until), or with `always` (work behind a GPU wait, whose end is the host's to
+ * learn: host waits then read the word), else 0. When the word is wanted and `s` has none,
+ * it takes *spare_word (setting it to NULL). The work must then write its value there
+ * before the event, so that whoever sees the event complete (and may store a higher value,
+ * as a host call after it does) comes after the write. Until
  * gpuhal__semaphore_add_timepoint or gpuhal__semaphore_signal_end, no wait arms `s`. */
-GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s, uint64_t** spare_word);
+GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s, uint64_t** spare_word, int always);
+
+/* Without the lock: 1 when a wait armed `s` for a value above its own but it has no word
+ * yet: the issue of its next signal should bring a spare word to signal_begin. */
+GPUHAL__PRIVATE int gpuhal__semaphore_wants_word(gpuhal_semaphore_t* s);
 
 /* A GPU wait on the word was enqueued by an issue that then failed: nothing will see that
  * wait end, so the word is never handed to another semaphore. */
@@ -239,6 +244,10 @@ typedef struct gpuhal__wait_query_s {
   int skip_provisional;               /* provisional timepoints count as not submitted */
   uint64_t* spare_word;               /* not NULL: arm the semaphore (with this word unless it has one)
                               instead of PENDING; the word is consumed when used */
+  int host_arm;                       /* PENDING: signals issued from now on write the word up to `value`
+                              (their issue gives the semaphore a word if it has none), so a host
+                              waiter that registered before the value's work was submitted reads
+                              the word instead of querying the event; the state stays PENDING */
   gpuhal__event_t* event;             /* out */
   uint64_t event_value;               /* out: the submitted value found */
   int provisional;                    /* out, SUBMITTED: that timepoint is provisional */

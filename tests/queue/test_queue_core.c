@@ -3,7 +3,8 @@
  *
  *  1. work queued before its wait is signalled is released by that signal, with the data
  *     the host wrote before signalling (STREAM and GRAPH), and a chain submitted in reverse
- *     order across three queues reaches exact values;
+ *     order across three queues reaches exact values; a host waiter that starts before the
+ *     work it waits for is submitted reads the value's word (memops), not the event;
  *  2. independent queues do not hold each other up: with GPU work in flight on queue 1
  *     (a kernel that runs until the test lets it go), a host call on queue 0 waiting on
  *     queue 2's work runs, and host waits on queue 2's value return;
@@ -126,6 +127,92 @@ static void wait_before_signal(gpuhal_command_buffer_flags_t flags) {
 
 TU_TEST(wait_before_signal_stream) { wait_before_signal(GPUHAL_COMMAND_BUFFER_STREAM); }
 TU_TEST(wait_before_signal_graph) { wait_before_signal(GPUHAL_COMMAND_BUFFER_GRAPH); }
+
+/* A host waiter that registered before the value's work was submitted reads the word that
+ * work writes (memops), not its event: the issue writes the word for it, and only for it. */
+static int32_t qc_word_writes;
+static gpuhal_PFN_cuStreamWriteValue64 qc_write_orig;
+static CUresult CUDAAPI qc_write_counted(CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int flags) {
+  __atomic_add_fetch(&qc_word_writes, 1, __ATOMIC_SEQ_CST);
+  return qc_write_orig(s, a, v, flags);
+}
+typedef struct qc_early_wait_s {
+  gpuhal_semaphore_t* s;
+  uint64_t value;
+  gpuhal_status_t status;
+} qc_early_wait_t;
+static void qc_early_wait_fn(void* p) {
+  qc_early_wait_t* w = (qc_early_wait_t*)p;
+  w->status = gpuhal_semaphore_wait(w->s, w->value, qt_seconds(QC_WAIT_S));
+}
+TU_TEST(early_host_waiter_reads_the_word) {
+  qc_fixture_t f;
+  gpuhal__cuda_symbols_t* cu;
+  gpuhal_semaphore_t* t = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_buffer_t* counter = NULL;
+  gpuhal_arg_t arg;
+  uint32_t zero = 0;
+  uint64_t v;
+  if (!qc_fixture_open(&f, 1)) TU_SKIP("no device or test kernels");
+  cu = (gpuhal__cuda_symbols_t*)f.device->cu;
+  t = qc_semaphore(&f);
+  TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 4, &counter));
+  if (counter) TU_CHECK_OK(gpuhal_buffer_write(counter, 0, &zero, 4));
+  arg = gpuhal_arg_buffer(counter, 0);
+  TU_CHECK_OK(qc_record_dispatch(f.device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, f.atomic_inc,
+                                 1, 1, 1, &arg, &cb));
+  TU_REQUIRE(t && cb);
+  qc_write_orig = cu->cuStreamWriteValue64;
+  if (qc_write_orig) cu->cuStreamWriteValue64 = qc_write_counted;
+  for (v = 1; v <= 6; ++v) {
+    /* Odd values: waited for after the submit. Even ones: by a thread that waits first. */
+    int early = v % 2 == 0;
+    int32_t writes_before = __atomic_load_n(&qc_word_writes, __ATOMIC_SEQ_CST);
+    qc_early_wait_t w;
+    qc_async_t waiter;
+    int started = 0;
+    w.s = t;
+    w.value = v;
+    w.status = NULL;
+    if (early) {
+      int64_t deadline = gpuhal_now_ns() + (int64_t)QC_WAIT_S * 1000000000ll;
+      started = qc_async_start(&waiter, qc_early_wait_fn, &w);
+      TU_CHECK(started);
+      /* Registered: on the memop path it armed the semaphore; on the event path, give it
+       * a moment (the outcome does not depend on it there). */
+      if (f.driver->memops)
+        while (__atomic_load_n(&t->armed_until, __ATOMIC_SEQ_CST) < v && gpuhal_now_ns() < deadline) qc_sleep_ms(1);
+      else
+        qc_sleep_ms(5);
+      if (f.driver->memops) TU_CHECK_EQ_INT(__atomic_load_n(&t->armed_until, __ATOMIC_SEQ_CST), v);
+    }
+    TU_CHECK_OK(
+        gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&t, &v), cb, NULL));
+    if (started) {
+      TU_CHECK(qc_async_wait(&waiter, QC_WAIT_S * 1000));
+      qc_async_join(&waiter, "early waiter");
+      TU_CHECK_OK(w.status);
+    } else {
+      TU_CHECK_OK(gpuhal_semaphore_wait(t, v, qt_seconds(QC_WAIT_S)));
+    }
+    TU_CHECK_EQ_INT(qc_query(t), v);
+    /* One write of the word for an early waiter on the memop path; none otherwise. */
+    TU_CHECK_EQ_INT(__atomic_load_n(&qc_word_writes, __ATOMIC_SEQ_CST) - writes_before,
+                    early && f.driver->memops && qc_write_orig ? 1 : 0);
+  }
+  if (qc_write_orig) cu->cuStreamWriteValue64 = qc_write_orig;
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
+  if (counter) {
+    uint32_t count = 0;
+    TU_CHECK_OK(gpuhal_buffer_read(counter, 0, &count, 4));
+    TU_CHECK_EQ_INT(count, 6);
+  }
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(counter);
+  gpuhal_semaphore_release(t);
+  qc_fixture_close(&f);
+}
 
 /* A host-call hop of the chain checks that its predecessor's value is already there. */
 typedef struct qc_hop_check_s {
@@ -658,7 +745,8 @@ TU_TEST(device_release_ignores_other_devices_work) {
 
 /* The polls case last: on a core with the defect its release hangs and the watchdog ends the
  * process, which would keep the cases after it from running. */
-TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph), TU_CASE(reverse_chain_three_queues),
+TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
+        TU_CASE(early_host_waiter_reads_the_word), TU_CASE(reverse_chain_three_queues),
         TU_CASE(independent_queues_do_not_wait_for_each_other), TU_CASE(failed_entry_ends_wait_host),
         TU_CASE(failed_entry_ends_wait_device), TU_CASE(host_call_releases_last_device_reference),
         TU_CASE(device_release_ignores_other_devices_work), TU_CASE(polls_leave_nothing_behind))
