@@ -80,9 +80,11 @@
  * such work ("provisional"), runs on a side stream of its own that first follows its queue's
  * stream: a queue's stream never waits for a value not submitted, nor on provisional work's
  * event, so nothing queued after such work waits for it unless it waits for its values. GPU
- * work that signals an armed semaphore writes the word before its event is recorded (whoever
- * sees the event complete, and may then store a higher value, comes after the write); a
- * semaphore is not armed while a signal of it is being issued. An event wait never takes the
+ * work that signals an armed semaphore (by a GPU wait, or by a host waiter that registered
+ * before the value was submitted: it then reads the word, not the event) writes the word
+ * before its event is recorded (whoever sees the event complete, and may then store a
+ * higher value, comes after the write); a semaphore is not armed for the GPU while a signal
+ * of it is being issued. An event wait never takes the
  * event of provisional work that signals a higher value (that work may wait for this value).
  * At most tuning.gpu_parked_max side streams per ordinal (its gpuhal devices share its
  * context) are busy at once (CUDA shares a few hardware queues among a context's streams:

@@ -287,8 +287,20 @@ GPUHAL__PRIVATE int gpuhal__semaphore_wants_word(gpuhal_semaphore_t* s) {
 
 GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s, uint64_t** spare_word, int always) {
   CUdeviceptr armed;
+  if (!*spare_word) {
+    /* Without the lock (the issue's fast path): an arming that saw `signalling` at 0 just
+     * before this increment and whose armed_until this misses makes a GPU wait on the word
+     * that this signal does not write; the host's store of the value, once it sees this
+     * work's event complete, releases that wait a little later. An arming that sees the
+     * increment is refused, as under the lock. */
+    volatile uint64_t* word;
+    gpuhal__atomic_add(&s->signalling, 1u);
+    word = gpuhal__atomic_load(&s->word);
+    return word && (always || gpuhal__atomic_load(&s->armed_until) > gpuhal__atomic_load(&s->value)) ? s->word_address
+                                                                                                     : 0;
+  }
   gpuhal__mutex_lock(&s->mutex);
-  s->signalling++;
+  gpuhal__atomic_add(&s->signalling, 1u);
   if (*spare_word && (always || s->armed_until > s->value)) gpuhal__semaphore_install_word_locked(s, spare_word);
   armed = s->word && (always || s->armed_until > s->value) ? s->word_address : 0;
   gpuhal__mutex_unlock(&s->mutex);
@@ -298,7 +310,7 @@ GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s
 /* Under the lock: one signal issue of `s` ended; the last one wakes the GPU waits that
  * were refused an arming meanwhile (wants_submitted waiters look again). */
 static void gpuhal__semaphore_signal_end_locked(gpuhal_semaphore_t* s) {
-  if (--s->signalling > 0 || !s->arm_refused) return;
+  if (gpuhal__atomic_sub(&s->signalling, 1u) > 0 || !s->arm_refused) return;
   s->arm_refused = 0;
   gpuhal__semaphore_notify_locked(s, UINT64_MAX);
 }
@@ -409,7 +421,7 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
      * does not write the word, and the host waiter queries its event instead. */
     if (state == GPUHAL__WAIT_PENDING && q->host_arm && value > s->armed_until)
       gpuhal__atomic_store(&s->armed_until, value);
-    if (state == GPUHAL__WAIT_PENDING && q->spare_word && !s->signalling) {
+    if (state == GPUHAL__WAIT_PENDING && q->spare_word && !gpuhal__atomic_load(&s->signalling)) {
       gpuhal__semaphore_install_word_locked(s, &q->spare_word);
       q->word_address = s->word_address;
       if (value > s->armed_until) gpuhal__atomic_store(&s->armed_until, value);

@@ -142,7 +142,8 @@ struct gpuhal_semaphore_s {
    * gpuhal__semaphore_add_timepoint): their work writes the word before its event is
    * recorded only if the word was armed at the begin, so no arming happens meanwhile.
    * `arm_refused`: a GPU wait was told to wait on the host for that reason; the end of
-   * the issue wakes it to try again. Under the mutex. */
+   * the issue wakes it to try again. Atomic: raised without the mutex, lowered under it.
+   * `arm_refused` under the mutex. */
   uint32_t signalling;
   int arm_refused;
   gpuhal__signal_after_t* after; /* during gpuhal_semaphore_signal's notifications only (mutex) */
