@@ -232,6 +232,12 @@ GPUHAL__PRIVATE void gpuhal__free(const gpuhal_allocator_t* a, void* ptr) {
   if (ptr) a->free(ptr, a->user);
 }
 
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__status_first(gpuhal_status_t first, gpuhal_status_t next) {
+  if (!first) return next;
+  gpuhal_status_free(next);
+  return first;
+}
+
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__status_oom(const char* what, size_t size) {
   return gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED, "out of host memory allocating %s (%zu bytes)", what,
                             size);

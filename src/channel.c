@@ -114,10 +114,7 @@ static gpuhal_status_t gpuhal__comm_destroy_on_worker(void* arg) {
   gpuhal__comm_destroy_t* d = (gpuhal__comm_destroy_t*)arg;
   gpuhal_status_t st = GPUHAL__NCCL(gpuhal__channel_nccl(d->device), ncclCommDestroy, (d->comm));
   gpuhal_status_t st2 = gpuhal__channel_restore_worker_context(d->device);
-  if (st)
-    gpuhal_status_free(st2);
-  else
-    st = st2;
+  st = gpuhal__status_first(st, st2);
   return st;
 }
 
@@ -148,10 +145,7 @@ static gpuhal_status_t gpuhal__init_all_on_worker(void* arg) {
   gpuhal_status_t st =
       GPUHAL__NCCL(gpuhal__channel_nccl(a->device), ncclCommInitAll, (a->comms, a->count, a->ordinals));
   gpuhal_status_t st2 = gpuhal__channel_restore_worker_context(a->device);
-  if (st)
-    gpuhal_status_free(st2);
-  else
-    st = st2;
+  st = gpuhal__status_first(st, st2);
   return st;
 }
 
@@ -246,10 +240,7 @@ static gpuhal_status_t gpuhal__init_rank_on_worker(void* arg) {
   gpuhal_status_t st =
       GPUHAL__NCCL(gpuhal__channel_nccl(a->device), ncclCommInitRank, (&a->comm, a->size, a->id, a->rank));
   gpuhal_status_t st2 = gpuhal__channel_restore_worker_context(a->device);
-  if (st)
-    gpuhal_status_free(st2);
-  else
-    st = st2;
+  st = gpuhal__status_first(st, st2);
   return st;
 }
 
@@ -382,10 +373,7 @@ static gpuhal_status_t gpuhal__collective_group_begin(gpuhal_device_t* device) {
 static gpuhal_status_t gpuhal__collective_group_end(gpuhal_device_t* device) {
   gpuhal_status_t st = GPUHAL__NCCL(gpuhal__channel_nccl(device), ncclGroupEnd, ());
   gpuhal_status_t st2 = gpuhal__channel_restore_worker_context(device);
-  if (st)
-    gpuhal_status_free(st2);
-  else
-    st = st2;
+  st = gpuhal__status_first(st, st2);
   return st;
 }
 

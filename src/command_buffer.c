@@ -454,7 +454,6 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_resolve_args(gpuhal_command_buffer_t*
   return NULL;
 }
 
-/* Graph: rewrites the parameters of late-bound kernel nodes whose addresses changed. */
 GPUHAL_API void gpuhal_command_buffer_retain(gpuhal_command_buffer_t* command_buffer) {
   if (!gpuhal__object_is_live(command_buffer, GPUHAL__MAGIC_COMMAND_BUFFER)) return;
   gpuhal__object_user_retain(&command_buffer->object);

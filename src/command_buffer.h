@@ -189,7 +189,6 @@ typedef struct gpuhal__cmd_arg_s {
 typedef struct gpuhal__cmd_s {
   gpuhal__cmd_type_t type;
   uint32_t late_args; /* DISPATCH: arguments resolved at execute */
-  uint32_t stale;     /* graph: node parameters must be rewritten at the next execute */
   CUgraphNode node;   /* graph: the node of this command */
   /* DISPATCH */
   CUfunction function;
@@ -224,6 +223,19 @@ typedef struct gpuhal__execute_action_s {
   gpuhal_buffer_t** buffers; /* binding_slots entries, retained (NULL for unused slots) */
   uint64_t* offsets;
 } gpuhal__execute_action_t;
+
+/* GRAPH: one instantiation of the command buffer's graph. A REUSABLE one with late-bound
+ * arguments keeps up to GPUHAL__GRAPH_INSTANCES_MAX of them, made on demand, so an execute
+ * whose bindings differ patches an instance that is not in flight (patching one in flight
+ * does not overlap its GPU time) and patches only what changed since that instance's last
+ * execute (command_buffer_graph.c). */
+#define GPUHAL__GRAPH_INSTANCES_MAX 4
+typedef struct gpuhal__graph_instance_s {
+  CUgraphExec exec;
+  CUevent done;          /* recorded after each launch (several instances only); NULL otherwise */
+  unsigned char* values; /* late argument values its kernel nodes hold (layout of cb->values) */
+  int launched;          /* `done` has been recorded */
+} gpuhal__graph_instance_t;
 
 /* The device limits a dispatch is checked against. */
 typedef struct gpuhal__dispatch_limits_s {
@@ -286,7 +298,10 @@ struct gpuhal_command_buffer_s {
 
   /* GRAPH */
   CUgraph graph;
-  CUgraphExec exec;
+  CUgraphExec exec; /* instances[0].exec: made at end (or at a deferred build) */
+  gpuhal__graph_instance_t instances[GPUHAL__GRAPH_INSTANCES_MAX];
+  uint32_t instance_count, instance_next; /* under the device's issue serialization */
+  unsigned char* graph_values;            /* late argument values the graph's nodes were built with */
   uint32_t node_count;
   uint32_t* late_cmds; /* indices of dispatches with late arguments */
   uint32_t late_cmd_count;

@@ -1,6 +1,7 @@
 /* gpuhal - command buffers, the GRAPH back end: the recording becomes a CUgraph at end,
- * instantiated once; every execute patches the late-bound kernel nodes whose addresses
- * changed and launches it. Commands between two barriers have no edges among themselves;
+ * instantiated then; every execute launches an instance after patching the late-bound
+ * kernel nodes whose addresses differ from that instance's (a rebinding command buffer may
+ * keep several instances: see gpuhal__graph_instance_t). Commands between two barriers have no edges among themselves;
  * a barrier orders all before it before all after it. Part of the implementation only. */
 #include "command_buffer.h"
 #include "symbols.h"
@@ -11,22 +12,25 @@
  * the driver, which is all that can be done with it). */
 static gpuhal_status_t gpuhal__cb_destroy_graph_current(void* arg) {
   gpuhal_command_buffer_t* cb = (gpuhal_command_buffer_t*)arg;
-  const gpuhal__cuda_symbols_t* cu = cb->device->cu;
-  gpuhal_status_t st = NULL, st2 = NULL, st3 = NULL;
-  if (cb->exec) st = gpuhal__device_graph_exec_destroy(cb->device, cb->exec);
-  if (cb->graph) st2 = GPUHAL__CU(cu, cuGraphDestroy, (cb->graph));
-  if (cb->staging) st3 = gpuhal__device_free(cb->device, NULL, cb->staging); /* may be put off */
+  gpuhal_device_t* device = cb->device;
+  const gpuhal__cuda_symbols_t* cu = device->cu;
+  gpuhal_status_t st = NULL;
+  uint32_t i;
+  for (i = 0; i < cb->instance_count; ++i) {
+    gpuhal__graph_instance_t* inst = &cb->instances[i];
+    st = gpuhal__status_first(st, gpuhal__device_graph_exec_destroy(device, inst->exec));
+    if (inst->done) st = gpuhal__status_first(st, GPUHAL__CU(cu, cuEventDestroy, (inst->done)));
+    gpuhal__free(device->allocator, inst->values);
+    memset(inst, 0, sizeof(*inst));
+  }
+  if (cb->graph) st = gpuhal__status_first(st, GPUHAL__CU(cu, cuGraphDestroy, (cb->graph)));
+  if (cb->staging) st = gpuhal__status_first(st, gpuhal__device_free(device, NULL, cb->staging)); /* may be put off */
+  gpuhal__free(device->allocator, cb->graph_values);
+  cb->graph_values = NULL;
+  cb->instance_count = cb->instance_next = 0;
   cb->exec = NULL;
   cb->graph = NULL;
   cb->staging = 0;
-  if (!st)
-    st = st2;
-  else
-    gpuhal_status_free(st2);
-  if (!st)
-    st = st3;
-  else
-    gpuhal_status_free(st3);
   return st;
 }
 
@@ -38,7 +42,7 @@ static void gpuhal__cb_destroy_graph(gpuhal_command_buffer_t* cb) {
   gpuhal_device_t* device = cb->device;
   gpuhal__context_scope_t scope;
   gpuhal_status_t st;
-  if (!cb->graph && !cb->exec && !cb->staging) return;
+  if (!cb->graph && !cb->instance_count && !cb->staging) return;
   st = gpuhal__context_enter(device, &scope);
   if (!st) {
     st = gpuhal__cb_destroy_graph_current(cb);
@@ -178,6 +182,115 @@ static gpuhal_status_t gpuhal__graph_add_node(gpuhal__graph_builder_t* b, gpuhal
   return NULL;
 }
 
+/* ---- instances ---- */
+
+/* How many instances the command buffer may have: several only when executes may rebind
+ * (REUSABLE, late-bound arguments); one otherwise. */
+static uint32_t gpuhal__graph_instances_max(const gpuhal_command_buffer_t* cb) {
+  return (cb->flags & GPUHAL_COMMAND_BUFFER_REUSABLE) && cb->late_cmd_count ? GPUHAL__GRAPH_INSTANCES_MAX : 1u;
+}
+
+/* Instantiates the graph once more (the first time at end). Its nodes hold the values the
+ * graph was built with (graph_values, taken at the first). In the device's context. */
+static gpuhal_status_t gpuhal__graph_instance_add(gpuhal_command_buffer_t* cb) {
+  gpuhal_device_t* device = cb->device;
+  gpuhal__graph_instance_t* inst = &cb->instances[cb->instance_count];
+  gpuhal_status_t st = NULL;
+  if (cb->late_cmd_count && !cb->graph_values) {
+    GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, cb->values_size ? cb->values_size : 1,
+                                                 "graph argument values", (void**)&cb->graph_values));
+    memcpy(cb->graph_values, cb->values, cb->values_size);
+  }
+  memset(inst, 0, sizeof(*inst));
+  if (cb->late_cmd_count) {
+    GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, cb->values_size ? cb->values_size : 1,
+                                                 "graph instance argument values", (void**)&inst->values));
+    memcpy(inst->values, cb->graph_values, cb->values_size);
+  }
+  if (gpuhal__graph_instances_max(cb) > 1)
+    st = GPUHAL__CU(device->cu, cuEventCreate, (&inst->done, CU_EVENT_DISABLE_TIMING));
+  if (!st) st = gpuhal__device_graph_instantiate(device, &inst->exec, cb->graph);
+  if (st) {
+    if (inst->done) device->cu->cuEventDestroy(inst->done);
+    gpuhal__free(device->allocator, inst->values);
+    memset(inst, 0, sizeof(*inst));
+    return st;
+  }
+  if (cb->instance_count++ == 0) cb->exec = inst->exec;
+  return NULL;
+}
+
+/* 1 when the late arguments of `cmd` (resolved into cb->values) differ from what the
+ * instance's node holds. */
+static int gpuhal__graph_cmd_differs(const gpuhal_command_buffer_t* cb, const gpuhal__cmd_t* cmd,
+                                     const gpuhal__graph_instance_t* inst) {
+  uint32_t i;
+  for (i = 0; i < cmd->arg_count; ++i) {
+    const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
+    if (arg->late && memcmp(cb->values + arg->value_offset, inst->values + arg->value_offset, sizeof(uint64_t)) != 0)
+      return 1;
+  }
+  return 0;
+}
+
+static int gpuhal__graph_instance_differs(const gpuhal_command_buffer_t* cb, const gpuhal__graph_instance_t* inst) {
+  uint32_t k;
+  for (k = 0; k < cb->late_cmd_count; ++k)
+    if (gpuhal__graph_cmd_differs(cb, &cb->cmds[cb->late_cmds[k]], inst)) return 1;
+  return 0;
+}
+
+/* The instance an execute launches, its late arguments resolved into cb->values: one whose
+ * nodes hold them already (launching it patches nothing, in flight or not); else one not in
+ * flight; else a new one while fewer than the bound exist; else the next in turn (patched
+ * in flight, as with one instance). Under the device's issue serialization, in its context. */
+static gpuhal_status_t gpuhal__graph_instance_pick(gpuhal_command_buffer_t* cb, gpuhal__graph_instance_t** out) {
+  uint32_t k, count = cb->instance_count, max = gpuhal__graph_instances_max(cb);
+  *out = NULL;
+  for (k = 0; k < count && !*out; ++k) {
+    gpuhal__graph_instance_t* inst = &cb->instances[(cb->instance_next + k) % count];
+    if (!gpuhal__graph_instance_differs(cb, inst)) *out = inst;
+  }
+  for (k = 0; k < count && !*out && max > 1; ++k) {
+    gpuhal__graph_instance_t* inst = &cb->instances[(cb->instance_next + k) % count];
+    CUresult r = inst->launched ? cb->device->cu->cuEventQuery(inst->done) : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+      *out = inst;
+    else if (r != CUDA_ERROR_NOT_READY)
+      return gpuhal__cuda_status(cb->device->cu, r, "cuEventQuery", __FILE__, __LINE__);
+  }
+  if (!*out && count < max) {
+    gpuhal_status_t st = gpuhal__graph_instance_add(cb);
+    if (!st) {
+      *out = &cb->instances[count];
+    } else { /* the instances there are will do */
+      gpuhal__log(cb->device->logger, GPUHAL_LOG_WARN, "command buffer: one more graph instance: %s",
+                  gpuhal_status_message(st));
+      gpuhal_status_free(st);
+    }
+  }
+  if (!*out) *out = &cb->instances[cb->instance_next % count];
+  cb->instance_next = (uint32_t)(*out - cb->instances + 1) % cb->instance_count;
+  return NULL;
+}
+
+/* Rewrites the instance's late-bound kernel nodes whose arguments differ. */
+static gpuhal_status_t gpuhal__graph_instance_patch(gpuhal_command_buffer_t* cb, gpuhal__graph_instance_t* inst) {
+  uint32_t k, i;
+  for (k = 0; k < cb->late_cmd_count; ++k) {
+    gpuhal__cmd_t* cmd = &cb->cmds[cb->late_cmds[k]];
+    CUDA_KERNEL_NODE_PARAMS p;
+    if (!gpuhal__graph_cmd_differs(cb, cmd, inst)) continue;
+    gpuhal__kernel_node_params(cb, cmd, &p);
+    GPUHAL__CU_RETURN(cb->device->cu, cuGraphExecKernelNodeSetParams, (inst->exec, cmd->node, &p));
+    for (i = 0; i < cmd->arg_count; ++i) { /* only once the driver took them */
+      const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
+      if (arg->late) memcpy(inst->values + arg->value_offset, cb->values + arg->value_offset, sizeof(uint64_t));
+    }
+  }
+  return NULL;
+}
+
 static gpuhal_status_t gpuhal__cb_build_graph(gpuhal_command_buffer_t* cb) {
   gpuhal_device_t* device = cb->device;
   gpuhal__graph_builder_t b;
@@ -196,7 +309,7 @@ static gpuhal_status_t gpuhal__cb_build_graph(gpuhal_command_buffer_t* cb) {
     if (!st) st = gpuhal__graph_add_node(&b, cmd);
   }
   gpuhal__free(device->allocator, b.segment);
-  if (!st && cb->node_count) st = gpuhal__device_graph_instantiate(device, &cb->exec, cb->graph);
+  if (!st && cb->node_count) st = gpuhal__graph_instance_add(cb);
   return st;
 }
 
@@ -213,25 +326,20 @@ static gpuhal_status_t gpuhal__cb_finish_graph(gpuhal_command_buffer_t* cb) {
   gpuhal__context_leave(cb->device, &scope);
   return st;
 }
-static gpuhal_status_t gpuhal__cb_patch_graph(gpuhal_command_buffer_t* cb, const gpuhal__execute_action_t* action) {
-  gpuhal_device_t* device = cb->device;
+/* Resolves every late argument of the execute into cb->values. */
+static gpuhal_status_t gpuhal__cb_resolve_graph_args(gpuhal_command_buffer_t* cb,
+                                                     const gpuhal__execute_action_t* action) {
   uint32_t k;
   for (k = 0; k < cb->late_cmd_count; ++k) {
-    gpuhal__cmd_t* cmd = &cb->cmds[cb->late_cmds[k]];
-    CUDA_KERNEL_NODE_PARAMS p;
     int changed = 0;
-    gpuhal_status_t st = gpuhal__cb_resolve_args(cb, action, cmd, &changed);
+    gpuhal_status_t st = gpuhal__cb_resolve_args(cb, action, &cb->cmds[cb->late_cmds[k]], &changed);
     if (st)
       return gpuhal_status_annotate(st, "command %u (%s) of a graph command buffer", cb->late_cmds[k],
-                                    gpuhal__cmd_name(cmd));
-    if (!changed && !cmd->stale) continue;
-    gpuhal__kernel_node_params(cb, cmd, &p);
-    cmd->stale = 1; /* until the driver took it */
-    GPUHAL__CU_RETURN(device->cu, cuGraphExecKernelNodeSetParams, (cb->exec, cmd->node, &p));
-    cmd->stale = 0;
+                                    gpuhal__cmd_name(&cb->cmds[cb->late_cmds[k]]));
   }
   return NULL;
 }
+
 GPUHAL_API gpuhal_status_t gpuhal_command_buffer_native_graph(gpuhal_command_buffer_t* command_buffer,
                                                               void** out_cu_graph) {
   GPUHAL__CHECK_ARG(out_cu_graph != NULL, "out_cu_graph", "must not be NULL");
@@ -262,14 +370,22 @@ static gpuhal_status_t gpuhal__cb_graph_end(gpuhal_command_buffer_t* cb) {
 /* GRAPH's execute: one cuGraphLaunch after the late-bound nodes are patched. */
 static gpuhal_status_t gpuhal__cb_graph_issue(gpuhal_command_buffer_t* cb, const gpuhal__execute_action_t* action,
                                               gpuhal_device_t* device, CUstream stream) {
+  gpuhal__graph_instance_t* inst = NULL;
   GPUHAL__UNUSED(device);
   if (gpuhal__atomic_load(&cb->graph_deferred)) { /* only ever on the worker: see has_native */
     GPUHAL__RETURN_IF_ERROR(gpuhal__cb_finish_graph(cb));
     gpuhal__atomic_store(&cb->graph_deferred, 0);
   }
-  if (!cb->exec) return NULL; /* nothing was recorded */
-  GPUHAL__RETURN_IF_ERROR(gpuhal__cb_patch_graph(cb, action));
-  return GPUHAL__CU(cb->device->cu, cuGraphLaunch, (cb->exec, stream));
+  if (!cb->instance_count) return NULL; /* nothing was recorded */
+  if (!cb->late_cmd_count) return GPUHAL__CU(cb->device->cu, cuGraphLaunch, (cb->exec, stream));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__cb_resolve_graph_args(cb, action));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__graph_instance_pick(cb, &inst));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__graph_instance_patch(cb, inst));
+  GPUHAL__CU_RETURN(cb->device->cu, cuGraphLaunch, (inst->exec, stream));
+  if (!inst->done) return NULL;
+  GPUHAL__CU_RETURN(cb->device->cu, cuEventRecord, (inst->done, stream));
+  inst->launched = 1;
+  return NULL;
 }
 
 GPUHAL__PRIVATE const gpuhal__cb_backend_t* gpuhal__cb_graph_backend(void) {

@@ -407,8 +407,8 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_end(gpuhal_command_buffer_t* co
   gpuhal_status_t st;
   GPUHAL__CHECK_RECORDING(command_buffer);
   st = gpuhal__cb_build_param_ptrs(cb);
+  if (!st) st = gpuhal__cb_collect_late_cmds(cb); /* the back end's end may use them */
   if (!st) st = cb->backend->end(cb);
-  if (!st) st = gpuhal__cb_collect_late_cmds(cb);
   if (st) {
     /* Back to recording with nothing built, so end can be retried (or the buffer dropped). */
     cb->backend->discard(cb);

@@ -77,6 +77,9 @@ GPUHAL__PRIVATE void* gpuhal__alloc(const gpuhal_allocator_t* a, size_t size);
 GPUHAL__PRIVATE void* gpuhal__calloc(const gpuhal_allocator_t* a, size_t size);
 GPUHAL__PRIVATE void gpuhal__free(const gpuhal_allocator_t* a, void* ptr);
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__status_oom(const char* what, size_t size);
+/* Of two outcomes of a sequence that goes on after a failure (a teardown), the first
+ * failure: `first` if set (then `next` is freed), else `next`. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__status_first(gpuhal_status_t first, gpuhal_status_t next);
 /* Allocates zeroed memory for `what` or returns RESOURCE_EXHAUSTED naming it. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__alloc_zeroed(const gpuhal_allocator_t* a, size_t size, const char* what,
                                                      void** out);

@@ -3,7 +3,9 @@
  * slow writer, 1,000 executes with rotating binding tables patched into the instantiated
  * graph, late-bound queue_alloca buffers, transient buffers after their dealloca,
  * validation), plus the graph's structure read back from the driver (nodes between
- * barriers independent, barrier edges present), and a command buffer's graph destroyed
+ * barriers independent, barrier edges present), rebinding through several instances of
+ * the graph (only nodes that differ from the instance's are patched; instances in flight
+ * are not patched while there is room for another), and a command buffer's graph destroyed
  * without leaks when the releasing thread cannot push the device's context (softcuda). */
 #include "test_internals.h"
 #include "test_command_buffer_common.h"
@@ -22,6 +24,116 @@ TU_TEST(graph_transient_dealloca_queued_first) { body_transient_dealloca_queued_
 TU_TEST(graph_transient_through_slot) { body_transient_through_slot(GRAPH); }
 TU_TEST(graph_transient_reusable_named) { body_transient_reusable_named(GRAPH); }
 TU_TEST(graph_validation) { body_validation(GRAPH); }
+
+/* Rebinding a REUSABLE GRAPH (gpuhal__graph_instance_t): an execute whose bindings differ
+ * from an instance in flight gets an instance of its own (up to the bound), an instance
+ * that already holds the bindings is launched as it is, and only nodes whose arguments
+ * differ from the instance's are patched. Instances are kept in flight behind a kernel that
+ * spins until the test lets it go; every execute's result is checked. */
+static int32_t cbg_set_params;
+static gpuhal_PFN_cuGraphExecKernelNodeSetParams cbg_set_params_orig;
+static CUresult CUDAAPI cbg_set_params_counted(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS* p) {
+  __atomic_add_fetch(&cbg_set_params, 1, __ATOMIC_SEQ_CST);
+  return cbg_set_params_orig(e, n, p);
+}
+TU_TEST(graph_instances_patch_only_what_differs) {
+  enum { TABLES = 6, LATE = 5 };
+  /* table (index into counters), expected patched nodes, expected instances after */
+  /* Per execute: the table, the nodes it must patch, the instances there are after it.
+   * 0-1 are waited for; from 2 on they queue up behind the blocker, so their instances stay
+   * in flight. 2: instance 0 was free, patched. 3-5: instance 0 in flight, so instance 1
+   * for table 0; no patches while each table has its instance. 6-7: up to the bound. 8-9:
+   * the next in turn (0, then 1) is patched in flight. 10-12: tables instances still hold. */
+  static const int plan[][3] = {{0, LATE, 1}, {0, 0, 1},    {1, LATE, 1}, {0, LATE, 2}, {1, 0, 2},
+                                {0, 0, 2},    {2, LATE, 3}, {3, LATE, 4}, {4, LATE, 4}, {5, LATE, 4},
+                                {2, 0, 4},    {4, 0, 4},    {5, 0, 4}};
+  const int steps = (int)(sizeof(plan) / sizeof(plan[0]));
+  cbt t;
+  gpuhal__cuda_symbols_t* cu;
+  gpuhal_buffer_t* counters[TABLES];
+  gpuhal_buffer_t* words = NULL;
+  gpuhal_kernel_t* spin_flag = NULL;
+  gpuhal_command_buffer_t *cb = NULL, *blocker = NULL;
+  gpuhal_semaphore_t* sem = NULL;
+  uint32_t zero[2] = {0, 0}, expected[TABLES];
+  gpuhal_arg_t arg, spin_args[3];
+  uint64_t value = 0;
+  int i, k;
+  if (!cbt_open(&t)) return;
+  cu = (gpuhal__cuda_symbols_t*)t.device->cu;
+  memset(counters, 0, sizeof(counters));
+  memset(expected, 0, sizeof(expected));
+  TU_CHECK_OK(cbt_load(&t, 5, "spin_flag", &spin_flag));
+  for (i = 0; i < TABLES; ++i) {
+    TU_CHECK_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, 256, &counters[i]));
+    if (counters[i]) TU_CHECK_OK(gpuhal_buffer_write(counters[i], 0, zero, 4));
+  }
+  TU_CHECK_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_HOST_PINNED, 8, &words));
+  TU_REQUIRE(spin_flag && words && !tu_state.failed);
+  /* LATE late-bound dispatches and one static one */
+  TU_REQUIRE_OK(gpuhal_command_buffer_create(t.device, GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 1, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  arg = gpuhal_arg_slot(0, 0);
+  for (k = 0; k < LATE; ++k) {
+    TU_CHECK_OK(gpuhal_cmd_dispatch(cb, t.atomic_inc, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg));
+    TU_CHECK_OK(gpuhal_cmd_barrier(cb));
+  }
+  arg = gpuhal_arg_buffer(counters[TABLES - 1], 4);
+  TU_CHECK_OK(gpuhal_cmd_dispatch(cb, t.atomic_inc, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg));
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  TU_CHECK_EQ_INT(cb->instance_count, 1);
+  spin_args[0] = gpuhal_arg_buffer(words, 0);
+  spin_args[1] = gpuhal_arg_buffer(words, 4);
+  spin_args[2] = gpuhal_arg_u64(60000000);
+  TU_CHECK_OK(gpuhal_command_buffer_create(t.device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, 0,
+                                           &blocker));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(blocker));
+  TU_CHECK_OK(gpuhal_cmd_dispatch(blocker, spin_flag, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, spin_args));
+  TU_CHECK_OK(gpuhal_command_buffer_end(blocker));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &sem));
+  TU_REQUIRE(!tu_state.failed);
+  cbg_set_params_orig = cu->cuGraphExecKernelNodeSetParams;
+  cu->cuGraphExecKernelNodeSetParams = cbg_set_params_counted;
+  for (i = 0; i < steps && !tu_state.failed; ++i) {
+    gpuhal_binding_table_t table;
+    int32_t before = __atomic_load_n(&cbg_set_params, __ATOMIC_SEQ_CST);
+    if (i == 2) {
+      /* From here the executes queue up behind the blocker: their instances stay in flight. */
+      memcpy(gpuhal_buffer_host_pointer(words), zero, 8);
+      TU_CHECK_OK(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(),
+                                       blocker, NULL));
+    }
+    table.count = 1;
+    table.buffers = &counters[plan[i][0]];
+    table.offsets = NULL;
+    value++;
+    TU_CHECK_OK(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(),
+                                     gpuhal_semaphore_list_one(&sem, &value), cb, &table));
+    expected[plan[i][0]] += LATE;
+    /* Before the blocker, each execute is waited for, so its instance is free again. */
+    if (i < 2) TU_CHECK_OK(gpuhal_semaphore_wait(sem, value, gpuhal_timeout_relative_ns(10000000000ll)));
+    if (__atomic_load_n(&cbg_set_params, __ATOMIC_SEQ_CST) - before != plan[i][1] ||
+        (int)cb->instance_count != plan[i][2])
+      TU_FAIL_AT(__FILE__, __LINE__, "step %d: %d nodes patched (expected %d), %u instances (expected %d)", i,
+                 (int)(__atomic_load_n(&cbg_set_params, __ATOMIC_SEQ_CST) - before), plan[i][1], cb->instance_count,
+                 plan[i][2]);
+  }
+  cu->cuGraphExecKernelNodeSetParams = cbg_set_params_orig;
+  __atomic_store_n((uint32_t*)gpuhal_buffer_host_pointer(words), 1u, __ATOMIC_SEQ_CST); /* let it go */
+  TU_CHECK_OK(gpuhal_semaphore_wait(sem, value, gpuhal_timeout_relative_ns(30000000000ll)));
+  for (i = 0; i < TABLES; ++i) {
+    uint32_t got[2] = {0, 0};
+    if (counters[i]) TU_CHECK_OK(gpuhal_buffer_read(counters[i], 0, got, 8));
+    TU_CHECK_EQ_INT(got[0], expected[i]);
+    if (i == TABLES - 1) TU_CHECK_EQ_INT(got[1], (uint32_t)steps); /* the static dispatch, once per execute */
+  }
+  gpuhal_semaphore_release(sem);
+  gpuhal_command_buffer_release(cb);
+  gpuhal_command_buffer_release(blocker);
+  gpuhal_buffer_release(words);
+  for (i = 0; i < TABLES; ++i) gpuhal_buffer_release(counters[i]);
+  cbt_close(&t);
+}
 
 /* The driver's own view of the graph, through the library gpuhal loaded. */
 typedef CUresult (*get_nodes_fn)(CUgraph, CUgraphNode*, size_t*);
@@ -335,12 +447,12 @@ TU_TEST(graph_release_by_execute_with_context_push_failing) {
   cbt_close(&t);
 }
 
-TU_MAIN(TU_CASE(graph_structure), TU_CASE(graph_single_node_segments_chain), TU_CASE(native_graph_rules),
-        TU_CASE(graph_commands_bytes), TU_CASE(graph_fill_every_pattern), TU_CASE(graph_barrier_orders),
-        TU_CASE(graph_reusable_1000_rotating_tables), TU_CASE(graph_late_bound_alloca),
-        TU_CASE(graph_unordered_alloca_fails), TU_CASE(graph_empty), TU_CASE(graph_validation),
-        TU_CASE(graph_transient_after_dealloca), TU_CASE(graph_transient_dealloca_queued_first),
-        TU_CASE(graph_transient_through_slot), TU_CASE(graph_transient_reusable_named),
-        TU_CASE(graph_release_with_context_push_failing),
+TU_MAIN(TU_CASE(graph_structure), TU_CASE(graph_instances_patch_only_what_differs),
+        TU_CASE(graph_single_node_segments_chain), TU_CASE(native_graph_rules), TU_CASE(graph_commands_bytes),
+        TU_CASE(graph_fill_every_pattern), TU_CASE(graph_barrier_orders), TU_CASE(graph_reusable_1000_rotating_tables),
+        TU_CASE(graph_late_bound_alloca), TU_CASE(graph_unordered_alloca_fails), TU_CASE(graph_empty),
+        TU_CASE(graph_validation), TU_CASE(graph_transient_after_dealloca),
+        TU_CASE(graph_transient_dealloca_queued_first), TU_CASE(graph_transient_through_slot),
+        TU_CASE(graph_transient_reusable_named), TU_CASE(graph_release_with_context_push_failing),
         TU_CASE(graph_release_on_host_call_thread_with_context_push_failing),
         TU_CASE(graph_release_by_execute_with_context_push_failing))
