@@ -225,11 +225,10 @@ typedef struct gpuhal__execute_action_s {
 } gpuhal__execute_action_t;
 
 /* GRAPH: one instantiation of the command buffer's graph. A REUSABLE one with late-bound
- * arguments keeps up to GPUHAL__GRAPH_INSTANCES_MAX of them, made on demand, so an execute
- * whose bindings differ patches an instance that is not in flight (patching one in flight
- * does not overlap its GPU time) and patches only what changed since that instance's last
- * execute (command_buffer_graph.c). */
-#define GPUHAL__GRAPH_INSTANCES_MAX 4
+ * arguments keeps up to tuning.graph_instances_max of them (at most
+ * GPUHAL__GRAPH_INSTANCES_MAX), made on demand, so that an execute whose bindings differ
+ * can patch an instance that is not in flight, and patches only what differs from that
+ * instance's last bindings (command_buffer_graph.c). */
 typedef struct gpuhal__graph_instance_s {
   CUgraphExec exec;
   CUevent done;          /* recorded after each launch (several instances only); NULL otherwise */

@@ -184,10 +184,11 @@ static gpuhal_status_t gpuhal__graph_add_node(gpuhal__graph_builder_t* b, gpuhal
 
 /* ---- instances ---- */
 
-/* How many instances the command buffer may have: several only when executes may rebind
- * (REUSABLE, late-bound arguments); one otherwise. */
+/* How many instances the command buffer may have: up to tuning.graph_instances_max when
+ * executes may rebind (REUSABLE, late-bound arguments); one otherwise. */
 static uint32_t gpuhal__graph_instances_max(const gpuhal_command_buffer_t* cb) {
-  return (cb->flags & GPUHAL_COMMAND_BUFFER_REUSABLE) && cb->late_cmd_count ? GPUHAL__GRAPH_INSTANCES_MAX : 1u;
+  int32_t max = cb->device->params.tuning.graph_instances_max; /* resolved: 1 to GPUHAL__GRAPH_INSTANCES_MAX */
+  return (cb->flags & GPUHAL_COMMAND_BUFFER_REUSABLE) && cb->late_cmd_count && max > 1 ? (uint32_t)max : 1u;
 }
 
 /* Instantiates the graph once more (the first time at end). Its nodes hold the values the

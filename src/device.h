@@ -137,6 +137,13 @@ typedef struct gpuhal_queue_tuning_t {
    * while work is parked would wait for it, forever if the value is for the loading thread
    * to signal. Past this, the load fails with FAILED_PRECONDITION saying so. */
   int64_t load_parked_wait_ns;
+  /* A REUSABLE GRAPH command buffer whose executes rebind (binding slots, queue_alloca
+   * buffers) keeps up to this many instantiations of its graph, made on demand: an execute
+   * launches one that holds its bindings already, else one not in flight, else a new one,
+   * and patches only the nodes that differ (0 = 1; at most 4). More than one saves the
+   * patching, but on an H200 launching another instantiation than the last one launched
+   * cost about as much GPU time as the patches it saved (tests/bench/RESULTS.md). */
+  int32_t graph_instances_max;
 } gpuhal_queue_tuning_t;
 
 typedef struct gpuhal_device_params_t {
@@ -172,6 +179,9 @@ GPUHAL_API uint32_t gpuhal_device_queue_count(gpuhal_device_t* device);
 GPUHAL_API gpuhal_driver_t* gpuhal_device_driver(gpuhal_device_t* device);
 
 /* ---- gpuhal:internal ---- */
+
+/* The bound on tuning.graph_instances_max (command_buffer.h, gpuhal__graph_instance_t). */
+#define GPUHAL__GRAPH_INSTANCES_MAX 4
 
 #define GPUHAL__MAGIC_DRIVER 0x47445256u /* "GDRV" */
 #define GPUHAL__MAGIC_DEVICE 0x47444556u /* "GDEV" */

@@ -47,6 +47,9 @@ static void cbt_close(cbt* t) {
   memset(t, 0, sizeof(*t));
 }
 
+/* The device parameters cbt_open uses (NULL: the defaults). */
+static const gpuhal_device_params_t* cbt_device_params;
+
 /* 1: ready; 0: the case is done (skipped, or failed and reported). */
 static int cbt_open(cbt* t) {
   int count = 0;
@@ -61,7 +64,7 @@ static int cbt_open(cbt* t) {
     tu_state.skip_reason = "no CUDA device";
     return 0;
   }
-  if (!st) st = gpuhal_device_create(t->driver, 0, NULL, &t->device);
+  if (!st) st = gpuhal_device_create(t->driver, 0, cbt_device_params, &t->device);
   if (!st) st = cbt_load(t, 0, "vector_add", &t->vector_add);
   if (!st) st = cbt_load(t, 1, "saxpy", &t->saxpy);
   if (!st) st = cbt_load(t, 2, "fill_u32", &t->fill_u32);

@@ -25,7 +25,8 @@ TU_TEST(graph_transient_through_slot) { body_transient_through_slot(GRAPH); }
 TU_TEST(graph_transient_reusable_named) { body_transient_reusable_named(GRAPH); }
 TU_TEST(graph_validation) { body_validation(GRAPH); }
 
-/* Rebinding a REUSABLE GRAPH (gpuhal__graph_instance_t): an execute whose bindings differ
+/* Rebinding a REUSABLE GRAPH with tuning.graph_instances_max = 4 (gpuhal__graph_instance_t;
+ * the default, 1, is the rest of this file's): an execute whose bindings differ
  * from an instance in flight gets an instance of its own (up to the bound), an instance
  * that already holds the bindings is launched as it is, and only nodes whose arguments
  * differ from the instance's are patched. Instances are kept in flight behind a kernel that
@@ -59,7 +60,13 @@ TU_TEST(graph_instances_patch_only_what_differs) {
   gpuhal_arg_t arg, spin_args[3];
   uint64_t value = 0;
   int i, k;
-  if (!cbt_open(&t)) return;
+  gpuhal_device_params_t params;
+  memset(&params, 0, sizeof(params));
+  params.tuning.graph_instances_max = 4; /* the default is 1 */
+  cbt_device_params = &params;
+  i = cbt_open(&t);
+  cbt_device_params = NULL;
+  if (!i) return;
   cu = (gpuhal__cuda_symbols_t*)t.device->cu;
   memset(counters, 0, sizeof(counters));
   memset(expected, 0, sizeof(expected));
