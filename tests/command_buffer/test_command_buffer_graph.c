@@ -73,7 +73,7 @@ TU_TEST(graph_instances_patch_only_what_differs) {
   TU_CHECK_OK(cbt_load(&t, 5, "spin_flag", &spin_flag));
   for (i = 0; i < TABLES; ++i) {
     TU_CHECK_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, 256, &counters[i]));
-    if (counters[i]) TU_CHECK_OK(gpuhal_buffer_write(counters[i], 0, zero, 4));
+    if (counters[i]) TU_CHECK_OK(gpuhal_buffer_write(counters[i], 0, zero, 8)); /* both counters */
   }
   TU_CHECK_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_HOST_PINNED, 8, &words));
   TU_REQUIRE(spin_flag && words && !tu_state.failed);
