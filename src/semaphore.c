@@ -419,7 +419,8 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
     }
     /* No refusal while a signal is being issued: that signal's timepoint then says its work
      * does not write the word, and the host waiter queries its event instead. */
-    if (state == GPUHAL__WAIT_PENDING && q->host_arm && value > s->armed_until)
+    if (state == GPUHAL__WAIT_PENDING && q->host_arm && q->waiter && !gpuhal__semaphore_waiter_registered(q->waiter) &&
+        value > s->armed_until)
       gpuhal__atomic_store(&s->armed_until, value);
     if (state == GPUHAL__WAIT_PENDING && q->spare_word && !gpuhal__atomic_load(&s->signalling)) {
       gpuhal__semaphore_install_word_locked(s, &q->spare_word);
@@ -693,7 +694,7 @@ static int gpuhal__host_wait_evaluate(gpuhal_wait_mode_t mode, gpuhal_semaphore_
     /* Registering on a value not submitted yet (memops): its signal's work will write the
      * word, which this thread reads once the value is submitted (cheaper and sooner than
      * querying the event; tests/bench/RESULTS.md). */
-    q.host_arm = nodes && list.semaphores[i]->driver->memops && !gpuhal__semaphore_waiter_registered(&nodes[i]);
+    q.host_arm = nodes && list.semaphores[i]->driver->memops; /* on registering: see gpuhal__semaphore_check */
     st = gpuhal__semaphore_check(list.semaphores[i], list.values[i], &q);
     if (st == GPUHAL__WAIT_COMPLETED) {
       completed++;

@@ -245,16 +245,16 @@ typedef struct gpuhal__wait_query_s {
   int skip_provisional;               /* provisional timepoints count as not submitted */
   uint64_t* spare_word;               /* not NULL: arm the semaphore (with this word unless it has one)
                               instead of PENDING; the word is consumed when used */
-  int host_arm;                       /* PENDING: signals issued from now on write the word up to `value`
+  int host_arm;             /* PENDING, registering `waiter`: signals issued from now on write the word up to `value`
                               (their issue gives the semaphore a word if it has none), so a host
                               waiter that registered before the value's work was submitted reads
                               the word instead of querying the event; the state stays PENDING */
-  gpuhal__event_t* event;             /* out */
-  uint64_t event_value;               /* out: the submitted value found */
-  int provisional;                    /* out, SUBMITTED: that timepoint is provisional */
-  int word_written;                   /* out, SUBMITTED: its work writes the word (gpuhal__timepoint_t) */
-  CUdeviceptr word_address;           /* out, ARMED */
-  gpuhal_status_t failure;            /* out, FAILED: a clone of the cause */
+  gpuhal__event_t* event;   /* out */
+  uint64_t event_value;     /* out: the submitted value found */
+  int provisional;          /* out, SUBMITTED: that timepoint is provisional */
+  int word_written;         /* out, SUBMITTED: its work writes the word (gpuhal__timepoint_t) */
+  CUdeviceptr word_address; /* out, ARMED */
+  gpuhal_status_t failure;  /* out, FAILED: a clone of the cause */
 } gpuhal__wait_query_t;
 
 /* Checks (semaphore, value) as `q` asks, in one critical section (so no change is missed
