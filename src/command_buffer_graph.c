@@ -1,8 +1,9 @@
 /* gpuhal - command buffers, the GRAPH back end: the recording becomes a CUgraph at end,
  * instantiated then; every execute launches an instance after patching the late-bound
  * kernel nodes whose addresses differ from that instance's (a rebinding command buffer may
- * keep several instances: see gpuhal__graph_instance_t). Commands between two barriers have no edges among themselves;
- * a barrier orders all before it before all after it. Part of the implementation only. */
+ * keep several instances: see gpuhal__graph_instance_t). Commands between two barriers
+ * have no edges among themselves; a barrier orders all before it before all after it.
+ * Part of the implementation only. */
 #include "command_buffer.h"
 #include "symbols.h"
 #include "status.h"
@@ -248,11 +249,15 @@ static int gpuhal__graph_instance_differs(const gpuhal_command_buffer_t* cb, con
 static gpuhal_status_t gpuhal__graph_instance_pick(gpuhal_command_buffer_t* cb, gpuhal__graph_instance_t** out) {
   uint32_t k, count = cb->instance_count, max = gpuhal__graph_instances_max(cb);
   *out = NULL;
+  if (max == 1) { /* the only one: its patch compares the nodes, once */
+    *out = &cb->instances[0];
+    return NULL;
+  }
   for (k = 0; k < count && !*out; ++k) {
     gpuhal__graph_instance_t* inst = &cb->instances[(cb->instance_next + k) % count];
     if (!gpuhal__graph_instance_differs(cb, inst)) *out = inst;
   }
-  for (k = 0; k < count && !*out && max > 1; ++k) {
+  for (k = 0; k < count && !*out; ++k) {
     gpuhal__graph_instance_t* inst = &cb->instances[(cb->instance_next + k) % count];
     CUresult r = inst->launched ? cb->device->cu->cuEventQuery(inst->done) : CUDA_SUCCESS;
     if (r == CUDA_SUCCESS)

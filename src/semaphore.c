@@ -287,6 +287,7 @@ GPUHAL__PRIVATE int gpuhal__semaphore_wants_word(gpuhal_semaphore_t* s) {
 
 GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s, uint64_t** spare_word, int always) {
   CUdeviceptr armed;
+  int wanted;
   if (!*spare_word) {
     /* Without the lock (the issue's fast path): an arming that saw `signalling` at 0 just
      * before this increment and whose armed_until this misses makes a GPU wait on the word
@@ -301,8 +302,9 @@ GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s
   }
   gpuhal__mutex_lock(&s->mutex);
   gpuhal__atomic_add(&s->signalling, 1u);
-  if (*spare_word && (always || s->armed_until > s->value)) gpuhal__semaphore_install_word_locked(s, spare_word);
-  armed = s->word && (always || s->armed_until > s->value) ? s->word_address : 0;
+  wanted = always || s->armed_until > s->value;
+  if (wanted) gpuhal__semaphore_install_word_locked(s, spare_word);
+  armed = s->word && wanted ? s->word_address : 0;
   gpuhal__mutex_unlock(&s->mutex);
   return armed;
 }
