@@ -14,6 +14,7 @@
  *      gpuhal's own communicators.
  *
  *   NCCL_NVLS_ENABLE=0 ./bench/bench_multi_gpu [max_mib=1024] [iterations=20]
+ *       (BM_MIN_MIB: the smallest size, default 1)
  * Needs 2 devices (softcuda: SOFTCUDA_DEVICES=2 or more; its timings mean nothing). With one
  * device it measures only what one GPU can show: microseconds per all-reduce on a one-rank
  * channel at each size (at small sizes, the cost of issuing a collective), gpuhal vs raw. */
@@ -300,6 +301,52 @@ static double bm_raw_grouped(const ncclComm_t* comms, gpuhal_buffer_t** send, gp
   return bm_seconds(gpuhal_now_ns() - start);
 }
 
+static int bm_cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Diagnostics on device 0: the GPU time of one all-reduce (ms), timed with events recorded
+ * on the queue's stream around it: issued by gpuhal (`cb`: an execute, then a host wait for
+ * its signal before the closing event) or raw (`cb` NULL: ncclAllReduce on the same stream,
+ * communicator and buffers; `grouped`: inside ncclGroupStart/End). The median of 5. */
+static double bm_gpu_ms_one(gpuhal_command_buffer_t* cb, gpuhal_semaphore_t* sem, uint64_t* value, ncclComm_t comm,
+                            gpuhal_buffer_t* send, gpuhal_buffer_t* recv, size_t count, int grouped) {
+  CUstream stream = f.devices[0]->streams[0];
+  CUevent e0, e1;
+  CUcontext popped;
+  double ms[5];
+  int k;
+  BM_CU(cu->cuCtxPushCurrent(f.devices[0]->context));
+  BM_CU(cu->cuEventCreate(&e0, 0));
+  BM_CU(cu->cuEventCreate(&e1, 0));
+  for (k = 0; k < 5; ++k) {
+    float t = 0;
+    BM_CU(cu->cuEventRecord(e0, stream));
+    if (cb) {
+      uint64_t v = ++*value;
+      BM_CHECK(gpuhal_queue_execute(f.devices[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &v),
+                                    cb, NULL));
+      BM_CHECK(gpuhal_semaphore_wait(sem, v, md_seconds(60)));
+    } else {
+      /* grouped: inside ncclGroupStart/End, as gpuhal issues it (with the context pushed) */
+      if (grouped) f.driver->nccl.ncclGroupStart();
+      f.driver->nccl.ncclAllReduce((const void*)(uintptr_t)send->address, (void*)(uintptr_t)recv->address, count,
+                                   ncclFloat32, ncclSum, comm, stream);
+      if (grouped) f.driver->nccl.ncclGroupEnd();
+    }
+    BM_CU(cu->cuEventRecord(e1, stream));
+    BM_CU(cu->cuEventSynchronize(e1));
+    BM_CU(cu->cuEventElapsedTime(&t, e0, e1));
+    ms[k] = t;
+  }
+  cu->cuEventDestroy(e0);
+  cu->cuEventDestroy(e1);
+  BM_CU(cu->cuCtxPopCurrent(&popped));
+  qsort(ms, 5, sizeof(double), bm_cmp_double);
+  return ms[2];
+}
+
 /* One all-reduce command buffer per device (`flags`: STREAM or GRAPH). */
 static void bm_all_reduce_cbs(gpuhal_channel_t** ch, gpuhal_buffer_t** send, gpuhal_buffer_t** recv, uint64_t bytes,
                               int n, uint32_t flags, gpuhal_command_buffer_t** cbs) {
@@ -327,10 +374,6 @@ static void bm_release_cbs(gpuhal_command_buffer_t** cbs, int n) {
 
 /* Median of `reps` timings of `iterations` all-reduces, seconds per all-reduce. */
 #define BM_REPS 5
-static int bm_cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
 static double bm_median(double* v, int n) {
   qsort(v, (size_t)n, sizeof(double), bm_cmp_double);
   return v[n / 2];
@@ -370,7 +413,8 @@ static void bm_all_reduce(int max_mib, int min_iterations, double* worst_ratio) 
       "rank, +event: and an event recorded after each call, as gpuhal does (diagnostics)\n",
       n, n > 1 ? "bus bandwidth GB/s" : "one rank, no bus: microseconds per all-reduce (the cost of issuing one)",
       BM_REPS);
-  for (mib = 1; mib <= (uint64_t)max_mib; mib *= 4) {
+  for (mib = getenv("BM_MIN_MIB") ? (uint64_t)atoi(getenv("BM_MIN_MIB")) : 1; mib >= 1 && mib <= (uint64_t)max_mib;
+       mib *= 4) {
     uint64_t bytes = mib << 20;
     size_t count = (size_t)(bytes / 4);
     /* Enough iterations that one run all-reduces at least BM_TOTAL_MIB (default 1024) MiB:
@@ -418,6 +462,15 @@ static void bm_all_reduce(int max_mib, int min_iterations, double* worst_ratio) 
         (unsigned long long)mib, iterations, bm_rate(bytes, ms, n), bm_rate(bytes, mg, n), bm_rate(bytes, mr, n),
         bm_rate(bytes, mt, n), bm_rate(bytes, me, n), bm_rate(bytes, mc, n), mr / ms, mr / mg);
     fflush(stdout);
+    if (getenv("BM_GPU_TIME"))
+      printf(
+          "  one all-reduce's GPU time (events around it on the queue's stream): gpuhal STREAM %.3f ms, GRAPH %.3f "
+          "ms, raw %.3f ms, raw grouped %.3f ms, raw on gpuhal's communicator grouped %.3f ms\n",
+          bm_gpu_ms_one(stream_cbs[0], sems[0], &values[0], NULL, NULL, NULL, 0, 0),
+          bm_gpu_ms_one(graph_cbs[0], sems[0], &values[0], NULL, NULL, NULL, 0, 0),
+          bm_gpu_ms_one(NULL, NULL, NULL, raw[0], send[0], recv[0], count, 0),
+          bm_gpu_ms_one(NULL, NULL, NULL, raw[0], send[0], recv[0], count, 1),
+          bm_gpu_ms_one(NULL, NULL, NULL, gpuhal_comms[0], send[0], recv[0], count, 1));
     if (mr / ms < *worst_ratio) *worst_ratio = mr / ms;
     if (mr / mg < *worst_ratio) *worst_ratio = mr / mg;
     bm_release_cbs(stream_cbs, n);
