@@ -100,7 +100,8 @@ typedef void (*gpuhal_compile_free_fn_t)(void* user, void* cubin);
  * documented default; a negative time means "none" where that is allowed. */
 typedef struct gpuhal_queue_tuning_t {
   /* A host wait polls its value's event this long before it sleeps between polls
-   * (0 = 200 us; < 0 = do not spin). */
+   * (0 = 200 us; < 0 = do not spin). Halved for each wait on the same semaphore in a row
+   * that outlasted it (down to 1/256), restored by one that ended inside it. */
   int64_t host_wait_spin_ns;
   /* The longest sleep between polls of a host wait (0 = 1 ms). */
   int64_t host_wait_max_sleep_ns;

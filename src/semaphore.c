@@ -629,9 +629,29 @@ static int64_t gpuhal__host_wait_sleep_ns(int64_t start, int64_t max_sleep_ns, g
   return sleep_ns;
 }
 
+/* The spin window of a host wait on `s`, adapted to how long its waits take: a wait that
+ * outlasts the full window (tuning.host_wait_spin_ns) is one a pipeline makes on work far
+ * ahead (bench_pipeline), where spinning only burns a core, so the next wait spins half as
+ * long (down to 1/256); a wait that ends inside the full window is one spinning catches
+ * sooner than a sleep would, so the next spins fully again. */
+#define GPUHAL__HOST_WAIT_MAX_SPIN_HALVINGS 8
+static int64_t gpuhal__host_wait_spin_ns(const gpuhal_semaphore_t* s, const gpuhal_queue_tuning_t* tuning) {
+  int32_t halvings = gpuhal__atomic_load_relaxed(&s->spin_halvings);
+  return tuning->host_wait_spin_ns > 0 ? tuning->host_wait_spin_ns >> halvings : tuning->host_wait_spin_ns;
+}
+static void gpuhal__host_wait_spin_learn(gpuhal_semaphore_t* s, const gpuhal_queue_tuning_t* tuning, int64_t waited) {
+  int32_t halvings = gpuhal__atomic_load_relaxed(&s->spin_halvings);
+  if (tuning->host_wait_spin_ns <= 0) return;
+  if (waited <= tuning->host_wait_spin_ns) {
+    if (halvings) gpuhal__atomic_store_relaxed(&s->spin_halvings, 0);
+  } else if (halvings < GPUHAL__HOST_WAIT_MAX_SPIN_HALVINGS) {
+    gpuhal__atomic_store_relaxed(&s->spin_halvings, halvings + 1);
+  }
+}
+
 /* Waits on this thread for `event`, which reaches `event_value` >= `value` of `s` (or for
- * the word, when `word_written`: see inside): polls it for the event's device's spin
- * window, then (with `may_sleep`: the wait needs nothing
+ * the word, when `word_written`: see inside): polls it for the spin window
+ * (gpuhal__host_wait_spin_ns), then (with `may_sleep`: the wait needs nothing
  * else) between growing sleeps until the timeout. Once it completed, the value is advanced
  * right here. Returns 1 when it completed, 0 when the window or the timeout passed first,
  * the value was reached or failed another way, or the query failed (errors are the
@@ -641,7 +661,7 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
                                          int may_sleep) {
   const gpuhal_queue_tuning_t* tuning = &event->pool->device->params.tuning;
   int64_t start = gpuhal_now_ns();
-  int64_t spin_end = start + tuning->host_wait_spin_ns;
+  int64_t spin_end = start + gpuhal__host_wait_spin_ns(s, tuning);
   /* The work writes the word after it ran (the write fences what came before it in its
    * stream): the word passing the value is as good as the event completing, and reading it
    * costs nothing. (It may also pass for a later signal or a failure store: the timeline
@@ -666,6 +686,9 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
     if (now >= spin_end) gpuhal__sleep_ns(gpuhal__host_wait_sleep_ns(start, tuning->host_wait_max_sleep_ns, timeout));
   }
   if (r == 0 && !advanced && !gpuhal__semaphore_advance_from_event(s, event, event_value)) r = 1;
+  /* However it ended (here, or by the completion side advancing the value first). */
+  if (may_sleep && (r == 0 || gpuhal__atomic_load(&s->value) >= value))
+    gpuhal__host_wait_spin_learn(s, tuning, gpuhal_now_ns() - start);
   gpuhal__event_release(event);
   return r == 0;
 }

@@ -147,7 +147,12 @@ struct gpuhal_semaphore_s {
   uint32_t signalling;
   int arm_refused;
   gpuhal__signal_after_t* after; /* during gpuhal_semaphore_signal's notifications only (mutex) */
-  int word_unsafe;               /* a GPU write of the word may still land, or a GPU wait still read it: not
+  /* How many times a host wait on a submitted value of this semaphore halves its spin
+   * window (tuning.host_wait_spin_ns): each wait that outlasted the full window adds one,
+   * each that ended inside it resets it to 0 (see gpuhal__semaphore_await_event). Atomic,
+   * relaxed: a hint. */
+  int32_t spin_halvings;
+  int word_unsafe; /* a GPU write of the word may still land, or a GPU wait still read it: not
                       returned (for reuse) at destruction */
 };
 

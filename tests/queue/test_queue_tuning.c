@@ -138,6 +138,54 @@ TU_TEST(worker_issues_everything) {
   tt_run(&t);
 }
 
+/* A host wait on a submitted value spins for tuning.host_wait_spin_ns only while such waits
+ * end inside that window: each wait that outlasts it halves the next one's spin, and one
+ * that ends inside it restores the whole window. The halvings are read from the semaphore
+ * (a 20 ms window, 100 ms waits, then a 2 ms one: far apart on a slow machine too). On the
+ * default path and on the event path. */
+static void tt_spin_adapts(int path) {
+  qt_fixture_t f;
+  gpuhal_semaphore_t* s = NULL;
+  qt_spin_t spin;
+  uint64_t v = 0;
+  int i;
+  memset(&qt_tuning, 0, sizeof(qt_tuning));
+  qt_tuning.host_wait_spin_ns = 20000000;
+  qt_semaphore_memops = path ? -1 : 0;
+  TU_REQUIRE(qt_open(&f, 1, NULL));
+  if (!qt_kernels_load(&f)) {
+    qt_close(&f);
+    TU_SKIP("spin_us kernel not available");
+  }
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  for (i = 0; i < 3; ++i) {
+    TU_CHECK_OK(qt_submit_spin(&f, &spin, 100000, s, ++v));
+    TU_CHECK_OK(gpuhal_semaphore_wait(s, v, qt_seconds(30)));
+    TU_CHECK_EQ_INT(gpuhal__atomic_load_relaxed(&s->spin_halvings), i + 1);
+  }
+  TU_CHECK_OK(qt_submit_spin(&f, &spin, 2000, s, ++v));
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, v, qt_seconds(30)));
+  TU_CHECK_EQ_INT(gpuhal__atomic_load_relaxed(&s->spin_halvings), 0);
+  /* A poll (immediate timeout) teaches nothing. */
+  TU_CHECK_OK(qt_submit_spin(&f, &spin, 100000, s, ++v));
+  {
+    gpuhal_status_t polled = gpuhal_semaphore_wait(s, v, gpuhal_timeout_immediate());
+    TU_CHECK_EQ_INT(gpuhal_status_code(polled), GPUHAL_STATUS_DEADLINE_EXCEEDED);
+    gpuhal_status_free(polled);
+  }
+  TU_CHECK_EQ_INT(gpuhal__atomic_load_relaxed(&s->spin_halvings), 0);
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, v, qt_seconds(30)));
+  gpuhal_semaphore_release(s);
+  qt_close(&f);
+  qt_semaphore_memops = 0;
+  memset(&qt_tuning, 0, sizeof(qt_tuning));
+}
+
+TU_TEST(host_wait_spin_adapts) {
+  tt_spin_adapts(0);
+  tt_spin_adapts(1);
+}
+
 /* The same workload with timeline values in device memory, where the device has them
  * (work queued before its signal waits on the GPU, on side streams), at the default bound
  * on parked streams, at one, and at none (every such wait on the host). */
@@ -309,8 +357,9 @@ TU_TEST(semaphore_memops_park_headroom) {
   gpuhal_driver_release(driver);
 }
 
-TU_MAIN(TU_CASE(defaults), TU_CASE(no_spin_short_sleeps), TU_CASE(completion_looks_at_once_and_polls_often),
-        TU_CASE(completion_ages_work_long), TU_CASE(harvest_off_and_eager), TU_CASE(worker_issues_everything),
-        TU_CASE(semaphore_memops), TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked),
+TU_MAIN(TU_CASE(defaults), TU_CASE(no_spin_short_sleeps), TU_CASE(host_wait_spin_adapts),
+        TU_CASE(completion_looks_at_once_and_polls_often), TU_CASE(completion_ages_work_long),
+        TU_CASE(harvest_off_and_eager), TU_CASE(worker_issues_everything), TU_CASE(semaphore_memops),
+        TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked),
         TU_CASE(semaphore_memops_gated_bound), TU_CASE(semaphore_memops_gated_two_devices_one_gpu),
         TU_CASE(semaphore_memops_park_headroom))
