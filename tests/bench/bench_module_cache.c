@@ -241,6 +241,13 @@ static int cmp_i64(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
+static int64_t median_i64(const int64_t* values, int n) {
+  int64_t t[64];
+  memcpy(t, values, (size_t)n * sizeof(t[0]));
+  qsort(t, (size_t)n, sizeof(t[0]), cmp_i64);
+  return t[n / 2];
+}
+
 static int64_t median_of_children(int repeats, const char* mode, const char* dir, const char* env_name,
                                   const char* env_value, int disable_driver_cache) {
   int64_t t[64];
@@ -250,20 +257,12 @@ static int64_t median_of_children(int repeats, const char* mode, const char* dir
     t[i] = run_child(mode, dir, env_name, env_value, disable_driver_cache);
     if (t[i] < 0) return -1;
   }
-  qsort(t, (size_t)repeats, sizeof(t[0]), cmp_i64);
-  return t[repeats / 2];
+  return median_i64(t, repeats);
 }
 
 static int cmp_double(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return x < y ? -1 : x > y;
-}
-
-static int64_t median_i64(const int64_t* values, int n) {
-  int64_t t[64];
-  memcpy(t, values, (size_t)n * sizeof(t[0]));
-  qsort(t, (size_t)n, sizeof(t[0]), cmp_i64);
-  return t[n / 2];
 }
 
 enum { BREAKDOWN_STEPS = 9 };
