@@ -6,25 +6,29 @@
 
 /* ---- the disk-cache file format ----
  *
- * A file is a 128-byte header and a payload (a cubin or fatbin). Integers little-endian:
+ * A file is a 128-byte header, the image it was compiled from (PTX) and the payload (a
+ * cubin or fatbin). Integers little-endian:
  *     0  8  magic "GPUHALMC"
- *     8  4  format version (1)
+ *     8  4  format version (2)
  *    12  4  header size (128)
- *    16 32  BLAKE2b-256 of the image
- *    48  8  image size
- *    56  4  image format (1: PTX)
- *    60  4  compute capability major     64  4  minor
- *    68  4  driver version (e.g. 13000)
- *    72  4  JIT optimization level       76  4  JIT max registers
- *    80  4  compiler (0: driver cuLink, 1: the user's compile hook)
- *    84  4  reserved (0)
- *    88  8  payload size (the file is exactly 128 + this)
- *    96  8  payload checksum (fast64, seeded)
+ *    16  8  image hash (the module cache's fast hash; it names the file)
+ *    24  8  image size (the image's bytes follow the header)
+ *    32  4  image format (1: PTX)
+ *    36  4  compute capability major     40  4  minor
+ *    44  4  driver version (e.g. 13000)
+ *    48  4  JIT optimization level       52  4  JIT max registers
+ *    56  4  compiler (0: driver cuLink, 1: the user's compile hook)
+ *    60  4  reserved (0)
+ *    64  8  payload size (the file is exactly 128 + image size + this)
+ *    72  8  payload checksum (fast64, seeded)
+ *    80 24  reserved (0)
  *   104  8  header checksum (fast64 of bytes 0..103, seeded)
  *   112 16  reserved (0)
- * Everything is checked before the payload is used. */
+ * Everything is checked before the payload is used, and the stored image is compared byte
+ * for byte with the one being loaded: a hit is exact without a cryptographic digest (a
+ * hash collision costs a compile, never the wrong code). */
 #define GPUHAL__DISK_MAGIC "GPUHALMC"
-#define GPUHAL__DISK_FORMAT_VERSION 1u
+#define GPUHAL__DISK_FORMAT_VERSION 2u
 #define GPUHAL__DISK_HEADER_SIZE 128u
 #define GPUHAL__DISK_SEED_HEADER 0x67707568616C6831ull  /* "gpuhalh1" */
 #define GPUHAL__DISK_SEED_PAYLOAD 0x67707568616C7031ull /* "gpuhalp1" */
@@ -43,45 +47,56 @@ static void gpuhal__put_le64(unsigned char* p, uint64_t v) {
   gpuhal__put_le32(p + 4, (uint32_t)(v >> 32));
 }
 
-/* Writes the 128-byte header of a file holding `payload` for `key`. */
+/* Writes the 128-byte header of a file holding key->image and `payload`. */
 static void gpuhal__disk_header_encode(const gpuhal__disk_key_t* key, const void* payload, size_t payload_size,
                                        unsigned char* header) {
   memset(header, 0, GPUHAL__DISK_HEADER_SIZE);
   memcpy(header, GPUHAL__DISK_MAGIC, 8);
   gpuhal__put_le32(header + 8, GPUHAL__DISK_FORMAT_VERSION);
   gpuhal__put_le32(header + 12, GPUHAL__DISK_HEADER_SIZE);
-  memcpy(header + 16, key->image_digest, 32);
-  gpuhal__put_le64(header + 48, key->image_size);
-  gpuhal__put_le32(header + 56, key->image_format);
-  gpuhal__put_le32(header + 60, (uint32_t)key->cc_major);
-  gpuhal__put_le32(header + 64, (uint32_t)key->cc_minor);
-  gpuhal__put_le32(header + 68, (uint32_t)key->driver_version);
-  gpuhal__put_le32(header + 72, (uint32_t)key->optimization_level);
-  gpuhal__put_le32(header + 76, (uint32_t)key->max_registers);
-  gpuhal__put_le32(header + 80, key->compiler);
-  gpuhal__put_le64(header + 88, (uint64_t)payload_size);
-  gpuhal__put_le64(header + 96, gpuhal__hash_fast64(payload, payload_size, GPUHAL__DISK_SEED_PAYLOAD));
+  gpuhal__put_le64(header + 16, key->image_hash);
+  gpuhal__put_le64(header + 24, key->image_size);
+  gpuhal__put_le32(header + 32, key->image_format);
+  gpuhal__put_le32(header + 36, (uint32_t)key->cc_major);
+  gpuhal__put_le32(header + 40, (uint32_t)key->cc_minor);
+  gpuhal__put_le32(header + 44, (uint32_t)key->driver_version);
+  gpuhal__put_le32(header + 48, (uint32_t)key->optimization_level);
+  gpuhal__put_le32(header + 52, (uint32_t)key->max_registers);
+  gpuhal__put_le32(header + 56, key->compiler);
+  gpuhal__put_le64(header + 64, (uint64_t)payload_size);
+  gpuhal__put_le64(header + 72, gpuhal__hash_fast64(payload, payload_size, GPUHAL__DISK_SEED_PAYLOAD));
   gpuhal__put_le64(header + 104, gpuhal__hash_fast64(header, 104, GPUHAL__DISK_SEED_HEADER));
 }
 
+/* The key a header names; its image is the copy that follows the header (the caller has
+ * checked that the file holds image_size bytes after it). */
 static void gpuhal__disk_header_key(const unsigned char* header, gpuhal__disk_key_t* key) {
   memset(key, 0, sizeof(*key));
-  memcpy(key->image_digest, header + 16, 32);
-  key->image_size = gpuhal__le64(header + 48);
-  key->image_format = gpuhal__le32(header + 56);
-  key->cc_major = (int32_t)gpuhal__le32(header + 60);
-  key->cc_minor = (int32_t)gpuhal__le32(header + 64);
-  key->driver_version = (int32_t)gpuhal__le32(header + 68);
-  key->optimization_level = (int32_t)gpuhal__le32(header + 72);
-  key->max_registers = (int32_t)gpuhal__le32(header + 76);
-  key->compiler = gpuhal__le32(header + 80);
+  key->image_hash = gpuhal__le64(header + 16);
+  key->image_size = gpuhal__le64(header + 24);
+  key->image = header + GPUHAL__DISK_HEADER_SIZE;
+  key->image_format = gpuhal__le32(header + 32);
+  key->cc_major = (int32_t)gpuhal__le32(header + 36);
+  key->cc_minor = (int32_t)gpuhal__le32(header + 40);
+  key->driver_version = (int32_t)gpuhal__le32(header + 44);
+  key->optimization_level = (int32_t)gpuhal__le32(header + 48);
+  key->max_registers = (int32_t)gpuhal__le32(header + 52);
+  key->compiler = gpuhal__le32(header + 56);
 }
 
-static int gpuhal__disk_key_equal(const gpuhal__disk_key_t* a, const gpuhal__disk_key_t* b) {
-  return memcmp(a->image_digest, b->image_digest, 32) == 0 && a->image_size == b->image_size &&
-         a->image_format == b->image_format && a->cc_major == b->cc_major && a->cc_minor == b->cc_minor &&
-         a->driver_version == b->driver_version && a->optimization_level == b->optimization_level &&
-         a->max_registers == b->max_registers && a->compiler == b->compiler;
+/* Everything but the image bytes (compared last: they are the only costly part). */
+static int gpuhal__disk_key_fields_equal(const gpuhal__disk_key_t* a, const gpuhal__disk_key_t* b) {
+  return a->image_hash == b->image_hash && a->image_size == b->image_size && a->image_format == b->image_format &&
+         a->cc_major == b->cc_major && a->cc_minor == b->cc_minor && a->driver_version == b->driver_version &&
+         a->optimization_level == b->optimization_level && a->max_registers == b->max_registers &&
+         a->compiler == b->compiler;
+}
+
+static int gpuhal__disk_reserved_zero(const unsigned char* p, size_t size) {
+  size_t i;
+  for (i = 0; i < size; ++i)
+    if (p[i]) return 0;
+  return 1;
 }
 
 /* Checks a whole disk-cache file held in memory and finds its payload. Pure: no I/O, no
@@ -92,7 +107,9 @@ static gpuhal_status_t gpuhal__disk_cache_parse(const void* bytes, size_t size, 
                                                 const void** out_payload, size_t* out_payload_size) {
   const unsigned char* p = (const unsigned char*)bytes;
   gpuhal__disk_key_t found;
+  const unsigned char* payload;
   uint64_t payload_size;
+  size_t body;
   gpuhal__image_format_t format;
   size_t format_size;
   gpuhal_status_t st;
@@ -111,24 +128,30 @@ static gpuhal_status_t gpuhal__disk_cache_parse(const void* bytes, size_t size, 
                               GPUHAL__DISK_HEADER_SIZE);
   if (gpuhal__hash_fast64(p, 104, GPUHAL__DISK_SEED_HEADER) != gpuhal__le64(p + 104))
     return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "header checksum mismatch");
-  if (gpuhal__le32(p + 84) != 0 || gpuhal__le64(p + 112) != 0 || gpuhal__le64(p + 120) != 0)
+  if (!gpuhal__disk_reserved_zero(p + 60, 4) || !gpuhal__disk_reserved_zero(p + 80, 24) ||
+      !gpuhal__disk_reserved_zero(p + 112, 16))
     return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "reserved header bytes are not zero");
   gpuhal__disk_header_key(p, &found);
-  if (!expected || !gpuhal__disk_key_equal(&found, expected))
+  body = size - GPUHAL__DISK_HEADER_SIZE;
+  payload_size = gpuhal__le64(p + 64);
+  if (found.image_size > (uint64_t)body || payload_size != (uint64_t)body - found.image_size)
+    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS,
+                              "the header says %llu image and %llu payload bytes but the file has %zu after it",
+                              (unsigned long long)found.image_size, (unsigned long long)payload_size, body);
+  if (!expected || !gpuhal__disk_key_fields_equal(&found, expected))
     return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
                               "made for another key (sm_%d%d, driver %d, compiler %u, image of %llu bytes)",
                               (int)found.cc_major, (int)found.cc_minor, (int)found.driver_version,
                               (unsigned)found.compiler, (unsigned long long)found.image_size);
-  payload_size = gpuhal__le64(p + 88);
-  if (payload_size != (uint64_t)(size - GPUHAL__DISK_HEADER_SIZE))
-    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "the header says %llu payload bytes but the file has %zu",
-                              (unsigned long long)payload_size, size - GPUHAL__DISK_HEADER_SIZE);
+  if (found.image_size && (!expected->image || memcmp(found.image, expected->image, (size_t)found.image_size) != 0))
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                              "made for another image of the same size and hash (%016llx)",
+                              (unsigned long long)found.image_hash);
   if (payload_size == 0) return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "empty payload");
-  if (gpuhal__hash_fast64(p + GPUHAL__DISK_HEADER_SIZE, (size_t)payload_size, GPUHAL__DISK_SEED_PAYLOAD) !=
-      gpuhal__le64(p + 96))
+  payload = p + GPUHAL__DISK_HEADER_SIZE + (size_t)found.image_size;
+  if (gpuhal__hash_fast64(payload, (size_t)payload_size, GPUHAL__DISK_SEED_PAYLOAD) != gpuhal__le64(p + 72))
     return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "payload checksum mismatch");
-  st = gpuhal__image_detect(p + GPUHAL__DISK_HEADER_SIZE, (size_t)payload_size, "disk cache payload", &format,
-                            &format_size);
+  st = gpuhal__image_detect(payload, (size_t)payload_size, "disk cache payload", &format, &format_size);
   if (!st && format == GPUHAL__IMAGE_PTX)
     st = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "the payload is PTX text, not a cubin or fatbin");
   if (st) {
@@ -136,22 +159,15 @@ static gpuhal_status_t gpuhal__disk_cache_parse(const void* bytes, size_t size, 
     gpuhal_status_free(st);
     return wrapped;
   }
-  *out_payload = p + GPUHAL__DISK_HEADER_SIZE;
+  *out_payload = payload;
   *out_payload_size = (size_t)payload_size;
   return NULL;
 }
 
 GPUHAL__PRIVATE void gpuhal__disk_file_name(const gpuhal__disk_key_t* key, char* out, size_t out_size) {
-  static const char hex[] = "0123456789abcdef";
-  char digest[65];
-  int i;
-  for (i = 0; i < 32; ++i) {
-    digest[2 * i] = hex[key->image_digest[i] >> 4];
-    digest[2 * i + 1] = hex[key->image_digest[i] & 15];
-  }
-  digest[64] = 0;
-  snprintf(out, out_size, "%s-sm%d%d-drv%d-O%d-R%d-%s%s", digest, (int)key->cc_major, (int)key->cc_minor,
-           (int)key->driver_version, (int)key->optimization_level, (int)key->max_registers,
+  snprintf(out, out_size, "%016llx-%llu-sm%d%d-drv%d-O%d-R%d-%s%s", (unsigned long long)key->image_hash,
+           (unsigned long long)key->image_size, (int)key->cc_major, (int)key->cc_minor, (int)key->driver_version,
+           (int)key->optimization_level, (int)key->max_registers,
            key->compiler == GPUHAL__COMPILER_HOOK ? "hook" : "driver", GPUHAL__DISK_SUFFIX);
 }
 
@@ -300,11 +316,11 @@ GPUHAL__PRIVATE int gpuhal__temp_file_create(const char* path, char* temp, size_
   return fd;
 }
 
-/* Writes header + payload to a unique temporary file in the directory, fsyncs it and
- * renames it over `path`: readers (other processes too) see the old file, the new file or
- * none, never a part. 0 or an errno; `what` says which step failed. */
-static int gpuhal__disk_write_file(const char* path, const unsigned char* header, const void* payload,
-                                   size_t payload_size, const char** what) {
+/* Writes header + image + payload to a unique temporary file in the directory, fsyncs it
+ * and renames it over `path`: readers (other processes too) see the old file, the new file
+ * or none, never a part. 0 or an errno; `what` says which step failed. */
+static int gpuhal__disk_write_file(const char* path, const unsigned char* header, const gpuhal__disk_key_t* key,
+                                   const void* payload, size_t payload_size, const char** what) {
   char temp[GPUHAL__PATH_MAX + 64];
   int err = 0;
   int fd = gpuhal__temp_file_create(path, temp, sizeof(temp));
@@ -313,6 +329,7 @@ static int gpuhal__disk_write_file(const char* path, const unsigned char* header
     return errno ? errno : EEXIST;
   }
   err = gpuhal__write_all(fd, header, GPUHAL__DISK_HEADER_SIZE);
+  if (!err) err = gpuhal__write_all(fd, key->image, (size_t)key->image_size);
   if (!err) err = gpuhal__write_all(fd, payload, payload_size);
   *what = "writing";
   if (!err && fsync(fd) != 0) err = errno, *what = "fsync";
@@ -410,7 +427,7 @@ GPUHAL__PRIVATE void gpuhal__disk_store(gpuhal__disk_cache_t* disk, const gpuhal
     return;
   }
   gpuhal__disk_header_encode(key, payload, payload_size, header);
-  err = gpuhal__disk_write_file(path, header, payload, payload_size, &what);
+  err = gpuhal__disk_write_file(path, header, key, payload, payload_size, &what);
   if (err) {
     gpuhal__disk_disable(disk, what, err);
     return;

@@ -33,10 +33,12 @@ typedef struct gpuhal__disk_cache_s {
 
 typedef enum gpuhal__compiler_e { GPUHAL__COMPILER_DRIVER = 0, GPUHAL__COMPILER_HOOK = 1 } gpuhal__compiler_t;
 
-/* What a disk-cache file must have been made for. */
+/* What a disk-cache file must have been made for. The file holds a copy of the image and a
+ * hit compares it byte for byte; the hash only names the file. */
 typedef struct gpuhal__disk_key_s {
-  unsigned char image_digest[32];
+  uint64_t image_hash; /* the module cache's fast hash of the image (and JIT options) */
   uint64_t image_size;
+  const void* image;
   uint32_t image_format;
   int32_t cc_major, cc_minor;
   int32_t driver_version;
@@ -45,7 +47,7 @@ typedef struct gpuhal__disk_key_s {
   uint32_t compiler;
 } gpuhal__disk_key_t;
 
-/* The file name of a key: "<64 hex digest>-sm90-drv13000-O4-R0-driver.gpuhal". */
+/* The file name of a key: "<16 hex hash>-<image size>-sm90-drv13000-O4-R0-driver.gpuhal". */
 GPUHAL__PRIVATE void gpuhal__disk_file_name(const gpuhal__disk_key_t* key, char* out, size_t out_size);
 
 /* ---- the disk cache: files ---- */
@@ -73,7 +75,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__disk_lookup(gpuhal__disk_cache_t* disk, 
  * disk cache and the trace. The fd, or -1 with errno set. */
 GPUHAL__PRIVATE int gpuhal__temp_file_create(const char* path, char* temp, size_t temp_size);
 
-/* Stores a compiled payload for `key`; a failure turns the disk cache off (one warning). */
+/* Stores a compiled payload for `key` (with a copy of key->image); a failure turns the disk cache off (one warning). */
 GPUHAL__PRIVATE void gpuhal__disk_store(gpuhal__disk_cache_t* disk, const gpuhal__disk_key_t* key, const char* name,
                                         const void* payload, size_t payload_size);
 

@@ -1,6 +1,6 @@
-/* gpuhal - hashes: a fast 64-bit hash (in-memory lookups, file checksums) and BLAKE2b (the
- * disk cache's key of an image), and the byte readers they share with the image and file
- * formats. Part of the implementation only. */
+/* gpuhal - the fast 64-bit hash (the module cache's lookups and disk file names, file
+ * checksums) and the byte readers it shares with the image and file formats. Part of the
+ * implementation only. */
 #ifndef GPUHAL_SRC_HASH_H
 #define GPUHAL_SRC_HASH_H
 
@@ -15,7 +15,5 @@ GPUHAL__PRIVATE uint64_t gpuhal__read_u64(const unsigned char* p);
 GPUHAL__PRIVATE uint64_t gpuhal__le64(const unsigned char* p);
 
 GPUHAL__PRIVATE uint64_t gpuhal__hash_fast64(const void* data, size_t size, uint64_t seed);
-
-GPUHAL__PRIVATE void gpuhal__blake2b(const void* data, size_t size, unsigned char* out, size_t digest_size);
 
 #endif /* GPUHAL_SRC_HASH_H */

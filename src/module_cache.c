@@ -172,11 +172,21 @@ static gpuhal_status_t gpuhal__compile_with_hook(gpuhal_device_t* device, const 
   return st;
 }
 
+/* The hash that finds an entry in memory and names its file on disk: the image's bytes,
+ * seeded by its format and JIT options. */
+static uint64_t gpuhal__module_image_hash(const void* image, size_t size, gpuhal__image_format_t format,
+                                          const gpuhal__jit_options_t* jit) {
+  return gpuhal__hash_fast64(image, size,
+                             (uint64_t)format ^ ((uint64_t)(uint32_t)jit->optimization_level << 8) ^
+                                 ((uint64_t)(uint32_t)jit->max_registers << 40));
+}
+
 static void gpuhal__disk_key_make(gpuhal_device_t* device, const gpuhal__module_entry_t* entry,
                                   gpuhal__disk_key_t* key) {
   memset(key, 0, sizeof(*key));
-  gpuhal__blake2b(entry->image, entry->size, key->image_digest, sizeof(key->image_digest));
+  key->image_hash = entry->hash;
   key->image_size = entry->size;
+  key->image = entry->image;
   key->image_format = (uint32_t)entry->format;
   key->cc_major = device->info.compute_capability_major;
   key->cc_minor = device->info.compute_capability_minor;
@@ -547,9 +557,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__module_cache_load(gpuhal_device_t* devic
   key.jit = jit_or_null ? *jit_or_null : gpuhal__jit_options_default();
   gpuhal__image_sniff(image, size, &key.format, &key.size);
   key.image = (void*)image;
-  key.hash = gpuhal__hash_fast64(image, key.size,
-                                 (uint64_t)key.format ^ ((uint64_t)(uint32_t)key.jit.optimization_level << 8) ^
-                                     ((uint64_t)(uint32_t)key.jit.max_registers << 40));
+  key.hash = gpuhal__module_image_hash(image, key.size, key.format, &key.jit);
   gpuhal__list_init(&victims);
   gpuhal__mutex_lock(&cache->mutex);
   found = gpuhal__module_cache_find_locked(cache, &key);

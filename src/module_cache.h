@@ -23,12 +23,15 @@
  * failure is not cached: the next load tries again).
  *
  * Disk cache (params.module_cache_dir, else $GPUHAL_CACHE_DIR): PTX is JIT-linked to a
- * cubin once (cuLink*, or the compile hook) and kept in a file named by the BLAKE2b-256
- * hash of the PTX, the compute capability, the driver version, the JIT options and the
- * compiler (driver or hook). Files are written to a unique temporary name, fsync'ed and
- * renamed, so readers in other processes see a whole file or none; each carries a header
- * with every key field and checksums of itself and its payload, and is checked completely
- * before use: a corrupt, truncated or foreign file is ignored (debug log) and rebuilt. The
+ * cubin once (cuLink*, or the compile hook) and kept in a file named by the in-memory key's
+ * fast hash of the PTX, its size, the compute capability, the driver version, the JIT
+ * options and the compiler (driver or hook). Files are written to a unique temporary name,
+ * fsync'ed and renamed, so readers in other processes see a whole file or none; each
+ * carries a header with every key field, a copy of the PTX (compared byte for byte on a
+ * hit, so a hit is exact and the name needs no cryptographic digest) and checksums of
+ * itself and its payload, and is checked completely before use: a corrupt, truncated or
+ * foreign file, or one made for another PTX of the same hash, is ignored (debug log) and
+ * rebuilt. The
  * directory is kept under module_cache_disk_max_bytes by removing the files least recently
  * used (by mtime, which a hit refreshes). A directory that cannot be created or written
  * turns the disk cache off for the device, with one warning; loads go on in memory.

@@ -127,7 +127,7 @@ static int breakdown_main(const char* dir) {
   memset(&entry, 0, sizeof(entry));
   entry.jit = gpuhal__jit_options_default();
   t[0] = gpuhal_now_ns();
-  entry.hash = gpuhal__hash_fast64(ptx, size, 0); /* the in-memory cache's key */
+  entry.hash = gpuhal__module_image_hash(ptx, size, GPUHAL__IMAGE_PTX, &entry.jit); /* memory key, file name */
   t[1] = gpuhal_now_ns();
   st = gpuhal__image_detect(ptx, size, "breakdown", &format, &checked);
   if (st) die("image check", st);
@@ -138,7 +138,7 @@ static int breakdown_main(const char* dir) {
   entry.image = copy;
   entry.size = checked;
   entry.format = format;
-  gpuhal__disk_key_make(device, &entry, &key); /* the disk key's digest */
+  gpuhal__disk_key_make(device, &entry, &key); /* the disk key: no digest, the name from entry.hash */
   gpuhal__disk_file_name(&key, name, sizeof(name));
   if (!gpuhal__disk_path(&cache->disk, name, path, sizeof(path)))
     die("disk path", gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "%s", name));
@@ -170,7 +170,7 @@ static int breakdown_main(const char* dir) {
   device->cu->cuModuleUnload(module);
   gpuhal__context_leave(device, &scope);
   printf(
-      "STEP memory_key %lld\nSTEP image_check_copy %lld\nSTEP disk_key_digest %lld\nSTEP file_read %lld\n"
+      "STEP memory_key %lld\nSTEP image_check_copy %lld\nSTEP disk_key_name %lld\nSTEP file_read %lld\n"
       "STEP file_check %lld\nSTEP cubin_load %lld\nSTEP cubin_load_again %lld\nSTEP function_lookups %lld\n"
       "STEP cubin_bytes %lld\nRESULT %lld\n",
       (long long)(t[1] - t[0]), (long long)(t[2] - t[1]), (long long)(t[3] - t[2]), (long long)(t[4] - t[3]),
@@ -266,15 +266,15 @@ static int cmp_double(const void* a, const void* b) {
 }
 
 enum { BREAKDOWN_STEPS = 9 };
-static const char* const breakdown_steps[BREAKDOWN_STEPS] = {"memory_key",       "image_check_copy", "disk_key_digest",
+static const char* const breakdown_steps[BREAKDOWN_STEPS] = {"memory_key",       "image_check_copy", "disk_key_name",
                                                              "file_read",        "file_check",       "cubin_load",
                                                              "cubin_load_again", "function_lookups", "cubin_bytes"};
 static const char* const breakdown_labels[BREAKDOWN_STEPS] = {
-    "in-memory key (fast64 of the PTX)",
+    "in-memory key (fast64 of the PTX; also names the file)",
     "image check + the entry's copy of the PTX",
-    "disk key: BLAKE2b digest of the PTX (names the file)",
-    "reading the cache file",
-    "checking the file (header, payload checksum, cubin check)",
+    "disk key and file name (from the memory key's hash)",
+    "reading the cache file (header, the PTX, the cubin)",
+    "checking the file (header, PTX compare, checksum, cubin)",
     "loading the cubin (cuModuleLoadDataEx, first in the process)",
     "not in a load: the same cubin again (cuModuleLoadData)",
     "not in a load: cuModuleGetFunction of every kernel",

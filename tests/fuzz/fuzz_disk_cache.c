@@ -1,9 +1,9 @@
 /* libFuzzer target: the module cache's disk file reader, gpuhal__disk_cache_parse in
- * src/module_cache.h ("pure: no I/O ... safe on arbitrary bytes"). A corrupt or foreign
+ * src/disk_cache.c ("pure: no I/O ... safe on arbitrary bytes"). A corrupt or foreign
  * file must be refused with DATA_LOSS / FAILED_PRECONDITION, never trusted, never read past
  * its end. So that the fuzzer gets past the checksums, inputs whose first byte is odd are
- * "repaired" first (header and payload checksums recomputed) and parsed against the key
- * their own header names. Seeds: tests/fuzz/corpus/disk_cache. */
+ * "repaired" first (image and payload sizes made to fit, checksums recomputed) and parsed
+ * against the key their own header names (its image the file's own copy). Seeds: tests/fuzz/corpus/disk_cache. */
 #define GPUHAL_IMPLEMENTATION
 #include "gpuhal.h"
 
@@ -36,12 +36,17 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size) memcpy(file, data, size);
   memset(&key, 0, sizeof(key));
   if (size >= GPUHAL__DISK_HEADER_SIZE) {
-    if (repair) {
-      gpuhal__put_le64(file + 96, gpuhal__hash_fast64(file + GPUHAL__DISK_HEADER_SIZE, size - GPUHAL__DISK_HEADER_SIZE,
-                                                      GPUHAL__DISK_SEED_PAYLOAD));
+    size_t body = size - GPUHAL__DISK_HEADER_SIZE;
+    if (repair) { /* sizes made consistent, checksums recomputed */
+      uint64_t image_size = gpuhal__le64(file + 24) % (body + 1);
+      gpuhal__put_le64(file + 24, image_size);
+      gpuhal__put_le64(file + 64, body - image_size);
+      gpuhal__put_le64(file + 72, gpuhal__hash_fast64(file + GPUHAL__DISK_HEADER_SIZE + image_size,
+                                                      body - (size_t)image_size, GPUHAL__DISK_SEED_PAYLOAD));
       gpuhal__put_le64(file + 104, gpuhal__hash_fast64(file, 104, GPUHAL__DISK_SEED_HEADER));
     }
     gpuhal__disk_header_key(file, &key);
+    if (key.image_size > body) key.image = NULL; /* the header lies: nothing to point at */
   }
   st = gpuhal__disk_cache_parse(file, size, &key, &payload, &payload_size);
   if (st) {
@@ -50,9 +55,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_REQUIRE(payload == NULL && payload_size == 0);
     gpuhal_status_free(st);
   } else {
-    FUZZ_REQUIRE(size > GPUHAL__DISK_HEADER_SIZE);
-    FUZZ_REQUIRE((const unsigned char*)payload == file + GPUHAL__DISK_HEADER_SIZE);
-    FUZZ_REQUIRE(payload_size == size - GPUHAL__DISK_HEADER_SIZE);
+    FUZZ_REQUIRE(size > GPUHAL__DISK_HEADER_SIZE + key.image_size);
+    FUZZ_REQUIRE((const unsigned char*)payload == file + GPUHAL__DISK_HEADER_SIZE + key.image_size);
+    FUZZ_REQUIRE(payload_size == size - GPUHAL__DISK_HEADER_SIZE - key.image_size);
   }
   /* Against a key it was not made for: never accepted. */
   key.driver_version ^= 1;

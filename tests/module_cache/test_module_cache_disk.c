@@ -188,8 +188,16 @@ static void write_whole(const char* path, const unsigned char* data, size_t size
 }
 
 TU_TEST(bad_files_are_ignored_and_rebuilt) {
-  static const char* const kinds[] = {"payload bit flip", "truncated", "wrong version", "foreign device",
-                                      "garbage",          "empty",     "header only",   "padded"};
+  static const char* const kinds[] = {"payload bit flip",
+                                      "truncated",
+                                      "wrong version",
+                                      "foreign device",
+                                      "garbage",
+                                      "empty",
+                                      "header only",
+                                      "image byte changed (same hash)",
+                                      "image size changed",
+                                      "padded"};
   gpuhal_driver_t* driver = mc_driver();
   gpuhal_module_cache_stats_t s;
   char dir[512], path[4096];
@@ -210,11 +218,11 @@ TU_TEST(bad_files_are_ignored_and_rebuilt) {
       case 0: bad[good_size - 7] ^= 0x10; break;
       case 1: bad_size = good_size / 2; break;
       case 2:
-        gpuhal__put_le32(bad + 8, 2);
+        gpuhal__put_le32(bad + 8, GPUHAL__DISK_FORMAT_VERSION - 1);
         reseal_header(bad);
         break;
       case 3:
-        gpuhal__put_le32(bad + 60, 7);
+        gpuhal__put_le32(bad + 40, 7); /* compute capability minor */
         reseal_header(bad);
         break;
       case 4:
@@ -222,6 +230,11 @@ TU_TEST(bad_files_are_ignored_and_rebuilt) {
         break;
       case 5: bad_size = 0; break;
       case 6: bad_size = GPUHAL__DISK_HEADER_SIZE; break;
+      case 7: bad[GPUHAL__DISK_HEADER_SIZE + 20] ^= 0x01; break; /* the stored PTX: no checksum, compared */
+      case 8:
+        gpuhal__put_le64(bad + 24, gpuhal__le64(bad + 24) - 1);
+        reseal_header(bad);
+        break;
       default:
         memset(bad + good_size, 0, 64);
         bad_size = good_size + 64;
@@ -248,23 +261,26 @@ TU_TEST(parser_survives_arbitrary_bytes) {
   /* A valid file made by hand (softcuda's cubin format as payload: ELF magic then text),
    * then every truncation and many random corruptions: all rejected, none crash. */
   static const char payload[] = "\177ELF\nSOFTCUDA-CUBIN 1\n.version 8.0\n.target sm_75\n.address_size 64\n";
+  static const char image[] = "ptx";
   gpuhal__disk_key_t key;
-  unsigned char file[GPUHAL__DISK_HEADER_SIZE + sizeof(payload)];
+  unsigned char file[GPUHAL__DISK_HEADER_SIZE + 3 + sizeof(payload)];
   unsigned char copy[sizeof(file) + 16];
   const void* out = NULL;
   size_t out_size = 0, n;
   unsigned seed = 12345, i;
   memset(&key, 0, sizeof(key));
-  gpuhal__blake2b("ptx", 3, key.image_digest, 32);
+  key.image = image;
   key.image_size = 3;
+  key.image_hash = gpuhal__hash_fast64(image, 3, 1);
   key.image_format = 1;
   key.cc_major = 9;
   key.driver_version = 13000;
   key.optimization_level = 4;
   gpuhal__disk_header_encode(&key, payload, sizeof(payload), file);
-  memcpy(file + GPUHAL__DISK_HEADER_SIZE, payload, sizeof(payload));
+  memcpy(file + GPUHAL__DISK_HEADER_SIZE, image, 3);
+  memcpy(file + GPUHAL__DISK_HEADER_SIZE + 3, payload, sizeof(payload));
   TU_CHECK_OK(gpuhal__disk_cache_parse(file, sizeof(file), &key, &out, &out_size));
-  TU_CHECK(out == file + GPUHAL__DISK_HEADER_SIZE && out_size == sizeof(payload));
+  TU_CHECK(out == file + GPUHAL__DISK_HEADER_SIZE + 3 && out_size == sizeof(payload));
   for (n = 0; n < sizeof(file); ++n) {
     gpuhal_status_t st;
     memcpy(copy, file, n);
@@ -290,6 +306,11 @@ TU_TEST(parser_survives_arbitrary_bytes) {
     gpuhal_status_free(st);
     if (!st && out) TU_CHECK(out_size == sizeof(payload));
   }
+  /* the image is compared byte for byte: same size and hash, other bytes, refused */
+  key.image = "ptz";
+  TU_CHECK_STATUS(gpuhal__disk_cache_parse(file, sizeof(file), &key, &out, &out_size),
+                  GPUHAL_STATUS_FAILED_PRECONDITION, "another image of the same size and hash");
+  key.image = image;
   /* the key fields each matter */
   key.cc_minor = 1;
   TU_CHECK_STATUS(gpuhal__disk_cache_parse(file, sizeof(file), &key, &out, &out_size),
@@ -329,7 +350,7 @@ TU_TEST(two_processes_fill_one_directory) {
 
 /* The path of module k's file in `dir` for `device`. */
 static void path_of_module(const char* dir, unsigned k, gpuhal_device_t* device, char* path, size_t path_size) {
-  /* The name is the BLAKE2b of the PTX: recompute it the way the cache does. */
+  /* The name comes from the module cache's hash of the PTX: recompute it the way the cache does. */
   char ptx[4096], name[256];
   gpuhal__module_entry_t entry;
   gpuhal__disk_key_t key;
@@ -339,6 +360,7 @@ static void path_of_module(const char* dir, unsigned k, gpuhal_device_t* device,
   entry.size = (size_t)n;
   entry.format = GPUHAL__IMAGE_PTX;
   entry.jit = gpuhal__jit_options_default();
+  entry.hash = gpuhal__module_image_hash(entry.image, entry.size, entry.format, &entry.jit);
   gpuhal__disk_key_make(device, &entry, &key);
   gpuhal__disk_file_name(&key, name, sizeof(name));
   snprintf(path, path_size, "%s/%s", dir, name);
