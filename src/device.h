@@ -110,7 +110,8 @@ typedef struct gpuhal_queue_tuning_t {
    * and release cut it short; nothing's promptness depends on it. */
   int64_t completion_min_age_ns;
   /* The longest sleep of the completion thread between polls of unfinished work
-   * (0 = 200 us). */
+   * (0 = 200 us); once the oldest has run 16 times that, 1/16 of its age, at most
+   * host_wait_max_sleep_ns. */
   int64_t completion_max_sleep_ns;
   /* A submitter that issues on its own thread retires completed work itself once this many
    * actions of its queue are in flight (0 = 48; < 0 = never: harvesting off). */

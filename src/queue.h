@@ -189,6 +189,7 @@ enum {
 #define GPUHAL__SIGNAL_ISSUE_MAX 16            /* actions a host signal issues on its thread; the worker the rest */
 #define GPUHAL__RETIRE_BATCH 32                /* retired actions per wake-up of the worker */
 #define GPUHAL__COMPLETION_FIRST_SLEEP_NS 2000 /* the completion thread's first sleep between polls */
+#define GPUHAL__COMPLETION_SLEEP_FRACTION 16   /* its sleeps may reach this fraction of the oldest's age */
 #define GPUHAL__COMPLETION_NAP_NS 50000        /* its nap while work keeps coming, instead of a wake-up */
 #define GPUHAL__COMPLETION_ACTIVE_NS 2000000   /* how long after work it keeps napping */
 #define GPUHAL__HARVEST_AGE_NS 10000           /* an action is issued this long before a harvest queries it */

@@ -301,6 +301,36 @@ static void gpuhal__completion_sleep_locked(gpuhal__queue_state_t* state, int64_
   }
 }
 
+/* When the oldest action the completion thread watches was issued (INT64_MAX: none). The
+ * observing lists are the completion thread's own: no lock. */
+static int64_t gpuhal__completion_oldest_ns(gpuhal__queue_state_t* state) {
+  int64_t oldest = INT64_MAX;
+  uint32_t q;
+  for (q = 0; q < state->device->queue_count; ++q) {
+    gpuhal__list_node_t* front = state->lanes[q].observing.next;
+    if (front != &state->lanes[q].observing) {
+      int64_t t = GPUHAL__CONTAINER_OF(front, gpuhal__action_t, link)->dispatch_ns;
+      if (t < oldest) oldest = t;
+    }
+  }
+  return oldest;
+}
+
+/* The longest sleep before the next poll of running work: tuning.completion_max_sleep_ns,
+ * or, for work that has run long, 1/GPUHAL__COMPLETION_SLEEP_FRACTION of the oldest's age
+ * (at most tuning.host_wait_max_sleep_ns, the host waits' own bound). Work that runs for
+ * tens of milliseconds is then polled a few dozen times, not hundreds, and what waits on it
+ * learns of its end within a small fraction of its length. */
+static int64_t gpuhal__completion_max_sleep_ns(gpuhal__queue_state_t* state, int64_t now) {
+  int64_t cap = state->tuning.completion_max_sleep_ns, oldest = gpuhal__completion_oldest_ns(state);
+  if (oldest != INT64_MAX && now > oldest) {
+    int64_t aged = (now - oldest) / GPUHAL__COMPLETION_SLEEP_FRACTION;
+    if (aged > state->tuning.host_wait_max_sleep_ns) aged = state->tuning.host_wait_max_sleep_ns;
+    if (aged > cap) cap = aged;
+  }
+  return cap;
+}
+
 static int gpuhal__completion_observing(gpuhal__queue_state_t* state) {
   uint32_t q;
   for (q = 0; q < state->device->queue_count; ++q)
@@ -365,9 +395,11 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
     } else {
       /* Work is running on some lane: poll again after a sleep that doubles, and sooner
        * when issued work ages or a host call arrives. */
-      poll_sleep_ns = poll_sleep_ns ? poll_sleep_ns * 2 : GPUHAL__COMPLETION_FIRST_SLEEP_NS;
-      if (poll_sleep_ns > state->tuning.completion_max_sleep_ns) poll_sleep_ns = state->tuning.completion_max_sleep_ns;
+      int64_t max_sleep_ns;
       now = gpuhal_now_ns();
+      max_sleep_ns = gpuhal__completion_max_sleep_ns(state, now);
+      poll_sleep_ns = poll_sleep_ns ? poll_sleep_ns * 2 : GPUHAL__COMPLETION_FIRST_SLEEP_NS;
+      if (poll_sleep_ns > max_sleep_ns) poll_sleep_ns = max_sleep_ns;
       if (next_due > now + poll_sleep_ns) next_due = now + poll_sleep_ns;
       if (!state->threads_stop && state->idle_waiters == 0 && !gpuhal__completion_abandon_due_locked(state))
         gpuhal__completion_sleep_locked(state, next_due);

@@ -9,14 +9,14 @@
 
 /* A host wait on a value whose work is submitted polls that value's own recorded event on
  * the waiting thread (cuEventQuery) for the device's tuning.host_wait_spin_ns, then keeps
- * polling between sleeps that grow with the time already waited (1/64 of it, at least
+ * polling between sleeps that grow with the time already waited (1/16 of it, at least
  * 10 us, at most tuning.host_wait_max_sleep_ns): the wake-up comes within a small fraction
  * of the wait's length, and a long wait costs almost no CPU. A wait on values that are not
  * submitted, or on several values, sleeps on a condition variable that every advance of
  * its semaphores signals; where the values live in device-mapped memory it also reads them
  * there between sleeps (GPU signals write them directly). Every path returns every
  * reference it took, whatever the timeout. */
-#define GPUHAL__HOST_WAIT_SLEEP_FRACTION 64
+#define GPUHAL__HOST_WAIT_SLEEP_FRACTION 16
 #define GPUHAL__HOST_WAIT_MIN_SLEEP_NS 10000
 #define GPUHAL__WORD_SLAB_WORDS 4096 /* 32 KiB of value words per pinned allocation */
 /* What a failed semaphore's word holds: far enough above the value that every GPU wait on
