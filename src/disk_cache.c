@@ -99,25 +99,16 @@ static int gpuhal__disk_reserved_zero(const unsigned char* p, size_t size) {
   return 1;
 }
 
-/* Checks a whole disk-cache file held in memory and finds its payload. Pure: no I/O, no
- * allocation except for the status; safe on arbitrary bytes (the fuzzing entry point).
- * NULL and the payload (a pointer into `bytes`), or DATA_LOSS (corrupt, truncated, not
- * ours) / FAILED_PRECONDITION (another format version, or made for another key). */
-static gpuhal_status_t gpuhal__disk_cache_parse(const void* bytes, size_t size, const gpuhal__disk_key_t* expected,
-                                                const void** out_payload, size_t* out_payload_size) {
-  const unsigned char* p = (const unsigned char*)bytes;
-  gpuhal__disk_key_t found;
-  const unsigned char* payload;
-  uint64_t payload_size;
-  size_t body;
-  gpuhal__image_format_t format;
-  size_t format_size;
-  gpuhal_status_t st;
-  *out_payload = NULL;
-  *out_payload_size = 0;
-  if (!p || size < GPUHAL__DISK_HEADER_SIZE)
-    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "truncated: %zu bytes, less than the %u-byte header", size,
-                              GPUHAL__DISK_HEADER_SIZE);
+/* Checks a file's header against the file's size and the key it must have been made for:
+ * everything but the image bytes and the payload. *out_found is the header's key (its
+ * image pointing just past the header) and *out_payload_size the payload's size. */
+static gpuhal_status_t gpuhal__disk_header_check(const unsigned char* p, uint64_t size,
+                                                 const gpuhal__disk_key_t* expected, gpuhal__disk_key_t* out_found,
+                                                 uint64_t* out_payload_size) {
+  uint64_t body, payload_size;
+  if (size < GPUHAL__DISK_HEADER_SIZE)
+    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "truncated: %llu bytes, less than the %u-byte header",
+                              (unsigned long long)size, GPUHAL__DISK_HEADER_SIZE);
   if (memcmp(p, GPUHAL__DISK_MAGIC, 8) != 0)
     return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "not a gpuhal module cache file (bad magic)");
   if (gpuhal__le32(p + 8) != GPUHAL__DISK_FORMAT_VERSION)
@@ -131,27 +122,41 @@ static gpuhal_status_t gpuhal__disk_cache_parse(const void* bytes, size_t size, 
   if (!gpuhal__disk_reserved_zero(p + 60, 4) || !gpuhal__disk_reserved_zero(p + 80, 24) ||
       !gpuhal__disk_reserved_zero(p + 112, 16))
     return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "reserved header bytes are not zero");
-  gpuhal__disk_header_key(p, &found);
+  gpuhal__disk_header_key(p, out_found);
   body = size - GPUHAL__DISK_HEADER_SIZE;
   payload_size = gpuhal__le64(p + 64);
-  if (found.image_size > (uint64_t)body || payload_size != (uint64_t)body - found.image_size)
-    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS,
-                              "the header says %llu image and %llu payload bytes but the file has %zu after it",
-                              (unsigned long long)found.image_size, (unsigned long long)payload_size, body);
-  if (!expected || !gpuhal__disk_key_fields_equal(&found, expected))
+  if (out_found->image_size > body || payload_size != body - out_found->image_size)
+    return gpuhal_status_make(
+        GPUHAL_STATUS_DATA_LOSS, "the header says %llu image and %llu payload bytes but the file has %llu after it",
+        (unsigned long long)out_found->image_size, (unsigned long long)payload_size, (unsigned long long)body);
+  if (!expected || !gpuhal__disk_key_fields_equal(out_found, expected))
     return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
                               "made for another key (sm_%d%d, driver %d, compiler %u, image of %llu bytes)",
-                              (int)found.cc_major, (int)found.cc_minor, (int)found.driver_version,
-                              (unsigned)found.compiler, (unsigned long long)found.image_size);
-  if (found.image_size && (!expected->image || memcmp(found.image, expected->image, (size_t)found.image_size) != 0))
-    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
-                              "made for another image of the same size and hash (%016llx)",
-                              (unsigned long long)found.image_hash);
+                              (int)out_found->cc_major, (int)out_found->cc_minor, (int)out_found->driver_version,
+                              (unsigned)out_found->compiler, (unsigned long long)out_found->image_size);
+  if (out_found->image_size && !expected->image)
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "no image to compare the file's with");
   if (payload_size == 0) return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "empty payload");
-  payload = p + GPUHAL__DISK_HEADER_SIZE + (size_t)found.image_size;
-  if (gpuhal__hash_fast64(payload, (size_t)payload_size, GPUHAL__DISK_SEED_PAYLOAD) != gpuhal__le64(p + 72))
+  *out_payload_size = payload_size;
+  return NULL;
+}
+
+/* A stored image that differs from the one being loaded (same size and hash). */
+static gpuhal_status_t gpuhal__disk_image_mismatch(const gpuhal__disk_key_t* found) {
+  return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                            "made for another image of the same size and hash (%016llx)",
+                            (unsigned long long)found->image_hash);
+}
+
+/* Checks a payload against its header's checksum, and that it is a cubin or fatbin. */
+static gpuhal_status_t gpuhal__disk_payload_check(const unsigned char* header, const unsigned char* payload,
+                                                  size_t payload_size) {
+  gpuhal__image_format_t format;
+  size_t format_size;
+  gpuhal_status_t st;
+  if (gpuhal__hash_fast64(payload, payload_size, GPUHAL__DISK_SEED_PAYLOAD) != gpuhal__le64(header + 72))
     return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "payload checksum mismatch");
-  st = gpuhal__image_detect(payload, (size_t)payload_size, "disk cache payload", &format, &format_size);
+  st = gpuhal__image_detect(payload, payload_size, "disk cache payload", &format, &format_size);
   if (!st && format == GPUHAL__IMAGE_PTX)
     st = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "the payload is PTX text, not a cubin or fatbin");
   if (st) {
@@ -159,8 +164,6 @@ static gpuhal_status_t gpuhal__disk_cache_parse(const void* bytes, size_t size, 
     gpuhal_status_free(st);
     return wrapped;
   }
-  *out_payload = payload;
-  *out_payload_size = (size_t)payload_size;
   return NULL;
 }
 
@@ -232,39 +235,30 @@ static int gpuhal__disk_open_regular(const char* path, struct stat* st, gpuhal_s
   return fd;
 }
 
-/* Reads a whole regular file (at most GPUHAL__DISK_MAX_FILE_BYTES) into a new buffer and
- * refreshes its mtime (the LRU clock of the directory). NOT_FOUND when there is none. */
-static gpuhal_status_t gpuhal__disk_read_file(gpuhal_device_t* device, const char* path, void** out_bytes,
-                                              size_t* out_size) {
-  struct stat st;
-  unsigned char* bytes;
+/* Reads exactly `size` bytes at `offset`. 1 when all came. */
+static int gpuhal__disk_pread_all(int fd, void* out, size_t size, uint64_t offset) {
   size_t done = 0;
-  gpuhal_status_t status;
-  int fd;
-  memset(&st, 0, sizeof(st));
-  fd = gpuhal__disk_open_regular(path, &st, &status);
-  *out_bytes = NULL;
-  *out_size = 0;
-  if (fd < 0) return status;
-  if (st.st_size < 0 || (uint64_t)st.st_size > GPUHAL__DISK_MAX_FILE_BYTES) {
-    close(fd);
-    return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "not a file of a sensible size");
-  }
-  bytes = (unsigned char*)gpuhal__alloc(device->allocator, st.st_size ? (size_t)st.st_size : 1);
-  if (!bytes) {
-    close(fd);
-    return gpuhal__status_oom("a disk cache file", (size_t)st.st_size);
-  }
-  while (done < (size_t)st.st_size) {
-    ssize_t got = read(fd, bytes + done, (size_t)st.st_size - done);
+  while (done < size) {
+    ssize_t got = pread(fd, (unsigned char*)out + done, size - done, (off_t)(offset + done));
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
+    if (got <= 0) return 0;
     done += (size_t)got;
   }
-  if (done == (size_t)st.st_size) (void)futimens(fd, NULL); /* may fail on a read-only dir: fine */
-  close(fd);
-  *out_bytes = bytes;
-  *out_size = done;
+  return 1;
+}
+
+/* Compares the file's copy of the image (after the header) with `image`, through a small
+ * buffer: a hit reads the image once, into memory that is already there. */
+static gpuhal_status_t gpuhal__disk_image_compare(int fd, const gpuhal__disk_key_t* found, const void* image) {
+  unsigned char chunk[8192];
+  uint64_t at = 0;
+  while (at < found->image_size) {
+    size_t n = (size_t)GPUHAL__MIN((uint64_t)sizeof(chunk), found->image_size - at);
+    if (!gpuhal__disk_pread_all(fd, chunk, n, GPUHAL__DISK_HEADER_SIZE + at))
+      return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "the file ended while its image was read");
+    if (memcmp(chunk, (const unsigned char*)image + at, n) != 0) return gpuhal__disk_image_mismatch(found);
+    at += n;
+  }
   return NULL;
 }
 
@@ -272,15 +266,45 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__disk_lookup(gpuhal__disk_cache_t* disk, 
                                                     const char* path, void** out_file, const void** out_payload,
                                                     size_t* out_payload_size) {
   gpuhal_device_t* device = disk->device;
-  void* file = NULL;
-  size_t size = 0;
-  gpuhal_status_t st = gpuhal__disk_read_file(device, path, &file, &size);
-  if (!st) st = gpuhal__disk_cache_parse(file, size, key, out_payload, out_payload_size);
+  unsigned char header[GPUHAL__DISK_HEADER_SIZE];
+  gpuhal__disk_key_t found;
+  uint64_t payload_size = 0;
+  unsigned char* payload = NULL;
+  struct stat sb;
+  gpuhal_status_t st;
+  int fd;
+  *out_file = NULL;
+  *out_payload = NULL;
+  *out_payload_size = 0;
+  memset(header, 0, sizeof(header));
+  memset(&sb, 0, sizeof(sb));
+  fd = gpuhal__disk_open_regular(path, &sb, &st);
+  if (fd < 0) return st;
+  if (sb.st_size < 0 || (uint64_t)sb.st_size > GPUHAL__DISK_MAX_FILE_BYTES) {
+    st = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "not a file of a sensible size");
+  } else if ((uint64_t)sb.st_size >= GPUHAL__DISK_HEADER_SIZE &&
+             !gpuhal__disk_pread_all(fd, header, GPUHAL__DISK_HEADER_SIZE, 0)) {
+    st = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "the file ended while its header was read");
+  } else {
+    st = gpuhal__disk_header_check(header, (uint64_t)sb.st_size, key, &found, &payload_size);
+  }
+  if (!st) st = gpuhal__disk_image_compare(fd, &found, key->image);
+  if (!st) {
+    payload = (unsigned char*)gpuhal__alloc(device->allocator, (size_t)payload_size);
+    if (!payload) st = gpuhal__status_oom("a disk cache file's payload", (size_t)payload_size);
+  }
+  if (!st && !gpuhal__disk_pread_all(fd, payload, (size_t)payload_size, GPUHAL__DISK_HEADER_SIZE + found.image_size))
+    st = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "the file ended while its payload was read");
+  if (!st) st = gpuhal__disk_payload_check(header, payload, (size_t)payload_size);
+  if (!st) (void)futimens(fd, NULL); /* the LRU clock of the directory; may fail on a read-only dir: fine */
+  close(fd);
   if (st) {
-    gpuhal__free(device->allocator, file);
+    gpuhal__free(device->allocator, payload);
     return st;
   }
-  *out_file = file;
+  *out_file = payload;
+  *out_payload = payload;
+  *out_payload_size = (size_t)payload_size;
   return NULL;
 }
 

@@ -60,9 +60,10 @@ GPUHAL__PRIVATE int gpuhal__make_dirs(const char* path);
 
 GPUHAL__PRIVATE int gpuhal__disk_path(const gpuhal__disk_cache_t* disk, const char* name, char* out, size_t out_size);
 
-/* Looks the key up on disk. On success *out_file is the file's bytes (free it) and
- * *out_payload points into it. A missing file is NOT_FOUND; a bad one, DATA_LOSS or
- * FAILED_PRECONDITION. */
+/* Looks the key up on disk, checking the file as it reads it (header, the stored image
+ * against key->image, the payload), and refreshes its mtime on a hit. On success
+ * *out_file is a buffer to free and *out_payload the payload in it. A missing file is
+ * NOT_FOUND; a bad one, DATA_LOSS or FAILED_PRECONDITION. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__disk_lookup(gpuhal__disk_cache_t* disk, const gpuhal__disk_key_t* key,
                                                     const char* path, void** out_file, const void** out_payload,
                                                     size_t* out_payload_size);

@@ -54,4 +54,31 @@ static gpuhal_status_t gpuhal__buffer_pending_free(gpuhal_buffer_t* buffer, gpuh
   return NULL;
 }
 
+/* Checks a whole disk-cache file held in memory and finds its payload, with the checks
+ * gpuhal__disk_lookup makes while it reads a file (disk_cache.c). Pure: no I/O, no
+ * allocation except for the status; safe on arbitrary bytes (the fuzzing entry point). NULL and the payload (a
+ * pointer into `bytes`), or DATA_LOSS (corrupt, truncated, not ours) / FAILED_PRECONDITION
+ * (another format version, or made for another key or image). */
+static gpuhal_status_t gpuhal__disk_cache_parse(const void* bytes, size_t size, const gpuhal__disk_key_t* expected,
+                                                const void** out_payload, size_t* out_payload_size) {
+  const unsigned char* p = (const unsigned char*)bytes;
+  gpuhal__disk_key_t found;
+  const unsigned char* payload;
+  uint64_t payload_size = 0;
+  gpuhal_status_t st;
+  *out_payload = NULL;
+  *out_payload_size = 0;
+  if (!p) size = 0;
+  st = gpuhal__disk_header_check(p, size, expected, &found, &payload_size);
+  if (st) return st;
+  if (found.image_size && memcmp(found.image, expected->image, (size_t)found.image_size) != 0)
+    return gpuhal__disk_image_mismatch(&found);
+  payload = p + GPUHAL__DISK_HEADER_SIZE + (size_t)found.image_size;
+  st = gpuhal__disk_payload_check(p, payload, (size_t)payload_size);
+  if (st) return st;
+  *out_payload = payload;
+  *out_payload_size = (size_t)payload_size;
+  return NULL;
+}
+
 #endif /* GPUHAL_TEST_INTERNALS_H */

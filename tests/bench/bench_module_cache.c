@@ -107,7 +107,7 @@ static int child_main(const char* mode, const char* dir) {
 static int breakdown_main(const char* dir) {
   gpuhal_driver_t* driver = NULL;
   gpuhal_device_t* device;
-  size_t size = 0, checked = 0, payload_size = 0, file_size = 0;
+  size_t size = 0, checked = 0, payload_size = 0;
   char* ptx = gen_big_ptx(BIG_ENTRIES, BIG_CHAIN, &size);
   gpuhal__module_cache_t* cache;
   gpuhal__module_entry_t entry;
@@ -143,12 +143,10 @@ static int breakdown_main(const char* dir) {
   if (!gpuhal__disk_path(&cache->disk, name, path, sizeof(path)))
     die("disk path", gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "%s", name));
   t[3] = gpuhal_now_ns();
-  st = gpuhal__disk_read_file(device, path, &file, &file_size);
+  st = gpuhal__disk_lookup(&cache->disk, &key, path, &file, &payload, &payload_size);
   if (st) die("reading the cache file", st);
   t[4] = gpuhal_now_ns();
-  st = gpuhal__disk_cache_parse(file, file_size, &key, &payload, &payload_size);
-  if (st) die("checking the cache file", st);
-  t[5] = gpuhal_now_ns();
+  t[5] = t[4];
   st = gpuhal__module_load_image(device, payload, payload_size, GPUHAL__IMAGE_CUBIN, NULL, &module);
   if (st) die("loading the cubin", st);
   t[6] = gpuhal_now_ns();
@@ -170,12 +168,12 @@ static int breakdown_main(const char* dir) {
   device->cu->cuModuleUnload(module);
   gpuhal__context_leave(device, &scope);
   printf(
-      "STEP memory_key %lld\nSTEP image_check_copy %lld\nSTEP disk_key_name %lld\nSTEP file_read %lld\n"
-      "STEP file_check %lld\nSTEP cubin_load %lld\nSTEP cubin_load_again %lld\nSTEP function_lookups %lld\n"
+      "STEP memory_key %lld\nSTEP image_check_copy %lld\nSTEP disk_key_name %lld\nSTEP file_read_check %lld\n"
+      "STEP cubin_load %lld\nSTEP cubin_load_again %lld\nSTEP function_lookups %lld\n"
       "STEP cubin_bytes %lld\nRESULT %lld\n",
       (long long)(t[1] - t[0]), (long long)(t[2] - t[1]), (long long)(t[3] - t[2]), (long long)(t[4] - t[3]),
-      (long long)(t[5] - t[4]), (long long)(t[6] - t[5]), (long long)(t[8] - t[7]), (long long)(t[9] - t[8]),
-      (long long)payload_size, (long long)(t[6] - t[0]));
+      (long long)(t[6] - t[5]), (long long)(t[8] - t[7]), (long long)(t[9] - t[8]), (long long)payload_size,
+      (long long)(t[6] - t[0]));
   fflush(stdout);
   gpuhal__free(device->allocator, file);
   free(copy);
@@ -265,16 +263,15 @@ static int cmp_double(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
-enum { BREAKDOWN_STEPS = 9 };
+enum { BREAKDOWN_STEPS = 8 };
 static const char* const breakdown_steps[BREAKDOWN_STEPS] = {"memory_key",       "image_check_copy", "disk_key_name",
-                                                             "file_read",        "file_check",       "cubin_load",
-                                                             "cubin_load_again", "function_lookups", "cubin_bytes"};
+                                                             "file_read_check",  "cubin_load",       "cubin_load_again",
+                                                             "function_lookups", "cubin_bytes"};
 static const char* const breakdown_labels[BREAKDOWN_STEPS] = {
     "in-memory key (fast64 of the PTX; also names the file)",
     "image check + the entry's copy of the PTX",
     "disk key and file name (from the memory key's hash)",
-    "reading the cache file (header, the PTX, the cubin)",
-    "checking the file (header, PTX compare, checksum, cubin)",
+    "the file read and checked (header, PTX compared, cubin)",
     "loading the cubin (cuModuleLoadDataEx, first in the process)",
     "not in a load: the same cubin again (cuModuleLoadData)",
     "not in a load: cuModuleGetFunction of every kernel",

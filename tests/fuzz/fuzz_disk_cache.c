@@ -1,11 +1,11 @@
-/* libFuzzer target: the module cache's disk file reader, gpuhal__disk_cache_parse in
- * src/disk_cache.c ("pure: no I/O ... safe on arbitrary bytes"). A corrupt or foreign
- * file must be refused with DATA_LOSS / FAILED_PRECONDITION, never trusted, never read past
- * its end. So that the fuzzer gets past the checksums, inputs whose first byte is odd are
- * "repaired" first (image and payload sizes made to fit, checksums recomputed) and parsed
- * against the key their own header names (its image the file's own copy). Seeds: tests/fuzz/corpus/disk_cache. */
-#define GPUHAL_IMPLEMENTATION
-#include "gpuhal.h"
+/* libFuzzer target: the module cache's disk file checks (src/disk_cache.c), through
+ * gpuhal__disk_cache_parse in tests/test_internals.h ("pure: no I/O ... safe on arbitrary
+ * bytes"). A corrupt or foreign file must be refused with DATA_LOSS / FAILED_PRECONDITION,
+ * never trusted, never read past its end. So that the fuzzer gets past the checksums,
+ * inputs whose first byte is odd are "repaired" first (image and payload sizes made to
+ * fit, checksums recomputed) and parsed against the key their own header names (its image
+ * the file's own copy). Seeds: tests/fuzz/corpus/disk_cache. */
+#include "test_internals.h"
 
 #include <stdio.h>
 #include <stdlib.h>

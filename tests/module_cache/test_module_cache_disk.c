@@ -197,6 +197,8 @@ TU_TEST(bad_files_are_ignored_and_rebuilt) {
                                       "header only",
                                       "image byte changed (same hash)",
                                       "image size changed",
+                                      "cut inside the PTX",
+                                      "cut where the cubin starts",
                                       "padded"};
   gpuhal_driver_t* driver = mc_driver();
   gpuhal_module_cache_stats_t s;
@@ -235,6 +237,8 @@ TU_TEST(bad_files_are_ignored_and_rebuilt) {
         gpuhal__put_le64(bad + 24, gpuhal__le64(bad + 24) - 1);
         reseal_header(bad);
         break;
+      case 9: bad_size = GPUHAL__DISK_HEADER_SIZE + 10; break;
+      case 10: bad_size = GPUHAL__DISK_HEADER_SIZE + (size_t)gpuhal__le64(bad + 24); break;
       default:
         memset(bad + good_size, 0, 64);
         bad_size = good_size + 64;
