@@ -11,6 +11,26 @@ static gpuhal_status_t gpuhal__pool_set_threshold(gpuhal_device_t* device, CUmem
   return GPUHAL__CU(device->cu, cuMemPoolSetAttribute, (pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
 }
 
+/* Left to itself, CUDA may hand an allocation a block whose free is still queued on another
+ * stream and make the allocating stream wait for that free
+ * (CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, on by default): a wait between queues
+ * that nothing asked for (a queue held up by another's long work), and one a call done at
+ * once (queue_submit.c) cannot see. gpuhal's own pool turns it off; out of memory,
+ * gpuhal__pool_wait_for_frees makes such waits itself, explicitly. The device's default
+ * pool is shared with the rest of the process, so it is left as it is. */
+static void gpuhal__pool_forbid_hidden_waits(gpuhal_device_t* device) {
+  int off = 0;
+  gpuhal_status_t status = GPUHAL__CU(device->cu, cuMemPoolSetAttribute,
+                                      (device->memory->pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, &off));
+  if (status) {
+    gpuhal__log(device->logger, GPUHAL_LOG_INFO, "device %d: %s; allocas keep their events", device->ordinal,
+                gpuhal_status_message(status));
+    gpuhal_status_free(status);
+    return;
+  }
+  device->memory->no_hidden_waits = 1;
+}
+
 /* Our own pool (device-located, pinned, release threshold from the params); the device's
  * default pool when creating one fails. Runs on the worker. */
 static gpuhal_status_t gpuhal__pool_create(void* arg) {
@@ -28,6 +48,7 @@ static gpuhal_status_t gpuhal__pool_create(void* arg) {
   status = GPUHAL__CU(cu, cuMemPoolCreate, (&memory->pool, &props));
   if (!status) {
     memory->owns_pool = 1;
+    gpuhal__pool_forbid_hidden_waits(device);
   } else if (device->params.pool_max_bytes) {
     /* The default pool has no limit: falling back would drop the one asked for. */
     return gpuhal_status_annotate(status,
@@ -303,12 +324,13 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_create_pending(gpuhal_device_t* d
 }
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_pending_allocate(gpuhal_buffer_t* buffer, gpuhal_device_t* device,
-                                                                CUstream stream) {
+                                                                CUstream stream, int recover) {
   CUdeviceptr ptr = 0;
   gpuhal_status_t status;
   if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_UNALLOCATED)
     return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "queue_alloca: the buffer was already allocated");
-  status = gpuhal__pool_alloc_or_recover(device, stream, buffer->size, &ptr);
+  status = recover ? gpuhal__pool_alloc_or_recover(device, stream, buffer->size, &ptr)
+                   : gpuhal__pool_alloc_current(device, stream, buffer->size, &ptr);
   if (status && !gpuhal__status_is_oom(status))
     status = gpuhal_status_annotate(status, "queue_alloca of %llu bytes on device %d", (unsigned long long)buffer->size,
                                     device->ordinal);

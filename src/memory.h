@@ -86,6 +86,9 @@ struct gpuhal_buffer_s {
 typedef struct gpuhal__memory_state_s {
   CUmemoryPool pool; /* NULL: no pool support; pool allocations fall back to cuMemAlloc */
   int owns_pool;     /* 1: created by us (destroyed with the device); 0: the device's default pool */
+  /* 1: an allocation never makes its stream wait for another stream's free
+   * (gpuhal__pool_forbid_hidden_waits), so one on an idle stream is done when issued */
+  int no_hidden_waits;
   /* Per queue: 1 once a pool free was issued on its stream, until an alloca that ran out of
    * memory found the stream idle (atomic). Such an alloca waits for the streams still busy. */
   int32_t frees_issued[GPUHAL_MAX_QUEUES];
@@ -123,10 +126,11 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_create_pending(gpuhal_device_t* d
                                                               gpuhal_buffer_t** out_buffer);
 
 /* Issues a pending buffer's allocation on `stream` (the queue's issue of a queue_alloca,
- * context current): sets its address, then makes it LIVE. Out of memory, it recovers what
- * it can first (gpuhal__pool_alloc_or_recover); it never blocks. */
+ * context current): sets its address, then makes it LIVE. Out of memory, with `recover`,
+ * it recovers what it can first (gpuhal__pool_alloc_or_recover, which may make `stream`
+ * wait on the GPU for other queues' frees); it never blocks. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_pending_allocate(gpuhal_buffer_t* buffer, gpuhal_device_t* device,
-                                                                CUstream stream);
+                                                                CUstream stream, int recover);
 
 /* Frees `host` (cuMemFreeHost) or `address` (cuMemFree); see gpuhal__device_sync_call. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_free(gpuhal_device_t* device, void* host, CUdeviceptr address);

@@ -31,6 +31,10 @@
  *    gpuhal__put_off_begin; so is the free of queue_alloca memory never deallocated, as a
  *    worker task); module unloads, NCCL communicators and whatever a failed push leaves it
  *    hands to the worker and waits for.
+ *    An alloca or dealloca whose waits are reached, on a queue with nothing in flight or
+ *    queued ahead, is done as it is issued: the caller, holding the issue lock, makes its
+ *    pool call in a push/pop and signals from the host ("at once", queue_submit.c);
+ *    gpuhal_device_wait_idle then polls that stream (cuStreamQuery in a push/pop).
  *  - a thread in gpuhal_semaphore_signal (an application thread): a push/pop and issues (no
  *    harvest) of woken actions, its signal's among them, once the semaphore's lock is
  *    released (up to GPUHAL__SIGNAL_ISSUE_MAX, only actions a submitter may issue, only with
@@ -66,7 +70,7 @@
  * every waiter it satisfies. It is called by whoever learns that the work reaching a value is
  * done: the completion thread, a harvesting submitter, a host waiter or query that saw the
  * value's own event complete (or, waiting, its word pass the value), the host-call thread
- * after a host function, or gpuhal_semaphore_signal. GPU work never changes the value the
+ * after a host function, gpuhal_semaphore_signal, or the caller of an alloca or dealloca done at once. GPU work never changes the value the
  * host sees; it only writes the word other GPU work waits on.
  *
  * How a wait is resolved (the action's waits, in order): reached -> nothing; submitted on the
@@ -285,6 +289,7 @@ typedef struct gpuhal__queue_lane_s {
   int32_t harvest_backoff;            /* what harvest_skip is set to after a fruitless look */
   int64_t harvest_due_ns;             /* when a look pays even with few actions in flight (atomic hint) */
   int64_t last_harvest_ns;            /* when a submitter last retired work of this lane (mutex) */
+  int32_t at_once; /* a call done at once went on the stream since gpuhal_device_wait_idle last saw it run (atomic) */
 } gpuhal__queue_lane_t;
 
 typedef struct gpuhal__queue_state_s {

@@ -6,6 +6,7 @@
  * Part of the queue (its rules are at the top of queue.h). gpuhal_queue_execute lives in
  * queue_execute.c. */
 #include "queue.h"
+#include "status.h"
 
 /* ---- submission ---- */
 
@@ -241,11 +242,88 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint3
                                    GPUHAL__SUBMIT_CALLER_MAY_ISSUE | GPUHAL__SUBMIT_NOT_PROVISIONAL);
 }
 
+/* ---- calls done at once ---- */
+
+/* An alloca or dealloca whose waits are all reached, submitted while nothing is queued
+ * ahead for the worker and nothing is in flight on its queue's stream, is done when its
+ * stream-ordered call returns: the idle stream runs it at once, waits on the GPU for
+ * nothing, and the pool hands it only memory whose frees have run (never a block whose
+ * free is queued elsewhere: no_hidden_waits, memory.c). Such a call issues on
+ * the caller's thread and signals from the host (gpuhal__semaphore_signal_at_once): no
+ * action, no event, nothing for the completion side, as IREE's alloca does always (it is
+ * host-synchronous). `issue` must not make the stream wait on the GPU. 1: done; 0: take
+ * the queue's path, which also reports errors (a failed attempt changed nothing). */
+static int gpuhal__queue_issue_at_once(gpuhal_device_t* device, uint32_t queue_index, gpuhal_semaphore_list_t wait,
+                                       gpuhal_semaphore_list_t signal,
+                                       gpuhal_status_t (*issue)(void*, gpuhal_device_t*, CUstream), void* user) {
+  gpuhal__queue_state_t* state = gpuhal__queue_state(device);
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  uint32_t i;
+  if (!device->memory || !device->memory->no_hidden_waits || state->tuning.no_caller_issue || device->trace) return 0;
+  for (i = 0; i < wait.count; ++i)
+    if (!gpuhal__semaphore_reached(wait.semaphores[i], wait.values[i])) return 0;
+  if (!gpuhal__mutex_trylock(&state->issue_mutex)) return 0;
+  /* Issues are serialized by issue_mutex: under it, an empty lane stays empty. */
+  if (gpuhal__atomic_load(&state->stopping) || gpuhal__atomic_load(&state->incoming_count) ||
+      gpuhal__atomic_load(&state->lost_flag) || gpuhal__atomic_load(&state->lanes[queue_index].count)) {
+    gpuhal__mutex_unlock(&state->issue_mutex);
+    return 0;
+  }
+  status = gpuhal__context_enter(device, &scope);
+  if (!status) {
+    status = issue(user, device, device->streams[queue_index]);
+    gpuhal__context_leave(device, &scope);
+  }
+  if (!status) gpuhal__atomic_store(&state->lanes[queue_index].at_once, 1);
+  gpuhal__mutex_unlock(&state->issue_mutex);
+  if (status) {
+    gpuhal_status_free(status);
+    return 0;
+  }
+  for (i = 0; i < signal.count; ++i) gpuhal__semaphore_signal_at_once(signal.semaphores[i], signal.values[i]);
+  return 1;
+}
+
+/* gpuhal_device_wait_idle's part for calls done at once: they leave no action to wait for, so
+ * their streams are polled (in a push/pop) until what was issued there has run. Work
+ * issued there after them was waited for as actions, so this is short. */
+static gpuhal_status_t gpuhal__queue_wait_at_once(gpuhal__queue_state_t* state, gpuhal_timeout_t timeout) {
+  gpuhal_device_t* device = state->device;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status = NULL;
+  uint32_t i;
+  for (i = 0; i < device->queue_count && !status; ++i) {
+    gpuhal__backoff_t backoff = gpuhal__backoff(1000, 1000000);
+    CUresult r;
+    if (!gpuhal__atomic_exchange(&state->lanes[i].at_once, 0)) continue;
+    GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+    while ((r = device->cu->cuStreamQuery(device->streams[i])) == CUDA_ERROR_NOT_READY &&
+           !gpuhal__timeout_expired(timeout))
+      gpuhal__backoff_sleep(&backoff);
+    gpuhal__context_leave(device, &scope);
+    if (r == CUDA_ERROR_NOT_READY) {
+      gpuhal__atomic_store(&state->lanes[i].at_once, 1);
+      status =
+          gpuhal_status_make(GPUHAL_STATUS_DEADLINE_EXCEEDED,
+                             "gpuhal_device_wait_idle: queue %u's stream was still busy when the timeout passed", i);
+    } else if (r != CUDA_SUCCESS) {
+      status = gpuhal__cuda_status(device->cu, r, "cuStreamQuery", __FILE__, __LINE__);
+    }
+  }
+  return status;
+}
+
 /* ---- alloca / dealloca ---- */
 /* The address is assigned here, on the worker, when the allocation is issued; command
  * buffers that name the buffer resolve it when they are issued after this. */
 static gpuhal_status_t gpuhal__alloca_issue(void* user, gpuhal_device_t* device, CUstream stream) {
-  return gpuhal__buffer_pending_allocate((gpuhal_buffer_t*)user, device, stream);
+  return gpuhal__buffer_pending_allocate((gpuhal_buffer_t*)user, device, stream, 1);
+}
+/* Done as issued: out of memory it leaves the recovery (which may wait on the GPU for other
+ * queues' frees) to the queue's path. */
+static gpuhal_status_t gpuhal__alloca_issue_at_once(void* user, gpuhal_device_t* device, CUstream stream) {
+  return gpuhal__buffer_pending_allocate((gpuhal_buffer_t*)user, device, stream, 0);
 }
 static gpuhal_status_t gpuhal__dealloca_issue(void* user, gpuhal_device_t* device, CUstream stream) {
   gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)user;
@@ -288,6 +366,10 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_alloca(gpuhal_device_t* device, uint32_t
     gpuhal__queue_fail_signals(signal, status, "alloca", device->ordinal, queue);
     return status;
   }
+  if (gpuhal__queue_issue_at_once(device, queue, wait, signal, gpuhal__alloca_issue_at_once, buffer)) {
+    *out_buffer = buffer;
+    return NULL;
+  }
   gpuhal__buffer_retain_ref(buffer); /* the action's reference */
   status = gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__alloca_ops, buffer, NULL, NULL,
                                      gpuhal__pool_submit_flags(device));
@@ -318,6 +400,7 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32
       return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
                                 "gpuhal_queue_dealloca: argument 'buffer' already has a dealloca queued");
   }
+  if (gpuhal__queue_issue_at_once(device, queue, wait, signal, gpuhal__dealloca_issue, buffer)) return NULL;
   gpuhal__buffer_retain_ref(buffer);
   status = gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__dealloca_ops, buffer, NULL, NULL,
                                      gpuhal__pool_submit_flags(device) | GPUHAL__SUBMIT_NOT_PROVISIONAL);
@@ -367,6 +450,7 @@ GPUHAL_API gpuhal_status_t gpuhal_device_wait_idle(gpuhal_device_t* device, gpuh
   state->idle_waiters--;
   if (!result && state->lost) result = gpuhal_status_clone(state->lost);
   gpuhal__mutex_unlock(&state->mutex);
+  if (!result) result = gpuhal__queue_wait_at_once(state, timeout);
   return result;
 }
 

@@ -541,24 +541,30 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_query(gpuhal_semaphore_t* semaphore,
   return failure;
 }
 
-GPUHAL_API gpuhal_status_t gpuhal_semaphore_signal(gpuhal_semaphore_t* semaphore, uint64_t value) {
+/* A signal made on the host: the value is stored, its waiters woken, and the actions that
+ * woke are issued on this thread once the lock is released. From gpuhal_semaphore_signal
+ * (`by_queue` 0: a failed semaphore or a value not above the current one is an error) or a
+ * queue call done as it was issued (gpuhal__semaphore_signal_at_once: those are ignored, as
+ * an action's signal ignores them). */
+static gpuhal_status_t gpuhal__semaphore_signal_host(gpuhal_semaphore_t* semaphore, uint64_t value, int by_queue) {
   gpuhal_status_t result = NULL;
   gpuhal__signal_after_t after;
   uint32_t i;
-  GPUHAL__CHECK_OBJECT(semaphore, GPUHAL__MAGIC_SEMAPHORE);
   after.count = 0;
   gpuhal__mutex_lock(&semaphore->mutex);
   if (semaphore->failure) {
-    result = gpuhal_status_annotate(gpuhal_status_clone(semaphore->failure),
-                                    "gpuhal_semaphore_signal: the semaphore has failed");
+    if (!by_queue)
+      result = gpuhal_status_annotate(gpuhal_status_clone(semaphore->failure),
+                                      "gpuhal_semaphore_signal: the semaphore has failed");
   } else if (value <= semaphore->value) {
-    result = gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
-                                "gpuhal_semaphore_signal: argument 'value' (%llu) must be above the current "
-                                "value (%llu): timeline values only grow",
-                                (unsigned long long)value, (unsigned long long)semaphore->value);
+    if (!by_queue)
+      result = gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                                  "gpuhal_semaphore_signal: argument 'value' (%llu) must be above the current "
+                                  "value (%llu): timeline values only grow",
+                                  (unsigned long long)value, (unsigned long long)semaphore->value);
   } else {
     gpuhal__semaphore_store_locked(semaphore, value);
-    if (semaphore->queue_signalled) gpuhal__atomic_store(&semaphore->queue_signalled, 0);
+    if (semaphore->queue_signalled != by_queue) gpuhal__atomic_store(&semaphore->queue_signalled, by_queue);
     gpuhal__semaphore_drop_completed_timepoints_locked(semaphore);
     semaphore->after = &after;
     gpuhal__semaphore_notify_locked(semaphore, 0);
@@ -568,6 +574,19 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_signal(gpuhal_semaphore_t* semaphore
   /* Each call keeps what its arg points to alive until it ran (gpuhal__queue_issue_woken). */
   for (i = 0; i < after.count; ++i) after.calls[i].run(after.calls[i].arg);
   return result;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_semaphore_signal(gpuhal_semaphore_t* semaphore, uint64_t value) {
+  GPUHAL__CHECK_OBJECT(semaphore, GPUHAL__MAGIC_SEMAPHORE);
+  return gpuhal__semaphore_signal_host(semaphore, value, 0);
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_signal_at_once(gpuhal_semaphore_t* s, uint64_t value) {
+  gpuhal__semaphore_signal_host(s, value, 1);
+}
+
+GPUHAL__PRIVATE int gpuhal__semaphore_reached(gpuhal_semaphore_t* s, uint64_t value) {
+  return gpuhal__atomic_load(&s->failure) == NULL && gpuhal__atomic_load(&s->value) >= value;
 }
 
 GPUHAL_API void gpuhal_semaphore_fail(gpuhal_semaphore_t* semaphore, gpuhal_status_t cause) {

@@ -194,6 +194,15 @@ GPUHAL__PRIVATE int gpuhal__semaphore_covered_on_stream(gpuhal_semaphore_t* s, u
  * The completion path and host waiters that saw the event complete call this. */
 GPUHAL__PRIVATE void gpuhal__semaphore_advance(gpuhal_semaphore_t* s, uint64_t value);
 
+/* A queue call done as it was issued (gpuhal__queue_issue_at_once) signals `value` from the
+ * host: as gpuhal_semaphore_signal, but a failed semaphore or a value not above the current
+ * one is ignored (as an action's signal ignores them), and the signal counts as queue work's
+ * (queue_signalled). */
+GPUHAL__PRIVATE void gpuhal__semaphore_signal_at_once(gpuhal_semaphore_t* s, uint64_t value);
+
+/* Without the lock: 1 when `value` is reached and `s` has not failed. */
+GPUHAL__PRIVATE int gpuhal__semaphore_reached(gpuhal_semaphore_t* s, uint64_t value);
+
 /* A queue action starts issuing a signal of `s` (before its work's event is recorded).
  * Returns the device address of the word when a wait armed it for a value not reached yet
  * (armed_until), or with `always` (work behind a GPU wait, whose end is the host's to

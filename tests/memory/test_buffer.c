@@ -136,7 +136,7 @@ static gpuhal_status_t pending_on_worker(void* arg) {
   pending_call_t* c = (pending_call_t*)arg;
   gpuhal_device_t* device = c->buffer->device;
   gpuhal_status_t s = c->free_it ? gpuhal__buffer_pending_free(c->buffer, device, device->streams[0])
-                                 : gpuhal__buffer_pending_allocate(c->buffer, device, device->streams[0]);
+                                 : gpuhal__buffer_pending_allocate(c->buffer, device, device->streams[0], 1);
   if (!s) s = GPUHAL__CU(device->cu, cuStreamSynchronize, (device->streams[0]));
   return s;
 }

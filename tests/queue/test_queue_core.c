@@ -401,6 +401,71 @@ TU_TEST(independent_queues_do_not_wait_for_each_other) {
   qc_fixture_close(&f);
 }
 
+/* An alloca or dealloca whose waits are reached, on a queue with nothing in flight, is done
+ * as it is issued ("at once", queue_submit.c): its signal is reached when the call returns.
+ * Behind work in flight on its own queue it is not: stream order holds there (the pool may
+ * hand it memory that work still uses, freed behind it), so its signal comes after that
+ * work, while other queues' calls are still done at once. gpuhal_device_wait_idle covers such
+ * frees: the pool holds nothing in use after it. */
+TU_TEST(alloca_settles_at_once_only_on_an_idle_queue) {
+  qc_fixture_t f;
+  qc_blocker_t blocker;
+  gpuhal_semaphore_t *l = NULL, *s = NULL, *t = NULL;
+  gpuhal_buffer_t *a = NULL, *b = NULL, *c = NULL;
+  gpuhal_memory_stats_t stats;
+  uint64_t v[5] = {0, 1, 2, 3, 4}, address = 0;
+  int pool;
+  if (!qc_fixture_open(&f, 2)) TU_SKIP("no device or test kernels");
+  pool = f.device->memory && f.device->memory->pool; /* without one the worker allocates */
+  l = qc_semaphore(&f);
+  s = qc_semaphore(&f);
+  t = qc_semaphore(&f);
+  TU_REQUIRE(l && s && t);
+  TU_REQUIRE(qc_blocker_start(&f, &blocker, 1, l));
+  /* queue 0 is idle */
+  TU_CHECK_OK(
+      gpuhal_queue_alloca(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &v[1]), 4096, &a));
+  if (pool) TU_CHECK_EQ_INT(qc_query(s), 1);
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, 1, qt_seconds(QC_WAIT_S)));
+  if (a) TU_CHECK_OK(gpuhal_buffer_device_address(a, &address));
+  TU_CHECK(address != 0);
+  if (a)
+    TU_CHECK_OK(gpuhal_queue_dealloca(f.device, 0, gpuhal_semaphore_list_one(&s, &v[1]),
+                                      gpuhal_semaphore_list_one(&s, &v[2]), a));
+  if (pool) TU_CHECK_EQ_INT(qc_query(s), 2);
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, 2, qt_seconds(QC_WAIT_S)));
+  /* queue 1 runs the blocker: its alloca and dealloca wait behind it */
+  TU_CHECK_OK(gpuhal_queue_alloca(f.device, 1, gpuhal_semaphore_list_one(&s, &v[2]),
+                                  gpuhal_semaphore_list_one(&s, &v[3]), 4096, &b));
+  if (b)
+    TU_CHECK_OK(gpuhal_queue_dealloca(f.device, 1, gpuhal_semaphore_list_one(&s, &v[3]),
+                                      gpuhal_semaphore_list_one(&s, &v[4]), b));
+  /* while queue 0's are still done at once */
+  TU_CHECK_OK(
+      gpuhal_queue_alloca(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&t, &v[1]), 4096, &c));
+  if (pool) TU_CHECK_EQ_INT(qc_query(t), 1);
+  if (c)
+    TU_CHECK_OK(gpuhal_queue_dealloca(f.device, 0, gpuhal_semaphore_list_one(&t, &v[1]),
+                                      gpuhal_semaphore_list_one(&t, &v[2]), c));
+  TU_CHECK_OK(gpuhal_semaphore_wait(t, 2, qt_seconds(QC_WAIT_S)));
+  qc_sleep_ms(20);
+  TU_CHECK_EQ_INT(qc_query(s), 2);
+  TU_CHECK_EQ_INT(qc_flag_out(blocker.words), 0);
+  qc_blocker_finish(&blocker, l);
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, 4, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
+  memset(&stats, 0, sizeof(stats));
+  TU_CHECK_OK(gpuhal_device_memory_stats(f.device, &stats));
+  TU_CHECK_EQ_INT(stats.pool_used, 0);
+  gpuhal_buffer_release(a);
+  gpuhal_buffer_release(b);
+  gpuhal_buffer_release(c);
+  gpuhal_semaphore_release(l);
+  gpuhal_semaphore_release(s);
+  gpuhal_semaphore_release(t);
+  qc_fixture_close(&f);
+}
+
 /* ---- 3. polls ---- */
 
 enum { QC_POLLS = 5000 };

@@ -422,7 +422,8 @@ TU_TEST(signals_race_device_release) {
  * gate, CUDA's pool could hand its block to the new allocation and make that stream wait for
  * the free (CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES; softcuda does the same): the
  * allocation would wait for the gate, which the application signals only after it. A
- * dealloca therefore never waits on the GPU for a value not submitted. */
+ * dealloca therefore never waits on the GPU for a value not submitted. (gpuhal's own pool
+ * has that attribute off; the default pool, used when creating one fails, keeps it.) */
 TU_TEST(free_behind_a_wait_does_not_hold_up_allocations) {
   qw_fixture_t f;
   gpuhal_semaphore_t *gate = NULL, *made = NULL, *freed = NULL, *second = NULL;

@@ -220,8 +220,9 @@ static int sc_stream_follows(const sc_stream* s, const sc_stream* t, uint64_t se
  * that addresses are otherwise as before.
  * With `internal` (CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES), a block whose free
  * s is not ordered after may be taken too: as CUDA does, s then waits for that free (a
- * dependency the application never asked for, which CUDA inserts rather than grow the
- * pool; with SOFTCUDA_POOL_INTERNAL_REUSE=1 softcuda does it first, so tests meet it). */
+ * dependency the application never asked for, which CUDA inserts rather than fail, as an
+ * H200 does for a full pool; with SOFTCUDA_POOL_INTERNAL_REUSE=1 softcuda does it before
+ * growing the pool too, so tests meet it). */
 static sc_block* sc_pool_take_pending_locked(sc_pool* p, sc_stream* s, size_t need, int internal) {
   size_t i;
   for (i = 0; i < sc.nallocs; ++i) {
@@ -258,7 +259,11 @@ static CUresult sc_pool_alloc_locked(sc_pool* p, sc_stream* s, size_t bytes, uin
   if (!b) {
     if (need < bytes) return CUDA_ERROR_OUT_OF_MEMORY; /* the rounding wrapped: a size near SIZE_MAX */
     r = sc_pool_grow_locked(p, need, &b);
-    if (r != CUDA_SUCCESS && !(b = sc_pool_take_pending_locked(p, s, need, 0))) return r;
+    /* Full: a pending free this stream is ordered after, else (as CUDA does with the
+     * attribute on) one it is made to wait for. */
+    if (r != CUDA_SUCCESS && !(b = sc_pool_take_pending_locked(p, s, need, 0)) &&
+        !(p->reuse_internal && (b = sc_pool_take_pending_locked(p, s, need, 1))))
+      return r;
   }
   a = (sc_alloc*)sc_xcalloc(1, sizeof(sc_alloc));
   a->base = (uintptr_t)b->p;
