@@ -198,8 +198,10 @@ static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstrea
     gpuhal_semaphore_t* s = a->signals[i].semaphore;
     /* Work behind a GPU wait ends when the host signals: its waiters read the word. So do
      * host waiters that registered before this signal was submitted (wants_word). */
-    uint64_t* spare = a->provisional || gpuhal__semaphore_wants_word(s) ? gpuhal__action_spare_word(a->state, s) : NULL;
-    CUdeviceptr word = gpuhal__semaphore_signal_begin(s, &spare, a->provisional);
+    uint64_t value = a->signals[i].value;
+    uint64_t* spare =
+        a->provisional || gpuhal__semaphore_wants_word(s, value) ? gpuhal__action_spare_word(a->state, s) : NULL;
+    CUdeviceptr word = gpuhal__semaphore_signal_begin(s, value, &spare, a->provisional);
     gpuhal__action_spare_word_return(a->state, spare);
     begun++;
     a->signals[i].word_written = word != 0;

@@ -281,11 +281,24 @@ static void gpuhal__semaphore_install_word_locked(gpuhal_semaphore_t* s, uint64_
   *spare_word = NULL;
 }
 
-GPUHAL__PRIVATE int gpuhal__semaphore_wants_word(gpuhal_semaphore_t* s) {
-  return !gpuhal__atomic_load(&s->word) && gpuhal__atomic_load(&s->armed_until) > gpuhal__atomic_load(&s->value);
+/* Without the lock (or under it): whether a signal to `value` may satisfy an armed wait. */
+static int gpuhal__semaphore_armed_for(gpuhal_semaphore_t* s, uint64_t value) {
+  uint64_t now = gpuhal__atomic_load(&s->value), low = gpuhal__atomic_load(&s->armed_low);
+  return gpuhal__atomic_load(&s->armed_until) > now && (low <= now || value >= low);
 }
 
-GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s, uint64_t** spare_word, int always) {
+/* Under the lock: a wait arms `s` for `value` (above the current value). */
+static void gpuhal__semaphore_arm_locked(gpuhal_semaphore_t* s, uint64_t value) {
+  if (value > s->armed_until) gpuhal__atomic_store(&s->armed_until, value);
+  if (s->armed_low <= s->value || value < s->armed_low) gpuhal__atomic_store(&s->armed_low, value);
+}
+
+GPUHAL__PRIVATE int gpuhal__semaphore_wants_word(gpuhal_semaphore_t* s, uint64_t value) {
+  return !gpuhal__atomic_load(&s->word) && gpuhal__semaphore_armed_for(s, value);
+}
+
+GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s, uint64_t value, uint64_t** spare_word,
+                                                           int always) {
   CUdeviceptr armed;
   int wanted;
   if (!*spare_word) {
@@ -297,12 +310,11 @@ GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s
     volatile uint64_t* word;
     gpuhal__atomic_add(&s->signalling, 1u);
     word = gpuhal__atomic_load(&s->word);
-    return word && (always || gpuhal__atomic_load(&s->armed_until) > gpuhal__atomic_load(&s->value)) ? s->word_address
-                                                                                                     : 0;
+    return word && (always || gpuhal__semaphore_armed_for(s, value)) ? s->word_address : 0;
   }
   gpuhal__mutex_lock(&s->mutex);
   gpuhal__atomic_add(&s->signalling, 1u);
-  wanted = always || s->armed_until > s->value;
+  wanted = always || gpuhal__semaphore_armed_for(s, value);
   if (wanted) gpuhal__semaphore_install_word_locked(s, spare_word);
   armed = s->word && wanted ? s->word_address : 0;
   gpuhal__mutex_unlock(&s->mutex);
@@ -421,13 +433,12 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
     }
     /* No refusal while a signal is being issued: that signal's timepoint then says its work
      * does not write the word, and the host waiter queries its event instead. */
-    if (state == GPUHAL__WAIT_PENDING && q->host_arm && q->waiter && !gpuhal__semaphore_waiter_registered(q->waiter) &&
-        value > s->armed_until)
-      gpuhal__atomic_store(&s->armed_until, value);
+    if (state == GPUHAL__WAIT_PENDING && q->host_arm && q->waiter && !gpuhal__semaphore_waiter_registered(q->waiter))
+      gpuhal__semaphore_arm_locked(s, value);
     if (state == GPUHAL__WAIT_PENDING && q->spare_word && !gpuhal__atomic_load(&s->signalling)) {
       gpuhal__semaphore_install_word_locked(s, &q->spare_word);
       q->word_address = s->word_address;
-      if (value > s->armed_until) gpuhal__atomic_store(&s->armed_until, value);
+      gpuhal__semaphore_arm_locked(s, value);
       state = GPUHAL__WAIT_ARMED;
     } else if (state == GPUHAL__WAIT_PENDING) {
       /* Not armed while a signal is being issued (see gpuhal__semaphore_signal_begin): the

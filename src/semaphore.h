@@ -132,6 +132,11 @@ struct gpuhal_semaphore_s {
    * enqueue): past it no wait needs their writes, and host advances keep raising the word
    * for the waits armed later. Written under the mutex, read atomically. */
   uint64_t armed_until;
+  /* The lowest value armed since the value last passed it (a wait armed for 10 and one for 20:
+   * 10; once 10 is reached it is stale until the next arming sets it): a signal below it
+   * satisfies no armed wait, so its work need not write the word. Stale, every signal below
+   * armed_until writes. Written under the mutex, read atomically. */
+  uint64_t armed_low;
   /* 1 when the latest signal came from queue work (a published timepoint), 0 when from the
    * host (gpuhal_semaphore_signal) or none came yet. Only a value the host is expected to
    * signal is worth a GPU wait: one that queue work signals is awaited on the host until
@@ -203,19 +208,21 @@ GPUHAL__PRIVATE void gpuhal__semaphore_signal_at_once(gpuhal_semaphore_t* s, uin
 /* Without the lock: 1 when `value` is reached and `s` has not failed. */
 GPUHAL__PRIVATE int gpuhal__semaphore_reached(gpuhal_semaphore_t* s, uint64_t value);
 
-/* A queue action starts issuing a signal of `s` (before its work's event is recorded).
- * Returns the device address of the word when a wait armed it for a value not reached yet
- * (armed_until), or with `always` (work behind a GPU wait, whose end is the host's to
+/* A queue action starts issuing a signal of `s` to `value` (before its work's event is
+ * recorded). Returns the device address of the word when a wait armed it for a value not
+ * reached yet that `value` may satisfy (armed_until, armed_low), or with `always` (work behind a GPU wait, whose end is the host's to
  * learn: host waits then read the word), else 0. When the word is wanted and `s` has none,
  * it takes *spare_word (setting it to NULL). The work must then write its value there
  * before the event, so that whoever sees the event complete (and may store a higher value,
  * as a host call after it does) comes after the write. Until
  * gpuhal__semaphore_add_timepoint or gpuhal__semaphore_signal_end, no wait arms `s`. */
-GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s, uint64_t** spare_word, int always);
+GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s, uint64_t value, uint64_t** spare_word,
+                                                           int always);
 
-/* Without the lock: 1 when a wait armed `s` for a value above its own but it has no word
- * yet: the issue of its next signal should bring a spare word to signal_begin. */
-GPUHAL__PRIVATE int gpuhal__semaphore_wants_word(gpuhal_semaphore_t* s);
+/* Without the lock: 1 when a wait armed `s` for a value above its own that a signal to
+ * `value` may satisfy, but `s` has no word yet: that signal's issue should bring a spare word
+ * to signal_begin. */
+GPUHAL__PRIVATE int gpuhal__semaphore_wants_word(gpuhal_semaphore_t* s, uint64_t value);
 
 /* A GPU wait on the word was enqueued by an issue that then failed: nothing will see that
  * wait end, so the word is never handed to another semaphore. */

@@ -214,6 +214,62 @@ TU_TEST(early_host_waiter_reads_the_word) {
   qc_fixture_close(&f);
 }
 
+/* A host waiter for the end of a run of signals (armed for 6 before any is submitted) needs
+ * only the signal that reaches 6 to write the word: the five before it satisfy no armed wait
+ * and write nothing (armed_low; each write costs several event records to enqueue). */
+TU_TEST(early_host_waiter_for_a_later_value_gets_one_write) {
+  qc_fixture_t f;
+  gpuhal__cuda_symbols_t* cu;
+  gpuhal_semaphore_t* t = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_buffer_t* counter = NULL;
+  gpuhal_arg_t arg;
+  uint32_t zero = 0, count = 0;
+  uint64_t v;
+  int32_t writes_before;
+  qc_early_wait_t w;
+  qc_async_t waiter;
+  int64_t deadline;
+  if (!qc_fixture_open(&f, 1)) TU_SKIP("no device or test kernels");
+  cu = (gpuhal__cuda_symbols_t*)f.device->cu;
+  t = qc_semaphore(&f);
+  TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 4, &counter));
+  if (counter) TU_CHECK_OK(gpuhal_buffer_write(counter, 0, &zero, 4));
+  arg = gpuhal_arg_buffer(counter, 0);
+  TU_CHECK_OK(qc_record_dispatch(f.device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, f.atomic_inc,
+                                 1, 1, 1, &arg, &cb));
+  TU_REQUIRE(t && cb);
+  qc_write_orig = cu->cuStreamWriteValue64;
+  if (qc_write_orig) cu->cuStreamWriteValue64 = qc_write_counted;
+  writes_before = __atomic_load_n(&qc_word_writes, __ATOMIC_SEQ_CST);
+  w.s = t;
+  w.value = 6;
+  w.status = NULL;
+  TU_REQUIRE(qc_async_start(&waiter, qc_early_wait_fn, &w));
+  deadline = gpuhal_now_ns() + (int64_t)QC_WAIT_S * 1000000000ll;
+  if (f.driver->memops)
+    while (__atomic_load_n(&t->armed_until, __ATOMIC_SEQ_CST) < 6 && gpuhal_now_ns() < deadline) qc_sleep_ms(1);
+  else
+    qc_sleep_ms(5);
+  for (v = 1; v <= 6; ++v)
+    TU_CHECK_OK(
+        gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&t, &v), cb, NULL));
+  TU_CHECK(qc_async_wait(&waiter, QC_WAIT_S * 1000));
+  qc_async_join(&waiter, "early waiter");
+  TU_CHECK_OK(w.status);
+  TU_CHECK_EQ_INT(qc_query(t), 6);
+  TU_CHECK_EQ_INT(__atomic_load_n(&qc_word_writes, __ATOMIC_SEQ_CST) - writes_before,
+                  f.driver->memops && qc_write_orig ? 1 : 0);
+  if (qc_write_orig) cu->cuStreamWriteValue64 = qc_write_orig;
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
+  if (counter) TU_CHECK_OK(gpuhal_buffer_read(counter, 0, &count, 4));
+  TU_CHECK_EQ_INT(count, 6);
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(counter);
+  gpuhal_semaphore_release(t);
+  qc_fixture_close(&f);
+}
+
 /* A host-call hop of the chain checks that its predecessor's value is already there. */
 typedef struct qc_hop_check_s {
   gpuhal_semaphore_t* timeline;
@@ -811,7 +867,8 @@ TU_TEST(device_release_ignores_other_devices_work) {
 /* The polls case last: on a core with the defect its release hangs and the watchdog ends the
  * process, which would keep the cases after it from running. */
 TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
-        TU_CASE(early_host_waiter_reads_the_word), TU_CASE(reverse_chain_three_queues),
+        TU_CASE(early_host_waiter_reads_the_word), TU_CASE(early_host_waiter_for_a_later_value_gets_one_write),
+        TU_CASE(reverse_chain_three_queues), TU_CASE(alloca_settles_at_once_only_on_an_idle_queue),
         TU_CASE(independent_queues_do_not_wait_for_each_other), TU_CASE(failed_entry_ends_wait_host),
         TU_CASE(failed_entry_ends_wait_device), TU_CASE(host_call_releases_last_device_reference),
         TU_CASE(device_release_ignores_other_devices_work), TU_CASE(polls_leave_nothing_behind))
