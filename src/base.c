@@ -179,6 +179,13 @@ GPUHAL__PRIVATE int gpuhal__timeout_expired(gpuhal_timeout_t t) {
   return gpuhal_now_ns() >= t.deadline_ns;
 }
 
+GPUHAL__PRIVATE void gpuhal__label_copy(char* out, const char* label) {
+  size_t n = label ? strlen(label) : 0;
+  if (n > GPUHAL_LABEL_MAX - 1) n = GPUHAL_LABEL_MAX - 1;
+  if (n) memcpy(out, label, n);
+  out[n] = '\0';
+}
+
 GPUHAL__PRIVATE void gpuhal__sleep_ns(int64_t ns) {
   struct timespec ts;
   if (ns <= 0) return;

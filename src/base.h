@@ -30,6 +30,10 @@ typedef enum gpuhal_status_code_e {
 
 typedef struct gpuhal_status_s* gpuhal_status_t;
 
+/* The longest label (gpuhal_semaphore_set_label, gpuhal_command_buffer_set_label) kept,
+ * with its terminating NUL; longer ones are cut. */
+#define GPUHAL_LABEL_MAX 48
+
 /* The code of a status; GPUHAL_STATUS_OK for NULL. */
 GPUHAL_API gpuhal_status_code_t gpuhal_status_code(gpuhal_status_t status);
 /* The whole message, original cause first: "CODE: cause; context; more context".

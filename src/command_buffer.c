@@ -454,6 +454,12 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_resolve_args(gpuhal_command_buffer_t*
   return NULL;
 }
 
+GPUHAL_API gpuhal_status_t gpuhal_command_buffer_set_label(gpuhal_command_buffer_t* command_buffer, const char* label) {
+  GPUHAL__CHECK_OBJECT(command_buffer, GPUHAL__MAGIC_COMMAND_BUFFER);
+  gpuhal__label_copy(command_buffer->label, label);
+  return NULL;
+}
+
 GPUHAL_API void gpuhal_command_buffer_retain(gpuhal_command_buffer_t* command_buffer) {
   if (!gpuhal__object_is_live(command_buffer, GPUHAL__MAGIC_COMMAND_BUFFER)) return;
   gpuhal__object_user_retain(&command_buffer->object);

@@ -106,6 +106,10 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_create(gpuhal_device_t* device,
                                                         uint32_t binding_slots,
                                                         gpuhal_command_buffer_t** out_command_buffer);
 GPUHAL_API void gpuhal_command_buffer_retain(gpuhal_command_buffer_t* command_buffer);
+/* Names the command buffer's executes in reports (gpuhal_driver_report_pending); `label` is
+ * copied (at most GPUHAL_LABEL_MAX - 1 bytes), NULL or "" removes it. Set it before the
+ * command buffer is executed. */
+GPUHAL_API gpuhal_status_t gpuhal_command_buffer_set_label(gpuhal_command_buffer_t* command_buffer, const char* label);
 /* Releasing NULL is a no-op. Executes in flight keep the command buffer alive. */
 GPUHAL_API void gpuhal_command_buffer_release(gpuhal_command_buffer_t* command_buffer);
 /* Starts recording; a command buffer is recorded once. */
@@ -261,7 +265,8 @@ typedef struct gpuhal__cb_backend_s {
 
 struct gpuhal_command_buffer_s {
   gpuhal__object_t object;
-  gpuhal_device_t* device; /* retained */
+  gpuhal_device_t* device;      /* retained */
+  char label[GPUHAL_LABEL_MAX]; /* gpuhal_command_buffer_set_label; "" without one */
   gpuhal_command_buffer_flags_t flags;
   uint32_t binding_slots;
   gpuhal__cb_state_t state;

@@ -327,6 +327,11 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
     return status;
   }
   driver->memops = gpuhal__driver_supports_memops(driver, options);
+  {
+    const char* hang = gpuhal__getenv("GPUHAL_HANG_REPORT");
+    double seconds = hang ? atof(hang) : 0.0;
+    if (seconds > 0.0 && seconds < 1e6) driver->hang_report_ns = (int64_t)(seconds * 1e9);
+  }
   driver->features = gpuhal__driver_features(driver);
   trace = options->trace_path ? options->trace_path : gpuhal__getenv("GPUHAL_TRACE");
   if (trace) snprintf(driver->trace_path, sizeof(driver->trace_path), "%s", trace);

@@ -239,7 +239,8 @@ struct gpuhal_driver_s {
   /* Semaphore value words (semaphore.h): slabs of pinned, device-mapped memory, made on
    * first use in the primary context of the device that needed one; the driver keeps that
    * context retained until it frees the slab. */
-  int memops; /* GPUHAL_FEATURE_SEMAPHORE_MEMOPS */
+  int memops;             /* GPUHAL_FEATURE_SEMAPHORE_MEMOPS */
+  int64_t hang_report_ns; /* GPUHAL_HANG_REPORT: a host wait this long logs the pending report (0: never) */
   /* Queue work in flight that may wait on the GPU for a value, on any device, and the calls
    * that wait for a whole context put off meanwhile (memory.h, gpuhal__device_sync_call).
    * Driver-wide: gpuhal devices of one ordinal share its primary context. */
@@ -346,6 +347,7 @@ typedef struct gpuhal__hooks_s {
   void (*trace_host_call)(gpuhal_device_t* device, struct gpuhal__action_s* a, int64_t t0);
   void (*trace_action_release)(gpuhal_device_t* device, struct gpuhal__action_s* a);
   void (*trace_command)(gpuhal_device_t* device, CUstream stream, const struct gpuhal__cmd_s* cmd);
+  void (*hang_report)(gpuhal_driver_t* driver, int64_t waited_ns);
 } gpuhal__hooks_t;
 
 /* The table (hooks.c): the one declaration of a function defined in a later module. */

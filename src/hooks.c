@@ -4,6 +4,7 @@
 #include "memory.h"
 #include "semaphore.h"
 #include "queue.h"
+#include "queue_execute.h"
 #include "module_cache.h"
 #include "builtin_kernels.h"
 #include "trace.h"
@@ -32,6 +33,7 @@ static const gpuhal__hooks_t gpuhal__hooks_table = {
     gpuhal__trace_host_call,
     gpuhal__trace_action_release,
     gpuhal__trace_command,
+    gpuhal__queue_hang_report,
 };
 
 GPUHAL__PRIVATE const gpuhal__hooks_t* gpuhal__hooks(void) { return &gpuhal__hooks_table; }

@@ -193,8 +193,15 @@ GPUHAL__PRIVATE void gpuhal__action_fail(gpuhal__action_t* a, gpuhal_status_t ca
   a->failure = cause;
 }
 
+GPUHAL__PRIVATE void gpuhal__action_note_done(const gpuhal__action_t* a) {
+  gpuhal__queue_lane_t* lane = &a->state->lanes[a->queue_index];
+  gpuhal__atomic_store(&lane->last_kind, a->ops->name);
+  gpuhal__atomic_store(&lane->last_done, a->submit_number);
+}
+
 GPUHAL__PRIVATE void gpuhal__action_succeed(gpuhal__action_t* a) {
   uint32_t i;
+  gpuhal__action_note_done(a);
   for (i = 0; i < a->signal_count; ++i) gpuhal__semaphore_advance(a->signals[i].semaphore, a->signals[i].value);
   /* Advancing unlinked every timepoint of the action (each is at or below the new value). */
   a->completed_ok = 1;

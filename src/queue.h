@@ -139,6 +139,17 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_alloca(gpuhal_device_t* device, uint32_t
  * signals `signal`. The call holds a reference to the buffer until then. */
 GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
                                                  gpuhal_semaphore_list_t signal, gpuhal_buffer_t* buffer);
+/* Writes a report of every queue operation of `driver` not done yet, for hangs: per device
+ * and queue, the last completed operation, then each operation not done in submission
+ * order (#number, kind, command buffer label; queued, waiting or issued), each of its waits
+ * with the value it needs, the value now and who is expected to reach it (the operation
+ * that signals it, issued work, or "nothing queued signals this value"), its signals, and
+ * any cycle of waits between operations not issued yet. Written like snprintf: at most
+ * `capacity` bytes with the NUL; *out_length (if given) receives the whole length, so a
+ * second call with a larger buffer gets all of it. GPUHAL_HANG_REPORT=<seconds> makes a host
+ * wait that has waited that long log it once (warning level). */
+GPUHAL_API gpuhal_status_t gpuhal_driver_report_pending(gpuhal_driver_t* driver, char* buffer, size_t capacity,
+                                                        size_t* out_length);
 /* Runs fn(user) on a gpuhal thread once `wait` is reached and the queue's earlier work is
  * done, then signals `signal` (or fails it with fn's error). */
 GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
@@ -257,6 +268,7 @@ typedef struct gpuhal__action_s {
   gpuhal_status_t failure;
   int64_t dispatch_ns;                  /* when it was issued */
   uint64_t seq;                         /* issue order on the device */
+  uint64_t submit_number;               /* submission order on the device, from 1 (reports) */
   struct gpuhal__trace_action_s* trace; /* trace.h: NULL when tracing is off */
   /* Storage for lists longer than the inline one; kept across reuse (grow-only), so a
    * steady state of similar submissions allocates nothing. */
@@ -289,6 +301,8 @@ typedef struct gpuhal__queue_lane_s {
   int32_t harvest_backoff;            /* what harvest_skip is set to after a fruitless look */
   int64_t harvest_due_ns;             /* when a look pays even with few actions in flight (atomic hint) */
   int64_t last_harvest_ns;            /* when a submitter last retired work of this lane (mutex) */
+  uint64_t last_done;                 /* submit_number of the last operation that completed (atomic; reports) */
+  const char* last_kind;              /* and its kind (atomic) */
   int32_t at_once; /* a call done at once went on the stream since gpuhal_device_wait_idle last saw it run (atomic) */
 } gpuhal__queue_lane_t;
 
@@ -320,6 +334,7 @@ typedef struct gpuhal__queue_state_s {
   int abandon_value_waits;        /* release: fail what GPU value waits still wait for */
   int host_call_running;          /* the host-call thread is in a function (its signals are due) */
   uint64_t dispatch_seq;          /* actions issued so far (under mutex) */
+  uint64_t submit_count;          /* actions submitted so far (atomic) */
   uint64_t harvest_looks, harvest_misses, harvested; /* statistics (atomic): queries, fruitless ones, actions */
   int threads_stop;
   gpuhal__action_t* free_actions;
@@ -404,6 +419,8 @@ GPUHAL__PRIVATE void gpuhal__action_fail(gpuhal__action_t* a, gpuhal_status_t ca
 
 /* The work reached its values: advance them (host calls: after their function ran). */
 GPUHAL__PRIVATE void gpuhal__action_succeed(gpuhal__action_t* a);
+/* Records `a` as its queue's last completed operation (reports). */
+GPUHAL__PRIVATE void gpuhal__action_note_done(const gpuhal__action_t* a);
 
 /* Marks the device lost (first cause wins) and kicks the pump so pending work fails fast. */
 GPUHAL__PRIVATE void gpuhal__queue_mark_lost(gpuhal__queue_state_t* state, gpuhal_status_t cause);

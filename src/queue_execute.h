@@ -13,4 +13,8 @@
 /* The command buffer a queue action executes; NULL when it is no execute. */
 GPUHAL__PRIVATE const gpuhal_command_buffer_t* gpuhal__action_command_buffer(const gpuhal__action_t* a);
 
+/* GPUHAL_HANG_REPORT (queue_report.c): a host wait has waited `waited_ns`; logs the
+ * driver's pending report at warning level. */
+GPUHAL__PRIVATE void gpuhal__queue_hang_report(gpuhal_driver_t* driver, int64_t waited_ns);
+
 #endif /* GPUHAL_SRC_QUEUE_EXECUTE_H */

@@ -62,6 +62,7 @@ static void gpuhal__action_complete_ok(gpuhal__action_t* a, int skip_advance) {
     gpuhal__action_fail(a, failed);
   } else if (skip_advance) {
     a->completed_ok = 1; /* its timepoint goes with the later action's advance */
+    gpuhal__action_note_done(a);
     if (a->ops->complete) a->ops->complete(a->user, NULL);
   } else {
     gpuhal__action_succeed(a);

@@ -600,6 +600,12 @@ GPUHAL__PRIVATE int gpuhal__semaphore_reached(gpuhal_semaphore_t* s, uint64_t va
   return gpuhal__atomic_load(&s->failure) == NULL && gpuhal__atomic_load(&s->value) >= value;
 }
 
+GPUHAL_API gpuhal_status_t gpuhal_semaphore_set_label(gpuhal_semaphore_t* semaphore, const char* label) {
+  GPUHAL__CHECK_OBJECT(semaphore, GPUHAL__MAGIC_SEMAPHORE);
+  gpuhal__label_copy(semaphore->label, label);
+  return NULL;
+}
+
 GPUHAL_API void gpuhal_semaphore_fail(gpuhal_semaphore_t* semaphore, gpuhal_status_t cause) {
   gpuhal_status_t bad = gpuhal__object_check(semaphore, GPUHAL__MAGIC_SEMAPHORE, __func__, "semaphore");
   if (bad) {
@@ -686,9 +692,30 @@ static void gpuhal__host_wait_spin_learn(gpuhal_semaphore_t* s, const gpuhal_que
  * right here. Returns 1 when it completed, 0 when the window or the timeout passed first,
  * the value was reached or failed another way, or the query failed (errors are the
  * completion side's to report). Always releases the event. */
+/* GPUHAL_HANG_REPORT: a host wait that has waited driver->hang_report_ns logs the pending
+ * report once (queue_report.c, through the hooks: the queue comes later in the order). */
+typedef struct gpuhal__hang_watch_s {
+  gpuhal_driver_t* driver;
+  int64_t due; /* 0: off, or reported */
+  int64_t start;
+} gpuhal__hang_watch_t;
+static gpuhal__hang_watch_t gpuhal__hang_watch(gpuhal_driver_t* driver, int64_t start) {
+  gpuhal__hang_watch_t w;
+  w.driver = driver;
+  w.start = start;
+  w.due = driver->hang_report_ns ? start + driver->hang_report_ns : 0;
+  return w;
+}
+static void gpuhal__hang_watch_check(gpuhal__hang_watch_t* w) {
+  int64_t now;
+  if (!w->due || (now = gpuhal_now_ns()) < w->due) return;
+  w->due = 0;
+  gpuhal__hooks()->hang_report(w->driver, now - w->start);
+}
+
 static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, gpuhal__event_t* event,
                                          uint64_t event_value, int word_written, gpuhal_timeout_t timeout,
-                                         int may_sleep) {
+                                         int may_sleep, gpuhal__hang_watch_t* watch) {
   const gpuhal_queue_tuning_t* tuning = &event->pool->device->params.tuning;
   int64_t start = gpuhal_now_ns();
   int64_t spin_end = start + gpuhal__host_wait_spin_ns(s, tuning);
@@ -714,6 +741,7 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
     now = gpuhal_now_ns();
     if (gpuhal__timeout_expired(timeout) || (now >= spin_end && !may_sleep)) break;
     if (now >= spin_end) gpuhal__sleep_ns(gpuhal__host_wait_sleep_ns(start, tuning->host_wait_max_sleep_ns, timeout));
+    gpuhal__hang_watch_check(watch);
   }
   if (r == 0 && !advanced && !gpuhal__semaphore_advance_from_event(s, event, event_value)) r = 1;
   /* However it ended (here, or by the completion side advancing the value first). */
@@ -814,7 +842,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_list_check(const char* func, c
  * (once per entry at most), which for a single value or ALL may run until the timeout. 1
  * when the wait is over (*out_status says how), 0 to go on registered. */
 static int gpuhal__host_wait_poll(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list, gpuhal_timeout_t timeout,
-                                  gpuhal_status_t* out_status) {
+                                  gpuhal_status_t* out_status, gpuhal__hang_watch_t* watch) {
   uint32_t polls = 0;
   for (;;) {
     gpuhal__host_wait_event_t found;
@@ -829,7 +857,7 @@ static int gpuhal__host_wait_poll(gpuhal_wait_mode_t mode, gpuhal_semaphore_list
     /* Only a wait on this one value may sleep here: with more entries, another one's failure
      * (or, for ANY, its completion) must end the wait, which the registered phase sees. */
     gpuhal__semaphore_await_event(list.semaphores[found.index], list.values[found.index], found.event, found.value,
-                                  found.word_written, timeout, list.count == 1);
+                                  found.word_written, timeout, list.count == 1, watch);
     if (gpuhal__timeout_expired(timeout)) return 0;
   }
 }
@@ -842,9 +870,10 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
   gpuhal__host_wait_t hw;
   gpuhal_status_t result = NULL;
   int64_t start = gpuhal_now_ns();
+  gpuhal__hang_watch_t watch = gpuhal__hang_watch(list.semaphores[0]->driver, start);
   uint32_t i;
 
-  if (gpuhal__host_wait_poll(mode, list, timeout, &result)) return result;
+  if (gpuhal__host_wait_poll(mode, list, timeout, &result, &watch)) return result;
   if (gpuhal__timeout_expired(timeout)) {
     /* One last look, so a value reached during the poll's last sleep still counts. */
     if (gpuhal__host_wait_evaluate(mode, list, NULL, &result, NULL)) return result;
@@ -890,7 +919,8 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
     }
     notified = gpuhal__atomic_load(&hw.notified) != seen;
     /* Notified: a value was reached, failed or submitted; a submitted one is polled here. */
-    if (notified && gpuhal__host_wait_poll(mode, list, timeout, &result)) break;
+    if (notified && gpuhal__host_wait_poll(mode, list, timeout, &result, &watch)) break;
+    gpuhal__hang_watch_check(&watch);
   }
   for (i = 0; i < list.count; ++i) gpuhal__semaphore_unregister(list.semaphores[i], &nodes[i]);
   gpuhal__cond_destroy(&hw.cond);

@@ -37,6 +37,10 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_query(gpuhal_semaphore_t* semaphore,
 /* Host signal: sets the value to `value`, which must be above the current one
  * (FAILED_PRECONDITION otherwise). Wakes every waiter it satisfies. */
 GPUHAL_API gpuhal_status_t gpuhal_semaphore_signal(gpuhal_semaphore_t* semaphore, uint64_t value);
+/* Names the semaphore in reports (gpuhal_driver_report_pending) and messages; `label` is
+ * copied (at most GPUHAL_LABEL_MAX - 1 bytes), NULL or "" removes it. Set it before the
+ * semaphore is shared with other threads. */
+GPUHAL_API gpuhal_status_t gpuhal_semaphore_set_label(gpuhal_semaphore_t* semaphore, const char* label);
 /* Fails the semaphore. Takes ownership of `cause` (NULL becomes a generic ABORTED cause);
  * the first cause wins. Every waiter, host or queue, fails with a message carrying it. */
 GPUHAL_API void gpuhal_semaphore_fail(gpuhal_semaphore_t* semaphore, gpuhal_status_t cause);
@@ -112,6 +116,7 @@ struct gpuhal_semaphore_s {
   gpuhal_status_t failure; /* NULL while healthy; first cause wins */
   gpuhal__list_node_t timepoints;
   gpuhal__list_node_t waiters;
+  char label[GPUHAL_LABEL_MAX]; /* gpuhal_semaphore_set_label; "" without one */
   /* The newest submitted timepoint, readable without the mutex (a sequence lock: written
    * under the mutex, `newest_seq` odd while it changes): lets a queue action whose wait is
    * covered by work already issued on its own stream skip the lock (see

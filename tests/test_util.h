@@ -58,6 +58,13 @@ static tu_state_t tu_state;
       TU_FAIL_AT(__FILE__, __LINE__, "'%s' does not contain '%s'", tu_h_ ? tu_h_ : "(null)", (needle)); \
   } while (0)
 
+#define TU_CHECK_STR_EQ(got, want)                                                               \
+  do {                                                                                           \
+    const char* tu_g_ = (got);                                                                   \
+    if (!tu_g_ || strcmp(tu_g_, (want)) != 0)                                                    \
+      TU_FAIL_AT(__FILE__, __LINE__, "got:\n%s\nwanted:\n%s", tu_g_ ? tu_g_ : "(null)", (want)); \
+  } while (0)
+
 /* Sleeps about `ns` nanoseconds (a test's pause; gpuhal's own sleep is internal). */
 static inline void tu_sleep_ns(long long ns) {
   struct timespec ts;

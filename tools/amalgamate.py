@@ -56,7 +56,7 @@ MODULES = [
     ("builtin_kernels.h", ["builtin_kernels.c"]),
     ("command_buffer.h", ["command_buffer.c", "command_buffer_graph.c", "command_buffer_stream.c",
                           "command_buffer_record.c"]),
-    ("queue_execute.h", ["queue_execute.c"]),
+    ("queue_execute.h", ["queue_execute.c", "queue_report.c"]),
     ("channel.h", ["channel.c"]),
     ("trace.h", ["trace.c"]),
     (None, ["hooks.c"]),  # the hooks table: binds every module's hooks, so it comes last

@@ -1,0 +1,377 @@
+/* gpuhal - queue: the pending-work report (gpuhal_driver_report_pending), for hangs. Each
+ * device is copied under its issue lock (nothing is issued meanwhile) and, for the lists the
+ * completion side also touches, its state mutex; semaphores are retained while copied, and
+ * asked who signals a value only after every device's locks are released (a semaphore's
+ * lock is never taken under a state mutex). The text is built from the copy alone.
+ *
+ * Part of the queue (its rules are at the top of queue.h). */
+#include "queue_execute.h"
+
+#include <stdarg.h>
+
+enum {
+  GPUHAL__REPORT_ENTRIES = 8,   /* waits and signals shown per operation */
+  GPUHAL__REPORT_OPS = 4096,    /* operations copied per device */
+  GPUHAL__REPORT_DEVICES = 64,  /* devices reported */
+  GPUHAL__REPORT_CYCLE_MAX = 16 /* operations named in a cycle */
+};
+
+typedef enum { GPUHAL__OP_QUEUED = 0, GPUHAL__OP_WAITING = 1, GPUHAL__OP_ISSUED = 2 } gpuhal__op_state_t;
+
+typedef struct gpuhal__report_entry_s {
+  gpuhal_semaphore_t* semaphore; /* retained */
+  uint64_t value;
+} gpuhal__report_entry_t;
+
+/* One operation not done, as copied. */
+typedef struct gpuhal__report_op_s {
+  const char* kind;
+  char label[GPUHAL_LABEL_MAX];
+  int device;
+  uint32_t queue;
+  uint64_t number; /* submission number on its device */
+  gpuhal__op_state_t state;
+  uint32_t wait_count, signal_count; /* all of them; at most GPUHAL__REPORT_ENTRIES copied */
+  gpuhal__report_entry_t waits[GPUHAL__REPORT_ENTRIES];
+  gpuhal__report_entry_t signals[GPUHAL__REPORT_ENTRIES];
+  int mark; /* cycle search: 0 new, 1 on the path, 2 done */
+  int next; /* cycle search: the operation it waits for (-1: none) */
+} gpuhal__report_op_t;
+
+typedef struct gpuhal__report_queue_s {
+  uint64_t last_done; /* submission number of the last completed operation (0: none) */
+  const char* last_kind;
+  uint32_t in_flight; /* issued and not retired, listed or not */
+} gpuhal__report_queue_t;
+
+typedef struct gpuhal__report_device_s {
+  gpuhal_device_t* device; /* retained */
+  uint32_t queue_count;
+  gpuhal__report_queue_t* queues;
+  int lost;
+  uint32_t dropped; /* operations past GPUHAL__REPORT_OPS */
+} gpuhal__report_device_t;
+
+typedef struct gpuhal__report_s {
+  const gpuhal_allocator_t* allocator;
+  gpuhal__report_device_t devices[GPUHAL__REPORT_DEVICES];
+  uint32_t device_count;
+  gpuhal__report_op_t* ops;
+  uint32_t op_count, op_capacity;
+  char* text; /* the caller's buffer */
+  size_t capacity, length;
+} gpuhal__report_t;
+
+static void gpuhal__report_printf(gpuhal__report_t* r, const char* format, ...) {
+  va_list args;
+  int n;
+  char* at = r->length < r->capacity ? r->text + r->length : NULL;
+  size_t room = r->length < r->capacity ? r->capacity - r->length : 0;
+  va_start(args, format);
+  n = vsnprintf(at, room, format, args);
+  va_end(args);
+  if (n > 0) r->length += (size_t)n;
+}
+
+/* ---- the copy ---- */
+
+static void gpuhal__report_copy_entry(gpuhal__report_entry_t* out, gpuhal_semaphore_t* s, uint64_t value) {
+  gpuhal__object_retain(&s->object);
+  out->semaphore = s;
+  out->value = value;
+}
+
+/* Copies `a` (its device's locks held: it cannot be released meanwhile). */
+static void gpuhal__report_copy_op(gpuhal__report_t* r, gpuhal__report_device_t* d, const gpuhal__action_t* a,
+                                   gpuhal__op_state_t state) {
+  gpuhal__report_op_t* op;
+  const gpuhal_command_buffer_t* cb = gpuhal__action_command_buffer(a);
+  uint32_t i;
+  if (r->op_count == r->op_capacity) {
+    d->dropped++;
+    return;
+  }
+  op = &r->ops[r->op_count++];
+  memset(op, 0, sizeof(*op));
+  op->kind = a->ops->name;
+  if (cb) memcpy(op->label, cb->label, sizeof(op->label));
+  op->device = d->device->ordinal;
+  op->queue = a->queue_index;
+  op->number = a->submit_number;
+  op->state = state;
+  op->wait_count = a->wait_count;
+  op->signal_count = a->signal_count;
+  op->next = -1;
+  for (i = 0; i < a->wait_count && i < GPUHAL__REPORT_ENTRIES; ++i)
+    gpuhal__report_copy_entry(&op->waits[i], a->waits[i].semaphore, a->waits[i].value);
+  for (i = 0; i < a->signal_count && i < GPUHAL__REPORT_ENTRIES; ++i)
+    gpuhal__report_copy_entry(&op->signals[i], a->signals[i].semaphore, a->signals[i].value);
+}
+
+static void gpuhal__report_copy_list(gpuhal__report_t* r, gpuhal__report_device_t* d, gpuhal__list_node_t* list,
+                                     gpuhal__op_state_t state) {
+  gpuhal__list_node_t* n;
+  for (n = list->next; n != list; n = n->next)
+    gpuhal__report_copy_op(r, d, GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link), state);
+}
+
+static void gpuhal__report_copy_device(gpuhal__report_t* r, gpuhal__report_device_t* d) {
+  gpuhal__queue_state_t* state = gpuhal__queue_state(d->device);
+  uint32_t q;
+  if (!state) return;
+  gpuhal__mutex_lock(&state->issue_mutex);
+  gpuhal__mutex_lock(&state->mutex);
+  d->lost = state->lost != NULL;
+  for (q = 0; q < d->queue_count; ++q) {
+    gpuhal__queue_lane_t* lane = &state->lanes[q];
+    d->queues[q].last_done = gpuhal__atomic_load(&lane->last_done);
+    d->queues[q].last_kind = gpuhal__atomic_load(&lane->last_kind);
+    d->queues[q].in_flight = gpuhal__atomic_load(&lane->count);
+    gpuhal__report_copy_list(r, d, &lane->in_flight, GPUHAL__OP_ISSUED);
+    gpuhal__report_copy_list(r, d, &lane->side, GPUHAL__OP_ISSUED);
+  }
+  gpuhal__report_copy_list(r, d, &state->incoming, GPUHAL__OP_QUEUED);
+  gpuhal__mutex_unlock(&state->mutex);
+  gpuhal__report_copy_list(r, d, &state->pending, GPUHAL__OP_WAITING);
+  gpuhal__mutex_unlock(&state->issue_mutex);
+}
+
+/* ---- who reaches a value ---- */
+
+/* The operation of the copy that signals `s` to `value` or above: the issued one first,
+ * then the lowest submission number; -1 when none does. */
+static int gpuhal__report_signaller(const gpuhal__report_t* r, const gpuhal_semaphore_t* s, uint64_t value) {
+  int best = -1;
+  uint32_t i, j;
+  for (i = 0; i < r->op_count; ++i) {
+    const gpuhal__report_op_t* op = &r->ops[i];
+    for (j = 0; j < op->signal_count && j < GPUHAL__REPORT_ENTRIES; ++j) {
+      if (op->signals[j].semaphore != s || op->signals[j].value < value) continue;
+      if (best < 0 || (op->state == GPUHAL__OP_ISSUED && r->ops[best].state != GPUHAL__OP_ISSUED) ||
+          (op->state == r->ops[best].state && op->number < r->ops[best].number))
+        best = (int)i;
+    }
+  }
+  return best;
+}
+
+static const char* gpuhal__report_state_name(gpuhal__op_state_t state) {
+  return state == GPUHAL__OP_ISSUED ? "issued, not done" : state == GPUHAL__OP_WAITING ? "waiting" : "queued";
+}
+
+static void gpuhal__report_op_name(gpuhal__report_t* r, const gpuhal__report_op_t* op) {
+  gpuhal__report_printf(r, "#%llu %s", (unsigned long long)op->number, op->kind);
+  if (op->label[0]) gpuhal__report_printf(r, " '%s'", op->label);
+}
+
+static void gpuhal__report_semaphore_name(gpuhal__report_t* r, gpuhal_semaphore_t* s) {
+  if (s->label[0])
+    gpuhal__report_printf(r, "semaphore '%s'", s->label);
+  else
+    gpuhal__report_printf(r, "a semaphore without a label");
+}
+
+/* One wait of `op`: the value it needs, the value now, and who is expected to reach it. */
+static void gpuhal__report_wait(gpuhal__report_t* r, gpuhal__report_op_t* op, const gpuhal__report_entry_t* w) {
+  gpuhal_semaphore_t* s = w->semaphore;
+  gpuhal__wait_query_t q;
+  gpuhal__wait_state_t st;
+  int by;
+  memset(&q, 0, sizeof(q));
+  q.look_submitted = 1;
+  st = gpuhal__semaphore_check(s, w->value, &q);
+  gpuhal__report_printf(r, "      waits for ");
+  gpuhal__report_semaphore_name(r, s);
+  gpuhal__report_printf(r, " >= %llu: now %llu; ", (unsigned long long)w->value,
+                        (unsigned long long)gpuhal__atomic_load(&s->value));
+  by = gpuhal__report_signaller(r, s, w->value);
+  if (st == GPUHAL__WAIT_FAILED) {
+    gpuhal__report_printf(r, "failed: %s\n", gpuhal_status_message(q.failure));
+  } else if (st == GPUHAL__WAIT_COMPLETED) {
+    gpuhal__report_printf(r, "reached\n");
+  } else if (by >= 0) {
+    const gpuhal__report_op_t* b = &r->ops[by];
+    gpuhal__report_printf(r, "to be signalled by ");
+    gpuhal__report_op_name(r, b);
+    gpuhal__report_printf(r, " (device %d queue %u, %s)\n", b->device, b->queue, gpuhal__report_state_name(b->state));
+    if (op->next < 0 && b->state != GPUHAL__OP_ISSUED) op->next = by;
+  } else if (st == GPUHAL__WAIT_SUBMITTED) {
+    gpuhal__report_printf(r, "to be signalled by issued work the completion thread is watching\n");
+  } else {
+    gpuhal__report_printf(r, "nothing queued signals this value (only the host can: gpuhal_semaphore_signal)\n");
+  }
+  gpuhal_status_free(q.failure);
+}
+
+/* ---- the text ---- */
+
+static void gpuhal__report_op(gpuhal__report_t* r, gpuhal__report_op_t* op) {
+  uint32_t i;
+  gpuhal__report_printf(r, "    ");
+  gpuhal__report_op_name(r, op);
+  gpuhal__report_printf(r, ": %s\n", gpuhal__report_state_name(op->state));
+  for (i = 0; i < op->wait_count && i < GPUHAL__REPORT_ENTRIES; ++i) gpuhal__report_wait(r, op, &op->waits[i]);
+  if (op->wait_count > GPUHAL__REPORT_ENTRIES)
+    gpuhal__report_printf(r, "      and %u more waits\n", op->wait_count - GPUHAL__REPORT_ENTRIES);
+  for (i = 0; i < op->signal_count && i < GPUHAL__REPORT_ENTRIES; ++i) {
+    gpuhal__report_printf(r, "      signals ");
+    gpuhal__report_semaphore_name(r, op->signals[i].semaphore);
+    gpuhal__report_printf(r, " = %llu\n", (unsigned long long)op->signals[i].value);
+  }
+}
+
+/* Issued operations of (device d, queue q) that the completion thread has taken to watch:
+ * its lists are its own, so they are counted, not listed (their signals still tell who
+ * reaches a value: the semaphores' submitted values). */
+static uint32_t gpuhal__report_unlisted(const gpuhal__report_t* r, const gpuhal__report_device_t* d, uint32_t q) {
+  uint32_t i, issued = 0;
+  for (i = 0; i < r->op_count; ++i)
+    issued += r->ops[i].device == d->device->ordinal && r->ops[i].queue == q && r->ops[i].state == GPUHAL__OP_ISSUED;
+  return d->queues[q].in_flight > issued ? d->queues[q].in_flight - issued : 0;
+}
+
+/* Operations of the copy, in submission order, that are on (device d, queue q). */
+static void gpuhal__report_queue(gpuhal__report_t* r, const gpuhal__report_device_t* d, uint32_t q) {
+  const gpuhal__report_queue_t* rq = &d->queues[q];
+  uint32_t i, listed = 0, unlisted = gpuhal__report_unlisted(r, d, q);
+  uint64_t after = 0;
+  for (i = 0; i < r->op_count; ++i) listed += r->ops[i].device == d->device->ordinal && r->ops[i].queue == q;
+  gpuhal__report_printf(r, "  queue %u: ", q);
+  if (rq->last_done)
+    gpuhal__report_printf(r, "last completed #%llu %s", (unsigned long long)rq->last_done, rq->last_kind);
+  else
+    gpuhal__report_printf(r, "nothing completed yet");
+  gpuhal__report_printf(r, "; %u not done\n", listed + unlisted);
+  /* Submission order: a selection by number (the lists are short; the copy is bounded). */
+  for (;;) {
+    gpuhal__report_op_t* next = NULL;
+    for (i = 0; i < r->op_count; ++i) {
+      gpuhal__report_op_t* op = &r->ops[i];
+      if (op->device != d->device->ordinal || op->queue != q || op->number <= after) continue;
+      if (!next || op->number < next->number) next = op;
+    }
+    if (!next) break;
+    gpuhal__report_op(r, next);
+    after = next->number;
+  }
+  if (unlisted) gpuhal__report_printf(r, "    issued, watched by the completion thread (not listed): %u\n", unlisted);
+}
+
+/* Waits between operations not yet issued that go round: each names the first operation
+ * of the copy it waits for (`next`, set while the waits were written). */
+static void gpuhal__report_cycles(gpuhal__report_t* r) {
+  uint32_t i, found = 0;
+  for (i = 0; i < r->op_count; ++i) {
+    int at = (int)i, steps = 0;
+    if (r->ops[i].mark) continue;
+    while (at >= 0 && r->ops[at].mark == 0) {
+      r->ops[at].mark = 1;
+      at = r->ops[at].next;
+    }
+    if (at >= 0 && r->ops[at].mark == 1) {
+      int start = at;
+      found++;
+      gpuhal__report_printf(r, "cycle: ");
+      do {
+        gpuhal__report_op_name(r, &r->ops[at]);
+        gpuhal__report_printf(r, " (device %d queue %u) waits for ", r->ops[at].device, r->ops[at].queue);
+        at = r->ops[at].next;
+        steps++;
+      } while (at != start && steps < GPUHAL__REPORT_CYCLE_MAX);
+      gpuhal__report_op_name(r, &r->ops[at]);
+      gpuhal__report_printf(r, "\n");
+    }
+    for (at = (int)i; at >= 0 && r->ops[at].mark == 1; at = r->ops[at].next) r->ops[at].mark = 2;
+  }
+  if (!found) gpuhal__report_printf(r, "no cycle among the operations waiting\n");
+}
+
+static void gpuhal__report_write(gpuhal__report_t* r) {
+  uint32_t i, q, total = r->op_count;
+  for (i = 0; i < r->device_count; ++i)
+    for (q = 0; q < r->devices[i].queue_count; ++q) total += gpuhal__report_unlisted(r, &r->devices[i], q);
+  gpuhal__report_printf(r, "gpuhal pending report: %u operations not done\n", total);
+  for (i = 0; i < r->device_count; ++i) {
+    const gpuhal__report_device_t* d = &r->devices[i];
+    gpuhal__report_printf(r, "device %d%s:\n", d->device->ordinal, d->lost ? " (lost)" : "");
+    for (q = 0; q < d->queue_count; ++q) gpuhal__report_queue(r, d, q);
+    if (d->dropped) gpuhal__report_printf(r, "  and %u operations not copied\n", d->dropped);
+  }
+  gpuhal__report_cycles(r);
+}
+
+/* ---- the call ---- */
+
+static void gpuhal__report_free(gpuhal__report_t* r) {
+  uint32_t i, j;
+  for (i = 0; i < r->op_count; ++i) {
+    gpuhal__report_op_t* op = &r->ops[i];
+    for (j = 0; j < op->wait_count && j < GPUHAL__REPORT_ENTRIES; ++j)
+      gpuhal__semaphore_release_ref(op->waits[j].semaphore);
+    for (j = 0; j < op->signal_count && j < GPUHAL__REPORT_ENTRIES; ++j)
+      gpuhal__semaphore_release_ref(op->signals[j].semaphore);
+  }
+  for (i = 0; i < r->device_count; ++i) {
+    gpuhal__free(r->allocator, r->devices[i].queues);
+    gpuhal__device_release_ref(r->devices[i].device);
+  }
+  gpuhal__free(r->allocator, r->ops);
+}
+
+GPUHAL__PRIVATE void gpuhal__queue_hang_report(gpuhal_driver_t* driver, int64_t waited_ns) {
+  size_t length = 0;
+  char* text = NULL;
+  gpuhal_status_t status = gpuhal_driver_report_pending(driver, NULL, 0, &length);
+  if (!status) {
+    text = (char*)gpuhal__alloc(&driver->allocator, length + 1);
+    if (text) status = gpuhal_driver_report_pending(driver, text, length + 1, NULL);
+  }
+  if (text && !status)
+    gpuhal__log(&driver->logger, GPUHAL_LOG_WARN, "a host wait has waited %.1f s (GPUHAL_HANG_REPORT); %s",
+                (double)waited_ns / 1e9, text);
+  else
+    gpuhal__log(&driver->logger, GPUHAL_LOG_WARN, "a host wait has waited %.1f s; no pending report: %s",
+                (double)waited_ns / 1e9, status ? gpuhal_status_message(status) : "out of memory");
+  gpuhal_status_free(status);
+  gpuhal__free(&driver->allocator, text);
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_driver_report_pending(gpuhal_driver_t* driver, char* buffer, size_t capacity,
+                                                        size_t* out_length) {
+  gpuhal__report_t* r = NULL;
+  gpuhal__list_node_t* n;
+  gpuhal_status_t status;
+  uint32_t i;
+  GPUHAL__CHECK_OBJECT(driver, GPUHAL__MAGIC_DRIVER);
+  GPUHAL__CHECK_ARG(buffer != NULL || capacity == 0, "buffer", "must not be NULL when capacity is above 0");
+  if (out_length) *out_length = 0;
+  if (capacity) buffer[0] = '\0';
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(&driver->allocator, sizeof(*r), "a pending report", (void**)&r));
+  r->allocator = &driver->allocator;
+  r->text = buffer;
+  r->capacity = capacity;
+  r->op_capacity = GPUHAL__REPORT_OPS;
+  status = gpuhal__alloc_zeroed(&driver->allocator, sizeof(*r->ops) * r->op_capacity, "a pending report's operations",
+                                (void**)&r->ops);
+  gpuhal__mutex_lock(&driver->devices_mutex);
+  for (n = driver->devices.next; !status && n != &driver->devices && r->device_count < GPUHAL__REPORT_DEVICES;
+       n = n->next) {
+    gpuhal_device_t* device = GPUHAL__CONTAINER_OF(n, gpuhal_device_t, driver_link);
+    gpuhal__report_device_t* d = &r->devices[r->device_count];
+    if (!gpuhal__queue_state(device)) continue;
+    status = gpuhal__alloc_zeroed(&driver->allocator, sizeof(*d->queues) * device->queue_count, "a pending report",
+                                  (void**)&d->queues);
+    if (status) break;
+    gpuhal__device_retain_ref(device);
+    d->device = device;
+    d->queue_count = device->queue_count;
+    r->device_count++;
+  }
+  gpuhal__mutex_unlock(&driver->devices_mutex);
+  for (i = 0; !status && i < r->device_count; ++i) gpuhal__report_copy_device(r, &r->devices[i]);
+  if (!status) gpuhal__report_write(r);
+  if (!status && out_length) *out_length = r->length;
+  gpuhal__report_free(r);
+  gpuhal__free(&driver->allocator, r);
+  return status;
+}

@@ -1,0 +1,253 @@
+/* The pending-work report (gpuhal_driver_report_pending, issue #17 item 3): a crafted stall
+ * (a wait on a value nothing signals, a cycle of waits between two queues) gives the golden
+ * text on the event path and the same facts on the memop path; the buffer is filled like
+ * snprintf; GPUHAL_HANG_REPORT makes a long host wait log the report once. */
+#include "test_internals.h"
+
+#include "test_queue_util.h"
+
+#define QR_WAIT_S 10
+
+static uint64_t qr_one = 1;
+
+typedef struct qr_fixture_s {
+  gpuhal_driver_t* driver;
+  gpuhal_device_t* device;
+  gpuhal_executable_t* exe;
+  gpuhal_kernel_t* kernel;
+  gpuhal_buffer_t* counter;
+  gpuhal_command_buffer_t* cb;
+} qr_fixture_t;
+
+typedef struct qr_log_s {
+  pthread_mutex_t mutex;
+  int warnings;
+  char text[8192];
+} qr_log_t;
+
+static void qr_log_fn(gpuhal_log_level_t level, const char* message, void* user) {
+  qr_log_t* log = (qr_log_t*)user;
+  if (level != GPUHAL_LOG_WARN) return;
+  pthread_mutex_lock(&log->mutex);
+  if (strstr(message, "GPUHAL_HANG_REPORT")) {
+    log->warnings++;
+    snprintf(log->text, sizeof(log->text), "%s", message);
+  }
+  pthread_mutex_unlock(&log->mutex);
+}
+
+/* `memops`: -1 the event path, 0 the default. */
+static int qr_open(qr_fixture_t* f, int memops, qr_log_t* log) {
+  gpuhal_driver_options_t options;
+  gpuhal_device_params_t params;
+  gpuhal_status_t st;
+  uint32_t zero = 0;
+  gpuhal_arg_t arg;
+  memset(f, 0, sizeof(*f));
+  memset(&options, 0, sizeof(options));
+  memset(&params, 0, sizeof(params));
+  options.semaphore_memops = memops;
+  if (log) {
+    options.log_fn = qr_log_fn;
+    options.log_user = log;
+  }
+  params.queue_count = 2;
+  st = gpuhal_driver_create(&options, &f->driver);
+  if (!st) st = gpuhal_device_create(f->driver, 0, &params, &f->device);
+  if (!st) st = qc_load_kernel(f->device, "atomic_inc", &f->exe, &f->kernel);
+  if (!st) st = gpuhal_buffer_allocate(f->device, GPUHAL_MEMORY_DEVICE, 4, &f->counter);
+  if (!st) st = gpuhal_buffer_write(f->counter, 0, &zero, 4);
+  arg = gpuhal_arg_buffer(f->counter, 0);
+  if (!st) st = qc_record_dispatch(f->device, GPUHAL_COMMAND_BUFFER_STREAM, f->kernel, 1, 1, 1, &arg, &f->cb);
+  if (!st) st = gpuhal_command_buffer_set_label(f->cb, "stalled");
+  if (st) {
+    fprintf(stderr, "  fixture: %s\n", gpuhal_status_message(st));
+    gpuhal_status_free(st);
+    return 0;
+  }
+  return 1;
+}
+
+static void qr_close(qr_fixture_t* f) {
+  gpuhal_command_buffer_release(f->cb);
+  gpuhal_buffer_release(f->counter);
+  gpuhal_executable_release(f->exe);
+  qc_watchdog_arm(30, "gpuhal_device_release");
+  gpuhal_device_release(f->device);
+  gpuhal_driver_release(f->driver);
+  qc_watchdog_disarm();
+}
+
+static gpuhal_semaphore_t* qr_semaphore(qr_fixture_t* f, const char* label) {
+  gpuhal_semaphore_t* s = qc_semaphore_new(f->driver);
+  if (s) TU_CHECK_OK(gpuhal_semaphore_set_label(s, label));
+  return s;
+}
+
+typedef struct qr_stall_s {
+  gpuhal_semaphore_t *gate, *a, *b, *c, *first;
+} qr_stall_t;
+
+/* #1: a host call that completes; #2: the execute 'stalled' on queue 0 waits for 'gate',
+ * which nothing signals; #3 (queue 1) waits for 'b', which #4 (queue 0) signals, and #4
+ * waits for 'c', which #3 signals: a cycle. */
+static int qr_stall(qr_fixture_t* f, qr_stall_t* s) {
+  s->gate = qr_semaphore(f, "gate");
+  s->a = qr_semaphore(f, "a");
+  s->b = qr_semaphore(f, "b");
+  s->c = qr_semaphore(f, "c");
+  s->first = qr_semaphore(f, "first");
+  if (!s->gate || !s->a || !s->b || !s->c || !s->first) return 0;
+  TU_CHECK_OK(gpuhal_queue_host_call(f->device, 0, gpuhal_semaphore_list_empty(),
+                                     gpuhal_semaphore_list_one(&s->first, &qr_one), qt_host_fn_nop, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(s->first, 1, qt_seconds(QR_WAIT_S)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f->device, qt_seconds(QR_WAIT_S))); /* #1 is retired */
+  TU_CHECK_OK(gpuhal_queue_execute(f->device, 0, gpuhal_semaphore_list_one(&s->gate, &qr_one),
+                                   gpuhal_semaphore_list_one(&s->a, &qr_one), f->cb, NULL));
+  TU_CHECK_OK(gpuhal_queue_host_call(f->device, 1, gpuhal_semaphore_list_one(&s->b, &qr_one),
+                                     gpuhal_semaphore_list_one(&s->c, &qr_one), qt_host_fn_nop, NULL));
+  TU_CHECK_OK(gpuhal_queue_host_call(f->device, 0, gpuhal_semaphore_list_one(&s->c, &qr_one),
+                                     gpuhal_semaphore_list_one(&s->b, &qr_one), qt_host_fn_nop, NULL));
+  qc_sleep_ms(20); /* the worker has taken them in */
+  return 1;
+}
+
+/* Ends the stall: the gate is signalled, the cycle failed. */
+static void qr_unstall(qr_fixture_t* f, qr_stall_t* s) {
+  gpuhal_status_t st;
+  if (s->gate) TU_CHECK_OK(gpuhal_semaphore_signal(s->gate, 1));
+  if (s->a) TU_CHECK_OK(gpuhal_semaphore_wait(s->a, 1, qt_seconds(QR_WAIT_S)));
+  if (s->b) gpuhal_semaphore_fail(s->b, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "the test ends the cycle"));
+  if (s->c) {
+    st = gpuhal_semaphore_wait(s->c, 1, qt_seconds(QR_WAIT_S));
+    TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_CANCELLED);
+    gpuhal_status_free(st);
+  }
+  TU_CHECK_OK(gpuhal_device_wait_idle(f->device, qt_seconds(QR_WAIT_S)));
+  gpuhal_semaphore_release(s->gate);
+  gpuhal_semaphore_release(s->a);
+  gpuhal_semaphore_release(s->b);
+  gpuhal_semaphore_release(s->c);
+  gpuhal_semaphore_release(s->first);
+}
+
+static const char qr_golden[] =
+    "gpuhal pending report: 3 operations not done\n"
+    "device 0:\n"
+    "  queue 0: last completed #1 host_call; 2 not done\n"
+    "    #2 execute 'stalled': waiting\n"
+    "      waits for semaphore 'gate' >= 1: now 0; nothing queued signals this value (only the host can: "
+    "gpuhal_semaphore_signal)\n"
+    "      signals semaphore 'a' = 1\n"
+    "    #4 host_call: waiting\n"
+    "      waits for semaphore 'c' >= 1: now 0; to be signalled by #3 host_call (device 0 queue 1, waiting)\n"
+    "      signals semaphore 'b' = 1\n"
+    "  queue 1: nothing completed yet; 1 not done\n"
+    "    #3 host_call: waiting\n"
+    "      waits for semaphore 'b' >= 1: now 0; to be signalled by #4 host_call (device 0 queue 0, waiting)\n"
+    "      signals semaphore 'c' = 1\n"
+    "cycle: #3 host_call (device 0 queue 1) waits for #4 host_call (device 0 queue 0) waits for #3 host_call\n";
+
+TU_TEST(report_of_a_stall_event_path) {
+  qr_fixture_t f;
+  qr_stall_t s;
+  char text[4096], small[40];
+  size_t length = 0, small_length = 0;
+  memset(&s, 0, sizeof(s));
+  if (!qr_open(&f, -1, NULL)) TU_SKIP("no device or test kernels");
+  TU_REQUIRE(qr_stall(&f, &s));
+  TU_CHECK_OK(gpuhal_driver_report_pending(f.driver, text, sizeof(text), &length));
+  TU_CHECK_STR_EQ(text, qr_golden);
+  TU_CHECK_EQ_INT(length, strlen(qr_golden));
+  /* Like snprintf: cut to the buffer, the whole length told. */
+  TU_CHECK_OK(gpuhal_driver_report_pending(f.driver, small, sizeof(small), &small_length));
+  TU_CHECK_EQ_INT(small_length, length);
+  TU_CHECK_EQ_INT(strlen(small), sizeof(small) - 1);
+  TU_CHECK(strncmp(small, qr_golden, sizeof(small) - 1) == 0);
+  TU_CHECK_OK(gpuhal_driver_report_pending(f.driver, NULL, 0, &small_length));
+  TU_CHECK_EQ_INT(small_length, length);
+  qr_unstall(&f, &s);
+  /* Nothing left: every queue says what completed last. */
+  TU_CHECK_OK(gpuhal_driver_report_pending(f.driver, text, sizeof(text), &length));
+  TU_CHECK_STR_CONTAINS(text, "gpuhal pending report: 0 operations not done\n");
+  TU_CHECK_STR_CONTAINS(text, "no cycle among the operations waiting\n");
+  qr_close(&f);
+}
+
+/* The memop path issues the gated execute at once behind a GPU value wait, on a side stream
+ * the completion thread watches: it is counted there, not listed; the rest is as on the
+ * event path. */
+TU_TEST(report_of_a_stall_default_path) {
+  qr_fixture_t f;
+  qr_stall_t s;
+  char text[4096];
+  memset(&s, 0, sizeof(s));
+  if (!qr_open(&f, 0, NULL)) TU_SKIP("no device or test kernels");
+  TU_REQUIRE(qr_stall(&f, &s));
+  TU_CHECK_OK(gpuhal_driver_report_pending(f.driver, text, sizeof(text), NULL));
+  TU_CHECK_STR_CONTAINS(text, "gpuhal pending report: 3 operations not done\n");
+  TU_CHECK_STR_CONTAINS(text, "  queue 0: last completed #1 host_call; 2 not done\n");
+  if (f.driver->memops) {
+    /* Parked on the GPU behind its value wait: the completion thread watches it. */
+    TU_CHECK_STR_CONTAINS(text, "    issued, watched by the completion thread (not listed): 1\n");
+  } else {
+    TU_CHECK_STR_CONTAINS(text, "    #2 execute 'stalled': waiting\n");
+    TU_CHECK_STR_CONTAINS(text, "      waits for semaphore 'gate' >= 1: now 0; nothing queued signals this value");
+  }
+  TU_CHECK_STR_CONTAINS(text,
+                        "cycle: #3 host_call (device 0 queue 1) waits for #4 host_call (device 0 queue 0) "
+                        "waits for #3 host_call\n");
+  qr_unstall(&f, &s);
+  qr_close(&f);
+}
+
+TU_TEST(report_rejects_bad_arguments) {
+  qr_fixture_t f;
+  gpuhal_status_t st;
+  char text[16];
+  st = gpuhal_driver_report_pending(NULL, text, sizeof(text), NULL);
+  TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_INVALID_ARGUMENT);
+  TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "driver");
+  gpuhal_status_free(st);
+  if (!qr_open(&f, -1, NULL)) TU_SKIP("no device or test kernels");
+  st = gpuhal_driver_report_pending(f.driver, NULL, 16, NULL);
+  TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_INVALID_ARGUMENT);
+  TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "buffer");
+  gpuhal_status_free(st);
+  st = gpuhal_semaphore_set_label(NULL, "x");
+  TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_INVALID_ARGUMENT);
+  gpuhal_status_free(st);
+  qr_close(&f);
+}
+
+/* GPUHAL_HANG_REPORT=0.05: a host wait of 300 ms on the gate logs the report once. */
+TU_TEST(hang_report_logs_once) {
+  qr_fixture_t f;
+  qr_stall_t s;
+  qr_log_t log;
+  gpuhal_status_t st;
+  memset(&s, 0, sizeof(s));
+  memset(&log, 0, sizeof(log));
+  pthread_mutex_init(&log.mutex, NULL);
+  setenv("GPUHAL_HANG_REPORT", "0.05", 1);
+  if (!qr_open(&f, -1, &log)) {
+    unsetenv("GPUHAL_HANG_REPORT");
+    TU_SKIP("no device or test kernels");
+  }
+  unsetenv("GPUHAL_HANG_REPORT");
+  TU_REQUIRE(qr_stall(&f, &s));
+  st = gpuhal_semaphore_wait(s.a, 1, gpuhal_timeout_relative_ns(300000000ll));
+  TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_DEADLINE_EXCEEDED);
+  gpuhal_status_free(st);
+  pthread_mutex_lock(&log.mutex);
+  TU_CHECK_EQ_INT(log.warnings, 1);
+  TU_CHECK_STR_CONTAINS(log.text, "a host wait has waited");
+  TU_CHECK_STR_CONTAINS(log.text, "waits for semaphore 'gate' >= 1: now 0; nothing queued signals this value");
+  pthread_mutex_unlock(&log.mutex);
+  qr_unstall(&f, &s);
+  qr_close(&f);
+  pthread_mutex_destroy(&log.mutex);
+}
+
+TU_MAIN(TU_CASE(report_of_a_stall_event_path), TU_CASE(report_of_a_stall_default_path),
+        TU_CASE(report_rejects_bad_arguments), TU_CASE(hang_report_logs_once))
