@@ -145,24 +145,29 @@ static void qc_early_wait_fn(void* p) {
   qc_early_wait_t* w = (qc_early_wait_t*)p;
   w->status = gpuhal_semaphore_wait(w->s, w->value, qt_seconds(QC_WAIT_S));
 }
+/* A zeroed 4-byte counter and a REUSABLE STREAM command buffer of one atomic_inc on it. */
+static int qc_counting_dispatch(qc_fixture_t* f, gpuhal_buffer_t** counter, gpuhal_command_buffer_t** cb) {
+  uint32_t zero = 0;
+  gpuhal_arg_t arg;
+  TU_CHECK_OK(gpuhal_buffer_allocate(f->device, GPUHAL_MEMORY_DEVICE, 4, counter));
+  if (!*counter) return 0;
+  TU_CHECK_OK(gpuhal_buffer_write(*counter, 0, &zero, 4));
+  arg = gpuhal_arg_buffer(*counter, 0);
+  TU_CHECK_OK(qc_record_dispatch(f->device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE,
+                                 f->atomic_inc, 1, 1, 1, &arg, cb));
+  return *cb != NULL;
+}
 TU_TEST(early_host_waiter_reads_the_word) {
   qc_fixture_t f;
   gpuhal__cuda_symbols_t* cu;
   gpuhal_semaphore_t* t = NULL;
   gpuhal_command_buffer_t* cb = NULL;
   gpuhal_buffer_t* counter = NULL;
-  gpuhal_arg_t arg;
-  uint32_t zero = 0;
   uint64_t v;
   if (!qc_fixture_open(&f, 1)) TU_SKIP("no device or test kernels");
   cu = (gpuhal__cuda_symbols_t*)f.device->cu;
   t = qc_semaphore(&f);
-  TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 4, &counter));
-  if (counter) TU_CHECK_OK(gpuhal_buffer_write(counter, 0, &zero, 4));
-  arg = gpuhal_arg_buffer(counter, 0);
-  TU_CHECK_OK(qc_record_dispatch(f.device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, f.atomic_inc,
-                                 1, 1, 1, &arg, &cb));
-  TU_REQUIRE(t && cb);
+  TU_REQUIRE(qc_counting_dispatch(&f, &counter, &cb) && t);
   qc_write_orig = cu->cuStreamWriteValue64;
   if (qc_write_orig) cu->cuStreamWriteValue64 = qc_write_counted;
   for (v = 1; v <= 6; ++v) {
@@ -223,8 +228,7 @@ TU_TEST(early_host_waiter_for_a_later_value_gets_one_write) {
   gpuhal_semaphore_t* t = NULL;
   gpuhal_command_buffer_t* cb = NULL;
   gpuhal_buffer_t* counter = NULL;
-  gpuhal_arg_t arg;
-  uint32_t zero = 0, count = 0;
+  uint32_t count = 0;
   uint64_t v;
   int32_t writes_before;
   qc_early_wait_t w;
@@ -233,12 +237,7 @@ TU_TEST(early_host_waiter_for_a_later_value_gets_one_write) {
   if (!qc_fixture_open(&f, 1)) TU_SKIP("no device or test kernels");
   cu = (gpuhal__cuda_symbols_t*)f.device->cu;
   t = qc_semaphore(&f);
-  TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 4, &counter));
-  if (counter) TU_CHECK_OK(gpuhal_buffer_write(counter, 0, &zero, 4));
-  arg = gpuhal_arg_buffer(counter, 0);
-  TU_CHECK_OK(qc_record_dispatch(f.device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, f.atomic_inc,
-                                 1, 1, 1, &arg, &cb));
-  TU_REQUIRE(t && cb);
+  TU_REQUIRE(qc_counting_dispatch(&f, &counter, &cb) && t);
   qc_write_orig = cu->cuStreamWriteValue64;
   if (qc_write_orig) cu->cuStreamWriteValue64 = qc_write_counted;
   writes_before = __atomic_load_n(&qc_word_writes, __ATOMIC_SEQ_CST);
