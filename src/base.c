@@ -107,25 +107,47 @@ GPUHAL_API void gpuhal_status_free(gpuhal_status_t status) {
   if (status && !status->is_static) free(status);
 }
 
+/* A message stays under GPUHAL__STATUS_MESSAGE_MAX bytes (with its NUL): a failure that travels down a long
+ * chain of waits gains context at every hop, so past the bound the middle goes. The first
+ * GPUHAL__STATUS_MESSAGE_HEAD bytes (the original cause and where it first struck) and the
+ * newest context stay, with GPUHAL__STATUS_CUT between them. */
+#define GPUHAL__STATUS_MESSAGE_MAX 4096
+#define GPUHAL__STATUS_MESSAGE_HEAD 1536
+#define GPUHAL__STATUS_CUT "; [...]"
+
 GPUHAL_API gpuhal_status_t gpuhal_status_annotate(gpuhal_status_t status, const char* format, ...) {
   va_list args;
   int n;
   gpuhal_status_t grown;
-  size_t old_length;
+  size_t old_length, head, tail, cut_length = sizeof(GPUHAL__STATUS_CUT) - 1, at;
   if (!status) return NULL;
   if (status->is_static || !format) return status; /* a static status has no room for context */
   va_start(args, format);
   n = vsnprintf(NULL, 0, format, args);
   va_end(args);
   if (n <= 0) return status;
+  if (n > GPUHAL__STATUS_MESSAGE_MAX / 4) n = GPUHAL__STATUS_MESSAGE_MAX / 4; /* the newest context, cut */
   old_length = status->length;
-  grown = gpuhal__status_alloc(status->code, old_length + 2 + (size_t)n);
+  head = old_length;
+  tail = 0;
+  if (old_length + 2 + (size_t)n >= GPUHAL__STATUS_MESSAGE_MAX) {
+    head = GPUHAL__STATUS_MESSAGE_HEAD;
+    tail = GPUHAL__STATUS_MESSAGE_MAX - 1 - head - cut_length - 2 - (size_t)n;
+  }
+  grown = gpuhal__status_alloc(status->code, head + (tail ? cut_length + tail : 0) + 2 + (size_t)n);
   if (!grown) return status; /* keep the cause, lose the context */
-  memcpy(grown->message, status->message, old_length);
-  grown->message[old_length] = ';';
-  grown->message[old_length + 1] = ' ';
+  memcpy(grown->message, status->message, head);
+  at = head;
+  if (tail) {
+    memcpy(grown->message + at, GPUHAL__STATUS_CUT, cut_length);
+    at += cut_length;
+    memcpy(grown->message + at, status->message + old_length - tail, tail);
+    at += tail;
+  }
+  grown->message[at] = ';';
+  grown->message[at + 1] = ' ';
   va_start(args, format);
-  vsnprintf(grown->message + old_length + 2, (size_t)n + 1, format, args);
+  vsnprintf(grown->message + at + 2, (size_t)n + 1, format, args);
   va_end(args);
   gpuhal_status_free(status);
   return grown;

@@ -348,6 +348,7 @@ typedef struct gpuhal__hooks_s {
   void (*trace_action_release)(gpuhal_device_t* device, struct gpuhal__action_s* a);
   void (*trace_command)(gpuhal_device_t* device, CUstream stream, const struct gpuhal__cmd_s* cmd);
   void (*hang_report)(gpuhal_driver_t* driver, int64_t waited_ns);
+  const char* (*action_label)(const struct gpuhal__action_s* a); /* "" without one */
 } gpuhal__hooks_t;
 
 /* The table (hooks.c): the one declaration of a function defined in a later module. */

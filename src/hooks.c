@@ -34,6 +34,7 @@ static const gpuhal__hooks_t gpuhal__hooks_table = {
     gpuhal__trace_action_release,
     gpuhal__trace_command,
     gpuhal__queue_hang_report,
+    gpuhal__action_label,
 };
 
 GPUHAL__PRIVATE const gpuhal__hooks_t* gpuhal__hooks(void) { return &gpuhal__hooks_table; }

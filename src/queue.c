@@ -168,25 +168,41 @@ GPUHAL__PRIVATE void gpuhal__action_retire(gpuhal__action_t* a) {
   gpuhal__queue_kick(state);
 }
 
+GPUHAL__PRIVATE void gpuhal__action_describe(const gpuhal__action_t* a, char* out, size_t size) {
+  const char* label = gpuhal__hooks()->action_label(a);
+  snprintf(out, size, "queue '%s'%s%s%s #%llu (device %d, queue %u)", a->ops->name, label[0] ? " '" : "", label,
+           label[0] ? "'" : "", (unsigned long long)a->submit_number, a->state->device->ordinal, a->queue_index);
+}
+
+/* `who` was to signal `signal`: each semaphore fails with the cause and who that was. */
+static void gpuhal__fail_signals_for(gpuhal_semaphore_list_t signal, gpuhal_status_t cause, const char* who) {
+  uint32_t i;
+  for (i = 0; i < signal.count; ++i) {
+    gpuhal_semaphore_t* s = signal.semaphores[i];
+    gpuhal__semaphore_fail_owned(
+        s, gpuhal_status_annotate(gpuhal_status_clone(cause), "failing semaphore%s%s%s that %s was to signal to %llu",
+                                  s->label[0] ? " '" : "", s->label, s->label[0] ? "'" : "", who,
+                                  (unsigned long long)signal.values[i]));
+  }
+}
+
 GPUHAL__PRIVATE void gpuhal__queue_fail_signals(gpuhal_semaphore_list_t signal, gpuhal_status_t cause, const char* what,
                                                 int ordinal, uint32_t queue) {
-  uint32_t i;
-  for (i = 0; i < signal.count; ++i)
-    gpuhal__semaphore_fail_owned(
-        signal.semaphores[i],
-        gpuhal_status_annotate(gpuhal_status_clone(cause),
-                               "failing the semaphore that queue '%s' (device %d, queue %u) was to signal to %llu",
-                               what, ordinal, queue, (unsigned long long)signal.values[i]));
+  char who[96];
+  snprintf(who, sizeof(who), "queue '%s' (device %d, queue %u)", what, ordinal, queue);
+  gpuhal__fail_signals_for(signal, cause, who);
 }
 
 GPUHAL__PRIVATE void gpuhal__action_fail(gpuhal__action_t* a, gpuhal_status_t cause) {
+  char who[GPUHAL__ACTION_WHO_MAX];
   uint32_t i;
+  gpuhal__action_describe(a, who, sizeof(who));
   if (!cause) cause = gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "queue action failed without a cause");
   for (i = 0; i < a->signal_count; ++i) {
     gpuhal__timepoint_t* tp = &a->signals[i];
     gpuhal_semaphore_list_t one = gpuhal_semaphore_list_one(&tp->semaphore, &tp->value);
     gpuhal__semaphore_remove_timepoint(tp);
-    gpuhal__queue_fail_signals(one, cause, a->ops->name, a->state->device->ordinal, a->queue_index);
+    gpuhal__fail_signals_for(one, cause, who);
   }
   if (a->ops->complete) a->ops->complete(a->user, cause);
   gpuhal_status_free(a->failure);
@@ -339,9 +355,8 @@ GPUHAL__PRIVATE void gpuhal__list_splice_back(gpuhal__list_node_t* to, gpuhal__l
 }
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__action_wait_failure(const gpuhal__action_t* a, gpuhal_status_t cause_clone,
-                                                            uint64_t value) {
-  char who[96];
-  snprintf(who, sizeof(who), "queue '%s' (device %d, queue %u)", a->ops->name, a->state->device->ordinal,
-           a->queue_index);
-  return gpuhal__semaphore_failure_for(cause_clone, who, value);
+                                                            gpuhal_semaphore_t* s, uint64_t value) {
+  char who[GPUHAL__ACTION_WHO_MAX];
+  gpuhal__action_describe(a, who, sizeof(who));
+  return gpuhal__semaphore_failure_for(cause_clone, who, s, value);
 }

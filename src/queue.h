@@ -100,7 +100,8 @@
  * are put off driver-wide (gpuhal__device_sync_call); module loads wait for parked work with
  * a bound (gpuhal__device_park_pause); gpuhal's own kernels load at device creation.
  *
- * Failure: a CUDA error fails the action's signal semaphores with the original error; an
+ * Failure: a CUDA error fails the action's signal semaphores with the original error (then
+ * the operation: gpuhal__action_describe, kind, label, #number, device, queue); an
  * action waiting on a failed semaphore fails with that cause in its message; a queue call
  * that fails after its arguments were accepted fails its signal semaphores; a sticky error
  * marks the device lost and every pending and later action fails fast with it. A failed
@@ -449,9 +450,13 @@ GPUHAL__PRIVATE void gpuhal__actions_release(gpuhal__queue_state_t* state, gpuha
 
 GPUHAL__PRIVATE void gpuhal__list_splice_back(gpuhal__list_node_t* to, gpuhal__list_node_t* from);
 
-/* A failure of a wait of `a` on a failed semaphore: its cause, then who waited for what. */
+/* A failure of a wait of `a` on failed `s`: its cause, then who waited for what. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__action_wait_failure(const gpuhal__action_t* a, gpuhal_status_t cause_clone,
-                                                            uint64_t value);
+                                                            gpuhal_semaphore_t* s, uint64_t value);
+/* Names `a` in failures: "queue 'KIND' 'LABEL' #NUMBER (device D, queue Q)" (the label of its
+ * command buffer when it has one). */
+enum { GPUHAL__ACTION_WHO_MAX = GPUHAL_LABEL_MAX + 96 };
+GPUHAL__PRIVATE void gpuhal__action_describe(const gpuhal__action_t* a, char* out, size_t size);
 /* ---- resolving and issuing (the pump on the worker, or a submitter's fast path) ---- */
 
 typedef enum gpuhal__resolve_e {

@@ -54,6 +54,11 @@ GPUHAL__PRIVATE const gpuhal_command_buffer_t* gpuhal__action_command_buffer(con
   return NULL;
 }
 
+GPUHAL__PRIVATE const char* gpuhal__action_label(const gpuhal__action_t* a) {
+  const gpuhal_command_buffer_t* cb = gpuhal__action_command_buffer(a);
+  return cb ? cb->label : "";
+}
+
 static gpuhal_status_t gpuhal__barrier_issue(void* user, gpuhal_device_t* device, CUstream stream) {
   GPUHAL__UNUSED(user);
   GPUHAL__UNUSED(device);

@@ -12,6 +12,9 @@
 
 /* The command buffer a queue action executes; NULL when it is no execute. */
 GPUHAL__PRIVATE const gpuhal_command_buffer_t* gpuhal__action_command_buffer(const gpuhal__action_t* a);
+/* The label of an action's command buffer (gpuhal_command_buffer_set_label); "" without one
+ * (the hooks' action_label: the queue names operations in failures with it). */
+GPUHAL__PRIVATE const char* gpuhal__action_label(const gpuhal__action_t* a);
 
 /* GPUHAL_HANG_REPORT (queue_report.c): a host wait has waited `waited_ns`; logs the
  * driver's pending report at warning level. */

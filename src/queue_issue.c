@@ -79,7 +79,7 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
     }
     if (st == GPUHAL__WAIT_FAILED) {
       gpuhal__action_drop_wait_events(a);
-      *out_failure = gpuhal__action_wait_failure(a, q.failure, w->value);
+      *out_failure = gpuhal__action_wait_failure(a, q.failure, w->semaphore, w->value);
       return GPUHAL__RESOLVE_FAILED;
     }
     w->kind = st == GPUHAL__WAIT_ARMED       ? GPUHAL__WAIT_VALUE
@@ -116,7 +116,7 @@ static gpuhal_status_t gpuhal__action_wait_event(gpuhal__action_t* a, gpuhal__ac
   q.take_event = 1;
   q.skip_provisional = !a->provisional; /* as when it was resolved: off its queue's stream only */
   st = gpuhal__semaphore_check(w->semaphore, w->value, &q);
-  if (st == GPUHAL__WAIT_FAILED) return gpuhal__action_wait_failure(a, q.failure, w->value);
+  if (st == GPUHAL__WAIT_FAILED) return gpuhal__action_wait_failure(a, q.failure, w->semaphore, w->value);
   if (st == GPUHAL__WAIT_PENDING)
     return gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "queue '%s': a submitted value %llu is no longer submitted",
                               a->ops->name, (unsigned long long)w->value);
@@ -261,14 +261,15 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
 /* An issue failed: sticky errors (the stream says so too) lose the device. */
 static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t status) {
   gpuhal__queue_state_t* state = a->state;
+  char who[GPUHAL__ACTION_WHO_MAX];
   CUresult r = state->device->cu->cuStreamQuery(a->stream);
   uint32_t i;
   /* Its GPU value waits may be enqueued already, and stay on the side stream until their
    * values come: their words must outlive their semaphores. */
   for (i = 0; i < a->wait_count; ++i)
     if (a->waits[i].kind == GPUHAL__WAIT_VALUE) gpuhal__semaphore_word_keep(a->waits[i].semaphore);
-  status = gpuhal_status_annotate(status, "issuing queue '%s' (device %d, queue %u)", a->ops->name,
-                                  state->device->ordinal, a->queue_index);
+  gpuhal__action_describe(a, who, sizeof(who));
+  status = gpuhal_status_annotate(status, "issuing %s", who);
   if (gpuhal__cuda_error_is_sticky(r)) gpuhal__queue_mark_lost(state, status);
   gpuhal__action_fail(a, status);
   gpuhal__action_retire(a);

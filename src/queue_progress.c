@@ -44,7 +44,7 @@ static gpuhal__inputs_t gpuhal__action_inputs(const gpuhal__action_t* a, gpuhal_
     if (!out_failure) return GPUHAL__INPUTS_FAILED;
     memset(&q, 0, sizeof(q));
     gpuhal__semaphore_check(w->semaphore, w->value, &q);
-    *out_failure = gpuhal__action_wait_failure(a, q.failure, w->value);
+    *out_failure = gpuhal__action_wait_failure(a, q.failure, w->semaphore, w->value);
     return GPUHAL__INPUTS_FAILED;
   }
   return result;
@@ -120,6 +120,7 @@ static CUresult gpuhal__action_recheck(gpuhal__queue_state_t* state, gpuhal__act
 static void gpuhal__action_observe(gpuhal__queue_state_t* state, gpuhal__action_t* a, CUresult r, int skip_advance,
                                    gpuhal__list_node_t* done, uint32_t* done_count) {
   gpuhal_status_t lost;
+  char who[GPUHAL__ACTION_WHO_MAX];
   if (r != CUDA_SUCCESS && !gpuhal__cuda_error_is_sticky(r)) r = gpuhal__action_recheck(state, a, r);
   if (r != CUDA_SUCCESS) {
     gpuhal_status_t status = gpuhal__cuda_status(state->device->cu, r, "cuEventQuery", __FILE__, __LINE__);
@@ -130,8 +131,8 @@ static void gpuhal__action_observe(gpuhal__queue_state_t* state, gpuhal__action_
       gpuhal_status_free(status);
       status = lost;
     }
-    gpuhal__action_fail(a, gpuhal_status_annotate(status, "running queue '%s' (device %d, queue %u)", a->ops->name,
-                                                  state->device->ordinal, a->queue_index));
+    gpuhal__action_describe(a, who, sizeof(who));
+    gpuhal__action_fail(a, gpuhal_status_annotate(status, "running %s", who));
     gpuhal__action_retire(a);
     return;
   }

@@ -461,9 +461,9 @@ GPUHAL__PRIVATE void gpuhal__semaphore_unregister(gpuhal_semaphore_t* s, gpuhal_
 }
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_failure_for(gpuhal_status_t cause_clone, const char* who,
-                                                              uint64_t value) {
-  return gpuhal_status_annotate(cause_clone, "while %s waited for a semaphore to reach %llu", who,
-                                (unsigned long long)value);
+                                                              const gpuhal_semaphore_t* s, uint64_t value) {
+  return gpuhal_status_annotate(cause_clone, "while %s waited for semaphore%s%s%s to reach %llu", who,
+                                s->label[0] ? " '" : "", s->label, s->label[0] ? "'" : "", (unsigned long long)value);
 }
 
 /* ---- public: lifetime and host signalling ---- */
@@ -784,7 +784,7 @@ static int gpuhal__host_wait_evaluate(gpuhal_wait_mode_t mode, gpuhal_semaphore_
       if (mode == GPUHAL_WAIT_ANY) break;
     } else if (st == GPUHAL__WAIT_FAILED) {
       if (!first_failure) {
-        first_failure = gpuhal__semaphore_failure_for(q.failure, "a host wait", list.values[i]);
+        first_failure = gpuhal__semaphore_failure_for(q.failure, "a host wait", list.semaphores[i], list.values[i]);
       } else {
         gpuhal_status_free(q.failure);
       }

@@ -290,9 +290,10 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
 
 GPUHAL__PRIVATE void gpuhal__semaphore_unregister(gpuhal_semaphore_t* s, gpuhal__semaphore_waiter_t* waiter);
 
-/* A failure status for a waiter of a failed semaphore: the cause first, then who waited. */
+/* A failure status for a waiter of failed `s`: the cause first, then who waited for which
+ * semaphore (its label) and value. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_failure_for(gpuhal_status_t cause_clone, const char* who,
-                                                              uint64_t value);
+                                                              const gpuhal_semaphore_t* s, uint64_t value);
 
 /* gpuhal's own references (queue actions take theirs with gpuhal__object_retain). */
 GPUHAL__PRIVATE void gpuhal__semaphore_release_ref(gpuhal_semaphore_t* semaphore);
