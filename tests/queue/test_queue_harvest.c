@@ -52,8 +52,11 @@ TU_TEST(busy_submitter_retires_completed_work) {
   harvest_counter_init(&c);
   state = gpuhal__queue_state(f.device);
   harvested0 = gpuhal__atomic_load(&state->harvested);
-  /* Rounds until something was harvested (a loaded machine may need more than one). */
-  for (round = 0; round < 10 && gpuhal__atomic_load(&c.released_by_submitter) == 0; ++round) {
+  /* Rounds until something was harvested. A loaded machine (or valgrind, which runs one
+   * thread at a time) may need more, and longer pauses: softcuda's stream thread must run
+   * during one for a look to find work done. The pauses stay well under
+   * completion_min_age_ns, so the completion thread leaves the work to the submitter. */
+  for (round = 0; round < 16 && gpuhal__atomic_load(&c.released_by_submitter) == 0; ++round) {
     for (i = 0; i < 200; ++i, ++total) {
       uint64_t prev = total, next = total + 1;
       gpuhal_semaphore_list_t wait = gpuhal_semaphore_list_one(&s, &prev);
@@ -63,7 +66,7 @@ TU_TEST(busy_submitter_retires_completed_work) {
       } else {
         TU_REQUIRE_OK(qt_submit(f.device, (uint32_t)(i % 2), wait, signal, &harvest_ops, &c));
       }
-      if (i % 4 == 3) tu_sleep_ns(GPUHAL__HARVEST_MAX_WAIT_NS + 20000);
+      if (i % 4 == 3) tu_sleep_ns((GPUHAL__HARVEST_MAX_WAIT_NS + 20000) << (round < 5 ? round : 5));
     }
   }
   TU_CHECK_OK(gpuhal_semaphore_wait(s, total, qt_seconds(60)));
@@ -196,7 +199,7 @@ static uint64_t putoff_rounds(qt_fixture_t* f, gpuhal_semaphore_t* s, putoff_t* 
       uint64_t prev = total, next = total + 1;
       TU_CHECK_OK(qt_submit(f->device, 0, gpuhal_semaphore_list_one(&s, &prev), gpuhal_semaphore_list_one(&s, &next),
                             &putoff_ops, p));
-      if (i % 4 == 3) tu_sleep_ns(GPUHAL__HARVEST_MAX_WAIT_NS + 20000);
+      if (i % 4 == 3) tu_sleep_ns((GPUHAL__HARVEST_MAX_WAIT_NS + 20000) << (round < 5 ? round : 5));
     }
   }
   return total;
