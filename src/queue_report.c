@@ -85,7 +85,6 @@ static void gpuhal__report_copy_entry(gpuhal__report_entry_t* out, gpuhal_semaph
 static void gpuhal__report_copy_op(gpuhal__report_t* r, gpuhal__report_device_t* d, const gpuhal__action_t* a,
                                    gpuhal__op_state_t state) {
   gpuhal__report_op_t* op;
-  const gpuhal_command_buffer_t* cb = gpuhal__action_command_buffer(a);
   uint32_t i;
   if (r->op_count == r->op_capacity) {
     d->dropped++;
@@ -94,7 +93,7 @@ static void gpuhal__report_copy_op(gpuhal__report_t* r, gpuhal__report_device_t*
   op = &r->ops[r->op_count++];
   memset(op, 0, sizeof(*op));
   op->kind = a->ops->name;
-  if (cb) memcpy(op->label, cb->label, sizeof(op->label));
+  gpuhal__label_copy(op->label, gpuhal__action_label(a));
   op->device = d->device->ordinal;
   op->queue = a->queue_index;
   op->number = a->submit_number;
