@@ -130,6 +130,11 @@ typedef struct CUgraphExec_st* CUgraphExec;
 typedef struct CUmemPoolHandle_st* CUmemoryPool;
 typedef struct CUlinkState_st* CUlinkState;
 
+/* A physical allocation of the virtual memory management API (cuMemCreate): a value, not
+ * a pointer. */
+typedef unsigned long long CUmemGenericAllocationHandle_v1;
+typedef CUmemGenericAllocationHandle_v1 CUmemGenericAllocationHandle;
+
 typedef void (CUDA_CB* CUhostFn)(void* userData);
 
 /* The CUDA runtime's driver_types.h shares this definition and its guard. */
@@ -151,11 +156,14 @@ typedef struct CUuuid_st {
 #define CU_MEMHOSTALLOC_DEVICEMAP     0x02
 #define CU_MEMHOSTALLOC_WRITECOMBINED 0x04
 
-/* cuMemHostRegister flags (not called by gpuhal today; kept with their siblings) */
+/* cuMemHostRegister flags */
 #define CU_MEMHOSTREGISTER_PORTABLE  0x01
 #define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
 #define CU_MEMHOSTREGISTER_IOMEMORY  0x04
 #define CU_MEMHOSTREGISTER_READ_ONLY 0x08
+
+/* Size of the opaque interprocess handles (CUipcMemHandle) */
+#define CU_IPC_HANDLE_SIZE 64
 
 /* cuLaunchKernel `extra` array markers */
 #define CU_LAUNCH_PARAM_END_AS_INT            0x00
@@ -668,6 +676,16 @@ typedef enum CUmemAccess_flags_enum {
     CU_MEM_ACCESS_FLAGS_PROT_MAX       = 0x7FFFFFFF
 } CUmemAccess_flags;
 
+typedef enum CUmemAllocationGranularity_flags_enum {
+    CU_MEM_ALLOC_GRANULARITY_MINIMUM     = 0x0,
+    CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1
+} CUmemAllocationGranularity_flags;
+
+/* cuIpcOpenMemHandle flags */
+typedef enum CUipcMem_flags_enum {
+    CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
+} CUipcMem_flags;
+
 typedef enum CUmemPool_attribute_enum {
     CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES   = 1,
     CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC,
@@ -840,6 +858,28 @@ typedef struct CUmemAccessDesc_st {
     CUmemAccess_flags flags;
 } CUmemAccessDesc_v1;
 typedef CUmemAccessDesc_v1 CUmemAccessDesc;
+
+/* cuMemCreate / cuMemGetAllocationGranularity: 32 bytes in every CUDA 12/13 release.
+ * win32HandleMetaData and allocFlags must be zero unless used: zero the whole struct. */
+typedef struct CUmemAllocationProp_st {
+    CUmemAllocationType type;
+    CUmemAllocationHandleType requestedHandleTypes;
+    CUmemLocation location;
+    void* win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp_v1;
+typedef CUmemAllocationProp_v1 CUmemAllocationProp;
+
+/* cuIpcGetMemHandle / cuIpcOpenMemHandle: opaque, passed by value. */
+typedef struct CUipcMemHandle_st {
+    char reserved[CU_IPC_HANDLE_SIZE];
+} CUipcMemHandle_v1;
+typedef CUipcMemHandle_v1 CUipcMemHandle;
 
 /* 88 bytes in every CUDA 12/13 release; maxSize and usage were carved out of reserved by
  * later 12.x releases, and older drivers want reserved zero: zero the whole struct first. */
@@ -1139,7 +1179,14 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
  * The stream memory operations resolve to their _v2 exports (the 11.7 API, the only one
  * CUDA 12 has): they are always available there, the 64-bit ones and WAIT_VALUE_NOR only
  * where CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS / _CAN_USE_STREAM_WAIT_VALUE_NOR
- * say so. cuMemHostGetDevicePointer gives the device address of mapped pinned memory. */
+ * say so. cuMemHostGetDevicePointer gives the device address of mapped pinned memory.
+ * Sharing memory across processes: cuMemHostRegister (a host range, e.g. a MAP_SHARED
+ * mapping, made device-visible; _v2 is the export of the 6.5+ ABI), legacy IPC of
+ * cuMemAlloc memory (cuIpc*MemHandle; cuIpcOpenMemHandle_v2 likewise), and the virtual
+ * memory management API (cuMemCreate .. cuMemGetAllocationGranularity), whose POSIX file
+ * descriptors travel between processes; each is there where the driver says so
+ * (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, _VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+ * _HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED). */
 #define GPUHAL_CUDA_OPTIONAL_SYMBOLS(X)                                                                       \
     X(cuFuncLoad, "cuFuncLoad", 12040, (CUfunction function))                                                 \
     X(cuMemPoolCreate, "cuMemPoolCreate", 12000, (CUmemoryPool* pool, const CUmemPoolProps* poolProps))       \
@@ -1181,7 +1228,33 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
     X(cuGraphExecBatchMemOpNodeSetParams, "cuGraphExecBatchMemOpNodeSetParams", 12000,                        \
       (CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS* nodeParams))           \
     X(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", 12000,                                       \
-      (CUdeviceptr* pdptr, void* p, unsigned int Flags))
+      (CUdeviceptr* pdptr, void* p, unsigned int Flags))                                                      \
+    X(cuMemHostRegister, "cuMemHostRegister_v2", 12000, (void* p, size_t bytesize, unsigned int Flags))       \
+    X(cuMemHostUnregister, "cuMemHostUnregister", 12000, (void* p))                                           \
+    X(cuIpcGetMemHandle, "cuIpcGetMemHandle", 12000, (CUipcMemHandle* pHandle, CUdeviceptr dptr))             \
+    X(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2", 12000,                                                     \
+      (CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags))                                        \
+    X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", 12000, (CUdeviceptr dptr))                                  \
+    X(cuMemCreate, "cuMemCreate", 12000,                                                                      \
+      (CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,                    \
+       unsigned long long flags))                                                                             \
+    X(cuMemRelease, "cuMemRelease", 12000, (CUmemGenericAllocationHandle handle))                             \
+    X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 12000,                                    \
+      (void* shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType,      \
+       unsigned long long flags))                                                                             \
+    X(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 12000,                                \
+      (CUmemGenericAllocationHandle* handle, void* osHandle, CUmemAllocationHandleType shHandleType))         \
+    X(cuMemAddressReserve, "cuMemAddressReserve", 12000,                                                      \
+      (CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags))          \
+    X(cuMemAddressFree, "cuMemAddressFree", 12000, (CUdeviceptr ptr, size_t size))                            \
+    X(cuMemMap, "cuMemMap", 12000,                                                                            \
+      (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,                      \
+       unsigned long long flags))                                                                             \
+    X(cuMemUnmap, "cuMemUnmap", 12000, (CUdeviceptr ptr, size_t size))                                        \
+    X(cuMemSetAccess, "cuMemSetAccess", 12000,                                                                \
+      (CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count))                              \
+    X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 12000,                                  \
+      (size_t* granularity, const CUmemAllocationProp* prop, CUmemAllocationGranularity_flags option))
 
 /* NCCL: X(name, (params)); every entry returns ncclResult_t. ncclGetErrorString returns
  * const char* and is declared on its own below. Streams are CUstream, which is the same

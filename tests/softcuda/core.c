@@ -199,8 +199,9 @@ static void sc_unref(sc_obj* o) {
 }
 
 static const char* sc_kind_name(sc_kind k) {
-  static const char* const names[SC_K_COUNT] = {"?",    "context", "stream", "event",      "module",    "function",
-                                                "pool", "link",    "graph",  "graph node", "graph exec"};
+  static const char* const names[SC_K_COUNT] = {"?",      "context",    "stream",     "event",
+                                                "module", "function",   "pool",       "link",
+                                                "graph",  "graph node", "graph exec", "memory handle"};
   return (int)k < SC_K_COUNT ? names[k] : "?";
 }
 
@@ -393,7 +394,15 @@ CUresult CUDAAPI sc_cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUd
     case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: v = 1024; break;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED: /* what CUDA says to test for IPC: memory IPC here */
+      SC_LOCK();
+      v = sc_arena_ready_locked();
+      SC_UNLOCK();
+      break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: v = !sc.no_memops; break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR: v = !sc.no_memops; break;
     default: v = 0; break;
@@ -942,6 +951,16 @@ static const char* sc_mem_type_name(sc_mem_type t) {
   return "allocation";
 }
 
+static const char* sc_alloc_kind_name(const sc_alloc* a) {
+  switch (a->origin) {
+    case SC_ORIGIN_REGISTERED: return "host registration (cuMemHostRegister)";
+    case SC_ORIGIN_IPC: return "IPC mapping (cuIpcOpenMemHandle)";
+    case SC_ORIGIN_VMM:
+    case SC_ORIGIN_ALLOC: break;
+  }
+  return sc_mem_type_name(a->type);
+}
+
 /* Lists what c still owns (or, for c == NULL, everything alive). Under sc.mu. */
 static size_t sc_report_locked(sc_ctx* c, FILE* f, int all) {
   size_t n = 0, i;
@@ -950,11 +969,13 @@ static size_t sc_report_locked(sc_ctx* c, FILE* f, int all) {
     sc_alloc* a = sc.allocs[i];
     if (!all && a->ctx != c) continue;
     if (a->type == SC_MEM_POOL && !all) continue;
+    if (a->origin == SC_ORIGIN_VMM) continue; /* listed with its reservation below */
     if (f)
-      fprintf(f, "softcuda: leak: %s #%llu of %zu bytes at 0x%llx (device %d)\n", sc_mem_type_name(a->type), a->id,
-              a->size, (unsigned long long)a->base, a->dev);
+      fprintf(f, "softcuda: leak: %s #%llu of %zu bytes at 0x%llx (device %d)\n", sc_alloc_kind_name(a), a->id, a->size,
+              (unsigned long long)a->base, a->dev);
     n++;
   }
+  if (all) n += sc_share_report_locked(f); /* VMM reservations and mappings: no context owns them */
   for (k = 1; k <= sc.nobjs; ++k) {
     sc_obj* o = sc.objs[k];
     if (!o || o->kind == SC_K_FUNC || o->kind == SC_K_GRAPH_NODE) continue;

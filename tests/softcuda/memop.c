@@ -12,10 +12,14 @@
  *     wake it at once, stores from host threads (plain stores to mapped pinned memory) are
  *     seen at the next poll, 20 us growing to 200 us while nothing happens.
  *   - Addresses are checked at the call: aligned (4 / 8 bytes), inside one live device,
- *     managed or pool allocation of the stream's device (or a peer's, with peer access),
- *     or inside pinned host memory allocated with CU_MEMHOSTALLOC_DEVICEMAP (and
- *     CU_MEMHOSTALLOC_PORTABLE when the stream belongs to another context). At run time
- *     memory freed in between is an illegal address (the context is poisoned).
+ *     managed or pool allocation of the stream's device (or a peer's, with peer access), an
+ *     opened IPC handle, VMM memory the stream's device has access to (cuMemSetAccess), or
+ *     inside pinned host memory allocated or registered with DEVICEMAP (and PORTABLE when
+ *     the stream belongs to another context). At run time memory freed in between is an
+ *     illegal address (the context is poisoned).
+ *   - A wait re-reads the memory at every poll, so a store from another process (to a
+ *     MAP_SHARED mapping both registered, or to VMM / IPC memory both mapped) meets it
+ *     within the poll interval.
  *   - Context teardown with a stream parked on a wait nothing can meet any more releases
  *     it (and whatever queued behind it) and reports it as a leak; at exit, streams still
  *     parked are reported too (SOFTCUDA_LEAKS=fatal fails the process for either).
@@ -26,8 +30,9 @@
 
 /* ---- mapped pinned host memory -------------------------------------------------------- */
 
-/* Pinned host memory is device-visible only when mapped (CU_MEMHOSTALLOC_DEVICEMAP); its
- * device address is the host address (unified addressing). Flags must be 0. */
+/* Pinned host memory, allocated (cuMemHostAlloc) or registered (cuMemHostRegister), is
+ * device-visible only when mapped (DEVICEMAP); its device address is the host address
+ * (unified addressing). Flags must be 0. */
 CUresult CUDAAPI sc_cuMemHostGetDevicePointer(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
   sc_ctx* c;
   sc_alloc* a;
@@ -40,11 +45,10 @@ CUresult CUDAAPI sc_cuMemHostGetDevicePointer(CUdeviceptr* pdptr, void* p, unsig
     a = sc_alloc_find((uintptr_t)p);
     if (!a || a->type != SC_MEM_HOST)
       r = sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
-                       "cuMemHostGetDevicePointer(%p): not in a live pinned host allocation", p);
+                       "cuMemHostGetDevicePointer(%p): not in live pinned host memory (allocated or registered)", p);
     else if (!(a->flags & CU_MEMHOSTALLOC_DEVICEMAP))
       r = sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
-                       "cuMemHostGetDevicePointer(%p): allocation #%llu was not made with CU_MEMHOSTALLOC_DEVICEMAP", p,
-                       a->id);
+                       "cuMemHostGetDevicePointer(%p): #%llu was not allocated or registered with DEVICEMAP", p, a->id);
     else
       *pdptr = (CUdeviceptr)(uintptr_t)p;
   }
@@ -99,15 +103,22 @@ static CUresult sc_memop_check_addr(const char* what, CUdeviceptr addr, size_t w
   if (a->type == SC_MEM_HOST) {
     if (!(a->flags & CU_MEMHOSTALLOC_DEVICEMAP))
       return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
-                          "%s: address 0x%llx is pinned host memory (#%llu) not mapped for the device: allocate it "
-                          "with CU_MEMHOSTALLOC_DEVICEMAP",
+                          "%s: address 0x%llx is pinned host memory (#%llu) not mapped for the device: allocate or "
+                          "register it with DEVICEMAP",
                           what, (unsigned long long)addr, a->id);
     if (!(a->flags & CU_MEMHOSTALLOC_PORTABLE) && a->ctx != c)
       return sc_violation(SOFTCUDA_VIOLATION_CONTEXT, CUDA_ERROR_INVALID_VALUE,
-                          "%s: address 0x%llx is pinned host memory (#%llu) of another context, allocated without "
-                          "CU_MEMHOSTALLOC_PORTABLE",
+                          "%s: address 0x%llx is pinned host memory (#%llu) of another context, allocated or "
+                          "registered without PORTABLE",
                           what, (unsigned long long)addr, a->id);
     return CUDA_SUCCESS;
+  }
+  if (a->origin == SC_ORIGIN_VMM) { /* mapped memory: the devices cuMemSetAccess named */
+    if (c->dev < 32 && (a->access_devs >> c->dev & 1u)) return CUDA_SUCCESS;
+    return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
+                        "%s: address 0x%llx is mapped memory (cuMemMap) that device %d was given no access to "
+                        "(cuMemSetAccess)",
+                        what, (unsigned long long)addr, c->dev);
   }
   if (a->dev != c->dev && !sc_ctx_has_peer_on(c, a->dev))
     return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,

@@ -2,6 +2,71 @@
  * checks, memcpy / memset (sync and async), cuMemGetInfo, pointer attributes.
  * Part of softcuda.c. */
 
+/* ---- the arena: cuMemAlloc memory, shareable ------------------------------------------ */
+/* Every cuMemAlloc allocation is its own page-aligned range of one memfd (MAP_SHARED), so
+ * that cuIpcGetMemHandle (share.c) can name it to another process, which maps the same
+ * range of /proc/<pid>/fd/<fd>. Offsets are never reused: a freed range is punched out of
+ * the file (its pages go back to the system; a process that still has it open reads
+ * zeros, where CUDA leaves the use of freed exported memory undefined). Without
+ * memfd_create the memory is malloc'ed and IPC is CUDA_ERROR_NOT_SUPPORTED. */
+
+#define SC_ARENA_STEP ((uint64_t)1 << 30) /* the file grows (sparse) in steps of this */
+
+static size_t sc_page_size(void) {
+  static size_t page; /* any thread may ask first: relaxed atomics, the value is always the same */
+  size_t p = __atomic_load_n(&page, __ATOMIC_RELAXED);
+  if (!p) {
+    p = (size_t)sysconf(_SC_PAGESIZE);
+    __atomic_store_n(&page, p, __ATOMIC_RELAXED);
+  }
+  return p;
+}
+
+/* n rounded up to a multiple of align (a power of two); 0 when that overflows. */
+static size_t sc_round_up(size_t n, size_t align) {
+  if (n > SIZE_MAX - (align - 1)) return 0;
+  return (n + align - 1) & ~(align - 1);
+}
+
+/* Under sc.mu. */
+static int sc_arena_ready_locked(void) {
+  struct stat st;
+  if (sc.arena_state != 0) return sc.arena_state > 0;
+  sc.arena_state = -1;
+  sc.arena_fd = memfd_create("softcuda-device-memory", MFD_CLOEXEC);
+  if (sc.arena_fd < 0) return 0;
+  if (fstat(sc.arena_fd, &st) != 0) {
+    close(sc.arena_fd);
+    return 0;
+  }
+  sc.arena_ino = (uint64_t)st.st_ino;
+  sc.arena_state = 1;
+  return 1;
+}
+
+/* Maps a new range of the arena for bytes; NULL when there is no arena or no room. */
+static void* sc_arena_map_locked(size_t bytes, uint64_t* off, size_t* len) {
+  size_t n = sc_round_up(bytes, sc_page_size());
+  void* p;
+  if (n == 0 || !sc_arena_ready_locked()) return NULL;
+  if (sc.arena_next + n > sc.arena_len) {
+    uint64_t want = (sc.arena_next + n + SC_ARENA_STEP - 1) / SC_ARENA_STEP * SC_ARENA_STEP;
+    if (ftruncate(sc.arena_fd, (off_t)want) != 0) return NULL;
+    sc.arena_len = want;
+  }
+  p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, sc.arena_fd, (off_t)sc.arena_next);
+  if (p == MAP_FAILED) return NULL;
+  *off = sc.arena_next;
+  *len = n;
+  sc.arena_next += n;
+  return p;
+}
+
+static void sc_arena_unmap_locked(sc_alloc* a) {
+  munmap((void*)a->base, a->map_size);
+  fallocate(sc.arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a->arena_off, (off_t)a->map_size);
+}
+
 /* ---- allocation table (sorted by base, under sc.mu) --------------------------------- */
 
 static size_t sc_alloc_lower_bound(uintptr_t p) {
@@ -50,13 +115,28 @@ static void sc_alloc_remove(sc_alloc* a) {
   sc.nallocs--;
 }
 
+/* VMM mappings side by side are one range of device memory, as on a GPU: 1 when the
+ * records after a (a VMM mapping holding p) continue it without a gap up to p+bytes. */
+static int sc_vmm_continues(const sc_alloc* a, uintptr_t p, size_t bytes) {
+  while (a && a->origin == SC_ORIGIN_VMM) {
+    uintptr_t end = a->base + a->size;
+    if (bytes <= end - p) return 1;
+    bytes -= end - p;
+    p = end;
+    a = sc_alloc_find(end);
+    if (a && a->base != end) return 0;
+  }
+  return 0;
+}
+
 /* 1 when [p, p+bytes) lies in a record of the allocation containing p, the newest or an
  * older one sharing its base (work ordered before a handed-over block's free still runs
- * on the old record's extent). */
+ * on the old record's extent), or in adjacent VMM mappings. */
 static int sc_alloc_covers(uintptr_t p, size_t bytes) {
   size_t i = sc_alloc_lower_bound(p);
   uintptr_t base;
   if (i == 0) return 0;
+  if (p - sc.allocs[i - 1]->base < sc.allocs[i - 1]->size && sc_vmm_continues(sc.allocs[i - 1], p, bytes)) return 1;
   base = sc.allocs[i - 1]->base;
   for (; i > 0 && sc.allocs[i - 1]->base == base; --i) {
     sc_alloc* a = sc.allocs[i - 1];
@@ -79,7 +159,7 @@ static CUresult sc_check_range(uintptr_t p, size_t bytes, int device_side, sc_al
     return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
                         "0x%llx is in pool allocation #%llu, already freed with cuMemFreeAsync", (unsigned long long)p,
                         a->id);
-  if (bytes > a->size || p - a->base > a->size - bytes)
+  if ((bytes > a->size || p - a->base > a->size - bytes) && !sc_vmm_continues(a, p, bytes))
     return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
                         "range 0x%llx+%zu overruns allocation #%llu [0x%llx, +%zu)", (unsigned long long)p, bytes,
                         a->id, (unsigned long long)a->base, a->size);
@@ -113,12 +193,17 @@ static CUresult sc_alloc_new_locked(sc_ctx* c, sc_mem_type type, size_t bytes, u
   void* p = NULL;
   sc_alloc* a;
   CUresult r;
+  uint64_t off = 0;
+  size_t len = 0;
   if (type != SC_MEM_HOST && (r = sc_dev_reserve(c->dev, bytes)) != CUDA_SUCCESS) return r;
-  if (posix_memalign(&p, 256, bytes) != 0) {
+  if (type == SC_MEM_DEVICE) p = sc_arena_map_locked(bytes, &off, &len);
+  if (!p && posix_memalign(&p, 256, bytes) != 0) {
     if (type != SC_MEM_HOST) sc_dev_unreserve(c->dev, bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   a = (sc_alloc*)sc_xcalloc(1, sizeof(sc_alloc));
+  a->map_size = len;
+  a->arena_off = off;
   a->base = (uintptr_t)p;
   a->size = bytes;
   a->type = type;
@@ -130,10 +215,22 @@ static CUresult sc_alloc_new_locked(sc_ctx* c, sc_mem_type type, size_t bytes, u
   return CUDA_SUCCESS;
 }
 
+/* Drops a record and what it owns: its memory when softcuda allocated it, the mapping of
+ * an IPC open; a registration leaves the caller's memory alone (VMM records are share.c's). */
 static void sc_alloc_release_locked(sc_alloc* a) {
   sc_alloc_remove(a);
-  if (a->type == SC_MEM_DEVICE || a->type == SC_MEM_MANAGED) sc_dev_unreserve(a->dev, a->size);
-  free((void*)a->base);
+  switch (a->origin) {
+    case SC_ORIGIN_ALLOC:
+      if (a->type == SC_MEM_DEVICE || a->type == SC_MEM_MANAGED) sc_dev_unreserve(a->dev, a->size);
+      if (a->map_size)
+        sc_arena_unmap_locked(a);
+      else
+        free((void*)a->base);
+      break;
+    case SC_ORIGIN_IPC: munmap((void*)a->base, a->map_size); break;
+    case SC_ORIGIN_REGISTERED:
+    case SC_ORIGIN_VMM: break;
+  }
   free(a);
 }
 
@@ -220,7 +317,8 @@ static CUresult sc_free_entry(uintptr_t p, int host) {
   r = sc_current_ctx(&c);
   if (r == CUDA_SUCCESS) {
     a = sc_alloc_find(p);
-    if (!a || a->base != p || a->type == SC_MEM_POOL || (host != (a->type == SC_MEM_HOST))) {
+    if (!a || a->base != p || a->type == SC_MEM_POOL || a->origin != SC_ORIGIN_ALLOC ||
+        (host != (a->type == SC_MEM_HOST))) {
       r = sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE,
                        "%s(0x%llx): not the start of a live %s allocation", host ? "cuMemFreeHost" : "cuMemFree",
                        (unsigned long long)p, host ? "pinned host" : "device or managed");
@@ -480,8 +578,12 @@ CUresult CUDAAPI sc_cuPointerGetAttribute(void* data, CUpointer_attribute attrib
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr*)data = (CUdeviceptr)a->base; break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t*)data = a->size; break;
     case CU_POINTER_ATTRIBUTE_MAPPED: *(unsigned int*)data = 1; break;
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *(unsigned int*)data = 0; break;
-    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: *(unsigned long long*)data = 0; break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      *(unsigned int*)data = a->origin == SC_ORIGIN_ALLOC && a->type == SC_MEM_DEVICE && a->map_size != 0;
+      break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: /* VMM: the flags are the handle types */
+      *(unsigned long long*)data = a->origin == SC_ORIGIN_VMM ? a->flags : 0;
+      break;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
       *(CUmemoryPool*)data = a->pool ? (CUmemoryPool)(uintptr_t)SC_HANDLE(a->pool) : NULL;
       break;

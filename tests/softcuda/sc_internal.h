@@ -12,7 +12,9 @@
  *     queued operations hold their own.
  *   - A stream is a worker thread running sc_op's in FIFO order. Each op has a sequence
  *     number; a stream's done_seq says how far it got. An event record is (stream, seq).
- *   - Device pointers are host pointers (malloc'ed), tracked in a sorted allocation table.
+ *   - Device pointers are host pointers, tracked in a sorted allocation table: cuMemAlloc
+ *     memory is a page-aligned range of one memfd (so that IPC can share it), the rest is
+ *     malloc'ed; registered host ranges, IPC and VMM mappings are records too (share.c).
  */
 #ifndef SC_INTERNAL_H
 #define SC_INTERNAL_H
@@ -22,6 +24,7 @@
 #endif
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -29,6 +32,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,6 +74,7 @@ typedef enum sc_kind {
   SC_K_GRAPH,
   SC_K_GRAPH_NODE,
   SC_K_GRAPH_EXEC,
+  SC_K_MEMHANDLE, /* share.c: a physical allocation of the VMM API (cuMemCreate, import) */
   SC_K_COUNT
 } sc_kind;
 
@@ -184,6 +190,14 @@ struct sc_module {
 
 typedef enum sc_mem_type { SC_MEM_DEVICE = 1, SC_MEM_HOST, SC_MEM_MANAGED, SC_MEM_POOL } sc_mem_type;
 
+/* Where the memory of an allocation record came from (share.c for all but the first). */
+typedef enum sc_origin {
+  SC_ORIGIN_ALLOC = 0,  /* softcuda allocated it (cuMemAlloc, cuMemHostAlloc, pools, ...) */
+  SC_ORIGIN_REGISTERED, /* cuMemHostRegister: the caller's host memory (type SC_MEM_HOST) */
+  SC_ORIGIN_VMM,        /* cuMemMap + cuMemSetAccess: no context owns it (type SC_MEM_DEVICE) */
+  SC_ORIGIN_IPC         /* cuIpcOpenMemHandle: another process's cuMemAlloc memory (SC_MEM_DEVICE) */
+} sc_origin;
+
 typedef struct sc_alloc {
   uintptr_t base;
   size_t size;
@@ -200,6 +214,14 @@ typedef struct sc_alloc {
   sc_stream* free_stream;
   uint64_t free_seq;
   int handed_over;
+  /* share.c */
+  sc_origin origin;
+  size_t map_size;      /* length of its own mapping (page-rounded); 0: malloc'ed, or not softcuda's */
+  uint64_t arena_off;   /* cuMemAlloc memory in the arena (sc.arena_fd): its offset there */
+  unsigned access_devs; /* VMM: bit d set while device d has access (cuMemSetAccess) */
+  int ipc_refs;         /* IPC: opens of the handle in this context still to close */
+  int ipc_pid;          /* IPC: the exporting process and its allocation's id there */
+  unsigned long long ipc_id;
 } sc_alloc;
 
 typedef struct sc_block {
@@ -266,6 +288,13 @@ typedef struct sc_global {
   sc_alloc** allocs;
   size_t nallocs, cap_allocs;
   unsigned long long next_alloc_id;
+  /* memory.c: the arena, one memfd holding every cuMemAlloc allocation (IPC shares it) */
+  int arena_state; /* 0: not made yet; 1: arena_fd is open; -1: no memfd (malloc, no IPC) */
+  int arena_fd;
+  uint64_t arena_ino, arena_next, arena_len;
+  /* share.c: VMM address reservations (cuMemAddressReserve) */
+  struct sc_resv** resvs;
+  size_t nresvs, cap_resvs;
   /* callback thread */
   int cb_started;
   pthread_t cb_thread;
@@ -333,6 +362,11 @@ static void sc_alloc_insert(sc_alloc* a);
 static void sc_alloc_remove(sc_alloc* a);
 static CUresult sc_dev_reserve(int dev, size_t bytes);
 static void sc_dev_unreserve(int dev, size_t bytes);
+static void sc_alloc_release_locked(sc_alloc* a);
+static int sc_arena_ready_locked(void); /* memory.c: 1 when cuMemAlloc memory is shareable */
+static void sc_ctx_sync_locked(sc_ctx* c);
+/* share.c: the leak report's lines for VMM reservations and their mappings (count them) */
+static size_t sc_share_report_locked(FILE* f);
 
 /* graph.c: when s->capture is set, sc_submit hands the op to sc_graph_capture_op, which
  * either records it into the capture graph (returns 1, and owns op) or returns 0. */

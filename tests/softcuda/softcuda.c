@@ -15,6 +15,7 @@
 #include "module.c"
 #include "pool.c"
 #include "memop.c"
+#include "share.c"
 #include "graph.c"
 
 /* ---- cuGetProcAddress ---------------------------------------------------------------- */
