@@ -275,8 +275,10 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
       GPUHAL_ASSERT(driver->ordinals[i].parked == 0 && driver->ordinals[i].room_live == 0);
   }
   gpuhal__free(&driver->allocator, driver->ordinals);
-  gpuhal__hooks()->semaphore_words_free(driver);
+  gpuhal__hooks()->semaphore_driver_destroy(driver);
   gpuhal__mutex_destroy(&driver->words_mutex);
+  gpuhal__cond_destroy(&driver->shared_cond);
+  gpuhal__mutex_destroy(&driver->shared_mutex);
   gpuhal__object_pool_deinit(&driver->objects);
   gpuhal__cond_destroy(&driver->devices_cond);
   gpuhal__mutex_destroy(&driver->devices_mutex);
@@ -310,6 +312,9 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   gpuhal__object_pool_init(&driver->objects, &allocator);
   gpuhal__mutex_init(&driver->devices_mutex);
   gpuhal__mutex_init(&driver->words_mutex);
+  gpuhal__mutex_init(&driver->shared_mutex);
+  gpuhal__cond_init(&driver->shared_cond);
+  gpuhal__list_init(&driver->shared_semaphores);
   gpuhal__mutex_init(&driver->parked_mutex);
   gpuhal__cond_init(&driver->devices_cond);
   gpuhal__list_init(&driver->devices);

@@ -252,6 +252,15 @@ struct gpuhal_driver_s {
   gpuhal__mutex_t words_mutex;
   struct gpuhal__word_slab_s* word_slabs;
   uint64_t* free_words; /* each free word holds the address of the next */
+  /* Semaphores shared with other processes (semaphore_shared.c): their values change
+   * without this process hearing of it, so a thread of the driver's, started with the first
+   * one, reads them while any is left (linked through gpuhal_semaphore_t.shared_link). */
+  gpuhal__mutex_t shared_mutex;
+  gpuhal__cond_t shared_cond;
+  gpuhal__list_node_t shared_semaphores;
+  gpuhal__thread_t shared_thread;
+  int shared_thread_running; /* under shared_mutex */
+  int shared_stop;           /* under shared_mutex */
 };
 
 /* ---- the worker: one thread per device, its context current for its whole life ---- */
@@ -321,9 +330,9 @@ struct gpuhal_semaphore_list_t; /* semaphore.h: passed by pointer, so device.h n
 typedef struct gpuhal__hooks_s {
   /* the driver's */
   gpuhal_status_t (*trace_create)(gpuhal_driver_t* driver);
-  void (*trace_destroy)(gpuhal_driver_t* driver);         /* writes the trace file */
-  void (*driver_flush_deferred)(gpuhal_driver_t* driver); /* memory.h */
-  void (*semaphore_words_free)(gpuhal_driver_t* driver);  /* semaphore.h */
+  void (*trace_destroy)(gpuhal_driver_t* driver);            /* writes the trace file */
+  void (*driver_flush_deferred)(gpuhal_driver_t* driver);    /* memory.h */
+  void (*semaphore_driver_destroy)(gpuhal_driver_t* driver); /* semaphore.h: words, shared watch */
   /* each device's subsystems; every destroy accepts one whose create never ran or failed */
   gpuhal_status_t (*trace_device_create)(gpuhal_device_t* device);
   void (*trace_device_destroy)(gpuhal_device_t* device);

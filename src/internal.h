@@ -64,6 +64,9 @@ GPUHAL__PRIVATE int gpuhal__timeout_expired(gpuhal_timeout_t t);
 GPUHAL__PRIVATE void gpuhal__sleep_ns(int64_t ns);
 /* Copies `label` into `out` (GPUHAL_LABEL_MAX bytes), cut to fit; NULL gives "". */
 GPUHAL__PRIVATE void gpuhal__label_copy(char* out, const char* label);
+/* The three arguments of a "%s%s%s" that prints ` 'label'` when `label` is set, nothing
+ * when it is "" (messages and reports name labelled objects this way). */
+#define GPUHAL__LABEL_ARGS(label) (label)[0] ? " '" : "", (label), (label)[0] ? "'" : ""
 /* The one poll-and-sleep backoff: each sleep twice the last, from `ns` up to `max_ns`. */
 typedef struct gpuhal__backoff_s {
   int64_t ns, max_ns;

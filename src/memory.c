@@ -4,6 +4,10 @@
 #include "symbols.h"
 #include "status.h"
 
+#include <sys/mman.h>
+
+static void gpuhal__driver_flush_deferred_locked(gpuhal_driver_t* driver);
+
 /* ---- the device pool ---- */
 
 static gpuhal_status_t gpuhal__pool_set_threshold(gpuhal_device_t* device, CUmemoryPool pool) {
@@ -306,8 +310,8 @@ static void gpuhal__buffer_init(gpuhal_buffer_t* buffer, gpuhal_device_t* device
   buffer->state = GPUHAL__BUFFER_UNALLOCATED;
 }
 
-static gpuhal_status_t gpuhal__buffer_new(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
-                                          gpuhal_buffer_t** out_buffer) {
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_new(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
+                                                   gpuhal_buffer_t** out_buffer) {
   gpuhal_buffer_t* buffer = NULL;
   GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_BUFFER, sizeof(*buffer),
                                                "gpuhal_buffer_t", (void**)&buffer));
@@ -345,6 +349,7 @@ static gpuhal_status_t gpuhal__buffer_allocate_current(gpuhal_buffer_t* buffer) 
   const gpuhal__cuda_symbols_t* cu = buffer->device->cu;
   size_t size = (size_t)buffer->size;
   gpuhal_status_t status = NULL;
+  if (buffer->share == GPUHAL__SHARE_VMM_OWN) return gpuhal__shared_memory_allocate_current(buffer);
   switch (buffer->kind) {
     case GPUHAL_MEMORY_DEVICE: status = GPUHAL__CU(cu, cuMemAlloc, (&buffer->address, size)); break;
     case GPUHAL_MEMORY_HOST_PINNED:
@@ -364,7 +369,7 @@ static gpuhal_status_t gpuhal__buffer_allocate_current(gpuhal_buffer_t* buffer) 
 /* Out of device (or managed) memory, the pool may be holding what is missing, and frees
  * put off may not have run yet: run them (unless work waits on the GPU), trim the pool and
  * try once more. */
-static gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* buffer) {
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* buffer) {
   gpuhal_device_t* device = buffer->device;
   gpuhal__context_scope_t scope;
   gpuhal_status_t status;
@@ -441,8 +446,14 @@ static int gpuhal__pending_free_put_off(gpuhal_buffer_t* buffer) {
   return 1;
 }
 
-/* The call `d` names, in the current context. */
-static gpuhal_status_t gpuhal__deferred_call_run(const gpuhal__cuda_symbols_t* cu, const gpuhal__deferred_call_t* d) {
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__deferred_call_run(const gpuhal__cuda_symbols_t* cu,
+                                                          const gpuhal__deferred_call_t* d) {
+  if (d->share) return gpuhal__shared_memory_free_current(cu, d);
+  if (d->unregister) {
+    gpuhal_status_t status = GPUHAL__CU(cu, cuMemHostUnregister, (d->unregister));
+    munmap(d->unregister, d->unregister_bytes);
+    return status;
+  }
   if (d->host) return GPUHAL__CU(cu, cuMemFreeHost, (d->host));
   if (d->module) return GPUHAL__CU(cu, cuModuleUnload, (d->module));
   return GPUHAL__CU(cu, cuMemFree, (d->address));
@@ -460,7 +471,7 @@ GPUHAL__PRIVATE void gpuhal__put_off_end(void) { gpuhal__put_off_depth--; }
  * harvest (gpuhal__put_off_begin: the call must not wait for the GPU; the worker runs it
  * soon). The check and the call share driver->parked_mutex with the count of such work, so
  * none is enqueued while one of these calls waits for the context. */
-static gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device, const gpuhal__deferred_call_t* call) {
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device, const gpuhal__deferred_call_t* call) {
   gpuhal_driver_t* driver = device->driver;
   gpuhal_status_t status = NULL;
   int put_off = gpuhal__put_off_depth > 0 && device->memory != NULL;
@@ -487,6 +498,45 @@ static gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device, const g
   }
   gpuhal__mutex_unlock(&driver->parked_mutex);
   if (flush) gpuhal__worker_post(device, &device->memory->flush_task);
+  return status;
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_sync_call(gpuhal_driver_t* driver, CUdevice cu_device,
+                                                         const gpuhal__deferred_call_t* call) {
+  const gpuhal__cuda_symbols_t* cu = &driver->cu;
+  gpuhal__deferred_call_t* d = NULL;
+  gpuhal_status_t status;
+  gpuhal__mutex_lock(&driver->parked_mutex);
+  status = gpuhal__alloc_zeroed(&driver->allocator, sizeof(*d), "a call put off", (void**)&d);
+  if (!status) {
+    *d = *call;
+    d->cu_device = cu_device;
+    status = GPUHAL__CU(cu, cuDevicePrimaryCtxRetain, (&d->context, cu_device));
+    if (status) gpuhal__free(&driver->allocator, d);
+  }
+  if (!status) {
+    /* Run now by the flush when nothing waits on the GPU; else the last GPU wait's end
+     * flushes it. */
+    d->next = driver->deferred;
+    driver->deferred = d;
+    gpuhal__driver_flush_deferred_locked(driver);
+  }
+  gpuhal__mutex_unlock(&driver->parked_mutex);
+  return status;
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_call_unparked(gpuhal_driver_t* driver, const char* func,
+                                                             gpuhal_status_t (*fn)(void*), void* arg) {
+  gpuhal_status_t status;
+  gpuhal__mutex_lock(&driver->parked_mutex);
+  status = driver->gpu_waits > 0
+               ? gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                                    "%s: queue work of this driver that waits on the GPU for a semaphore value is in "
+                                    "flight, and mapping shared memory into the devices (cuMemHostRegister) may "
+                                    "wait for it; call it before such work is queued, or once it is done",
+                                    func)
+               : fn(arg);
+  gpuhal__mutex_unlock(&driver->parked_mutex);
   return status;
 }
 
@@ -560,6 +610,15 @@ GPUHAL__PRIVATE void gpuhal__memory_gpu_waits_add(gpuhal_device_t* device, int32
 /* Frees a (non-pending) buffer's memory; the device's context is current. */
 static gpuhal_status_t gpuhal__buffer_free_current(void* arg) {
   gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)arg;
+  if (buffer->share) {
+    gpuhal__deferred_call_t call;
+    memset(&call, 0, sizeof(call));
+    call.address = buffer->address;
+    call.share = buffer->share;
+    call.vmm_handle = buffer->vmm_handle;
+    call.vmm_size = buffer->vmm_size;
+    return gpuhal__device_sync_call(buffer->device, &call);
+  }
   if (buffer->kind == GPUHAL_MEMORY_HOST_PINNED) return gpuhal__device_free(buffer->device, buffer->host_pointer, 0);
   return gpuhal__device_free(buffer->device, NULL, buffer->address);
 }
@@ -589,6 +648,7 @@ static void gpuhal__buffer_destroy(gpuhal_buffer_t* buffer) {
   gpuhal_device_t* device = buffer->device;
   gpuhal_status_t status;
   if (!buffer->pending && buffer->kind == GPUHAL_MEMORY_DEVICE && device->memory &&
+      buffer->share != GPUHAL__SHARE_VMM_IMPORTED && buffer->share != GPUHAL__SHARE_IPC_IMPORTED &&
       gpuhal__atomic_load(&buffer->state) == GPUHAL__BUFFER_LIVE)
     gpuhal__atomic_sub_relaxed(&device->memory->buffers_allocated, buffer->size);
   status = gpuhal__buffer_free_memory(buffer);
@@ -621,8 +681,7 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate(gpuhal_device_t* device, gpuha
   GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_new(device, kind, size, &buffer));
   status = gpuhal__buffer_allocate_memory(buffer);
   if (status) {
-    gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_BUFFER, buffer);
-    gpuhal__device_release_ref(device);
+    gpuhal__buffer_discard(buffer);
     return gpuhal_status_annotate(status, "allocating %llu bytes of %s memory on device %d", (unsigned long long)size,
                                   kind == GPUHAL_MEMORY_DEVICE        ? "device"
                                   : kind == GPUHAL_MEMORY_HOST_PINNED ? "pinned host"
@@ -632,6 +691,12 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate(gpuhal_device_t* device, gpuha
   gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_LIVE);
   *out_buffer = buffer;
   return NULL;
+}
+
+GPUHAL__PRIVATE void gpuhal__buffer_discard(gpuhal_buffer_t* buffer) {
+  gpuhal_device_t* device = buffer->device;
+  gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_BUFFER, buffer);
+  gpuhal__device_release_ref(device);
 }
 
 static int gpuhal__buffer_is_valid(gpuhal_buffer_t* buffer) {

@@ -34,6 +34,46 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_read(gpuhal_buffer_t* buffer, uint64_t 
 GPUHAL_API gpuhal_status_t gpuhal_buffer_write(gpuhal_buffer_t* buffer, uint64_t offset, const void* src,
                                                uint64_t size);
 
+/* ---- sharing device memory with other processes ----
+ * A buffer exported in one process and imported in another is the same device memory: GPU
+ * work of both reads and writes it, ordered by semaphores they share
+ * (gpuhal_semaphore_export), with no copy through the host. Each process releases its own
+ * buffer as usual, in either order.
+ *
+ * gpuhal_buffer_allocate_exportable makes device memory with a file descriptor handle
+ * (cuMemCreate with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, rounded up to the device's
+ * allocation granularity) where the device supports it, and the memory lives until every
+ * process released it. Elsewhere, and for any other GPUHAL_MEMORY_DEVICE buffer of
+ * gpuhal_buffer_allocate, export gives a legacy IPC handle (cuIpcGetMemHandle): the
+ * exporting process must then keep its buffer until every importer released theirs
+ * (CUDA's rule), and an importer must be another process. */
+typedef enum gpuhal_buffer_handle_type_e {
+  GPUHAL_BUFFER_HANDLE_FD = 1, /* `fd` names the memory: pass it with SCM_RIGHTS (a Unix socket) */
+  GPUHAL_BUFFER_HANDLE_IPC = 2 /* `ipc` names it (plain bytes); `fd` is -1 */
+} gpuhal_buffer_handle_type_t;
+
+/* What another process needs to import a buffer: send the struct's bytes, and its `fd`
+ * (when not -1) with SCM_RIGHTS. */
+typedef struct gpuhal_buffer_handle_t {
+  uint32_t type;            /* gpuhal_buffer_handle_type_t */
+  int32_t fd;               /* GPUHAL_BUFFER_HANDLE_FD: the caller's to close once sent */
+  uint64_t size;            /* the buffer's size */
+  uint64_t allocation_size; /* GPUHAL_BUFFER_HANDLE_FD: the memory's size (granularity-rounded) */
+  uint8_t ipc[64];          /* GPUHAL_BUFFER_HANDLE_IPC: the CUipcMemHandle */
+} gpuhal_buffer_handle_t;
+
+/* A GPUHAL_MEMORY_DEVICE buffer of `size` (> 0) bytes made to be exported (see above). */
+GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate_exportable(gpuhal_device_t* device, uint64_t size,
+                                                             gpuhal_buffer_t** out_buffer);
+/* Fills *out_handle for gpuhal_buffer_import in another process. The buffer must be
+ * GPUHAL_MEMORY_DEVICE memory of gpuhal_buffer_allocate(_exportable) (not queue_alloca
+ * memory, not an imported buffer). Each call makes a new `fd`. */
+GPUHAL_API gpuhal_status_t gpuhal_buffer_export(gpuhal_buffer_t* buffer, gpuhal_buffer_handle_t* out_handle);
+/* A GPUHAL_MEMORY_DEVICE buffer of `device` over the memory another process exported.
+ * handle->fd stays the caller's to close. */
+GPUHAL_API gpuhal_status_t gpuhal_buffer_import(gpuhal_device_t* device, const gpuhal_buffer_handle_t* handle,
+                                                gpuhal_buffer_t** out_buffer);
+
 /* Memory of a device. The pool is the stream-ordered pool of gpuhal_queue_alloca: it keeps
  * memory that deallocas gave back (up to gpuhal_device_params_t.pool_release_threshold,
  * by default all of it) for the next allocas. An allocation that runs out of memory
@@ -79,8 +119,19 @@ struct gpuhal_buffer_s {
   void* host_pointer; /* pinned and managed */
   int32_t state;      /* gpuhal__buffer_state_t, atomic */
   int pending;        /* memory comes from the device pool through the queue */
-  void* queue_data;   /* the queue's own per-buffer state */
+  /* How the memory is shared with other processes (memory_shared.c); 0: it is not. */
+  int share;                     /* gpuhal__buffer_share_t */
+  unsigned long long vmm_handle; /* GPUHAL__SHARE_VMM_*: the CUmemGenericAllocationHandle */
+  uint64_t vmm_size;             /* GPUHAL__SHARE_VMM_*: the mapped (granularity-rounded) size */
+  void* queue_data;              /* the queue's own per-buffer state */
 };
+
+typedef enum gpuhal__buffer_share_e {
+  GPUHAL__SHARE_NONE = 0,
+  GPUHAL__SHARE_VMM_OWN = 1,      /* cuMemCreate'd here, mapped at `address` */
+  GPUHAL__SHARE_VMM_IMPORTED = 2, /* imported from a file descriptor, mapped at `address` */
+  GPUHAL__SHARE_IPC_IMPORTED = 3  /* cuIpcOpenMemHandle'd at `address` */
+} gpuhal__buffer_share_t;
 
 /* The stream-ordered pool of one device. */
 typedef struct gpuhal__memory_state_s {
@@ -109,7 +160,12 @@ typedef struct gpuhal__deferred_call_s {
   CUcontext context;
   void* host;          /* cuMemFreeHost, or */
   CUdeviceptr address; /* cuMemFree, or */
-  CUmodule module;     /* cuModuleUnload */
+  CUmodule module;     /* cuModuleUnload, or */
+  int share;           /* a shared buffer's memory at `address` (gpuhal__buffer_share_t), or */
+  unsigned long long vmm_handle;
+  uint64_t vmm_size;
+  void* unregister;        /* cuMemHostUnregister, then munmap of unregister_bytes */
+  size_t unregister_bytes; /* (a shared semaphore's file, semaphore_shared.c) */
 } gpuhal__deferred_call_t;
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device);
@@ -131,6 +187,40 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_create_pending(gpuhal_device_t* d
  * wait on the GPU for other queues' frees); it never blocks. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_pending_allocate(gpuhal_buffer_t* buffer, gpuhal_device_t* device,
                                                                 CUstream stream, int recover);
+
+/* Runs `call` now or puts it off (see gpuhal__device_sync_call in memory.c). */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device, const gpuhal__deferred_call_t* call);
+
+/* For calls that wait for a whole context without a gpuhal device at hand: runs `call` in
+ * the primary context of `cu_device` now, or puts it off while queue work of the driver
+ * may wait on the GPU for a value. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_sync_call(gpuhal_driver_t* driver, CUdevice cu_device,
+                                                         const gpuhal__deferred_call_t* call);
+/* Runs fn(arg) (which makes calls that wait for a whole context) while no queue work of the
+ * driver waits on the GPU for a value, none being enqueued meanwhile; FAILED_PRECONDITION,
+ * naming `func`, while some does (the call would wait for that work, which may wait for
+ * the caller). */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_call_unparked(gpuhal_driver_t* driver, const char* func,
+                                                             gpuhal_status_t (*fn)(void*), void* arg);
+
+/* The call `d` names, in the current context. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__deferred_call_run(const gpuhal__cuda_symbols_t* cu,
+                                                          const gpuhal__deferred_call_t* d);
+
+/* memory_shared.c: unmaps (and releases) or closes a shared buffer's memory, current context. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__shared_memory_free_current(const gpuhal__cuda_symbols_t* cu,
+                                                                   const gpuhal__deferred_call_t* d);
+
+/* memory.c's, for memory_shared.c: a zeroed buffer object of `device` (a device
+ * reference taken), no memory yet; and its undoing before it went LIVE. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_new(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
+                                                   gpuhal_buffer_t** out_buffer);
+GPUHAL__PRIVATE void gpuhal__buffer_discard(gpuhal_buffer_t* buffer);
+/* Allocates a new buffer's memory of its kind (GPUHAL__SHARE_VMM_OWN: exportable), trimming
+ * the pool and trying again once when out of memory. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* buffer);
+/* memory_shared.c: cuMemCreate'd, mapped memory for a GPUHAL__SHARE_VMM_OWN buffer. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__shared_memory_allocate_current(gpuhal_buffer_t* buffer);
 
 /* Frees `host` (cuMemFreeHost) or `address` (cuMemFree); see gpuhal__device_sync_call. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_free(gpuhal_device_t* device, void* host, CUdeviceptr address);

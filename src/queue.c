@@ -170,8 +170,8 @@ GPUHAL__PRIVATE void gpuhal__action_retire(gpuhal__action_t* a) {
 
 GPUHAL__PRIVATE void gpuhal__action_describe(const gpuhal__action_t* a, char* out, size_t size) {
   const char* label = gpuhal__hooks()->action_label(a);
-  snprintf(out, size, "queue '%s'%s%s%s #%llu (device %d, queue %u)", a->ops->name, label[0] ? " '" : "", label,
-           label[0] ? "'" : "", (unsigned long long)a->submit_number, a->state->device->ordinal, a->queue_index);
+  snprintf(out, size, "queue '%s'%s%s%s #%llu (device %d, queue %u)", a->ops->name, GPUHAL__LABEL_ARGS(label),
+           (unsigned long long)a->submit_number, a->state->device->ordinal, a->queue_index);
 }
 
 /* `who` was to signal `signal`: each semaphore fails with the cause and who that was. */
@@ -181,8 +181,7 @@ static void gpuhal__fail_signals_for(gpuhal_semaphore_list_t signal, gpuhal_stat
     gpuhal_semaphore_t* s = signal.semaphores[i];
     gpuhal__semaphore_fail_owned(
         s, gpuhal_status_annotate(gpuhal_status_clone(cause), "failing semaphore%s%s%s that %s was to signal to %llu",
-                                  s->label[0] ? " '" : "", s->label, s->label[0] ? "'" : "", who,
-                                  (unsigned long long)signal.values[i]));
+                                  GPUHAL__LABEL_ARGS(s->label), who, (unsigned long long)signal.values[i]));
   }
 }
 

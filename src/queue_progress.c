@@ -36,7 +36,8 @@ static gpuhal__inputs_t gpuhal__action_inputs(const gpuhal__action_t* a, gpuhal_
   for (i = 0; (a->provisional || a->host_fn) && i < a->wait_count; ++i) {
     const gpuhal__action_wait_t* w = &a->waits[i];
     gpuhal__wait_query_t q;
-    if (gpuhal__atomic_load(&w->semaphore->value) >= w->value) continue;
+    /* (A shared semaphore's word may be ahead of what this process took in yet.) */
+    if (gpuhal__semaphore_value_seen(w->semaphore) >= w->value) continue;
     if (!gpuhal__atomic_load(&w->semaphore->failure)) {
       result = GPUHAL__INPUTS_UNKNOWN;
       continue;

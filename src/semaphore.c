@@ -5,8 +5,6 @@
 #include "symbols.h"
 #include "status.h"
 
-#define GPUHAL__MAGIC_SEMAPHORE 0x414D4553u /* "SEMA" */
-
 /* A host wait on a value whose work is submitted polls that value's own recorded event on
  * the waiting thread (cuEventQuery) for the device's tuning.host_wait_spin_ns, then keeps
  * polling between sleeps that grow with the time already waited (1/16 of it, at least
@@ -95,7 +93,7 @@ GPUHAL__PRIVATE void gpuhal__word_return(gpuhal_driver_t* driver, volatile uint6
   gpuhal__mutex_unlock(&driver->words_mutex);
 }
 
-GPUHAL__PRIVATE void gpuhal__semaphore_words_free(gpuhal_driver_t* driver) {
+static void gpuhal__semaphore_words_free(gpuhal_driver_t* driver) {
   const gpuhal__cuda_symbols_t* cu = &driver->cu;
   while (driver->word_slabs) {
     gpuhal__word_slab_t* slab = driver->word_slabs;
@@ -116,6 +114,11 @@ GPUHAL__PRIVATE void gpuhal__semaphore_words_free(gpuhal_driver_t* driver) {
   driver->free_words = NULL;
 }
 
+GPUHAL__PRIVATE void gpuhal__semaphore_driver_destroy(gpuhal_driver_t* driver) {
+  gpuhal__semaphore_shared_watch_stop(driver);
+  gpuhal__semaphore_words_free(driver);
+}
+
 /* Raises an armed word to `value`, never lowering it: GPU signals write the word directly
  * and run ahead of what the host has observed (work signalling 5 may have written it while
  * the host only now learns that 4 is reached); storing 4 over that 5 would hold back GPU
@@ -126,10 +129,12 @@ static void gpuhal__word_raise(volatile uint64_t* word, uint64_t value) {
   }
 }
 
-/* Under the lock: the value (and, once armed, its word) becomes `value`. */
+/* Under the lock: the value (and, once armed, its word) becomes `value`; a shared
+ * semaphore's sleepers in every process wake. */
 static void gpuhal__semaphore_store_locked(gpuhal_semaphore_t* s, uint64_t value) {
   gpuhal__atomic_store(&s->value, value);
   if (s->word) gpuhal__word_raise(s->word, value);
+  if (s->shared) gpuhal__semaphore_shared_wake(s);
 }
 
 GPUHAL__PRIVATE void gpuhal__semaphore_waiter_init(gpuhal__semaphore_waiter_t* w) { gpuhal__list_init(&w->link); }
@@ -289,6 +294,7 @@ static int gpuhal__semaphore_armed_for(gpuhal_semaphore_t* s, uint64_t value) {
 
 /* Under the lock: a wait arms `s` for `value` (above the current value). */
 static void gpuhal__semaphore_arm_locked(gpuhal_semaphore_t* s, uint64_t value) {
+  if (s->shared) return; /* armed for every value from its export on */
   if (value > s->armed_until) gpuhal__atomic_store(&s->armed_until, value);
   if (s->armed_low <= s->value || value < s->armed_low) gpuhal__atomic_store(&s->armed_low, value);
 }
@@ -354,7 +360,8 @@ GPUHAL__PRIVATE void gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuh
   n = s->timepoints.prev;
   while (n != &s->timepoints && GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link)->value > tp->value) n = n->prev;
   gpuhal__list_insert_after(n, &tp->link);
-  if (!s->queue_signalled) gpuhal__atomic_store(&s->queue_signalled, 1);
+  /* A shared semaphore's waits always go to the word: another process may signal it. */
+  if (!s->queue_signalled && !s->shared) gpuhal__atomic_store(&s->queue_signalled, 1);
   gpuhal__semaphore_publish_newest_locked(s);
   gpuhal__semaphore_notify_locked(s, tp->value);
   gpuhal__semaphore_signal_end_locked(s);
@@ -387,18 +394,32 @@ GPUHAL__PRIVATE void gpuhal__semaphore_fail_owned(gpuhal_semaphore_t* s, gpuhal_
     gpuhal_status_free(cause);
     return;
   }
+  if (s->shared) gpuhal__semaphore_shared_publish_failure(s, cause); /* before the word says failed */
+  gpuhal__semaphore_fail_locked(s, cause);
+  gpuhal__mutex_unlock(&s->mutex);
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_fail_locked(gpuhal_semaphore_t* s, gpuhal_status_t cause) {
   gpuhal__atomic_store(&s->failure, cause);                           /* host waiters read it without the mutex */
   if (s->word) gpuhal__atomic_store(s->word, GPUHAL__WORD_FAILED(s)); /* releases GPU waits */
+  if (s->shared) gpuhal__semaphore_shared_wake(s);
   while (!gpuhal__list_empty(&s->timepoints)) gpuhal__list_pop_front(&s->timepoints);
   gpuhal__semaphore_publish_newest_locked(s);
   gpuhal__semaphore_notify_locked(s, 0);
-  gpuhal__mutex_unlock(&s->mutex);
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_advance_locked(gpuhal_semaphore_t* s, uint64_t value) {
+  if (s->failure || value <= s->value) return;
+  gpuhal__atomic_store(&s->value, value);
+  gpuhal__semaphore_drop_completed_timepoints_locked(s);
+  gpuhal__semaphore_notify_locked(s, 0);
 }
 
 GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint64_t value,
                                                              gpuhal__wait_query_t* q) {
   gpuhal__wait_state_t state = GPUHAL__WAIT_PENDING;
   gpuhal__mutex_lock(&s->mutex);
+  if (s->shared) gpuhal__semaphore_shared_pull_locked(s);
   if (s->failure) {
     q->failure = gpuhal_status_clone(s->failure);
     state = GPUHAL__WAIT_FAILED;
@@ -463,7 +484,7 @@ GPUHAL__PRIVATE void gpuhal__semaphore_unregister(gpuhal_semaphore_t* s, gpuhal_
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_failure_for(gpuhal_status_t cause_clone, const char* who,
                                                               const gpuhal_semaphore_t* s, uint64_t value) {
   return gpuhal_status_annotate(cause_clone, "while %s waited for semaphore%s%s%s to reach %llu", who,
-                                s->label[0] ? " '" : "", s->label, s->label[0] ? "'" : "", (unsigned long long)value);
+                                GPUHAL__LABEL_ARGS(s->label), (unsigned long long)value);
 }
 
 /* ---- public: lifetime and host signalling ---- */
@@ -482,8 +503,10 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_create(gpuhal_driver_t* driver, uint
   s->allocator = driver->allocator;
   gpuhal__mutex_init(&s->mutex);
   s->value = initial_value;
+  s->shared_fd = -1;
   gpuhal__list_init(&s->timepoints);
   gpuhal__list_init(&s->waiters);
+  gpuhal__list_init(&s->shared_link);
   *out_semaphore = s;
   return NULL;
 }
@@ -495,6 +518,11 @@ GPUHAL_API void gpuhal_semaphore_retain(gpuhal_semaphore_t* semaphore) {
 
 GPUHAL__PRIVATE void gpuhal__semaphore_release_ref(gpuhal_semaphore_t* semaphore) {
   if (!gpuhal__object_release(&semaphore->object)) return;
+  /* First out of the driver's watch, whose thread reads the semaphore until then. */
+  if (semaphore->shared) {
+    gpuhal__semaphore_shared_destroy(semaphore);
+    semaphore->word = semaphore->unshared_word;
+  }
   /* Nothing can be registered now: waiters and actions hold references. */
   GPUHAL_ASSERT(gpuhal__list_empty(&semaphore->waiters));
   gpuhal_status_free(semaphore->failure);
@@ -546,6 +574,7 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_query(gpuhal_semaphore_t* semaphore,
   GPUHAL__CHECK_OBJECT(semaphore, GPUHAL__MAGIC_SEMAPHORE);
   gpuhal__semaphore_poll(semaphore);
   gpuhal__mutex_lock(&semaphore->mutex);
+  if (semaphore->shared) gpuhal__semaphore_shared_pull_locked(semaphore);
   if (semaphore->failure) failure = gpuhal_status_clone(semaphore->failure);
   *out_value = semaphore->value;
   gpuhal__mutex_unlock(&semaphore->mutex);
@@ -575,7 +604,8 @@ static gpuhal_status_t gpuhal__semaphore_signal_host(gpuhal_semaphore_t* semapho
                                   (unsigned long long)value, (unsigned long long)semaphore->value);
   } else {
     gpuhal__semaphore_store_locked(semaphore, value);
-    if (semaphore->queue_signalled != by_queue) gpuhal__atomic_store(&semaphore->queue_signalled, by_queue);
+    if (semaphore->queue_signalled != by_queue && !semaphore->shared)
+      gpuhal__atomic_store(&semaphore->queue_signalled, by_queue);
     gpuhal__semaphore_drop_completed_timepoints_locked(semaphore);
     semaphore->after = &after;
     gpuhal__semaphore_notify_locked(semaphore, 0);
@@ -597,6 +627,8 @@ GPUHAL__PRIVATE void gpuhal__semaphore_signal_at_once(gpuhal_semaphore_t* s, uin
 }
 
 GPUHAL__PRIVATE int gpuhal__semaphore_reached(gpuhal_semaphore_t* s, uint64_t value) {
+  if (s->shared && gpuhal__atomic_load(&s->value) < value && gpuhal__semaphore_value_seen(s) >= value)
+    gpuhal__semaphore_shared_pull(s);
   return gpuhal__atomic_load(&s->failure) == NULL && gpuhal__atomic_load(&s->value) >= value;
 }
 
@@ -643,6 +675,9 @@ typedef struct gpuhal__host_wait_s {
   gpuhal__mutex_t mutex;
   gpuhal__cond_t cond;
   uint32_t notified; /* nodes notified so far */
+  /* The one shared semaphore waited on, whose sleepers sleep on its shared wake-up
+   * (gpuhal__semaphore_shared_sleep): a notification wakes that too. */
+  gpuhal_semaphore_t* shared;
 } gpuhal__host_wait_t;
 
 static void gpuhal__host_wait_notify(gpuhal__semaphore_waiter_t* waiter) {
@@ -651,6 +686,7 @@ static void gpuhal__host_wait_notify(gpuhal__semaphore_waiter_t* waiter) {
   gpuhal__atomic_add(&hw->notified, 1u); /* also read unlocked by a spinning waiter */
   gpuhal__cond_signal(&hw->cond);
   gpuhal__mutex_unlock(&hw->mutex);
+  if (hw->shared) gpuhal__semaphore_shared_wake(hw->shared);
 }
 
 /* The sleep before the next poll of a wait that started at `start`: a small fraction of the
@@ -871,6 +907,10 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
   gpuhal_status_t result = NULL;
   int64_t start = gpuhal_now_ns();
   gpuhal__hang_watch_t watch = gpuhal__hang_watch(list.semaphores[0]->driver, start);
+  /* A wait on one shared semaphore sleeps where every process's signal wakes it
+   * (semaphore_shared.c); with more entries, the naps between looks bound how late a
+   * change another process made is seen (the driver's watch tells the others). */
+  gpuhal_semaphore_t* shared = list.count == 1 && list.semaphores[0]->shared ? list.semaphores[0] : NULL;
   uint32_t i;
 
   if (gpuhal__host_wait_poll(mode, list, timeout, &result, &watch)) return result;
@@ -887,6 +927,7 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
   gpuhal__mutex_init(&hw.mutex);
   gpuhal__cond_init(&hw.cond);
   hw.notified = 0;
+  hw.shared = shared;
   for (i = 0; i < list.count; ++i) {
     gpuhal__semaphore_waiter_init(&nodes[i]);
     nodes[i].wants_submitted = 1; /* a value submitted meanwhile is polled on this thread */
@@ -895,6 +936,7 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
   }
   for (;;) {
     uint32_t seen = gpuhal__atomic_load(&hw.notified);
+    uint32_t shared_seen = shared ? gpuhal__semaphore_shared_seq(shared) : 0;
     int notified;
     int64_t spin_end = start + GPUHAL__HOST_WAIT_UNSUBMITTED_SPIN_NS;
     if (spin_end > timeout.deadline_ns) spin_end = timeout.deadline_ns; /* INT64_MAX when infinite */
@@ -906,8 +948,13 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
     }
     if (gpuhal_now_ns() < spin_end) {
       /* Early in the wait: spin on the notification count (bounded like a nap). */
-      while (gpuhal__atomic_load(&hw.notified) == seen && gpuhal_now_ns() < spin_end) {
+      while (gpuhal__atomic_load(&hw.notified) == seen && gpuhal_now_ns() < spin_end &&
+             !(shared && gpuhal__semaphore_shared_moved(shared, list.values[0], shared_seen))) {
       }
+    } else if (shared) {
+      gpuhal__semaphore_shared_sleep(
+          shared, list.values[0], shared_seen,
+          gpuhal_timeout_relative_ns(gpuhal__host_wait_sleep_ns(start, GPUHAL__HOST_WAIT_MAX_SLEEP_NS, timeout)));
     } else {
       /* Sleep until notified, bounded so that words written by GPU signals are read again. */
       gpuhal_timeout_t nap =

@@ -53,6 +53,29 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_wait(gpuhal_semaphore_t* semaphore, 
  * entry is satisfied). */
 GPUHAL_API gpuhal_status_t gpuhal_semaphores_wait(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list,
                                                   gpuhal_timeout_t timeout);
+/* ---- sharing a semaphore with other processes ----
+ * An exported semaphore's value lives in memory both processes map, pinned and mapped into
+ * every device, so GPU work of either process waits for it and signals it on the GPU (no
+ * host round trip), and host waiters of either process sleep until a signal from either
+ * side wakes them. A failure crosses too: the other side's waiters fail with its status
+ * code and the first GPUHAL_SEMAPHORE_SHARED_REASON_MAX - 1 bytes of its message. Nothing
+ * tells a process that the other one died: give its waits a timeout, and fail the
+ * semaphore yourself (gpuhal_semaphore_fail) to release everything waiting on it.
+ * Needs GPUHAL_FEATURE_SEMAPHORE_MEMOPS (UNAVAILABLE without it, saying why) and POSIX
+ * shared memory; both processes must use the same build of gpuhal.h. */
+#define GPUHAL_SEMAPHORE_SHARED_REASON_MAX 512
+
+/* A file descriptor another process opens the semaphore with (gpuhal_semaphore_import):
+ * pass it over a Unix socket (SCM_RIGHTS) or to a child. It is the caller's to close; the
+ * semaphore stays shared. Export it before queue work signals or waits on it
+ * (FAILED_PRECONDITION while such work is in flight). Exporting again gives another
+ * descriptor of the same semaphore. */
+GPUHAL_API gpuhal_status_t gpuhal_semaphore_export(gpuhal_semaphore_t* semaphore, int* out_fd);
+/* Opens a semaphore another process exported, as a semaphore of `driver` holding its
+ * current value (or failure). `fd` stays the caller's to close. INVALID_ARGUMENT when `fd`
+ * is not an exported semaphore of this build of gpuhal. */
+GPUHAL_API gpuhal_status_t gpuhal_semaphore_import(gpuhal_driver_t* driver, int fd, gpuhal_semaphore_t** out_semaphore);
+
 /* A list with no entries. */
 GPUHAL_API gpuhal_semaphore_list_t gpuhal_semaphore_list_empty(void);
 /* A list with one entry; both pointers must stay valid while the list is used. */
@@ -60,6 +83,8 @@ GPUHAL_API gpuhal_semaphore_list_t gpuhal_semaphore_list_one(gpuhal_semaphore_t*
                                                              const uint64_t* value);
 
 /* ---- gpuhal:internal ---- */
+
+#define GPUHAL__MAGIC_SEMAPHORE 0x414D4553u /* "SEMA" */
 
 /* A registration on a semaphore. `notify` runs under the semaphore's lock (so it must not
  * call back into the semaphore) when the value reaches `value`, when a submitted timepoint
@@ -106,6 +131,26 @@ typedef struct gpuhal__signal_after_s {
     void* arg;
   } calls[GPUHAL__SIGNAL_AFTER_MAX];
 } gpuhal__signal_after_t;
+
+/* What processes sharing a semaphore map (semaphore_shared.c): a file of one page. */
+typedef struct gpuhal__semaphore_shared_s {
+  uint64_t value;  /* the semaphore's word: GPU work of every process waits on it and writes it */
+  uint32_t magic;  /* GPUHAL__SHARED_MAGIC once the exporter set everything up */
+  uint32_t layout; /* sizeof(gpuhal__semaphore_shared_t): the same build on both sides */
+  /* Bumped by every advance or failure a process makes from the host; sleepers wait on
+   * `cond` (under `mutex`, both process-shared) for it to change, and an advance
+   * broadcasts only while `sleepers` is not 0. */
+  uint32_t wake_seq;
+  uint32_t sleepers;
+  /* 0 healthy; 1 a process is writing its failure; 2 failed: failure_code, failure_pid and
+   * failure_text say how (written before the word is set to the failed value) */
+  uint32_t failure_state;
+  int32_t failure_code;
+  int32_t failure_pid;
+  pthread_mutex_t mutex;
+  pthread_cond_t cond;
+  char failure_text[GPUHAL_SEMAPHORE_SHARED_REASON_MAX];
+} gpuhal__semaphore_shared_t;
 
 struct gpuhal_semaphore_s {
   gpuhal__object_t object;
@@ -164,6 +209,16 @@ struct gpuhal_semaphore_s {
   int32_t spin_halvings;
   int word_unsafe; /* a GPU write of the word may still land, or a GPU wait still read it: not
                       returned (for reuse) at destruction */
+  /* Shared with other processes (gpuhal_semaphore_export / _import): `word` is
+   * &shared->value from then on, always armed (another process may wait on any value), and
+   * the value advances also when the word or the shared failure says so
+   * (gpuhal__semaphore_shared_pull_locked). NULL: this process alone. */
+  gpuhal__semaphore_shared_t* shared;
+  int shared_fd;             /* the shared file, kept to export again; closed at destruction */
+  CUdevice shared_cu_device; /* whose primary context registered the mapping (retained) */
+  CUcontext shared_context;
+  volatile uint64_t* unshared_word; /* the slab word it had before export: returned at destruction */
+  gpuhal__list_node_t shared_link;  /* in driver->shared_semaphores */
 };
 
 /* A slab of value words: pinned host memory mapped into every context (portable), at the
@@ -180,9 +235,6 @@ typedef struct gpuhal__word_slab_s {
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__word_acquire(gpuhal_driver_t* driver, gpuhal_device_t* device, uint64_t** out);
 
 GPUHAL__PRIVATE void gpuhal__word_return(gpuhal_driver_t* driver, volatile uint64_t* word);
-
-/* At driver destruction (no semaphore is left): frees every slab in its own context. */
-GPUHAL__PRIVATE void gpuhal__semaphore_words_free(gpuhal_driver_t* driver);
 
 GPUHAL__PRIVATE void gpuhal__semaphore_waiter_init(gpuhal__semaphore_waiter_t* w);
 
@@ -250,6 +302,13 @@ GPUHAL__PRIVATE void gpuhal__semaphore_remove_timepoint(gpuhal__timepoint_t* tp)
  * no GPU wait stays blocked behind the failure. */
 GPUHAL__PRIVATE void gpuhal__semaphore_reassert_failure(gpuhal_semaphore_t* s);
 
+/* Under the lock, `s` healthy: `cause` (owned) becomes its failure; GPU waits on its word
+ * are released and every waiter is notified. */
+GPUHAL__PRIVATE void gpuhal__semaphore_fail_locked(gpuhal_semaphore_t* s, gpuhal_status_t cause);
+/* Under the lock: raises the value to `value` (no-op if not above, or failed) and notifies
+ * who it satisfies, without touching the word (it holds `value` already). */
+GPUHAL__PRIVATE void gpuhal__semaphore_advance_locked(gpuhal_semaphore_t* s, uint64_t value);
+
 /* Fails the semaphore with `cause` (owned); keeps the first cause. */
 GPUHAL__PRIVATE void gpuhal__semaphore_fail_owned(gpuhal_semaphore_t* s, gpuhal_status_t cause);
 
@@ -294,6 +353,37 @@ GPUHAL__PRIVATE void gpuhal__semaphore_unregister(gpuhal_semaphore_t* s, gpuhal_
  * semaphore (its label) and value. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_failure_for(gpuhal_status_t cause_clone, const char* who,
                                                               const gpuhal_semaphore_t* s, uint64_t value);
+
+/* ---- shared semaphores (semaphore_shared.c) ---- */
+
+/* Under the lock: takes in what other processes did (a higher word, a failure). 1 when the
+ * value or the failure changed. */
+GPUHAL__PRIVATE int gpuhal__semaphore_shared_pull_locked(gpuhal_semaphore_t* s);
+/* gpuhal__semaphore_shared_pull_locked under the lock; nothing for a semaphore not shared. */
+GPUHAL__PRIVATE void gpuhal__semaphore_shared_pull(gpuhal_semaphore_t* s);
+/* Without any lock (so also under another semaphore's): the value as far as this process
+ * knows, raised to the shared word while no failure is being told there. */
+GPUHAL__PRIVATE uint64_t gpuhal__semaphore_value_seen(gpuhal_semaphore_t* s);
+/* Wakes the sleepers of every process after this one stored a new value or failure. */
+GPUHAL__PRIVATE void gpuhal__semaphore_shared_wake(gpuhal_semaphore_t* s);
+/* Under the lock, failing `s` with `cause` (not from the shared failure): tells the other
+ * processes (the first failure wins there too). */
+GPUHAL__PRIVATE void gpuhal__semaphore_shared_publish_failure(gpuhal_semaphore_t* s, gpuhal_status_t cause);
+/* The wake sequence a host waiter reads before it looks at the value. */
+GPUHAL__PRIVATE uint32_t gpuhal__semaphore_shared_seq(gpuhal_semaphore_t* s);
+/* Whether a wake came since `seq`, or the word reached `value`, or a failure is told. */
+GPUHAL__PRIVATE int gpuhal__semaphore_shared_moved(gpuhal_semaphore_t* s, uint64_t value, uint32_t seq);
+/* Sleeps until gpuhal__semaphore_shared_moved or `nap` passes. */
+GPUHAL__PRIVATE void gpuhal__semaphore_shared_sleep(gpuhal_semaphore_t* s, uint64_t value, uint32_t seq,
+                                                    gpuhal_timeout_t nap);
+/* At the semaphore's destruction: unmaps, unregisters, closes; leaves the driver's watch. */
+GPUHAL__PRIVATE void gpuhal__semaphore_shared_destroy(gpuhal_semaphore_t* s);
+/* At the driver's destruction (no semaphore is left): stops the watch thread. */
+GPUHAL__PRIVATE void gpuhal__semaphore_shared_watch_stop(gpuhal_driver_t* driver);
+
+/* At driver destruction (no semaphore is left): frees every word slab and stops the
+ * shared watch. */
+GPUHAL__PRIVATE void gpuhal__semaphore_driver_destroy(gpuhal_driver_t* driver);
 
 /* gpuhal's own references (queue actions take theirs with gpuhal__object_retain). */
 GPUHAL__PRIVATE void gpuhal__semaphore_release_ref(gpuhal_semaphore_t* semaphore);
