@@ -376,12 +376,22 @@ static int gpuhal__object_try_retain(gpuhal__object_t* o) {
 #define GPUHAL_DRIVER_RELEASE_SETTLE_NS (30ll * 1000000000)
 #endif
 
+/* 1 when a device of the list has dropped its last reference but its teardown has not yet
+ * counted itself in driver->teardowns (the moment between the two). Caller holds
+ * devices_mutex. */
+static int gpuhal__driver_has_dying_device(gpuhal_driver_t* driver) {
+  gpuhal__list_node_t* n;
+  for (n = driver->devices.next; n != &driver->devices; n = n->next)
+    if (gpuhal__atomic_load(&GPUHAL__CONTAINER_OF(n, gpuhal_device_t, driver_link)->header.refcount) == 0) return 1;
+  return 0;
+}
+
 /* Devices the application has released may live on for a moment: queue work that finished
  * still holds references to what it used until the worker drops them, and the last of
  * those may tear the device down on a thread of its own. Settle those devices and wait
- * for their teardown threads, so that the application's last release really ends gpuhal's
- * work. Work still blocked on a semaphore is left alone (the device stays until it runs or
- * its release aborts it); every wait is bounded. */
+ * for every teardown under way, on whatever thread, so that the application's last release
+ * really ends gpuhal's work. Work still blocked on a semaphore is left alone (the device
+ * stays until it runs or its release aborts it); every wait is bounded. */
 static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
   gpuhal_timeout_t timeout = gpuhal_timeout_relative_ns(GPUHAL_DRIVER_RELEASE_SETTLE_NS);
   for (;;) {
@@ -401,7 +411,7 @@ static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
     gpuhal__device_release_ref(device); /* often the last: the teardown runs right here */
   }
   gpuhal__mutex_lock(&driver->devices_mutex);
-  while (driver->reapers > 0)
+  while (driver->teardowns > 0 || gpuhal__driver_has_dying_device(driver))
     if (!gpuhal__cond_wait_until(&driver->devices_cond, &driver->devices_mutex, timeout)) break;
   gpuhal__mutex_unlock(&driver->devices_mutex);
 }
@@ -765,7 +775,8 @@ static void gpuhal__device_destroy_subsystems(gpuhal_device_t* device) {
   gpuhal__hooks()->trace_device_destroy(device); /* trace hook */
 }
 
-/* Tears down whatever part of a device exists; used by release and by a failed create. */
+/* Tears down whatever part of a device exists; used by release and by a failed create.
+ * The device's reference on the driver stays with the caller. */
 static void gpuhal__device_destroy(gpuhal_device_t* device) {
   gpuhal_driver_t* driver = device->driver;
   gpuhal__mutex_lock(&driver->devices_mutex);
@@ -788,7 +799,6 @@ static void gpuhal__device_destroy(gpuhal_device_t* device) {
   gpuhal__free(device->allocator, (void*)device->params.module_cache_dir);
   gpuhal__log(device->logger, GPUHAL_LOG_DEBUG, "device %d destroyed", device->ordinal);
   gpuhal__object_free(&driver->objects, GPUHAL__MAGIC_DEVICE, device);
-  gpuhal__driver_release_ref(driver);
 }
 
 /* The steps of gpuhal_device_create after the object exists. */
@@ -830,6 +840,7 @@ GPUHAL_API gpuhal_status_t gpuhal_device_create(gpuhal_driver_t* driver, int ord
   if (status) {
     gpuhal__atomic_store(&device->header.magic, GPUHAL__MAGIC_DEAD);
     gpuhal__device_destroy(device);
+    gpuhal__driver_release_ref(driver);
     return gpuhal_status_annotate(status, "creating device %d", ordinal);
   }
   gpuhal__log(device->logger, GPUHAL_LOG_INFO, "device %d (%s, sm_%d%d) created with %u queue%s", ordinal,
@@ -857,16 +868,28 @@ static int gpuhal__device_owns_thread(gpuhal_device_t* device) {
   return 0;
 }
 
+/* Ends a teardown counted in driver->teardowns and drops the device's reference on the
+ * driver. The reference goes inside the lock unless it is the last: a driver release
+ * waiting in gpuhal__driver_settle_released_devices then holds the last one itself, so the
+ * driver is destroyed on the application's thread, not on this one after the application
+ * has moved on (exited, say). */
+static void gpuhal__device_teardown_done(gpuhal_driver_t* driver) {
+  int32_t n;
+  int dropped = 0;
+  gpuhal__mutex_lock(&driver->devices_mutex);
+  n = gpuhal__atomic_load(&driver->header.refcount);
+  while (n > 1 && !dropped) dropped = gpuhal__atomic_cas(&driver->header.refcount, &n, n - 1);
+  driver->teardowns--;
+  gpuhal__cond_broadcast(&driver->devices_cond);
+  gpuhal__mutex_unlock(&driver->devices_mutex);
+  if (!dropped) gpuhal__driver_release_ref(driver);
+}
+
 static void* gpuhal__device_reaper_main(void* arg) {
   gpuhal_device_t* device = (gpuhal_device_t*)arg;
   gpuhal_driver_t* driver = device->driver;
-  gpuhal__driver_retain_ref(driver); /* outlive the device's own reference */
   gpuhal__device_destroy(device);
-  gpuhal__mutex_lock(&driver->devices_mutex);
-  driver->reapers--;
-  gpuhal__cond_broadcast(&driver->devices_cond);
-  gpuhal__mutex_unlock(&driver->devices_mutex);
-  gpuhal__driver_release_ref(driver);
+  gpuhal__device_teardown_done(driver);
   return NULL;
 }
 
@@ -874,25 +897,24 @@ GPUHAL__PRIVATE void gpuhal__device_release_ref(gpuhal_device_t* device) {
   gpuhal_driver_t* driver = device->driver;
   gpuhal_status_t status;
   if (!gpuhal__object_release(&device->header)) return;
+  gpuhal__mutex_lock(&driver->devices_mutex);
+  driver->teardowns++;
+  gpuhal__mutex_unlock(&driver->devices_mutex);
   if (!gpuhal__device_owns_thread(device)) {
     gpuhal__device_destroy(device);
+    gpuhal__device_teardown_done(driver);
     return;
   }
   /* The last reference went on one of the device's own threads (the worker releasing the
    * last buffer of an already released device, a host call's function releasing the
    * device): a thread cannot join itself, so a short-lived thread does the teardown; the
    * application's driver release waits for it. */
-  gpuhal__mutex_lock(&driver->devices_mutex);
-  driver->reapers++;
-  gpuhal__mutex_unlock(&driver->devices_mutex);
   status = gpuhal__thread_create(NULL, gpuhal__device_reaper_main, device, "gpuhal-reaper");
   if (status) {
     gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: %s; it leaks", device->ordinal,
                 gpuhal_status_message(status));
     gpuhal_status_free(status);
-    gpuhal__mutex_lock(&driver->devices_mutex);
-    driver->reapers--;
-    gpuhal__mutex_unlock(&driver->devices_mutex);
+    gpuhal__device_teardown_done(driver);
   }
 }
 

@@ -235,7 +235,7 @@ struct gpuhal_driver_s {
   gpuhal__mutex_t devices_mutex;
   gpuhal__cond_t devices_cond;
   gpuhal__list_node_t devices; /* gpuhal_device_s.driver_link */
-  int reapers;                 /* device teardown threads still running */
+  int teardowns;               /* device teardowns under way, on any thread */
   /* Semaphore value words (semaphore.h): slabs of pinned, device-mapped memory, made on
    * first use in the primary context of the device that needed one; the driver keeps that
    * context retained until it frees the slab. */
