@@ -330,6 +330,13 @@ GPUHAL__PRIVATE void gpuhal__object_init(gpuhal__object_t* o, uint32_t magic) {
 
 GPUHAL__PRIVATE void gpuhal__object_retain(gpuhal__object_t* o) { gpuhal__atomic_add(&o->refcount, 1); }
 
+GPUHAL__PRIVATE int gpuhal__object_try_retain(gpuhal__object_t* o) {
+  int32_t n = gpuhal__atomic_load(&o->refcount);
+  while (n > 0)
+    if (gpuhal__atomic_cas(&o->refcount, &n, n + 1)) return 1;
+  return 0;
+}
+
 GPUHAL__PRIVATE int gpuhal__object_release(gpuhal__object_t* o) {
   if (gpuhal__atomic_sub(&o->refcount, 1) != 0) return 0;
   gpuhal__atomic_store(&o->magic, GPUHAL__MAGIC_DEAD);

@@ -363,14 +363,6 @@ GPUHAL__PRIVATE void gpuhal__driver_release_ref(gpuhal_driver_t* driver) {
   if (gpuhal__object_release(&driver->header)) gpuhal__driver_destroy(driver);
 }
 
-/* Takes a reference unless the count already reached zero (the device is being torn down). */
-static int gpuhal__object_try_retain(gpuhal__object_t* o) {
-  int32_t n = gpuhal__atomic_load(&o->refcount);
-  while (n > 0)
-    if (gpuhal__atomic_cas(&o->refcount, &n, n + 1)) return 1;
-  return 0;
-}
-
 /* How long the application's driver release waits for released devices to settle. */
 #ifndef GPUHAL_DRIVER_RELEASE_SETTLE_NS
 #define GPUHAL_DRIVER_RELEASE_SETTLE_NS (30ll * 1000000000)

@@ -163,6 +163,9 @@ typedef struct gpuhal__object_s {
 GPUHAL__PRIVATE void gpuhal__object_init(gpuhal__object_t* o, uint32_t magic);
 /* gpuhal's own references. */
 GPUHAL__PRIVATE void gpuhal__object_retain(gpuhal__object_t* o);
+/* Takes a reference unless the count already reached zero (the object is being torn
+ * down, e.g. a device still on its driver's list): 1 when it took one. */
+GPUHAL__PRIVATE int gpuhal__object_try_retain(gpuhal__object_t* o);
 /* Returns 1 when this was the last reference (and poisons the magic). */
 GPUHAL__PRIVATE int gpuhal__object_release(gpuhal__object_t* o);
 /* The application's references: gpuhal_X_retain takes one of each count. */

@@ -10,10 +10,11 @@
 #include <stdarg.h>
 
 enum {
-  GPUHAL__REPORT_ENTRIES = 8,   /* waits and signals shown per operation */
-  GPUHAL__REPORT_OPS = 4096,    /* operations copied per device */
-  GPUHAL__REPORT_DEVICES = 64,  /* devices reported */
-  GPUHAL__REPORT_CYCLE_MAX = 16 /* operations named in a cycle */
+  GPUHAL__REPORT_ENTRIES = 8,       /* waits and signals shown per operation */
+  GPUHAL__REPORT_OPS_FIRST = 256,   /* operations room at first; it doubles as needed */
+  GPUHAL__REPORT_OPS_MAX = 1 << 18, /* operations copied in all (the rest are counted) */
+  GPUHAL__REPORT_DEVICES = 64,      /* devices reported */
+  GPUHAL__REPORT_CYCLE_MAX = 16     /* operations named in a cycle */
 };
 
 typedef enum { GPUHAL__OP_QUEUED = 0, GPUHAL__OP_WAITING = 1, GPUHAL__OP_ISSUED = 2 } gpuhal__op_state_t;
@@ -27,7 +28,8 @@ typedef struct gpuhal__report_entry_s {
 typedef struct gpuhal__report_op_s {
   const char* kind;
   char label[GPUHAL_LABEL_MAX];
-  int device;
+  int device;            /* ordinal */
+  uint32_t device_index; /* in gpuhal__report_t.devices */
   uint32_t queue;
   uint64_t number; /* submission number on its device */
   gpuhal__op_state_t state;
@@ -41,7 +43,9 @@ typedef struct gpuhal__report_op_s {
 typedef struct gpuhal__report_queue_s {
   uint64_t last_done; /* submission number of the last completed operation (0: none) */
   const char* last_kind;
-  uint32_t in_flight; /* issued and not retired, listed or not */
+  uint32_t in_flight;     /* issued and not retired, listed or not */
+  uint32_t first, listed; /* its operations: ops[first .. first + listed) once sorted */
+  uint32_t issued;        /* of those, issued ones */
 } gpuhal__report_queue_t;
 
 typedef struct gpuhal__report_device_s {
@@ -49,7 +53,7 @@ typedef struct gpuhal__report_device_s {
   uint32_t queue_count;
   gpuhal__report_queue_t* queues;
   int lost;
-  uint32_t dropped; /* operations past GPUHAL__REPORT_OPS */
+  uint32_t dropped; /* operations past GPUHAL__REPORT_OPS_MAX, or when out of memory */
 } gpuhal__report_device_t;
 
 typedef struct gpuhal__report_s {
@@ -58,6 +62,8 @@ typedef struct gpuhal__report_s {
   uint32_t device_count;
   gpuhal__report_op_t* ops;
   uint32_t op_count, op_capacity;
+  struct gpuhal__report_signal_s* signals; /* every copied signal, by semaphore and value */
+  uint32_t signal_count;
   char* text; /* the caller's buffer */
   size_t capacity, length;
 } gpuhal__report_t;
@@ -81,12 +87,30 @@ static void gpuhal__report_copy_entry(gpuhal__report_entry_t* out, gpuhal_semaph
   out->value = value;
 }
 
+/* Makes room for at least `want` operations (doubling, from GPUHAL__REPORT_OPS_FIRST, up
+ * to GPUHAL__REPORT_OPS_MAX); 0 when it cannot. Runs under a device's locks: only the
+ * allocator is called. */
+static int gpuhal__report_reserve(gpuhal__report_t* r, uint64_t want) {
+  uint32_t capacity = r->op_capacity ? r->op_capacity : GPUHAL__REPORT_OPS_FIRST;
+  gpuhal__report_op_t* ops;
+  if (want > GPUHAL__REPORT_OPS_MAX) want = GPUHAL__REPORT_OPS_MAX;
+  if (want <= r->op_capacity) return 1;
+  while (capacity < want) capacity *= 2;
+  ops = (gpuhal__report_op_t*)gpuhal__alloc(r->allocator, sizeof(*ops) * capacity);
+  if (!ops) return 0;
+  if (r->op_count) memcpy(ops, r->ops, sizeof(*ops) * r->op_count);
+  gpuhal__free(r->allocator, r->ops);
+  r->ops = ops;
+  r->op_capacity = capacity;
+  return 1;
+}
+
 /* Copies `a` (its device's locks held: it cannot be released meanwhile). */
 static void gpuhal__report_copy_op(gpuhal__report_t* r, gpuhal__report_device_t* d, const gpuhal__action_t* a,
                                    gpuhal__op_state_t state) {
   gpuhal__report_op_t* op;
   uint32_t i;
-  if (r->op_count == r->op_capacity) {
+  if (r->op_count == r->op_capacity && !gpuhal__report_reserve(r, (uint64_t)r->op_count + 1)) {
     d->dropped++;
     return;
   }
@@ -95,6 +119,7 @@ static void gpuhal__report_copy_op(gpuhal__report_t* r, gpuhal__report_device_t*
   op->kind = a->ops->name;
   gpuhal__label_copy(op->label, gpuhal__action_label(a));
   op->device = d->device->ordinal;
+  op->device_index = (uint32_t)(d - r->devices);
   op->queue = a->queue_index;
   op->number = a->submit_number;
   op->state = state;
@@ -137,21 +162,86 @@ static void gpuhal__report_copy_device(gpuhal__report_t* r, gpuhal__report_devic
 
 /* ---- who reaches a value ---- */
 
+/* One signal of a copied operation. Sorted by semaphore and value, each entry also names
+ * the best signaller among it and the entries after it of the same semaphore, so a lookup
+ * is a binary search: the report stays fast with many thousands of operations. */
+typedef struct gpuhal__report_signal_s {
+  uintptr_t semaphore;
+  uint64_t value;
+  int32_t op;   /* in ops */
+  int32_t best; /* the best op among this entry and the later ones of its semaphore */
+} gpuhal__report_signal_t;
+
+/* Submission order within a device and queue, devices and queues in report order. */
+static int gpuhal__report_op_order(const void* x, const void* y) {
+  const gpuhal__report_op_t* a = (const gpuhal__report_op_t*)x;
+  const gpuhal__report_op_t* b = (const gpuhal__report_op_t*)y;
+  if (a->device_index != b->device_index) return a->device_index < b->device_index ? -1 : 1;
+  if (a->queue != b->queue) return a->queue < b->queue ? -1 : 1;
+  return a->number < b->number ? -1 : a->number > b->number;
+}
+
+static int gpuhal__report_signal_order(const void* x, const void* y) {
+  const gpuhal__report_signal_t* a = (const gpuhal__report_signal_t*)x;
+  const gpuhal__report_signal_t* b = (const gpuhal__report_signal_t*)y;
+  if (a->semaphore != b->semaphore) return a->semaphore < b->semaphore ? -1 : 1;
+  if (a->value != b->value) return a->value < b->value ? -1 : 1;
+  return a->op < b->op ? -1 : a->op > b->op;
+}
+
+/* The better signaller of two: the issued one, then the lower submission number. */
+static int32_t gpuhal__report_better(const gpuhal__report_t* r, int32_t a, int32_t b) {
+  int ia = r->ops[a].state == GPUHAL__OP_ISSUED, ib = r->ops[b].state == GPUHAL__OP_ISSUED;
+  if (ia != ib) return ia ? a : b;
+  return r->ops[b].number < r->ops[a].number ? b : a;
+}
+
+/* Sorts the operations into report order and builds the signal index. */
+static gpuhal_status_t gpuhal__report_index(gpuhal__report_t* r) {
+  uint32_t i, j, n = 0;
+  if (r->op_count > 1) qsort(r->ops, r->op_count, sizeof(*r->ops), gpuhal__report_op_order);
+  for (i = 0; i < r->op_count; ++i) {
+    gpuhal__report_op_t* op = &r->ops[i];
+    gpuhal__report_queue_t* q = &r->devices[op->device_index].queues[op->queue];
+    if (!q->listed) q->first = i;
+    q->listed++;
+    q->issued += op->state == GPUHAL__OP_ISSUED;
+    n += op->signal_count < GPUHAL__REPORT_ENTRIES ? op->signal_count : GPUHAL__REPORT_ENTRIES;
+  }
+  if (!n) return NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(r->allocator, sizeof(*r->signals) * n, "a pending report's signal index",
+                                               (void**)&r->signals));
+  for (i = 0; i < r->op_count; ++i)
+    for (j = 0; j < r->ops[i].signal_count && j < GPUHAL__REPORT_ENTRIES; ++j) {
+      gpuhal__report_signal_t* e = &r->signals[r->signal_count++];
+      e->semaphore = (uintptr_t)r->ops[i].signals[j].semaphore;
+      e->value = r->ops[i].signals[j].value;
+      e->op = (int32_t)i;
+    }
+  qsort(r->signals, r->signal_count, sizeof(*r->signals), gpuhal__report_signal_order);
+  for (i = r->signal_count; i-- > 0;) {
+    gpuhal__report_signal_t* e = &r->signals[i];
+    e->best = e->op;
+    if (i + 1 < r->signal_count && r->signals[i + 1].semaphore == e->semaphore)
+      e->best = gpuhal__report_better(r, e->op, r->signals[i + 1].best);
+  }
+  return NULL;
+}
+
 /* The operation of the copy that signals `s` to `value` or above: the issued one first,
  * then the lowest submission number; -1 when none does. */
 static int gpuhal__report_signaller(const gpuhal__report_t* r, const gpuhal_semaphore_t* s, uint64_t value) {
-  int best = -1;
-  uint32_t i, j;
-  for (i = 0; i < r->op_count; ++i) {
-    const gpuhal__report_op_t* op = &r->ops[i];
-    for (j = 0; j < op->signal_count && j < GPUHAL__REPORT_ENTRIES; ++j) {
-      if (op->signals[j].semaphore != s || op->signals[j].value < value) continue;
-      if (best < 0 || (op->state == GPUHAL__OP_ISSUED && r->ops[best].state != GPUHAL__OP_ISSUED) ||
-          (op->state == r->ops[best].state && op->number < r->ops[best].number))
-        best = (int)i;
-    }
+  uint32_t lo = 0, hi = r->signal_count;
+  uintptr_t key = (uintptr_t)s;
+  while (lo < hi) { /* the first entry at or after (s, value) */
+    uint32_t mid = lo + (hi - lo) / 2;
+    const gpuhal__report_signal_t* e = &r->signals[mid];
+    if (e->semaphore < key || (e->semaphore == key && e->value < value))
+      lo = mid + 1;
+    else
+      hi = mid;
   }
-  return best;
+  return lo < r->signal_count && r->signals[lo].semaphore == key ? r->signals[lo].best : -1;
 }
 
 static const char* gpuhal__report_state_name(gpuhal__op_state_t state) {
@@ -222,37 +312,21 @@ static void gpuhal__report_op(gpuhal__report_t* r, gpuhal__report_op_t* op) {
 /* Issued operations of (device d, queue q) that the completion thread has taken to watch:
  * its lists are its own, so they are counted, not listed (their signals still tell who
  * reaches a value: the semaphores' submitted values). */
-static uint32_t gpuhal__report_unlisted(const gpuhal__report_t* r, const gpuhal__report_device_t* d, uint32_t q) {
-  uint32_t i, issued = 0;
-  for (i = 0; i < r->op_count; ++i)
-    issued += r->ops[i].device == d->device->ordinal && r->ops[i].queue == q && r->ops[i].state == GPUHAL__OP_ISSUED;
-  return d->queues[q].in_flight > issued ? d->queues[q].in_flight - issued : 0;
+static uint32_t gpuhal__report_unlisted(const gpuhal__report_queue_t* rq) {
+  return rq->in_flight > rq->issued ? rq->in_flight - rq->issued : 0;
 }
 
 /* Operations of the copy, in submission order, that are on (device d, queue q). */
 static void gpuhal__report_queue(gpuhal__report_t* r, const gpuhal__report_device_t* d, uint32_t q) {
   const gpuhal__report_queue_t* rq = &d->queues[q];
-  uint32_t i, listed = 0, unlisted = gpuhal__report_unlisted(r, d, q);
-  uint64_t after = 0;
-  for (i = 0; i < r->op_count; ++i) listed += r->ops[i].device == d->device->ordinal && r->ops[i].queue == q;
+  uint32_t i, unlisted = gpuhal__report_unlisted(rq);
   gpuhal__report_printf(r, "  queue %u: ", q);
   if (rq->last_done)
     gpuhal__report_printf(r, "last completed #%llu %s", (unsigned long long)rq->last_done, rq->last_kind);
   else
     gpuhal__report_printf(r, "nothing completed yet");
-  gpuhal__report_printf(r, "; %u not done\n", listed + unlisted);
-  /* Submission order: a selection by number (the lists are short; the copy is bounded). */
-  for (;;) {
-    gpuhal__report_op_t* next = NULL;
-    for (i = 0; i < r->op_count; ++i) {
-      gpuhal__report_op_t* op = &r->ops[i];
-      if (op->device != d->device->ordinal || op->queue != q || op->number <= after) continue;
-      if (!next || op->number < next->number) next = op;
-    }
-    if (!next) break;
-    gpuhal__report_op(r, next);
-    after = next->number;
-  }
+  gpuhal__report_printf(r, "; %u not done\n", rq->listed + unlisted);
+  for (i = 0; i < rq->listed; ++i) gpuhal__report_op(r, &r->ops[rq->first + i]);
   if (unlisted) gpuhal__report_printf(r, "    issued, watched by the completion thread (not listed): %u\n", unlisted);
 }
 
@@ -268,7 +342,15 @@ static void gpuhal__report_cycles(gpuhal__report_t* r) {
       at = r->ops[at].next;
     }
     if (at >= 0 && r->ops[at].mark == 1) {
-      int start = at;
+      int start = at, entry = at;
+      do { /* named from its first submitted operation, whichever the search came in by */
+        const gpuhal__report_op_t *o = &r->ops[at], *f = &r->ops[start];
+        if (o->device_index < f->device_index || (o->device_index == f->device_index && o->number < f->number))
+          start = at;
+        at = r->ops[at].next;
+      } while (at != entry && ++steps < GPUHAL__REPORT_CYCLE_MAX);
+      at = start;
+      steps = 0;
       found++;
       gpuhal__report_printf(r, "cycle: ");
       do {
@@ -288,7 +370,7 @@ static void gpuhal__report_cycles(gpuhal__report_t* r) {
 static void gpuhal__report_write(gpuhal__report_t* r) {
   uint32_t i, q, total = r->op_count;
   for (i = 0; i < r->device_count; ++i)
-    for (q = 0; q < r->devices[i].queue_count; ++q) total += gpuhal__report_unlisted(r, &r->devices[i], q);
+    for (q = 0; q < r->devices[i].queue_count; ++q) total += gpuhal__report_unlisted(&r->devices[i].queues[q]);
   gpuhal__report_printf(r, "gpuhal pending report: %u operations not done\n", total);
   for (i = 0; i < r->device_count; ++i) {
     const gpuhal__report_device_t* d = &r->devices[i];
@@ -315,6 +397,7 @@ static void gpuhal__report_free(gpuhal__report_t* r) {
     gpuhal__device_release_ref(r->devices[i].device);
   }
   gpuhal__free(r->allocator, r->ops);
+  gpuhal__free(r->allocator, r->signals);
 }
 
 GPUHAL__PRIVATE void gpuhal__queue_hang_report(gpuhal_driver_t* driver, int64_t waited_ns) {
@@ -340,6 +423,7 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_report_pending(gpuhal_driver_t* driver,
   gpuhal__report_t* r = NULL;
   gpuhal__list_node_t* n;
   gpuhal_status_t status;
+  uint64_t outstanding = 0;
   uint32_t i;
   GPUHAL__CHECK_OBJECT(driver, GPUHAL__MAGIC_DRIVER);
   GPUHAL__CHECK_ARG(buffer != NULL || capacity == 0, "buffer", "must not be NULL when capacity is above 0");
@@ -349,25 +433,30 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_report_pending(gpuhal_driver_t* driver,
   r->allocator = &driver->allocator;
   r->text = buffer;
   r->capacity = capacity;
-  r->op_capacity = GPUHAL__REPORT_OPS;
-  status = gpuhal__alloc_zeroed(&driver->allocator, sizeof(*r->ops) * r->op_capacity, "a pending report's operations",
-                                (void**)&r->ops);
+  status = NULL;
   gpuhal__mutex_lock(&driver->devices_mutex);
   for (n = driver->devices.next; !status && n != &driver->devices && r->device_count < GPUHAL__REPORT_DEVICES;
        n = n->next) {
     gpuhal_device_t* device = GPUHAL__CONTAINER_OF(n, gpuhal_device_t, driver_link);
     gpuhal__report_device_t* d = &r->devices[r->device_count];
-    if (!gpuhal__queue_state(device)) continue;
+    /* A device whose teardown has begun (refcount 0, not yet off the list) is skipped. */
+    if (!gpuhal__queue_state(device) || !gpuhal__object_try_retain(&device->header)) continue;
+    d->device = device; /* released by gpuhal__report_free, outside devices_mutex */
+    r->device_count++;
     status = gpuhal__alloc_zeroed(&driver->allocator, sizeof(*d->queues) * device->queue_count, "a pending report",
                                   (void**)&d->queues);
-    if (status) break;
-    gpuhal__device_retain_ref(device);
-    d->device = device;
-    d->queue_count = device->queue_count;
-    r->device_count++;
+    if (!status) d->queue_count = device->queue_count;
   }
   gpuhal__mutex_unlock(&driver->devices_mutex);
+  /* Room for what is outstanding now (more is added as needed while copying). */
+  for (i = 0; i < r->device_count; ++i)
+    outstanding += gpuhal__atomic_load(&gpuhal__queue_state(r->devices[i].device)->outstanding);
+  if (!status && !gpuhal__report_reserve(r, outstanding + 1))
+    status = gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED,
+                                "gpuhal_driver_report_pending: out of memory for %llu operations",
+                                (unsigned long long)outstanding);
   for (i = 0; !status && i < r->device_count; ++i) gpuhal__report_copy_device(r, &r->devices[i]);
+  if (!status) status = gpuhal__report_index(r);
   if (!status) gpuhal__report_write(r);
   if (!status && out_length) *out_length = r->length;
   gpuhal__report_free(r);

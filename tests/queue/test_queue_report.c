@@ -249,5 +249,68 @@ TU_TEST(hang_report_logs_once) {
   pthread_mutex_destroy(&log.mutex);
 }
 
+/* Thousands of operations waiting: every one is listed, in submission order per queue, and
+ * each cross-queue wait names the operation that signals it (the report's copy grows as
+ * needed and finds signallers through a sorted index). */
+#define QR_MANY 5000u
+TU_TEST(report_lists_thousands_of_operations) {
+  qr_fixture_t f;
+  gpuhal_semaphore_t *gate, *lanes[2];
+  size_t length = 0;
+  char* text;
+  char line[160];
+  const char* at;
+  uint32_t i;
+  if (!qr_open(&f, -1, NULL)) TU_SKIP("no device or test kernels");
+  gate = qr_semaphore(&f, "gate");
+  lanes[0] = qr_semaphore(&f, "lane 0");
+  lanes[1] = qr_semaphore(&f, "lane 1");
+  TU_REQUIRE(gate && lanes[0] && lanes[1]);
+  /* Operation i (number i + 1) runs on queue i % 2 and signals its lane i / 2 + 1; those on
+   * queue 1 also wait for the same value of lane 0, which the one before them signals. */
+  for (i = 0; i < QR_MANY; ++i) {
+    uint32_t q = i % 2;
+    uint64_t value = i / 2 + 1;
+    gpuhal_semaphore_t* waits[2] = {gate, lanes[0]};
+    uint64_t values[2] = {1, value};
+    gpuhal_semaphore_list_t wait = {q ? 2u : 1u, waits, values};
+    TU_REQUIRE_OK(
+        gpuhal_queue_host_call(f.device, q, wait, gpuhal_semaphore_list_one(&lanes[q], &value), qt_host_fn_nop, NULL));
+  }
+  qc_sleep_ms(20); /* the worker has taken them in */
+  TU_CHECK_OK(gpuhal_driver_report_pending(f.driver, NULL, 0, &length));
+  text = (char*)malloc(length + 1);
+  TU_REQUIRE(text != NULL);
+  TU_CHECK_OK(gpuhal_driver_report_pending(f.driver, text, length + 1, NULL));
+  snprintf(line, sizeof(line), "gpuhal pending report: %u operations not done\n", QR_MANY);
+  TU_CHECK_STR_CONTAINS(text, line);
+  TU_CHECK(strstr(text, "not copied") == NULL);
+  /* Each queue's operations in submission order. */
+  for (at = text, i = 0; i < QR_MANY && at; i += 2) {
+    snprintf(line, sizeof(line), "    #%u host_call: waiting\n", i + 1);
+    at = strstr(at, line);
+  }
+  TU_CHECK(at != NULL);
+  for (at = text, i = 1; i < QR_MANY && at; i += 2) {
+    snprintf(line, sizeof(line), "    #%u host_call: waiting\n", i + 1);
+    at = strstr(at, line);
+  }
+  TU_CHECK(at != NULL);
+  snprintf(line, sizeof(line),
+           "waits for semaphore 'lane 0' >= %u: now 0; to be signalled by #%u host_call (device 0 queue 0, waiting)\n",
+           QR_MANY / 2, QR_MANY - 1);
+  TU_CHECK_STR_CONTAINS(text, line);
+  TU_CHECK_STR_CONTAINS(text, "no cycle among the operations waiting\n");
+  free(text);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(lanes[1], QR_MANY / 2, qt_seconds(60)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QR_WAIT_S)));
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(lanes[0]);
+  gpuhal_semaphore_release(lanes[1]);
+  qr_close(&f);
+}
+
 TU_MAIN(TU_CASE(report_of_a_stall_event_path), TU_CASE(report_of_a_stall_default_path),
-        TU_CASE(report_rejects_bad_arguments), TU_CASE(hang_report_logs_once))
+        TU_CASE(report_rejects_bad_arguments), TU_CASE(hang_report_logs_once),
+        TU_CASE(report_lists_thousands_of_operations))
