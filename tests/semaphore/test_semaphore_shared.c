@@ -11,6 +11,9 @@
 #endif
 #include "gpuhal.h"
 #include "test_util.h"
+#define SH_WAIT_S 60
+#define TS_WAIT_S SH_WAIT_S
+#include "test_socket.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +26,6 @@
 #include <unistd.h>
 
 #define SH_STEPS 1000u
-#define SH_WAIT_S 60
 
 /* TU_REQUIRE_OK for functions that return a value. */
 #define SH_REQUIRE_OK(expr, ret)                                                       \
@@ -37,63 +39,6 @@
   } while (0)
 
 static gpuhal_timeout_t sh_seconds(int s) { return gpuhal_timeout_relative_ns((int64_t)s * 1000000000ll); }
-
-/* ---- the socket: bytes, with a file descriptor when fd >= 0 ---- */
-
-static int sh_send(int sock, const void* bytes, size_t n, int fd) {
-  struct msghdr msg;
-  struct iovec iov;
-  char control[CMSG_SPACE(sizeof(int))];
-  memset(&msg, 0, sizeof(msg));
-  iov.iov_base = (void*)bytes;
-  iov.iov_len = n;
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  if (fd >= 0) {
-    struct cmsghdr* c;
-    memset(control, 0, sizeof(control));
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  }
-  return sendmsg(sock, &msg, 0) == (ssize_t)n;
-}
-
-/* Receives exactly `n` bytes (and a descriptor into *fd when one came) within SH_WAIT_S. */
-static int sh_recv(int sock, void* bytes, size_t n, int* fd) {
-  struct pollfd p;
-  struct msghdr msg;
-  struct iovec iov;
-  char control[CMSG_SPACE(sizeof(int))];
-  struct cmsghdr* c;
-  ssize_t got;
-  if (fd) *fd = -1;
-  p.fd = sock;
-  p.events = POLLIN;
-  if (poll(&p, 1, SH_WAIT_S * 1000) != 1) return 0;
-  memset(&msg, 0, sizeof(msg));
-  iov.iov_base = bytes;
-  iov.iov_len = n;
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  got = recvmsg(sock, &msg, MSG_WAITALL);
-  if (got != (ssize_t)n) return 0;
-  for (c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && fd) memcpy(fd, CMSG_DATA(c), sizeof(int));
-  return 1;
-}
-
-static int sh_note(int sock, char what) { return sh_send(sock, &what, 1, -1); }
-static int sh_expect(int sock, char what) {
-  char got = 0;
-  return sh_recv(sock, &got, 1, NULL) && got == what;
-}
 
 /* ---- the two processes ---- */
 
@@ -190,11 +135,11 @@ static gpuhal_semaphore_t* sh_share_semaphore(sh_proc_t* p, int exporter, const 
     SH_REQUIRE_OK(gpuhal_semaphore_create(p->driver, 0, &s), NULL);
     SH_REQUIRE_OK(gpuhal_semaphore_export(s, &fd), NULL);
     TU_CHECK(fd >= 0);
-    TU_CHECK(sh_send(p->sock, "S", 1, fd));
+    TU_CHECK(ts_send(p->sock, "S", 1, fd));
     close(fd);
   } else {
     char tag = 0;
-    TU_CHECK(sh_recv(p->sock, &tag, 1, &fd));
+    TU_CHECK(ts_recv(p->sock, &tag, 1, &fd));
     TU_CHECK(tag == 'S' && fd >= 0);
     SH_REQUIRE_OK(gpuhal_semaphore_import(p->driver, fd, &s), NULL);
     close(fd);
@@ -214,11 +159,11 @@ static gpuhal_buffer_t* sh_share_buffer(sh_proc_t* p, int exporter, uint64_t siz
     TU_CHECK_OK(gpuhal_buffer_write(b, 0, zeros, size));
     free(zeros);
     SH_REQUIRE_OK(gpuhal_buffer_export(b, &h), NULL);
-    TU_CHECK(sh_send(p->sock, &h, sizeof(h), h.fd));
+    TU_CHECK(ts_send(p->sock, &h, sizeof(h), h.fd));
     if (h.fd >= 0) close(h.fd);
   } else {
     int fd = -1;
-    TU_CHECK(sh_recv(p->sock, &h, sizeof(h), &fd));
+    TU_CHECK(ts_recv(p->sock, &h, sizeof(h), &fd));
     h.fd = fd;
     SH_REQUIRE_OK(gpuhal_buffer_import(p->device, &h, &b), NULL);
     TU_CHECK_EQ_INT(gpuhal_buffer_size(b), size);
@@ -260,7 +205,7 @@ static void sh_ping_pong(sh_proc_t* p, int a) {
     cbs[i] = sh_step(p, cell, log, i, 2ull * i + (a ? 1 : 2));
     TU_REQUIRE(cbs[i]);
   }
-  TU_CHECK(a ? sh_note(p->sock, 'g') : sh_expect(p->sock, 'g')); /* both set up: go */
+  TU_CHECK(a ? ts_note(p->sock, 'g') : ts_expect(p->sock, 'g')); /* both set up: go */
   for (i = 0; i < SH_STEPS; ++i) {
     uint64_t wait = 2ull * i + (a ? 0 : 1), next = 2ull * i + (a ? 1 : 2);
     TU_CHECK_OK(gpuhal_queue_execute(p->device, 0, gpuhal_semaphore_list_one(&turn, &wait),
@@ -278,7 +223,7 @@ static void sh_ping_pong(sh_proc_t* p, int a) {
     }
   }
   /* Neither releases before both are done with the cell. */
-  TU_CHECK(sh_note(p->sock, 'd') && sh_expect(p->sock, 'd'));
+  TU_CHECK(ts_note(p->sock, 'd') && ts_expect(p->sock, 'd'));
   free(got);
   free(cbs);
   gpuhal_buffer_release(log);
@@ -321,10 +266,10 @@ TU_TEST(host_ping_pong_wakes_waiters_of_the_other_process) { sh_run(sh_host_ping
 static void sh_fail_a(sh_proc_t* p) {
   gpuhal_semaphore_t* s = sh_share_semaphore(p, 1, "weights");
   TU_REQUIRE(s);
-  TU_CHECK(sh_expect(p->sock, 'w')); /* B's waits are in place */
+  TU_CHECK(ts_expect(p->sock, 'w')); /* B's waits are in place */
   TU_CHECK_OK(gpuhal_semaphore_signal(s, 2));
   gpuhal_semaphore_fail(s, gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "weights file truncated at byte %d", 4096));
-  TU_CHECK(sh_expect(p->sock, 'd'));
+  TU_CHECK(ts_expect(p->sock, 'd'));
   gpuhal_semaphore_release(s);
 }
 static void sh_fail_b(sh_proc_t* p) {
@@ -342,14 +287,14 @@ static void sh_fail_b(sh_proc_t* p) {
   TU_CHECK_OK(gpuhal_command_buffer_end(cb));
   TU_CHECK_OK(gpuhal_queue_execute(p->device, 0, gpuhal_semaphore_list_one(&s, &five),
                                    gpuhal_semaphore_list_one(&out, &one), cb, NULL));
-  TU_CHECK(sh_note(p->sock, 'w'));
+  TU_CHECK(ts_note(p->sock, 'w'));
   TU_CHECK_STATUS(gpuhal_semaphore_wait(s, 5, sh_seconds(SH_WAIT_S)), GPUHAL_STATUS_DATA_LOSS,
                   "weights file truncated at byte 4096");
   TU_CHECK_STATUS(gpuhal_semaphore_wait(out, 1, sh_seconds(SH_WAIT_S)), GPUHAL_STATUS_DATA_LOSS,
                   "weights file truncated at byte 4096");
   TU_CHECK_STATUS(gpuhal_semaphore_query(s, &value), GPUHAL_STATUS_DATA_LOSS, "failed in process");
   TU_CHECK_STATUS(gpuhal_semaphore_signal(s, 9), GPUHAL_STATUS_DATA_LOSS, "has failed");
-  TU_CHECK(sh_note(p->sock, 'd'));
+  TU_CHECK(ts_note(p->sock, 'd'));
   gpuhal_command_buffer_release(cb);
   gpuhal_buffer_release(buf);
   gpuhal_semaphore_release(out);
@@ -364,7 +309,7 @@ static void sh_die_a(sh_proc_t* p) {
   gpuhal_semaphore_t* s = sh_share_semaphore(p, 1, "producer");
   TU_REQUIRE(s);
   TU_CHECK_OK(gpuhal_semaphore_signal(s, 1));
-  TU_CHECK(sh_expect(p->sock, 'k'));
+  TU_CHECK(ts_expect(p->sock, 'k'));
   raise(SIGKILL);
 }
 static void sh_die_b(sh_proc_t* p) {
@@ -378,7 +323,7 @@ static void sh_die_b(sh_proc_t* p) {
   TU_CHECK_OK(gpuhal_semaphore_wait(s, 1, sh_seconds(SH_WAIT_S)));
   TU_CHECK_OK(gpuhal_queue_execute(p->device, 0, gpuhal_semaphore_list_one(&s, &two),
                                    gpuhal_semaphore_list_one(&out, &one), NULL, NULL));
-  TU_CHECK(sh_note(p->sock, 'k'));
+  TU_CHECK(ts_note(p->sock, 'k'));
   /* A is gone once its end of the socket closes. */
   pf.fd = p->sock;
   pf.events = POLLIN;
@@ -409,36 +354,36 @@ static void sh_buffers(sh_proc_t* p, int a) {
     if (a) {
       for (i = 0; i < n; ++i) data[i] = i * 3u + round;
       TU_CHECK_OK(gpuhal_buffer_write(b, 0, data, 1u << 20));
-      TU_CHECK(sh_note(p->sock, 'w'));
-      TU_CHECK(sh_expect(p->sock, 'r')); /* B read it and wrote its own */
+      TU_CHECK(ts_note(p->sock, 'w'));
+      TU_CHECK(ts_expect(p->sock, 'r')); /* B read it and wrote its own */
       TU_CHECK_OK(gpuhal_buffer_read(b, 0, data, 1u << 20));
       for (i = 0; i < n && data[i] == ~i; ++i) {
       }
       TU_CHECK_EQ_INT(i, n);
     } else {
-      TU_CHECK(sh_expect(p->sock, 'w'));
+      TU_CHECK(ts_expect(p->sock, 'w'));
       TU_CHECK_OK(gpuhal_buffer_read(b, 0, data, 1u << 20));
       for (i = 0; i < n && data[i] == i * 3u + round; ++i) {
       }
       TU_CHECK_EQ_INT(i, n);
       for (i = 0; i < n; ++i) data[i] = ~i;
       TU_CHECK_OK(gpuhal_buffer_write(b, 0, data, 1u << 20));
-      TU_CHECK(sh_note(p->sock, 'r'));
+      TU_CHECK(ts_note(p->sock, 'r'));
     }
     /* Legacy IPC memory must outlive its importers: there the importer releases first. */
     if (!vmm) releaser = !a;
     if (releaser) {
       gpuhal_buffer_release(b);
-      TU_CHECK(sh_note(p->sock, 'x'));
-      TU_CHECK(sh_expect(p->sock, 'y'));
+      TU_CHECK(ts_note(p->sock, 'x'));
+      TU_CHECK(ts_expect(p->sock, 'y'));
     } else {
-      TU_CHECK(sh_expect(p->sock, 'x'));
+      TU_CHECK(ts_expect(p->sock, 'x'));
       TU_CHECK_OK(gpuhal_buffer_read(b, 0, data, 1u << 20)); /* still there for this side */
       for (i = 0; i < n && data[i] == ~i; ++i) {
       }
       TU_CHECK_EQ_INT(i, n);
       gpuhal_buffer_release(b);
-      TU_CHECK(sh_note(p->sock, 'y'));
+      TU_CHECK(ts_note(p->sock, 'y'));
     }
     free(data);
   }
@@ -463,8 +408,8 @@ static void sh_ipc_a(sh_proc_t* p) {
   if (s && gpuhal_status_code(s) != GPUHAL_STATUS_UNAVAILABLE)
     TU_FAIL_AT(__FILE__, __LINE__, "%s", gpuhal_status_message(s));
   gpuhal_status_free(s);
-  TU_CHECK(sh_send(p->sock, &h, sizeof(h), -1));
-  TU_CHECK(sh_expect(p->sock, 'y')); /* B is done: the memory may go */
+  TU_CHECK(ts_send(p->sock, &h, sizeof(h), -1));
+  TU_CHECK(ts_expect(p->sock, 'y')); /* B is done: the memory may go */
   gpuhal_buffer_release(b);
 }
 static void sh_ipc_b(sh_proc_t* p) {
@@ -472,7 +417,7 @@ static void sh_ipc_b(sh_proc_t* p) {
   gpuhal_buffer_t* b = NULL;
   uint32_t v = 0;
   gpuhal_status_t s;
-  TU_CHECK(sh_recv(p->sock, &h, sizeof(h), NULL));
+  TU_CHECK(ts_recv(p->sock, &h, sizeof(h), NULL));
   if (h.type == GPUHAL_BUFFER_HANDLE_IPC) {
     s = gpuhal_buffer_import(p->device, &h, &b);
     if (s && strstr(gpuhal_status_message(s), "CUDA_ERROR_NOT_SUPPORTED")) {
@@ -488,7 +433,7 @@ static void sh_ipc_b(sh_proc_t* p) {
   } else {
     tu_state.skipped = 1;
   }
-  TU_CHECK(sh_note(p->sock, 'y'));
+  TU_CHECK(ts_note(p->sock, 'y'));
 }
 
 TU_TEST(a_plain_device_buffer_exports_through_legacy_ipc) { sh_run(sh_ipc_a, sh_ipc_b, 0); }
@@ -510,11 +455,11 @@ static void sh_many(sh_proc_t* p, int a) {
     list.count = SH_MANY;
     list.semaphores = s;
     list.values = values;
-    TU_CHECK(sh_note(p->sock, 'g'));
+    TU_CHECK(ts_note(p->sock, 'g'));
     TU_CHECK_OK(gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, list, sh_seconds(SH_WAIT_S)));
   } else {
     uint64_t one = 1;
-    TU_CHECK(sh_expect(p->sock, 'g'));
+    TU_CHECK(ts_expect(p->sock, 'g'));
     for (i = 0; i < SH_MANY; ++i) {
       if (i % 2)
         TU_CHECK_OK(gpuhal_semaphore_signal(s[i], 1));
@@ -524,7 +469,7 @@ static void sh_many(sh_proc_t* p, int a) {
                                          NULL));
     }
   }
-  TU_CHECK(sh_note(p->sock, 'd') && sh_expect(p->sock, 'd'));
+  TU_CHECK(ts_note(p->sock, 'd') && ts_expect(p->sock, 'd'));
   for (i = 0; i < SH_MANY; ++i) gpuhal_semaphore_release(s[i]);
 }
 static void sh_many_a(sh_proc_t* p) { sh_many(p, 1); }
