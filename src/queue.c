@@ -50,6 +50,18 @@ GPUHAL__PRIVATE void gpuhal__park_release(gpuhal__queue_state_t* state, int32_t 
   if (n > 0) gpuhal__atomic_sub(&state->device->driver->ordinals[state->device->ordinal].parked, n);
 }
 
+GPUHAL__PRIVATE void gpuhal__action_park_denied(gpuhal__action_t* a, int denied) {
+  if (a->park_denied == denied) return;
+  a->park_denied = denied;
+  gpuhal__atomic_add(&a->state->park_denied, denied ? 1 : -1);
+}
+
+GPUHAL__PRIVATE void gpuhal__queue_park_freed(gpuhal__queue_state_t* state) {
+  if (!gpuhal__atomic_load(&state->park_denied)) return;
+  gpuhal__atomic_store(&state->park_retry, 1);
+  gpuhal__queue_kick_issue(state);
+}
+
 GPUHAL__PRIVATE int gpuhal__queue_owns_thread(gpuhal_device_t* device) {
   gpuhal__queue_state_t* state = gpuhal__queue_state(device);
   return state && state->threads_started &&
@@ -308,6 +320,7 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
   gpuhal__action_gpu_wait_count(a, 0);                     /* an issue that failed */
   if (a->park_reserved) gpuhal__park_release(a->state, 1); /* never issued */
   a->park_reserved = 0;
+  gpuhal__action_park_denied(a, 0);
   a->completed_ok = 0;
   a->value_waits = 0;
   a->provisional = 0;

@@ -257,6 +257,7 @@ typedef struct gpuhal__action_s {
   int not_provisional;         /* GPUHAL__SUBMIT_NOT_PROVISIONAL */
   int caller_may_issue;        /* GPUHAL__SUBMIT_CALLER_MAY_ISSUE: an application thread may issue it */
   int park_reserved;           /* holds one of its ordinal's parked streams (gpuhal__park_reserve) */
+  int park_denied;             /* pending because no parked stream was free: woken when one frees */
   int provisional;             /* it may run on a failed input: a value wait (a failure store releases
                          it), or a wait on provisional work; see gpuhal__action_inputs */
   uint32_t shared_signal_refs; /* bit i: signal i uses a wait's semaphore reference */
@@ -328,6 +329,8 @@ typedef struct gpuhal__queue_state_s {
   int32_t lost_flag;              /* lost != NULL, readable without the mutex */
   int32_t issue_needed;           /* new submissions, woken or to-be-failed actions: the pump must look */
   int32_t stopping;               /* device release has begun: no new submissions (atomic) */
+  int32_t park_denied;            /* pending actions with park_denied set (atomic) */
+  int32_t park_retry;             /* a parked stream freed while some were: wake them (atomic) */
   int32_t signal_runs;            /* gpuhal__queue_issue_woken calls due on signalling threads (atomic) */
   int completion_sleeping;        /* the completion thread waits untimed: dispatch must wake it */
   int completion_napping;         /* it waits timed: only host calls and idle waiters wake it */
@@ -370,6 +373,11 @@ GPUHAL__PRIVATE gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_
 GPUHAL__PRIVATE int gpuhal__park_reserve(gpuhal__queue_state_t* state);
 
 GPUHAL__PRIVATE void gpuhal__park_release(gpuhal__queue_state_t* state, int32_t n);
+/* Sets or clears a->park_denied, keeping state->park_denied counted. */
+GPUHAL__PRIVATE void gpuhal__action_park_denied(gpuhal__action_t* a, int denied);
+/* A parked stream of the device freed: pending actions denied one are woken to ask again
+ * (on the worker, through gpuhal__queue_issue_ready). Any thread, no lock held. */
+GPUHAL__PRIVATE void gpuhal__queue_park_freed(gpuhal__queue_state_t* state);
 
 /* 1 when the calling thread is one of the queue's own threads (device teardown must not
  * run there: it joins them). */

@@ -41,6 +41,7 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
   gpuhal__queue_state_t* state = a->state;
   CUstream stream = state->device->streams[a->queue_index];
   int may_park = -1, park; /* may_park: asked once, when a wait first could go to the GPU */
+  int denied = 0;
   while (a->next_wait < a->wait_count) {
     gpuhal__action_wait_t* w = &a->waits[a->next_wait];
     gpuhal__wait_query_t q;
@@ -65,6 +66,7 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
         !gpuhal__atomic_load(&w->semaphore->queue_signalled)) {
       if (may_park < 0) may_park = a->park_reserved = gpuhal__park_reserve(state);
       park = may_park;
+      denied = !park;
     }
     if (st == GPUHAL__WAIT_PENDING) {
       q.waiter = &w->waiter;
@@ -75,6 +77,7 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
     }
     if (st == GPUHAL__WAIT_PENDING) {
       gpuhal__action_drop_wait_events(a);
+      gpuhal__action_park_denied(a, denied); /* then a freed parked stream wakes it to ask again */
       return GPUHAL__RESOLVE_BLOCKED;
     }
     if (st == GPUHAL__WAIT_FAILED) {
@@ -98,6 +101,7 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
 GPUHAL__PRIVATE gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_events,
                                                          gpuhal_status_t* out_failure) {
   gpuhal__resolve_t r = gpuhal__action_resolve_waits(a, take_events, out_failure);
+  if (r != GPUHAL__RESOLVE_BLOCKED) gpuhal__action_park_denied(a, 0);
   if (a->park_reserved && !a->provisional) {
     gpuhal__park_release(a->state, 1);
     a->park_reserved = 0;
@@ -414,8 +418,25 @@ static void gpuhal__queue_take_incoming(gpuhal__queue_state_t* state) {
   }
 }
 
+/* Wakes the first pending actions that were denied a parked stream, as many as there may be
+ * free now (at least one), in submission order. Under issue_mutex. */
+static void gpuhal__queue_wake_park_denied(gpuhal__queue_state_t* state) {
+  gpuhal_device_t* device = state->device;
+  int32_t room = state->tuning.gpu_parked_max - gpuhal__atomic_load(&device->driver->ordinals[device->ordinal].parked);
+  gpuhal__list_node_t* n;
+  if (room < 1) room = 1;
+  for (n = state->pending.next; n != &state->pending && room > 0; n = n->next) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    if (!a->park_denied) continue;
+    gpuhal__action_wake(a);
+    room--;
+  }
+}
+
 GPUHAL__PRIVATE int gpuhal__queue_issue_ready(gpuhal__queue_state_t* state, int budget, int caller) {
   gpuhal__queue_take_incoming(state);
+  if (gpuhal__atomic_load(&state->park_retry) && gpuhal__atomic_exchange(&state->park_retry, 0))
+    gpuhal__queue_wake_park_denied(state);
   while (gpuhal__queue_pump_pass(state, &budget, caller) > 0 && budget > 0) {
   }
   return budget <= 0 && gpuhal__atomic_load(&state->woken) != NULL;

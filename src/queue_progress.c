@@ -193,6 +193,7 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
       gpuhal__mutex_lock(&state->mutex);
       gpuhal__side_stream_put_locked(state, a->stream);
       gpuhal__mutex_unlock(&state->mutex);
+      gpuhal__queue_park_freed(state);
       if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
         gpuhal__list_push_back(&lane->deferred, &a->link);
         continue;
