@@ -90,6 +90,12 @@
  * higher value, comes after the write); a semaphore is not armed for the GPU while a signal
  * of it is being issued. An event wait never takes the
  * event of provisional work that signals a higher value (that work may wait for this value).
+ * Work too long for a stalled stream is never issued behind a wait that is not met: a GPU
+ * holds only so many entries behind a stream's unmet wait (an H200: about 1,020), and CUDA
+ * then blocks the enqueueing thread until the wait is met, which may be never when that
+ * thread is to signal it. So a STREAM command buffer of more than GPUHAL__PARK_COMMANDS_MAX
+ * commands is submitted not provisional (it waits on the host for its values), like a
+ * reusable GRAPH one (one launch, but CUDA orders its launches) and alloca readers.
  * At most tuning.gpu_parked_max side streams per ordinal (its gpuhal devices share its
  * context) are busy at once (CUDA shares a few hardware queues among a context's streams:
  * past a few parked ones, other streams' work stalls); beyond the bound, and while CUDA's
@@ -212,6 +218,7 @@ enum {
 #define GPUHAL__HARVEST_MAX_WAIT_NS 80000      /* below harvest_min in flight: look once the oldest is this old */
 #define GPUHAL__HARVEST_MAX_BACKOFF 256        /* fast-path submissions skipped at most after a fruitless look */
 #define GPUHAL__HARVEST_MAX_RUN 512            /* actions looked at per look: bounds the time under the lock */
+#define GPUHAL__PARK_COMMANDS_MAX 256          /* a longer STREAM command buffer never waits on the GPU (see top) */
 
 struct gpuhal__queue_state_s;
 

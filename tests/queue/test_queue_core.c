@@ -13,7 +13,9 @@
  *  4. WAIT_ANY and WAIT_ALL return a failed entry's cause at once (also when it fails while
  *     the wait is blocked);
  *  5. a host call that drops the application's last device reference does not deadlock;
- *  6. releasing one device does not wait for another device's unrelated work.
+ *  6. releasing one device does not wait for another device's unrelated work;
+ *  7. a STREAM command buffer of thousands of commands queued before its wait is signalled
+ *     does not block the submitting thread inside CUDA.
  *
  * CTest runs this twice: on the memop path, and with GPUHAL_SEMAPHORE_MEMOPS=0 (and
  * SOFTCUDA_NO_MEMOPS=1) on the event path (tests/cmake/queue_core.cmake). Every wait has a timeout; calls without one run
@@ -863,6 +865,52 @@ TU_TEST(device_release_ignores_other_devices_work) {
   qc_fixture_close(&fa);
 }
 
+/* ---- 7. a long STREAM command buffer queued before its wait is signalled ----
+ * A GPU holds only so much behind a stream's unmet wait (an H200: about 1,020 entries),
+ * then CUDA blocks the enqueueing thread until the wait is met. A STREAM command buffer of
+ * QC_LONG commands behind a value the same thread signals after the execute returns must
+ * not block that execute: such work waits on the host for its value instead of parking. */
+#define QC_LONG 3000u
+TU_TEST(long_stream_command_buffer_before_its_signal) {
+  qc_fixture_t f;
+  gpuhal_buffer_t* dst = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_semaphore_t *s = NULL, *t = NULL;
+  uint32_t* got;
+  uint32_t i, wrong = 0;
+  if (!qc_fixture_open(&f, 1)) TU_SKIP("no device or test kernels");
+  s = qc_semaphore(&f);
+  t = qc_semaphore(&f);
+  got = (uint32_t*)calloc(QC_LONG, 4);
+  TU_REQUIRE(s && t && got);
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, QC_LONG * 4u, &dst));
+  TU_REQUIRE_OK(gpuhal_command_buffer_create(f.device, GPUHAL_COMMAND_BUFFER_STREAM, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  for (i = 0; i < QC_LONG; ++i) {
+    uint32_t pattern = i * 7u + 1u;
+    TU_CHECK_OK(gpuhal_cmd_fill(cb, gpuhal_ref_buffer(dst, i * 4u), 4, &pattern, 4));
+  }
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  qc_watchdog_arm(20, "gpuhal_queue_execute of a long STREAM command buffer behind an unsignalled wait");
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&s, &one_value),
+                                   gpuhal_semaphore_list_one(&t, &one_value), cb, NULL));
+  qc_watchdog_disarm();
+  qc_sleep_ms(20);
+  TU_CHECK_EQ_INT(qc_query(t), 0); /* held back by S */
+  TU_CHECK_OK(gpuhal_semaphore_signal(s, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(t, 1, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_OK(gpuhal_buffer_read(dst, 0, got, QC_LONG * 4u));
+  for (i = 0; i < QC_LONG; ++i) wrong += got[i] != i * 7u + 1u;
+  TU_CHECK_EQ_INT(wrong, 0);
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
+  free(got);
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(dst);
+  gpuhal_semaphore_release(s);
+  gpuhal_semaphore_release(t);
+  qc_fixture_close(&f);
+}
+
 /* The polls case last: on a core with the defect its release hangs and the watchdog ends the
  * process, which would keep the cases after it from running. */
 TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
@@ -870,4 +918,5 @@ TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
         TU_CASE(reverse_chain_three_queues), TU_CASE(alloca_settles_at_once_only_on_an_idle_queue),
         TU_CASE(independent_queues_do_not_wait_for_each_other), TU_CASE(failed_entry_ends_wait_host),
         TU_CASE(failed_entry_ends_wait_device), TU_CASE(host_call_releases_last_device_reference),
-        TU_CASE(device_release_ignores_other_devices_work), TU_CASE(polls_leave_nothing_behind))
+        TU_CASE(device_release_ignores_other_devices_work), TU_CASE(long_stream_command_buffer_before_its_signal),
+        TU_CASE(polls_leave_nothing_behind))
