@@ -58,8 +58,9 @@ int main(int argc, char** argv) {
   if (!br_ok(gpuhal_driver_create(NULL, &driver), "driver")) return 1;
   if (!br_ok(gpuhal_device_create(driver, 0, &params, &device), "device") ||
       !br_ok(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, 256, &scratch), "buffer") ||
-      !br_ok(gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_STREAM, 0, &cb),
-             "command buffer") ||
+      !br_ok(
+          gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_STREAM, 0, &cb),
+          "command buffer") ||
       !br_ok(gpuhal_command_buffer_begin(cb), "begin") ||
       !br_ok(gpuhal_cmd_fill(cb, gpuhal_ref_buffer(scratch, 0), 4, &pattern, 4), "fill") ||
       !br_ok(gpuhal_command_buffer_end(cb), "end") || !br_ok(gpuhal_command_buffer_set_label(cb, "fill"), "label") ||

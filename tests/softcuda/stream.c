@@ -171,10 +171,39 @@ static void sc_enqueue_wait(sc_stream* s, sc_stream* target, uint64_t seq) {
   sc_enqueue_raw(s, w);
 }
 
+/* A GPU holds only so much work per stream: past SC_STREAM_DEPTH ops not done, CUDA blocks
+ * the enqueueing thread until the stream drains, for ever when the stream is stalled on a
+ * wait only that thread would meet (an H200 holds about 1,020 memsets behind an unmet
+ * cuStreamWaitValue64). So does softcuda, saying so on stderr after a while. Under sc.mu. */
+#define SC_STREAM_DEPTH 1020
+static void sc_submit_room_locked(sc_stream* s) {
+  int64_t warn_at = sc_now_ns() + 5000000000ll;
+  int warned = 0;
+  while (s->enq_seq - s->done_seq >= SC_STREAM_DEPTH && s->ctx->sticky == CUDA_SUCCESS && !s->abandon &&
+         !s->ctx->dead) {
+    struct timespec until; /* sc.cv runs on the realtime clock */
+    int64_t wake;
+    clock_gettime(CLOCK_REALTIME, &until);
+    wake = (int64_t)until.tv_sec * 1000000000ll + until.tv_nsec + 100000000ll;
+    if (!warned && sc_now_ns() >= warn_at) {
+      fprintf(stderr,
+              "softcuda: an enqueue on stream %p has waited 5 s for room: %llu ops not done%s (a GPU blocks "
+              "here too)\n",
+              (void*)s, (unsigned long long)(s->enq_seq - s->done_seq),
+              s->parked || s->waiting_on ? ", the stream stalled on a wait" : "");
+      warned = 1;
+    }
+    until.tv_sec = (time_t)(wake / 1000000000ll);
+    until.tv_nsec = (long)(wake % 1000000000ll);
+    pthread_cond_timedwait(&sc.cv, &sc.mu, &until);
+  }
+}
+
 static void sc_submit(sc_stream* s, sc_op* op) {
   sc_ctx* c = s->ctx;
   int i;
   if (s->capture && sc_graph_capture_op(s, op)) return;
+  sc_submit_room_locked(s);
   /* the legacy default stream and blocking streams wait for each other */
   if (s->is_null) {
     for (i = 0; i < c->nstreams; ++i) {
