@@ -91,7 +91,7 @@ static void gpuhal__report_copy_entry(gpuhal__report_entry_t* out, gpuhal_semaph
  * to GPUHAL__REPORT_OPS_MAX); 0 when it cannot. Runs under a device's locks: only the
  * allocator is called. */
 static int gpuhal__report_reserve(gpuhal__report_t* r, uint64_t want) {
-  uint32_t capacity = r->op_capacity ? r->op_capacity : GPUHAL__REPORT_OPS_FIRST;
+  uint32_t capacity = r->op_capacity ? r->op_capacity : (uint32_t)GPUHAL__REPORT_OPS_FIRST;
   gpuhal__report_op_t* ops;
   if (want > GPUHAL__REPORT_OPS_MAX) want = GPUHAL__REPORT_OPS_MAX;
   if (want <= r->op_capacity) return 1;
@@ -206,7 +206,7 @@ static gpuhal_status_t gpuhal__report_index(gpuhal__report_t* r) {
     if (!q->listed) q->first = i;
     q->listed++;
     q->issued += op->state == GPUHAL__OP_ISSUED;
-    n += op->signal_count < GPUHAL__REPORT_ENTRIES ? op->signal_count : GPUHAL__REPORT_ENTRIES;
+    n += op->signal_count < GPUHAL__REPORT_ENTRIES ? op->signal_count : (uint32_t)GPUHAL__REPORT_ENTRIES;
   }
   if (!n) return NULL;
   GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(r->allocator, sizeof(*r->signals) * n, "a pending report's signal index",
