@@ -261,6 +261,9 @@ struct gpuhal_driver_s {
   gpuhal__thread_t shared_thread;
   int shared_thread_running; /* under shared_mutex */
   int shared_stop;           /* under shared_mutex */
+  /* Mappings of destroyed shared semaphores that a GPU write may still reach (a failed
+   * issue enqueued it maybe): given back when the driver goes (under shared_mutex). */
+  struct gpuhal__shared_kept_s* shared_kept;
 };
 
 /* ---- the worker: one thread per device, its context current for its whole life ---- */

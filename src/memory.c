@@ -501,7 +501,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device
   return status;
 }
 
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_sync_call(gpuhal_driver_t* driver, CUdevice cu_device,
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_sync_call(gpuhal_driver_t* driver, CUdevice cu_device, CUcontext context,
                                                          const gpuhal__deferred_call_t* call) {
   const gpuhal__cuda_symbols_t* cu = &driver->cu;
   gpuhal__deferred_call_t* d = NULL;
@@ -511,15 +511,14 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_sync_call(gpuhal_driver_t* driver
   if (!status) {
     *d = *call;
     d->cu_device = cu_device;
-    status = GPUHAL__CU(cu, cuDevicePrimaryCtxRetain, (&d->context, cu_device));
-    if (status) gpuhal__free(&driver->allocator, d);
-  }
-  if (!status) {
+    d->context = context;
     /* Run now by the flush when nothing waits on the GPU; else the last GPU wait's end
      * flushes it. */
     d->next = driver->deferred;
     driver->deferred = d;
     gpuhal__driver_flush_deferred_locked(driver);
+  } else {
+    cu->cuDevicePrimaryCtxRelease(cu_device);
   }
   gpuhal__mutex_unlock(&driver->parked_mutex);
   return status;

@@ -193,8 +193,10 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device
 
 /* For calls that wait for a whole context without a gpuhal device at hand: runs `call` in
  * the primary context of `cu_device` now, or puts it off while queue work of the driver
- * may wait on the GPU for a value. */
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_sync_call(gpuhal_driver_t* driver, CUdevice cu_device,
+ * may wait on the GPU for a value. Takes over the reference to that primary context the
+ * caller retained (`context`): released once the call has run, whatever happened (so
+ * nothing here needs a retain of its own, which could fail). */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_sync_call(gpuhal_driver_t* driver, CUdevice cu_device, CUcontext context,
                                                          const gpuhal__deferred_call_t* call);
 /* Runs fn(arg) (which makes calls that wait for a whole context) while no queue work of the
  * driver waits on the GPU for a value, none being enqueued meanwhile; FAILED_PRECONDITION,

@@ -18,20 +18,22 @@
 typedef char gpuhal__ipc_handle_fits[sizeof(CUipcMemHandle) == sizeof(((gpuhal_buffer_handle_t*)0)->ipc) ? 1 : -1];
 
 /* Whether `device` can make memory with a file descriptor handle (and gpuhal found the
- * entry points that takes). */
-static int gpuhal__vmm_fd_supported(gpuhal_device_t* device) {
+ * entry points that takes), in *out_supported; a failed attribute query is an error, not a
+ * "no". */
+static gpuhal_status_t gpuhal__vmm_fd_supported(gpuhal_device_t* device, int* out_supported) {
   const gpuhal__cuda_symbols_t* cu = device->cu;
   int vmm = 0, fd = 0;
+  *out_supported = 0;
   if (!cu->cuMemCreate || !cu->cuMemRelease || !cu->cuMemAddressReserve || !cu->cuMemAddressFree || !cu->cuMemMap ||
       !cu->cuMemUnmap || !cu->cuMemSetAccess || !cu->cuMemGetAllocationGranularity ||
       !cu->cuMemExportToShareableHandle || !cu->cuMemImportFromShareableHandle)
-    return 0;
-  if (cu->cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device->cu_device) !=
-          CUDA_SUCCESS ||
-      cu->cuDeviceGetAttribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-                               device->cu_device) != CUDA_SUCCESS)
-    return 0;
-  return vmm && fd;
+    return NULL;
+  GPUHAL__CU_RETURN(cu, cuDeviceGetAttribute,
+                    (&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device->cu_device));
+  GPUHAL__CU_RETURN(cu, cuDeviceGetAttribute,
+                    (&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, device->cu_device));
+  *out_supported = vmm && fd;
+  return NULL;
 }
 
 static CUmemAllocationProp gpuhal__vmm_prop(gpuhal_device_t* device) {
@@ -109,13 +111,15 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate_exportable(gpuhal_device_t* de
                                                              gpuhal_buffer_t** out_buffer) {
   gpuhal_buffer_t* buffer = NULL;
   gpuhal_status_t status;
+  int vmm = 0;
   GPUHAL__CHECK_ARG(out_buffer != NULL, "out_buffer", "must not be NULL");
   *out_buffer = NULL;
   GPUHAL__CHECK_HANDLE(device, GPUHAL__MAGIC_DEVICE);
   GPUHAL__CHECK_ARG(size > 0, "size", "must be > 0");
   GPUHAL__CHECK_RANGE(size <= device->info.total_memory, "size", "exceeds the device's total memory");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__vmm_fd_supported(device, &vmm));
   GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_new(device, GPUHAL_MEMORY_DEVICE, size, &buffer));
-  if (gpuhal__vmm_fd_supported(device)) buffer->share = GPUHAL__SHARE_VMM_OWN; /* else cuMemAlloc: legacy IPC */
+  if (vmm) buffer->share = GPUHAL__SHARE_VMM_OWN; /* else cuMemAlloc: legacy IPC */
   status = gpuhal__buffer_allocate_memory(buffer);
   if (status) {
     gpuhal__buffer_discard(buffer);
@@ -186,7 +190,9 @@ static gpuhal_status_t gpuhal__buffer_import_current(gpuhal_buffer_t* buffer, co
   if (handle->type == GPUHAL_BUFFER_HANDLE_FD) {
     CUmemGenericAllocationHandle h = 0;
     gpuhal_status_t status;
-    if (!gpuhal__vmm_fd_supported(device))
+    int vmm = 0;
+    GPUHAL__RETURN_IF_ERROR(gpuhal__vmm_fd_supported(device, &vmm));
+    if (!vmm)
       return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE,
                                 "gpuhal_buffer_import: device %d cannot import memory from a file descriptor "
                                 "(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0)",

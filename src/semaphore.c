@@ -115,7 +115,7 @@ static void gpuhal__semaphore_words_free(gpuhal_driver_t* driver) {
 }
 
 GPUHAL__PRIVATE void gpuhal__semaphore_driver_destroy(gpuhal_driver_t* driver) {
-  gpuhal__semaphore_shared_watch_stop(driver);
+  gpuhal__semaphore_shared_driver_destroy(driver);
   gpuhal__semaphore_words_free(driver);
 }
 

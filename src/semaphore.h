@@ -376,10 +376,12 @@ GPUHAL__PRIVATE int gpuhal__semaphore_shared_moved(gpuhal_semaphore_t* s, uint64
 /* Sleeps until gpuhal__semaphore_shared_moved or `nap` passes. */
 GPUHAL__PRIVATE void gpuhal__semaphore_shared_sleep(gpuhal_semaphore_t* s, uint64_t value, uint32_t seq,
                                                     gpuhal_timeout_t nap);
-/* At the semaphore's destruction: unmaps, unregisters, closes; leaves the driver's watch. */
+/* At the semaphore's destruction: unmaps, unregisters, closes (or, where a GPU write may
+ * still land, keeps the mapping for the driver's end); leaves the driver's watch. */
 GPUHAL__PRIVATE void gpuhal__semaphore_shared_destroy(gpuhal_semaphore_t* s);
-/* At the driver's destruction (no semaphore is left): stops the watch thread. */
-GPUHAL__PRIVATE void gpuhal__semaphore_shared_watch_stop(gpuhal_driver_t* driver);
+/* At the driver's destruction (no semaphore or device is left): stops the watch thread
+ * and gives back the mappings kept. */
+GPUHAL__PRIVATE void gpuhal__semaphore_shared_driver_destroy(gpuhal_driver_t* driver);
 
 /* At driver destruction (no semaphore is left): frees every word slab and stops the
  * shared watch. */

@@ -118,6 +118,12 @@ typedef struct gpuhal__shared_mapping_s {
   CUdeviceptr address;
 } gpuhal__shared_mapping_t;
 
+/* A mapping a destroyed semaphore could not give back yet (driver->shared_kept). */
+typedef struct gpuhal__shared_kept_s {
+  struct gpuhal__shared_kept_s* next;
+  gpuhal__shared_mapping_t m;
+} gpuhal__shared_kept_t;
+
 /* Under driver->parked_mutex with no GPU wait in flight (gpuhal__driver_call_unparked).
  * tools/probe/park_probe.c found register + unregister waiting for a stream parked on a
  * value wait; a later probe (softcuda conformance, conf_share.c) puts that on
@@ -175,14 +181,13 @@ static void gpuhal__shared_mapping_drop(gpuhal_driver_t* driver, gpuhal__shared_
     memset(&call, 0, sizeof(call));
     call.unregister = (void*)m->sh;
     call.unregister_bytes = GPUHAL__SHARED_FILE_BYTES;
-    status = gpuhal__driver_sync_call(driver, m->cu_device, &call);
+    status = gpuhal__driver_sync_call(driver, m->cu_device, m->context, &call); /* takes m->context */
     if (status) {
       gpuhal__log(&driver->logger, GPUHAL_LOG_ERROR, "unsharing a semaphore: %s", gpuhal_status_message(status));
       gpuhal_status_free(status);
     } else {
       m->sh = NULL; /* unmapped by the call */
     }
-    driver->cu.cuDevicePrimaryCtxRelease(m->cu_device);
     m->context = NULL;
   }
   if (m->sh) munmap((void*)m->sh, GPUHAL__SHARED_FILE_BYTES);
@@ -237,15 +242,24 @@ static gpuhal_status_t gpuhal__shared_watch_add(gpuhal_semaphore_t* s) {
   return status;
 }
 
-GPUHAL__PRIVATE void gpuhal__semaphore_shared_watch_stop(gpuhal_driver_t* driver) {
+GPUHAL__PRIVATE void gpuhal__semaphore_shared_driver_destroy(gpuhal_driver_t* driver) {
   int running;
+  gpuhal__shared_kept_t* kept;
   gpuhal__mutex_lock(&driver->shared_mutex);
   GPUHAL_ASSERT(gpuhal__list_empty(&driver->shared_semaphores));
   running = driver->shared_thread_running;
   driver->shared_stop = 1;
   gpuhal__cond_signal(&driver->shared_cond);
+  kept = driver->shared_kept;
+  driver->shared_kept = NULL;
   gpuhal__mutex_unlock(&driver->shared_mutex);
   if (running) gpuhal__thread_join(driver->shared_thread);
+  while (kept) { /* no device is left: nothing of this driver's writes them any more */
+    gpuhal__shared_kept_t* next = kept->next;
+    gpuhal__shared_mapping_drop(driver, &kept->m);
+    gpuhal__free(&driver->allocator, kept);
+    kept = next;
+  }
 }
 
 /* ---- what semaphore.c asks of a shared semaphore ---- */
@@ -354,19 +368,28 @@ GPUHAL__PRIVATE void gpuhal__semaphore_shared_sleep(gpuhal_semaphore_t* s, uint6
 
 GPUHAL__PRIVATE void gpuhal__semaphore_shared_destroy(gpuhal_semaphore_t* s) {
   gpuhal_driver_t* driver = s->driver;
+  gpuhal__shared_mapping_t m;
+  gpuhal__shared_kept_t* kept = NULL;
+  memset(&m, 0, sizeof(m));
+  m.sh = s->shared;
+  m.fd = s->shared_fd;
+  m.cu_device = s->shared_cu_device;
+  m.context = s->shared_context;
+  /* A GPU write that may still land keeps the mapping until the driver goes, when no
+   * device is left to write it (as a slab word is kept). */
+  if (s->word_unsafe) kept = (gpuhal__shared_kept_t*)gpuhal__calloc(&driver->allocator, sizeof(*kept));
+  if (kept) kept->m = m;
   gpuhal__mutex_lock(&driver->shared_mutex);
   gpuhal__list_remove(&s->shared_link);
+  if (kept) {
+    kept->next = driver->shared_kept;
+    driver->shared_kept = kept;
+  }
   gpuhal__mutex_unlock(&driver->shared_mutex);
-  /* A GPU write that may still land keeps the mapping (as a slab word is kept). */
   if (!s->word_unsafe) {
-    gpuhal__shared_mapping_t m;
-    m.sh = s->shared;
-    m.fd = s->shared_fd;
-    m.cu_device = s->shared_cu_device;
-    m.context = s->shared_context;
     gpuhal__shared_mapping_drop(driver, &m);
-  } else {
-    close(s->shared_fd);
+  } else if (!kept) {
+    close(s->shared_fd); /* no memory to remember it: the mapping stays for the process */
   }
   s->shared = NULL;
   s->shared_fd = -1;

@@ -171,6 +171,20 @@ typedef struct abi_item_t {
     SIZE(CUmemAccessDesc_v1) \
     OFFSET(CUmemAccessDesc_v1, location) \
     OFFSET(CUmemAccessDesc_v1, flags) \
+    SIZE(CUmemGenericAllocationHandle) KIND(CUmemGenericAllocationHandle) \
+    SIZE(CUmemAllocationProp_v1) \
+    OFFSET(CUmemAllocationProp_v1, type) \
+    OFFSET(CUmemAllocationProp_v1, requestedHandleTypes) \
+    OFFSET(CUmemAllocationProp_v1, location) \
+    OFFSET(CUmemAllocationProp_v1, win32HandleMetaData) \
+    OFFSET(CUmemAllocationProp_v1, allocFlags) \
+    OFFSET(CUmemAllocationProp_v1, allocFlags.compressionType) \
+    OFFSET(CUmemAllocationProp_v1, allocFlags.gpuDirectRDMACapable) \
+    OFFSET(CUmemAllocationProp_v1, allocFlags.usage) \
+    OFFSET(CUmemAllocationProp_v1, allocFlags.reserved) \
+    SIZE(CUipcMemHandle_v1) \
+    OFFSET(CUipcMemHandle_v1, reserved) \
+    KIND(CUmemAllocationGranularity_flags) KIND(CUipcMem_flags) \
     SIZE(CUmemPoolProps_v1) \
     OFFSET(CUmemPoolProps_v1, allocType) \
     OFFSET(CUmemPoolProps_v1, handleTypes) \
@@ -694,6 +708,10 @@ typedef struct abi_item_t {
     VALUE(CU_MEMHOSTREGISTER_DEVICEMAP) \
     VALUE(CU_MEMHOSTREGISTER_IOMEMORY) \
     VALUE(CU_MEMHOSTREGISTER_READ_ONLY) \
+    VALUE(CU_IPC_HANDLE_SIZE) \
+    VALUE(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) \
+    VALUE(CU_MEM_ALLOC_GRANULARITY_MINIMUM) \
+    VALUE(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) \
     VALUE(CU_LAUNCH_PARAM_END_AS_INT) \
     VALUE(CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT) \
     VALUE(CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT) \
@@ -861,6 +879,21 @@ typedef struct abi_item_t {
     FUNC(cuStreamBatchMemOp, PFN_cuStreamBatchMemOp_v11070) \
     FUNC(cuGraphAddBatchMemOpNode, PFN_cuGraphAddBatchMemOpNode_v11070) \
     FUNC(cuGraphExecBatchMemOpNodeSetParams, PFN_cuGraphExecBatchMemOpNodeSetParams_v11070) \
-    FUNC(cuMemHostGetDevicePointer, PFN_cuMemHostGetDevicePointer_v3020)
+    FUNC(cuMemHostGetDevicePointer, PFN_cuMemHostGetDevicePointer_v3020) \
+    FUNC(cuMemHostRegister, PFN_cuMemHostRegister_v6050) \
+    FUNC(cuMemHostUnregister, PFN_cuMemHostUnregister_v4000) \
+    FUNC(cuIpcGetMemHandle, PFN_cuIpcGetMemHandle_v4010) \
+    FUNC(cuIpcOpenMemHandle, PFN_cuIpcOpenMemHandle_v11000) \
+    FUNC(cuIpcCloseMemHandle, PFN_cuIpcCloseMemHandle_v4010) \
+    FUNC(cuMemCreate, PFN_cuMemCreate_v10020) \
+    FUNC(cuMemRelease, PFN_cuMemRelease_v10020) \
+    FUNC(cuMemExportToShareableHandle, PFN_cuMemExportToShareableHandle_v10020) \
+    FUNC(cuMemImportFromShareableHandle, PFN_cuMemImportFromShareableHandle_v10020) \
+    FUNC(cuMemAddressReserve, PFN_cuMemAddressReserve_v10020) \
+    FUNC(cuMemAddressFree, PFN_cuMemAddressFree_v10020) \
+    FUNC(cuMemMap, PFN_cuMemMap_v10020) \
+    FUNC(cuMemUnmap, PFN_cuMemUnmap_v10020) \
+    FUNC(cuMemSetAccess, PFN_cuMemSetAccess_v10020) \
+    FUNC(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020)
 
 #endif /* GPUHAL_ABI_ITEMS_H */

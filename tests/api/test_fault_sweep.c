@@ -28,8 +28,9 @@
  * (module disk cache, cold then warm), collective (NCCL all-reduce over two devices;
  * softnccl's nccl* entry points are injected like CUDA ones) and cb_release (a GRAPH
  * command buffer released when entering the context fails).
- * softnccl's nccl* entry points are injected like CUDA ones) and memory (a full pool, its
- * recovery, trim and statistics).
+ * softnccl's nccl* entry points are injected like CUDA ones), memory (a full pool, its
+ * recovery, trim and statistics) and share (a semaphore and a buffer exported and imported
+ * again in the same process, GPU work through one handle, the host through the other).
  *
  * Environment: GPUHAL_SWEEP_DEPTH (faults per entry point besides the last call, default 2;
  * a nightly run raises it), GPUHAL_SWEEP_SCENARIOS (comma-separated subset),
@@ -94,11 +95,12 @@ static const char* const sw_entries[] = {GPUHAL_CUDA_REQUIRED_SYMBOLS(SW_NAME_OF
 /* Entry points that release something: when one fails, the driver keeps the object, and
  * softcuda (rightly) reports it at exit. gpuhal cannot do better than carry on. */
 static int sw_is_release_entry(const char* e) {
-  static const char* const names[] = {"cuEventDestroy",     "cuStreamDestroy", "cuMemFree",
-                                      "cuMemFreeHost",      "cuModuleUnload",  "cuDevicePrimaryCtxRelease",
-                                      "cuMemPoolDestroy",   "cuLinkDestroy",   "cuGraphDestroy",
-                                      "cuGraphExecDestroy", "cuCtxDestroy",    "cuMemFreeAsync",
-                                      "cuCtxPopCurrent",    "ncclCommDestroy", "ncclCommAbort"};
+  static const char* const names[] = {
+      "cuEventDestroy",  "cuStreamDestroy",           "cuMemFree",           "cuMemFreeHost",
+      "cuModuleUnload",  "cuDevicePrimaryCtxRelease", "cuMemPoolDestroy",    "cuLinkDestroy",
+      "cuGraphDestroy",  "cuGraphExecDestroy",        "cuCtxDestroy",        "cuMemFreeAsync",
+      "cuCtxPopCurrent", "ncclCommDestroy",           "ncclCommAbort",       "cuMemRelease",
+      "cuMemUnmap",      "cuMemAddressFree",          "cuIpcCloseMemHandle", "cuMemHostUnregister"};
   size_t i;
   for (i = 0; i < sizeof(names) / sizeof(names[0]); ++i)
     if (strcmp(e, names[i]) == 0) return 1;
@@ -902,6 +904,46 @@ static void scenario_memory(sw_run_t* r) {
   sw_close(&o);
 }
 
+/* Sharing within one process: a semaphore exported and imported again, an exportable buffer
+ * exported and imported on the same device; GPU work fills the imported buffer and signals
+ * the semaphore's own handle, the host waits through the imported one and reads the filled
+ * words through the exporter's buffer. Without memops there is nothing to share: export is
+ * UNAVAILABLE, and the scenario only checks that. */
+static void scenario_share(sw_run_t* r) {
+  sw_objs_t o;
+  gpuhal_semaphore_t* imported = NULL;
+  gpuhal_buffer_t *mine = NULL, *theirs = NULL;
+  gpuhal_buffer_handle_t h;
+  uint32_t pattern = 0xB0B0B0B0u;
+  int fd = -1;
+  memset(&h, 0, sizeof(h));
+  h.fd = -1;
+  if (sw_open(r, &o, 1, 1) && gpuhal_driver_has_feature(o.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS) &&
+      sw_ok(r, gpuhal_semaphore_export(o.sem[0], &fd), "semaphore_export") &&
+      sw_ok(r, gpuhal_semaphore_import(o.driver, fd, &imported), "semaphore_import") &&
+      sw_ok(r, gpuhal_buffer_allocate_exportable(o.device[0], 4096, &mine), "buffer_allocate_exportable") &&
+      sw_ok(r, gpuhal_buffer_export(mine, &h), "buffer_export") &&
+      sw_ok(r, gpuhal_buffer_import(o.device[0], &h, &theirs), "buffer_import") &&
+      sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_STREAM, 0, &o.cb[0]),
+            "command_buffer_create") &&
+      sw_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
+      sw_ok(r, gpuhal_cmd_fill(o.cb[0], gpuhal_ref_buffer(theirs, 0), 256, &pattern, 4), "cmd_fill") &&
+      sw_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end") &&
+      sw_ok(r,
+            gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                 gpuhal_semaphore_list_one(&o.sem[0], &V1), o.cb[0], NULL),
+            "queue_execute fill")) {
+    if (sw_wait(r, imported, 1, "wait imported=1")) sw_check_u32(r, mine, 0, 64, pattern, "fill through the import");
+  }
+  sw_settle(r);
+  if (fd >= 0) close(fd);
+  if (h.fd >= 0) close(h.fd);
+  gpuhal_buffer_release(theirs);
+  gpuhal_buffer_release(mine);
+  gpuhal_semaphore_release(imported);
+  sw_close(&o);
+}
+
 typedef struct sw_scenario_s {
   const char* name;
   void (*run)(sw_run_t* r);
@@ -912,7 +954,7 @@ static const sw_scenario_t sw_scenarios[] = {
     {"alloca", scenario_alloca},         {"host", scenario_host},
     {"multi", scenario_multi},           {"disk", scenario_disk},
     {"collective", scenario_collective}, {"cb_release", scenario_cb_release},
-    {"memory", scenario_memory},
+    {"memory", scenario_memory},         {"share", scenario_share},
 };
 #define SW_SCENARIO_COUNT ((int)(sizeof(sw_scenarios) / sizeof(sw_scenarios[0])))
 
