@@ -19,28 +19,60 @@
 #include <stdlib.h>
 #include <unistd.h>
 static volatile uint64_t* word;
-static double now_ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
-static void* release(void* a) { (void)a; sleep(4); fprintf(stderr, "releasing at %.0f\n", now_ms()); __atomic_store_n((uint64_t*)word, 1, __ATOMIC_SEQ_CST); return NULL; }
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+static void* release(void* a) {
+  (void)a;
+  sleep(4);
+  fprintf(stderr, "releasing at %.0f\n", now_ms());
+  __atomic_store_n((uint64_t*)word, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
 int main(int argc, char** argv) {
-  CUdevice d; CUcontext c; CUstream s; CUdeviceptr dev, buf; void* host; pthread_t t;
+  CUdevice d;
+  CUcontext c;
+  CUstream s;
+  CUdeviceptr dev, buf;
+  void* host;
+  pthread_t t;
   int mode = argc > 1 ? atoi(argv[1]) : 0, i, n = 20000;
-  cuInit(0); cuDeviceGet(&d, 0); cuDevicePrimaryCtxRetain(&c, d); cuCtxSetCurrent(c);
+  cuInit(0);
+  cuDeviceGet(&d, 0);
+  cuDevicePrimaryCtxRetain(&c, d);
+  cuCtxSetCurrent(c);
   cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
   cuMemHostAlloc(&host, 8, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
-  word = (volatile uint64_t*)host; *word = 0;
-  cuMemHostGetDevicePointer(&dev, host, 0); cuMemAlloc(&buf, 256);
+  word = (volatile uint64_t*)host;
+  *word = 0;
+  cuMemHostGetDevicePointer(&dev, host, 0);
+  cuMemAlloc(&buf, 256);
   cuStreamWaitValue64(s, dev, 1, CU_STREAM_WAIT_VALUE_GEQ);
   pthread_create(&t, NULL, release, NULL);
   double t0 = now_ms(), last = t0;
   for (i = 0; i < n; ++i) {
-    if (mode == 0) { cuMemsetD32Async(buf, i, 1, s); cuStreamWriteValue64(s, dev + 0, 1, 0); }
-    else if (mode == 1) { cuStreamWaitValue64(s, dev, 1, CU_STREAM_WAIT_VALUE_GEQ); cuMemsetD32Async(buf, i, 1, s); cuStreamWriteValue64(s, dev, 1, 0); }
-    else { cuMemsetD32Async(buf, i, 1, s); }
+    if (mode == 0) {
+      cuMemsetD32Async(buf, i, 1, s);
+      cuStreamWriteValue64(s, dev + 0, 1, 0);
+    } else if (mode == 1) {
+      cuStreamWaitValue64(s, dev, 1, CU_STREAM_WAIT_VALUE_GEQ);
+      cuMemsetD32Async(buf, i, 1, s);
+      cuStreamWriteValue64(s, dev, 1, 0);
+    } else {
+      cuMemsetD32Async(buf, i, 1, s);
+    }
     double nw = now_ms();
-    if (nw - last > 100) { printf("mode %d: op %d took %.0f ms (blocked)\n", mode, i, nw - last); fflush(stdout); break; }
+    if (nw - last > 100) {
+      printf("mode %d: op %d took %.0f ms (blocked)\n", mode, i, nw - last);
+      fflush(stdout);
+      break;
+    }
     last = nw;
   }
   printf("mode %d: enqueued %d ops in %.1f ms\n", mode, i, now_ms() - t0);
-  pthread_join(t, NULL); cuStreamSynchronize(s);
+  pthread_join(t, NULL);
+  cuStreamSynchronize(s);
   return 0;
 }
