@@ -15,6 +15,7 @@
 #define TS_WAIT_S SH_WAIT_S
 #include "test_socket.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -552,6 +553,165 @@ static void sh_nothing(sh_proc_t* p) { (void)p; }
 
 TU_TEST(bad_input_gets_a_status_naming_the_argument) { sh_run(sh_bad_a, sh_nothing, 0); }
 
+/* Open file descriptors of this process (/proc/self/fd, less the directory's own). */
+static int sh_open_fds(void) {
+  DIR* d = opendir("/proc/self/fd");
+  struct dirent* e;
+  int n = 0;
+  if (!d) return -1;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.') ++n;
+  closedir(d);
+  return n - 1;
+}
+
+/* Thousands of shared objects, one after another: each semaphore exported, imported, used
+ * and released (in both orders), each exportable buffer exported, imported and released;
+ * afterwards the process holds the descriptors it held before (nothing kept per object). */
+#define SH_CYCLES 1000u
+static void sh_thousands_a(sh_proc_t* p) {
+  int fds_before, fds_after;
+  uint32_t i;
+  fds_before = sh_open_fds();
+  for (i = 0; i < SH_CYCLES && !tu_state.failed; ++i) {
+    gpuhal_semaphore_t *s = NULL, *view = NULL;
+    int fd = -1;
+    uint64_t v = 0;
+    TU_REQUIRE_OK(gpuhal_semaphore_create(p->driver, i, &s));
+    TU_REQUIRE_OK(gpuhal_semaphore_export(s, &fd));
+    TU_REQUIRE_OK(gpuhal_semaphore_import(p->driver, fd, &view));
+    close(fd);
+    TU_CHECK_OK(gpuhal_semaphore_signal(s, (uint64_t)i + 1));
+    TU_CHECK_OK(gpuhal_semaphore_query(view, &v));
+    TU_CHECK_EQ_INT(v, i + 1);
+    if (i % 2) {
+      gpuhal_semaphore_release(s);
+      gpuhal_semaphore_release(view);
+    } else {
+      gpuhal_semaphore_release(view);
+      gpuhal_semaphore_release(s);
+    }
+  }
+  for (i = 0; i < SH_CYCLES / 10 && !tu_state.failed; ++i) {
+    gpuhal_buffer_t *b = NULL, *view = NULL;
+    gpuhal_buffer_handle_t h;
+    uint32_t word = 0xC0DE0000u + i, got = 0;
+    TU_REQUIRE_OK(gpuhal_buffer_allocate_exportable(p->device, 4096, &b));
+    TU_REQUIRE_OK(gpuhal_buffer_export(b, &h));
+    if (h.type == GPUHAL_BUFFER_HANDLE_FD) { /* legacy IPC cannot be opened in its own process */
+      TU_REQUIRE_OK(gpuhal_buffer_import(p->device, &h, &view));
+      TU_CHECK_OK(gpuhal_buffer_write(b, 0, &word, 4));
+      TU_CHECK_OK(gpuhal_buffer_read(view, 0, &got, 4));
+      TU_CHECK_EQ_INT(got, word);
+    }
+    if (h.fd >= 0) close(h.fd);
+    gpuhal_buffer_release(i % 2 ? b : view);
+    gpuhal_buffer_release(i % 2 ? view : b);
+  }
+  TU_CHECK_OK(gpuhal_device_wait_idle(p->device, sh_seconds(SH_WAIT_S)));
+  fds_after = sh_open_fds();
+  TU_CHECK_EQ_INT(fds_after, fds_before);
+}
+
+TU_TEST(thousands_of_shared_objects_leave_nothing_behind) { sh_run(sh_thousands_a, sh_nothing, 0); }
+
+/* A host call's function releases the last reference of a shared semaphore (on the
+ * host-call thread) and of an imported buffer, while other work waits on the GPU for
+ * another shared semaphore: the unregistering is put off, nothing hangs, and once the work
+ * is done the process can share again. */
+typedef struct sh_callback_s {
+  gpuhal_semaphore_t* s;
+  gpuhal_buffer_t* b;
+} sh_callback_t;
+static gpuhal_status_t sh_release_in_callback(void* user) {
+  sh_callback_t* c = (sh_callback_t*)user;
+  gpuhal_semaphore_release(c->s);
+  gpuhal_buffer_release(c->b);
+  return NULL;
+}
+static void sh_callback_a(sh_proc_t* p) {
+  gpuhal_semaphore_t *gate = NULL, *done = NULL, *parked = NULL, *again = NULL;
+  gpuhal_buffer_t* b = NULL;
+  gpuhal_buffer_handle_t h;
+  sh_callback_t c;
+  uint64_t one = 1;
+  int fd = -1;
+  memset(&c, 0, sizeof(c));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(p->driver, 0, &gate));
+  TU_REQUIRE_OK(gpuhal_semaphore_export(gate, &fd));
+  TU_REQUIRE_OK(gpuhal_semaphore_import(p->driver, fd, &c.s));
+  close(fd);
+  TU_REQUIRE_OK(gpuhal_semaphore_create(p->driver, 0, &parked));
+  TU_REQUIRE_OK(gpuhal_semaphore_export(parked, &fd));
+  close(fd);
+  TU_REQUIRE_OK(gpuhal_buffer_allocate_exportable(p->device, 4096, &b));
+  TU_REQUIRE_OK(gpuhal_buffer_export(b, &h));
+  if (h.type == GPUHAL_BUFFER_HANDLE_FD) TU_CHECK_OK(gpuhal_buffer_import(p->device, &h, &c.b));
+  if (h.fd >= 0) close(h.fd);
+  TU_REQUIRE_OK(gpuhal_semaphore_create(p->driver, 0, &done));
+  /* GPU work parked on `parked` (a shared semaphore: its wait goes to the word). */
+  TU_CHECK_OK(gpuhal_queue_execute(p->device, 0, gpuhal_semaphore_list_one(&parked, &one),
+                                   gpuhal_semaphore_list_empty(), NULL, NULL));
+  TU_CHECK_OK(gpuhal_queue_host_call(p->device, 0, gpuhal_semaphore_list_one(&gate, &one),
+                                     gpuhal_semaphore_list_one(&done, &one), sh_release_in_callback, &c));
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, sh_seconds(SH_WAIT_S)));
+  /* Sharing again while work is parked is refused, not hung. */
+  {
+    gpuhal_status_t st = gpuhal_semaphore_create(p->driver, 0, &again);
+    if (!st) st = gpuhal_semaphore_export(again, &fd);
+    if (st) {
+      TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_FAILED_PRECONDITION);
+      gpuhal_status_free(st);
+    } else {
+      close(fd);
+    }
+    gpuhal_semaphore_release(again);
+    again = NULL;
+  }
+  TU_CHECK_OK(gpuhal_semaphore_signal(parked, 1));
+  TU_CHECK_OK(gpuhal_device_wait_idle(p->device, sh_seconds(SH_WAIT_S)));
+  TU_CHECK_OK(gpuhal_semaphore_create(p->driver, 0, &again));
+  TU_CHECK_OK(gpuhal_semaphore_export(again, &fd));
+  if (fd >= 0) close(fd);
+  gpuhal_semaphore_release(again);
+  gpuhal_buffer_release(b);
+  gpuhal_semaphore_release(done);
+  gpuhal_semaphore_release(parked);
+  gpuhal_semaphore_release(gate);
+}
+
+TU_TEST(a_host_call_releases_shared_objects_while_work_is_parked) { sh_run(sh_callback_a, sh_nothing, 0); }
+
+/* An exportable buffer larger than the device: RESOURCE_EXHAUSTED naming the CUDA error (or
+ * a size check), and the device allocates and shares normally afterwards. */
+static void sh_oom_a(sh_proc_t* p) {
+  gpuhal_device_info_t info;
+  gpuhal_buffer_t *b = NULL, *big = NULL;
+  gpuhal_buffer_handle_t h;
+  gpuhal_status_t st;
+  uint64_t granule = 2u << 20;
+  TU_REQUIRE_OK(gpuhal_device_info(p->device, &info));
+  /* Within the total (the argument check passes): the whole device (which a real GPU
+   * refuses: the context has some), then half of it more while that is held. */
+  st = gpuhal_buffer_allocate_exportable(p->device, info.total_memory / granule * granule, &big);
+  if (!st) st = gpuhal_buffer_allocate_exportable(p->device, info.total_memory / 2 / granule * granule, &b);
+  TU_CHECK(st != NULL && b == NULL);
+  if (st) {
+    TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_RESOURCE_EXHAUSTED);
+    TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "exportable");
+    gpuhal_status_free(st);
+  }
+  gpuhal_buffer_release(big);
+  b = NULL;
+  TU_REQUIRE_OK(gpuhal_buffer_allocate_exportable(p->device, 1u << 20, &b));
+  TU_CHECK_OK(gpuhal_buffer_export(b, &h));
+  if (h.fd >= 0) close(h.fd);
+  gpuhal_buffer_release(b);
+}
+
+TU_TEST(an_exportable_buffer_out_of_memory_fails_and_recovers) { sh_run(sh_oom_a, sh_nothing, 0); }
+
 /* Without stream memory operations a semaphore cannot be shared: UNAVAILABLE, saying why. */
 static void sh_no_memops_a(sh_proc_t* p) {
   gpuhal_driver_options_t o;
@@ -576,5 +736,7 @@ TU_MAIN(TU_CASE(gpu_ping_pong_orders_work_of_two_processes_on_the_gpu),
         TU_CASE(a_dead_producer_leaves_timed_waits_and_a_failure_to_the_consumer),
         TU_CASE(buffers_are_written_in_one_process_and_read_in_the_other_released_in_either_order),
         TU_CASE(a_plain_device_buffer_exports_through_legacy_ipc), TU_CASE(many_shared_semaphores_waited_on_at_once),
-        TU_CASE(bad_input_gets_a_status_naming_the_argument),
+        TU_CASE(bad_input_gets_a_status_naming_the_argument), TU_CASE(thousands_of_shared_objects_leave_nothing_behind),
+        TU_CASE(a_host_call_releases_shared_objects_while_work_is_parked),
+        TU_CASE(an_exportable_buffer_out_of_memory_fails_and_recovers),
         TU_CASE(without_stream_memory_operations_sharing_is_unavailable))
