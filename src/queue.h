@@ -324,6 +324,10 @@ typedef struct gpuhal__queue_state_s {
   gpuhal__cond_t completion_cond;
   gpuhal__cond_t host_call_cond;
   gpuhal__cond_t idle_cond;
+  /* A pending report asks the completion thread for the work it watches (its own lists):
+   * queue_report.c. Under mutex; report_cond tells the asker it was answered. */
+  struct gpuhal__report_request_s* report_request;
+  gpuhal__cond_t report_cond;
   gpuhal__queue_lane_t* lanes;    /* device->queue_count */
   gpuhal__list_node_t incoming;   /* submitted, not yet seen by the worker */
   gpuhal__list_node_t host_calls; /* host calls whose function is due */
@@ -435,6 +439,10 @@ GPUHAL__PRIVATE void gpuhal__action_fail(gpuhal__action_t* a, gpuhal_status_t ca
 
 /* The work reached its values: advance them (host calls: after their function ran). */
 GPUHAL__PRIVATE void gpuhal__action_succeed(gpuhal__action_t* a);
+/* On the completion thread at the top of its loop, under state->mutex, when
+ * state->report_request is set: copies the work it watches into that pending report
+ * (queue_report.c) and tells the asker. */
+GPUHAL__PRIVATE void gpuhal__queue_report_answer_locked(gpuhal__queue_state_t* state);
 /* Records `a` as its queue's last completed operation (reports). */
 GPUHAL__PRIVATE void gpuhal__action_note_done(const gpuhal__action_t* a);
 

@@ -358,6 +358,7 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
     int64_t next_due, now;
     int observing;
     gpuhal__mutex_lock(&state->mutex);
+    if (state->report_request) gpuhal__queue_report_answer_locked(state); /* before it takes more */
     next_due = gpuhal__completion_take_locked(state);
     observing = gpuhal__completion_observing(state);
     if (gpuhal__completion_abandon_due_locked(state)) {

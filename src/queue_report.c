@@ -139,13 +139,67 @@ static void gpuhal__report_copy_list(gpuhal__report_t* r, gpuhal__report_device_
     gpuhal__report_copy_op(r, d, GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link), state);
 }
 
+/* What a report asks of a device's completion thread (state->report_request). */
+typedef struct gpuhal__report_request_s {
+  gpuhal__report_t* r;
+  gpuhal__report_device_t* d;
+  int answered;
+} gpuhal__report_request_t;
+
+/* How long a report waits for the completion thread to copy the work it watches; past it
+ * that work is counted, not listed. */
+#define GPUHAL__REPORT_ASK_NS 200000000ll
+
+GPUHAL__PRIVATE void gpuhal__queue_report_answer_locked(gpuhal__queue_state_t* state) {
+  gpuhal__report_request_t* q = state->report_request;
+  uint32_t i;
+  for (i = 0; i < q->d->queue_count; ++i) {
+    gpuhal__queue_lane_t* lane = &state->lanes[i];
+    gpuhal__report_copy_list(q->r, q->d, &lane->observing, GPUHAL__OP_ISSUED);
+    gpuhal__report_copy_list(q->r, q->d, &lane->side_observing, GPUHAL__OP_ISSUED);
+    gpuhal__report_copy_list(q->r, q->d, &lane->deferred, GPUHAL__OP_ISSUED);
+  }
+  q->answered = 1;
+  state->report_request = NULL;
+  gpuhal__cond_broadcast(&state->report_cond);
+}
+
+/* Under both of the device's locks, after its own lists were copied (`copied` operations
+ * issued): the completion thread copies the work it has taken, while this waits (the wait
+ * lends it state->mutex; nothing moves between the lists without that lock, and the
+ * completion thread takes no issue_mutex). Bounded: past GPUHAL__REPORT_ASK_NS that work is
+ * only counted. */
+static void gpuhal__report_ask_completion_locked(gpuhal__report_t* r, gpuhal__report_device_t* d,
+                                                 gpuhal__queue_state_t* state, uint32_t copied) {
+  gpuhal__report_request_t q;
+  gpuhal_timeout_t timeout;
+  uint32_t i, counted = 0;
+  for (i = 0; i < d->queue_count; ++i) counted += d->queues[i].in_flight;
+  if (counted <= copied || !state->threads_started || state->threads_stop) return;
+  while (state->report_request) /* another report is asking */
+    if (!gpuhal__cond_wait_until(&state->report_cond, &state->mutex, gpuhal_timeout_relative_ns(GPUHAL__REPORT_ASK_NS)))
+      return;
+  q.r = r;
+  q.d = d;
+  q.answered = 0;
+  state->report_request = &q;
+  gpuhal__cond_signal(&state->completion_cond);
+  timeout = gpuhal_timeout_relative_ns(GPUHAL__REPORT_ASK_NS);
+  while (!q.answered)
+    if (!gpuhal__cond_wait_until(&state->report_cond, &state->mutex, timeout) && !q.answered) {
+      state->report_request = NULL; /* withdrawn: the completion thread has not begun it */
+      break;
+    }
+}
+
 static void gpuhal__report_copy_device(gpuhal__report_t* r, gpuhal__report_device_t* d) {
   gpuhal__queue_state_t* state = gpuhal__queue_state(d->device);
-  uint32_t q;
+  uint32_t q, before;
   if (!state) return;
   gpuhal__mutex_lock(&state->issue_mutex);
   gpuhal__mutex_lock(&state->mutex);
   d->lost = state->lost != NULL;
+  before = r->op_count;
   for (q = 0; q < d->queue_count; ++q) {
     gpuhal__queue_lane_t* lane = &state->lanes[q];
     d->queues[q].last_done = gpuhal__atomic_load(&lane->last_done);
@@ -154,6 +208,7 @@ static void gpuhal__report_copy_device(gpuhal__report_t* r, gpuhal__report_devic
     gpuhal__report_copy_list(r, d, &lane->in_flight, GPUHAL__OP_ISSUED);
     gpuhal__report_copy_list(r, d, &lane->side, GPUHAL__OP_ISSUED);
   }
+  gpuhal__report_ask_completion_locked(r, d, state, r->op_count - before + d->dropped);
   gpuhal__report_copy_list(r, d, &state->incoming, GPUHAL__OP_QUEUED);
   gpuhal__mutex_unlock(&state->mutex);
   gpuhal__report_copy_list(r, d, &state->pending, GPUHAL__OP_WAITING);

@@ -16,6 +16,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* devi
   gpuhal__cond_init(&state->completion_cond);
   gpuhal__cond_init(&state->host_call_cond);
   gpuhal__cond_init(&state->idle_cond);
+  gpuhal__cond_init(&state->report_cond);
   state->tuning = gpuhal__queue_tuning_resolve(&device->params.tuning);
   device->params.tuning = state->tuning; /* host waits read it from the device */
   state->memops = device->driver->memops;
@@ -55,6 +56,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* devi
     device->queue_state = NULL;
     gpuhal__event_pool_deinit(&state->events);
     gpuhal__cond_destroy(&state->idle_cond);
+    gpuhal__cond_destroy(&state->report_cond);
     gpuhal__cond_destroy(&state->host_call_cond);
     gpuhal__cond_destroy(&state->completion_cond);
     gpuhal__mutex_destroy(&state->issue_mutex);
