@@ -1,6 +1,6 @@
 /* test_socket.h - two processes joined by a Unix socket: bytes, with a file descriptor when
- * one is given (SCM_RIGHTS), and one-byte notes. Used by the two-process tests and the
- * two-process benchmark. Every receive has a deadline (TS_WAIT_S), so a dead or hung peer
+ * one is given (SCM_RIGHTS), and one-byte notes. Used by the two-process tests, benchmark
+ * and conformance cases. Every receive has a deadline (TS_WAIT_S), so a dead or hung peer
  * makes it fail instead of hang. Include after defining _GNU_SOURCE. */
 #ifndef GPUHAL_TEST_SOCKET_H
 #define GPUHAL_TEST_SOCKET_H
@@ -15,7 +15,7 @@
 #endif
 
 /* 1 when all `n` bytes (and `fd`, when >= 0) went out. */
-static int ts_send(int sock, const void* bytes, size_t n, int fd) {
+static inline int ts_send(int sock, const void* bytes, size_t n, int fd) {
   struct msghdr msg;
   struct iovec iov;
   char control[CMSG_SPACE(sizeof(int))];
@@ -35,11 +35,11 @@ static int ts_send(int sock, const void* bytes, size_t n, int fd) {
     c->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(c), &fd, sizeof(int));
   }
-  return sendmsg(sock, &msg, 0) == (ssize_t)n;
+  return sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t)n; /* a dead peer: 0, not SIGPIPE */
 }
 
 /* Receives exactly `n` bytes (and a descriptor into *fd when one came) within TS_WAIT_S. */
-static int ts_recv(int sock, void* bytes, size_t n, int* fd) {
+static inline int ts_recv(int sock, void* bytes, size_t n, int* fd) {
   struct pollfd p;
   struct msghdr msg;
   struct iovec iov;
@@ -57,15 +57,15 @@ static int ts_recv(int sock, void* bytes, size_t n, int* fd) {
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
-  got = recvmsg(sock, &msg, MSG_WAITALL);
+  got = recvmsg(sock, &msg, MSG_WAITALL | MSG_CMSG_CLOEXEC);
   if (got != (ssize_t)n) return 0;
   for (c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && fd) memcpy(fd, CMSG_DATA(c), sizeof(int));
   return 1;
 }
 
-static int ts_note(int sock, char what) { return ts_send(sock, &what, 1, -1); }
-static int ts_expect(int sock, char what) {
+static inline int ts_note(int sock, char what) { return ts_send(sock, &what, 1, -1); }
+static inline int ts_expect(int sock, char what) {
   char got = 0;
   return ts_recv(sock, &got, 1, NULL) && got == what;
 }

@@ -23,7 +23,10 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#define SP_TIMEOUT_MS 20000      /* one step: a socket read, a stream wait */
+#define SP_TIMEOUT_MS 20000 /* one step: a socket read, a stream wait */
+#define TS_WAIT_S (SP_TIMEOUT_MS / 1000)
+#include "test_socket.h"
+
 #define SP_CASE_TIMEOUT_MS 90000 /* a whole case */
 
 typedef struct sp_msg {
@@ -35,34 +38,12 @@ typedef struct sp_msg {
 
 static int sp_send(int sock, int step, unsigned long long a, unsigned long long b, const CUipcMemHandle* ipc, int fd) {
   sp_msg m;
-  struct msghdr mh;
-  struct iovec iov;
-  union {
-    struct cmsghdr h;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } ctl;
   memset(&m, 0, sizeof m);
-  memset(&mh, 0, sizeof mh);
-  memset(&ctl, 0, sizeof ctl);
   m.step = step;
   m.a = a;
   m.b = b;
   if (ipc) m.ipc = *ipc;
-  iov.iov_base = &m;
-  iov.iov_len = sizeof m;
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  if (fd >= 0) {
-    struct cmsghdr* c;
-    mh.msg_control = ctl.buf;
-    mh.msg_controllen = sizeof ctl.buf;
-    c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  }
-  return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof m ? 0 : -1;
+  return ts_send(sock, &m, sizeof m, fd) ? 0 : -1;
 }
 
 /* Sends a status-only message (a skip or a failure: the peer stops waiting). */
@@ -70,40 +51,16 @@ static void sp_send_status(int sock, int status) {
   sp_msg m;
   memset(&m, 0, sizeof m);
   m.status = status;
-  if (send(sock, &m, sizeof m, MSG_NOSIGNAL) < 0) perror("sp_send_status");
+  if (!ts_send(sock, &m, sizeof m, -1)) perror("sp_send_status");
 }
 
 /* Receives the message of `step` (and a descriptor, if fd); -1 on timeout, error or a
  * peer's failure, 77 when the peer skips. */
 static int sp_recv(int sock, int step, sp_msg* m, int* fd) {
-  struct pollfd pfd;
-  struct msghdr mh;
-  struct iovec iov;
-  union {
-    struct cmsghdr h;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } ctl;
-  struct cmsghdr* c;
-  ssize_t n;
-  if (fd) *fd = -1;
-  pfd.fd = sock;
-  pfd.events = POLLIN;
-  pfd.revents = 0;
-  if (poll(&pfd, 1, SP_TIMEOUT_MS) != 1) {
-    fprintf(stderr, "  sp_recv: no message for step %d within %d ms\n", step, SP_TIMEOUT_MS);
+  if (!ts_recv(sock, m, sizeof *m, fd)) {
+    fprintf(stderr, "  sp_recv: no message for step %d within %d ms (or the peer is gone)\n", step, SP_TIMEOUT_MS);
     return -1;
   }
-  memset(&mh, 0, sizeof mh);
-  iov.iov_base = m;
-  iov.iov_len = sizeof *m;
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = ctl.buf;
-  mh.msg_controllen = sizeof ctl.buf;
-  n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-  if (n != (ssize_t)sizeof *m) return -1; /* the peer is gone */
-  for (c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && fd) memcpy(fd, CMSG_DATA(c), sizeof *fd);
   if (m->status == 77) return 77;
   if (m->status != 0 || m->step != step) {
     fprintf(stderr, "  sp_recv: wanted step %d, got step %d status %d\n", step, m->step, m->status);
