@@ -268,6 +268,8 @@ static void gpuhal__driver_free(gpuhal_driver_t* driver) {
 static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
   gpuhal__hooks()->trace_destroy(driver);         /* trace hook: writes the file */
   gpuhal__hooks()->driver_flush_deferred(driver); /* no device is left: nothing waits on the GPU */
+  /* Before parked_mutex goes: giving back kept shared mappings is a put-off call. */
+  gpuhal__hooks()->semaphore_driver_destroy(driver);
   gpuhal__mutex_destroy(&driver->parked_mutex);
   if (driver->ordinals) {
     int i;
@@ -275,7 +277,6 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
       GPUHAL_ASSERT(driver->ordinals[i].parked == 0 && driver->ordinals[i].room_live == 0);
   }
   gpuhal__free(&driver->allocator, driver->ordinals);
-  gpuhal__hooks()->semaphore_driver_destroy(driver);
   gpuhal__mutex_destroy(&driver->words_mutex);
   gpuhal__cond_destroy(&driver->shared_cond);
   gpuhal__mutex_destroy(&driver->shared_mutex);
