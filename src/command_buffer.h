@@ -126,6 +126,50 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_end(gpuhal_command_buffer_t* co
 GPUHAL_API gpuhal_status_t gpuhal_cmd_dispatch(gpuhal_command_buffer_t* command_buffer, gpuhal_kernel_t* kernel,
                                                gpuhal_dim3_t grid, gpuhal_dim3_t block, uint32_t shared_bytes,
                                                uint32_t arg_count, const gpuhal_arg_t* args);
+
+/* Launch attributes of gpuhal_cmd_dispatch_ex. A zeroed struct (or NULL) launches as
+ * gpuhal_cmd_dispatch does.
+ *
+ *   cluster       thread-block cluster shape in blocks ({0,0,0}: no cluster; an axis left
+ *                 0 counts as 1). Each axis must divide the grid's (INVALID_ARGUMENT), and
+ *                 the cluster may hold at most gpuhal_kernel_max_cluster_size blocks for
+ *                 this block size and shared memory (OUT_OF_RANGE). Needs a device with
+ *                 cluster launch (compute capability 9.0+; UNAVAILABLE otherwise).
+ *   COOPERATIVE   every block of the grid is resident at once, so device code may sync
+ *                 the whole grid (cooperative_groups::this_grid().sync()). The grid may
+ *                 hold at most gpuhal_kernel_occupancy x the device's SM count blocks
+ *                 (OUT_OF_RANGE saying so). Not with a cluster (UNIMPLEMENTED).
+ *   PROGRAMMATIC  programmatic dependent launch: the dispatch may start while the dispatch
+ *                 it is ordered after is still running, so its prologue overlaps that
+ *                 kernel's tail. Its device code must wait (griddepcontrol.wait, i.e.
+ *                 cudaGridDependencySynchronize()) before it touches anything the earlier
+ *                 dispatch writes or reads; the earlier one may let it start sooner with
+ *                 griddepcontrol.launch_dependents. It applies where the dispatch is
+ *                 ordered after exactly one dispatch of the same command buffer: in STREAM
+ *                 command buffers the command recorded just before it; in GRAPH ones a
+ *                 dispatch that is alone between the two barriers before it. Anywhere else,
+ *                 on devices below compute capability 9.0, and for GRAPH on drivers before
+ *                 CUDA 12.3, it is ordered fully, which is always correct.
+ *   priority      0: the default. Otherwise the kernel's scheduling priority in CUDA's
+ *                 terms (lower is more urgent): within the device's range, e.g. -5..0
+ *                 (OUT_OF_RANGE names the range). */
+typedef enum gpuhal_dispatch_flag_bits_e {
+  GPUHAL_DISPATCH_COOPERATIVE = 1 << 0,
+  GPUHAL_DISPATCH_PROGRAMMATIC = 1 << 1
+} gpuhal_dispatch_flag_bits_t;
+typedef uint32_t gpuhal_dispatch_flags_t;
+typedef struct gpuhal_dispatch_options_t {
+  gpuhal_dim3_t cluster;
+  gpuhal_dispatch_flags_t flags;
+  int32_t priority;
+} gpuhal_dispatch_options_t;
+
+/* gpuhal_cmd_dispatch with launch attributes (`options` may be NULL). Checked as
+ * gpuhal_cmd_dispatch is, plus the rules of each attribute above. */
+GPUHAL_API gpuhal_status_t gpuhal_cmd_dispatch_ex(gpuhal_command_buffer_t* command_buffer, gpuhal_kernel_t* kernel,
+                                                  gpuhal_dim3_t grid, gpuhal_dim3_t block, uint32_t shared_bytes,
+                                                  const gpuhal_dispatch_options_t* options, uint32_t arg_count,
+                                                  const gpuhal_arg_t* args);
 /* Copies size bytes from src to dst (the ranges must not overlap). */
 GPUHAL_API gpuhal_status_t gpuhal_cmd_copy(gpuhal_command_buffer_t* command_buffer, gpuhal_buffer_ref_t src,
                                            gpuhal_buffer_ref_t dst, uint64_t size);
@@ -202,6 +246,7 @@ typedef struct gpuhal__cmd_s {
   uint32_t shared_bytes;
   uint32_t arg_first;
   uint32_t arg_count;
+  gpuhal_dispatch_options_t launch; /* cluster axes 1 when set; all zero: a plain launch */
   /* COPY, FILL, UPDATE (UPDATE: src.offset indexes cb->update_data) */
   gpuhal__ref_t src;
   gpuhal__ref_t dst;
@@ -426,6 +471,29 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_resolve_args(gpuhal_command_buffer_t*
 /* gpuhal's own references (queue actions). */
 GPUHAL__PRIVATE void gpuhal__cb_retain_ref(gpuhal_command_buffer_t* cb);
 GPUHAL__PRIVATE void gpuhal__cb_release_ref(gpuhal_command_buffer_t* cb);
+
+/* ---- launch attributes (command_buffer_launch.c) ---- */
+/* Checks `options` for a dispatch of `kernel` with this geometry and returns them in
+ * recorded form (cluster axes 0 made 1, or all zero for no cluster). */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_launch_check(gpuhal_command_buffer_t* cb, const gpuhal_kernel_t* kernel,
+                                                        const uint32_t grid[3], const uint32_t block[3],
+                                                        uint32_t shared_bytes, const gpuhal_dispatch_options_t* options,
+                                                        gpuhal_dispatch_options_t* out);
+/* 1 when the dispatch has launch attributes (then it is launched with cuLaunchKernelEx). */
+GPUHAL__PRIVATE int gpuhal__cmd_has_launch_attrs(const gpuhal__cmd_t* cmd);
+/* STREAM: launches dispatch `index` of the command buffer with its attributes; the
+ * programmatic one only when the command before it is a dispatch. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_launch_ex(gpuhal_command_buffer_t* cb, uint32_t index, CUstream stream);
+/* GRAPH: sets the kernel node's attributes (cluster, cooperative, priority). */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_set_launch_attrs(gpuhal_command_buffer_t* cb, const gpuhal__cmd_t* cmd);
+/* GRAPH: 1 when `cmd`, ordered after the node of `dependency_cmd` alone (NULL: after
+ * something else), gets a programmatic edge from it (gpuhal_dispatch_options_t). */
+GPUHAL__PRIVATE int gpuhal__graph_is_programmatic(const gpuhal_command_buffer_t* cb,
+                                                  const gpuhal__cmd_t* dependency_cmd, const gpuhal__cmd_t* cmd);
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_add_programmatic_edge(gpuhal_command_buffer_t* cb, CUgraphNode from,
+                                                                    CUgraphNode to);
+/* GRAPH: the flags to instantiate with (node priorities when a dispatch has one). */
+GPUHAL__PRIVATE unsigned long long gpuhal__graph_instantiate_flags(const gpuhal_command_buffer_t* cb);
 
 /* The GRAPH back end (command_buffer.h, gpuhal__cb_backend_t). */
 GPUHAL__PRIVATE const gpuhal__cb_backend_t* gpuhal__cb_graph_backend(void);

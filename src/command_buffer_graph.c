@@ -116,8 +116,10 @@ static void gpuhal__memcpy_params(CUdeviceptr dst, CUdeviceptr src, uint64_t siz
  * trailing and repeated barriers add nothing and lose no ordering. */
 typedef struct gpuhal__graph_builder_s {
   gpuhal_command_buffer_t* cb;
-  CUgraphNode dependency; /* what nodes of the current segment depend on; NULL: nothing */
-  CUgraphNode* segment;   /* nodes of the current segment */
+  CUgraphNode dependency;              /* what nodes of the current segment depend on; NULL: nothing */
+  const gpuhal__cmd_t* dependency_cmd; /* the command whose node `dependency` is; NULL for a join */
+  const gpuhal__cmd_t* segment_first;  /* the command of segment[0] */
+  CUgraphNode* segment;                /* nodes of the current segment */
   size_t segment_count, segment_capacity;
   int barrier_pending; /* a barrier came after the current segment's nodes */
 } gpuhal__graph_builder_t;
@@ -127,8 +129,10 @@ static gpuhal_status_t gpuhal__graph_close_segment(gpuhal__graph_builder_t* b) {
   b->barrier_pending = 0;
   if (b->segment_count == 1) {
     b->dependency = b->segment[0];
+    b->dependency_cmd = b->segment_first;
   } else if (b->segment_count > 1) {
     GPUHAL__CU_RETURN(device->cu, cuGraphAddEmptyNode, (&b->dependency, b->cb->graph, b->segment, b->segment_count));
+    b->dependency_cmd = NULL;
     b->cb->node_count++;
   }
   b->segment_count = 0;
@@ -145,8 +149,12 @@ static gpuhal_status_t gpuhal__graph_add_node(gpuhal__graph_builder_t* b, gpuhal
   switch (cmd->type) {
     case GPUHAL__CMD_DISPATCH: {
       CUDA_KERNEL_NODE_PARAMS p;
+      int programmatic = b->dependency && gpuhal__graph_is_programmatic(cb, b->dependency_cmd, cmd);
       gpuhal__kernel_node_params(cb, cmd, &p);
-      GPUHAL__CU_RETURN(device->cu, cuGraphAddKernelNode, (&cmd->node, cb->graph, deps, dep_count, &p));
+      GPUHAL__CU_RETURN(device->cu, cuGraphAddKernelNode,
+                        (&cmd->node, cb->graph, programmatic ? NULL : deps, programmatic ? 0 : dep_count, &p));
+      if (gpuhal__cmd_has_launch_attrs(cmd)) GPUHAL__RETURN_IF_ERROR(gpuhal__graph_set_launch_attrs(cb, cmd));
+      if (programmatic) GPUHAL__RETURN_IF_ERROR(gpuhal__graph_add_programmatic_edge(cb, b->dependency, cmd->node));
       break;
     }
     case GPUHAL__CMD_COPY:
@@ -178,6 +186,7 @@ static gpuhal_status_t gpuhal__graph_add_node(gpuhal__graph_builder_t* b, gpuhal
     default:
       return gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "command buffer: unexpected command type %d", (int)cmd->type);
   }
+  if (b->segment_count == 0) b->segment_first = cmd;
   b->segment[b->segment_count++] = cmd->node;
   cb->node_count++;
   return NULL;
@@ -211,7 +220,7 @@ static gpuhal_status_t gpuhal__graph_instance_add(gpuhal_command_buffer_t* cb) {
   }
   if (gpuhal__graph_instances_max(cb) > 1)
     st = GPUHAL__CU(device->cu, cuEventCreate, (&inst->done, CU_EVENT_DISABLE_TIMING));
-  if (!st) st = gpuhal__device_graph_instantiate(device, &inst->exec, cb->graph);
+  if (!st) st = gpuhal__device_graph_instantiate(device, &inst->exec, cb->graph, gpuhal__graph_instantiate_flags(cb));
   if (st) {
     if (inst->done) device->cu->cuEventDestroy(inst->done);
     gpuhal__free(device->allocator, inst->values);

@@ -61,7 +61,8 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_begin(gpuhal_command_buffer_t* 
 }
 /* ---- dispatch ---- */
 static gpuhal_status_t gpuhal__dispatch_check_dims(const gpuhal_command_buffer_t* cb, const gpuhal_kernel_t* kernel,
-                                                   gpuhal_dim3_t grid, gpuhal_dim3_t block, uint32_t shared_bytes) {
+                                                   gpuhal_dim3_t grid, gpuhal_dim3_t block, uint32_t shared_bytes,
+                                                   const char* func) {
   static const char* const axis[3] = {"x", "y", "z"};
   uint32_t g[3], b[3];
   uint64_t threads;
@@ -71,12 +72,12 @@ static gpuhal_status_t gpuhal__dispatch_check_dims(const gpuhal_command_buffer_t
   for (i = 0; i < 3; ++i) {
     if (g[i] == 0 || g[i] > (uint32_t)cb->limits.max_grid[i])
       return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
-                                "gpuhal_cmd_dispatch: argument 'grid.%s' is %u; it must be in 1..%d on this device",
-                                axis[i], g[i], cb->limits.max_grid[i]);
+                                "%s: argument 'grid.%s' is %u; it must be in 1..%d on this device", func, axis[i], g[i],
+                                cb->limits.max_grid[i]);
     if (b[i] == 0 || b[i] > (uint32_t)cb->limits.max_block[i])
       return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
-                                "gpuhal_cmd_dispatch: argument 'block.%s' is %u; it must be in 1..%d on this device",
-                                axis[i], b[i], cb->limits.max_block[i]);
+                                "%s: argument 'block.%s' is %u; it must be in 1..%d on this device", func, axis[i],
+                                b[i], cb->limits.max_block[i]);
   }
   threads = (uint64_t)b[0] * b[1] * b[2];
   if (threads > (uint64_t)kernel->info.max_threads_per_block)
@@ -88,9 +89,9 @@ static gpuhal_status_t gpuhal__dispatch_check_dims(const gpuhal_command_buffer_t
   max_dynamic_shared = gpuhal__atomic_load_relaxed(&kernel->info.max_dynamic_shared_bytes);
   if (shared_bytes > (uint32_t)max_dynamic_shared)
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
-                              "gpuhal_cmd_dispatch: argument 'shared_bytes' (%u) exceeds kernel '%s''s dynamic shared "
+                              "%s: argument 'shared_bytes' (%u) exceeds kernel '%s''s dynamic shared "
                               "memory limit of %d bytes (raise it with gpuhal_kernel_set_max_dynamic_shared, up to %d)",
-                              shared_bytes, kernel->name, max_dynamic_shared,
+                              func, shared_bytes, kernel->name, max_dynamic_shared,
                               kernel->info.max_dynamic_shared_optin_bytes);
   return NULL;
 }
@@ -98,47 +99,46 @@ static gpuhal_status_t gpuhal__dispatch_check_dims(const gpuhal_command_buffer_t
 /* Checks argument i against the kernel's parameter i (when the driver told us) and its
  * own rules. */
 static gpuhal_status_t gpuhal__dispatch_check_arg(gpuhal_command_buffer_t* cb, const gpuhal_kernel_t* kernel,
-                                                  uint32_t i, const gpuhal_arg_t* arg) {
+                                                  uint32_t i, const gpuhal_arg_t* arg, const char* func) {
   uint32_t size = arg->kind == GPUHAL_ARG_BYTES ? arg->size : 8u;
   char what[48];
   snprintf(what, sizeof(what), "args[%u]", i);
   switch (arg->kind) {
     case GPUHAL_ARG_BYTES:
       if (arg->size == 0)
-        return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "gpuhal_cmd_dispatch: argument '%s' has size 0",
-                                  what);
+        return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument '%s' has size 0", func, what);
       if (!arg->data && arg->size > sizeof(arg->inline_value))
         return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                                  "gpuhal_cmd_dispatch: argument '%s' has no data pointer and %u bytes (inline values "
+                                  "%s: argument '%s' has no data pointer and %u bytes (inline values "
                                   "hold at most 16): make it with gpuhal_arg_bytes",
-                                  what, arg->size);
+                                  func, what, arg->size);
       break;
     case GPUHAL_ARG_BUFFER:
       GPUHAL__RETURN_IF_ERROR(gpuhal__cb_check_buffer(cb, arg->buffer, "gpuhal_cmd_dispatch", what));
       if (arg->offset > arg->buffer->size)
         return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
-                                  "gpuhal_cmd_dispatch: argument '%s': offset %llu is past the end of the buffer (%llu "
+                                  "%s: argument '%s': offset %llu is past the end of the buffer (%llu "
                                   "bytes)",
-                                  what, (unsigned long long)arg->offset, (unsigned long long)arg->buffer->size);
+                                  func, what, (unsigned long long)arg->offset, (unsigned long long)arg->buffer->size);
       break;
     case GPUHAL_ARG_SLOT:
       if (arg->slot >= cb->binding_slots)
         return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
-                                  "gpuhal_cmd_dispatch: argument '%s' names binding slot %u but the command buffer has "
+                                  "%s: argument '%s' names binding slot %u but the command buffer has "
                                   "%u slot(s)",
-                                  what, arg->slot, cb->binding_slots);
+                                  func, what, arg->slot, cb->binding_slots);
       break;
     default:
       return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                                "gpuhal_cmd_dispatch: argument '%s' has unknown kind %d (make arguments with "
+                                "%s: argument '%s' has unknown kind %d (make arguments with "
                                 "gpuhal_arg_buffer/_slot/_bytes/_u32/...)",
-                                what, (int)arg->kind);
+                                func, what, (int)arg->kind);
   }
   if (kernel->info.param_count != GPUHAL_KERNEL_PARAM_COUNT_UNKNOWN && kernel->info.param_sizes[i] != size)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                              "gpuhal_cmd_dispatch: argument '%s' is %u bytes but parameter %u of kernel '%s' is %u "
+                              "%s: argument '%s' is %u bytes but parameter %u of kernel '%s' is %u "
                               "bytes",
-                              what, size, i, kernel->name, kernel->info.param_sizes[i]);
+                              func, what, size, i, kernel->name, kernel->info.param_sizes[i]);
   return NULL;
 }
 
@@ -168,26 +168,34 @@ static size_t gpuhal__args_value_bytes(uint32_t arg_count, const gpuhal_arg_t* a
   return bytes;
 }
 
-GPUHAL_API gpuhal_status_t gpuhal_cmd_dispatch(gpuhal_command_buffer_t* command_buffer, gpuhal_kernel_t* kernel,
-                                               gpuhal_dim3_t grid, gpuhal_dim3_t block, uint32_t shared_bytes,
-                                               uint32_t arg_count, const gpuhal_arg_t* args) {
-  gpuhal_command_buffer_t* cb = command_buffer;
+/* gpuhal_cmd_dispatch and gpuhal_cmd_dispatch_ex (`func` names the call in messages). */
+static gpuhal_status_t gpuhal__cb_record_dispatch(gpuhal_command_buffer_t* cb, gpuhal_kernel_t* kernel,
+                                                  gpuhal_dim3_t grid, gpuhal_dim3_t block, uint32_t shared_bytes,
+                                                  const gpuhal_dispatch_options_t* options, uint32_t arg_count,
+                                                  const gpuhal_arg_t* args, const char* func) {
   gpuhal__cmd_t* cmd;
+  gpuhal_dispatch_options_t launch;
   uint32_t g[3], b[3], i;
-  GPUHAL__CHECK_RECORDING(command_buffer);
-  GPUHAL__CHECK_OBJECT(kernel, GPUHAL__MAGIC_KERNEL);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_check(cb, GPUHAL__MAGIC_COMMAND_BUFFER, func, "command_buffer"));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__cb_check_recording(cb, func));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__object_check(kernel, GPUHAL__MAGIC_KERNEL, func, "kernel"));
   if (kernel->executable->device != cb->device)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                              "gpuhal_cmd_dispatch: argument 'kernel' ('%s') was loaded on device %d; the command "
+                              "%s: argument 'kernel' ('%s') was loaded on device %d; the command "
                               "buffer belongs to device %d",
-                              kernel->name, kernel->executable->device->ordinal, cb->device->ordinal);
-  GPUHAL__CHECK_ARG(arg_count == 0 || args != NULL, "args", "must not be NULL when arg_count > 0");
+                              func, kernel->name, kernel->executable->device->ordinal, cb->device->ordinal);
+  if (arg_count != 0 && args == NULL)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument 'args' must not be NULL when arg_count > 0",
+                              func);
   if (kernel->info.param_count != GPUHAL_KERNEL_PARAM_COUNT_UNKNOWN && arg_count != kernel->info.param_count)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                              "gpuhal_cmd_dispatch: argument 'arg_count' is %u but kernel '%s' has %u parameter(s)",
-                              arg_count, kernel->name, kernel->info.param_count);
-  GPUHAL__RETURN_IF_ERROR(gpuhal__dispatch_check_dims(cb, kernel, grid, block, shared_bytes));
-  for (i = 0; i < arg_count; ++i) GPUHAL__RETURN_IF_ERROR(gpuhal__dispatch_check_arg(cb, kernel, i, &args[i]));
+                              "%s: argument 'arg_count' is %u but kernel '%s' has %u parameter(s)", func, arg_count,
+                              kernel->name, kernel->info.param_count);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__dispatch_check_dims(cb, kernel, grid, block, shared_bytes, func));
+  for (i = 0; i < arg_count; ++i) GPUHAL__RETURN_IF_ERROR(gpuhal__dispatch_check_arg(cb, kernel, i, &args[i], func));
+  g[0] = grid.x, g[1] = grid.y, g[2] = grid.z;
+  b[0] = block.x, b[1] = block.y, b[2] = block.z;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__cb_launch_check(cb, kernel, g, b, shared_bytes, options, &launch));
 
   /* Everything that can fail is reserved before anything is appended. */
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_reserve_args(cb, arg_count, gpuhal__args_value_bytes(arg_count, args)));
@@ -195,9 +203,8 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_dispatch(gpuhal_command_buffer_t* command_
                                          (size_t)cb->cmd_count + 1, sizeof(gpuhal__cmd_t), "recorded commands"));
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_reserve_retained(cb, arg_count));
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_retain_executable(cb, kernel->executable));
-  g[0] = grid.x, g[1] = grid.y, g[2] = grid.z;
-  b[0] = block.x, b[1] = block.y, b[2] = block.z;
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_append_dispatch(cb, kernel->function, kernel->name, g, b, shared_bytes, &cmd));
+  cmd->launch = launch;
   for (i = 0; i < arg_count; ++i) {
     const gpuhal_arg_t* arg = &args[i];
     gpuhal__ref_t ref;
@@ -221,6 +228,21 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_dispatch(gpuhal_command_buffer_t* command_
   }
   cmd->arg_count = arg_count;
   return NULL;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_cmd_dispatch(gpuhal_command_buffer_t* command_buffer, gpuhal_kernel_t* kernel,
+                                               gpuhal_dim3_t grid, gpuhal_dim3_t block, uint32_t shared_bytes,
+                                               uint32_t arg_count, const gpuhal_arg_t* args) {
+  return gpuhal__cb_record_dispatch(command_buffer, kernel, grid, block, shared_bytes, NULL, arg_count, args,
+                                    "gpuhal_cmd_dispatch");
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_cmd_dispatch_ex(gpuhal_command_buffer_t* command_buffer, gpuhal_kernel_t* kernel,
+                                                  gpuhal_dim3_t grid, gpuhal_dim3_t block, uint32_t shared_bytes,
+                                                  const gpuhal_dispatch_options_t* options, uint32_t arg_count,
+                                                  const gpuhal_arg_t* args) {
+  return gpuhal__cb_record_dispatch(command_buffer, kernel, grid, block, shared_bytes, options, arg_count, args,
+                                    "gpuhal_cmd_dispatch_ex");
 }
 /* ---- copy / fill / update ---- */
 

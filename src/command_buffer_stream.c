@@ -39,6 +39,7 @@ static gpuhal_status_t gpuhal__stream_issue_cmd(gpuhal_command_buffer_t* cb, con
   switch (cmd->type) {
     case GPUHAL__CMD_DISPATCH:
       if (cmd->late_args) GPUHAL__RETURN_IF_ERROR(gpuhal__cb_resolve_args(cb, action, cmd, &changed));
+      if (gpuhal__cmd_has_launch_attrs(cmd)) return gpuhal__cb_launch_ex(cb, (uint32_t)(cmd - cb->cmds), stream);
       return GPUHAL__CU(
           cu, cuLaunchKernel,
           (cmd->function, cmd->grid[0], cmd->grid[1], cmd->grid[2], cmd->block[0], cmd->block[1], cmd->block[2],

@@ -961,6 +961,64 @@ typedef struct CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st {
     unsigned int flags;
 } CUDA_BATCH_MEM_OP_NODE_PARAMS_v2;
 
+/* Launch attributes (cuLaunchKernelEx, cuGraphKernelNodeSetAttribute, occupancy queries).
+ * Only the members gpuhal sets are named; pad keeps the union at its 64 bytes. */
+typedef enum CUlaunchAttributeID_enum {
+    CU_LAUNCH_ATTRIBUTE_IGNORE                               = 0,
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE                          = 2,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION                    = 4,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION    = 6,
+    CU_LAUNCH_ATTRIBUTE_PRIORITY                             = 8
+} CUlaunchAttributeID;
+typedef union CUlaunchAttributeValue_union {
+    char pad[64];
+    int cooperative;
+    struct {
+        unsigned int x;
+        unsigned int y;
+        unsigned int z;
+    } clusterDim;
+    int programmaticStreamSerializationAllowed;
+    int priority;
+} CUlaunchAttributeValue;
+typedef struct CUlaunchAttribute_st {
+    CUlaunchAttributeID id;
+    char pad[8 - sizeof(CUlaunchAttributeID)];
+    CUlaunchAttributeValue value;
+} CUlaunchAttribute;
+typedef struct CUlaunchConfig_st {
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute* attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+typedef CUlaunchAttributeID CUkernelNodeAttrID;
+typedef CUlaunchAttributeValue CUkernelNodeAttrValue_v1;
+typedef CUkernelNodeAttrValue_v1 CUkernelNodeAttrValue;
+
+/* Graph edges with data (CUDA 12.3): a PROGRAMMATIC edge from a kernel node's
+ * PROGRAMMATIC port lets the downstream kernel start before the upstream one has finished
+ * (it waits in device code, griddepcontrol.wait, for the upstream work and its memory). */
+typedef enum CUgraphDependencyType_enum {
+    CU_GRAPH_DEPENDENCY_TYPE_DEFAULT      = 0,
+    CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC = 1
+} CUgraphDependencyType;
+#define CU_GRAPH_KERNEL_NODE_PORT_DEFAULT      0
+#define CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC 1
+#define CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER 2
+typedef struct CUgraphEdgeData_st {
+    unsigned char from_port;
+    unsigned char to_port;
+    unsigned char type; /* CUgraphDependencyType */
+    unsigned char reserved[5];
+} CUgraphEdgeData;
+
 #endif /* !GPUHAL__HAVE_CUDA_TYPES */
 
 /* ------------------------------------------------------------------------------------ */
@@ -1146,8 +1204,6 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
     X(cuGraphAddChildGraphNode, "cuGraphAddChildGraphNode", 12000,                                            \
       (CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies, size_t numDependencies,     \
        CUgraph childGraph))                                                                                   \
-    X(cuGraphAddDependencies, "cuGraphAddDependencies", 12000,                                                \
-      (CUgraph hGraph, const CUgraphNode* from, const CUgraphNode* to, size_t numDependencies))               \
     X(cuGraphGetNodes, "cuGraphGetNodes", 12000, (CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes))      \
     X(cuGraphGetEdges, "cuGraphGetEdges", 12000,                                                              \
       (CUgraph hGraph, CUgraphNode* from, CUgraphNode* to, size_t* numEdges))                                 \
@@ -1254,7 +1310,19 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
     X(cuMemSetAccess, "cuMemSetAccess", 12000,                                                                \
       (CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count))                              \
     X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 12000,                                  \
-      (size_t* granularity, const CUmemAllocationProp* prop, CUmemAllocationGranularity_flags option))
+      (size_t* granularity, const CUmemAllocationProp* prop, CUmemAllocationGranularity_flags option))        \
+    X(cuGraphAddDependencies, "cuGraphAddDependencies_v2", 12030,                                             \
+      (CUgraph hGraph, const CUgraphNode* from, const CUgraphNode* to, const CUgraphEdgeData* edgeData,      \
+       size_t numDependencies))                                                                               \
+    X(cuLaunchKernelEx, "cuLaunchKernelEx", 12000,                                                            \
+      (const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra))                        \
+    X(cuGraphKernelNodeSetAttribute, "cuGraphKernelNodeSetAttribute", 12000,                                  \
+      (CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue* value))                       \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", 12000,      \
+      (int* numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize))                               \
+    X(cuOccupancyMaxPotentialClusterSize, "cuOccupancyMaxPotentialClusterSize", 12000,                        \
+      (int* clusterSize, CUfunction func, const CUlaunchConfig* config))                                     \
+    X(cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange", 12000, (int* leastPriority, int* greatestPriority))
 
 /* NCCL: X(name, (params)); every entry returns ncclResult_t. ncclGetErrorString returns
  * const char* and is declared on its own below. Streams are CUstream, which is the same

@@ -456,7 +456,9 @@ enum {
   GPUHAL__ATTR_MANAGED_MEMORY = 83,
   GPUHAL__ATTR_CONCURRENT_MANAGED_ACCESS = 89,
   GPUHAL__ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
-  GPUHAL__ATTR_MEMORY_POOLS_SUPPORTED = 115
+  GPUHAL__ATTR_COOPERATIVE_LAUNCH = 95,
+  GPUHAL__ATTR_MEMORY_POOLS_SUPPORTED = 115,
+  GPUHAL__ATTR_CLUSTER_LAUNCH = 120
 };
 
 static gpuhal_status_t gpuhal__device_attribute(const gpuhal__cuda_symbols_t* cu, CUdevice device, int attribute,
@@ -497,6 +499,11 @@ static gpuhal_status_t gpuhal__device_query_attributes(const gpuhal__cuda_symbol
       gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_CONCURRENT_MANAGED_ACCESS, &info->concurrent_managed_access));
   GPUHAL__RETURN_IF_ERROR(
       gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_MEMORY_POOLS_SUPPORTED, &info->memory_pools_supported));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_COOPERATIVE_LAUNCH, &info->cooperative_launch));
+  /* Drivers before CUDA 11.8 do not know the attribute: no clusters then. */
+  if (info->compute_capability_major >= 9)
+    GPUHAL__RETURN_IF_ERROR(gpuhal__device_attribute(cu, dev, GPUHAL__ATTR_CLUSTER_LAUNCH, &info->cluster_launch));
   return NULL;
 }
 
@@ -699,10 +706,10 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_stream_destroy(gpuhal_device_t* d
 }
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_graph_instantiate(gpuhal_device_t* device, CUgraphExec* out,
-                                                                 CUgraph graph) {
+                                                                 CUgraph graph, unsigned long long flags) {
   gpuhal_status_t status;
   gpuhal__device_room_take(device);
-  status = GPUHAL__CU(device->cu, cuGraphInstantiateWithFlags, (out, graph, 0));
+  status = GPUHAL__CU(device->cu, cuGraphInstantiateWithFlags, (out, graph, flags));
   if (status)
     gpuhal__device_room_give(device);
   else
@@ -721,6 +728,9 @@ static gpuhal_status_t gpuhal__device_create_streams(void* arg) {
   uint32_t i;
   for (i = 0; i < device->queue_count; ++i)
     GPUHAL__RETURN_IF_ERROR(gpuhal__device_stream_create(device, &device->streams[i]));
+  /* The range needs a context, so gpuhal_driver_device_info cannot give it. */
+  if (device->cu->cuCtxGetStreamPriorityRange)
+    GPUHAL__CU_RETURN(device->cu, cuCtxGetStreamPriorityRange, (&device->priority_least, &device->priority_greatest));
   return NULL;
 }
 

@@ -57,7 +57,9 @@ typedef struct gpuhal_device_info_t {
   int concurrent_managed_access;
   int unified_addressing;
   int graphs_supported;
-  int driver_version; /* e.g. 12040 for CUDA 12.4 */
+  int driver_version;     /* e.g. 12040 for CUDA 12.4 */
+  int cooperative_launch; /* GPUHAL_DISPATCH_COOPERATIVE can be used */
+  int cluster_launch;     /* gpuhal_dispatch_options_t.cluster can be used */
 } gpuhal_device_info_t;
 
 /* Properties of device `ordinal` (0 <= ordinal < count); needs no device object. */
@@ -300,7 +302,8 @@ struct gpuhal_device_s {
   const gpuhal__logger_t* logger;
   int ordinal;
   CUdevice cu_device;
-  CUcontext context; /* the primary context, retained */
+  CUcontext context;                     /* the primary context, retained */
+  int priority_least, priority_greatest; /* dispatch priorities (cuCtxGetStreamPriorityRange); 0, 0: none */
   int context_retained;
   gpuhal_device_info_t info;
   gpuhal_device_params_t params; /* defaults filled in; module_cache_dir is an owned copy or NULL */
@@ -431,7 +434,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_stream_destroy(gpuhal_device_t* d
 
 /* cuGraphInstantiateWithFlags with the room counted; the device's context is current. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_graph_instantiate(gpuhal_device_t* device, CUgraphExec* out,
-                                                                 CUgraph graph);
+                                                                 CUgraph graph, unsigned long long flags);
 
 /* cuGraphExecDestroy with the room counted (the executable is gone whatever it returns). */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_graph_exec_destroy(gpuhal_device_t* device, CUgraphExec exec);

@@ -308,3 +308,77 @@ GPUHAL_API gpuhal_status_t gpuhal_kernel_set_max_dynamic_shared(gpuhal_kernel_t*
   gpuhal__module_entry_note_shared(kernel->executable->entry, kernel->name, (int)bytes);
   return NULL;
 }
+
+/* ---- occupancy ---- */
+
+/* The checks both occupancy queries make; `present` says whether the driver has the call. */
+static gpuhal_status_t gpuhal__kernel_occupancy_check(gpuhal_kernel_t* kernel, uint32_t block_threads,
+                                                      uint32_t shared_bytes, const void* out, int present,
+                                                      const char* entry, const char* func) {
+  int max_dynamic_shared;
+  if (!out) return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument 'out' must not be NULL", func);
+  if (block_threads == 0 || block_threads > (uint32_t)kernel->info.max_threads_per_block)
+    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
+                              "%s: argument 'block_threads' is %u; kernel '%s' takes 1..%d threads per block", func,
+                              block_threads, kernel->name, kernel->info.max_threads_per_block);
+  max_dynamic_shared = gpuhal__atomic_load_relaxed(&kernel->info.max_dynamic_shared_bytes);
+  if (shared_bytes > (uint32_t)max_dynamic_shared)
+    return gpuhal_status_make(
+        GPUHAL_STATUS_OUT_OF_RANGE,
+        "%s: argument 'shared_bytes' (%u) exceeds kernel '%s''s dynamic shared memory limit of %d "
+        "bytes",
+        func, shared_bytes, kernel->name, max_dynamic_shared);
+  if (!present)
+    return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "%s: the loaded CUDA driver (version %d) has no %s", func,
+                              kernel->executable->device->info.driver_version, entry);
+  return NULL;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_kernel_occupancy(gpuhal_kernel_t* kernel, uint32_t block_threads,
+                                                   uint32_t shared_bytes, uint32_t* out_blocks_per_sm) {
+  gpuhal_device_t* device;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t st;
+  int blocks = 0;
+  GPUHAL__CHECK_OBJECT(kernel, GPUHAL__MAGIC_KERNEL);
+  device = kernel->executable->device;
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__kernel_occupancy_check(kernel, block_threads, shared_bytes, out_blocks_per_sm,
+                                     device->cu->cuOccupancyMaxActiveBlocksPerMultiprocessor != NULL,
+                                     "cuOccupancyMaxActiveBlocksPerMultiprocessor", __func__));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  st = GPUHAL__CU(device->cu, cuOccupancyMaxActiveBlocksPerMultiprocessor,
+                  (&blocks, kernel->function, (int)block_threads, (size_t)shared_bytes));
+  gpuhal__context_leave(device, &scope);
+  if (st) return gpuhal_status_annotate(st, "%s('%s', %u, %u)", __func__, kernel->name, block_threads, shared_bytes);
+  *out_blocks_per_sm = blocks > 0 ? (uint32_t)blocks : 0;
+  return NULL;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_kernel_max_cluster_size(gpuhal_kernel_t* kernel, uint32_t block_threads,
+                                                          uint32_t shared_bytes, uint32_t* out_blocks) {
+  gpuhal_device_t* device;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t st;
+  CUlaunchConfig config;
+  int size = 0;
+  GPUHAL__CHECK_OBJECT(kernel, GPUHAL__MAGIC_KERNEL);
+  device = kernel->executable->device;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__kernel_occupancy_check(
+      kernel, block_threads, shared_bytes, out_blocks,
+      !device->info.cluster_launch || device->cu->cuOccupancyMaxPotentialClusterSize != NULL,
+      "cuOccupancyMaxPotentialClusterSize", __func__));
+  *out_blocks = 0;
+  if (!device->info.cluster_launch) return NULL;
+  /* The grid only has to be a multiple of any cluster size the answer could be. */
+  memset(&config, 0, sizeof(config));
+  config.gridDimX = 64, config.gridDimY = 1, config.gridDimZ = 1;
+  config.blockDimX = block_threads, config.blockDimY = 1, config.blockDimZ = 1;
+  config.sharedMemBytes = shared_bytes;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  st = GPUHAL__CU(device->cu, cuOccupancyMaxPotentialClusterSize, (&size, kernel->function, &config));
+  gpuhal__context_leave(device, &scope);
+  if (st) return gpuhal_status_annotate(st, "%s('%s', %u, %u)", __func__, kernel->name, block_threads, shared_bytes);
+  *out_blocks = size > 0 ? (uint32_t)size : 0;
+  return NULL;
+}

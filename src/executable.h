@@ -35,6 +35,19 @@ GPUHAL_API gpuhal_status_t gpuhal_kernel_info(gpuhal_kernel_t* kernel, gpuhal_ke
  * max_dynamic_shared_optin_bytes). Affects every later launch of this kernel. */
 GPUHAL_API gpuhal_status_t gpuhal_kernel_set_max_dynamic_shared(gpuhal_kernel_t* kernel, uint32_t bytes);
 
+/* Occupancy: how many blocks of `kernel` one SM holds at once with `block_threads` threads
+ * per block and `shared_bytes` of dynamic shared memory (0 when not even one fits; a
+ * cooperative dispatch may have this many x gpuhal_device_info_t.sm_count blocks).
+ * block_threads in 1..max_threads_per_block and shared_bytes within the kernel's dynamic
+ * shared memory limit (OUT_OF_RANGE otherwise). */
+GPUHAL_API gpuhal_status_t gpuhal_kernel_occupancy(gpuhal_kernel_t* kernel, uint32_t block_threads,
+                                                   uint32_t shared_bytes, uint32_t* out_blocks_per_sm);
+/* The most blocks a thread-block cluster of `kernel` may have with `block_threads` threads
+ * per block and `shared_bytes` of dynamic shared memory (gpuhal_dispatch_options_t.cluster);
+ * 0 on devices without clusters. Same argument rules as gpuhal_kernel_occupancy. */
+GPUHAL_API gpuhal_status_t gpuhal_kernel_max_cluster_size(gpuhal_kernel_t* kernel, uint32_t block_threads,
+                                                          uint32_t shared_bytes, uint32_t* out_blocks);
+
 /* ---- gpuhal:internal ---- */
 
 #define GPUHAL__MAGIC_KERNEL 0x4B45524Eu /* "KERN" */

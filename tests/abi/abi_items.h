@@ -232,6 +232,47 @@ typedef struct abi_item_t {
     OFFSET(CUDA_BATCH_MEM_OP_NODE_PARAMS_v2, count) \
     OFFSET(CUDA_BATCH_MEM_OP_NODE_PARAMS_v2, paramArray) \
     OFFSET(CUDA_BATCH_MEM_OP_NODE_PARAMS_v2, flags) \
+    SIZE(CUlaunchAttributeID) KIND(CUlaunchAttributeID) \
+    VALUE(CU_LAUNCH_ATTRIBUTE_IGNORE) \
+    VALUE(CU_LAUNCH_ATTRIBUTE_COOPERATIVE) \
+    VALUE(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) \
+    VALUE(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) \
+    VALUE(CU_LAUNCH_ATTRIBUTE_PRIORITY) \
+    SIZE(CUlaunchAttributeValue) \
+    OFFSET(CUlaunchAttributeValue, cooperative) \
+    OFFSET(CUlaunchAttributeValue, clusterDim) \
+    OFFSET(CUlaunchAttributeValue, clusterDim.x) \
+    OFFSET(CUlaunchAttributeValue, clusterDim.y) \
+    OFFSET(CUlaunchAttributeValue, clusterDim.z) \
+    OFFSET(CUlaunchAttributeValue, programmaticStreamSerializationAllowed) \
+    OFFSET(CUlaunchAttributeValue, priority) \
+    SIZE(CUlaunchAttribute) \
+    OFFSET(CUlaunchAttribute, id) \
+    OFFSET(CUlaunchAttribute, value) \
+    SIZE(CUlaunchConfig) \
+    OFFSET(CUlaunchConfig, gridDimX) \
+    OFFSET(CUlaunchConfig, gridDimY) \
+    OFFSET(CUlaunchConfig, gridDimZ) \
+    OFFSET(CUlaunchConfig, blockDimX) \
+    OFFSET(CUlaunchConfig, blockDimY) \
+    OFFSET(CUlaunchConfig, blockDimZ) \
+    OFFSET(CUlaunchConfig, sharedMemBytes) \
+    OFFSET(CUlaunchConfig, hStream) \
+    OFFSET(CUlaunchConfig, attrs) \
+    OFFSET(CUlaunchConfig, numAttrs) \
+    SIZE(CUkernelNodeAttrID) \
+    SIZE(CUkernelNodeAttrValue) \
+    SIZE(CUgraphDependencyType) KIND(CUgraphDependencyType) \
+    VALUE(CU_GRAPH_DEPENDENCY_TYPE_DEFAULT) \
+    VALUE(CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC) \
+    VALUE(CU_GRAPH_KERNEL_NODE_PORT_DEFAULT) \
+    VALUE(CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC) \
+    VALUE(CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER) \
+    SIZE(CUgraphEdgeData) \
+    OFFSET(CUgraphEdgeData, from_port) \
+    OFFSET(CUgraphEdgeData, to_port) \
+    OFFSET(CUgraphEdgeData, type) \
+    OFFSET(CUgraphEdgeData, reserved) \
     VALUE(CUDA_SUCCESS) \
     VALUE(CU_STREAM_WAIT_VALUE_GEQ) \
     VALUE(CU_STREAM_WAIT_VALUE_EQ) \
@@ -840,7 +881,6 @@ typedef struct abi_item_t {
     FUNC(cuGraphAddEventRecordNode, PFN_cuGraphAddEventRecordNode_v11010) \
     FUNC(cuGraphAddEventWaitNode, PFN_cuGraphAddEventWaitNode_v11010) \
     FUNC(cuGraphAddChildGraphNode, PFN_cuGraphAddChildGraphNode_v10000) \
-    FUNC(cuGraphAddDependencies, PFN_cuGraphAddDependencies_v10000) \
     FUNC(cuGraphGetNodes, PFN_cuGraphGetNodes_v10000) \
     FUNC(cuGraphGetEdges, PFN_cuGraphGetEdges_v10000) \
     FUNC(cuGraphNodeGetType, PFN_cuGraphNodeGetType_v10000) \
@@ -894,6 +934,12 @@ typedef struct abi_item_t {
     FUNC(cuMemMap, PFN_cuMemMap_v10020) \
     FUNC(cuMemUnmap, PFN_cuMemUnmap_v10020) \
     FUNC(cuMemSetAccess, PFN_cuMemSetAccess_v10020) \
-    FUNC(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020)
+    FUNC(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020) \
+    FUNC(cuGraphAddDependencies, PFN_cuGraphAddDependencies_v12030) \
+    FUNC(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060) \
+    FUNC(cuGraphKernelNodeSetAttribute, PFN_cuGraphKernelNodeSetAttribute_v11000) \
+    FUNC(cuOccupancyMaxActiveBlocksPerMultiprocessor, PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050) \
+    FUNC(cuOccupancyMaxPotentialClusterSize, PFN_cuOccupancyMaxPotentialClusterSize_v11070) \
+    FUNC(cuCtxGetStreamPriorityRange, PFN_cuCtxGetStreamPriorityRange_v5050)
 
 #endif /* GPUHAL_ABI_ITEMS_H */

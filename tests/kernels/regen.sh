@@ -1,7 +1,9 @@
 #!/bin/sh
 # Regenerates tests/kernels/*.ptx from *.cu (needs nvcc; the .ptx files are checked in so
-# that nothing else does). compute_75 is the oldest target gpuhal supports; .version is
-# lowered to 8.0 so that any CUDA 12.0+ driver can JIT it (the kernels use nothing newer).
+# that nothing else does). compute_75 is the oldest target gpuhal supports; a kernel that
+# needs a newer one says so on a line "// regen: -arch=compute_90" (clusters, grid
+# dependency control). .version is lowered to 8.0 so that any CUDA 12.0+ driver can JIT it
+# (the kernels use nothing newer).
 # gpuhal_builtin_fill.cu, gpuhal's own kernels, goes through tools/embed_ptx.py --nvcc
 # (the same flags), which also embeds it in src/builtin_ptx.h.
 set -eu
@@ -10,6 +12,7 @@ NVCC=${NVCC:-nvcc}
 NVCC="$NVCC" python3 ../../tools/embed_ptx.py --nvcc
 for cu in *.cu; do
   [ "$cu" = gpuhal_builtin_fill.cu ] && continue
-  "$NVCC" -ptx -arch=compute_75 "$cu" -o "${cu%.cu}.ptx"
+  arch=$(sed -n 's|^// regen: \(-arch=compute_[0-9]*\)$|\1|p' "$cu")
+  "$NVCC" -ptx "${arch:--arch=compute_75}" "$cu" -o "${cu%.cu}.ptx"
   sed -i 's/^\.version .*/.version 8.0/' "${cu%.cu}.ptx"
 done

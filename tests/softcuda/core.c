@@ -389,6 +389,7 @@ CUresult CUDAAPI sc_cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUd
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: v = SC_CC_MAJOR >= 9; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: v = SC_MAX_SHARED_OPTIN; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: v = 32; break;
     case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: v = 1024; break;
@@ -564,6 +565,20 @@ CUresult CUDAAPI sc_cuCtxGetDevice(CUdevice* device) {
   if (r == CUDA_SUCCESS) *device = c->dev;
   SC_UNLOCK();
   return r;
+}
+
+/* As on an H200: priorities 0 (least urgent) to -5 (most). Needs a current context. */
+CUresult CUDAAPI sc_cuCtxGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
+  sc_ctx* c;
+  CUresult r;
+  SC_ENTER(cuCtxGetStreamPriorityRange);
+  SC_LOCK();
+  r = sc_current_ctx(&c);
+  SC_UNLOCK();
+  if (r != CUDA_SUCCESS) return r;
+  if (leastPriority) *leastPriority = 0;
+  if (greatestPriority) *greatestPriority = -5;
+  return CUDA_SUCCESS;
 }
 
 /* Waits for every stream of c (under sc.mu). */

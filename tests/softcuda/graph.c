@@ -260,6 +260,7 @@ static CUresult sc_graph_kernel_op(const CUDA_KERNEL_NODE_PARAMS* kp, sc_op** ou
   void* args = NULL;
   sc_op* op;
   sc_launch* L;
+  sc_launch_attrs attrs;
   void** params;
   int i;
   if (!kp) return CUDA_ERROR_INVALID_VALUE;
@@ -280,6 +281,8 @@ static CUresult sc_graph_kernel_op(const CUDA_KERNEL_NODE_PARAMS* kp, sc_op** ou
   L->grid.x = kp->gridDimX, L->grid.y = kp->gridDimY, L->grid.z = kp->gridDimZ;
   L->block.x = kp->blockDimX, L->block.y = kp->blockDimY, L->block.z = kp->blockDimZ;
   L->shared = kp->sharedMemBytes;
+  sc_launch_attrs_default(&attrs);
+  sc_launch_set_attrs(L, &attrs);
   for (i = 0; i < fn->nparams; ++i) params[i] = (char*)args + fn->params[i].offset;
   sc_ref(&fn->h);
   op->a = fn;
@@ -287,6 +290,58 @@ static CUresult sc_graph_kernel_op(const CUDA_KERNEL_NODE_PARAMS* kp, sc_op** ou
   op->c = L;
   *out = op;
   return CUDA_SUCCESS;
+}
+
+/* A kernel op with the same function, geometry and argument values as `op`, and `attrs`.
+ * Under sc.mu. */
+static CUresult sc_graph_kernel_op_with(const sc_op* op, const sc_launch_attrs* attrs, sc_op** out) {
+  const sc_func* fn = (const sc_func*)op->a;
+  const sc_launch* L = (const sc_launch*)op->c;
+  CUDA_KERNEL_NODE_PARAMS kp;
+  CUresult r;
+  memset(&kp, 0, sizeof(kp));
+  kp.func = (CUfunction)(uintptr_t)SC_HANDLE(fn);
+  kp.gridDimX = L->grid.x, kp.gridDimY = L->grid.y, kp.gridDimZ = L->grid.z;
+  kp.blockDimX = L->block.x, kp.blockDimY = L->block.y, kp.blockDimZ = L->block.z;
+  kp.sharedMemBytes = L->shared;
+  kp.kernelParams = (void**)(L + 1);
+  r = sc_graph_kernel_op(&kp, out);
+  if (r == CUDA_SUCCESS) sc_launch_set_attrs((sc_launch*)(*out)->c, attrs);
+  return r;
+}
+
+/* Cluster dimensions, cooperative and priority of a kernel node (checked against its
+ * geometry as a launch would be). Parameters are shared with clones and instances, so the
+ * node gets new ones: an instantiated graph keeps the attributes it was made with. */
+CUresult CUDAAPI sc_cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                                  const CUkernelNodeAttrValue* value) {
+  sc_gnode* nd = NULL;
+  sc_launch_attrs attrs;
+  sc_op* op = NULL;
+  CUresult r;
+  SC_ENTER(cuGraphKernelNodeSetAttribute);
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  r = sc_get_gnode(hNode, &nd);
+  if (r == CUDA_SUCCESS && nd->p->type != CU_GRAPH_NODE_TYPE_KERNEL) r = CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS && attr == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+    r = CUDA_ERROR_INVALID_VALUE; /* valid for launches only: graphs use programmatic edges */
+  if (r == CUDA_SUCCESS) {
+    const sc_launch* L = (const sc_launch*)nd->p->op->c;
+    sc_launch_get_attrs(L, &attrs);
+    r = sc_launch_attr_read(attr, value, &attrs);
+    if (r == CUDA_SUCCESS)
+      r = sc_launch_attrs_check((const sc_func*)nd->p->op->a, &attrs, L->grid, L->block, L->shared);
+  }
+  if (r == CUDA_SUCCESS) r = sc_graph_kernel_op_with(nd->p->op, &attrs, &op);
+  if (r == CUDA_SUCCESS) {
+    sc_gnp* p = sc_gnp_new(CU_GRAPH_NODE_TYPE_KERNEL);
+    p->op = op;
+    sc_gnp_unref(nd->p);
+    nd->p = p;
+  }
+  SC_UNLOCK();
+  return r;
 }
 
 /* ---- node parameters: 3D copies ----------------------------------------------------------- */
@@ -613,8 +668,28 @@ CUresult CUDAAPI sc_cuGraphAddChildGraphNode(CUgraphNode* phGraphNode, CUgraph h
   return r;
 }
 
+/* An edge's data (CUDA 12.3): NULL or all zero is an ordinary edge. A PROGRAMMATIC edge
+ * (programmatic dependent launch) must leave a kernel node's PROGRAMMATIC or LAUNCH_ORDER
+ * port for a kernel node. softcuda runs it as a full edge: the downstream kernel starts
+ * after the upstream one, which is one of the orders a GPU allows (ordering kept). */
+static CUresult sc_edge_data_check(const CUgraphEdgeData* e, const sc_gnode* a, const sc_gnode* b) {
+  int i;
+  if (!e) return CUDA_SUCCESS;
+  for (i = 0; i < 5; ++i)
+    if (e->reserved[i]) return CUDA_ERROR_INVALID_VALUE;
+  if (e->to_port != 0 || e->type > CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC ||
+      e->from_port > CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (e->from_port != CU_GRAPH_KERNEL_NODE_PORT_DEFAULT && a->p->type != CU_GRAPH_NODE_TYPE_KERNEL)
+    return CUDA_ERROR_INVALID_VALUE; /* only kernel nodes have other ports */
+  if (e->type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC &&
+      (e->from_port == CU_GRAPH_KERNEL_NODE_PORT_DEFAULT || b->p->type != CU_GRAPH_NODE_TYPE_KERNEL))
+    return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI sc_cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode* from, const CUgraphNode* to,
-                                           size_t numDependencies) {
+                                           const CUgraphEdgeData* edgeData, size_t numDependencies) {
   sc_graph* g = NULL;
   CUresult r;
   int *fi = NULL, *ti = NULL;
@@ -634,6 +709,7 @@ CUresult CUDAAPI sc_cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode* fr
     if (r == CUDA_SUCCESS) r = sc_get_gnode(to[i], &b);
     if (r == CUDA_SUCCESS && (a->g != g || b->g != g || a == b)) r = CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS && sc_graph_has_edge(g, a->idx, b->idx)) r = CUDA_ERROR_INVALID_VALUE; /* existing */
+    if (r == CUDA_SUCCESS) r = sc_edge_data_check(edgeData ? &edgeData[i] : NULL, a, b);
     for (j = 0; r == CUDA_SUCCESS && j < i; ++j)
       if (fi[j] == a->idx && ti[j] == b->idx) r = CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS) {
@@ -1148,6 +1224,14 @@ CUresult CUDAAPI sc_cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgra
     if (r == CUDA_SUCCESS && x->f.x[xi].p->op->run == sc_run_kernel &&
         ((sc_func*)p->op->a)->mod->ctx != ((sc_func*)x->f.x[xi].p->op->a)->mod->ctx)
       r = CUDA_ERROR_INVALID_VALUE; /* "the owning context of the function cannot change" */
+    if (r == CUDA_SUCCESS && x->f.x[xi].p->op->run == sc_run_kernel) {
+      /* the node keeps its attributes (cluster, cooperative, priority), checked anew */
+      sc_launch_attrs attrs;
+      sc_launch* L = (sc_launch*)p->op->c;
+      sc_launch_get_attrs((const sc_launch*)x->f.x[xi].p->op->c, &attrs);
+      sc_launch_set_attrs(L, &attrs);
+      r = sc_launch_attrs_check((const sc_func*)p->op->a, &attrs, L->grid, L->block, L->shared);
+    }
     if (r == CUDA_SUCCESS)
       sc_exec_swap(x, xi, p);
     else

@@ -5,14 +5,15 @@
 
 typedef struct sc_twin {
   char name[128];
-  softcuda_twin_fn fn;
+  softcuda_twin_fn fn;        /* called once per block */
+  softcuda_grid_twin_fn grid; /* or once per launch */
 } sc_twin;
 
 static pthread_mutex_t sc_twin_mu = PTHREAD_MUTEX_INITIALIZER;
 static sc_twin* sc_twins;
 static size_t sc_ntwins, sc_cap_twins;
 
-SOFTCUDA_API void softcuda_register_twin(const char* entry_name, softcuda_twin_fn fn) {
+static void sc_register(const char* entry_name, softcuda_twin_fn fn, softcuda_grid_twin_fn grid) {
   size_t i;
   if (!entry_name || strlen(entry_name) >= sizeof sc_twins[0].name) return;
   pthread_mutex_lock(&sc_twin_mu);
@@ -29,17 +30,31 @@ SOFTCUDA_API void softcuda_register_twin(const char* entry_name, softcuda_twin_f
     strcpy(sc_twins[sc_ntwins++].name, entry_name);
   }
   sc_twins[i].fn = fn;
+  sc_twins[i].grid = grid;
   pthread_mutex_unlock(&sc_twin_mu);
 }
 
-static softcuda_twin_fn sc_find_twin(const char* name) {
-  softcuda_twin_fn fn = NULL;
+SOFTCUDA_API void softcuda_register_twin(const char* entry_name, softcuda_twin_fn fn) {
+  sc_register(entry_name, fn, NULL);
+}
+
+SOFTCUDA_API void softcuda_register_grid_twin(const char* entry_name, softcuda_grid_twin_fn fn) {
+  sc_register(entry_name, NULL, fn);
+}
+
+/* The twin of `name` (0 when none is registered). */
+static int sc_find_twin(const char* name, sc_twin* out) {
   size_t i;
+  int found = 0;
+  memset(out, 0, sizeof(*out));
   pthread_mutex_lock(&sc_twin_mu);
   for (i = 0; i < sc_ntwins; ++i)
-    if (strcmp(sc_twins[i].name, name) == 0) fn = sc_twins[i].fn;
+    if (strcmp(sc_twins[i].name, name) == 0) {
+      *out = sc_twins[i];
+      found = 1;
+    }
   pthread_mutex_unlock(&sc_twin_mu);
-  return fn;
+  return found;
 }
 
 /* ---- PTX parsing -------------------------------------------------------------------- */
@@ -340,7 +355,12 @@ static sc_module* sc_module_build_locked(sc_ctx* c, const sc_ptx* x) {
     f->params = (sc_param*)sc_xcalloc((size_t)e->nparams, sizeof(sc_param));
     memcpy(f->params, e->params, (size_t)e->nparams * sizeof(sc_param));
     f->param_bytes = e->param_bytes;
-    f->twin = sc_find_twin(e->name);
+    {
+      sc_twin t;
+      sc_find_twin(e->name, &t);
+      f->twin = t.fn;
+      f->grid_twin = t.grid;
+    }
     f->max_dyn_shared = 49152;
     f->carveout = -1;
     f->max_threads = 1024;
@@ -479,8 +499,8 @@ CUresult CUDAAPI sc_cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUf
       case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
       case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
       case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
-      case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
       case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: *pi = 0; break;
+      case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: *pi = f->nonportable_cluster; break;
       default: r = CUDA_ERROR_INVALID_VALUE; break;
     }
   }
@@ -499,6 +519,8 @@ CUresult CUDAAPI sc_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute at
       f->max_dyn_shared = value;
     else if (attrib == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT && value >= -1 && value <= 100)
       f->carveout = value;
+    else if (attrib == CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED && (value == 0 || value == 1))
+      f->nonportable_cluster = value;
     else
       r = CUDA_ERROR_INVALID_VALUE;
   }
@@ -539,8 +561,18 @@ CUresult CUDAAPI sc_cuFuncGetName(const char** name, CUfunction hfunc) {
 typedef struct sc_launch {
   softcuda_dim3 grid, block;
   unsigned shared;
+  softcuda_dim3 cluster; /* 1,1,1: no cluster */
+  int cooperative;
+  int programmatic; /* programmatic stream serialization: ordering kept (a GPU may overlap) */
+  int priority;
   void* align_params; /* unused: makes sizeof a multiple of void*, so the params array after it is aligned */
 } sc_launch;
+
+/* The attributes of a launch (cuLaunchKernelEx) or of a kernel node. */
+typedef struct sc_launch_attrs {
+  softcuda_dim3 cluster;
+  int cooperative, programmatic, priority;
+} sc_launch_attrs;
 
 static CUresult sc_run_kernel(sc_op* op) {
   sc_func* f = (sc_func*)op->a;
@@ -550,7 +582,23 @@ static CUresult sc_run_kernel(sc_op* op) {
   unsigned x, y, z;
   int rc = 0;
   softcuda_twin_fn twin = f->twin;
-  if (!twin) twin = sc_find_twin(f->name);
+  softcuda_grid_twin_fn grid_twin = f->grid_twin;
+  if (!twin && !grid_twin) {
+    sc_twin t;
+    sc_find_twin(f->name, &t);
+    twin = t.fn;
+    grid_twin = t.grid;
+  }
+  if (grid_twin) {
+    softcuda_grid g;
+    g.grid_dim = L->grid;
+    g.block_dim = L->block;
+    g.cluster_dim = L->cluster;
+    g.shared_bytes = L->shared;
+    g.cooperative = L->cooperative;
+    g.device = op->stream->ctx->dev;
+    return (CUresult)grid_twin(&g, params);
+  }
   if (!twin) {
     fprintf(stderr, "softcuda: no C twin registered for kernel '%s' (see tests/softcuda/README.md)\n", f->name);
     return CUDA_ERROR_LAUNCH_FAILED;
@@ -611,31 +659,133 @@ bad:
   return CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult CUDAAPI sc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
-                                   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
-                                   unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
+/* ---- occupancy (a model of an H200 SM: 2,048 threads, 32 blocks, 64K registers at 16
+ * per thread, 228 KiB of shared memory with 1 KiB reserved per block) ----------------- */
+
+static int sc_blocks_per_sm(const sc_func* f, unsigned threads, size_t dynamic_shared) {
+  unsigned warps = (threads + 31) / 32;
+  int n = 32;
+  size_t per_block = dynamic_shared + 1024;
+  if (threads == 0 || threads > (unsigned)f->max_threads || dynamic_shared > (size_t)f->max_dyn_shared) return 0;
+  if ((int)(64 / warps) < n) n = (int)(64 / warps);                 /* threads */
+  if ((int)(128 / warps) < n) n = (int)(128 / warps);               /* registers */
+  if ((int)(233472 / per_block) < n) n = (int)(233472 / per_block); /* shared memory */
+  return n;
+}
+
+/* 8 blocks per cluster (portable), 16 with CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED. */
+static int sc_cluster_max(const sc_func* f) { return f->nonportable_cluster ? 16 : 8; }
+
+CUresult CUDAAPI sc_cuOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, CUfunction func, int blockSize,
+                                                                size_t dynamicSMemSize) {
+  sc_func* f;
+  CUresult r;
+  SC_ENTER(cuOccupancyMaxActiveBlocksPerMultiprocessor);
+  if (!numBlocks || blockSize <= 0) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  r = sc_get_func(func, &f);
+  if (r == CUDA_SUCCESS) *numBlocks = sc_blocks_per_sm(f, (unsigned)blockSize, dynamicSMemSize);
+  SC_UNLOCK();
+  return r;
+}
+
+CUresult CUDAAPI sc_cuOccupancyMaxPotentialClusterSize(int* clusterSize, CUfunction func,
+                                                       const CUlaunchConfig* config) {
+  sc_func* f;
+  CUresult r;
+  SC_ENTER(cuOccupancyMaxPotentialClusterSize);
+  if (!clusterSize || !config) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  r = sc_get_func(func, &f);
+  if (r == CUDA_SUCCESS) {
+    int per_sm = sc_blocks_per_sm(f, config->blockDimX * config->blockDimY * config->blockDimZ, config->sharedMemBytes);
+    int max = sc_cluster_max(f);
+    *clusterSize = per_sm == 0 ? 0 : (per_sm * SC_SM_COUNT < max ? per_sm * SC_SM_COUNT : max);
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+/* Reads launch attributes, as cuLaunchKernelEx and cuGraphKernelNodeSetAttribute do. */
+static CUresult sc_launch_attr_read(CUlaunchAttributeID id, const CUlaunchAttributeValue* v, sc_launch_attrs* a) {
+  switch (id) {
+    case CU_LAUNCH_ATTRIBUTE_IGNORE: return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE: a->cooperative = v->cooperative != 0; return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+      if (!v->clusterDim.x || !v->clusterDim.y || !v->clusterDim.z) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+      a->cluster.x = v->clusterDim.x, a->cluster.y = v->clusterDim.y, a->cluster.z = v->clusterDim.z;
+      return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+      a->programmatic = v->programmaticStreamSerializationAllowed != 0;
+      return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY: a->priority = v->priority; return CUDA_SUCCESS;
+    default:
+      fprintf(stderr, "softcuda: launch attribute %d is not modelled\n", (int)id);
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+/* The rules a launch with these attributes must meet (the device supports clusters and
+ * cooperative launches). Cluster: each axis divides the grid, at most 8 blocks (16 when the
+ * function allows non-portable sizes) and no more than fit. Cooperative: every block
+ * co-resident (blocks per SM x SMs). */
+static CUresult sc_launch_attrs_check(const sc_func* f, const sc_launch_attrs* a, softcuda_dim3 grid,
+                                      softcuda_dim3 block, unsigned shared) {
+  unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
+  int per_sm = sc_blocks_per_sm(f, block.x * block.y * block.z, shared);
+  unsigned cluster = a->cluster.x * a->cluster.y * a->cluster.z;
+  if (grid.x % a->cluster.x || grid.y % a->cluster.y || grid.z % a->cluster.z) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  if (cluster > 1 && ((int)cluster > sc_cluster_max(f) || (int)cluster > per_sm * SC_SM_COUNT))
+    return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  if (a->cooperative && blocks > (unsigned long long)per_sm * SC_SM_COUNT)
+    return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+  return CUDA_SUCCESS;
+}
+
+static void sc_launch_attrs_default(sc_launch_attrs* a) {
+  memset(a, 0, sizeof(*a));
+  a->cluster.x = a->cluster.y = a->cluster.z = 1;
+}
+
+static void sc_launch_set_attrs(sc_launch* L, const sc_launch_attrs* a) {
+  L->cluster = a->cluster;
+  L->cooperative = a->cooperative;
+  L->programmatic = a->programmatic;
+  L->priority = a->priority;
+}
+
+static void sc_launch_get_attrs(const sc_launch* L, sc_launch_attrs* a) {
+  a->cluster = L->cluster;
+  a->cooperative = L->cooperative;
+  a->programmatic = L->programmatic;
+  a->priority = L->priority;
+}
+
+/* cuLaunchKernel and cuLaunchKernelEx, after their entry (`entry` names the call). */
+static CUresult sc_launch_enqueue(const char* entry, CUfunction f, softcuda_dim3 grid, softcuda_dim3 block,
+                                  unsigned shared, CUstream hStream, void** kernelParams, void** extra,
+                                  const sc_launch_attrs* attrs) {
   sc_func* fn;
   sc_stream* s;
   sc_ctx* cur;
   CUresult r;
   void* args = NULL;
-  SC_ENTER(cuLaunchKernel);
   SC_LOCK();
   r = sc_get_func(f, &fn);
   if (r == CUDA_SUCCESS) r = sc_current_ctx(&cur);
   if (r == CUDA_SUCCESS) r = sc_get_stream(hStream, &s);
   if (r == CUDA_SUCCESS && fn->mod->ctx != s->ctx)
     r = sc_violation(SOFTCUDA_VIOLATION_CONTEXT, CUDA_ERROR_INVALID_HANDLE,
-                     "cuLaunchKernel(%s): the function's module and the stream belong to different contexts", fn->name);
+                     "%s(%s): the function's module and the stream belong to different contexts", entry, fn->name);
   if (r == CUDA_SUCCESS && cur != s->ctx)
     r = sc_violation(SOFTCUDA_VIOLATION_CONTEXT, CUDA_ERROR_INVALID_CONTEXT,
-                     "cuLaunchKernel(%s) on a stream of another context than the current one", fn->name);
-  if (r == CUDA_SUCCESS &&
-      (!gridDimX || !gridDimY || !gridDimZ || !blockDimX || !blockDimY || !blockDimZ || gridDimX > 2147483647u ||
-       gridDimY > 65535 || gridDimZ > 65535 || blockDimX > 1024 || blockDimY > 1024 || blockDimZ > 64 ||
-       (unsigned long long)blockDimX * blockDimY * blockDimZ > (unsigned long long)fn->max_threads))
+                     "%s(%s) on a stream of another context than the current one", entry, fn->name);
+  if (r == CUDA_SUCCESS && (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || grid.x > 2147483647u ||
+                            grid.y > 65535 || grid.z > 65535 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
+                            (unsigned long long)block.x * block.y * block.z > (unsigned long long)fn->max_threads))
     r = CUDA_ERROR_INVALID_VALUE;
-  if (r == CUDA_SUCCESS && sharedMemBytes > (unsigned)fn->max_dyn_shared) r = CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS && shared > (unsigned)fn->max_dyn_shared) r = CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS) r = sc_launch_attrs_check(fn, attrs, grid, block, shared);
   if (r == CUDA_SUCCESS) r = sc_copy_args(fn, kernelParams, extra, &args);
   if (r == CUDA_SUCCESS) {
     sc_op* op = sc_op_new(fn->name, sc_run_kernel, sc_fini_kernel);
@@ -643,9 +793,10 @@ CUresult CUDAAPI sc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned
     sc_launch* L = (sc_launch*)sc_xcalloc(1, sizeof(sc_launch) + (size_t)(fn->nparams + 1) * sizeof(void*));
     void** params = (void**)(L + 1);
     int i;
-    L->grid.x = gridDimX, L->grid.y = gridDimY, L->grid.z = gridDimZ;
-    L->block.x = blockDimX, L->block.y = blockDimY, L->block.z = blockDimZ;
-    L->shared = sharedMemBytes;
+    L->grid = grid;
+    L->block = block;
+    L->shared = shared;
+    sc_launch_set_attrs(L, attrs);
     for (i = 0; i < fn->nparams; ++i) params[i] = (char*)args + fn->params[i].offset;
     sc_ref(&fn->h);
     op->a = fn;
@@ -655,6 +806,40 @@ CUresult CUDAAPI sc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned
   }
   SC_UNLOCK();
   return r;
+}
+
+static softcuda_dim3 sc_dim3(unsigned x, unsigned y, unsigned z) {
+  softcuda_dim3 d;
+  d.x = x, d.y = y, d.z = z;
+  return d;
+}
+
+CUresult CUDAAPI sc_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                   unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
+  sc_launch_attrs attrs;
+  SC_ENTER(cuLaunchKernel);
+  sc_launch_attrs_default(&attrs);
+  return sc_launch_enqueue("cuLaunchKernel", f, sc_dim3(gridDimX, gridDimY, gridDimZ),
+                           sc_dim3(blockDimX, blockDimY, blockDimZ), sharedMemBytes, hStream, kernelParams, extra,
+                           &attrs);
+}
+
+CUresult CUDAAPI sc_cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
+  sc_launch_attrs attrs;
+  unsigned i;
+  CUresult r = CUDA_SUCCESS;
+  SC_ENTER(cuLaunchKernelEx);
+  if (!config || (config->numAttrs && !config->attrs)) return CUDA_ERROR_INVALID_VALUE;
+  sc_launch_attrs_default(&attrs);
+  SC_LOCK();
+  for (i = 0; i < config->numAttrs && r == CUDA_SUCCESS; ++i)
+    r = sc_launch_attr_read(config->attrs[i].id, &config->attrs[i].value, &attrs);
+  SC_UNLOCK();
+  if (r != CUDA_SUCCESS) return r;
+  return sc_launch_enqueue("cuLaunchKernelEx", f, sc_dim3(config->gridDimX, config->gridDimY, config->gridDimZ),
+                           sc_dim3(config->blockDimX, config->blockDimY, config->blockDimZ), config->sharedMemBytes,
+                           config->hStream, kernelParams, extra, &attrs);
 }
 
 /* ---- linker ------------------------------------------------------------------------- */

@@ -174,7 +174,9 @@ typedef struct sc_func {
   sc_param* params;
   size_t param_bytes;
   softcuda_twin_fn twin;
+  softcuda_grid_twin_fn grid_twin;
   int max_dyn_shared;
+  int nonportable_cluster; /* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
   int carveout;
   int max_threads;
   int loaded; /* launched, or cuFuncLoad: a graph instantiation needs no upload (see graph.c) */

@@ -69,6 +69,32 @@ SOFTCUDA_API int softcuda_accessible(const void* ptr, size_t bytes);
   }                                                                              \
   static int softcuda_twin_##NAME(const softcuda_block* block, void** params)
 
+/* A whole launch, for kernels whose blocks talk to each other: a cooperative kernel's
+ * grid-wide sync, or a cluster's distributed shared memory. A grid twin is called once per
+ * launch and runs every block itself (phase by phase, as the device code's barriers
+ * separate them); it allocates the shared memory it models. It should check what its
+ * device code relies on (e.g. return 719, CUDA_ERROR_LAUNCH_FAILED, for a grid sync in a
+ * launch that is not cooperative) so that a wrong launch fails as on a GPU. */
+typedef struct softcuda_grid {
+  softcuda_dim3 grid_dim;
+  softcuda_dim3 block_dim;
+  softcuda_dim3 cluster_dim; /* 1,1,1 without a cluster launch */
+  unsigned shared_bytes;     /* dynamic shared memory per block */
+  int cooperative;           /* launched cooperatively (all blocks co-resident) */
+  int device;
+} softcuda_grid;
+typedef int (*softcuda_grid_twin_fn)(const softcuda_grid* grid, void** params);
+SOFTCUDA_API void softcuda_register_grid_twin(const char* entry_name, softcuda_grid_twin_fn fn);
+
+/* Defines grid twin NAME and registers it at load time:
+ *   SOFTCUDA_GRID_TWIN(grid_reduce) { ... use grid, params ...; return 0; } */
+#define SOFTCUDA_GRID_TWIN(NAME)                                                      \
+  static int softcuda_grid_twin_##NAME(const softcuda_grid* grid, void** params);     \
+  __attribute__((constructor)) static void softcuda_grid_twin_register_##NAME(void) { \
+    softcuda_register_grid_twin(#NAME, softcuda_grid_twin_##NAME);                    \
+  }                                                                                   \
+  static int softcuda_grid_twin_##NAME(const softcuda_grid* grid, void** params)
+
 /* The value of kernel parameter I, of C type T. */
 #define SOFTCUDA_PARAM(T, I) (*(T*)params[I])
 

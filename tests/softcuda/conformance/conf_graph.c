@@ -207,7 +207,7 @@ TU_TEST(diamond_and_queries) {
     deps[1] = right;
     CONF_OK(add_copy(&join, g, deps, 2, D, B, N * 4 / 2)); /* D[0..N/2) = B */
   }
-  CONF_OK(cu.cuGraphAddDependencies(g, &right, &join, 0)); /* zero: nothing */
+  CONF_OK(cu.cuGraphAddDependencies(g, &right, &join, NULL, 0)); /* zero: nothing */
   /* nodes: NULL array = count; a larger array gets NULLs and the real count */
   CONF_OK(cu.cuGraphGetNodes(g, NULL, &n));
   TU_CHECK_EQ_INT(n, 4);
@@ -248,7 +248,7 @@ TU_TEST(diamond_and_queries) {
   CONF_OK(cu.cuGraphGetEdges(g, from, to, &n));
   TU_CHECK(from[0] != NULL && to[0] != NULL);
   /* an existing edge cannot be added again */
-  TU_CHECK(cu.cuGraphAddDependencies(g, &root, &left, 1) != CUDA_SUCCESS);
+  TU_CHECK(cu.cuGraphAddDependencies(g, &root, &left, NULL, 1) != CUDA_SUCCESS);
   CONF_OK(run_graph(g, s));
   TU_CHECK(all_eq(A, 5, N));
   TU_CHECK(all_eq(B, 9, N));
@@ -675,14 +675,14 @@ TU_TEST(cycle_is_rejected) {
   CONF_OK(cu.cuGraphAddEmptyNode(&a, g, NULL, 0));
   CONF_OK(cu.cuGraphAddEmptyNode(&b, g, &a, 1));
   CONF_OK(cu.cuGraphAddEmptyNode(&c, g, &b, 1));
-  r = cu.cuGraphAddDependencies(g, &c, &a, 1);
+  r = cu.cuGraphAddDependencies(g, &c, &a, NULL, 1);
   if (r == CUDA_SUCCESS) {
     r = cu.cuGraphInstantiateWithFlags(&x, g, 0);
     TU_CHECK(r != CUDA_SUCCESS);
     if (r == CUDA_SUCCESS) cu.cuGraphExecDestroy(x);
   }
   /* a node cannot depend on itself */
-  TU_CHECK(cu.cuGraphAddDependencies(g, &a, &a, 1) != CUDA_SUCCESS);
+  TU_CHECK(cu.cuGraphAddDependencies(g, &a, &a, NULL, 1) != CUDA_SUCCESS);
   CONF_OK(cu.cuGraphDestroy(g));
   teardown();
 }
