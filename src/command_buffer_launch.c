@@ -123,12 +123,11 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_launch_check(gpuhal_command_buffer_t*
     /* every attribute but PROGRAMMATIC (which orders fully without them) needs both */
     const char* what = options->priority ? "options.priority" : "options";
     GPUHAL__RETURN_IF_ERROR(gpuhal__launch_need(device, cu->cuLaunchKernelEx != NULL, "cuLaunchKernelEx", what));
-    GPUHAL__RETURN_IF_ERROR(gpuhal__launch_need(device, cu->cuGraphKernelNodeSetAttribute != NULL,
-                                                "cuGraphKernelNodeSetAttribute", what));
+    GPUHAL__RETURN_IF_ERROR(
+        gpuhal__launch_need(device, cu->cuGraphKernelNodeSetAttribute != NULL, "cuGraphKernelNodeSetAttribute", what));
   }
   if (options->cluster.x || options->cluster.y || options->cluster.z)
-    GPUHAL__RETURN_IF_ERROR(
-        gpuhal__launch_check_cluster(cb, kernel, grid, block, shared_bytes, options, out));
+    GPUHAL__RETURN_IF_ERROR(gpuhal__launch_check_cluster(cb, kernel, grid, block, shared_bytes, options, out));
   if (options->flags & GPUHAL_DISPATCH_COOPERATIVE)
     GPUHAL__RETURN_IF_ERROR(gpuhal__launch_check_cooperative(cb, kernel, grid, block, shared_bytes));
   if (options->priority &&
@@ -137,7 +136,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_launch_check(gpuhal_command_buffer_t*
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
                               "gpuhal_cmd_dispatch_ex: argument 'options.priority' is %d; device %d takes %d (least "
                               "urgent) to %d (most urgent), or 0 for the default",
-                              (int)options->priority, device->ordinal, device->priority_least, device->priority_greatest);
+                              (int)options->priority, device->ordinal, device->priority_least,
+                              device->priority_greatest);
   out->flags = options->flags;
   out->priority = options->priority;
   return NULL;
@@ -168,9 +168,7 @@ static unsigned gpuhal__launch_attrs(const gpuhal__cmd_t* cmd, CUlaunchAttribute
 }
 
 /* Programmatic dependent launch needs compute capability 9.0. */
-static int gpuhal__device_has_pdl(const gpuhal_device_t* device) {
-  return device->info.compute_capability_major >= 9;
-}
+static int gpuhal__device_has_pdl(const gpuhal_device_t* device) { return device->info.compute_capability_major >= 9; }
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_launch_ex(gpuhal_command_buffer_t* cb, uint32_t index, CUstream stream) {
   const gpuhal__cuda_symbols_t* cu = cb->device->cu;
@@ -189,10 +187,10 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_launch_ex(gpuhal_command_buffer_t* cb
     n++;
   }
   if (n == 0) /* PROGRAMMATIC where it does not apply */
-    return GPUHAL__CU(cu, cuLaunchKernel,
-                      (cmd->function, cmd->grid[0], cmd->grid[1], cmd->grid[2], cmd->block[0], cmd->block[1],
-                       cmd->block[2], cmd->shared_bytes, stream,
-                       cmd->arg_count ? cb->param_ptrs + cmd->arg_first : NULL, NULL));
+    return GPUHAL__CU(
+        cu, cuLaunchKernel,
+        (cmd->function, cmd->grid[0], cmd->grid[1], cmd->grid[2], cmd->block[0], cmd->block[1], cmd->block[2],
+         cmd->shared_bytes, stream, cmd->arg_count ? cb->param_ptrs + cmd->arg_first : NULL, NULL));
   memset(&config, 0, sizeof(config));
   config.gridDimX = cmd->grid[0], config.gridDimY = cmd->grid[1], config.gridDimZ = cmd->grid[2];
   config.blockDimX = cmd->block[0], config.blockDimY = cmd->block[1], config.blockDimZ = cmd->block[2];
@@ -213,8 +211,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_set_launch_attrs(gpuhal_command_bu
   return NULL;
 }
 
-GPUHAL__PRIVATE int gpuhal__graph_is_programmatic(const gpuhal_command_buffer_t* cb, const gpuhal__cmd_t* dependency_cmd,
-                                                  const gpuhal__cmd_t* cmd) {
+GPUHAL__PRIVATE int gpuhal__graph_is_programmatic(const gpuhal_command_buffer_t* cb,
+                                                  const gpuhal__cmd_t* dependency_cmd, const gpuhal__cmd_t* cmd) {
   return (cmd->launch.flags & GPUHAL_DISPATCH_PROGRAMMATIC) && dependency_cmd &&
          dependency_cmd->type == GPUHAL__CMD_DISPATCH && gpuhal__device_has_pdl(cb->device) &&
          cb->device->cu->cuGraphAddDependencies;

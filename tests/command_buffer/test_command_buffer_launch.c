@@ -224,8 +224,8 @@ static void check_grid_reduce(uint32_t mode) {
   args[1] = gpuhal_arg_u32(N);
   args[2] = gpuhal_arg_buffer(partial, 0);
   args[3] = gpuhal_arg_buffer(out, 0);
-  TU_CHECK_OK(gpuhal_cmd_dispatch_ex(cb, t.grid_reduce, gpuhal_dim3(blocks, 1, 1), gpuhal_dim3(THREADS, 1, 1), 0, &o,
-                                     4, args));
+  TU_CHECK_OK(
+      gpuhal_cmd_dispatch_ex(cb, t.grid_reduce, gpuhal_dim3(blocks, 1, 1), gpuhal_dim3(THREADS, 1, 1), 0, &o, 4, args));
   /* One block more than can be resident: refused, naming the limit; the recording goes on. */
   TU_CHECK_STATUS(gpuhal_cmd_dispatch_ex(cb, t.grid_reduce, gpuhal_dim3(blocks + 1, 1, 1), gpuhal_dim3(THREADS, 1, 1),
                                          0, &o, 4, args),
@@ -234,8 +234,8 @@ static void check_grid_reduce(uint32_t mode) {
   TU_CHECK_OK(lt_run(&t, cb, NULL));
   TU_CHECK_OK(gpuhal_buffer_read(out, 0, &got, 4));
   if (got != expected)
-    TU_FAIL_AT(__FILE__, __LINE__, "%s: grid_reduce over %u blocks gave %u, expected %u", lt_mode_name(mode), blocks, got,
-               expected);
+    TU_FAIL_AT(__FILE__, __LINE__, "%s: grid_reduce over %u blocks gave %u, expected %u", lt_mode_name(mode), blocks,
+               got, expected);
   gpuhal_command_buffer_release(cb);
   gpuhal_buffer_release(data);
   gpuhal_buffer_release(partial);
@@ -358,47 +358,47 @@ TU_TEST(bad_options_name_the_field) {
   args[0] = gpuhal_arg_buffer(buf, 0);
   args[1] = gpuhal_arg_u32(64 * 32);
   o = lt_options(3, 0, 0);
-  TU_CHECK_STATUS(gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o,
-                                         2, args),
-                  GPUHAL_STATUS_INVALID_ARGUMENT, "'options.cluster.x' is 3; it must divide grid.x (64)");
+  TU_CHECK_STATUS(
+      gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o, 2, args),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "'options.cluster.x' is 3; it must divide grid.x (64)");
   o = lt_options(0, 0, 0);
   o.cluster.y = 2;
-  TU_CHECK_STATUS(gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o,
-                                         2, args),
-                  GPUHAL_STATUS_INVALID_ARGUMENT, "'options.cluster.y' is 2");
+  TU_CHECK_STATUS(
+      gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o, 2, args),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "'options.cluster.y' is 2");
   TU_REQUIRE_OK(gpuhal_kernel_max_cluster_size(t.cluster_exchange, 32, 128, &max_cluster));
   TU_CHECK(max_cluster >= 8);
   o = lt_options(64, 0, 0);
-  TU_CHECK_STATUS(gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o,
-                                         2, args),
-                  GPUHAL_STATUS_OUT_OF_RANGE, "per cluster on this device");
+  TU_CHECK_STATUS(
+      gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o, 2, args),
+      GPUHAL_STATUS_OUT_OF_RANGE, "per cluster on this device");
   o = lt_options(0, 1u << 7, 0);
-  TU_CHECK_STATUS(gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o,
-                                         2, args),
-                  GPUHAL_STATUS_INVALID_ARGUMENT, "'options.flags' has unknown bits");
+  TU_CHECK_STATUS(
+      gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o, 2, args),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "'options.flags' has unknown bits");
   o = lt_options(2, GPUHAL_DISPATCH_COOPERATIVE, 0);
-  TU_CHECK_STATUS(gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o,
-                                         2, args),
-                  GPUHAL_STATUS_UNIMPLEMENTED, "cooperative launch with a cluster");
+  TU_CHECK_STATUS(
+      gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o, 2, args),
+      GPUHAL_STATUS_UNIMPLEMENTED, "cooperative launch with a cluster");
   o = lt_options(0, 0, 1);
-  TU_CHECK_STATUS(gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o,
-                                         2, args),
-                  GPUHAL_STATUS_OUT_OF_RANGE, "'options.priority' is 1");
+  TU_CHECK_STATUS(
+      gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o, 2, args),
+      GPUHAL_STATUS_OUT_OF_RANGE, "'options.priority' is 1");
   o = lt_options(0, 0, -1000);
-  TU_CHECK_STATUS(gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o,
-                                         2, args),
-                  GPUHAL_STATUS_OUT_OF_RANGE, "(most urgent)");
+  TU_CHECK_STATUS(
+      gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o, 2, args),
+      GPUHAL_STATUS_OUT_OF_RANGE, "(most urgent)");
   /* The plain checks still come first, named for the call. */
   o = lt_options(2, 0, 0);
-  TU_CHECK_STATUS(gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o,
-                                         1, args),
-                  GPUHAL_STATUS_INVALID_ARGUMENT, "gpuhal_cmd_dispatch_ex: argument 'arg_count' is 1");
-  TU_CHECK_STATUS(gpuhal_cmd_dispatch_ex(NULL, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128,
-                                         &o, 2, args),
-                  GPUHAL_STATUS_INVALID_ARGUMENT, "command_buffer");
+  TU_CHECK_STATUS(
+      gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o, 1, args),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "gpuhal_cmd_dispatch_ex: argument 'arg_count' is 1");
+  TU_CHECK_STATUS(
+      gpuhal_cmd_dispatch_ex(NULL, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o, 2, args),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "command_buffer");
   /* Every refusal left the command buffer as it was: it records on and runs one dispatch. */
-  TU_CHECK_OK(gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o, 2,
-                                     args));
+  TU_CHECK_OK(
+      gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o, 2, args));
   TU_CHECK_OK(gpuhal_command_buffer_end(cb));
   TU_CHECK_OK(lt_run(&t, cb, NULL));
   TU_CHECK_OK(gpuhal_buffer_read(buf, 0, got, sizeof(got)));
