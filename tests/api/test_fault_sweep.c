@@ -944,6 +944,71 @@ static void scenario_share(sw_run_t* r) {
   sw_close(&o);
 }
 
+/* Launch attributes: a cooperative dispatch with a priority and a clustered one in a GRAPH
+ * command buffer, a programmatic chain of two pdl_step in a STREAM one, both executed and
+ * checked; the occupancy queries. */
+static void scenario_launch(sw_run_t* r) {
+  sw_objs_t o;
+  gpuhal_kernel_t *fill = NULL, *step = NULL;
+  gpuhal_dispatch_options_t urgent, cluster, programmatic;
+  gpuhal_arg_t args[3];
+  uint32_t blocks = 0, cluster_max = 0, five = 5;
+  memset(&urgent, 0, sizeof(urgent));
+  memset(&cluster, 0, sizeof(cluster));
+  memset(&programmatic, 0, sizeof(programmatic));
+  urgent.flags = GPUHAL_DISPATCH_COOPERATIVE;
+  urgent.priority = -1;
+  cluster.cluster.x = 2;
+  programmatic.flags = GPUHAL_DISPATCH_PROGRAMMATIC;
+  args[2] = gpuhal_arg_u32(64);
+  if (sw_open(r, &o, 1, 1) && sw_ok(r, sw_load(o.device[0], "fill_u32", &o.exe[0], &fill), "executable_load") &&
+      sw_ok(r, sw_load(o.device[0], "pdl_step", &o.exe[1], &step), "executable_load pdl_step") &&
+      sw_ok(r, gpuhal_kernel_occupancy(fill, 64, 0, &blocks), "kernel_occupancy") &&
+      sw_ok(r, gpuhal_kernel_max_cluster_size(fill, 64, 0, &cluster_max), "kernel_max_cluster_size") &&
+      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[0]), "buffer_allocate") &&
+      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 4, &o.buf[1]), "buffer_allocate") &&
+      sw_ok(r, gpuhal_buffer_write(o.buf[1], 0, &five, 4), "buffer_write") &&
+      sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[0]), "create graph") &&
+      sw_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "begin graph")) {
+    args[0] = gpuhal_arg_buffer(o.buf[0], 0);
+    args[1] = gpuhal_arg_u32(0x11111111u);
+    if (sw_ok(r,
+              gpuhal_cmd_dispatch_ex(o.cb[0], fill, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, &urgent, 3, args),
+              "cmd_dispatch_ex cooperative") &&
+        sw_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") &&
+        (args[0] = gpuhal_arg_buffer(o.buf[0], 256), args[1] = gpuhal_arg_u32(0x22222222u),
+         sw_ok(r,
+               gpuhal_cmd_dispatch_ex(o.cb[0], fill, gpuhal_dim3(2, 1, 1), gpuhal_dim3(32, 1, 1), 0, &cluster, 3, args),
+               "cmd_dispatch_ex cluster")) &&
+        sw_ok(r, gpuhal_command_buffer_end(o.cb[0]), "end graph") &&
+        sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_STREAM, 0, &o.cb[1]),
+              "create stream") &&
+        sw_ok(r, gpuhal_command_buffer_begin(o.cb[1]), "begin stream") &&
+        (args[0] = gpuhal_arg_buffer(o.buf[1], 0), args[1] = gpuhal_arg_u32(1),
+         sw_ok(r, gpuhal_cmd_dispatch_ex(o.cb[1], step, gpuhal_dim3(1, 1, 1), gpuhal_dim3(32, 1, 1), 0, NULL, 2, args),
+               "cmd_dispatch_ex step 1")) &&
+        sw_ok(r, gpuhal_cmd_barrier(o.cb[1]), "barrier") &&
+        (args[1] = gpuhal_arg_u32(2), sw_ok(r,
+                                            gpuhal_cmd_dispatch_ex(o.cb[1], step, gpuhal_dim3(1, 1, 1),
+                                                                   gpuhal_dim3(32, 1, 1), 0, &programmatic, 2, args),
+                                            "cmd_dispatch_ex step 2")) &&
+        sw_ok(r, gpuhal_command_buffer_end(o.cb[1]), "end stream") &&
+        sw_ok(r,
+              gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                   gpuhal_semaphore_list_one(&o.sem[0], &V1), o.cb[0], NULL),
+              "queue_execute graph") &&
+        sw_ok(r,
+              gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&o.sem[0], &V1),
+                                   gpuhal_semaphore_list_one(&o.sem[0], &V2), o.cb[1], NULL),
+              "queue_execute stream") &&
+        sw_wait(r, o.sem[0], 2, "wait s=2") && sw_check_u32(r, o.buf[0], 0, 64, 0x11111111u, "cooperative") &&
+        sw_check_u32(r, o.buf[0], 256, 64, 0x22222222u, "cluster"))
+      sw_check_u32(r, o.buf[1], 0, 1, (5u * 3u + 1u) * 3u + 2u, "programmatic chain");
+    sw_settle(r);
+  }
+  sw_close(&o);
+}
+
 typedef struct sw_scenario_s {
   const char* name;
   void (*run)(sw_run_t* r);
@@ -955,6 +1020,7 @@ static const sw_scenario_t sw_scenarios[] = {
     {"multi", scenario_multi},           {"disk", scenario_disk},
     {"collective", scenario_collective}, {"cb_release", scenario_cb_release},
     {"memory", scenario_memory},         {"share", scenario_share},
+    {"launch", scenario_launch},
 };
 #define SW_SCENARIO_COUNT ((int)(sizeof(sw_scenarios) / sizeof(sw_scenarios[0])))
 

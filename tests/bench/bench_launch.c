@@ -104,8 +104,7 @@ static gpuhal_command_buffer_t* record(bench* b, uint32_t flags, int pdl) {
   for (i = 0; i < b->steps; ++i) {
     args[0] = gpuhal_arg_buffer(b->state, 0);
     args[1] = gpuhal_arg_u32((unsigned)i + 1);
-    ok(b, gpuhal_cmd_dispatch_ex(cb, b->step, gpuhal_dim3(4, 1, 1), gpuhal_dim3(64, 1, 1), 0, &o, 2, args),
-       "dispatch");
+    ok(b, gpuhal_cmd_dispatch_ex(cb, b->step, gpuhal_dim3(4, 1, 1), gpuhal_dim3(64, 1, 1), 0, &o, 2, args), "dispatch");
     ok(b, gpuhal_cmd_barrier(cb), "barrier");
   }
   ok(b, gpuhal_command_buffer_end(cb), "end");
