@@ -197,7 +197,51 @@ tu_read_kernel_file(const char* file, size_t* size) {
   snprintf(path, sizeof(path), "%s/%s", GPUHAL_KERNELS_DIR, file);
   return tu_read_file(path, size);
 }
+
+#ifdef GPUHAL_H /* gpuhal.h came first: helpers over its API */
+/* Loads tests/kernels/NAME.ptx on `device` and looks up kernel NAME (*out_kernel may be
+ * NULL when only the executable is wanted). */
+#if defined(__GNUC__)
+__attribute__((unused))
 #endif
+static gpuhal_status_t
+tu_load_kernel(gpuhal_device_t* device, const char* name, gpuhal_executable_t** out_executable,
+               gpuhal_kernel_t** out_kernel) {
+  char file[256];
+  size_t size = 0;
+  char* ptx;
+  gpuhal_status_t st;
+  snprintf(file, sizeof(file), "%s.ptx", name);
+  ptx = tu_read_kernel_file(file, &size);
+  if (!ptx) return gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "cannot read %s/%s", GPUHAL_KERNELS_DIR, file);
+  st = gpuhal_executable_load(device, ptx, size, out_executable);
+  free(ptx);
+  if (!st && out_kernel) st = gpuhal_executable_kernel(*out_executable, name, out_kernel);
+  return st;
+}
+#endif /* GPUHAL_H */
+#endif
+
+#ifdef GPUHAL_H
+/* Executes `cb` on queue 0 of `device` and waits for it (30 s at most); returns the
+ * execute's status. */
+#if defined(__GNUC__)
+__attribute__((unused))
+#endif
+static gpuhal_status_t
+tu_execute_and_wait(gpuhal_driver_t* driver, gpuhal_device_t* device, gpuhal_command_buffer_t* cb,
+                    const gpuhal_binding_table_t* table) {
+  gpuhal_semaphore_t* sem = NULL;
+  uint64_t one = 1;
+  gpuhal_status_t st = gpuhal_semaphore_create(driver, 0, &sem);
+  if (!st)
+    st = gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &one), cb,
+                              table);
+  if (!st) st = gpuhal_semaphore_wait(sem, 1, gpuhal_timeout_relative_ns(30000000000ll));
+  gpuhal_semaphore_release(sem);
+  return st;
+}
+#endif /* GPUHAL_H */
 
 typedef struct tu_case_s {
   const char* name;

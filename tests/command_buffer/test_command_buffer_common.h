@@ -24,17 +24,7 @@ typedef struct cbt {
 static char* cbt_read_file(const char* name, size_t* size) { return tu_read_kernel_file(name, size); }
 
 static gpuhal_status_t cbt_load(cbt* t, int index, const char* name, gpuhal_kernel_t** out) {
-  char file[256];
-  size_t size = 0;
-  char* ptx;
-  gpuhal_status_t st;
-  snprintf(file, sizeof(file), "%s.ptx", name);
-  ptx = cbt_read_file(file, &size);
-  if (!ptx) return gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "cannot read %s/%s", GPUHAL_KERNELS_DIR, file);
-  st = gpuhal_executable_load(t->device, ptx, size, &t->exe[index]);
-  free(ptx);
-  if (!st) st = gpuhal_executable_kernel(t->exe[index], name, out);
-  return st;
+  return tu_load_kernel(t->device, name, &t->exe[index], out);
 }
 
 static void cbt_close(cbt* t) {
@@ -127,15 +117,7 @@ static int cbt_buffer_equals(gpuhal_buffer_t* buffer, const unsigned char* expec
 
 /* Executes and waits (30 s at most); returns the execute's status. */
 static gpuhal_status_t cbt_run(cbt* t, gpuhal_command_buffer_t* cb, const gpuhal_binding_table_t* table) {
-  gpuhal_semaphore_t* sem = NULL;
-  uint64_t one = 1;
-  gpuhal_status_t st = gpuhal_semaphore_create(t->driver, 0, &sem);
-  if (!st)
-    st = gpuhal_queue_execute(t->device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &one), cb,
-                              table);
-  if (!st) st = gpuhal_semaphore_wait(sem, 1, gpuhal_timeout_relative_ns(30000000000ll));
-  gpuhal_semaphore_release(sem);
-  return st;
+  return tu_execute_and_wait(t->driver, t->device, cb, table);
 }
 
 static const char* cbt_mode_name(uint32_t mode) { return (mode & GPUHAL_COMMAND_BUFFER_STREAM) ? "STREAM" : "GRAPH"; }

@@ -25,17 +25,7 @@ typedef struct lt {
 } lt;
 
 static gpuhal_status_t lt_load(lt* t, int index, const char* name, gpuhal_kernel_t** out) {
-  char file[256];
-  size_t size = 0;
-  char* ptx;
-  gpuhal_status_t st;
-  snprintf(file, sizeof(file), "%s.ptx", name);
-  ptx = tu_read_kernel_file(file, &size);
-  if (!ptx) return gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "cannot read %s/%s", GPUHAL_KERNELS_DIR, file);
-  st = gpuhal_executable_load(t->device, ptx, size, &t->exe[index]);
-  free(ptx);
-  if (!st) st = gpuhal_executable_kernel(t->exe[index], name, out);
-  return st;
+  return tu_load_kernel(t->device, name, &t->exe[index], out);
 }
 
 static void lt_close(lt* t) {
@@ -81,17 +71,8 @@ static int lt_open(lt* t) {
   return 1;
 }
 
-/* Executes and waits; returns the execute's status. */
 static gpuhal_status_t lt_run(lt* t, gpuhal_command_buffer_t* cb, const gpuhal_binding_table_t* table) {
-  gpuhal_semaphore_t* sem = NULL;
-  uint64_t one = 1;
-  gpuhal_status_t st = gpuhal_semaphore_create(t->driver, 0, &sem);
-  if (!st)
-    st = gpuhal_queue_execute(t->device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &one), cb,
-                              table);
-  if (!st) st = gpuhal_semaphore_wait(sem, 1, gpuhal_timeout_relative_ns(LT_TIMEOUT_NS));
-  gpuhal_semaphore_release(sem);
-  return st;
+  return tu_execute_and_wait(t->driver, t->device, cb, table);
 }
 
 /* Calls of a CUDA entry point so far on softcuda; 0 on a GPU. */

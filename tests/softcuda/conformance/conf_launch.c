@@ -58,9 +58,9 @@ TU_TEST(cluster_launch) {
   TU_CHECK(max >= 8);
   CONF_OK(cu.cuLaunchKernelEx(&c, f, args, NULL));
   CONF_OK(cu.cuCtxSynchronize());
-  TU_CHECK_EQ_INT((int)conf_u32_at(out), 1000);             /* block 0 reads block 1 */
+  TU_CHECK_EQ_INT((int)conf_u32_at(out), 1000);           /* block 0 reads block 1 */
   TU_CHECK_EQ_INT((int)conf_u32_at(out + 3 * 32 * 4), 0); /* block 3 reads block 0 */
-  a.value.clusterDim.x = 3;                                 /* does not divide 64 */
+  a.value.clusterDim.x = 3;                               /* does not divide 64 */
   TU_CHECK(cu.cuLaunchKernelEx(&c, f, args, NULL) != CUDA_SUCCESS);
   a.value.clusterDim.x = 32; /* more than any device allows */
   TU_CHECK(cu.cuLaunchKernelEx(&c, f, args, NULL) != CUDA_SUCCESS);
