@@ -466,17 +466,7 @@ static void qc_driver_release_fn(void* driver) { gpuhal_driver_release((gpuhal_d
 /* Loads tests/kernels/<name>.ptx and looks up the kernel `name`. */
 static gpuhal_status_t qc_load_kernel(gpuhal_device_t* device, const char* name, gpuhal_executable_t** exe,
                                       gpuhal_kernel_t** kernel) {
-  char file[256];
-  size_t size = 0;
-  char* ptx;
-  gpuhal_status_t st;
-  snprintf(file, sizeof(file), "%s.ptx", name);
-  ptx = tu_read_kernel_file(file, &size);
-  if (!ptx) return gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "cannot read %s/%s", GPUHAL_KERNELS_DIR, file);
-  st = gpuhal_executable_load(device, ptx, size, exe);
-  free(ptx);
-  if (!st) st = gpuhal_executable_kernel(*exe, name, kernel);
-  return st;
+  return tu_load_kernel(device, name, exe, kernel);
 }
 
 /* A command buffer (flags as given) holding one dispatch of `kernel` on grid x block. */
