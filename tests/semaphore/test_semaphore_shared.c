@@ -537,6 +537,8 @@ static void sh_bad_a(sh_proc_t* p) {
   TU_REQUIRE_OK(gpuhal_buffer_allocate(p->device, GPUHAL_MEMORY_HOST_PINNED, 64, &pinned));
   TU_CHECK_STATUS(gpuhal_buffer_export(pinned, &h), GPUHAL_STATUS_INVALID_ARGUMENT, "pinned or managed");
   TU_CHECK_STATUS(gpuhal_buffer_export(pinned, NULL), GPUHAL_STATUS_INVALID_ARGUMENT, "out_handle");
+  gpuhal_buffer_release(pinned);
+  pinned = NULL;
   memset(&h, 0, sizeof(h));
   TU_CHECK_STATUS(gpuhal_buffer_import(p->device, &h, &pinned), GPUHAL_STATUS_INVALID_ARGUMENT, "handle->type");
   TU_CHECK(pinned == NULL);
@@ -716,7 +718,7 @@ TU_TEST(an_exportable_buffer_out_of_memory_fails_and_recovers) { sh_run(sh_oom_a
 static void sh_no_memops_a(sh_proc_t* p) {
   gpuhal_driver_options_t o;
   gpuhal_driver_t* d = NULL;
-  gpuhal_semaphore_t* s = NULL;
+  gpuhal_semaphore_t *s = NULL, *got = NULL;
   int fd = -1;
   (void)p;
   memset(&o, 0, sizeof(o));
@@ -724,7 +726,8 @@ static void sh_no_memops_a(sh_proc_t* p) {
   TU_REQUIRE_OK(gpuhal_driver_create(&o, &d));
   TU_REQUIRE_OK(gpuhal_semaphore_create(d, 0, &s));
   TU_CHECK_STATUS(gpuhal_semaphore_export(s, &fd), GPUHAL_STATUS_UNAVAILABLE, "stream memory operations");
-  TU_CHECK_STATUS(gpuhal_semaphore_import(d, 0, &s), GPUHAL_STATUS_UNAVAILABLE, "stream memory operations");
+  TU_CHECK_STATUS(gpuhal_semaphore_import(d, 0, &got), GPUHAL_STATUS_UNAVAILABLE, "stream memory operations");
+  TU_CHECK(got == NULL);
   gpuhal_semaphore_release(s);
   gpuhal_driver_release(d);
 }
