@@ -479,6 +479,7 @@ static gpuhal__object_fifo_t* gpuhal__object_fifo_locked(gpuhal__object_pool_t* 
     if (fifo->magic == 0) {
       fifo->magic = magic;
       fifo->size = size;
+      fifo->name = NULL;
     }
     if (fifo->magic == magic) {
       if (!fifo->size) fifo->size = size;
@@ -493,6 +494,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__object_alloc(gpuhal__object_pool_t* pool
                                                      const char* what, void** out) {
   gpuhal__object_t* reused = NULL;
   gpuhal__object_fifo_t* fifo;
+  gpuhal_status_t status;
   GPUHAL_ASSERT(size >= sizeof(gpuhal__object_t));
   gpuhal__mutex_lock(&pool->mutex);
   fifo = gpuhal__object_fifo_locked(pool, magic, size);
@@ -502,11 +504,23 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__object_alloc(gpuhal__object_pool_t* pool
     if (!fifo->oldest) fifo->newest = NULL;
     fifo->count--;
   }
+  if (fifo) {
+    if (!fifo->name) fifo->name = what;
+    fifo->live++; /* taken back below if the allocation fails */
+  }
   gpuhal__mutex_unlock(&pool->mutex);
-  if (!reused) return gpuhal__alloc_zeroed(&pool->allocator, size, what, out);
-  memset(reused, 0, size);
-  *out = reused;
-  return NULL;
+  if (reused) {
+    memset(reused, 0, size);
+    *out = reused;
+    return NULL;
+  }
+  status = gpuhal__alloc_zeroed(&pool->allocator, size, what, out);
+  if (status && fifo) {
+    gpuhal__mutex_lock(&pool->mutex);
+    fifo->live--;
+    gpuhal__mutex_unlock(&pool->mutex);
+  }
+  return status;
 }
 
 GPUHAL__PRIVATE void gpuhal__object_free(gpuhal__object_pool_t* pool, uint32_t magic, void* object) {
@@ -520,6 +534,7 @@ GPUHAL__PRIVATE void gpuhal__object_free(gpuhal__object_pool_t* pool, uint32_t m
   gpuhal__mutex_lock(&pool->mutex);
   fifo = gpuhal__object_fifo_locked(pool, magic, 0);
   if (fifo) {
+    if (fifo->live > 0) fifo->live--;
     if (fifo->newest) {
       fifo->newest->next_released = o;
     } else {
@@ -545,6 +560,26 @@ static void gpuhal__process_objects_init(void) {
 GPUHAL__PRIVATE gpuhal__object_pool_t* gpuhal__process_object_pool(void) {
   gpuhal__once(&gpuhal__process_objects_once, gpuhal__process_objects_init);
   return &gpuhal__process_objects;
+}
+
+GPUHAL__PRIVATE size_t gpuhal__object_pool_describe_live(gpuhal__object_pool_t* pool, uint32_t except, char* out,
+                                                         size_t capacity) {
+  size_t total = 0, used = 0;
+  unsigned i;
+  if (capacity) out[0] = '\0';
+  gpuhal__mutex_lock(&pool->mutex);
+  for (i = 0; i < GPUHAL__OBJECT_POOL_TYPES; ++i) {
+    const gpuhal__object_fifo_t* fifo = &pool->types[i];
+    int n;
+    if (!fifo->magic || fifo->magic == except || fifo->live == 0) continue;
+    total += fifo->live;
+    if (used >= capacity) continue;
+    n = snprintf(out + used, capacity - used, "%s%lu %s", used ? ", " : "", (unsigned long)fifo->live,
+                 fifo->name ? fifo->name : "object");
+    if (n > 0) used += (size_t)n;
+  }
+  gpuhal__mutex_unlock(&pool->mutex);
+  return total;
 }
 
 GPUHAL__PRIVATE void gpuhal__list_init(gpuhal__list_node_t* head) { head->prev = head->next = head; }

@@ -25,7 +25,7 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_create(gpuhal_device_t* device,
                     "has unknown bits (allowed: GPUHAL_COMMAND_BUFFER_REUSABLE, GPUHAL_COMMAND_BUFFER_STREAM)");
   GPUHAL__CHECK_ARG(binding_slots <= (1u << 20), "binding_slots", "must be <= 1048576");
   GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_COMMAND_BUFFER, sizeof(*cb),
-                                               "a command buffer", (void**)&cb));
+                                               "gpuhal_command_buffer_t", (void**)&cb));
   gpuhal__dispatch_limits_of(&device->info, &cb->limits);
   st = NULL;
   if (binding_slots) {

@@ -409,6 +409,22 @@ static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
   gpuhal__mutex_unlock(&driver->devices_mutex);
 }
 
+/* The application's last reference to the driver is going while objects it made are still
+ * alive: allowed (each holds the driver), but the driver's contexts, pinned memory and
+ * threads stay until the last of them goes. Said at INFO, as the order is legal; it names
+ * what is left, which finds a forgotten object when something is held past the end. */
+static void gpuhal__driver_warn_live_objects(gpuhal_driver_t* driver) {
+  char names[256];
+  size_t live;
+  if (gpuhal__atomic_load(&driver->header.refcount) <= 1) return;
+  live = gpuhal__object_pool_describe_live(&driver->objects, 0, names, sizeof(names));
+  if (live == 0) return; /* only gpuhal's own references: they go in a moment */
+  gpuhal__log(&driver->logger, GPUHAL_LOG_INFO,
+              "gpuhal_driver_release: objects made with this driver are still alive (%s); the driver, its CUDA "
+              "contexts, memory and threads stay until they are released",
+              names);
+}
+
 GPUHAL_API void gpuhal_driver_release(gpuhal_driver_t* driver) {
   if (!gpuhal__object_is_live(driver, GPUHAL__MAGIC_DRIVER)) return;
   if (!gpuhal__object_user_release(&driver->header)) {
@@ -416,6 +432,7 @@ GPUHAL_API void gpuhal_driver_release(gpuhal_driver_t* driver) {
     return;
   }
   gpuhal__driver_settle_released_devices(driver);
+  gpuhal__driver_warn_live_objects(driver);
   gpuhal__driver_release_ref(driver);
 }
 

@@ -17,7 +17,7 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_load(gpuhal_device_t* device, const
   GPUHAL__CHECK_ARG(image != NULL, "image", "must not be NULL");
   GPUHAL__CHECK_ARG(size > 0, "size", "must be > 0");
   GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_EXECUTABLE, sizeof(*executable),
-                                               "an executable", (void**)&executable));
+                                               "gpuhal_executable_t", (void**)&executable));
   {
     gpuhal_status_t st = gpuhal__module_cache_load(device, image, size, NULL, &entry);
     if (st) {
@@ -224,7 +224,7 @@ static gpuhal_status_t gpuhal__kernel_create(gpuhal_executable_t* executable, co
   gpuhal_kernel_t* kernel = NULL;
   GPUHAL__RETURN_IF_ERROR(gpuhal__module_entry_function(device, executable->entry, name, &record));
   GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_KERNEL, sizeof(*kernel),
-                                               "a kernel", (void**)&kernel));
+                                               "gpuhal_kernel_t", (void**)&kernel));
   kernel->name = (char*)gpuhal__alloc(device->allocator, name_length + 1);
   if (!kernel->name) {
     gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_KERNEL, kernel);

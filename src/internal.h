@@ -222,10 +222,12 @@ GPUHAL__PRIVATE void gpuhal__thread_join(gpuhal__thread_t thread);
 #define gpuhal__thread_self_id() ((uint64_t)pthread_self())
 #define GPUHAL__OBJECT_POOL_TYPES 16 /* more than gpuhal's object types */
 
-/* The released objects of one type, oldest first. */
+/* One type's objects: how many are live, and the released ones, oldest first. */
 typedef struct gpuhal__object_fifo_s {
-  uint32_t magic; /* 0: unclaimed */
+  uint32_t magic;   /* 0: unclaimed */
+  const char* name; /* the type's name, from its first allocation's `what` */
   size_t size;
+  size_t live;
   gpuhal__object_t* oldest;
   gpuhal__object_t* newest;
   size_t count;
@@ -243,13 +245,18 @@ GPUHAL__PRIVATE void gpuhal__object_pool_init(gpuhal__object_pool_t* pool, const
 GPUHAL__PRIVATE void gpuhal__object_pool_deinit(gpuhal__object_pool_t* pool);
 /* Zeroed memory for an object of type `magic` (the caller then runs gpuhal__object_init):
  * the oldest released one once it is GPUHAL_HANDLE_REUSE_DISTANCE releases old, otherwise
- * new memory. RESOURCE_EXHAUSTED names `what`. */
+ * new memory. `what` is the type's name ("gpuhal_buffer_t"); RESOURCE_EXHAUSTED names it. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__object_alloc(gpuhal__object_pool_t* pool, uint32_t magic, size_t size,
                                                      const char* what, void** out);
 /* Releases an object's memory to its pool: poisons the header (a late call on the handle
  * is caught) and queues it for reuse. Also for an object whose creation failed. */
 GPUHAL__PRIVATE void gpuhal__object_free(gpuhal__object_pool_t* pool, uint32_t magic, void* object);
 GPUHAL__PRIVATE gpuhal__object_pool_t* gpuhal__process_object_pool(void);
+/* The pool's live objects as "2 gpuhal_buffer_t, 1 gpuhal_semaphore_t" in `out` (empty
+ * when none, cut short to fit); `except` is a type not to count (0: none). The number of
+ * live objects listed. */
+GPUHAL__PRIVATE size_t gpuhal__object_pool_describe_live(gpuhal__object_pool_t* pool, uint32_t except, char* out,
+                                                         size_t capacity);
 
 /* ---- intrusive doubly linked list ---- */
 typedef struct gpuhal__list_node_s {

@@ -495,8 +495,8 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_create(gpuhal_driver_t* driver, uint
   GPUHAL__CHECK_ARG(out_semaphore != NULL, "out_semaphore", "must not be NULL");
   *out_semaphore = NULL;
   GPUHAL__CHECK_OBJECT(driver, GPUHAL__MAGIC_DRIVER);
-  GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&driver->objects, GPUHAL__MAGIC_SEMAPHORE, sizeof(*s),
-                                               "gpuhal_semaphore_create: semaphore", (void**)&s));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__object_alloc(&driver->objects, GPUHAL__MAGIC_SEMAPHORE, sizeof(*s), "gpuhal_semaphore_t", (void**)&s));
   gpuhal__object_init(&s->object, GPUHAL__MAGIC_SEMAPHORE);
   gpuhal__driver_retain_ref(driver); /* a semaphore may outlive the user's driver reference */
   s->driver = driver;

@@ -19,7 +19,7 @@
 
 static gpuhal_timeout_t er_seconds(int s) { return gpuhal_timeout_relative_ns((int64_t)s * 1000000000ll); }
 
-/* The driver's error log lines, for checking what an extra release reports. */
+/* The driver's log lines down to INFO, for checking what a release reports. */
 typedef struct er_log_s {
   pthread_mutex_t mutex;
   char text[8192];
@@ -29,11 +29,11 @@ typedef struct er_log_s {
 static void er_log_fn(gpuhal_log_level_t level, const char* message, void* user) {
   er_log_t* log = (er_log_t*)user;
   size_t used;
-  if (level != GPUHAL_LOG_ERROR) return;
+  if (level > GPUHAL_LOG_INFO) return;
   pthread_mutex_lock(&log->mutex);
   used = strlen(log->text);
   snprintf(log->text + used, sizeof(log->text) - used, "%s\n", message);
-  log->errors++;
+  if (level == GPUHAL_LOG_ERROR) log->errors++;
   pthread_mutex_unlock(&log->mutex);
 }
 static int er_errors(er_log_t* log) {
@@ -340,8 +340,44 @@ TU_TEST(driver_released_twice_under_a_device) {
   er_close(&f);
 }
 
+/* The application's last driver release while a buffer it forgot is alive: allowed (the
+ * buffer keeps what it needs), with a warning that names what is left; the buffer still
+ * works, and its release ends the device and the driver. */
+TU_TEST(driver_released_with_a_live_buffer_warns_and_names_it) {
+  er_fixture_t f;
+  gpuhal_driver_options_t options;
+  gpuhal_buffer_t *buffer = NULL, *other = NULL;
+  if (!er_open(&f)) TU_SKIP("no device");
+  er_close(&f);
+  memset(&f, 0, sizeof(f));
+  pthread_mutex_init(&f.log.mutex, NULL);
+  memset(&options, 0, sizeof(options));
+  options.log_level = GPUHAL_LOG_INFO;
+  options.log_fn = er_log_fn;
+  options.log_user = &f.log;
+  TU_REQUIRE_OK(gpuhal_driver_create(&options, &f.driver));
+  TU_REQUIRE_OK(gpuhal_device_create(f.driver, 0, NULL, &f.device));
+  alarm(ER_WATCHDOG_SECONDS);
+  TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 64, &buffer));
+  TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 64, &other));
+  gpuhal_buffer_release(other); /* released ones are not counted */
+  gpuhal_device_release(f.device);
+  gpuhal_driver_release(f.driver);
+  TU_CHECK_EQ_INT(er_errors(&f.log), 0);
+  TU_CHECK_STR_CONTAINS(f.log.text, "gpuhal_driver_release: objects made with this driver are still alive");
+  TU_CHECK_STR_CONTAINS(f.log.text, "1 gpuhal_buffer_t");
+  TU_CHECK_STR_CONTAINS(f.log.text, "1 gpuhal_device_t");
+  TU_CHECK_EQ_INT(gpuhal_buffer_size(buffer), 64);
+  gpuhal_buffer_release(buffer);
+  TU_CHECK_EQ_INT(gpuhal_driver_has_feature(f.driver, GPUHAL_FEATURE_MEMORY_POOLS), 0); /* gone */
+  f.device = NULL;
+  f.driver = NULL;
+  er_close(&f);
+}
+
 TU_MAIN(TU_CASE(device_released_twice_under_a_buffer), TU_CASE(balanced_retains_log_nothing),
         TU_CASE(buffer_released_twice_under_a_command_buffer),
         TU_CASE(semaphore_and_command_buffer_released_twice_while_queued),
+        TU_CASE(driver_released_with_a_live_buffer_warns_and_names_it),
         TU_CASE(executable_released_twice_under_a_command_buffer),
         TU_CASE(channel_released_twice_under_a_command_buffer), TU_CASE(driver_released_twice_under_a_device))
