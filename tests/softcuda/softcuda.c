@@ -68,3 +68,13 @@ GPUHAL_CUDA_REQUIRED_SYMBOLS(SC_EXPORT)
 GPUHAL_CUDA_OPTIONAL_SYMBOLS(SC_EXPORT)
 SC_EXPORT_SYM("cuGetProcAddress", "sc_cuGetProcAddress")
 SC_EXPORT_SYM("cuGetProcAddress_v2", "sc_cuGetProcAddress")
+
+/* NVRTC opens libcuda.so.1 when it compiles and asks it for private export tables; in a
+ * process that runs softcuda, that is softcuda, and NVRTC crashes when the entry is not
+ * there at all. It answers as a driver without the table: not supported, no table. */
+SOFTCUDA_API CUresult CUDAAPI cuGetExportTable(const void** ppExportTable, const void* pExportTableId);
+SOFTCUDA_API CUresult CUDAAPI cuGetExportTable(const void** ppExportTable, const void* pExportTableId) {
+  (void)pExportTableId;
+  if (ppExportTable) *ppExportTable = NULL;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
