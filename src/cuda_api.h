@@ -2,7 +2,7 @@
  * cuda_api - gpuhal's own declarations of the CUDA driver API (and NCCL) subset it uses.
  *
  * WHY
- *   gpuhal builds with no CUDA toolkit installed: libcuda.so.1 and libnccl.so.2 are loaded
+ *   gpuhal builds with no CUDA toolkit installed: libcuda.so.1, libnccl.so.2 and NVRTC are loaded
  *   at run time, so all gpuhal needs at compile time is the ABI: the types, enum values,
  *   struct layouts and function signatures. This file carries exactly that, written from
  *   the ABI facts of the x86-64 / aarch64 Linux (and Windows x64) driver.
@@ -17,11 +17,14 @@
  * WHAT
  *   - types, enums and structs, or <cuda.h> when GPUHAL_USE_CUDA_H is defined or <cuda.h>
  *     was included first (CUDA_VERSION defined); likewise <nccl.h> for GPUHAL_USE_NCCL_H
- *     or when <nccl.h> was included first (NCCL_MAJOR defined);
+ *     or when <nccl.h> was included first (NCCL_MAJOR defined), and <nvrtc.h> for
+ *     GPUHAL_USE_NVRTC_H or when <nvrtc.h> was included first (__NVRTC_H__ defined);
  *   - the function tables as X-macros (always ours, whichever headers provide the types):
  *       GPUHAL_CUDA_REQUIRED_SYMBOLS(X)   X(name, "dlsym_name", pinned_version, (params))
  *       GPUHAL_CUDA_OPTIONAL_SYMBOLS(X)   same format
  *       GPUHAL_NCCL_SYMBOLS(X)            X(name, (params)), every one returns ncclResult_t
+ *       GPUHAL_NVRTC_SYMBOLS(X)           X(name, (params)), every one returns nvrtcResult
+ *       GPUHAL_NVRTC_OPTIONAL_SYMBOLS(X)  same format (newer NVRTCs only)
  *     name           the base name, as passed to cuGetProcAddress (and our typedef suffix)
  *     dlsym_name     the exported symbol that has these parameters at pinned_version
  *                    (the dlsym fallback when cuGetProcAddress is unavailable)
@@ -37,7 +40,7 @@
  * expand it): "#name" for the cuGetProcAddress string, gpuhal_PFN_##name for the type.
  *
  * tests/abi checks every size, field offset, enum value and function signature here
- * against the real cuda.h / cudaTypedefs.h / nccl.h where they are installed.
+ * against the real cuda.h / cudaTypedefs.h / nccl.h / nvrtc.h where they are installed.
  */
 
 /* ---- gpuhal:internal ---- */
@@ -73,6 +76,13 @@ GPUHAL__FOREIGN_HEADER_BEGIN
 #include <nccl.h>
 GPUHAL__FOREIGN_HEADER_END
 #define GPUHAL__HAVE_NCCL_TYPES 1
+#endif
+
+#if defined(GPUHAL_USE_NVRTC_H) || defined(__NVRTC_H__)
+GPUHAL__FOREIGN_HEADER_BEGIN
+#include <nvrtc.h>
+GPUHAL__FOREIGN_HEADER_END
+#define GPUHAL__HAVE_NVRTC_TYPES 1
 #endif
 
 #ifndef CUDAAPI
@@ -1082,6 +1092,28 @@ typedef enum {
 #endif /* !GPUHAL__HAVE_NCCL_TYPES */
 
 /* ------------------------------------------------------------------------------------ */
+/* NVRTC types (run-time compilation: gpuhal_executable_compile)                          */
+/* ------------------------------------------------------------------------------------ */
+
+#if !defined(GPUHAL__HAVE_NVRTC_TYPES)
+
+typedef enum {
+    NVRTC_SUCCESS = 0,
+    NVRTC_ERROR_OUT_OF_MEMORY = 1,
+    NVRTC_ERROR_PROGRAM_CREATION_FAILURE = 2,
+    NVRTC_ERROR_INVALID_INPUT = 3,
+    NVRTC_ERROR_INVALID_PROGRAM = 4,
+    NVRTC_ERROR_INVALID_OPTION = 5,
+    NVRTC_ERROR_COMPILATION = 6,
+    NVRTC_ERROR_BUILTIN_OPERATION_FAILURE = 7,
+    NVRTC_ERROR_INTERNAL_ERROR = 11
+} nvrtcResult;
+
+typedef struct _nvrtcProgram* nvrtcProgram;
+
+#endif /* !GPUHAL__HAVE_NVRTC_TYPES */
+
+/* ------------------------------------------------------------------------------------ */
 /* Function tables                                                                      */
 /* ------------------------------------------------------------------------------------ */
 
@@ -1356,14 +1388,38 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
 
 typedef const char* (*gpuhal_PFN_ncclGetErrorString)(ncclResult_t result);
 
+/* NVRTC: X(name, (params)); every entry returns nvrtcResult. nvrtcGetErrorString returns
+ * const char* and is declared on its own below. The optional entries (cubin output, the
+ * list of supported architectures) came with CUDA 11.1 and 11.2. */
+#define GPUHAL_NVRTC_SYMBOLS(X)                                                                               \
+    X(nvrtcVersion, (int* major, int* minor))                                                                 \
+    X(nvrtcCreateProgram, (nvrtcProgram* prog, const char* src, const char* name, int numHeaders,            \
+                           const char* const* headers, const char* const* includeNames))                      \
+    X(nvrtcDestroyProgram, (nvrtcProgram* prog))                                                              \
+    X(nvrtcCompileProgram, (nvrtcProgram prog, int numOptions, const char* const* options))                  \
+    X(nvrtcGetProgramLogSize, (nvrtcProgram prog, size_t* logSizeRet))                                        \
+    X(nvrtcGetProgramLog, (nvrtcProgram prog, char* log))                                                     \
+    X(nvrtcGetPTXSize, (nvrtcProgram prog, size_t* ptxSizeRet))                                               \
+    X(nvrtcGetPTX, (nvrtcProgram prog, char* ptx))
+#define GPUHAL_NVRTC_OPTIONAL_SYMBOLS(X)                                                                      \
+    X(nvrtcGetCUBINSize, (nvrtcProgram prog, size_t* cubinSizeRet))                                           \
+    X(nvrtcGetCUBIN, (nvrtcProgram prog, char* cubin))                                                        \
+    X(nvrtcGetNumSupportedArchs, (int* numArchs))                                                             \
+    X(nvrtcGetSupportedArchs, (int* supportedArchs))
+
+typedef const char* (*gpuhal_PFN_nvrtcGetErrorString)(nvrtcResult result);
+
 /* gpuhal_PFN_<name> for every table entry. */
 #define GPUHAL_CUDA_PFN_TYPEDEF(name, dlsym_name, pinned_version, params) \
     typedef CUresult(CUDAAPI* gpuhal_PFN_##name) params;
 #define GPUHAL_NCCL_PFN_TYPEDEF(name, params) typedef ncclResult_t (*gpuhal_PFN_##name) params;
+#define GPUHAL_NVRTC_PFN_TYPEDEF(name, params) typedef nvrtcResult (*gpuhal_PFN_##name) params;
 
 GPUHAL_CUDA_REQUIRED_SYMBOLS(GPUHAL_CUDA_PFN_TYPEDEF)
 GPUHAL_CUDA_OPTIONAL_SYMBOLS(GPUHAL_CUDA_PFN_TYPEDEF)
 GPUHAL_NCCL_SYMBOLS(GPUHAL_NCCL_PFN_TYPEDEF)
+GPUHAL_NVRTC_SYMBOLS(GPUHAL_NVRTC_PFN_TYPEDEF)
+GPUHAL_NVRTC_OPTIONAL_SYMBOLS(GPUHAL_NVRTC_PFN_TYPEDEF)
 
 #ifdef __cplusplus
 }

@@ -283,11 +283,13 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
   gpuhal__object_pool_deinit(&driver->objects);
   gpuhal__cond_destroy(&driver->devices_cond);
   gpuhal__mutex_destroy(&driver->devices_mutex);
+  gpuhal__mutex_destroy(&driver->nvrtc_mutex);
   /* The CUDA driver and NCCL start threads of their own: unloading them under those
    * threads is not safe, so the libraries stay loaded (dlopen counts references, so
-   * creating drivers again costs nothing). */
+   * creating drivers again costs nothing); NVRTC likewise. */
   driver->cuda_handle = NULL;
   driver->nccl_handle = NULL;
+  driver->nvrtc_handle = NULL;
   gpuhal__driver_free(driver);
 }
 
@@ -307,6 +309,8 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
                     "must set both alloc and free, or neither");
   GPUHAL__CHECK_RANGE((unsigned)options->log_level <= (unsigned)GPUHAL_LOG_DEBUG, "options->log_level",
                       "must be a gpuhal_log_level_t (0..4)");
+  GPUHAL__CHECK_ARG(!options->nvrtc_library || strlen(options->nvrtc_library) < GPUHAL__LIBRARY_PATH_MAX,
+                    "options->nvrtc_library", "must be shorter than 512 bytes");
   allocator = gpuhal__allocator_resolve(&options->allocator);
   GPUHAL__RETURN_IF_ERROR(gpuhal__driver_alloc(&driver));
   gpuhal__object_init(&driver->header, GPUHAL__MAGIC_DRIVER);
@@ -319,6 +323,9 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   gpuhal__mutex_init(&driver->parked_mutex);
   gpuhal__cond_init(&driver->devices_cond);
   gpuhal__list_init(&driver->devices);
+  gpuhal__mutex_init(&driver->nvrtc_mutex);
+  if (options->nvrtc_library)
+    snprintf(driver->nvrtc_option, sizeof(driver->nvrtc_option), "%s", options->nvrtc_library);
   driver->allocator = allocator;
   driver->logger = gpuhal__logger_from_options(options);
   status = gpuhal__symbols_load_cuda(options->cuda_library, &driver->logger, &driver->cu, &driver->cuda_handle,

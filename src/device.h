@@ -25,6 +25,9 @@ typedef struct gpuhal_driver_options_t {
    * every value, "the event path"); > 0 = on where supported, whatever the environment.
    * See README, "Semaphores in device memory". */
   int semaphore_memops;
+  /* NVRTC for gpuhal_executable_compile, loaded on the first compile: NULL =
+   * $GPUHAL_NVRTC_LIBRARY, else libnvrtc.so.13, libnvrtc.so.12, then libnvrtc.so. */
+  const char* nvrtc_library;
 } gpuhal_driver_options_t;
 
 /* Loads the CUDA driver (and NCCL when present) and counts the devices. `options` may be
@@ -227,6 +230,13 @@ struct gpuhal_driver_s {
   char cuda_library[GPUHAL__LIBRARY_PATH_MAX];
   char nccl_library[GPUHAL__LIBRARY_PATH_MAX]; /* "" without NCCL */
   char trace_path[GPUHAL__LIBRARY_PATH_MAX];   /* "" without tracing */
+  /* NVRTC (executable_compile.c): loaded by the first compile, under nvrtc_mutex. */
+  gpuhal__mutex_t nvrtc_mutex;
+  int nvrtc_loaded; /* a failed load is tried again by the next compile */
+  gpuhal__nvrtc_symbols_t nvrtc;
+  void* nvrtc_handle;
+  char nvrtc_option[GPUHAL__LIBRARY_PATH_MAX];  /* options->nvrtc_library, copied ("": none) */
+  char nvrtc_library[GPUHAL__LIBRARY_PATH_MAX]; /* the path that loaded */
   int driver_version;
   int device_count;
   uint32_t features;             /* bit (1 << gpuhal_feature_t) */

@@ -6,18 +6,18 @@
 
 /* ---- the disk-cache file format ----
  *
- * A file is a 128-byte header, the image it was compiled from (PTX) and the payload (a
- * cubin or fatbin). Integers little-endian:
+ * A file is a 128-byte header, the image it was compiled from (PTX, or CUDA C source with
+ * its options) and the payload (a cubin or fatbin; NVRTC's PTX). Integers little-endian:
  *     0  8  magic "GPUHALMC"
  *     8  4  format version (2)
  *    12  4  header size (128)
  *    16  8  image hash (the module cache's fast hash; it names the file)
  *    24  8  image size (the image's bytes follow the header)
- *    32  4  image format (1: PTX)
+ *    32  4  image format (1: PTX, 16: CUDA C source and options)
  *    36  4  compute capability major     40  4  minor
  *    44  4  driver version (e.g. 13000)
  *    48  4  JIT optimization level       52  4  JIT max registers
- *    56  4  compiler (0: driver cuLink, 1: the user's compile hook)
+ *    56  4  compiler (0: driver cuLink, 1: the user's compile hook, 2: NVRTC)
  *    60  4  reserved (0)
  *    64  8  payload size (the file is exactly 128 + image size + this)
  *    72  8  payload checksum (fast64, seeded)
@@ -148,7 +148,8 @@ static gpuhal_status_t gpuhal__disk_image_mismatch(const gpuhal__disk_key_t* fou
                             (unsigned long long)found->image_hash);
 }
 
-/* Checks a payload against its header's checksum, and that it is a cubin or fatbin. */
+/* Checks a payload against its header's checksum, and that it is a cubin or fatbin (or,
+ * from NVRTC, PTX). */
 static gpuhal_status_t gpuhal__disk_payload_check(const unsigned char* header, const unsigned char* payload,
                                                   size_t payload_size) {
   gpuhal__image_format_t format;
@@ -157,7 +158,7 @@ static gpuhal_status_t gpuhal__disk_payload_check(const unsigned char* header, c
   if (gpuhal__hash_fast64(payload, payload_size, GPUHAL__DISK_SEED_PAYLOAD) != gpuhal__le64(header + 72))
     return gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "payload checksum mismatch");
   st = gpuhal__image_detect(payload, payload_size, "disk cache payload", &format, &format_size);
-  if (!st && format == GPUHAL__IMAGE_PTX)
+  if (!st && format == GPUHAL__IMAGE_PTX && gpuhal__le32(header + 56) != GPUHAL__COMPILER_NVRTC)
     st = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "the payload is PTX text, not a cubin or fatbin");
   if (st) {
     gpuhal_status_t wrapped = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "bad payload: %s", gpuhal_status_message(st));
@@ -171,7 +172,10 @@ GPUHAL__PRIVATE void gpuhal__disk_file_name(const gpuhal__disk_key_t* key, char*
   snprintf(out, out_size, "%016llx-%llu-sm%d%d-drv%d-O%d-R%d-%s%s", (unsigned long long)key->image_hash,
            (unsigned long long)key->image_size, (int)key->cc_major, (int)key->cc_minor, (int)key->driver_version,
            (int)key->optimization_level, (int)key->max_registers,
-           key->compiler == GPUHAL__COMPILER_HOOK ? "hook" : "driver", GPUHAL__DISK_SUFFIX);
+           key->compiler == GPUHAL__COMPILER_HOOK    ? "hook"
+           : key->compiler == GPUHAL__COMPILER_NVRTC ? "nvrtc"
+                                                     : "driver",
+           GPUHAL__DISK_SUFFIX);
 }
 
 GPUHAL__PRIVATE void gpuhal__disk_disable(gpuhal__disk_cache_t* disk, const char* what, int error) {

@@ -31,7 +31,13 @@ typedef struct gpuhal__disk_cache_s {
   uint64_t evictions; /* atomic: files this device removed to keep within max_bytes */
 } gpuhal__disk_cache_t;
 
-typedef enum gpuhal__compiler_e { GPUHAL__COMPILER_DRIVER = 0, GPUHAL__COMPILER_HOOK = 1 } gpuhal__compiler_t;
+/* What made a file's payload: the driver's linker or the user's compile hook from PTX (a
+ * cubin), or NVRTC from CUDA C source (PTX, or a cubin for an sm_ target). */
+typedef enum gpuhal__compiler_e {
+  GPUHAL__COMPILER_DRIVER = 0,
+  GPUHAL__COMPILER_HOOK = 1,
+  GPUHAL__COMPILER_NVRTC = 2
+} gpuhal__compiler_t;
 
 /* What a disk-cache file must have been made for. The file holds a copy of the image and a
  * hit compares it byte for byte; the hash only names the file. */
@@ -41,13 +47,14 @@ typedef struct gpuhal__disk_key_s {
   const void* image;
   uint32_t image_format;
   int32_t cc_major, cc_minor;
-  int32_t driver_version;
+  int32_t driver_version;     /* NVRTC's version (major * 1000 + minor * 10) for GPUHAL__COMPILER_NVRTC */
   int32_t optimization_level; /* normalized: the driver default (-1) is 4 */
   int32_t max_registers;
   uint32_t compiler;
 } gpuhal__disk_key_t;
 
-/* The file name of a key: "<16 hex hash>-<image size>-sm90-drv13000-O4-R0-driver.gpuhal". */
+/* The file name of a key: "<16 hex hash>-<image size>-sm90-drv13000-O4-R0-driver.gpuhal"
+ * ("-hook", "-nvrtc" for the other compilers). */
 GPUHAL__PRIVATE void gpuhal__disk_file_name(const gpuhal__disk_key_t* key, char* out, size_t out_size);
 
 /* ---- the disk cache: files ---- */

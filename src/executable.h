@@ -22,6 +22,37 @@ typedef struct gpuhal_kernel_s gpuhal_kernel_t;
  * copied; the caller may free it on return. */
 GPUHAL_API gpuhal_status_t gpuhal_executable_load(gpuhal_device_t* device, const void* image, size_t size,
                                                   gpuhal_executable_t** out_executable);
+
+/* What gpuhal_executable_compile passes to NVRTC besides the source. A zeroed struct (or
+ * NULL) compiles with no options and no headers. */
+typedef struct gpuhal_compile_options_t {
+  const char* program_name;          /* names the source in NVRTC's log and in errors; NULL: "gpuhal_program.cu" */
+  const char* const* options;        /* NVRTC options: "-DN=4", "--use_fast_math", "-lineinfo", "-arch=sm_90a" */
+  uint32_t option_count;             /* entries of `options` */
+  const char* const* header_names;   /* headers the source may #include, by these names, ... */
+  const char* const* header_sources; /* ... with this text */
+  uint32_t header_count;             /* entries of header_names and header_sources */
+} gpuhal_compile_options_t;
+
+/* Compiles CUDA C++ source at run time with NVRTC and loads the result on `device` as
+ * gpuhal_executable_load does. Kernels are found by their entry names: declare them
+ * extern "C" (a C++ name is mangled).
+ *   - Target: --gpu-architecture=compute_XY for the device's compute capability (or the newest
+ *     one NVRTC supports below it), unless an option names an architecture itself
+ *     (-arch=..., --gpu-architecture=...; an sm_ target such as sm_90a gives a cubin).
+ *   - NVRTC is loaded on the first compile: gpuhal_driver_options_t.nvrtc_library, else
+ *     $GPUHAL_NVRTC_LIBRARY, else libnvrtc.so.13, .so.12, .so. Not found: UNAVAILABLE
+ *     listing what was tried. No CUDA toolkit is needed to build gpuhal.
+ *   - Source that does not compile: INVALID_ARGUMENT with the program name and NVRTC's
+ *     log; an option NVRTC refuses: INVALID_ARGUMENT naming options->options and the log.
+ *   - With a disk cache (params.module_cache_dir, $GPUHAL_CACHE_DIR) NVRTC's output is
+ *     kept, keyed by the source, headers, options, NVRTC's version and the device's
+ *     compute capability: compiling the same program again, in this process or another,
+ *     runs no NVRTC (gpuhal_module_cache_stats_t.source_disk_hits). Without one every
+ *     call runs NVRTC. */
+GPUHAL_API gpuhal_status_t gpuhal_executable_compile(gpuhal_device_t* device, const char* source,
+                                                     const gpuhal_compile_options_t* options,
+                                                     gpuhal_executable_t** out_executable);
 GPUHAL_API void gpuhal_executable_retain(gpuhal_executable_t* executable);
 GPUHAL_API void gpuhal_executable_release(gpuhal_executable_t* executable);
 

@@ -635,6 +635,8 @@ GPUHAL_API gpuhal_status_t gpuhal_device_module_cache_stats(gpuhal_device_t* dev
   GPUHAL__STAT_COPY(disk_hits);
   GPUHAL__STAT_COPY(disk_misses);
   GPUHAL__STAT_COPY(disk_rejects);
+  GPUHAL__STAT_COPY(source_compiles);
+  GPUHAL__STAT_COPY(source_disk_hits);
   out_stats->disk_writes = gpuhal__atomic_load_relaxed(&cache->disk.writes);
   out_stats->disk_evictions = gpuhal__atomic_load_relaxed(&cache->disk.evictions);
   GPUHAL__STAT_COPY(evictions);

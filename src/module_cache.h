@@ -72,6 +72,8 @@ typedef struct gpuhal_module_cache_stats_t {
   uint64_t disk_rejects;     /* files found but not used: corrupt, truncated, foreign, or refused by the driver */
   uint64_t disk_writes;      /* files written */
   uint64_t disk_evictions;   /* files this device removed to keep the directory within its bound */
+  uint64_t source_compiles;  /* gpuhal_executable_compile calls that ran NVRTC */
+  uint64_t source_disk_hits; /* gpuhal_executable_compile calls served by the disk cache (no NVRTC) */
   uint64_t evictions;        /* unreferenced entries unloaded to stay within the limits */
   uint64_t trimmed;          /* unreferenced entries unloaded by gpuhal_device_module_cache_trim */
   uint64_t entries;          /* modules loaded now (referenced or not) */

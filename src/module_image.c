@@ -8,6 +8,7 @@ GPUHAL__PRIVATE const char* gpuhal__image_format_name(gpuhal__image_format_t f) 
     case GPUHAL__IMAGE_PTX: return "PTX";
     case GPUHAL__IMAGE_CUBIN: return "cubin";
     case GPUHAL__IMAGE_FATBIN: return "fatbin";
+    case GPUHAL__IMAGE_CUDA_SOURCE: return "CUDA C source";
   }
   return "unknown";
 }

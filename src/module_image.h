@@ -11,7 +11,10 @@
 typedef enum gpuhal__image_format_e {
   GPUHAL__IMAGE_PTX = 1,
   GPUHAL__IMAGE_CUBIN = 2,
-  GPUHAL__IMAGE_FATBIN = 3
+  GPUHAL__IMAGE_FATBIN = 3,
+  /* CUDA C source with its compile options (executable_compile.c): never loaded, only the
+   * image of a disk-cache key whose payload is NVRTC's output. */
+  GPUHAL__IMAGE_CUDA_SOURCE = 16
 } gpuhal__image_format_t;
 
 GPUHAL__PRIVATE const char* gpuhal__image_format_name(gpuhal__image_format_t f);

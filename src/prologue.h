@@ -46,6 +46,7 @@
  *   GPUHAL_NO_NCCL         never load NCCL; channel calls return UNAVAILABLE - off
  *   GPUHAL_USE_CUDA_H      types from the real <cuda.h> (12.0+) - off, on if it came first
  *   GPUHAL_USE_NCCL_H      types from the real <nccl.h> - off, on if it came first
+ *   GPUHAL_USE_NVRTC_H     types from the real <nvrtc.h> - off, on if it came first
  *   GPUHAL_HANDLE_REUSE_DISTANCE  released handles caught for this many later releases - 4096
  *   GPUHAL_TRACE_CAPACITY  records in the trace ring (~120 bytes each, min 16) - 65536
  *   GPUHAL_EVENT_POOL_BLOCK  CUevents a device's event pool adds per growth step - 32
@@ -58,6 +59,7 @@
  *   when set (non-zero), wins over the variable.
  *   GPUHAL_CUDA_LIBRARY      the only driver library tried - libcuda.so.1, then libcuda.so
  *   GPUHAL_NCCL_LIBRARY      the only NCCL library tried - libnccl.so.2, then libnccl.so
+ *   GPUHAL_NVRTC_LIBRARY     the only NVRTC library tried - libnvrtc.so.13, .so.12, .so
  *   GPUHAL_LOG               none|off|error|warn|info|debug: log from that level - warn
  *   GPUHAL_CACHE_DIR         directory of the persistent kernel cache - none (memory only)
  *   GPUHAL_TRACE             file to write a Chrome-trace (Perfetto) JSON timeline to - none

@@ -289,3 +289,21 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__nccl_status(const gpuhal__nccl_symbols_t
                             gpuhal__file_basename(file), line);
 }
 #define GPUHAL__NCCL_RETURN(nccl, fn, args) GPUHAL__RETURN_IF_ERROR(GPUHAL__NCCL(nccl, fn, args))
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__nvrtc_status(const gpuhal__nvrtc_symbols_t* nvrtc, nvrtcResult result,
+                                                     const char* call, const char* file, int line) {
+  gpuhal_status_code_t code = GPUHAL_STATUS_INTERNAL;
+  const char* name = NULL;
+  if (result == NVRTC_SUCCESS) return NULL;
+  switch (result) {
+    case NVRTC_ERROR_OUT_OF_MEMORY: code = GPUHAL_STATUS_RESOURCE_EXHAUSTED; break;
+    case NVRTC_ERROR_INVALID_INPUT:
+    case NVRTC_ERROR_INVALID_OPTION:
+    case NVRTC_ERROR_COMPILATION: code = GPUHAL_STATUS_INVALID_ARGUMENT; break;
+    default: break;
+  }
+  if (nvrtc && nvrtc->nvrtcGetErrorString) name = nvrtc->nvrtcGetErrorString(result);
+  if (name) return gpuhal_status_make(code, "%s in %s at %s:%d", name, call, gpuhal__file_basename(file), line);
+  return gpuhal_status_make(code, "nvrtcResult %d in %s at %s:%d", (int)result, call, gpuhal__file_basename(file),
+                            line);
+}

@@ -30,4 +30,12 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__nccl_status(const gpuhal__nccl_symbols_t
 
 #define GPUHAL__NCCL(nccl, fn, args) gpuhal__nccl_status((nccl), (nccl)->fn args, #fn, __FILE__, __LINE__)
 
+/* NULL for NVRTC_SUCCESS; otherwise a status naming the NVRTC error, the call and
+ * file:line: out of memory is RESOURCE_EXHAUSTED, bad input, options or source
+ * INVALID_ARGUMENT, anything else INTERNAL. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__nvrtc_status(const gpuhal__nvrtc_symbols_t* nvrtc, nvrtcResult result,
+                                                     const char* call, const char* file, int line);
+
+#define GPUHAL__NVRTC(nvrtc, fn, args) gpuhal__nvrtc_status((nvrtc), (nvrtc)->fn args, #fn, __FILE__, __LINE__)
+
 #endif /* GPUHAL_SRC_STATUS_H */

@@ -1,4 +1,4 @@
-/* symbols: loading the CUDA driver and NCCL and filling their function tables
+/* symbols: loading the CUDA driver, NCCL and NVRTC and filling their function tables
  * (symbols.h). */
 #include "symbols.h"
 
@@ -27,18 +27,19 @@ static void* gpuhal__library_open_first(const char* const* candidates, const gpu
 }
 
 /* The libraries to try: an explicit path alone (a caller who names one does not want a
- * silent fallback to another), else $env_name alone, else the defaults. */
-static void gpuhal__library_candidates(const char* path_or_null, const char* env_name, const char* default1,
-                                       const char* default2, const char* out[3]) {
+ * silent fallback to another), else $env_name alone, else the defaults (NULL-terminated,
+ * at most GPUHAL__LIBRARY_CANDIDATES - 1 of them). */
+#define GPUHAL__LIBRARY_CANDIDATES 4
+static void gpuhal__library_candidates(const char* path_or_null, const char* env_name, const char* const* defaults,
+                                       const char* out[GPUHAL__LIBRARY_CANDIDATES]) {
   const char* chosen = path_or_null && path_or_null[0] ? path_or_null : gpuhal__getenv(env_name);
+  size_t i = 0;
   if (chosen) {
-    out[0] = chosen;
-    out[1] = NULL;
+    out[i++] = chosen;
   } else {
-    out[0] = default1;
-    out[1] = default2;
+    for (; defaults[i] && i + 1 < GPUHAL__LIBRARY_CANDIDATES; ++i) out[i] = defaults[i];
   }
-  out[2] = NULL;
+  out[i] = NULL;
 }
 
 /* One symbol: cuGetProcAddress_v2 at the pinned version, then the versioned export, then
@@ -90,7 +91,8 @@ static int gpuhal__cuda_symbols_resolve_all(void* handle, const gpuhal__logger_t
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_cuda(const char* path_or_null, const gpuhal__logger_t* logger,
                                                           gpuhal__cuda_symbols_t* cu, void** out_handle,
                                                           char* loaded_path, size_t loaded_path_size) {
-  const char* candidates[3];
+  static const char* const defaults[] = {"libcuda.so.1", "libcuda.so", NULL};
+  const char* candidates[GPUHAL__LIBRARY_CANDIDATES];
   char tried[1024];
   char missing[1024];
   char path[GPUHAL__LIBRARY_PATH_MAX];
@@ -100,7 +102,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_cuda(const char* path_or_nu
   memset(cu, 0, sizeof(*cu));
   *out_handle = NULL;
   if (loaded_path && loaded_path_size) loaded_path[0] = 0;
-  gpuhal__library_candidates(path_or_null, "GPUHAL_CUDA_LIBRARY", "libcuda.so.1", "libcuda.so", candidates);
+  gpuhal__library_candidates(path_or_null, "GPUHAL_CUDA_LIBRARY", defaults, candidates);
   handle = gpuhal__library_open_first(candidates, logger, tried, sizeof(tried), path, sizeof(path));
   if (!handle)
     return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE,
@@ -137,7 +139,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_nccl(const char* path_or_nu
   if (loaded_path && loaded_path_size) loaded_path[0] = 0;
   return NULL;
 #else
-  const char* candidates[3];
+  static const char* const defaults[] = {"libnccl.so.2", "libnccl.so", NULL};
+  const char* candidates[GPUHAL__LIBRARY_CANDIDATES];
   char tried[1024];
   char missing[512];
   char path[GPUHAL__LIBRARY_PATH_MAX];
@@ -147,7 +150,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_nccl(const char* path_or_nu
   memset(nccl, 0, sizeof(*nccl));
   *out_handle = NULL;
   if (loaded_path && loaded_path_size) loaded_path[0] = 0;
-  gpuhal__library_candidates(path_or_null, "GPUHAL_NCCL_LIBRARY", "libnccl.so.2", "libnccl.so", candidates);
+  gpuhal__library_candidates(path_or_null, "GPUHAL_NCCL_LIBRARY", defaults, candidates);
   handle = gpuhal__library_open_first(candidates, logger, tried, sizeof(tried), path, sizeof(path));
   if (!handle) {
     gpuhal__log(logger, GPUHAL_LOG_INFO, "NCCL not loaded (collectives are off): tried %s", tried);
@@ -175,4 +178,57 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_nccl(const char* path_or_nu
   if (loaded_path && loaded_path_size) snprintf(loaded_path, loaded_path_size, "%s", path);
   return NULL;
 #endif
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_nvrtc(const char* path_or_null, const gpuhal__logger_t* logger,
+                                                           gpuhal__nvrtc_symbols_t* nvrtc, void** out_handle,
+                                                           char* loaded_path, size_t loaded_path_size) {
+  static const char* const defaults[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", NULL};
+  const char* candidates[GPUHAL__LIBRARY_CANDIDATES];
+  char tried[1024];
+  char missing[512];
+  char path[GPUHAL__LIBRARY_PATH_MAX];
+  void* handle;
+  void* fn;
+  int missing_count = 0;
+  memset(nvrtc, 0, sizeof(*nvrtc));
+  *out_handle = NULL;
+  if (loaded_path && loaded_path_size) loaded_path[0] = 0;
+  gpuhal__library_candidates(path_or_null, "GPUHAL_NVRTC_LIBRARY", defaults, candidates);
+  handle = gpuhal__library_open_first(candidates, logger, tried, sizeof(tried), path, sizeof(path));
+  if (!handle)
+    return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE,
+                              "could not load NVRTC: tried %s; install the CUDA toolkit's NVRTC (libnvrtc.so) or "
+                              "point GPUHAL_NVRTC_LIBRARY (or gpuhal_driver_options_t.nvrtc_library) at it",
+                              tried);
+  missing[0] = 0;
+#define GPUHAL__RESOLVE_NVRTC(name, params)                          \
+  fn = dlsym(handle, #name);                                         \
+  if (!fn) {                                                         \
+    gpuhal__tried_append(missing, sizeof(missing), #name, "absent"); \
+    missing_count++;                                                 \
+  }                                                                  \
+  GPUHAL__STORE_FN(nvrtc->name, fn);
+#define GPUHAL__RESOLVE_NVRTC_OPTIONAL(name, params) \
+  fn = dlsym(handle, #name);                         \
+  GPUHAL__STORE_FN(nvrtc->name, fn);
+  GPUHAL_NVRTC_SYMBOLS(GPUHAL__RESOLVE_NVRTC)
+  GPUHAL__RESOLVE_NVRTC(nvrtcGetErrorString, (nvrtcResult result))
+  GPUHAL_NVRTC_OPTIONAL_SYMBOLS(GPUHAL__RESOLVE_NVRTC_OPTIONAL)
+#undef GPUHAL__RESOLVE_NVRTC
+#undef GPUHAL__RESOLVE_NVRTC_OPTIONAL
+  if (!missing_count && nvrtc->nvrtcVersion(&nvrtc->major, &nvrtc->minor) != NVRTC_SUCCESS) {
+    gpuhal__tried_append(missing, sizeof(missing), "nvrtcVersion", "failed");
+    missing_count++;
+  }
+  if (missing_count) {
+    dlclose(handle);
+    memset(nvrtc, 0, sizeof(*nvrtc));
+    return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "the NVRTC library '%s' lacks %s; it is not NVRTC or too old",
+                              path, missing);
+  }
+  *out_handle = handle;
+  if (loaded_path && loaded_path_size) snprintf(loaded_path, loaded_path_size, "%s", path);
+  gpuhal__log(logger, GPUHAL_LOG_DEBUG, "NVRTC %d.%d loaded from '%s'", nvrtc->major, nvrtc->minor, path);
+  return NULL;
 }

@@ -1,4 +1,4 @@
-/* symbols: loading the CUDA driver (and, optionally, NCCL) at run time.
+/* symbols: loading the CUDA driver (and, optionally, NCCL and NVRTC) at run time.
  *
  * The tables in cuda_api.h list every function gpuhal calls. Each becomes one function
  * pointer field here, named exactly as the function (`cu->cuMemAlloc(...)`), so code reads
@@ -38,6 +38,15 @@ typedef struct gpuhal__nccl_symbols_s {
   int loaded;                                       /* 1 when every NCCL symbol resolved */
 } gpuhal__nccl_symbols_t;
 
+typedef struct gpuhal__nvrtc_symbols_s {
+#define GPUHAL__NVRTC_SYMBOL_FIELD(name, params) gpuhal_PFN_##name name;
+  GPUHAL_NVRTC_SYMBOLS(GPUHAL__NVRTC_SYMBOL_FIELD)
+  GPUHAL_NVRTC_OPTIONAL_SYMBOLS(GPUHAL__NVRTC_SYMBOL_FIELD)
+#undef GPUHAL__NVRTC_SYMBOL_FIELD
+  gpuhal_PFN_nvrtcGetErrorString nvrtcGetErrorString; /* not in the table: it returns const char* */
+  int major, minor;                                   /* nvrtcVersion */
+} gpuhal__nvrtc_symbols_t;
+
 #define GPUHAL__LIBRARY_PATH_MAX 512
 
 /* dlsym gives an object pointer; ISO C has no conversion to a function pointer, so the
@@ -58,5 +67,13 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_cuda(const char* path_or_nu
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_nccl(const char* path_or_null, const gpuhal__logger_t* logger,
                                                           gpuhal__nccl_symbols_t* nccl, void** out_handle,
                                                           char* loaded_path, size_t loaded_path_size);
+
+/* Loads NVRTC: `path_or_null`, else $GPUHAL_NVRTC_LIBRARY, else libnvrtc.so.13, .so.12,
+ * then libnvrtc.so. A library that will not load gives UNAVAILABLE listing what was tried;
+ * one that lacks a required symbol, UNAVAILABLE naming them. Optional entries may stay
+ * NULL. Fills the version. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_nvrtc(const char* path_or_null, const gpuhal__logger_t* logger,
+                                                           gpuhal__nvrtc_symbols_t* nvrtc, void** out_handle,
+                                                           char* loaded_path, size_t loaded_path_size);
 
 #endif /* GPUHAL_SRC_SYMBOLS_H */

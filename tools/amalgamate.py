@@ -52,7 +52,7 @@ MODULES = [
     ("module_image.h", ["module_image.c"]),
     ("disk_cache.h", ["disk_cache.c"]),
     ("module_cache.h", ["module_cache.c"]),
-    ("executable.h", ["executable.c"]),
+    ("executable.h", ["executable.c", "executable_compile.c"]),
     ("builtin_kernels.h", ["builtin_kernels.c"]),
     ("command_buffer.h", ["command_buffer.c", "command_buffer_graph.c", "command_buffer_stream.c",
                           "command_buffer_launch.c", "command_buffer_record.c"]),

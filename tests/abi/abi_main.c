@@ -1,5 +1,5 @@
 /*
- * abi_main: compares gpuhal's CUDA/NCCL declarations (abi_ours.c) with the real headers
+ * abi_main: compares gpuhal's CUDA/NCCL/NVRTC declarations (abi_ours.c) with the real headers
  * (abi_real.c), item by item, and prints every mismatch. Exit 0: identical; 1: a
  * mismatch; 77: skipped because no cuda.h was found at configure time.
  */
@@ -13,8 +13,10 @@ int main(void) {
     return 77;
 }
 #else
-extern const abi_item_t abi_ours_cuda[], abi_real_cuda[], abi_ours_nccl[], abi_real_nccl[];
-extern const size_t abi_ours_cuda_count, abi_real_cuda_count, abi_ours_nccl_count, abi_real_nccl_count;
+extern const abi_item_t abi_ours_cuda[], abi_real_cuda[], abi_ours_nccl[], abi_real_nccl[], abi_ours_nvrtc[],
+    abi_real_nvrtc[];
+extern const size_t abi_ours_cuda_count, abi_real_cuda_count, abi_ours_nccl_count, abi_real_nccl_count,
+    abi_ours_nvrtc_count, abi_real_nvrtc_count;
 extern const int abi_real_functions_checked;
 
 static int compare(const char* what, const abi_item_t* ours, size_t n_ours, const abi_item_t* real,
@@ -42,6 +44,11 @@ int main(void) {
         printf("nccl.h: not found at configure time, NCCL declarations not checked\n");
     } else {
         failed |= compare("nccl.h", abi_ours_nccl, abi_ours_nccl_count, abi_real_nccl, abi_real_nccl_count);
+    }
+    if (abi_real_nvrtc_count == 0) {
+        printf("nvrtc.h: not found at configure time, NVRTC declarations not checked\n");
+    } else {
+        failed |= compare("nvrtc.h", abi_ours_nvrtc, abi_ours_nvrtc_count, abi_real_nvrtc, abi_real_nvrtc_count);
     }
     printf("function signatures: %s\n", abi_real_functions_checked
                                             ? "all match cudaTypedefs.h (checked at compile time)"

@@ -5,7 +5,7 @@
 #include "../../src/cuda_api.h"
 #include "abi_items.h"
 
-#if defined(CUDA_VERSION) || defined(NCCL_MAJOR)
+#if defined(CUDA_VERSION) || defined(NCCL_MAJOR) || defined(__NVRTC_H__)
 #error "abi_ours.c: a real CUDA/NCCL header was included; the comparison would be meaningless"
 #endif
 
@@ -14,3 +14,6 @@ const size_t abi_ours_cuda_count = sizeof(abi_ours_cuda) / sizeof(abi_ours_cuda[
 
 const abi_item_t abi_ours_nccl[] = {ABI_ROWS(ABI_NCCL_ITEMS)};
 const size_t abi_ours_nccl_count = sizeof(abi_ours_nccl) / sizeof(abi_ours_nccl[0]);
+
+const abi_item_t abi_ours_nvrtc[] = {ABI_ROWS(ABI_NVRTC_ITEMS)};
+const size_t abi_ours_nvrtc_count = sizeof(abi_ours_nvrtc) / sizeof(abi_ours_nvrtc[0]);

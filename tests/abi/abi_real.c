@@ -12,6 +12,9 @@
 #if ABI_HAVE_NCCL_H
 #include <nccl.h>
 #endif
+#if ABI_HAVE_NVRTC_H
+#include <nvrtc.h>
+#endif
 #include "../../src/cuda_api.h"
 #include "abi_items.h"
 
@@ -41,6 +44,20 @@ _Static_assert(ABI_SAME_TYPE(gpuhal_PFN_ncclGetErrorString, __typeof__(&ncclGetE
 
 const abi_item_t abi_real_cuda[] = {ABI_ROWS(ABI_CUDA_ITEMS)};
 const size_t abi_real_cuda_count = sizeof(abi_real_cuda) / sizeof(abi_real_cuda[0]);
+
+#if ABI_HAVE_NVRTC_H
+#define ABI_CHECK_NVRTC(name, params) \
+    _Static_assert(ABI_SAME_TYPE(gpuhal_PFN_##name, __typeof__(&name)), "gpuhal_PFN_" #name " differs from nvrtc.h");
+GPUHAL_NVRTC_SYMBOLS(ABI_CHECK_NVRTC)
+GPUHAL_NVRTC_OPTIONAL_SYMBOLS(ABI_CHECK_NVRTC)
+_Static_assert(ABI_SAME_TYPE(gpuhal_PFN_nvrtcGetErrorString, __typeof__(&nvrtcGetErrorString)),
+               "gpuhal_PFN_nvrtcGetErrorString differs from nvrtc.h");
+const abi_item_t abi_real_nvrtc[] = {ABI_ROWS(ABI_NVRTC_ITEMS)};
+const size_t abi_real_nvrtc_count = sizeof(abi_real_nvrtc) / sizeof(abi_real_nvrtc[0]);
+#else
+const abi_item_t abi_real_nvrtc[] = {{"(no nvrtc.h)", 0}};
+const size_t abi_real_nvrtc_count = 0;
+#endif
 
 #if ABI_HAVE_NCCL_H
 const abi_item_t abi_real_nccl[] = {ABI_ROWS(ABI_NCCL_ITEMS)};

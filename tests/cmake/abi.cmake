@@ -1,5 +1,5 @@
 # ABI tests for src/cuda_api.h (see tests/abi/abi_items.h):
-#   abi_check     gpuhal's declarations against the real cuda.h / cudaTypedefs.h / nccl.h:
+#   abi_check     gpuhal's declarations against the real cuda.h / cudaTypedefs.h / nccl.h / nvrtc.h:
 #                 sizes, field offsets and sizes, integer kinds, enum values (at run time),
 #                 function signatures (at compile time). Skipped (77) when no cuda.h.
 #   abi_procaddr  against the driver the suite runs on (softcuda, or the real libcuda with
@@ -22,6 +22,10 @@ if(GPUHAL_CUDA_INCLUDE_DIR)
     set(abi_have_typedefs 1)
   endif()
   set(abi_have_nccl 0)
+  set(abi_have_nvrtc 0)
+  if(EXISTS ${GPUHAL_CUDA_INCLUDE_DIR}/nvrtc.h)
+    set(abi_have_nvrtc 1)
+  endif()
   set(abi_real_includes ${GPUHAL_CUDA_INCLUDE_DIR})
   if(GPUHAL_NCCL_INCLUDE_DIR)
     set(abi_have_nccl 1)
@@ -37,7 +41,8 @@ if(GPUHAL_CUDA_INCLUDE_DIR)
   # Only abi_real.c may see the real headers; abi_ours.c must use gpuhal's declarations.
   set_source_files_properties(${GPUHAL_ABI_DIR}/abi_real.c PROPERTIES
     INCLUDE_DIRECTORIES "${abi_real_includes}"
-    COMPILE_DEFINITIONS "ABI_HAVE_CUDA_TYPEDEFS=${abi_have_typedefs};ABI_HAVE_NCCL_H=${abi_have_nccl}")
+    COMPILE_DEFINITIONS
+      "ABI_HAVE_CUDA_TYPEDEFS=${abi_have_typedefs};ABI_HAVE_NCCL_H=${abi_have_nccl};ABI_HAVE_NVRTC_H=${abi_have_nvrtc}")
 else()
   message(STATUS "gpuhal ABI test: no cuda.h found (set CUDA_HOME); abi_check will report SKIPPED")
   add_executable(abi_check ${GPUHAL_ABI_DIR}/abi_main.c)

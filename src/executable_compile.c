@@ -1,0 +1,298 @@
+/* executable_compile: CUDA C++ source compiled at run time by NVRTC, which is loaded on
+ * the first compile, its output kept in the device's disk cache (executable.h). */
+#include "executable.h"
+#include "hash.h"
+#include "status.h"
+#include "symbols.h"
+
+#define GPUHAL__COMPILE_DEFAULT_NAME "gpuhal_program.cu"
+/* Starts every key image, so a change of what the key holds changes every key. */
+#define GPUHAL__COMPILE_KEY_MAGIC "gpuhal-nvrtc-key-1"
+#define GPUHAL__COMPILE_SEED 0x67707568616C6e76ull /* "gpuhalnv" */
+#define GPUHAL__COMPILE_MAX_ARCHS 128
+
+/* The driver's NVRTC, loaded by its first compile. A failed load is tried again by the
+ * next compile (the library may have been installed meanwhile). */
+static gpuhal_status_t gpuhal__compile_nvrtc(gpuhal_driver_t* driver, const gpuhal__nvrtc_symbols_t** out) {
+  gpuhal_status_t status = NULL;
+  gpuhal__mutex_lock(&driver->nvrtc_mutex);
+  if (!driver->nvrtc_loaded) {
+    status = gpuhal__symbols_load_nvrtc(driver->nvrtc_option[0] ? driver->nvrtc_option : NULL, &driver->logger,
+                                        &driver->nvrtc, &driver->nvrtc_handle, driver->nvrtc_library,
+                                        sizeof(driver->nvrtc_library));
+    driver->nvrtc_loaded = status == NULL;
+  }
+  gpuhal__mutex_unlock(&driver->nvrtc_mutex);
+  *out = &driver->nvrtc;
+  return status;
+}
+
+/* 1 when an option chooses the target itself. */
+static int gpuhal__compile_option_names_arch(const char* option) {
+  return strncmp(option, "-arch", 5) == 0 || strncmp(option, "--gpu-arch", 10) == 0;
+}
+
+/* "--gpu-architecture=compute_XY" for the device: its compute capability, or the newest NVRTC
+ * supports below it (PTX runs on newer GPUs; the driver compiles it for them). */
+static gpuhal_status_t gpuhal__compile_arch_option(const gpuhal__nvrtc_symbols_t* nvrtc, const gpuhal_device_t* device,
+                                                   char* out, size_t out_size) {
+  int want = device->info.compute_capability_major * 10 + device->info.compute_capability_minor;
+  int chosen = want;
+  int archs[GPUHAL__COMPILE_MAX_ARCHS];
+  int count = 0, i;
+  if (nvrtc->nvrtcGetNumSupportedArchs && nvrtc->nvrtcGetSupportedArchs &&
+      nvrtc->nvrtcGetNumSupportedArchs(&count) == NVRTC_SUCCESS && count > 0 && count <= GPUHAL__COMPILE_MAX_ARCHS &&
+      nvrtc->nvrtcGetSupportedArchs(archs) == NVRTC_SUCCESS) {
+    chosen = 0;
+    for (i = 0; i < count; ++i)
+      if (archs[i] <= want && archs[i] > chosen) chosen = archs[i];
+    if (chosen == 0)
+      return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE,
+                                "gpuhal_executable_compile: NVRTC %d.%d cannot compile for device %d (compute "
+                                "capability %d.%d): its oldest target is compute_%d",
+                                nvrtc->major, nvrtc->minor, device->ordinal, device->info.compute_capability_major,
+                                device->info.compute_capability_minor, archs[0]);
+  }
+  snprintf(out, out_size, "--gpu-architecture=compute_%d", chosen);
+  return NULL;
+}
+
+/* A string of the key image, with its NUL. */
+static size_t gpuhal__compile_key_put(char* out, size_t at, const char* text) {
+  size_t n = strlen(text) + 1;
+  if (out) memcpy(out + at, text, n);
+  return at + n;
+}
+
+/* The disk-cache key image of a compile: everything NVRTC's output depends on but its
+ * version and the device (which the key holds apart). Measured with out == NULL. */
+static size_t gpuhal__compile_key_image(const char* source, const char* name, const char* const* argv, uint32_t argc,
+                                        const gpuhal_compile_options_t* o, char* out) {
+  char count[32];
+  size_t at = 0;
+  uint32_t i;
+  at = gpuhal__compile_key_put(out, at, GPUHAL__COMPILE_KEY_MAGIC);
+  at = gpuhal__compile_key_put(out, at, name);
+  snprintf(count, sizeof(count), "%u options", (unsigned)argc);
+  at = gpuhal__compile_key_put(out, at, count);
+  for (i = 0; i < argc; ++i) at = gpuhal__compile_key_put(out, at, argv[i]);
+  snprintf(count, sizeof(count), "%u headers", (unsigned)o->header_count);
+  at = gpuhal__compile_key_put(out, at, count);
+  for (i = 0; i < o->header_count; ++i) {
+    at = gpuhal__compile_key_put(out, at, o->header_names[i]);
+    at = gpuhal__compile_key_put(out, at, o->header_sources[i]);
+  }
+  return gpuhal__compile_key_put(out, at, source);
+}
+
+static void gpuhal__compile_disk_key(const gpuhal_device_t* device, const gpuhal__nvrtc_symbols_t* nvrtc,
+                                     const char* image, size_t size, gpuhal__disk_key_t* key) {
+  memset(key, 0, sizeof(*key));
+  key->image_hash = gpuhal__hash_fast64(image, size, GPUHAL__COMPILE_SEED);
+  key->image_size = size;
+  key->image = image;
+  key->image_format = GPUHAL__IMAGE_CUDA_SOURCE;
+  key->cc_major = device->info.compute_capability_major;
+  key->cc_minor = device->info.compute_capability_minor;
+  key->driver_version = nvrtc->major * 1000 + nvrtc->minor * 10;
+  key->compiler = GPUHAL__COMPILER_NVRTC;
+}
+
+/* NVRTC's log of `program` (NULL when empty or unreadable); the caller frees it. */
+static char* gpuhal__compile_log(gpuhal_device_t* device, const gpuhal__nvrtc_symbols_t* nvrtc, nvrtcProgram program) {
+  size_t size = 0;
+  char* log = NULL;
+  if (nvrtc->nvrtcGetProgramLogSize(program, &size) != NVRTC_SUCCESS || size <= 1) return NULL;
+  if (gpuhal__alloc_zeroed(device->allocator, size + 1, "NVRTC log", (void**)&log)) return NULL;
+  if (nvrtc->nvrtcGetProgramLog(program, log) != NVRTC_SUCCESS) {
+    gpuhal__free(device->allocator, log);
+    return NULL;
+  }
+  log[size] = '\0';
+  return log;
+}
+
+/* NVRTC's output for a compiled program: PTX, or for an sm_ target (no PTX) a cubin. */
+static gpuhal_status_t gpuhal__compile_output(gpuhal_device_t* device, const gpuhal__nvrtc_symbols_t* nvrtc,
+                                              nvrtcProgram program, void** out, size_t* out_size) {
+  size_t size = 0;
+  int ptx = nvrtc->nvrtcGetPTXSize(program, &size) == NVRTC_SUCCESS && size > 1;
+  gpuhal_status_t status;
+  if (!ptx) {
+    if (!nvrtc->nvrtcGetCUBINSize || !nvrtc->nvrtcGetCUBIN)
+      return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE,
+                                "gpuhal_executable_compile: NVRTC %d.%d made no PTX and has no nvrtcGetCUBIN",
+                                nvrtc->major, nvrtc->minor);
+    GPUHAL__RETURN_IF_ERROR(GPUHAL__NVRTC(nvrtc, nvrtcGetCUBINSize, (program, &size)));
+    if (size == 0)
+      return gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "gpuhal_executable_compile: NVRTC made neither PTX nor a cubin");
+  }
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, size, "NVRTC output", out));
+  status = ptx ? GPUHAL__NVRTC(nvrtc, nvrtcGetPTX, (program, (char*)*out))
+               : GPUHAL__NVRTC(nvrtc, nvrtcGetCUBIN, (program, (char*)*out));
+  if (status) {
+    gpuhal__free(device->allocator, *out);
+    *out = NULL;
+    return status;
+  }
+  *out_size = size;
+  return NULL;
+}
+
+/* Runs NVRTC: *out is its output (the caller frees it). A compile error carries the log. */
+static gpuhal_status_t gpuhal__compile_run(gpuhal_device_t* device, const gpuhal__nvrtc_symbols_t* nvrtc,
+                                           const char* source, const char* name, const char* const* argv, uint32_t argc,
+                                           const gpuhal_compile_options_t* o, void** out, size_t* out_size) {
+  nvrtcProgram program = NULL;
+  gpuhal_status_t status;
+  nvrtcResult result;
+  char* log;
+  GPUHAL__RETURN_IF_ERROR(GPUHAL__NVRTC(nvrtc, nvrtcCreateProgram,
+                                        (&program, source, name, (int)o->header_count, o->header_sources,
+                                         o->header_names)));
+  result = nvrtc->nvrtcCompileProgram(program, (int)argc, argv);
+  log = gpuhal__compile_log(device, nvrtc, program);
+  if (result == NVRTC_ERROR_COMPILATION) {
+    status = gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                                "gpuhal_executable_compile: argument 'source' ('%s') does not compile with NVRTC "
+                                "%d.%d:\n%s",
+                                name, nvrtc->major, nvrtc->minor, log ? log : "(NVRTC gave no log)");
+  } else if (result == NVRTC_ERROR_INVALID_OPTION) {
+    status = gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                                "gpuhal_executable_compile: argument 'options->options' holds an option NVRTC %d.%d "
+                                "refuses (NVRTC_ERROR_INVALID_OPTION)%s%s",
+                                nvrtc->major, nvrtc->minor, log ? ": " : "", log ? log : "");
+  } else {
+    status = gpuhal__nvrtc_status(nvrtc, result, "nvrtcCompileProgram", __FILE__, __LINE__);
+    if (!status && log)
+      gpuhal__log(device->logger, GPUHAL_LOG_INFO, "gpuhal_executable_compile: '%s': NVRTC says:\n%s", name, log);
+  }
+  gpuhal__free(device->allocator, log);
+  if (!status) status = gpuhal__compile_output(device, nvrtc, program, out, out_size);
+  nvrtc->nvrtcDestroyProgram(&program);
+  return status;
+}
+
+/* The disk cache's file for `key`: 1 and *out_file (to free) / *out_payload on a hit. */
+static int gpuhal__compile_from_disk(gpuhal__module_cache_t* cache, const gpuhal__disk_key_t* key, const char* file_name,
+                                     void** out_file, const void** out_payload, size_t* out_size) {
+  char path[GPUHAL__PATH_MAX];
+  gpuhal_status_t st;
+  if (!gpuhal__disk_path(&cache->disk, file_name, path, sizeof(path))) return 0;
+  st = gpuhal__disk_lookup(&cache->disk, key, path, out_file, out_payload, out_size);
+  if (!st) return 1;
+  if (gpuhal_status_code(st) != GPUHAL_STATUS_NOT_FOUND) {
+    GPUHAL__STAT_ADD(&cache->stats, disk_rejects);
+    gpuhal__log(cache->device->logger, GPUHAL_LOG_DEBUG, "gpuhal_executable_compile: ignoring disk cache file %s: %s",
+                path, gpuhal_status_message(st));
+  }
+  gpuhal_status_free(st);
+  return 0;
+}
+
+static gpuhal_status_t gpuhal__compile_check_options(const gpuhal_compile_options_t* o) {
+  uint32_t i;
+  GPUHAL__CHECK_ARG(o->option_count == 0 || o->options != NULL, "options->options",
+                    "must not be NULL when options->option_count > 0");
+  GPUHAL__CHECK_ARG(o->header_count == 0 || (o->header_names != NULL && o->header_sources != NULL),
+                    "options->header_names", "and options->header_sources must not be NULL when header_count > 0");
+  GPUHAL__CHECK_RANGE(o->option_count <= 4096, "options->option_count", "must be at most 4096");
+  GPUHAL__CHECK_RANGE(o->header_count <= 4096, "options->header_count", "must be at most 4096");
+  for (i = 0; i < o->option_count; ++i)
+    if (!o->options[i])
+      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                                "gpuhal_executable_compile: argument 'options->options[%u]' must not be NULL",
+                                (unsigned)i);
+  for (i = 0; i < o->header_count; ++i)
+    if (!o->header_names[i] || !o->header_sources[i])
+      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                                "gpuhal_executable_compile: argument 'options->header_%s[%u]' must not be NULL",
+                                o->header_names[i] ? "sources" : "names", (unsigned)i);
+  return NULL;
+}
+
+/* The options NVRTC gets: the user's, after the target gpuhal chose (unless one of them
+ * names it). *out_argv is to free. */
+static gpuhal_status_t gpuhal__compile_argv(gpuhal_device_t* device, const gpuhal__nvrtc_symbols_t* nvrtc,
+                                            const gpuhal_compile_options_t* o, char* arch, size_t arch_size,
+                                            const char*** out_argv, uint32_t* out_argc) {
+  const char** argv = NULL;
+  uint32_t i, argc = 0;
+  int user_arch = 0;
+  for (i = 0; i < o->option_count; ++i) user_arch |= gpuhal__compile_option_names_arch(o->options[i]);
+  if (!user_arch) GPUHAL__RETURN_IF_ERROR(gpuhal__compile_arch_option(nvrtc, device, arch, arch_size));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(char*) * ((size_t)o->option_count + 1),
+                                               "NVRTC options", (void**)&argv));
+  if (!user_arch) argv[argc++] = arch;
+  for (i = 0; i < o->option_count; ++i) argv[argc++] = o->options[i];
+  *out_argv = argv;
+  *out_argc = argc;
+  return NULL;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_executable_compile(gpuhal_device_t* device, const char* source,
+                                                     const gpuhal_compile_options_t* options,
+                                                     gpuhal_executable_t** out_executable) {
+  gpuhal_compile_options_t none;
+  const gpuhal__nvrtc_symbols_t* nvrtc = NULL;
+  gpuhal__module_cache_t* cache;
+  gpuhal__disk_key_t key;
+  const char** argv = NULL;
+  uint32_t argc = 0;
+  char arch[64];
+  char file_name[256];
+  const char* name;
+  char* image = NULL;
+  size_t image_size = 0;
+  void* output = NULL;
+  void* file = NULL;
+  const void* payload = NULL;
+  size_t payload_size = 0;
+  int disk;
+  gpuhal_status_t status;
+  GPUHAL__CHECK_ARG(out_executable != NULL, "out_executable", "must not be NULL");
+  *out_executable = NULL;
+  GPUHAL__CHECK_OBJECT(device, GPUHAL__MAGIC_DEVICE);
+  GPUHAL__CHECK_ARG(source != NULL, "source", "must not be NULL");
+  if (!options) {
+    memset(&none, 0, sizeof(none));
+    options = &none;
+  }
+  GPUHAL__RETURN_IF_ERROR(gpuhal__compile_check_options(options));
+  memset(&key, 0, sizeof(key));
+  file_name[0] = '\0';
+  name = options->program_name ? options->program_name : GPUHAL__COMPILE_DEFAULT_NAME;
+  status = gpuhal__compile_nvrtc(device->driver, &nvrtc);
+  if (status) return gpuhal_status_annotate(status, "gpuhal_executable_compile");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__compile_argv(device, nvrtc, options, arch, sizeof(arch), &argv, &argc));
+  cache = gpuhal__module_cache_of(device);
+  disk = gpuhal__atomic_load(&cache->disk.enabled);
+  if (disk) {
+    image_size = gpuhal__compile_key_image(source, name, argv, argc, options, NULL);
+    status = gpuhal__alloc_zeroed(device->allocator, image_size, "compile cache key", (void**)&image);
+    if (status) {
+      gpuhal__free(device->allocator, argv);
+      return status;
+    }
+    gpuhal__compile_key_image(source, name, argv, argc, options, image);
+    gpuhal__compile_disk_key(device, nvrtc, image, image_size, &key);
+    gpuhal__disk_file_name(&key, file_name, sizeof(file_name));
+    if (gpuhal__compile_from_disk(cache, &key, file_name, &file, &payload, &payload_size))
+      GPUHAL__STAT_ADD(&cache->stats, source_disk_hits);
+  }
+  if (!payload) {
+    GPUHAL__STAT_ADD(&cache->stats, source_compiles);
+    status = gpuhal__compile_run(device, nvrtc, source, name, argv, argc, options, &output, &payload_size);
+    payload = output;
+    if (!status && disk) gpuhal__disk_store(&cache->disk, &key, file_name, output, payload_size);
+  }
+  gpuhal__free(device->allocator, argv);
+  if (!status) {
+    status = gpuhal_executable_load(device, payload, payload_size, out_executable);
+    if (status) status = gpuhal_status_annotate(status, "gpuhal_executable_compile: loading what NVRTC made of '%s'", name);
+  }
+  gpuhal__free(device->allocator, output);
+  gpuhal__free(device->allocator, file);
+  gpuhal__free(device->allocator, image);
+  return status;
+}
