@@ -125,7 +125,8 @@ static gpuhal_status_t gpuhal__compile_output(gpuhal_device_t* device, const gpu
                                 nvrtc->major, nvrtc->minor);
     GPUHAL__RETURN_IF_ERROR(GPUHAL__NVRTC(nvrtc, nvrtcGetCUBINSize, (program, &size)));
     if (size == 0)
-      return gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "gpuhal_executable_compile: NVRTC made neither PTX nor a cubin");
+      return gpuhal_status_make(GPUHAL_STATUS_INTERNAL,
+                                "gpuhal_executable_compile: NVRTC made neither PTX nor a cubin");
   }
   GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, size, "NVRTC output", out));
   status = ptx ? GPUHAL__NVRTC(nvrtc, nvrtcGetPTX, (program, (char*)*out))
@@ -147,9 +148,8 @@ static gpuhal_status_t gpuhal__compile_run(gpuhal_device_t* device, const gpuhal
   gpuhal_status_t status;
   nvrtcResult result;
   char* log;
-  GPUHAL__RETURN_IF_ERROR(GPUHAL__NVRTC(nvrtc, nvrtcCreateProgram,
-                                        (&program, source, name, (int)o->header_count, o->header_sources,
-                                         o->header_names)));
+  GPUHAL__RETURN_IF_ERROR(GPUHAL__NVRTC(
+      nvrtc, nvrtcCreateProgram, (&program, source, name, (int)o->header_count, o->header_sources, o->header_names)));
   result = nvrtc->nvrtcCompileProgram(program, (int)argc, argv);
   log = gpuhal__compile_log(device, nvrtc, program);
   if (result == NVRTC_ERROR_COMPILATION) {
@@ -174,8 +174,9 @@ static gpuhal_status_t gpuhal__compile_run(gpuhal_device_t* device, const gpuhal
 }
 
 /* The disk cache's file for `key`: 1 and *out_file (to free) / *out_payload on a hit. */
-static int gpuhal__compile_from_disk(gpuhal__module_cache_t* cache, const gpuhal__disk_key_t* key, const char* file_name,
-                                     void** out_file, const void** out_payload, size_t* out_size) {
+static int gpuhal__compile_from_disk(gpuhal__module_cache_t* cache, const gpuhal__disk_key_t* key,
+                                     const char* file_name, void** out_file, const void** out_payload,
+                                     size_t* out_size) {
   char path[GPUHAL__PATH_MAX];
   gpuhal_status_t st;
   if (!gpuhal__disk_path(&cache->disk, file_name, path, sizeof(path))) return 0;
@@ -289,7 +290,8 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_compile(gpuhal_device_t* device, co
   gpuhal__free(device->allocator, argv);
   if (!status) {
     status = gpuhal_executable_load(device, payload, payload_size, out_executable);
-    if (status) status = gpuhal_status_annotate(status, "gpuhal_executable_compile: loading what NVRTC made of '%s'", name);
+    if (status)
+      status = gpuhal_status_annotate(status, "gpuhal_executable_compile: loading what NVRTC made of '%s'", name);
   }
   gpuhal__free(device->allocator, output);
   gpuhal__free(device->allocator, file);

@@ -69,8 +69,8 @@ static gpuhal_status_t cp_run_check(gpuhal_device_t* device, gpuhal_executable_t
   args[0] = gpuhal_arg_buffer(buffer, 0);
   args[1] = gpuhal_arg_u32(CP_N);
   if (!st)
-    st = gpuhal_cmd_dispatch(cb, kernel, gpuhal_dim3((CP_N + CP_BLOCK - 1) / CP_BLOCK, 1, 1), gpuhal_dim3(CP_BLOCK, 1, 1),
-                             0, 2, args);
+    st = gpuhal_cmd_dispatch(cb, kernel, gpuhal_dim3((CP_N + CP_BLOCK - 1) / CP_BLOCK, 1, 1),
+                             gpuhal_dim3(CP_BLOCK, 1, 1), 0, 2, args);
   if (!st) st = gpuhal_command_buffer_end(cb);
   if (!st) st = tu_execute_and_wait(driver, device, cb, NULL);
   if (!st) st = gpuhal_buffer_read(buffer, 0, host, sizeof(host));
@@ -196,8 +196,7 @@ TU_TEST(compile_errors_carry_the_log_and_the_program_name) {
   memset(&o, 0, sizeof(o));
   o.program_name = "broken.cu";
   TU_CHECK_STATUS(gpuhal_executable_compile(device, bad, &o, &exe), GPUHAL_STATUS_INVALID_ARGUMENT, "broken.cu");
-  TU_CHECK_STATUS(gpuhal_executable_compile(device, bad, &o, &exe), GPUHAL_STATUS_INVALID_ARGUMENT,
-                  "no_such_variable");
+  TU_CHECK_STATUS(gpuhal_executable_compile(device, bad, &o, &exe), GPUHAL_STATUS_INVALID_ARGUMENT, "no_such_variable");
   TU_CHECK(exe == NULL);
   o.options = bad_option;
   o.option_count = 1;
@@ -254,8 +253,7 @@ TU_TEST(bad_arguments_name_themselves) {
   TU_CHECK(exe == NULL);
   gpuhal_device_release(device);
   /* A released device is refused by name. */
-  TU_CHECK_STATUS(gpuhal_executable_compile(device, cp_source, NULL, &exe), GPUHAL_STATUS_INVALID_ARGUMENT,
-                  "device");
+  TU_CHECK_STATUS(gpuhal_executable_compile(device, cp_source, NULL, &exe), GPUHAL_STATUS_INVALID_ARGUMENT, "device");
   gpuhal_driver_release(driver);
 }
 
@@ -312,8 +310,7 @@ TU_TEST(a_missing_or_wrong_nvrtc_is_unavailable_saying_what_was_tried) {
     memset(&options, 0, sizeof(options));
     options.nvrtc_library = path;
     driver = NULL;
-    TU_CHECK_STATUS(gpuhal_driver_create(&options, &driver), GPUHAL_STATUS_INVALID_ARGUMENT,
-                    "options->nvrtc_library");
+    TU_CHECK_STATUS(gpuhal_driver_create(&options, &driver), GPUHAL_STATUS_INVALID_ARGUMENT, "options->nvrtc_library");
     TU_CHECK(driver == NULL);
   }
 }
