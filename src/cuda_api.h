@@ -1029,6 +1029,55 @@ typedef struct CUgraphEdgeData_st {
     unsigned char reserved[5];
 } CUgraphEdgeData;
 
+/* Tensor maps (TMA, compute capability 9.0): an opaque 128-byte descriptor that
+ * cuTensorMapEncodeTiled fills and a kernel takes by value (__grid_constant__). cuda.h
+ * aligns it to 128 bytes only where the language can say so; callers align it themselves. */
+#define CU_TENSOR_MAP_NUM_QWORDS 16
+typedef struct CUtensorMap_st {
+    cuuint64_t opaque[CU_TENSOR_MAP_NUM_QWORDS];
+} CUtensorMap;
+
+typedef enum CUtensorMapDataType_enum {
+    CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,
+    CU_TENSOR_MAP_DATA_TYPE_UINT16 = 1,
+    CU_TENSOR_MAP_DATA_TYPE_UINT32 = 2,
+    CU_TENSOR_MAP_DATA_TYPE_INT32 = 3,
+    CU_TENSOR_MAP_DATA_TYPE_UINT64 = 4,
+    CU_TENSOR_MAP_DATA_TYPE_INT64 = 5,
+    CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6,
+    CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = 7,
+    CU_TENSOR_MAP_DATA_TYPE_FLOAT64 = 8,
+    CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
+    CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ = 10,
+    CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 = 11,
+    CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ = 12
+} CUtensorMapDataType;
+
+typedef enum CUtensorMapInterleave_enum {
+    CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+    CU_TENSOR_MAP_INTERLEAVE_16B = 1,
+    CU_TENSOR_MAP_INTERLEAVE_32B = 2
+} CUtensorMapInterleave;
+
+typedef enum CUtensorMapSwizzle_enum {
+    CU_TENSOR_MAP_SWIZZLE_NONE = 0,
+    CU_TENSOR_MAP_SWIZZLE_32B = 1,
+    CU_TENSOR_MAP_SWIZZLE_64B = 2,
+    CU_TENSOR_MAP_SWIZZLE_128B = 3
+} CUtensorMapSwizzle;
+
+typedef enum CUtensorMapL2promotion_enum {
+    CU_TENSOR_MAP_L2_PROMOTION_NONE = 0,
+    CU_TENSOR_MAP_L2_PROMOTION_L2_64B = 1,
+    CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2,
+    CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3
+} CUtensorMapL2promotion;
+
+typedef enum CUtensorMapFloatOOBfill_enum {
+    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
+    CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA = 1
+} CUtensorMapFloatOOBfill;
+
 #endif /* !GPUHAL__HAVE_CUDA_TYPES */
 
 /* ------------------------------------------------------------------------------------ */
@@ -1354,7 +1403,12 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
       (int* numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize))                               \
     X(cuOccupancyMaxPotentialClusterSize, "cuOccupancyMaxPotentialClusterSize", 12000,                        \
       (int* clusterSize, CUfunction func, const CUlaunchConfig* config))                                     \
-    X(cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange", 12000, (int* leastPriority, int* greatestPriority))
+    X(cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange", 12000, (int* leastPriority, int* greatestPriority)) \
+    X(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", 12000,                                                \
+      (CUtensorMap* tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void* globalAddress,  \
+       const cuuint64_t* globalDim, const cuuint64_t* globalStrides, const cuuint32_t* boxDim,                 \
+       const cuuint32_t* elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,         \
+       CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill))
 
 /* NCCL: X(name, (params)); every entry returns ncclResult_t. ncclGetErrorString returns
  * const char* and is declared on its own below. Streams are CUstream, which is the same

@@ -592,3 +592,124 @@ CUresult CUDAAPI sc_cuPointerGetAttribute(void* data, CUpointer_attribute attrib
   SC_UNLOCK();
   return r;
 }
+
+/* ---- tensor maps -------------------------------------------------------------------- */
+/* cuTensorMapEncodeTiled with every rule of the CUDA 13 reference checked (a broken one is
+ * CUDA_ERROR_INVALID_VALUE and a range violation naming it); the 128 bytes hold a magic and
+ * the fields, which twins read back with softcuda_tensor_map_read. Packed sub-byte types
+ * (13 and up) are not modelled. */
+#define SC_TMAP_MAGIC 0x50414d54u /* "TMAP" */
+typedef struct sc_tmap_bytes {
+  unsigned magic;
+  unsigned char type, rank, element_bytes, interleave, swizzle, l2_promotion, oob_fill, pad;
+  unsigned long long address;
+  unsigned long long dims[5];
+  unsigned long long strides[4]; /* of dims 1..rank-1 */
+  unsigned short box[5];
+  unsigned char element_strides[5];
+} sc_tmap_bytes;
+typedef char sc_tmap_fits[sizeof(sc_tmap_bytes) <= sizeof(CUtensorMap) ? 1 : -1];
+
+static unsigned sc_tmap_element_bytes(unsigned type) {
+  static const unsigned char bytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
+  return type < sizeof bytes ? bytes[type] : 0;
+}
+
+#define SC_TMAP_BAD(...) return sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_INVALID_VALUE, __VA_ARGS__)
+
+CUresult CUDAAPI sc_cuTensorMapEncodeTiled(CUtensorMap* tensorMap, CUtensorMapDataType tensorDataType,
+                                           cuuint32_t tensorRank, void* globalAddress, const cuuint64_t* globalDim,
+                                           const cuuint64_t* globalStrides, const cuuint32_t* boxDim,
+                                           const cuuint32_t* elementStrides, CUtensorMapInterleave interleave,
+                                           CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion,
+                                           CUtensorMapFloatOOBfill oobFill) {
+  sc_tmap_bytes m;
+  unsigned esize = sc_tmap_element_bytes((unsigned)tensorDataType), i;
+  unsigned long long inner;
+  sc_ctx* ctx = NULL;
+  CUresult r;
+  SC_ENTER(cuTensorMapEncodeTiled);
+  /* The driver wants a current context (CUDA_ERROR_INVALID_CONTEXT on an H200 otherwise). */
+  SC_LOCK();
+  r = sc_current_ctx(&ctx);
+  SC_UNLOCK();
+  if (r != CUDA_SUCCESS) return r;
+  if (!tensorMap || !globalDim || !boxDim || !elementStrides || (tensorRank > 1 && !globalStrides))
+    SC_TMAP_BAD("cuTensorMapEncodeTiled: a NULL pointer argument");
+  if ((uintptr_t)tensorMap % 64)
+    SC_TMAP_BAD("cuTensorMapEncodeTiled: tensorMap %p is not 64-byte aligned", (void*)tensorMap);
+  if (!esize) SC_TMAP_BAD("cuTensorMapEncodeTiled: data type %d is not modelled", (int)tensorDataType);
+  if (tensorRank < 1 || tensorRank > 5) SC_TMAP_BAD("cuTensorMapEncodeTiled: rank %u (1..5)", tensorRank);
+  if ((unsigned)interleave > 2u || (unsigned)swizzle > 3u || (unsigned)l2Promotion > 3u || (unsigned)oobFill > 1u)
+    SC_TMAP_BAD("cuTensorMapEncodeTiled: an enum out of range");
+  if (interleave != CU_TENSOR_MAP_INTERLEAVE_NONE && tensorRank < 3)
+    SC_TMAP_BAD("cuTensorMapEncodeTiled: interleave needs rank >= 3 (rank %u)", tensorRank);
+  if ((uintptr_t)globalAddress % (interleave == CU_TENSOR_MAP_INTERLEAVE_32B ? 32u : 16u))
+    SC_TMAP_BAD("cuTensorMapEncodeTiled: globalAddress %p is misaligned", globalAddress);
+  for (i = 0; i < tensorRank; ++i) {
+    if (globalDim[i] == 0 || globalDim[i] > (1ull << 32))
+      SC_TMAP_BAD("cuTensorMapEncodeTiled: globalDim[%u] %llu", i, (unsigned long long)globalDim[i]);
+    if (boxDim[i] == 0 || boxDim[i] > 256) SC_TMAP_BAD("cuTensorMapEncodeTiled: boxDim[%u] %u", i, boxDim[i]);
+    if (elementStrides[i] == 0 || elementStrides[i] > 8)
+      SC_TMAP_BAD("cuTensorMapEncodeTiled: elementStrides[%u] %u", i, elementStrides[i]);
+  }
+  for (i = 0; i + 1 < tensorRank; ++i) {
+    unsigned long long s = globalStrides[i];
+    if (s % (interleave == CU_TENSOR_MAP_INTERLEAVE_32B ? 32u : 16u) || s >= (1ull << 40))
+      SC_TMAP_BAD("cuTensorMapEncodeTiled: globalStrides[%u] %llu", i, s);
+    if (s < (i ? globalStrides[i - 1] * globalDim[i] : globalDim[0] * esize))
+      SC_TMAP_BAD("cuTensorMapEncodeTiled: globalStrides[%u] %llu is less than the dimensions below span", i, s);
+  }
+  inner = (unsigned long long)boxDim[0] * esize;
+  if (interleave == CU_TENSOR_MAP_INTERLEAVE_NONE && inner % 16)
+    SC_TMAP_BAD("cuTensorMapEncodeTiled: boxDim[0] * element size is %llu bytes, not a multiple of 16", inner);
+  if (interleave == CU_TENSOR_MAP_INTERLEAVE_NONE && swizzle != CU_TENSOR_MAP_SWIZZLE_NONE &&
+      inner > (16ull << (unsigned)swizzle))
+    SC_TMAP_BAD("cuTensorMapEncodeTiled: an inner box of %llu bytes is wider than the swizzle span", inner);
+  if (interleave == CU_TENSOR_MAP_INTERLEAVE_32B && swizzle != CU_TENSOR_MAP_SWIZZLE_32B)
+    SC_TMAP_BAD("cuTensorMapEncodeTiled: 32-byte interleave needs 32-byte swizzle");
+  if (oobFill != CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE && tensorDataType < CU_TENSOR_MAP_DATA_TYPE_FLOAT16)
+    SC_TMAP_BAD("cuTensorMapEncodeTiled: NaN fill for an integer type");
+  memset(&m, 0, sizeof m);
+  m.magic = SC_TMAP_MAGIC;
+  m.type = (unsigned char)tensorDataType;
+  m.rank = (unsigned char)tensorRank;
+  m.element_bytes = (unsigned char)esize;
+  m.interleave = (unsigned char)interleave;
+  m.swizzle = (unsigned char)swizzle;
+  m.l2_promotion = (unsigned char)l2Promotion;
+  m.oob_fill = (unsigned char)oobFill;
+  m.address = (unsigned long long)(uintptr_t)globalAddress;
+  for (i = 0; i < tensorRank; ++i) {
+    m.dims[i] = globalDim[i];
+    m.box[i] = (unsigned short)boxDim[i];
+    m.element_strides[i] = (unsigned char)elementStrides[i];
+    if (i + 1 < tensorRank) m.strides[i] = globalStrides[i];
+  }
+  memset(tensorMap, 0, sizeof *tensorMap);
+  memcpy(tensorMap, &m, sizeof m);
+  return CUDA_SUCCESS;
+}
+
+SOFTCUDA_API int softcuda_tensor_map_read(const void* map, softcuda_tensor_map* out) {
+  sc_tmap_bytes m;
+  unsigned i;
+  memcpy(&m, map, sizeof m);
+  if (m.magic != SC_TMAP_MAGIC) return 0;
+  memset(out, 0, sizeof *out);
+  out->type = m.type;
+  out->rank = m.rank;
+  out->element_bytes = m.element_bytes;
+  out->interleave = m.interleave;
+  out->swizzle = m.swizzle;
+  out->l2_promotion = m.l2_promotion;
+  out->oob_fill = m.oob_fill;
+  out->address = m.address;
+  for (i = 0; i < m.rank && i < 5; ++i) {
+    out->dims[i] = m.dims[i];
+    out->strides[i] = i ? m.strides[i - 1] : m.element_bytes;
+    out->box[i] = m.box[i];
+    out->element_strides[i] = m.element_strides[i];
+  }
+  return 1;
+}

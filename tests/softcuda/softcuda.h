@@ -60,6 +60,24 @@ SOFTCUDA_API void softcuda_register_twin(const char* entry_name, softcuda_twin_f
  * pointer into CUDA_ERROR_ILLEGAL_ADDRESS instead of a crash. */
 SOFTCUDA_API int softcuda_accessible(const void* ptr, size_t bytes);
 
+/* A tensor map (CUtensorMap, 128 bytes) as softcuda's cuTensorMapEncodeTiled lays it out,
+ * for twins of TMA kernels: the global address, the element size, per dimension
+ * (innermost first) the size in elements, the stride in bytes (strides[0] is the element
+ * size), the box and the element strides. */
+typedef struct softcuda_tensor_map {
+  unsigned type;          /* CUtensorMapDataType */
+  unsigned rank;          /* 1..5 */
+  unsigned element_bytes; /* of `type` */
+  unsigned interleave, swizzle, l2_promotion, oob_fill;
+  unsigned long long address;
+  unsigned long long dims[5];
+  unsigned long long strides[5];
+  unsigned box[5];
+  unsigned element_strides[5];
+} softcuda_tensor_map;
+/* Reads a map a twin got as a parameter: 1, or 0 when `map` is not one softcuda encoded. */
+SOFTCUDA_API int softcuda_tensor_map_read(const void* map, softcuda_tensor_map* out);
+
 /* Defines twin NAME and registers it at load time:
  *   SOFTCUDA_TWIN(vector_add) { ... use block, params ...; return 0; } */
 #define SOFTCUDA_TWIN(NAME)                                                      \
