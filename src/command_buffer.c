@@ -206,6 +206,7 @@ GPUHAL__PRIVATE void gpuhal__cb_push_address_arg(gpuhal_command_buffer_t* cb, co
   arg = gpuhal__cb_push_arg(cb, &value, sizeof(value));
   arg->ref = *ref;
   arg->late = (uint32_t)late;
+  arg->late_size = (uint32_t)sizeof(value);
 }
 
 GPUHAL__PRIVATE int gpuhal__fill_is_memset(uint32_t pattern_size, uint64_t address) {
@@ -435,19 +436,20 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_resolve_args(gpuhal_command_buffer_t*
                                                         const gpuhal__execute_action_t* action,
                                                         const gpuhal__cmd_t* cmd, int* out_changed) {
   uint32_t i;
-  uint64_t address;
+  unsigned char late[GPUHAL__LATE_VALUE_MAX];
   *out_changed = 0;
+  /* Every value first, writing none: a refused execute changes nothing. */
   for (i = 0; i < cmd->arg_count; ++i) {
     const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
-    if (arg->late) GPUHAL__RETURN_IF_ERROR(gpuhal__cb_resolve(cb, action, &arg->ref, &address));
+    if (arg->late) GPUHAL__RETURN_IF_ERROR(gpuhal__cb_late_value(cb, action, arg, late));
   }
   for (i = 0; i < cmd->arg_count; ++i) {
     const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
     unsigned char* value = cb->values + arg->value_offset;
     if (!arg->late) continue;
-    gpuhal__cb_resolve(cb, action, &arg->ref, &address);
-    if (memcmp(value, &address, sizeof(address)) != 0) {
-      memcpy(value, &address, sizeof(address));
+    gpuhal__cb_late_value(cb, action, arg, late);
+    if (memcmp(value, late, arg->late_size) != 0) {
+      memcpy(value, late, arg->late_size);
       *out_changed = 1;
     }
   }
@@ -480,6 +482,7 @@ static void gpuhal__cb_destroy(gpuhal_command_buffer_t* cb) {
   gpuhal__free(a, cb->cmds);
   gpuhal__free(a, cb->args);
   gpuhal__free(a, cb->values);
+  gpuhal__free(a, cb->tensor_maps);
   gpuhal__free(a, cb->update_data);
   gpuhal__free(a, cb->param_ptrs);
   gpuhal__free(a, cb->slot_extent);

@@ -61,10 +61,52 @@ typedef enum gpuhal_command_buffer_flag_bits_e {
 } gpuhal_command_buffer_flag_bits_t;
 typedef uint32_t gpuhal_command_buffer_flags_t;
 
+/* A tensor map (TMA, compute capability 9.0): how a kernel's cp.async.bulk.tensor sees a
+ * tensor in global memory. gpuhal encodes it (cuTensorMapEncodeTiled) with the address of
+ * the buffer or binding slot it is given with (gpuhal_arg_tensor_map) and passes the
+ * 128-byte CUtensorMap by value (declare the parameter `const __grid_constant__
+ * CUtensorMap`). Zero in an optional field means its default. */
+typedef enum gpuhal_tensor_type_e { /* CUtensorMapDataType */
+                                    GPUHAL_TENSOR_U8 = 0,
+                                    GPUHAL_TENSOR_U16 = 1,
+                                    GPUHAL_TENSOR_U32 = 2,
+                                    GPUHAL_TENSOR_I32 = 3,
+                                    GPUHAL_TENSOR_U64 = 4,
+                                    GPUHAL_TENSOR_I64 = 5,
+                                    GPUHAL_TENSOR_F16 = 6,
+                                    GPUHAL_TENSOR_F32 = 7,
+                                    GPUHAL_TENSOR_F64 = 8,
+                                    GPUHAL_TENSOR_BF16 = 9,
+                                    GPUHAL_TENSOR_F32_FTZ = 10,
+                                    GPUHAL_TENSOR_TF32 = 11,
+                                    GPUHAL_TENSOR_TF32_FTZ = 12
+} gpuhal_tensor_type_t;
+#define GPUHAL_TENSOR_MAX_RANK 5
+typedef struct gpuhal_tensor_map_t {
+  gpuhal_tensor_type_t type;
+  uint32_t rank;                                    /* 1..5; 3..5 with interleave */
+  uint64_t dims[GPUHAL_TENSOR_MAX_RANK];            /* elements per dimension, innermost first; 1..2^32 */
+  uint64_t strides[GPUHAL_TENSOR_MAX_RANK - 1];     /* bytes between indices of dimension i+1: a multiple of
+                                                        16 (32 with 32-byte interleave) below 2^40; 0: packed */
+  uint32_t box[GPUHAL_TENSOR_MAX_RANK];             /* the tile one copy moves, elements: 1..256; box[0] x element
+                                                        size a multiple of 16 bytes without interleave */
+  uint32_t element_strides[GPUHAL_TENSOR_MAX_RANK]; /* traversal step, 1..8 (0: 1) */
+  uint32_t interleave;                              /* CUtensorMapInterleave: 0 none, 1 16 B, 2 32 B */
+  uint32_t swizzle;                                 /* CUtensorMapSwizzle: 0 none, 1 32 B, 2 64 B, 3 128 B */
+  uint32_t l2_promotion;                            /* CUtensorMapL2promotion: 0 none, 1 64 B, 2 128 B, 3 256 B */
+  uint32_t oob_fill;                                /* 0: out-of-bounds elements read zero; 1: NaN (floats) */
+} gpuhal_tensor_map_t;
+
 /* A kernel argument: a buffer address (+offset) passed as a 64-bit pointer, a binding
- * slot (+offset) resolved at execute, or plain bytes copied when the dispatch is recorded.
- * Make them with the constructors below. */
-typedef enum gpuhal_arg_kind_e { GPUHAL_ARG_BYTES = 0, GPUHAL_ARG_BUFFER = 1, GPUHAL_ARG_SLOT = 2 } gpuhal_arg_kind_t;
+ * slot (+offset) resolved at execute, plain bytes copied when the dispatch is recorded, or
+ * a tensor map over a buffer or slot (encoded at every execute, with the address the
+ * buffer or slot has then). Make them with the constructors below. */
+typedef enum gpuhal_arg_kind_e {
+  GPUHAL_ARG_BYTES = 0,
+  GPUHAL_ARG_BUFFER = 1,
+  GPUHAL_ARG_SLOT = 2,
+  GPUHAL_ARG_TENSOR_MAP = 3
+} gpuhal_arg_kind_t;
 typedef struct gpuhal_arg_t {
   gpuhal_arg_kind_t kind;
   uint32_t slot;           /* SLOT */
@@ -73,9 +115,15 @@ typedef struct gpuhal_arg_t {
   const void* data;        /* BYTES: the value; NULL: the value is in inline_value */
   uint32_t size;           /* BYTES: bytes of the value */
   uint64_t inline_value[2];
+  gpuhal_arg_kind_t memory;              /* TENSOR_MAP: BUFFER or SLOT (buffer/slot/offset say which) */
+  const gpuhal_tensor_map_t* tensor_map; /* TENSOR_MAP: valid until the dispatch that takes it returns */
 } gpuhal_arg_t;
 GPUHAL_API gpuhal_arg_t gpuhal_arg_buffer(gpuhal_buffer_t* buffer, uint64_t offset);
 GPUHAL_API gpuhal_arg_t gpuhal_arg_slot(uint32_t slot, uint64_t offset);
+/* A tensor map over `memory` (a gpuhal_arg_buffer or gpuhal_arg_slot: the tensor starts at
+ * its address, which must be 16-byte aligned). `map` must stay valid until the dispatch
+ * that takes the argument returns; gpuhal keeps a copy. */
+GPUHAL_API gpuhal_arg_t gpuhal_arg_tensor_map(gpuhal_arg_t memory, const gpuhal_tensor_map_t* map);
 /* `data` must stay valid until the gpuhal_cmd_dispatch that takes the argument returns. */
 GPUHAL_API gpuhal_arg_t gpuhal_arg_bytes(const void* data, uint32_t size);
 GPUHAL_API gpuhal_arg_t gpuhal_arg_u32(uint32_t value);
@@ -231,6 +279,8 @@ typedef struct gpuhal__ref_s {
 typedef struct gpuhal__cmd_arg_s {
   gpuhal__ref_t ref;
   uint32_t late;
+  uint32_t late_size;  /* bytes a late value takes: 8 (an address) or 128 (a tensor map) */
+  uint32_t tensor_map; /* 0, or 1 + the index of its map in cb->tensor_maps */
   uint32_t value_offset;
 } gpuhal__cmd_arg_t;
 
@@ -326,6 +376,8 @@ struct gpuhal_command_buffer_s {
   uint32_t arg_count, arg_capacity;
   unsigned char* values; /* kernel argument values, 8-byte aligned each */
   size_t values_size, values_capacity;
+  gpuhal_tensor_map_t* tensor_maps; /* copies of the dispatches' tensor maps (command_buffer_tensor_map.c) */
+  uint32_t tensor_map_count, tensor_map_capacity;
   unsigned char* update_data; /* bytes of cmd_update, 16-byte aligned each */
   size_t update_size, update_capacity;
   void** param_ptrs; /* built at end: the kernelParams arrays of every dispatch */
@@ -415,6 +467,27 @@ GPUHAL__PRIVATE gpuhal__cmd_arg_t* gpuhal__cb_push_arg(gpuhal_command_buffer_t* 
 
 /* An address argument: its value now when known, else resolved at execute. */
 GPUHAL__PRIVATE void gpuhal__cb_push_address_arg(gpuhal_command_buffer_t* cb, const gpuhal__ref_t* ref);
+
+/* ---- tensor map arguments (command_buffer_tensor_map.c) ---- */
+#define GPUHAL__TENSOR_MAP_BYTES 128u
+#define GPUHAL__LATE_VALUE_MAX GPUHAL__TENSOR_MAP_BYTES
+/* Checks a TENSOR_MAP argument's map and memory (`what` is "args[i]"): every rule of
+ * cuTensorMapEncodeTiled, naming the field; a buffer's alignment and extent. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_check_tensor_map(gpuhal_command_buffer_t* cb, const gpuhal_arg_t* arg,
+                                                            const char* func, const char* what);
+/* The bytes a map's tensor spans from its address (the last element's end). */
+GPUHAL__PRIVATE uint64_t gpuhal__tensor_map_extent(const gpuhal_tensor_map_t* map);
+/* Makes room for `count` more tensor maps. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_reserve_tensor_maps(gpuhal_command_buffer_t* cb, uint32_t count);
+/* Appends a tensor map argument over `ref` (room reserved), encoded at each execute. */
+GPUHAL__PRIVATE void gpuhal__cb_push_tensor_map_arg(gpuhal_command_buffer_t* cb, const gpuhal__ref_t* ref,
+                                                    const gpuhal_tensor_map_t* map);
+/* The value of a late argument for an execute: its address, or its tensor map encoded with
+ * it (arg->late_size bytes into `out`). */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_late_value(const gpuhal_command_buffer_t* cb,
+                                                      const gpuhal__execute_action_t* action,
+                                                      const gpuhal__cmd_arg_t* arg,
+                                                      unsigned char out[GPUHAL__LATE_VALUE_MAX]);
 /* A memset can do it: 1, 2 or 4-byte pattern and a destination aligned to it. */
 GPUHAL__PRIVATE int gpuhal__fill_is_memset(uint32_t pattern_size, uint64_t address);
 GPUHAL__PRIVATE unsigned gpuhal__memset_value(const gpuhal__cmd_t* cmd);

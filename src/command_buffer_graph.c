@@ -238,7 +238,7 @@ static int gpuhal__graph_cmd_differs(const gpuhal_command_buffer_t* cb, const gp
   uint32_t i;
   for (i = 0; i < cmd->arg_count; ++i) {
     const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
-    if (arg->late && memcmp(cb->values + arg->value_offset, inst->values + arg->value_offset, sizeof(uint64_t)) != 0)
+    if (arg->late && memcmp(cb->values + arg->value_offset, inst->values + arg->value_offset, arg->late_size) != 0)
       return 1;
   }
   return 0;
@@ -300,7 +300,7 @@ static gpuhal_status_t gpuhal__graph_instance_patch(gpuhal_command_buffer_t* cb,
     GPUHAL__CU_RETURN(cb->device->cu, cuGraphExecKernelNodeSetParams, (inst->exec, cmd->node, &p));
     for (i = 0; i < cmd->arg_count; ++i) { /* only once the driver took them */
       const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
-      if (arg->late) memcpy(inst->values + arg->value_offset, cb->values + arg->value_offset, sizeof(uint64_t));
+      if (arg->late) memcpy(inst->values + arg->value_offset, cb->values + arg->value_offset, arg->late_size);
     }
   }
   return NULL;

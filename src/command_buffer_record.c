@@ -100,10 +100,21 @@ static gpuhal_status_t gpuhal__dispatch_check_dims(const gpuhal_command_buffer_t
  * own rules. */
 static gpuhal_status_t gpuhal__dispatch_check_arg(gpuhal_command_buffer_t* cb, const gpuhal_kernel_t* kernel,
                                                   uint32_t i, const gpuhal_arg_t* arg, const char* func) {
-  uint32_t size = arg->kind == GPUHAL_ARG_BYTES ? arg->size : 8u;
+  uint32_t size = arg->kind == GPUHAL_ARG_BYTES        ? arg->size
+                  : arg->kind == GPUHAL_ARG_TENSOR_MAP ? GPUHAL__TENSOR_MAP_BYTES
+                                                       : 8u;
   char what[48];
+  gpuhal_arg_kind_t kind = arg->kind;
   snprintf(what, sizeof(what), "args[%u]", i);
-  switch (arg->kind) {
+  if (kind == GPUHAL_ARG_TENSOR_MAP) { /* its memory is checked as a BUFFER or SLOT argument is */
+    kind = arg->memory;
+    if (kind != GPUHAL_ARG_BUFFER && kind != GPUHAL_ARG_SLOT)
+      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                                "%s: argument '%s.memory' is kind %d: a tensor map lies over a gpuhal_arg_buffer or "
+                                "gpuhal_arg_slot",
+                                func, what, (int)kind);
+  }
+  switch (kind) {
     case GPUHAL_ARG_BYTES:
       if (arg->size == 0)
         return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument '%s' has size 0", func, what);
@@ -131,9 +142,10 @@ static gpuhal_status_t gpuhal__dispatch_check_arg(gpuhal_command_buffer_t* cb, c
     default:
       return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                                 "%s: argument '%s' has unknown kind %d (make arguments with "
-                                "gpuhal_arg_buffer/_slot/_bytes/_u32/...)",
+                                "gpuhal_arg_buffer/_slot/_bytes/_tensor_map/_u32/...)",
                                 func, what, (int)arg->kind);
   }
+  if (arg->kind == GPUHAL_ARG_TENSOR_MAP) GPUHAL__RETURN_IF_ERROR(gpuhal__cb_check_tensor_map(cb, arg, func, what));
   if (kernel->info.param_count != GPUHAL_KERNEL_PARAM_COUNT_UNKNOWN && kernel->info.param_sizes[i] != size)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "%s: argument '%s' is %u bytes but parameter %u of kernel '%s' is %u "
@@ -164,7 +176,12 @@ static gpuhal_status_t gpuhal__cb_append_dispatch(gpuhal_command_buffer_t* cb, C
 static size_t gpuhal__args_value_bytes(uint32_t arg_count, const gpuhal_arg_t* args) {
   size_t bytes = 0;
   uint32_t i;
-  for (i = 0; i < arg_count; ++i) bytes += ((args[i].kind == GPUHAL_ARG_BYTES ? args[i].size : 8u) + 7u) & ~7u;
+  for (i = 0; i < arg_count; ++i) {
+    uint32_t size = args[i].kind == GPUHAL_ARG_BYTES        ? args[i].size
+                    : args[i].kind == GPUHAL_ARG_TENSOR_MAP ? GPUHAL__TENSOR_MAP_BYTES
+                                                            : 8u;
+    bytes += (size + 7u) & ~7u;
+  }
   return bytes;
 }
 
@@ -175,7 +192,7 @@ static gpuhal_status_t gpuhal__cb_record_dispatch(gpuhal_command_buffer_t* cb, g
                                                   const gpuhal_arg_t* args, const char* func) {
   gpuhal__cmd_t* cmd;
   gpuhal_dispatch_options_t launch;
-  uint32_t g[3], b[3], i;
+  uint32_t g[3], b[3], i, maps = 0;
   GPUHAL__RETURN_IF_ERROR(gpuhal__object_check(cb, GPUHAL__MAGIC_COMMAND_BUFFER, func, "command_buffer"));
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_check_recording(cb, func));
   GPUHAL__RETURN_IF_ERROR(gpuhal__object_check(kernel, GPUHAL__MAGIC_KERNEL, func, "kernel"));
@@ -192,13 +209,17 @@ static gpuhal_status_t gpuhal__cb_record_dispatch(gpuhal_command_buffer_t* cb, g
                               "%s: argument 'arg_count' is %u but kernel '%s' has %u parameter(s)", func, arg_count,
                               kernel->name, kernel->info.param_count);
   GPUHAL__RETURN_IF_ERROR(gpuhal__dispatch_check_dims(cb, kernel, grid, block, shared_bytes, func));
-  for (i = 0; i < arg_count; ++i) GPUHAL__RETURN_IF_ERROR(gpuhal__dispatch_check_arg(cb, kernel, i, &args[i], func));
+  for (i = 0; i < arg_count; ++i) {
+    GPUHAL__RETURN_IF_ERROR(gpuhal__dispatch_check_arg(cb, kernel, i, &args[i], func));
+    maps += args[i].kind == GPUHAL_ARG_TENSOR_MAP;
+  }
   g[0] = grid.x, g[1] = grid.y, g[2] = grid.z;
   b[0] = block.x, b[1] = block.y, b[2] = block.z;
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_launch_check(cb, kernel, g, b, shared_bytes, options, &launch));
 
   /* Everything that can fail is reserved before anything is appended. */
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_reserve_args(cb, arg_count, gpuhal__args_value_bytes(arg_count, args)));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__cb_reserve_tensor_maps(cb, maps));
   GPUHAL__RETURN_IF_ERROR(gpuhal__grow32(cb->device->allocator, (void**)&cb->cmds, &cb->cmd_capacity,
                                          (size_t)cb->cmd_count + 1, sizeof(gpuhal__cmd_t), "recorded commands"));
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_reserve_retained(cb, arg_count));
@@ -214,16 +235,21 @@ static gpuhal_status_t gpuhal__cb_record_dispatch(gpuhal_command_buffer_t* cb, g
     }
     memset(&ref, 0, sizeof(ref));
     ref.offset = arg->offset;
-    if (arg->kind == GPUHAL_ARG_SLOT) {
+    if ((arg->kind == GPUHAL_ARG_TENSOR_MAP ? arg->memory : arg->kind) == GPUHAL_ARG_SLOT) {
       ref.kind = GPUHAL__REF_SLOT;
       ref.slot = arg->slot;
-      gpuhal__cb_note_slot(cb, &ref, 0);
+      gpuhal__cb_note_slot(cb, &ref,
+                           arg->kind == GPUHAL_ARG_TENSOR_MAP ? gpuhal__tensor_map_extent(arg->tensor_map) : 0);
     } else {
       ref.kind = GPUHAL__REF_BUFFER;
       ref.buffer = arg->buffer;
       gpuhal__cb_retain_buffer(cb, arg->buffer); /* cannot fail: reserved above */
     }
-    gpuhal__cb_push_address_arg(cb, &ref);
+    if (arg->kind == GPUHAL_ARG_TENSOR_MAP) {
+      gpuhal__cb_push_tensor_map_arg(cb, &ref, arg->tensor_map);
+    } else {
+      gpuhal__cb_push_address_arg(cb, &ref);
+    }
     if (cb->args[cb->arg_count - 1].late) cmd->late_args++;
   }
   cmd->arg_count = arg_count;

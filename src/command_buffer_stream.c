@@ -72,12 +72,13 @@ static gpuhal_status_t gpuhal__stream_issue_cmd(gpuhal_command_buffer_t* cb, con
 static gpuhal_status_t gpuhal__cmd_check_addresses(const gpuhal_command_buffer_t* cb,
                                                    const gpuhal__execute_action_t* action, const gpuhal__cmd_t* cmd) {
   uint64_t address;
+  unsigned char late[GPUHAL__LATE_VALUE_MAX];
   uint32_t i;
   switch (cmd->type) {
     case GPUHAL__CMD_DISPATCH:
       for (i = 0; i < cmd->arg_count; ++i) {
         const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
-        if (arg->late) GPUHAL__RETURN_IF_ERROR(gpuhal__cb_resolve(cb, action, &arg->ref, &address));
+        if (arg->late) GPUHAL__RETURN_IF_ERROR(gpuhal__cb_late_value(cb, action, arg, late));
       }
       return NULL;
     case GPUHAL__CMD_COPY:

@@ -55,7 +55,7 @@ MODULES = [
     ("executable.h", ["executable.c", "executable_compile.c"]),
     ("builtin_kernels.h", ["builtin_kernels.c"]),
     ("command_buffer.h", ["command_buffer.c", "command_buffer_graph.c", "command_buffer_stream.c",
-                          "command_buffer_launch.c", "command_buffer_record.c"]),
+                          "command_buffer_launch.c", "command_buffer_tensor_map.c", "command_buffer_record.c"]),
     ("queue_execute.h", ["queue_execute.c", "queue_report.c"]),
     ("channel.h", ["channel.c"]),
     ("trace.h", ["trace.c"]),

@@ -1009,6 +1009,57 @@ static void scenario_launch(sw_run_t* r) {
   sw_close(&o);
 }
 
+/* Tensor maps: a TMA tile copy (tma_tile_copy: one 32 x 8 tile of u32, + 1) through a map
+ * over a buffer (encoded at record) in a GRAPH command buffer and over a binding slot
+ * (encoded at execute) in a STREAM one, both executed and checked. */
+static void scenario_tensor_map(sw_run_t* r) {
+  sw_objs_t o;
+  gpuhal_kernel_t* copy = NULL;
+  gpuhal_tensor_map_t m;
+  gpuhal_arg_t args[4];
+  gpuhal_binding_table_t table;
+  uint32_t src[256], i;
+  for (i = 0; i < 256; ++i) src[i] = i * 7u;
+  memset(&m, 0, sizeof(m));
+  m.type = GPUHAL_TENSOR_U32;
+  m.rank = 2;
+  m.dims[0] = 32;
+  m.dims[1] = 8;
+  m.box[0] = 32;
+  m.box[1] = 8;
+  args[2] = gpuhal_arg_u32(32);
+  args[3] = gpuhal_arg_u32(8);
+  if (sw_open(r, &o, 1, 1) && sw_ok(r, sw_load(o.device[0], "tma_tile_copy", &o.exe[0], &copy), "executable_load") &&
+      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, sizeof(src), &o.buf[0]), "buffer_allocate") &&
+      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, sizeof(src), &o.buf[1]), "buffer_allocate") &&
+      sw_ok(r, gpuhal_buffer_write(o.buf[0], 0, src, sizeof(src)), "buffer_write") &&
+      sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[0]), "create graph") &&
+      sw_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "begin graph") &&
+      (args[0] = gpuhal_arg_tensor_map(gpuhal_arg_buffer(o.buf[0], 0), &m), args[1] = gpuhal_arg_buffer(o.buf[1], 0),
+       sw_ok(r, gpuhal_cmd_dispatch(o.cb[0], copy, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 4, args),
+             "cmd_dispatch tensor map (buffer)")) &&
+      sw_ok(r, gpuhal_command_buffer_end(o.cb[0]), "end graph") &&
+      sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_STREAM, 1, &o.cb[1]), "create stream") &&
+      sw_ok(r, gpuhal_command_buffer_begin(o.cb[1]), "begin stream") &&
+      (args[0] = gpuhal_arg_tensor_map(gpuhal_arg_slot(0, 0), &m), args[1] = gpuhal_arg_buffer(o.buf[0], 0),
+       sw_ok(r, gpuhal_cmd_dispatch(o.cb[1], copy, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 4, args),
+             "cmd_dispatch tensor map (slot)")) &&
+      sw_ok(r, gpuhal_command_buffer_end(o.cb[1]), "end stream") &&
+      sw_ok(r,
+            gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                 gpuhal_semaphore_list_one(&o.sem[0], &V1), o.cb[0], NULL),
+            "queue_execute graph") &&
+      (table.count = 1, table.buffers = &o.buf[1], table.offsets = NULL,
+       sw_ok(r,
+             gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&o.sem[0], &V1),
+                                  gpuhal_semaphore_list_one(&o.sem[0], &V2), o.cb[1], &table),
+             "queue_execute stream")) &&
+      sw_wait(r, o.sem[0], 2, "wait s=2"))
+    sw_check_u32(r, o.buf[0], 4, 1, 7u + 2u, "tile copied twice"); /* src[1] + 1, copied back + 1 */
+  sw_settle(r);
+  sw_close(&o);
+}
+
 typedef struct sw_scenario_s {
   const char* name;
   void (*run)(sw_run_t* r);
@@ -1020,7 +1071,7 @@ static const sw_scenario_t sw_scenarios[] = {
     {"multi", scenario_multi},           {"disk", scenario_disk},
     {"collective", scenario_collective}, {"cb_release", scenario_cb_release},
     {"memory", scenario_memory},         {"share", scenario_share},
-    {"launch", scenario_launch},
+    {"launch", scenario_launch},         {"tensor_map", scenario_tensor_map},
 };
 #define SW_SCENARIO_COUNT ((int)(sizeof(sw_scenarios) / sizeof(sw_scenarios[0])))
 
