@@ -52,8 +52,7 @@ GPUHAL__PRIVATE uint64_t gpuhal__tensor_map_extent(const gpuhal_tensor_map_t* m)
 #define GPUHAL__TMAP_BAD(...) return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
 
 /* The dimensions' rules (cuTensorMapEncodeTiled's, CUDA 13). */
-static gpuhal_status_t gpuhal__tensor_map_dims_check(const gpuhal_tensor_map_t* m, const char* func,
-                                                     const char* what) {
+static gpuhal_status_t gpuhal__tensor_map_dims_check(const gpuhal_tensor_map_t* m, const char* func, const char* what) {
   uint64_t align = gpuhal__tensor_alignment(m);
   uint32_t i;
   for (i = 0; i < m->rank; ++i) {
@@ -70,11 +69,11 @@ static gpuhal_status_t gpuhal__tensor_map_dims_check(const gpuhal_tensor_map_t* 
   for (i = 1; i < m->rank; ++i) {
     uint64_t stride = gpuhal__tensor_stride(m, i), below = gpuhal__tensor_stride(m, i - 1);
     if (stride % align || stride >= (1ull << 40))
-      GPUHAL__TMAP_BAD("%s: argument '%s.tensor_map->strides[%u]' is %llu bytes%s: must be a multiple of %llu below "
-                       "2^40%s",
-                       func, what, (unsigned)(i - 1), (unsigned long long)stride,
-                       m->strides[i - 1] ? "" : " (0: packed)", (unsigned long long)align,
-                       m->strides[i - 1] ? "" : "; give a padded stride");
+      GPUHAL__TMAP_BAD(
+          "%s: argument '%s.tensor_map->strides[%u]' is %llu bytes%s: must be a multiple of %llu below "
+          "2^40%s",
+          func, what, (unsigned)(i - 1), (unsigned long long)stride, m->strides[i - 1] ? "" : " (0: packed)",
+          (unsigned long long)align, m->strides[i - 1] ? "" : "; give a padded stride");
     if (m->strides[i - 1] && below != UINT64_MAX && stride < below * m->dims[i - 1])
       GPUHAL__TMAP_BAD("%s: argument '%s.tensor_map->strides[%u]' is %llu bytes: less than dimension %u spans (%llu)",
                        func, what, (unsigned)(i - 1), (unsigned long long)stride, (unsigned)(i - 1),
@@ -164,10 +163,9 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_check_tensor_map(gpuhal_command_buffe
                               "driver lacks",
                               func, what);
   if (device->info.compute_capability_major < 9)
-    return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE,
-                              "%s: argument '%s': tensor maps need compute capability 9.0; device %d is %d.%d", func,
-                              what, device->ordinal, device->info.compute_capability_major,
-                              device->info.compute_capability_minor);
+    return gpuhal_status_make(
+        GPUHAL_STATUS_UNAVAILABLE, "%s: argument '%s': tensor maps need compute capability 9.0; device %d is %d.%d",
+        func, what, device->ordinal, device->info.compute_capability_major, device->info.compute_capability_minor);
   GPUHAL__RETURN_IF_ERROR(gpuhal__tensor_map_rules(m, func, what));
   align = gpuhal__tensor_alignment(m);
   if (arg->offset % align)
@@ -234,7 +232,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_late_value(const gpuhal_command_buffe
                               arg->ref.kind == GPUHAL__REF_SLOT ? "its binding slot's buffer and offset" : "its buffer",
                               (unsigned long long)gpuhal__tensor_alignment(m));
   st = gpuhal__tensor_map_encode(cb->device, m, address, out);
-  if (st) return gpuhal_status_annotate(st, "gpuhal_queue_execute: encoding a tensor map at 0x%llx",
-                                        (unsigned long long)address);
+  if (st)
+    return gpuhal_status_annotate(st, "gpuhal_queue_execute: encoding a tensor map at 0x%llx",
+                                  (unsigned long long)address);
   return NULL;
 }

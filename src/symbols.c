@@ -42,6 +42,26 @@ static void gpuhal__library_candidates(const char* path_or_null, const char* env
   out[i] = NULL;
 }
 
+/* Opens the first library that loads of those gpuhal__library_candidates gives. */
+static void* gpuhal__library_open(const char* path_or_null, const char* env_name, const char* const* defaults,
+                                  const gpuhal__logger_t* logger, char* tried, size_t tried_size, char* path,
+                                  size_t path_size) {
+  const char* candidates[GPUHAL__LIBRARY_CANDIDATES];
+  gpuhal__library_candidates(path_or_null, env_name, defaults, candidates);
+  return gpuhal__library_open_first(candidates, logger, tried, tried_size, path, path_size);
+}
+
+/* dlsym of an entry a table needs: when absent, counted and named in `missing`. */
+static void* gpuhal__symbol_required(void* handle, const char* name, char* missing, size_t missing_size,
+                                     int* missing_count) {
+  void* fn = dlsym(handle, name);
+  if (!fn) {
+    gpuhal__tried_append(missing, missing_size, name, "absent");
+    ++*missing_count;
+  }
+  return fn;
+}
+
 /* One symbol: cuGetProcAddress_v2 at the pinned version, then the versioned export, then
  * the base name. NULL when none resolves. */
 static void* gpuhal__cuda_symbol_resolve(void* handle, gpuhal_PFN_cuGetProcAddress get_proc, const char* name,
@@ -92,7 +112,6 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_cuda(const char* path_or_nu
                                                           gpuhal__cuda_symbols_t* cu, void** out_handle,
                                                           char* loaded_path, size_t loaded_path_size) {
   static const char* const defaults[] = {"libcuda.so.1", "libcuda.so", NULL};
-  const char* candidates[GPUHAL__LIBRARY_CANDIDATES];
   char tried[1024];
   char missing[1024];
   char path[GPUHAL__LIBRARY_PATH_MAX];
@@ -102,8 +121,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_cuda(const char* path_or_nu
   memset(cu, 0, sizeof(*cu));
   *out_handle = NULL;
   if (loaded_path && loaded_path_size) loaded_path[0] = 0;
-  gpuhal__library_candidates(path_or_null, "GPUHAL_CUDA_LIBRARY", defaults, candidates);
-  handle = gpuhal__library_open_first(candidates, logger, tried, sizeof(tried), path, sizeof(path));
+  handle = gpuhal__library_open(path_or_null, "GPUHAL_CUDA_LIBRARY", defaults, logger, tried, sizeof(tried), path,
+                                sizeof(path));
   if (!handle)
     return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE,
                               "could not load the CUDA driver library: tried %s; install the NVIDIA driver or "
@@ -140,7 +159,6 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_nccl(const char* path_or_nu
   return NULL;
 #else
   static const char* const defaults[] = {"libnccl.so.2", "libnccl.so", NULL};
-  const char* candidates[GPUHAL__LIBRARY_CANDIDATES];
   char tried[1024];
   char missing[512];
   char path[GPUHAL__LIBRARY_PATH_MAX];
@@ -150,19 +168,15 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_nccl(const char* path_or_nu
   memset(nccl, 0, sizeof(*nccl));
   *out_handle = NULL;
   if (loaded_path && loaded_path_size) loaded_path[0] = 0;
-  gpuhal__library_candidates(path_or_null, "GPUHAL_NCCL_LIBRARY", defaults, candidates);
-  handle = gpuhal__library_open_first(candidates, logger, tried, sizeof(tried), path, sizeof(path));
+  handle = gpuhal__library_open(path_or_null, "GPUHAL_NCCL_LIBRARY", defaults, logger, tried, sizeof(tried), path,
+                                sizeof(path));
   if (!handle) {
     gpuhal__log(logger, GPUHAL_LOG_INFO, "NCCL not loaded (collectives are off): tried %s", tried);
     return NULL;
   }
   missing[0] = 0;
-#define GPUHAL__RESOLVE_NCCL(name, params)                           \
-  fn = dlsym(handle, #name);                                         \
-  if (!fn) {                                                         \
-    gpuhal__tried_append(missing, sizeof(missing), #name, "absent"); \
-    missing_count++;                                                 \
-  }                                                                  \
+#define GPUHAL__RESOLVE_NCCL(name, params)                                               \
+  fn = gpuhal__symbol_required(handle, #name, missing, sizeof(missing), &missing_count); \
   GPUHAL__STORE_FN(nccl->name, fn);
   GPUHAL_NCCL_SYMBOLS(GPUHAL__RESOLVE_NCCL)
   GPUHAL__RESOLVE_NCCL(ncclGetErrorString, (ncclResult_t result))
@@ -184,7 +198,6 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_nvrtc(const char* path_or_n
                                                            gpuhal__nvrtc_symbols_t* nvrtc, void** out_handle,
                                                            char* loaded_path, size_t loaded_path_size) {
   static const char* const defaults[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", NULL};
-  const char* candidates[GPUHAL__LIBRARY_CANDIDATES];
   char tried[1024];
   char missing[512];
   char path[GPUHAL__LIBRARY_PATH_MAX];
@@ -194,20 +207,16 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__symbols_load_nvrtc(const char* path_or_n
   memset(nvrtc, 0, sizeof(*nvrtc));
   *out_handle = NULL;
   if (loaded_path && loaded_path_size) loaded_path[0] = 0;
-  gpuhal__library_candidates(path_or_null, "GPUHAL_NVRTC_LIBRARY", defaults, candidates);
-  handle = gpuhal__library_open_first(candidates, logger, tried, sizeof(tried), path, sizeof(path));
+  handle = gpuhal__library_open(path_or_null, "GPUHAL_NVRTC_LIBRARY", defaults, logger, tried, sizeof(tried), path,
+                                sizeof(path));
   if (!handle)
     return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE,
                               "could not load NVRTC: tried %s; install the CUDA toolkit's NVRTC (libnvrtc.so) or "
                               "point GPUHAL_NVRTC_LIBRARY (or gpuhal_driver_options_t.nvrtc_library) at it",
                               tried);
   missing[0] = 0;
-#define GPUHAL__RESOLVE_NVRTC(name, params)                          \
-  fn = dlsym(handle, #name);                                         \
-  if (!fn) {                                                         \
-    gpuhal__tried_append(missing, sizeof(missing), #name, "absent"); \
-    missing_count++;                                                 \
-  }                                                                  \
+#define GPUHAL__RESOLVE_NVRTC(name, params)                                              \
+  fn = gpuhal__symbol_required(handle, #name, missing, sizeof(missing), &missing_count); \
   GPUHAL__STORE_FN(nvrtc->name, fn);
 #define GPUHAL__RESOLVE_NVRTC_OPTIONAL(name, params) \
   fn = dlsym(handle, #name);                         \

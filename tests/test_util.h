@@ -223,6 +223,40 @@ tu_load_kernel(gpuhal_device_t* device, const char* name, gpuhal_executable_t** 
 #endif
 
 #ifdef GPUHAL_H
+/* A driver and its device 0 in *driver / *device: 1 when ready. Otherwise 0, both NULL and
+ * the case skipped (no device, or one below compute capability `min_major`, which `why`
+ * needs) or failed (the reason printed). */
+#if defined(__GNUC__)
+__attribute__((unused))
+#endif
+static int
+tu_open_device(gpuhal_driver_t** driver, gpuhal_device_t** device, int min_major, const char* why) {
+  gpuhal_device_info_t info;
+  int count = 0;
+  gpuhal_status_t st = gpuhal_driver_create(NULL, driver);
+  memset(&info, 0, sizeof(info));
+  *device = NULL;
+  if (!st) st = gpuhal_driver_device_count(*driver, &count);
+  if (!st && count > 0) st = gpuhal_device_create(*driver, 0, NULL, device);
+  if (!st && count > 0) st = gpuhal_device_info(*device, &info);
+  if (!st && (count == 0 || info.compute_capability_major < min_major)) {
+    tu_state.skipped = 1;
+    tu_state.skip_reason = count == 0 ? "no CUDA device" : why;
+  }
+  if (st) {
+    TU_FAIL_AT(__FILE__, __LINE__, "driver and device: %s", gpuhal_status_message(st));
+    gpuhal_status_free(st);
+  }
+  if (st || tu_state.skipped) {
+    gpuhal_device_release(*device);
+    gpuhal_driver_release(*driver);
+    *device = NULL;
+    *driver = NULL;
+    return 0;
+  }
+  return 1;
+}
+
 /* Executes `cb` on queue 0 of `device` and waits for it (30 s at most); returns the
  * execute's status. */
 #if defined(__GNUC__)

@@ -39,25 +39,12 @@ static void lt_close(lt* t) {
 
 /* 1: ready; 0: the case is done (skipped: no device, or one below compute 9.0). */
 static int lt_open(lt* t) {
-  int count = 0;
   gpuhal_status_t st;
   memset(t, 0, sizeof(*t));
-  st = gpuhal_driver_create(NULL, &t->driver);
-  if (!st) st = gpuhal_driver_device_count(t->driver, &count);
-  if (!st && count == 0) {
-    lt_close(t);
-    tu_state.skipped = 1;
-    tu_state.skip_reason = "no CUDA device";
+  if (!tu_open_device(&t->driver, &t->device, 9,
+                      "the test kernels need compute capability 9.0 (clusters, grid dependency control)"))
     return 0;
-  }
-  if (!st) st = gpuhal_device_create(t->driver, 0, NULL, &t->device);
-  if (!st) st = gpuhal_device_info(t->device, &t->info);
-  if (!st && t->info.compute_capability_major < 9) {
-    lt_close(t);
-    tu_state.skipped = 1;
-    tu_state.skip_reason = "the test kernels need compute capability 9.0 (clusters, grid dependency control)";
-    return 0;
-  }
+  st = gpuhal_device_info(t->device, &t->info);
   if (!st) st = lt_load(t, 0, "cluster_exchange", &t->cluster_exchange);
   if (!st) st = lt_load(t, 1, "grid_reduce", &t->grid_reduce);
   if (!st) st = lt_load(t, 2, "pdl_step", &t->pdl_step);

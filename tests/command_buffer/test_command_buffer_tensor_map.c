@@ -13,8 +13,8 @@
 #include "test_util.h"
 
 #define TM_TIMEOUT_NS 30000000000ll
-#define TM_W 100u /* not a multiple of the 32-wide tile: the last tiles cross the edge */
-#define TM_H 37u  /* nor of the 8 rows */
+#define TM_W 100u     /* not a multiple of the 32-wide tile: the last tiles cross the edge */
+#define TM_H 37u      /* nor of the 8 rows */
 #define TM_PITCH 112u /* elements per row in memory: rows padded to 448 bytes */
 
 typedef struct tm_fixture {
@@ -34,27 +34,10 @@ static void tm_close(tm_fixture* t) {
 
 /* 1: ready; 0: the case is done (skipped, or failed). */
 static int tm_open(tm_fixture* t) {
-  gpuhal_device_info_t info;
-  int count = 0;
   gpuhal_status_t st;
   memset(t, 0, sizeof(*t));
-  st = gpuhal_driver_create(NULL, &t->driver);
-  if (!st) st = gpuhal_driver_device_count(t->driver, &count);
-  if (!st && count == 0) {
-    tm_close(t);
-    tu_state.skipped = 1;
-    tu_state.skip_reason = "no CUDA device";
-    return 0;
-  }
-  if (!st) st = gpuhal_device_create(t->driver, 0, NULL, &t->device);
-  if (!st) st = gpuhal_device_info(t->device, &info);
-  if (!st && info.compute_capability_major < 9) {
-    tm_close(t);
-    tu_state.skipped = 1;
-    tu_state.skip_reason = "tensor maps need compute capability 9.0";
-    return 0;
-  }
-  if (!st) st = tu_load_kernel(t->device, "tma_tile_copy", &t->exe, &t->copy);
+  if (!tu_open_device(&t->driver, &t->device, 9, "tensor maps need compute capability 9.0")) return 0;
+  st = tu_load_kernel(t->device, "tma_tile_copy", &t->exe, &t->copy);
   if (st) {
     TU_FAIL_AT(__FILE__, __LINE__, "fixture: %s", gpuhal_status_message(st));
     gpuhal_status_free(st);
@@ -232,10 +215,10 @@ static void body_bad_maps_name_the_field(uint32_t mode) {
   TU_CHECK_OK(gpuhal_command_buffer_create(t.device, GPUHAL_COMMAND_BUFFER_REUSABLE | mode, 1, &cb));
   TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
   mem = gpuhal_arg_buffer(src, 0);
-#define TM_BAD(edit, code, needle) \
-  do {                             \
-    m = tm_map();                  \
-    edit;                          \
+#define TM_BAD(edit, code, needle)                 \
+  do {                                             \
+    m = tm_map();                                  \
+    edit;                                          \
     tm_refuse(&t, cb, mem, &m, out, code, needle); \
   } while (0)
   TM_BAD(m.type = (gpuhal_tensor_type_t)13, GPUHAL_STATUS_INVALID_ARGUMENT, "args[0].tensor_map->type");
@@ -300,7 +283,7 @@ static void body_bad_maps_name_the_field(uint32_t mode) {
   tm_close(&t);
 }
 
-#define TM_BOTH(name)                                              \
+#define TM_BOTH(name)                                                   \
   TU_TEST(name##_stream) { body_##name(GPUHAL_COMMAND_BUFFER_STREAM); } \
   TU_TEST(name##_graph) { body_##name(0); }
 TM_BOTH(tile_copy_over_a_buffer)
