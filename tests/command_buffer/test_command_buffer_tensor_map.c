@@ -1,7 +1,7 @@
 /* Tensor map arguments (gpuhal_arg_tensor_map, TMA): a tile copy through a map checked
  * against the CPU, over a buffer (encoded at record) and over a binding slot rebound
- * between executes (encoded at execute; the GRAPH patches the node's 128-byte value), with
- * tiles past the tensor's edge; every bad field named; in STREAM and GRAPH command buffers,
+ * between executes (encoded at execute; the GRAPH patches the node's 128-byte value) and
+ * over a transient buffer, with tiles past the tensor's edge; every bad field named; in STREAM and GRAPH command buffers,
  * on softcuda (the twin reads through softcuda's encoding) and a GPU (compute 9.0). The
  * kernel is tests/kernels/tma_tile_copy. */
 #include <stdint.h>
@@ -196,6 +196,58 @@ static void body_tile_copy_over_a_rebound_slot(uint32_t mode) {
   tm_close(&t);
 }
 
+/* Signals a fresh semaphore from `alloca` (1) or `dealloca` (0) of `buffer` and waits. */
+static gpuhal_status_t tm_transient(tm_fixture* t, int alloca, uint64_t size, gpuhal_buffer_t** buffer) {
+  gpuhal_semaphore_t* sem = NULL;
+  uint64_t one = 1;
+  gpuhal_status_t st = gpuhal_semaphore_create(t->driver, 0, &sem);
+  if (!st && alloca)
+    st = gpuhal_queue_alloca(t->device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &one), size,
+                             buffer);
+  if (!st && !alloca)
+    st = gpuhal_queue_dealloca(t->device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &one),
+                               *buffer);
+  if (!st) st = gpuhal_semaphore_wait(sem, 1, gpuhal_timeout_relative_ns(TM_TIMEOUT_NS));
+  gpuhal_semaphore_release(sem);
+  return st;
+}
+
+/* A map over a transient buffer named directly: encoded at execute with the address its
+ * alloca gave (never baked in at record); after its dealloca an execute is refused before
+ * anything runs. */
+static void body_tile_copy_over_a_transient_buffer(uint32_t mode) {
+  tm_fixture t;
+  gpuhal_buffer_t *src = NULL, *transient = NULL, *out = NULL;
+  gpuhal_command_buffer_t *cb = NULL, *fill = NULL;
+  gpuhal_tensor_map_t map = tm_map();
+  gpuhal_status_t st;
+  if (!tm_open(&t)) return;
+  TU_CHECK_OK(tm_source(&t, 55, &src));
+  TU_CHECK_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, TM_W * TM_H * 4u, &out));
+  TU_REQUIRE_OK(tm_transient(&t, 1, TM_PITCH * TM_H * 4u, &transient));
+  TU_CHECK_OK(gpuhal_command_buffer_create(t.device, GPUHAL_COMMAND_BUFFER_REUSABLE | mode, 0, &fill));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(fill));
+  TU_CHECK_OK(gpuhal_cmd_copy(fill, gpuhal_ref_buffer(src, 0), gpuhal_ref_buffer(transient, 0), TM_PITCH * TM_H * 4u));
+  TU_CHECK_OK(gpuhal_command_buffer_end(fill));
+  TU_CHECK_OK(gpuhal_command_buffer_create(t.device, GPUHAL_COMMAND_BUFFER_REUSABLE | mode, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  TU_CHECK_OK(tm_dispatch(&t, cb, gpuhal_arg_buffer(transient, 0), &map, out));
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  TU_CHECK_OK(tu_execute_and_wait(t.driver, t.device, fill, NULL));
+  TU_CHECK_OK(tu_execute_and_wait(t.driver, t.device, cb, NULL));
+  tm_check(out, 55, "over the transient buffer");
+  TU_CHECK_OK(tm_transient(&t, 0, 0, &transient));
+  st = tu_execute_and_wait(t.driver, t.device, cb, NULL);
+  TU_CHECK(gpuhal_status_code(st) == GPUHAL_STATUS_FAILED_PRECONDITION);
+  gpuhal_status_free(st);
+  gpuhal_buffer_release(transient);
+  gpuhal_command_buffer_release(cb);
+  gpuhal_command_buffer_release(fill);
+  gpuhal_buffer_release(src);
+  gpuhal_buffer_release(out);
+  tm_close(&t);
+}
+
 /* One bad field of the map: recording refuses it naming `needle`, and the command buffer
  * records on. */
 static void tm_refuse(tm_fixture* t, gpuhal_command_buffer_t* cb, gpuhal_arg_t memory, const gpuhal_tensor_map_t* map,
@@ -288,8 +340,10 @@ static void body_bad_maps_name_the_field(uint32_t mode) {
   TU_TEST(name##_graph) { body_##name(0); }
 TM_BOTH(tile_copy_over_a_buffer)
 TM_BOTH(tile_copy_over_a_rebound_slot)
+TM_BOTH(tile_copy_over_a_transient_buffer)
 TM_BOTH(bad_maps_name_the_field)
 
 TU_MAIN(TU_CASE(tile_copy_over_a_buffer_stream), TU_CASE(tile_copy_over_a_buffer_graph),
         TU_CASE(tile_copy_over_a_rebound_slot_stream), TU_CASE(tile_copy_over_a_rebound_slot_graph),
+        TU_CASE(tile_copy_over_a_transient_buffer_stream), TU_CASE(tile_copy_over_a_transient_buffer_graph),
         TU_CASE(bad_maps_name_the_field_stream), TU_CASE(bad_maps_name_the_field_graph))
