@@ -376,7 +376,8 @@ struct gpuhal_command_buffer_s {
   uint32_t arg_count, arg_capacity;
   unsigned char* values; /* kernel argument values, 8-byte aligned each */
   size_t values_size, values_capacity;
-  gpuhal_tensor_map_t* tensor_maps; /* copies of the dispatches' tensor maps (command_buffer_tensor_map.c) */
+  /* The dispatches' tensor maps with their last encoding (command_buffer_tensor_map.c). */
+  struct gpuhal__cb_tensor_map_s* tensor_maps;
   uint32_t tensor_map_count, tensor_map_capacity;
   unsigned char* update_data; /* bytes of cmd_update, 16-byte aligned each */
   size_t update_size, update_capacity;

@@ -6,6 +6,16 @@
 #include "command_buffer.h"
 #include "status.h"
 
+/* A dispatch's tensor map, and its encoding at the address it was last encoded for: an
+ * execute whose address is the same copies that instead of asking the driver again
+ * (executes of one command buffer resolve their arguments one at a time). */
+struct gpuhal__cb_tensor_map_s {
+  gpuhal_tensor_map_t map;
+  uint64_t address;
+  int encoded;
+  unsigned char value[GPUHAL__TENSOR_MAP_BYTES];
+};
+
 GPUHAL_API gpuhal_arg_t gpuhal_arg_tensor_map(gpuhal_arg_t memory, const gpuhal_tensor_map_t* map) {
   gpuhal_arg_t a = memory;
   a.memory = memory.kind;
@@ -192,15 +202,16 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_check_tensor_map(gpuhal_command_buffe
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_reserve_tensor_maps(gpuhal_command_buffer_t* cb, uint32_t count) {
   if (!count) return NULL;
   return gpuhal__grow32(cb->device->allocator, (void**)&cb->tensor_maps, &cb->tensor_map_capacity,
-                        (size_t)cb->tensor_map_count + count, sizeof(gpuhal_tensor_map_t), "tensor maps");
+                        (size_t)cb->tensor_map_count + count, sizeof(struct gpuhal__cb_tensor_map_s), "tensor maps");
 }
 
 GPUHAL__PRIVATE void gpuhal__cb_push_tensor_map_arg(gpuhal_command_buffer_t* cb, const gpuhal__ref_t* ref,
                                                     const gpuhal_tensor_map_t* map) {
   unsigned char value[GPUHAL__TENSOR_MAP_BYTES];
   gpuhal__cmd_arg_t* arg;
-  gpuhal_tensor_map_t* copy = &cb->tensor_maps[cb->tensor_map_count++];
-  *copy = *map;
+  struct gpuhal__cb_tensor_map_s* copy = &cb->tensor_maps[cb->tensor_map_count++];
+  memset(copy, 0, sizeof(*copy));
+  copy->map = *map;
   memset(value, 0, sizeof(value));
   /* Always encoded at execute, like a late address: the encoding is a driver call that can
    * fail, and a recording must not be left half-appended (an execute that cannot encode is
@@ -216,6 +227,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_late_value(const gpuhal_command_buffe
                                                       const gpuhal__execute_action_t* action,
                                                       const gpuhal__cmd_arg_t* arg,
                                                       unsigned char out[GPUHAL__LATE_VALUE_MAX]) {
+  struct gpuhal__cb_tensor_map_s* t;
   const gpuhal_tensor_map_t* m;
   uint64_t address;
   gpuhal_status_t st;
@@ -224,7 +236,12 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_late_value(const gpuhal_command_buffe
     memcpy(out, &address, sizeof(address));
     return NULL;
   }
-  m = &cb->tensor_maps[arg->tensor_map - 1];
+  t = &cb->tensor_maps[arg->tensor_map - 1];
+  m = &t->map;
+  if (t->encoded && t->address == address) {
+    memcpy(out, t->value, GPUHAL__TENSOR_MAP_BYTES);
+    return NULL;
+  }
   if (address % gpuhal__tensor_alignment(m))
     return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
                               "gpuhal_queue_execute: a tensor map's address 0x%llx (%s) is not %llu-byte aligned",
@@ -235,5 +252,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_late_value(const gpuhal_command_buffe
   if (st)
     return gpuhal_status_annotate(st, "gpuhal_queue_execute: encoding a tensor map at 0x%llx",
                                   (unsigned long long)address);
+  memcpy(t->value, out, GPUHAL__TENSOR_MAP_BYTES);
+  t->address = address;
+  t->encoded = 1;
   return NULL;
 }

@@ -130,6 +130,25 @@ tu_softcuda(void) {
   return yes;
 }
 
+/* Calls of a CUDA entry point so far ("cuLaunchKernel") on softcuda; 0 on a real driver. */
+#if defined(__GNUC__)
+__attribute__((unused))
+#endif
+static unsigned long long
+tu_softcuda_calls(const char* entry) {
+  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
+  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  unsigned long long (*calls)(const char*) = NULL;
+  unsigned long long n = 0;
+  void* p;
+  if (!h) return 0;
+  p = dlsym(h, "softcuda_query_calls");
+  memcpy(&calls, &p, sizeof(p));
+  if (calls) n = calls(entry);
+  dlclose(h);
+  return n;
+}
+
 /* softcuda's fault injection (tests/softcuda/README.md): arms the rules of `spec`
  * ("cuMemAlloc@1=CUDA_ERROR_OUT_OF_MEMORY,..."), or clears every rule for NULL. 0 on
  * success; -1 when the driver is not softcuda or the spec is refused. */

@@ -62,21 +62,6 @@ static gpuhal_status_t lt_run(lt* t, gpuhal_command_buffer_t* cb, const gpuhal_b
   return tu_execute_and_wait(t->driver, t->device, cb, table);
 }
 
-/* Calls of a CUDA entry point so far on softcuda; 0 on a GPU. */
-static unsigned long long lt_calls(const char* entry) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  unsigned long long (*calls)(const char*) = NULL;
-  unsigned long long n = 0;
-  void* p;
-  if (!h) return 0;
-  p = dlsym(h, "softcuda_query_calls");
-  memcpy(&calls, &p, sizeof(p));
-  if (calls) n = calls(entry);
-  dlclose(h);
-  return n;
-}
-
 static gpuhal_dispatch_options_t lt_options(uint32_t cluster_x, uint32_t flags, int32_t priority) {
   gpuhal_dispatch_options_t o;
   memset(&o, 0, sizeof(o));
@@ -231,7 +216,7 @@ static void check_pdl_chain(uint32_t mode) {
   gpuhal_dispatch_options_t o = lt_options(0, GPUHAL_DISPATCH_PROGRAMMATIC, 0);
   gpuhal_arg_t args[2];
   unsigned expected = 5, got = 0, zero = 5;
-  unsigned long long edges0 = lt_calls("cuGraphAddDependencies"), ex0 = lt_calls("cuLaunchKernelEx");
+  unsigned long long edges0 = tu_softcuda_calls("cuGraphAddDependencies"), ex0 = tu_softcuda_calls("cuLaunchKernelEx");
   int s, e;
   if (!lt_open(&t)) return;
   TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, 4, &state));
@@ -264,9 +249,9 @@ static void check_pdl_chain(uint32_t mode) {
     /* Steps right after another step are programmatic; the first and those after a fill are not. */
     unsigned long long want = STEPS - 1 - (STEPS - 25 + 49) / 50;
     if (mode)
-      TU_CHECK(lt_calls("cuLaunchKernelEx") - ex0 == 2 * want);
+      TU_CHECK(tu_softcuda_calls("cuLaunchKernelEx") - ex0 == 2 * want);
     else
-      TU_CHECK(lt_calls("cuGraphAddDependencies") - edges0 == want);
+      TU_CHECK(tu_softcuda_calls("cuGraphAddDependencies") - edges0 == want);
   }
   gpuhal_command_buffer_release(cb);
   gpuhal_buffer_release(state);
