@@ -212,8 +212,8 @@ static double run_raw(bench* b, int slot) {
 /* One case; returns gpuhal's median. */
 static double run_case(bench* b, int mode) {
   static const char* const names[3] = {"0 GRAPH, map as bytes (control), us/execute",
-                                        "1 GRAPH, map over a buffer, us/execute",
-                                        "2 GRAPH, map over a rebound slot, us/execute"};
+                                       "1 GRAPH, map over a buffer, us/execute",
+                                       "2 GRAPH, map over a rebound slot, us/execute"};
   gpuhal_command_buffer_t* cb = record(b, mode);
   double ours[BT_MAX_REPEATS], raw[BT_MAX_REPEATS], m;
   int r, slot = mode == 2;
