@@ -1454,7 +1454,9 @@ typedef const char* (*gpuhal_PFN_ncclGetErrorString)(ncclResult_t result);
     X(nvrtcGetProgramLogSize, (nvrtcProgram prog, size_t* logSizeRet))                                        \
     X(nvrtcGetProgramLog, (nvrtcProgram prog, char* log))                                                     \
     X(nvrtcGetPTXSize, (nvrtcProgram prog, size_t* ptxSizeRet))                                               \
-    X(nvrtcGetPTX, (nvrtcProgram prog, char* ptx))
+    X(nvrtcGetPTX, (nvrtcProgram prog, char* ptx))                                                            \
+    X(nvrtcAddNameExpression, (nvrtcProgram prog, const char* const name_expression))                       \
+    X(nvrtcGetLoweredName, (nvrtcProgram prog, const char* const name_expression, const char** lowered_name))
 #define GPUHAL_NVRTC_OPTIONAL_SYMBOLS(X)                                                                      \
     X(nvrtcGetCUBINSize, (nvrtcProgram prog, size_t* cubinSizeRet))                                           \
     X(nvrtcGetCUBIN, (nvrtcProgram prog, char* cubin))                                                        \

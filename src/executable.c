@@ -49,6 +49,7 @@ static void gpuhal__executable_destroy(gpuhal_executable_t* executable) {
     kernel = next;
   }
   gpuhal__module_cache_release(device, executable->entry);
+  gpuhal__free(device->allocator, executable->names);
   gpuhal__mutex_destroy(&executable->mutex);
   gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_EXECUTABLE, executable);
   gpuhal__device_release_ref(device);
@@ -242,6 +243,17 @@ static gpuhal_status_t gpuhal__kernel_create(gpuhal_executable_t* executable, co
   return NULL;
 }
 
+/* The entry a name expression of gpuhal_executable_compile stands for; else `name`. */
+static const char* gpuhal__executable_entry_name(const gpuhal_executable_t* executable, const char* name) {
+  const char* p = executable->names;
+  while (p && *p) {
+    const char* entry = p + strlen(p) + 1;
+    if (strcmp(p, name) == 0) return entry;
+    p = entry + strlen(entry) + 1;
+  }
+  return name;
+}
+
 GPUHAL_API gpuhal_status_t gpuhal_executable_kernel(gpuhal_executable_t* executable, const char* name,
                                                     gpuhal_kernel_t** out_kernel) {
   gpuhal_kernel_t* kernel;
@@ -250,6 +262,7 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_kernel(gpuhal_executable_t* executa
   GPUHAL__CHECK_OBJECT(executable, GPUHAL__MAGIC_EXECUTABLE);
   GPUHAL__CHECK_ARG(name != NULL, "name", "must not be NULL");
   GPUHAL__CHECK_ARG(name[0] != 0, "name", "must not be empty");
+  name = gpuhal__executable_entry_name(executable, name);
   gpuhal__mutex_lock(&executable->mutex);
   kernel = gpuhal__executable_find_kernel_locked(executable, name);
   if (!kernel) {

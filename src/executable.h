@@ -32,11 +32,16 @@ typedef struct gpuhal_compile_options_t {
   const char* const* header_names;   /* headers the source may #include, by these names, ... */
   const char* const* header_sources; /* ... with this text */
   uint32_t header_count;             /* entries of header_names and header_sources */
+  /* C++ kernels (templates, namespaces) by the expression that names them: "scale<float>",
+   * "ops::add"; gpuhal_executable_kernel then finds each by that expression. */
+  const char* const* name_expressions;
+  uint32_t name_expression_count;
 } gpuhal_compile_options_t;
 
 /* Compiles CUDA C++ source at run time with NVRTC and loads the result on `device` as
  * gpuhal_executable_load does. Kernels are found by their entry names: declare them
- * extern "C" (a C++ name is mangled).
+ * extern "C", or list the C++ ones (templates, namespaces) in options->name_expressions,
+ * which gpuhal_executable_kernel then takes as names.
  *   - Target: --gpu-architecture=compute_XY for the device's compute capability (or the newest
  *     one NVRTC supports below it), unless an option names an architecture itself
  *     (-arch=..., --gpu-architecture=...; an sm_ target such as sm_90a gives a cubin).
@@ -99,6 +104,9 @@ struct gpuhal_executable_s {
   gpuhal__module_entry_t* entry;
   gpuhal__mutex_t mutex; /* guards kernels */
   gpuhal_kernel_t* kernels;
+  /* gpuhal_executable_compile's name expressions: "expression\0entry\0" pairs, then a
+   * second NUL (NULL: none). Owned. */
+  char* names;
 };
 
 /* gpuhal's own references (command buffers that dispatch its kernels). */

@@ -82,6 +82,9 @@ static size_t gpuhal__compile_key_image(const char* source, const char* name, co
     at = gpuhal__compile_key_put(out, at, o->header_names[i]);
     at = gpuhal__compile_key_put(out, at, o->header_sources[i]);
   }
+  snprintf(count, sizeof(count), "%u names", (unsigned)o->name_expression_count);
+  at = gpuhal__compile_key_put(out, at, count);
+  for (i = 0; i < o->name_expression_count; ++i) at = gpuhal__compile_key_put(out, at, o->name_expressions[i]);
   return gpuhal__compile_key_put(out, at, source);
 }
 
@@ -140,16 +143,120 @@ static gpuhal_status_t gpuhal__compile_output(gpuhal_device_t* device, const gpu
   return NULL;
 }
 
+/* ---- name expressions ----
+ * A C++ kernel's entry name is mangled. For each name expression NVRTC gives the entry
+ * ("scale<float>" -> "_Z5scaleIfEvPT_S0_j"); the executable keeps the pairs
+ * (gpuhal_executable_s.names) so gpuhal_executable_kernel takes the expression. PTX output
+ * carries them as comments, so a disk-cache hit, which runs no NVRTC, finds them too. */
+#define GPUHAL__COMPILE_NAME_NOTE "// gpuhal-name "
+
+/* 1 when NVRTC's output is PTX (not a cubin). */
+static int gpuhal__compile_is_ptx(const void* output, size_t size) {
+  gpuhal__image_format_t format = GPUHAL__IMAGE_CUBIN;
+  size_t text = 0;
+  gpuhal_status_t st = gpuhal__image_detect(output, size, "gpuhal_executable_compile", &format, &text);
+  gpuhal_status_free(st);
+  return !st && format == GPUHAL__IMAGE_PTX;
+}
+
+/* Appends "expression\0entry\0" to the block *names (*used bytes so far). */
+static gpuhal_status_t gpuhal__compile_names_add(gpuhal_device_t* device, char** names, size_t* used,
+                                                 const char* expression, size_t expression_size, const char* entry,
+                                                 size_t entry_size) {
+  size_t need = *used + expression_size + entry_size + 3, capacity = *used;
+  char* grown = NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, need, "name expressions", (void**)&grown));
+  if (*names) memcpy(grown, *names, capacity);
+  memcpy(grown + *used, expression, expression_size);
+  memcpy(grown + *used + expression_size + 1, entry, entry_size);
+  gpuhal__free(device->allocator, *names);
+  *names = grown;
+  *used += expression_size + entry_size + 2;
+  return NULL;
+}
+
+/* The pairs of a compiled program's name expressions (NULL when it has none). */
+static gpuhal_status_t gpuhal__compile_lowered_names(gpuhal_device_t* device, const gpuhal__nvrtc_symbols_t* nvrtc,
+                                                     nvrtcProgram program, const gpuhal_compile_options_t* o,
+                                                     char** out) {
+  size_t used = 0;
+  uint32_t i;
+  *out = NULL;
+  for (i = 0; i < o->name_expression_count; ++i) {
+    const char* entry = NULL;
+    gpuhal_status_t st = GPUHAL__NVRTC(nvrtc, nvrtcGetLoweredName, (program, o->name_expressions[i], &entry));
+    if (!st && !entry) st = gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "NVRTC gave no lowered name");
+    if (!st)
+      st = gpuhal__compile_names_add(device, out, &used, o->name_expressions[i], strlen(o->name_expressions[i]), entry,
+                                     strlen(entry));
+    if (st) {
+      gpuhal__free(device->allocator, *out);
+      *out = NULL;
+      return gpuhal_status_annotate(st, "gpuhal_executable_compile: argument 'options->name_expressions[%u]' ('%s')",
+                                    (unsigned)i, o->name_expressions[i]);
+    }
+  }
+  return NULL;
+}
+
+/* The pairs written into PTX as comments, read back (NULL when there are none). */
+static gpuhal_status_t gpuhal__compile_names_from_ptx(gpuhal_device_t* device, const char* ptx, size_t size,
+                                                      char** out) {
+  size_t note = strlen(GPUHAL__COMPILE_NAME_NOTE), used = 0, at = 0;
+  *out = NULL;
+  while (at < size) {
+    const char* line = ptx + at;
+    const char* end = (const char*)memchr(line, '\n', size - at);
+    size_t length = end ? (size_t)(end - line) : size - at;
+    const char* tab = (const char*)memchr(line, '\t', length);
+    if (length > note && memcmp(line, GPUHAL__COMPILE_NAME_NOTE, note) == 0 && tab)
+      GPUHAL__RETURN_IF_ERROR(gpuhal__compile_names_add(device, out, &used, line + note, (size_t)(tab - line) - note,
+                                                        tab + 1, length - (size_t)(tab + 1 - line)));
+    at += length + 1;
+  }
+  return NULL;
+}
+
+/* PTX `*ptx` (*size bytes with its NUL) with a comment line per pair of `names` added. */
+static gpuhal_status_t gpuhal__compile_note_names(gpuhal_device_t* device, const char* names, void** ptx,
+                                                  size_t* size) {
+  size_t text = *size && ((char*)*ptx)[*size - 1] == 0 ? *size - 1 : *size, extra = 0, at;
+  const char* p;
+  char* grown = NULL;
+  for (p = names; *p; p += strlen(p) + 1) extra += strlen(GPUHAL__COMPILE_NAME_NOTE) + strlen(p) + 1;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, text + extra + 2, "NVRTC output", (void**)&grown));
+  memcpy(grown, *ptx, text);
+  at = text;
+  grown[at++] = '\n';
+  for (p = names; *p;) {
+    const char* entry = p + strlen(p) + 1;
+    at += (size_t)sprintf(grown + at, "%s%s\t%s\n", GPUHAL__COMPILE_NAME_NOTE, p, entry);
+    p = entry + strlen(entry) + 1;
+  }
+  gpuhal__free(device->allocator, *ptx);
+  *ptx = grown;
+  *size = at + 1; /* with the NUL */
+  return NULL;
+}
+
 /* Runs NVRTC: *out is its output (the caller frees it). A compile error carries the log. */
 static gpuhal_status_t gpuhal__compile_run(gpuhal_device_t* device, const gpuhal__nvrtc_symbols_t* nvrtc,
                                            const char* source, const char* name, const char* const* argv, uint32_t argc,
-                                           const gpuhal_compile_options_t* o, void** out, size_t* out_size) {
+                                           const gpuhal_compile_options_t* o, void** out, size_t* out_size,
+                                           char** out_names) {
   nvrtcProgram program = NULL;
-  gpuhal_status_t status;
+  gpuhal_status_t status = NULL;
   nvrtcResult result;
   char* log;
+  uint32_t i;
   GPUHAL__RETURN_IF_ERROR(GPUHAL__NVRTC(
       nvrtc, nvrtcCreateProgram, (&program, source, name, (int)o->header_count, o->header_sources, o->header_names)));
+  for (i = 0; i < o->name_expression_count && !status; ++i)
+    status = GPUHAL__NVRTC(nvrtc, nvrtcAddNameExpression, (program, o->name_expressions[i]));
+  if (status) {
+    nvrtc->nvrtcDestroyProgram(&program);
+    return status;
+  }
   result = nvrtc->nvrtcCompileProgram(program, (int)argc, argv);
   log = gpuhal__compile_log(device, nvrtc, program);
   if (result == NVRTC_ERROR_COMPILATION) {
@@ -169,7 +276,16 @@ static gpuhal_status_t gpuhal__compile_run(gpuhal_device_t* device, const gpuhal
   }
   gpuhal__free(device->allocator, log);
   if (!status) status = gpuhal__compile_output(device, nvrtc, program, out, out_size);
+  if (!status) status = gpuhal__compile_lowered_names(device, nvrtc, program, o, out_names);
+  if (!status && *out_names && gpuhal__compile_is_ptx(*out, *out_size))
+    status = gpuhal__compile_note_names(device, *out_names, out, out_size);
   nvrtc->nvrtcDestroyProgram(&program);
+  if (status) {
+    gpuhal__free(device->allocator, *out);
+    gpuhal__free(device->allocator, *out_names);
+    *out = NULL;
+    *out_names = NULL;
+  }
   return status;
 }
 
@@ -199,6 +315,15 @@ static gpuhal_status_t gpuhal__compile_check_options(const gpuhal_compile_option
                     "options->header_names", "and options->header_sources must not be NULL when header_count > 0");
   GPUHAL__CHECK_RANGE(o->option_count <= 4096, "options->option_count", "must be at most 4096");
   GPUHAL__CHECK_RANGE(o->header_count <= 4096, "options->header_count", "must be at most 4096");
+  GPUHAL__CHECK_ARG(o->name_expression_count == 0 || o->name_expressions != NULL, "options->name_expressions",
+                    "must not be NULL when options->name_expression_count > 0");
+  GPUHAL__CHECK_RANGE(o->name_expression_count <= 4096, "options->name_expression_count", "must be at most 4096");
+  for (i = 0; i < o->name_expression_count; ++i)
+    if (!o->name_expressions[i] || !o->name_expressions[i][0] || strpbrk(o->name_expressions[i], "\t\r\n"))
+      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                                "gpuhal_executable_compile: argument 'options->name_expressions[%u]' must be a "
+                                "non-empty expression on one line",
+                                (unsigned)i);
   for (i = 0; i < o->option_count; ++i)
     if (!o->options[i])
       return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
@@ -249,6 +374,7 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_compile(gpuhal_device_t* device, co
   void* file = NULL;
   const void* payload = NULL;
   size_t payload_size = 0;
+  char* names = NULL;
   int disk;
   gpuhal_status_t status;
   GPUHAL__CHECK_ARG(out_executable != NULL, "out_executable", "must not be NULL");
@@ -278,14 +404,19 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_compile(gpuhal_device_t* device, co
     gpuhal__compile_key_image(source, name, argv, argc, options, image);
     gpuhal__compile_disk_key(device, nvrtc, image, image_size, &key);
     gpuhal__disk_file_name(&key, file_name, sizeof(file_name));
-    if (gpuhal__compile_from_disk(cache, &key, file_name, &file, &payload, &payload_size))
+    if (gpuhal__compile_from_disk(cache, &key, file_name, &file, &payload, &payload_size)) {
       GPUHAL__STAT_ADD(&cache->stats, source_disk_hits);
+      if (options->name_expression_count)
+        status = gpuhal__compile_names_from_ptx(device, (const char*)payload, payload_size, &names);
+    }
   }
   if (!payload) {
     GPUHAL__STAT_ADD(&cache->stats, source_compiles);
-    status = gpuhal__compile_run(device, nvrtc, source, name, argv, argc, options, &output, &payload_size);
+    status = gpuhal__compile_run(device, nvrtc, source, name, argv, argc, options, &output, &payload_size, &names);
     payload = output;
-    if (!status && disk) gpuhal__disk_store(&cache->disk, &key, file_name, output, payload_size);
+    /* A cubin cannot carry the name expressions' entries: such a program is not kept. */
+    if (!status && disk && (!names || gpuhal__compile_is_ptx(output, payload_size)))
+      gpuhal__disk_store(&cache->disk, &key, file_name, output, payload_size);
   }
   gpuhal__free(device->allocator, argv);
   if (!status) {
@@ -293,6 +424,11 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_compile(gpuhal_device_t* device, co
     if (status)
       status = gpuhal_status_annotate(status, "gpuhal_executable_compile: loading what NVRTC made of '%s'", name);
   }
+  if (!status) {
+    (*out_executable)->names = names;
+    names = NULL;
+  }
+  gpuhal__free(device->allocator, names);
   gpuhal__free(device->allocator, output);
   gpuhal__free(device->allocator, file);
   gpuhal__free(device->allocator, image);

@@ -384,6 +384,108 @@ TU_TEST(the_disk_cache_serves_a_second_process_without_nvrtc) {
   mc_remove_dir(dir);
 }
 
+/* Runs rtc_scale_t<unsigned> of `exe` (x[i] *= 5 over i = 0..CP_N-1) and checks it. */
+static gpuhal_status_t cp_run_template(gpuhal_device_t* device, gpuhal_executable_t* exe) {
+  gpuhal_kernel_t *kernel = NULL, *again = NULL;
+  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  unsigned host[CP_N], i;
+  gpuhal_arg_t args[3];
+  gpuhal_status_t st;
+  for (i = 0; i < CP_N; ++i) host[i] = i;
+  st = gpuhal_executable_kernel(exe, "rtc_scale_t<unsigned>", &kernel);
+  /* The expression and the entry name are the same kernel. */
+  if (!st) st = gpuhal_executable_kernel(exe, "_Z11rtc_scale_tIjEvPT_S0_j", &again);
+  if (!st && again != kernel) st = gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "two kernel objects for one entry");
+  if (!st) st = gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, sizeof(host), &buffer);
+  if (!st) st = gpuhal_buffer_write(buffer, 0, host, sizeof(host));
+  if (!st) st = gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_ONE_SHOT, 0, &cb);
+  if (!st) st = gpuhal_command_buffer_begin(cb);
+  args[0] = gpuhal_arg_buffer(buffer, 0);
+  args[1] = gpuhal_arg_u32(5);
+  args[2] = gpuhal_arg_u32(CP_N);
+  if (!st)
+    st = gpuhal_cmd_dispatch(cb, kernel, gpuhal_dim3((CP_N + CP_BLOCK - 1) / CP_BLOCK, 1, 1),
+                             gpuhal_dim3(CP_BLOCK, 1, 1), 0, 3, args);
+  if (!st) st = gpuhal_command_buffer_end(cb);
+  if (!st) st = tu_execute_and_wait(gpuhal_device_driver(device), device, cb, NULL);
+  if (!st) st = gpuhal_buffer_read(buffer, 0, host, sizeof(host));
+  for (i = 0; !st && i < CP_N; ++i)
+    if (host[i] != i * 5u)
+      st = gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "element %u is %u, expected %u", i, host[i], i * 5u);
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(buffer);
+  if (!st) st = gpuhal_device_wait_idle(device, gpuhal_timeout_relative_ns((int64_t)CP_WAIT_S * 1000000000ll));
+  return st;
+}
+
+/* A C++ template kernel found by its name expression, fresh from NVRTC and from the disk
+ * cache (which runs no NVRTC: the entry names travel in the cached PTX); bad expressions
+ * named. */
+TU_TEST(cpp_kernels_are_found_by_their_name_expressions) {
+  static const char* source =
+      "template <typename T> __global__ void rtc_scale_t(T* x, T a, unsigned n) {\n"
+      "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+      "  if (i < n) x[i] = x[i] * a;\n"
+      "}\n";
+  const char* names[] = {"rtc_scale_t<unsigned>"};
+  const char* bad[] = {"rtc_scale_t<unsigned>\nx"};
+  gpuhal_driver_t* driver;
+  gpuhal_device_t* device;
+  gpuhal_device_params_t params;
+  gpuhal_compile_options_t o;
+  gpuhal_executable_t* exe = NULL;
+  char dir[256];
+  int round;
+  if (!cp_have_nvrtc()) TU_SKIP("no NVRTC found at configure time (GPUHAL_TEST_NVRTC unset)");
+  driver = mc_driver();
+  if (!driver) TU_SKIP("no device");
+  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  params = mc_params(dir);
+  memset(&o, 0, sizeof(o));
+  o.program_name = "rtc_scale_t.cu";
+  o.name_expressions = names;
+  o.name_expression_count = 1;
+  for (round = 0; round < 2 && !tu_state.failed; ++round) {
+    gpuhal_module_cache_stats_t s;
+    device = mc_device(driver, 0, &params);
+    TU_REQUIRE(device != NULL);
+    TU_CHECK_OK(gpuhal_executable_compile(device, source, &o, &exe));
+    if (exe) TU_CHECK_OK(cp_run_template(device, exe));
+    s = mc_stats(device);
+    TU_CHECK_EQ_INT(s.source_disk_hits, round == 1);
+    gpuhal_executable_release(exe);
+    exe = NULL;
+    gpuhal_device_release(device);
+  }
+  device = mc_device(driver, 0, &params);
+  TU_REQUIRE(device != NULL);
+  /* Without the expression the mangled name is all there is. */
+  TU_CHECK_OK(gpuhal_executable_compile(device, source, NULL, &exe));
+  if (exe) {
+    gpuhal_kernel_t* k = NULL;
+    TU_CHECK_STATUS(gpuhal_executable_kernel(exe, "rtc_scale_t<unsigned>", &k), GPUHAL_STATUS_NOT_FOUND, "rtc_scale_t");
+  }
+  gpuhal_executable_release(exe);
+  exe = NULL;
+  o.name_expressions = bad;
+  TU_CHECK_STATUS(gpuhal_executable_compile(device, source, &o, &exe), GPUHAL_STATUS_INVALID_ARGUMENT,
+                  "options->name_expressions[0]");
+  o.name_expressions = NULL;
+  TU_CHECK_STATUS(gpuhal_executable_compile(device, source, &o, &exe), GPUHAL_STATUS_INVALID_ARGUMENT,
+                  "options->name_expressions");
+  {
+    const char* missing[] = {"no_such_kernel<int>"};
+    o.name_expressions = missing;
+    TU_CHECK_STATUS(gpuhal_executable_compile(device, source, &o, &exe), GPUHAL_STATUS_INVALID_ARGUMENT,
+                    "no_such_kernel");
+  }
+  TU_CHECK(exe == NULL);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+  mc_remove_dir(dir);
+}
+
 typedef struct cp_thread_s {
   gpuhal_device_t* device;
   gpuhal_status_t status;
@@ -450,6 +552,7 @@ int main(int argc, char** argv) {
                                     TU_CASE(a_missing_or_wrong_nvrtc_is_unavailable_saying_what_was_tried),
                                     TU_CASE(the_disk_cache_serves_a_second_process_without_nvrtc),
                                     TU_CASE(threads_compile_at_once),
+                                    TU_CASE(cpp_kernels_are_found_by_their_name_expressions),
                                     TU_CASE(an_sm_target_gives_a_cubin_on_a_gpu)};
   mc_remember_self(argv[0]);
   if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_main(argc, argv);
