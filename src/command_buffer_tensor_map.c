@@ -229,7 +229,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_late_value(const gpuhal_command_buffe
                                                       unsigned char out[GPUHAL__LATE_VALUE_MAX]) {
   struct gpuhal__cb_tensor_map_s* t;
   const gpuhal_tensor_map_t* m;
-  uint64_t address;
+  uint64_t address = 0;
   gpuhal_status_t st;
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_resolve(cb, action, &arg->ref, &address));
   if (!arg->tensor_map) {
