@@ -392,6 +392,11 @@ static int gpuhal__driver_has_dying_device(gpuhal_driver_t* driver) {
  * for every teardown under way, on whatever thread, so that the application's last release
  * really ends gpuhal's work. Work still blocked on a semaphore is left alone (the device
  * stays until it runs or its release aborts it); every wait is bounded. */
+static gpuhal_status_t gpuhal__driver_settle_nothing(void* arg) {
+  GPUHAL__UNUSED(arg);
+  return NULL;
+}
+
 static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
   gpuhal_timeout_t timeout = gpuhal_timeout_relative_ns(GPUHAL_DRIVER_RELEASE_SETTLE_NS);
   for (;;) {
@@ -408,6 +413,10 @@ static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
     gpuhal__mutex_unlock(&driver->devices_mutex);
     if (!device) break;
     gpuhal__hooks()->queue_settle(device, timeout);
+    /* Finished work may have left tasks on the worker that hold the device (a free put off
+     * by a harvest): one call through the worker runs after them (its tasks run in order),
+     * so their references are gone before ours is. */
+    gpuhal_status_free(gpuhal__worker_call(device, gpuhal__driver_settle_nothing, NULL));
     gpuhal__device_release_ref(device); /* often the last: the teardown runs right here */
   }
   gpuhal__mutex_lock(&driver->devices_mutex);
