@@ -1029,6 +1029,34 @@ typedef struct CUgraphEdgeData_st {
     unsigned char reserved[5];
 } CUgraphEdgeData;
 
+/* Conditional graph nodes (CUDA 12.3): a node that runs its body graph if, or while, a
+ * condition that device code sets (cudaGraphSetConditional) is non-zero. */
+typedef cuuint64_t CUgraphConditionalHandle;
+#define CU_GRAPH_COND_ASSIGN_DEFAULT 0x1
+typedef enum CUgraphConditionalNodeType_enum {
+    CU_GRAPH_COND_TYPE_IF = 0,
+    CU_GRAPH_COND_TYPE_WHILE = 1,
+    CU_GRAPH_COND_TYPE_SWITCH = 2
+} CUgraphConditionalNodeType;
+typedef struct CUDA_CONDITIONAL_NODE_PARAMS {
+    CUgraphConditionalHandle handle;
+    CUgraphConditionalNodeType type;
+    unsigned int size;
+    CUgraph* phGraph_out; /* the driver's array of body graphs, valid while the node lives */
+    CUcontext ctx;
+} CUDA_CONDITIONAL_NODE_PARAMS;
+/* cuGraphAddNode's parameters. cuda.h puts the per-type parameters in an anonymous union
+ * of 29 long longs, which C99 cannot spell: gpuhal declares the one member it uses,
+ * `conditional`, at the union's offset and pads the rest, so `p.conditional` reads the
+ * same with either header. */
+typedef struct CUgraphNodeParams_st {
+    CUgraphNodeType type;
+    int reserved0[3];
+    CUDA_CONDITIONAL_NODE_PARAMS conditional;
+    long long reserved1[29 - sizeof(CUDA_CONDITIONAL_NODE_PARAMS) / sizeof(long long)];
+    long long reserved2;
+} CUgraphNodeParams;
+
 /* Tensor maps (TMA, compute capability 9.0): an opaque 128-byte descriptor that
  * cuTensorMapEncodeTiled fills and a kernel takes by value (__grid_constant__). cuda.h
  * aligns it to 128 bytes only where the language can say so; callers align it themselves. */
@@ -1408,7 +1436,13 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
       (CUtensorMap* tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void* globalAddress,  \
        const cuuint64_t* globalDim, const cuuint64_t* globalStrides, const cuuint32_t* boxDim,                 \
        const cuuint32_t* elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,         \
-       CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill))
+       CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill))                 \
+    X(cuGraphConditionalHandleCreate, "cuGraphConditionalHandleCreate", 12030,                                \
+      (CUgraphConditionalHandle* pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue,   \
+       unsigned int flags))                                                                                   \
+    X(cuGraphAddNode, "cuGraphAddNode_v2", 12030,                                                             \
+      (CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,                             \
+       const CUgraphEdgeData* dependencyData, size_t numDependencies, CUgraphNodeParams* nodeParams))
 
 /* NCCL: X(name, (params)); every entry returns ncclResult_t. ncclGetErrorString returns
  * const char* and is declared on its own below. Streams are CUstream, which is the same

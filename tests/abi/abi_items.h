@@ -290,6 +290,19 @@ typedef struct abi_item_t {
     OFFSET(CUgraphEdgeData, to_port) \
     OFFSET(CUgraphEdgeData, type) \
     OFFSET(CUgraphEdgeData, reserved) \
+    SIZE(CUgraphConditionalHandle) KIND(CUgraphConditionalHandle) VALUE(CU_GRAPH_COND_ASSIGN_DEFAULT) \
+    VALUE(CU_GRAPH_COND_TYPE_IF) VALUE(CU_GRAPH_COND_TYPE_WHILE) VALUE(CU_GRAPH_COND_TYPE_SWITCH) \
+    SIZE(CUDA_CONDITIONAL_NODE_PARAMS) \
+    OFFSET(CUDA_CONDITIONAL_NODE_PARAMS, handle) \
+    OFFSET(CUDA_CONDITIONAL_NODE_PARAMS, type) \
+    OFFSET(CUDA_CONDITIONAL_NODE_PARAMS, size) \
+    OFFSET(CUDA_CONDITIONAL_NODE_PARAMS, phGraph_out) \
+    OFFSET(CUDA_CONDITIONAL_NODE_PARAMS, ctx) \
+    SIZE(CUgraphNodeParams) \
+    OFFSET(CUgraphNodeParams, type) \
+    OFFSET(CUgraphNodeParams, reserved0) \
+    OFFSET(CUgraphNodeParams, conditional) \
+    OFFSET(CUgraphNodeParams, reserved2) \
     VALUE(CUDA_SUCCESS) \
     VALUE(CU_STREAM_WAIT_VALUE_GEQ) \
     VALUE(CU_STREAM_WAIT_VALUE_EQ) \
@@ -971,6 +984,8 @@ typedef struct abi_item_t {
     FUNC(cuOccupancyMaxActiveBlocksPerMultiprocessor, PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050) \
     FUNC(cuOccupancyMaxPotentialClusterSize, PFN_cuOccupancyMaxPotentialClusterSize_v11070) \
     FUNC(cuCtxGetStreamPriorityRange, PFN_cuCtxGetStreamPriorityRange_v5050) \
-    FUNC(cuTensorMapEncodeTiled, PFN_cuTensorMapEncodeTiled_v12000)
+    FUNC(cuTensorMapEncodeTiled, PFN_cuTensorMapEncodeTiled_v12000) \
+    FUNC(cuGraphConditionalHandleCreate, PFN_cuGraphConditionalHandleCreate_v12030) \
+    FUNC(cuGraphAddNode, PFN_cuGraphAddNode_v12030)
 
 #endif /* GPUHAL_ABI_ITEMS_H */
