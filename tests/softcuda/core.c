@@ -93,6 +93,8 @@ static void sc_configure_locked(void) {
   sc.pool_internal_reuse = e && *e && strcmp(e, "0") != 0;
   e = getenv("SOFTCUDA_STREAM_ROOM");
   sc.stream_room = e && *e ? atoi(e) : 32;
+  e = getenv("SOFTCUDA_DRIVER_VERSION");
+  sc.driver_version = e && *e ? atoi(e) : 13000;
   e = getenv("SOFTCUDA_VERBOSE");
   sc.verbose = e && *e && strcmp(e, "0") != 0;
   e = getenv("SOFTCUDA_FAULTS");
@@ -300,7 +302,7 @@ CUresult CUDAAPI sc_cuInit(unsigned int flags) {
 CUresult CUDAAPI sc_cuDriverGetVersion(int* driverVersion) {
   SC_ENTER(cuDriverGetVersion);
   if (!driverVersion) return CUDA_ERROR_INVALID_VALUE;
-  *driverVersion = 13000;
+  *driverVersion = sc.driver_version;
   return CUDA_SUCCESS;
 }
 

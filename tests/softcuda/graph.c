@@ -15,6 +15,14 @@
  *   - Structure nodes (empty, event record, event wait, child graph) are handled here. A
  *     child graph is cloned at add time; instantiation flattens children into the exec
  *     graph between an entry and an exit node.
+ *   - Conditional nodes (cuGraphAddNode, CUDA 12.3): the node owns its body graphs, which
+ *     are ordinary graph handles the caller fills. Instantiation flattens each body into a
+ *     flat of its own, hanging off the conditional's exec node; a launch runs a body as a
+ *     nested topological run, 0, 1 or n times, as the condition says. Condition values live
+ *     in the exec graph (launches of one exec never overlap); twins set them with
+ *     softcuda_graph_set_conditional, which finds the exec being run through a thread-local
+ *     pointer (twins run on the stream worker that runs the launch). A launch snapshots the
+ *     parameters of every body node, as it does the top level's.
  *   - cuGraphLaunch enqueues ONE op. Its run() executes the nodes on the stream's worker in
  *     a topological order that deliberately prefers the most recently added ready node, so
  *     a missing edge between a producer and a later consumer shows up as wrong results
@@ -42,7 +50,22 @@ typedef struct sc_gnp {
   CUgraphNodeType type;
   sc_op* op;    /* work nodes: the op template (owned) */
   sc_event* ev; /* EVENT_RECORD / WAIT_EVENT (referenced) */
+  /* CONDITIONAL */
+  CUgraphConditionalHandle cond;
+  CUgraphConditionalNodeType cond_type;
+  int nbodies;
 } sc_gnp;
+
+/* Conditional handles (cuGraphConditionalHandleCreate): the handle is 1 + an index here.
+ * They live as long as the process (few are made). Under sc.mu. */
+typedef struct sc_cond {
+  uint64_t graph; /* the graph it was made for */
+  sc_ctx* ctx;
+  unsigned dflt, flags;
+  int used; /* a conditional node uses it */
+} sc_cond;
+static sc_cond* sc_conds;
+static int sc_nconds, sc_cap_conds;
 
 static sc_gnp* sc_gnp_new(CUgraphNodeType type) {
   sc_gnp* p = (sc_gnp*)sc_xcalloc(1, sizeof(sc_gnp));
@@ -73,8 +96,10 @@ typedef struct sc_gnode {
   sc_graph* g;
   int idx; /* position in g->nodes (creation order) */
   sc_gnp* p;
-  sc_graph* child; /* CU_GRAPH_NODE_TYPE_GRAPH: a private clone */
-  int* deps;       /* indices of the nodes it depends on, in edge order */
+  sc_graph* child;       /* CU_GRAPH_NODE_TYPE_GRAPH: a private clone */
+  sc_graph** bodies;     /* CU_GRAPH_NODE_TYPE_CONDITIONAL: its body graphs (owned) */
+  CUgraph* body_handles; /* what cuGraphAddNode handed out in phGraph_out */
+  int* deps;             /* indices of the nodes it depends on, in edge order */
   int ndeps, cap_deps;
 } sc_gnode;
 
@@ -93,6 +118,16 @@ static void sc_graph_free_nodes(sc_graph* g) {
   for (i = 0; i < g->n; ++i) {
     sc_gnode* nd = g->nodes[i];
     sc_obj_unregister(&nd->h); /* no-op for private graphs */
+    int k;
+    for (k = 0; nd->bodies && k < nd->p->nbodies; ++k) {
+      sc_graph* b = nd->bodies[k];
+      if (b->h.id)
+        sc_obj_unregister(&b->h); /* its handle's reference is the only one */
+      else
+        sc_unref(&b->h); /* a private clone's */
+    }
+    free(nd->bodies);
+    free(nd->body_handles);
     sc_gnp_unref(nd->p);
     if (nd->child) sc_unref(&nd->child->h);
     free(nd->deps);
@@ -175,8 +210,13 @@ static sc_graph* sc_graph_clone(const sc_graph* src) {
   int i;
   for (i = 0; i < src->n; ++i) {
     const sc_gnode* s = src->nodes[i];
+    sc_gnode* nd;
+    int k;
     sc_gnp_ref(s->p);
-    sc_graph_add(g, s->p, s->child ? sc_graph_clone(s->child) : NULL, NULL, 0);
+    nd = sc_graph_add(g, s->p, s->child ? sc_graph_clone(s->child) : NULL, NULL, 0);
+    if (!s->bodies) continue;
+    nd->bodies = (sc_graph**)sc_xcalloc((size_t)s->p->nbodies, sizeof(sc_graph*));
+    for (k = 0; k < s->p->nbodies; ++k) nd->bodies[k] = sc_graph_clone(s->bodies[k]);
   }
   for (i = 0; i < src->ne; ++i) sc_graph_add_edge(g, src->efrom[i], src->eto[i]);
   return g;
@@ -668,6 +708,103 @@ CUresult CUDAAPI sc_cuGraphAddChildGraphNode(CUgraphNode* phGraphNode, CUgraph h
   return r;
 }
 
+/* ---- conditional nodes (CUDA 12.3) ---------------------------------------------------------- */
+
+CUresult CUDAAPI sc_cuGraphConditionalHandleCreate(CUgraphConditionalHandle* pHandle_out, CUgraph hGraph, CUcontext ctx,
+                                                   unsigned int defaultLaunchValue, unsigned int flags) {
+  sc_graph* g = NULL;
+  sc_ctx* c = NULL;
+  CUresult r;
+  SC_ENTER(cuGraphConditionalHandleCreate);
+  if (!pHandle_out || (flags & ~(unsigned)CU_GRAPH_COND_ASSIGN_DEFAULT)) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  r = sc_get_graph(hGraph, &g);
+  if (r == CUDA_SUCCESS) r = sc_lookup_ctx(ctx, &c);
+  if (r == CUDA_SUCCESS) {
+    sc_cond* k;
+    sc_conds = (sc_cond*)sc_grow(sc_conds, &sc_cap_conds, sc_nconds + 1, sizeof(sc_cond));
+    k = &sc_conds[sc_nconds++];
+    memset(k, 0, sizeof *k);
+    k->graph = SC_HANDLE(g);
+    k->ctx = c;
+    k->dflt = defaultLaunchValue;
+    k->flags = flags;
+    *pHandle_out = (CUgraphConditionalHandle)sc_nconds;
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+/* Only conditional nodes are modelled here (gpuhal adds every other kind with its own
+ * call). The node's body graphs are ordinary graphs, owned by the node. */
+CUresult CUDAAPI sc_cuGraphAddNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                   const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                                   CUgraphNodeParams* nodeParams) {
+  CUDA_CONDITIONAL_NODE_PARAMS* cp;
+  sc_graph* g = NULL;
+  sc_ctx* c = NULL;
+  sc_cond* k = NULL;
+  sc_gnp* p;
+  sc_gnode* nd = NULL;
+  CUresult r;
+  size_t i;
+  int n;
+  SC_ENTER(cuGraphAddNode);
+  if (!phGraphNode || !nodeParams || nodeParams->reserved0[0] || nodeParams->reserved0[1] || nodeParams->reserved0[2] ||
+      nodeParams->reserved2)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (nodeParams->type != CU_GRAPH_NODE_TYPE_CONDITIONAL) return CUDA_ERROR_NOT_SUPPORTED; /* not modelled */
+  for (i = 0; dependencyData && i < numDependencies; ++i) {
+    static const CUgraphEdgeData zero;
+    if (memcmp(&dependencyData[i], &zero, sizeof zero) != 0) return CUDA_ERROR_NOT_SUPPORTED; /* not modelled */
+  }
+  cp = &nodeParams->conditional;
+  n = (int)cp->size;
+  if (cp->type == CU_GRAPH_COND_TYPE_WHILE ? n != 1 : cp->type == CU_GRAPH_COND_TYPE_IF ? (n != 1 && n != 2) : n < 1)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (cp->type > CU_GRAPH_COND_TYPE_SWITCH) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  r = sc_get_graph(hGraph, &g);
+  if (r == CUDA_SUCCESS) r = sc_lookup_ctx(cp->ctx, &c);
+  if (r == CUDA_SUCCESS) {
+    if (cp->handle == 0 || cp->handle > (CUgraphConditionalHandle)sc_nconds) {
+      r = sc_violation(SOFTCUDA_VIOLATION_HANDLE, CUDA_ERROR_INVALID_VALUE,
+                       "cuGraphAddNode: conditional handle %llu was not made by cuGraphConditionalHandleCreate",
+                       (unsigned long long)cp->handle);
+    } else {
+      k = &sc_conds[cp->handle - 1];
+      if (k->graph != SC_HANDLE(g) || k->ctx != c || k->used)
+        r = sc_violation(SOFTCUDA_VIOLATION_HANDLE, CUDA_ERROR_INVALID_VALUE,
+                         "cuGraphAddNode: conditional handle %llu %s", (unsigned long long)cp->handle,
+                         k->used       ? "already has its node (a handle serves one conditional node)"
+                         : k->ctx != c ? "was made for another context"
+                                       : "was made for another graph (the one its node must go in)");
+    }
+  }
+  if (r == CUDA_SUCCESS) {
+    p = sc_gnp_new(CU_GRAPH_NODE_TYPE_CONDITIONAL);
+    p->cond = cp->handle;
+    p->cond_type = cp->type;
+    p->nbodies = n;
+    r = sc_graph_add_entry(phGraphNode, hGraph, dependencies, numDependencies, p, NULL);
+  }
+  if (r == CUDA_SUCCESS) r = sc_get_gnode(*phGraphNode, &nd);
+  if (r == CUDA_SUCCESS) {
+    int b;
+    nd->bodies = (sc_graph**)sc_xcalloc((size_t)n, sizeof(sc_graph*));
+    nd->body_handles = (CUgraph*)sc_xcalloc((size_t)n, sizeof(CUgraph));
+    for (b = 0; b < n; ++b) {
+      nd->bodies[b] = sc_graph_new(sc_graph_owner_ctx(), 0);
+      sc_obj_register(&nd->bodies[b]->h);
+      nd->body_handles[b] = (CUgraph)(uintptr_t)SC_HANDLE(nd->bodies[b]);
+    }
+    cp->phGraph_out = nd->body_handles;
+    k->used = 1;
+  }
+  SC_UNLOCK();
+  return r;
+}
+
 /* An edge's data (CUDA 12.3): NULL or all zero is an ordinary edge. A PROGRAMMATIC edge
  * (programmatic dependent launch) must leave a kernel node's PROGRAMMATIC or LAUNCH_ORDER
  * port for a kernel node. softcuda runs it as a full edge: the downstream kernel starts
@@ -783,22 +920,27 @@ CUresult CUDAAPI sc_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType* type)
 
 /* ---- flattening: the topology an exec graph runs -------------------------------------------- */
 
+typedef struct sc_flat sc_flat;
 typedef struct sc_xnode {
-  sc_gnp* p;  /* current parameters (referenced) */
-  int top;    /* index of the top-level node it comes from */
-  int is_top; /* it is that node itself (not a child's entry, exit or inside) */
-  int* deps;  /* sorted, for cuGraphExecUpdate */
+  sc_gnp* p;       /* current parameters (referenced) */
+  sc_flat* bodies; /* CONDITIONAL: p->nbodies flattened bodies */
+  int top;         /* index of the top-level node it comes from */
+  int is_top;      /* it is that node itself (not a child's entry, exit or inside) */
+  int* deps;       /* sorted, for cuGraphExecUpdate */
   int ndeps, cap_deps;
   int* succ;
   int nsucc, cap_succ;
 } sc_xnode;
 
-typedef struct sc_flat {
+struct sc_flat {
   sc_xnode* x;
   int n, cap;
   int* top_x; /* top-level node index -> its exec node (a child's: the entry) */
   int ntop;
-} sc_flat;
+  uint64_t graph; /* the graph it was built from (a body's: for SetParams on its nodes) */
+  int base;       /* a body's: where its nodes' parameters start in a launch's snapshot */
+  int cyclic;     /* a body's: it has a cycle (instantiation refuses) */
+};
 
 static int sc_flat_add(sc_flat* f, sc_gnp* p, int top, int is_top) {
   sc_xnode* x;
@@ -824,6 +966,9 @@ static void sc_flat_edge(sc_flat* f, int from, int to) {
 static void sc_flat_free(sc_flat* f) {
   int i;
   for (i = 0; i < f->n; ++i) {
+    int k;
+    for (k = 0; f->x[i].bodies && k < f->x[i].p->nbodies; ++k) sc_flat_free(&f->x[i].bodies[k]);
+    free(f->x[i].bodies);
     sc_gnp_unref(f->x[i].p);
     free(f->x[i].deps);
     free(f->x[i].succ);
@@ -835,12 +980,23 @@ static void sc_flat_free(sc_flat* f) {
 
 /* Appends g's nodes; entry[i] / exit[i] get node i's first and last exec node. top: the
  * top-level node they belong to (-1: g is the top level). */
+static int sc_flat_build(sc_flat* f, const sc_graph* g);
+
 static void sc_flat_graph(sc_flat* f, const sc_graph* g, int top, int* entry, int* exit_) {
   int i;
   for (i = 0; i < g->n; ++i) {
     const sc_gnode* nd = g->nodes[i];
     int t = top < 0 ? i : top;
-    if (!nd->child) {
+    if (nd->bodies) {
+      sc_flat* bodies = (sc_flat*)sc_xcalloc((size_t)nd->p->nbodies, sizeof(sc_flat));
+      int k;
+      for (k = 0; k < nd->p->nbodies; ++k) {
+        bodies[k].cyclic = !sc_flat_build(&bodies[k], nd->bodies[k]);
+        bodies[k].graph = SC_HANDLE(nd->bodies[k]);
+      }
+      entry[i] = exit_[i] = sc_flat_add(f, nd->p, t, top < 0);
+      f->x[entry[i]].bodies = bodies;
+    } else if (!nd->child) {
       entry[i] = exit_[i] = sc_flat_add(f, nd->p, t, top < 0);
     } else {
       const sc_graph* c = nd->child;
@@ -907,10 +1063,21 @@ typedef struct sc_exec {
   sc_stream* last_s; /* its latest launch (referenced): the next one waits for it */
   uint64_t last_seq;
   sc_ctx* room_ctx; /* holds a place in this context's store (sc_room_take_locked) */
+  int nbody;        /* nodes in all its conditional bodies (a launch snapshots their parameters) */
+  struct sc_cond_value {
+    CUgraphConditionalHandle handle;
+    unsigned value, dflt, flags;
+  } * conds; /* the conditions of its conditional nodes: values set by device code */
+  int nconds;
 } sc_exec;
+
+/* The exec being run on this thread (a stream worker running a launch), for
+ * softcuda_graph_set_conditional. */
+static __thread sc_exec* sc_tls_graph_exec;
 
 static void sc_exec_free(sc_obj* o) {
   sc_exec* x = (sc_exec*)o;
+  free(x->conds);
   sc_flat_free(&x->f);
   if (x->last_s) sc_unref(&x->last_s->h);
   free(x);
@@ -923,6 +1090,83 @@ static CUresult sc_get_exec(CUgraphExec h, sc_exec** out) {
   if (!o) return sc_bad_handle("graph exec", (const void*)h);
   *out = (sc_exec*)o;
   return CUDA_SUCCESS;
+}
+
+/* What a conditional body may hold (CUDA_CONDITIONAL_NODE_PARAMS): kernels, empty nodes,
+ * child graphs (their entry and exit), memsets, memcpys and conditionals. */
+static int sc_body_type_ok(CUgraphNodeType t) {
+  return t == CU_GRAPH_NODE_TYPE_KERNEL || t == CU_GRAPH_NODE_TYPE_EMPTY || t == CU_GRAPH_NODE_TYPE_GRAPH ||
+         t == CU_GRAPH_NODE_TYPE_MEMSET || t == CU_GRAPH_NODE_TYPE_MEMCPY || t == CU_GRAPH_NODE_TYPE_CONDITIONAL;
+}
+
+/* 1 when a conditional handle made for `graph` has no node: the driver refuses to
+ * instantiate such a graph (CUDA_ERROR_INVALID_VALUE). Under sc.mu. */
+static int sc_graph_has_unused_cond(uint64_t graph) {
+  int i;
+  for (i = 0; graph && i < sc_nconds; ++i)
+    if (sc_conds[i].graph == graph && !sc_conds[i].used) {
+      sc_violation(SOFTCUDA_VIOLATION_ANY, CUDA_ERROR_INVALID_VALUE,
+                   "cuGraphInstantiate: conditional handle %d of the graph has no conditional node", i + 1);
+      return 1;
+    }
+  return 0;
+}
+
+/* Numbers the body nodes under f (depth first) for a launch's snapshot and gives x a value
+ * for every condition. 0 when the graph cannot be instantiated (a handle no node uses; in a
+ * body, a cycle or a node type a body may not hold). Under sc.mu. */
+static int sc_exec_walk(sc_exec* x, sc_flat* f, int in_body) {
+  int i, k;
+  if (sc_graph_has_unused_cond(f->graph)) return 0;
+  for (i = 0; i < f->n; ++i) {
+    const sc_xnode* xn = &f->x[i];
+    const sc_gnp* p = xn->p;
+    const sc_cond* c;
+    if (in_body && !sc_body_type_ok(p->type)) {
+      sc_violation(SOFTCUDA_VIOLATION_ANY, CUDA_ERROR_INVALID_VALUE,
+                   "cuGraphInstantiate: a conditional body holds a node of type %d (kernels, empty nodes, child "
+                   "graphs, memsets, memcpys and conditionals only)",
+                   (int)p->type);
+      return 0;
+    }
+    if (!xn->bodies) continue;
+    c = &sc_conds[p->cond - 1];
+    x->conds = (struct sc_cond_value*)realloc(x->conds, (size_t)(x->nconds + 1) * sizeof(*x->conds));
+    if (!x->conds) abort();
+    x->conds[x->nconds].handle = p->cond;
+    x->conds[x->nconds].value = c->dflt; /* the first launch starts from it either way */
+    x->conds[x->nconds].dflt = c->dflt;
+    x->conds[x->nconds].flags = c->flags;
+    x->nconds++;
+    for (k = 0; k < p->nbodies; ++k) {
+      sc_flat* b = &xn->bodies[k];
+      if (b->cyclic) return 0;
+      b->base = x->nbody;
+      x->nbody += b->n;
+      if (!sc_exec_walk(x, b, 1)) return 0;
+    }
+  }
+  return 1;
+}
+
+/* The value of condition `handle` in x, or NULL. */
+static unsigned* sc_exec_cond_value(sc_exec* x, CUgraphConditionalHandle handle) {
+  int i;
+  for (i = 0; i < x->nconds; ++i)
+    if (x->conds[i].handle == handle) return &x->conds[i].value;
+  return NULL;
+}
+
+SOFTCUDA_API void softcuda_graph_set_conditional(unsigned long long handle, unsigned value) {
+  sc_exec* x = sc_tls_graph_exec;
+  unsigned* v = x ? sc_exec_cond_value(x, handle) : NULL;
+  if (!v) {
+    sc_violation(SOFTCUDA_VIOLATION_HANDLE, CUDA_ERROR_INVALID_VALUE,
+                 "cudaGraphSetConditional: handle %llu is not a condition of the graph this kernel runs in%s", handle,
+                 x ? "" : " (it runs outside any graph launch)");
+    return;
+  }
+  *v = value;
 }
 
 CUresult CUDAAPI sc_cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph, unsigned long long flags) {
@@ -941,7 +1185,7 @@ CUresult CUDAAPI sc_cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgrap
     x = (sc_exec*)sc_xcalloc(1, sizeof(sc_exec));
     sc_obj_init(&x->h, SC_K_GRAPH_EXEC, sc_graph_owner_ctx(), sc_exec_free);
     x->graph = SC_HANDLE(g);
-    if (!sc_flat_build(&x->f, g)) {
+    if (!sc_flat_build(&x->f, g) || (x->f.graph = x->graph, !sc_exec_walk(x, &x->f, 0))) {
       /* CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE ("such as cycles") */
       sc_exec_free(&x->h);
       r = CUDA_ERROR_INVALID_VALUE;
@@ -957,7 +1201,9 @@ CUresult CUDAAPI sc_cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgrap
           sc_ctx_sync_locked(fn->mod->ctx);
           fn->loaded = 1;
         }
-        if (p->op && p->op->run != sc_run_nothing && !x->room_ctx && x->h.owner) x->room_ctx = x->h.owner;
+        if (((p->op && p->op->run != sc_run_nothing) || p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) && !x->room_ctx &&
+            x->h.owner)
+          x->room_ctx = x->h.owner;
       }
       if (x->room_ctx) sc_room_take_locked(x->room_ctx); /* executables of empty nodes alone take none */
       sc_obj_register(&x->h);
@@ -995,6 +1241,7 @@ typedef struct sc_glaunch {
   uint64_t* rec_gen; /* EVENT_RECORD: the generation this launch recorded */
   sc_stream* prev_s; /* the exec's previous launch (referenced): an exec never overlaps itself */
   uint64_t prev_seq;
+  sc_gnp** bp; /* the parameters of every body node at launch (referenced; x->nbody, by sc_flat.base) */
 } sc_glaunch;
 
 static void sc_wait_seq_unlocked(sc_stream* self, sc_stream* s, uint64_t seq) {
@@ -1003,8 +1250,48 @@ static void sc_wait_seq_unlocked(sc_stream* self, sc_stream* s, uint64_t seq) {
   SC_UNLOCK();
 }
 
-static CUresult sc_graph_run_node(sc_glaunch* L, int i, const sc_op* launch) {
-  sc_gnp* p = L->p[i];
+static CUresult sc_run_flat(sc_glaunch* L, const sc_flat* f, const sc_op* launch);
+
+/* Runs a conditional node's bodies as its condition says. A WHILE whose condition never
+ * clears would spin forever (a GPU hangs too): past a bound it fails the launch. */
+static CUresult sc_run_conditional(sc_glaunch* L, const sc_xnode* xn, const sc_gnp* p, const sc_op* launch) {
+  unsigned* v = sc_exec_cond_value(L->x, p->cond); /* every condition got a value at instantiation */
+  CUresult r = CUDA_SUCCESS;
+  unsigned long long trips = 0;
+  switch (p->cond_type) {
+    case CU_GRAPH_COND_TYPE_IF:
+      if (*v)
+        r = sc_run_flat(L, &xn->bodies[0], launch);
+      else if (p->nbodies == 2)
+        r = sc_run_flat(L, &xn->bodies[1], launch);
+      break;
+    case CU_GRAPH_COND_TYPE_WHILE:
+      while (r == CUDA_SUCCESS && *v) {
+        if (++trips > (1ull << 24))
+          return sc_violation(SOFTCUDA_VIOLATION_ANY, CUDA_ERROR_LAUNCH_TIMEOUT,
+                              "a WHILE conditional node ran %llu times without its condition clearing", trips - 1);
+        r = sc_run_flat(L, &xn->bodies[0], launch);
+      }
+      break;
+    default:
+      if (*v < (unsigned)p->nbodies) r = sc_run_flat(L, &xn->bodies[*v], launch);
+  }
+  return r;
+}
+
+static CUresult sc_graph_run_node(sc_glaunch* L, const sc_flat* f, int i, const sc_op* launch) {
+  int top = f == &L->x->f;
+  sc_gnp* p = top ? L->p[i] : L->bp[f->base + i];
+  if (p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) return sc_run_conditional(L, &f->x[i], p, launch);
+  if (!top) {
+    sc_op tmp;
+    if (!p->op) return CUDA_SUCCESS; /* empty, child graph entry or exit */
+    tmp = *p->op;
+    tmp.next = NULL;
+    tmp.stream = launch->stream;
+    tmp.seq = launch->seq;
+    return tmp.run(&tmp);
+  }
   if (p->op) {
     sc_op tmp = *p->op; /* the template stays untouched: other launches share it */
     tmp.next = NULL;
@@ -1049,26 +1336,37 @@ static int sc_heap_pop(int* h, int* n) {
   return top;
 }
 
-static CUresult sc_run_graph(sc_op* op) {
-  sc_glaunch* L = (sc_glaunch*)op->a;
-  const sc_flat* f = &L->x->f;
-  int* indeg = (int*)sc_xcalloc((size_t)L->n + 1, sizeof(int));
-  int* heap = (int*)sc_xcalloc((size_t)L->n + 1, sizeof(int));
+/* One topological run of f: the top level or a body. */
+static CUresult sc_run_flat(sc_glaunch* L, const sc_flat* f, const sc_op* launch) {
+  int* indeg = (int*)sc_xcalloc((size_t)f->n + 1, sizeof(int));
+  int* heap = (int*)sc_xcalloc((size_t)f->n + 1, sizeof(int));
   int nheap = 0, i;
   CUresult r = CUDA_SUCCESS;
-  if (L->prev_s) sc_wait_seq_unlocked(op->stream, L->prev_s, L->prev_seq);
-  for (i = 0; i < L->n; ++i) {
+  for (i = 0; i < f->n; ++i) {
     indeg[i] = f->x[i].ndeps;
     if (!indeg[i]) sc_heap_push(heap, &nheap, i);
   }
   while (nheap && r == CUDA_SUCCESS) {
     int v = sc_heap_pop(heap, &nheap), k;
-    r = sc_graph_run_node(L, v, op);
+    r = sc_graph_run_node(L, f, v, launch);
     for (k = 0; k < f->x[v].nsucc; ++k)
       if (--indeg[f->x[v].succ[k]] == 0) sc_heap_push(heap, &nheap, f->x[v].succ[k]);
   }
   free(indeg);
   free(heap);
+  return r;
+}
+
+static CUresult sc_run_graph(sc_op* op) {
+  sc_glaunch* L = (sc_glaunch*)op->a;
+  CUresult r;
+  int i;
+  if (L->prev_s) sc_wait_seq_unlocked(op->stream, L->prev_s, L->prev_seq);
+  for (i = 0; i < L->x->nconds; ++i) /* CU_GRAPH_COND_ASSIGN_DEFAULT: at the start of every launch */
+    if (L->x->conds[i].flags & CU_GRAPH_COND_ASSIGN_DEFAULT) L->x->conds[i].value = L->x->conds[i].dflt;
+  sc_tls_graph_exec = L->x;
+  r = sc_run_flat(L, &L->x->f, op);
+  sc_tls_graph_exec = NULL;
   return r;
 }
 
@@ -1080,6 +1378,8 @@ static void sc_fini_graph(sc_op* op) {
     if (L->wait_s[i]) sc_unref(&L->wait_s[i]->h);
   }
   if (L->prev_s) sc_unref(&L->prev_s->h);
+  for (i = 0; i < L->x->nbody; ++i) sc_gnp_unref(L->bp[i]);
+  free(L->bp);
   sc_unref(&L->x->h);
   free(L->p);
   free(L->wait_s);
@@ -1091,9 +1391,13 @@ static void sc_fini_graph(sc_op* op) {
 /* What cuGraphLaunch refuses because the graph refers to something gone: a destroyed
  * event, an unloaded function, freed memory (undefined behaviour on a GPU). */
 static CUresult sc_graph_check_alive(const sc_flat* f) {
-  int i;
+  int i, k;
   for (i = 0; i < f->n; ++i) {
     const sc_gnp* p = f->x[i].p;
+    for (k = 0; f->x[i].bodies && k < p->nbodies; ++k) {
+      CUresult r = sc_graph_check_alive(&f->x[i].bodies[k]);
+      if (r != CUDA_SUCCESS) return r;
+    }
     if (p->ev && !p->ev->h.id)
       return sc_violation(SOFTCUDA_VIOLATION_HANDLE, CUDA_ERROR_INVALID_HANDLE,
                           "cuGraphLaunch: an event node's event was destroyed");
@@ -1111,6 +1415,20 @@ static CUresult sc_graph_check_alive(const sc_flat* f) {
 }
 
 static void sc_capture_invalidate(sc_stream* s, CUresult why);
+
+/* Takes the parameters every body node under f has now. Under sc.mu. */
+static void sc_launch_snapshot(sc_gnp** bp, const sc_flat* f) {
+  int i, j, k;
+  for (i = 0; i < f->n; ++i)
+    for (k = 0; f->x[i].bodies && k < f->x[i].p->nbodies; ++k) {
+      const sc_flat* b = &f->x[i].bodies[k];
+      for (j = 0; j < b->n; ++j) {
+        sc_gnp_ref(b->x[j].p);
+        bp[b->base + j] = b->x[j].p;
+      }
+      sc_launch_snapshot(bp, b);
+    }
+}
 
 CUresult CUDAAPI sc_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
   sc_exec* x = NULL;
@@ -1161,6 +1479,8 @@ CUresult CUDAAPI sc_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
     L->prev_seq = x->last_seq;
     x->last_s = NULL;
   }
+  L->bp = (sc_gnp**)sc_xcalloc((size_t)x->nbody + 1, sizeof(sc_gnp*));
+  sc_launch_snapshot(L->bp, &x->f);
   op = sc_op_new("graph launch", sc_run_graph, sc_fini_graph);
   op->a = L;
   for (i = 0; i < L->n; ++i)
@@ -1208,34 +1528,73 @@ static void sc_exec_swap(sc_exec* x, int xi, sc_gnp* p) {
   x->f.x[xi].p = p;
 }
 
+/* The flat under f (f itself, or a conditional body at any depth) built from graph handle
+ * `graph`, or NULL. */
+static sc_flat* sc_flat_find(sc_flat* f, uint64_t graph) {
+  int i, k;
+  if (f->graph == graph) return f;
+  for (i = 0; i < f->n; ++i)
+    for (k = 0; f->x[i].bodies && k < f->x[i].p->nbodies; ++k) {
+      sc_flat* b = sc_flat_find(&f->x[i].bodies[k], graph);
+      if (b) return b;
+    }
+  return NULL;
+}
+
+/* sc_exec_node_of for a node of x's graph or of one of its conditional bodies: *out gets
+ * the flat holding it. */
+static int sc_exec_any_node_of(sc_exec* x, CUgraphNode hNode, CUgraphNodeType want, sc_flat** out, CUresult* r) {
+  sc_gnode* nd = NULL;
+  sc_flat* f;
+  int xi;
+  *out = NULL;
+  *r = sc_get_gnode(hNode, &nd);
+  if (*r != CUDA_SUCCESS) return -1;
+  f = nd->g->h.id ? sc_flat_find(&x->f, SC_HANDLE(nd->g)) : NULL;
+  if (!f || nd->idx >= f->ntop) {
+    *r = CUDA_ERROR_INVALID_VALUE; /* not a node of the graph x was instantiated from */
+    return -1;
+  }
+  xi = f->top_x[nd->idx];
+  if (f->x[xi].p->type != want) {
+    *r = CUDA_ERROR_INVALID_VALUE;
+    return -1;
+  }
+  *out = f;
+  return xi;
+}
+
 CUresult CUDAAPI sc_cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
                                                    const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
   sc_exec* x = NULL;
+  sc_flat* f = NULL;
   CUresult r;
   int xi = -1;
   SC_ENTER(cuGraphExecKernelNodeSetParams);
   if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
   SC_LOCK();
   r = sc_get_exec(hGraphExec, &x);
-  if (r == CUDA_SUCCESS) xi = sc_exec_node_of(x, hNode, CU_GRAPH_NODE_TYPE_KERNEL, &r);
+  if (r == CUDA_SUCCESS) xi = sc_exec_any_node_of(x, hNode, CU_GRAPH_NODE_TYPE_KERNEL, &f, &r);
   if (r == CUDA_SUCCESS) {
     sc_gnp* p = sc_gnp_new(CU_GRAPH_NODE_TYPE_KERNEL);
     r = sc_graph_kernel_op(nodeParams, &p->op);
-    if (r == CUDA_SUCCESS && x->f.x[xi].p->op->run == sc_run_kernel &&
-        ((sc_func*)p->op->a)->mod->ctx != ((sc_func*)x->f.x[xi].p->op->a)->mod->ctx)
+    if (r == CUDA_SUCCESS && f->x[xi].p->op->run == sc_run_kernel &&
+        ((sc_func*)p->op->a)->mod->ctx != ((sc_func*)f->x[xi].p->op->a)->mod->ctx)
       r = CUDA_ERROR_INVALID_VALUE; /* "the owning context of the function cannot change" */
-    if (r == CUDA_SUCCESS && x->f.x[xi].p->op->run == sc_run_kernel) {
+    if (r == CUDA_SUCCESS && f->x[xi].p->op->run == sc_run_kernel) {
       /* the node keeps its attributes (cluster, cooperative, priority), checked anew */
       sc_launch_attrs attrs;
       sc_launch* L = (sc_launch*)p->op->c;
-      sc_launch_get_attrs((const sc_launch*)x->f.x[xi].p->op->c, &attrs);
+      sc_launch_get_attrs((const sc_launch*)f->x[xi].p->op->c, &attrs);
       sc_launch_set_attrs(L, &attrs);
       r = sc_launch_attrs_check((const sc_func*)p->op->a, &attrs, L->grid, L->block, L->shared);
     }
-    if (r == CUDA_SUCCESS)
-      sc_exec_swap(x, xi, p);
-    else
+    if (r == CUDA_SUCCESS) {
+      sc_gnp_unref(f->x[xi].p);
+      f->x[xi].p = p;
+    } else {
       sc_gnp_unref(p);
+    }
   }
   SC_UNLOCK();
   return r;
@@ -1405,6 +1764,7 @@ static CUgraphExecUpdateResult sc_update_node_check(const sc_xnode* old, const s
   const sc_gnp *a = old->p, *b = nw->p;
   int k;
   if (a->type != b->type) return CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+  if (a->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) return CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED; /* not modelled */
   if (old->ndeps != nw->ndeps) return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
   for (k = 0; k < old->ndeps; ++k)
     if (old->deps[k] != nw->deps[k]) return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;

@@ -278,6 +278,8 @@ typedef struct sc_global {
   int ndev;
   sc_device devs[SC_MAX_DEVICES];
   int jit_delay_ms;
+  int driver_version; /* SOFTCUDA_DRIVER_VERSION (default 13000): what cuDriverGetVersion says; entry points
+                         newer than it are not found */
   int leaks_fatal;
   int verbose;
   int no_memops;           /* SOFTCUDA_NO_MEMOPS: no 64-bit stream memory operations, no WAIT_VALUE_NOR */

@@ -43,7 +43,8 @@ CUresult CUDAAPI sc_cuGetProcAddress(const char* symbol, void** pfn, int cudaVer
   *pfn = NULL;
   for (i = 0; i < sizeof sc_procs / sizeof sc_procs[0]; ++i) {
     if (strcmp(sc_procs[i].name, symbol) != 0) continue;
-    if (cudaVersion < sc_procs[i].version) { /* like the real driver: success, with the status saying why */
+    if (sc_procs[i].version > sc.driver_version) break; /* an older driver: no such entry point */
+    if (cudaVersion < sc_procs[i].version) {            /* like the real driver: success, with the status saying why */
       if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
       return CUDA_SUCCESS;
     }

@@ -78,6 +78,12 @@ typedef struct softcuda_tensor_map {
 /* Reads a map a twin got as a parameter: 1, or 0 when `map` is not one softcuda encoded. */
 SOFTCUDA_API int softcuda_tensor_map_read(const void* map, softcuda_tensor_map* out);
 
+/* cudaGraphSetConditional for twins: sets condition `handle` (a cudaGraphConditionalHandle
+ * the kernel got as a parameter) of the graph launch the twin runs in. A handle that is
+ * not one of that graph's conditions, or a call outside a graph launch, is a handle
+ * violation. */
+SOFTCUDA_API void softcuda_graph_set_conditional(unsigned long long handle, unsigned value);
+
 /* Defines twin NAME and registers it at load time:
  *   SOFTCUDA_TWIN(vector_add) { ... use block, params ...; return 0; } */
 #define SOFTCUDA_TWIN(NAME)                                                      \
