@@ -222,6 +222,11 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_record_native(gpuhal_command_buffer_t
                                                          void* user) {
   gpuhal__cmd_t* cmd;
   const gpuhal__cmd_t* prev;
+  if (cb->region_depth)
+    return gpuhal_status_make(GPUHAL_STATUS_UNIMPLEMENTED,
+                              "%s cannot be recorded inside a device-side region (gpuhal_cmd_begin_if/_while): a "
+                              "conditional graph body holds kernels, copies and fills only",
+                              ops->name);
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_append(cb, GPUHAL__CMD_NATIVE, &cmd));
   prev = cb->cmd_count > 1 ? &cb->cmds[cb->cmd_count - 2] : NULL;
   cmd->native_ops = ops;
@@ -386,6 +391,8 @@ GPUHAL__PRIVATE const char* gpuhal__cmd_name(const gpuhal__cmd_t* cmd) {
     case GPUHAL__CMD_FILL: return "fill";
     case GPUHAL__CMD_UPDATE: return "update";
     case GPUHAL__CMD_NATIVE: return cmd->native_ops->name;
+    case GPUHAL__CMD_REGION_BEGIN: return cmd->region_while ? "WHILE region" : "IF region";
+    case GPUHAL__CMD_REGION_END: return "end of region";
     default: return "barrier";
   }
 }
@@ -483,6 +490,7 @@ static void gpuhal__cb_destroy(gpuhal_command_buffer_t* cb) {
   gpuhal__free(a, cb->args);
   gpuhal__free(a, cb->values);
   gpuhal__free(a, cb->tensor_maps);
+  gpuhal__free(a, cb->conditions);
   gpuhal__free(a, cb->update_data);
   gpuhal__free(a, cb->param_ptrs);
   gpuhal__free(a, cb->slot_extent);

@@ -3,8 +3,8 @@
  * commands and the command buffer object. command_buffer.c: recording storage, late-address
  * resolution and the multi-device hook; the recording calls are in command_buffer_record.c,
  * the two back ends (gpuhal__cb_backend_t) in command_buffer_graph.c and
- * command_buffer_stream.c, the execute in queue_execute.c, the built-in kernels in
- * builtin_kernels.c.
+ * command_buffer_stream.c, device-side IF/WHILE regions in command_buffer_condition.c, the
+ * execute in queue_execute.c, the built-in kernels in builtin_kernels.c.
  *
  * Two back ends behind one API:
  *   GRAPH (default)  the commands become a CUgraph, instantiated once at end; every
@@ -105,7 +105,8 @@ typedef enum gpuhal_arg_kind_e {
   GPUHAL_ARG_BYTES = 0,
   GPUHAL_ARG_BUFFER = 1,
   GPUHAL_ARG_SLOT = 2,
-  GPUHAL_ARG_TENSOR_MAP = 3
+  GPUHAL_ARG_TENSOR_MAP = 3,
+  GPUHAL_ARG_CONDITION = 4
 } gpuhal_arg_kind_t;
 typedef struct gpuhal_arg_t {
   gpuhal_arg_kind_t kind;
@@ -117,6 +118,7 @@ typedef struct gpuhal_arg_t {
   uint64_t inline_value[2];
   gpuhal_arg_kind_t memory;              /* TENSOR_MAP: BUFFER or SLOT (buffer/slot/offset say which) */
   const gpuhal_tensor_map_t* tensor_map; /* TENSOR_MAP: valid until the dispatch that takes it returns */
+  uint32_t condition;                    /* CONDITION: gpuhal_condition_t.id */
 } gpuhal_arg_t;
 GPUHAL_API gpuhal_arg_t gpuhal_arg_buffer(gpuhal_buffer_t* buffer, uint64_t offset);
 GPUHAL_API gpuhal_arg_t gpuhal_arg_slot(uint32_t slot, uint64_t offset);
@@ -231,6 +233,46 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_update(gpuhal_command_buffer_t* command_bu
 /* Everything recorded before the barrier completes before anything recorded after it. */
 GPUHAL_API gpuhal_status_t gpuhal_cmd_barrier(gpuhal_command_buffer_t* command_buffer);
 
+/* Device-side control flow in GRAPH command buffers (conditional graph nodes: CUDA driver
+ * 12.3 or later). A region of recorded commands runs on the device if (IF), or as long as
+ * (WHILE), a condition that device code sets is non-zero: a loop that runs until a
+ * device-computed residual is small costs no host round trip per iteration.
+ *
+ *   gpuhal_command_buffer_condition_create  makes a condition of the command buffer. At
+ *       the start of every execute it is reset to `default_value`. It belongs to the
+ *       region being recorded when it is made (or to the top level).
+ *   gpuhal_arg_condition  passes it to a kernel: an 8-byte cudaGraphConditionalHandle that
+ *       device code sets with cudaGraphSetConditional(handle, value) (from
+ *       cuda_runtime.h; the PTX loads as it is, the driver provides the function). Only
+ *       dispatches recorded in the condition's region, at any depth, may take it.
+ *   gpuhal_cmd_begin_if, gpuhal_cmd_begin_while  open a region controlled by a condition,
+ *       in the region the condition belongs to; one region per condition.
+ *       gpuhal_cmd_end_region closes the innermost open region. IF runs the region once if
+ *       the condition is non-zero when the region is reached; WHILE checks it before every
+ *       iteration (a kernel in the region sets it to 0 to stop).
+ *
+ * A region is one step of the level it is recorded in: barriers order it like any other
+ * command (record a barrier between the kernel that sets an IF's condition and the IF).
+ * Inside a region, commands are ordered among themselves by barriers as at the top level.
+ * Regions nest (GPUHAL_REGION_DEPTH_MAX deep) and may hold dispatches (late-bound
+ * arguments, tensor maps and launch attributes included), copies, fills, updates and
+ * barriers; collectives cannot go in one (UNIMPLEMENTED). A region left open, or a condition
+ * that controls no region, at gpuhal_command_buffer_end is FAILED_PRECONDITION. STREAM command buffers issue from the
+ * host and cannot loop on device values: these calls say UNIMPLEMENTED there, and on drivers
+ * before CUDA 12.3 (naming the driver's version). */
+#define GPUHAL_REGION_DEPTH_MAX 16
+typedef struct gpuhal_condition_t {
+  uint32_t id; /* 0: none; else 1 + its index in its command buffer */
+} gpuhal_condition_t;
+GPUHAL_API gpuhal_status_t gpuhal_command_buffer_condition_create(gpuhal_command_buffer_t* command_buffer,
+                                                                  uint32_t default_value,
+                                                                  gpuhal_condition_t* out_condition);
+GPUHAL_API gpuhal_arg_t gpuhal_arg_condition(gpuhal_condition_t condition);
+GPUHAL_API gpuhal_status_t gpuhal_cmd_begin_if(gpuhal_command_buffer_t* command_buffer, gpuhal_condition_t condition);
+GPUHAL_API gpuhal_status_t gpuhal_cmd_begin_while(gpuhal_command_buffer_t* command_buffer,
+                                                  gpuhal_condition_t condition);
+GPUHAL_API gpuhal_status_t gpuhal_cmd_end_region(gpuhal_command_buffer_t* command_buffer);
+
 /* The CUgraph of an ended GRAPH command buffer (as void*: gpuhal's public header carries
  * no CUDA types), owned by the command buffer: for inspection (cuGraphGetNodes, ...) and
  * for embedding as a child graph. FAILED_PRECONDITION for STREAM or before end. */
@@ -257,7 +299,9 @@ typedef enum gpuhal__cmd_type_e {
   GPUHAL__CMD_FILL = 3,
   GPUHAL__CMD_UPDATE = 4,
   GPUHAL__CMD_BARRIER = 5,
-  GPUHAL__CMD_NATIVE = 6 /* multi-device hook: see "native commands" below */
+  GPUHAL__CMD_NATIVE = 6,       /* multi-device hook: see "native commands" below */
+  GPUHAL__CMD_REGION_BEGIN = 7, /* GRAPH: an IF or WHILE region up to its REGION_END */
+  GPUHAL__CMD_REGION_END = 8
 } gpuhal__cmd_type_t;
 
 /* Where an address comes from. */
@@ -281,6 +325,7 @@ typedef struct gpuhal__cmd_arg_s {
   uint32_t late;
   uint32_t late_size;  /* bytes a late value takes: 8 (an address) or 128 (a tensor map) */
   uint32_t tensor_map; /* 0, or 1 + the index of its map in cb->tensor_maps */
+  uint32_t condition;  /* 0, or 1 + the index of its condition: its handle is written when the graph is built */
   uint32_t value_offset;
 } gpuhal__cmd_arg_t;
 
@@ -307,7 +352,18 @@ typedef struct gpuhal__cmd_s {
   const struct gpuhal__native_ops_s* native_ops;
   void* native_user;
   uint32_t native_follower; /* grouped with the NATIVE command before it */
+  /* REGION_BEGIN */
+  uint32_t condition;    /* the index of its condition */
+  uint32_t region_while; /* WHILE; 0: IF */
 } gpuhal__cmd_t;
+
+/* A condition (command_buffer_condition.c). */
+typedef struct gpuhal__cb_condition_s {
+  uint32_t default_value;
+  uint32_t region;                 /* the region it belongs to: 0 the top level, else 1 + its REGION_BEGIN's index */
+  uint32_t begun;                  /* 1 + the index of the REGION_BEGIN it controls; 0: none yet */
+  CUgraphConditionalHandle handle; /* made when the graph of its region is built */
+} gpuhal__cb_condition_t;
 typedef enum gpuhal__cb_state_e {
   GPUHAL__CB_INITIAL = 0,
   GPUHAL__CB_RECORDING = 1,
@@ -379,6 +435,10 @@ struct gpuhal_command_buffer_s {
   /* The dispatches' tensor maps with their last encoding (command_buffer_tensor_map.c). */
   struct gpuhal__cb_tensor_map_s* tensor_maps;
   uint32_t tensor_map_count, tensor_map_capacity;
+  gpuhal__cb_condition_t* conditions; /* GRAPH: device-side conditions */
+  uint32_t condition_count, condition_capacity;
+  uint32_t regions[GPUHAL_REGION_DEPTH_MAX]; /* the open regions' REGION_BEGIN indices, outermost first */
+  uint32_t region_depth;
   unsigned char* update_data; /* bytes of cmd_update, 16-byte aligned each */
   size_t update_size, update_capacity;
   void** param_ptrs; /* built at end: the kernelParams arrays of every dispatch */
@@ -489,6 +549,25 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_late_value(const gpuhal_command_buffe
                                                       const gpuhal__execute_action_t* action,
                                                       const gpuhal__cmd_arg_t* arg,
                                                       unsigned char out[GPUHAL__LATE_VALUE_MAX]);
+/* ---- conditions and regions (command_buffer_condition.c) ---- */
+/* Checks a CONDITION argument (`what` is "args[i]"): a condition of this command buffer
+ * whose region encloses the dispatch being recorded. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_check_condition_arg(const gpuhal_command_buffer_t* cb,
+                                                               const gpuhal_arg_t* arg, const char* func,
+                                                               const char* what);
+/* Appends a CONDITION argument (room reserved): 8 bytes, written when the graph is built. */
+GPUHAL__PRIVATE void gpuhal__cb_push_condition_arg(gpuhal_command_buffer_t* cb, uint32_t condition_id);
+/* At end: FAILED_PRECONDITION while a region is open or a condition controls none. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_check_regions_at_end(const gpuhal_command_buffer_t* cb);
+/* GRAPH build: makes the handles of the conditions of `region` (0: the top level) on
+ * `graph`, which holds that region's commands, and writes them into the arguments that
+ * take them. In the device's context. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_make_conditions(gpuhal_command_buffer_t* cb, CUgraph graph,
+                                                              uint32_t region);
+/* GRAPH build: adds the conditional node of the REGION_BEGIN command `cmd` to `graph`
+ * (cmd->node) and returns its body graph, owned by the node. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_add_region(gpuhal_command_buffer_t* cb, CUgraph graph, gpuhal__cmd_t* cmd,
+                                                         const CUgraphNode* deps, size_t dep_count, CUgraph* out_body);
 /* A memset can do it: 1, 2 or 4-byte pattern and a destination aligned to it. */
 GPUHAL__PRIVATE int gpuhal__fill_is_memset(uint32_t pattern_size, uint64_t address);
 GPUHAL__PRIVATE unsigned gpuhal__memset_value(const gpuhal__cmd_t* cmd);
@@ -564,8 +643,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_set_launch_attrs(gpuhal_command_bu
  * something else), gets a programmatic edge from it (gpuhal_dispatch_options_t). */
 GPUHAL__PRIVATE int gpuhal__graph_is_programmatic(const gpuhal_command_buffer_t* cb,
                                                   const gpuhal__cmd_t* dependency_cmd, const gpuhal__cmd_t* cmd);
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_add_programmatic_edge(gpuhal_command_buffer_t* cb, CUgraphNode from,
-                                                                    CUgraphNode to);
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_add_programmatic_edge(gpuhal_command_buffer_t* cb, CUgraph graph,
+                                                                    CUgraphNode from, CUgraphNode to);
 /* GRAPH: the flags to instantiate with (node priorities when a dispatch has one). */
 GPUHAL__PRIVATE unsigned long long gpuhal__graph_instantiate_flags(const gpuhal_command_buffer_t* cb);
 

@@ -2,7 +2,9 @@
  * instantiated then; every execute launches an instance after patching the late-bound
  * kernel nodes whose addresses differ from that instance's (a rebinding command buffer may
  * keep several instances: see gpuhal__graph_instance_t). Commands between two barriers
- * have no edges among themselves; a barrier orders all before it before all after it.
+ * have no edges among themselves; a barrier orders all before it before all after it. An
+ * IF or WHILE region becomes a conditional node of its level, its commands that node's body
+ * graph, built the same way (command_buffer_condition.c).
  * Part of the implementation only. */
 #include "command_buffer.h"
 #include "symbols.h"
@@ -116,6 +118,8 @@ static void gpuhal__memcpy_params(CUdeviceptr dst, CUdeviceptr src, uint64_t siz
  * trailing and repeated barriers add nothing and lose no ordering. */
 typedef struct gpuhal__graph_builder_s {
   gpuhal_command_buffer_t* cb;
+  CUgraph graph;                       /* the graph of the level being built: cb->graph or a region's body */
+  CUgraph body;                        /* the body of the region node added last */
   CUgraphNode dependency;              /* what nodes of the current segment depend on; NULL: nothing */
   const gpuhal__cmd_t* dependency_cmd; /* the command whose node `dependency` is; NULL for a join */
   const gpuhal__cmd_t* segment_first;  /* the command of segment[0] */
@@ -131,7 +135,7 @@ static gpuhal_status_t gpuhal__graph_close_segment(gpuhal__graph_builder_t* b) {
     b->dependency = b->segment[0];
     b->dependency_cmd = b->segment_first;
   } else if (b->segment_count > 1) {
-    GPUHAL__CU_RETURN(device->cu, cuGraphAddEmptyNode, (&b->dependency, b->cb->graph, b->segment, b->segment_count));
+    GPUHAL__CU_RETURN(device->cu, cuGraphAddEmptyNode, (&b->dependency, b->graph, b->segment, b->segment_count));
     b->dependency_cmd = NULL;
     b->cb->node_count++;
   }
@@ -152,9 +156,10 @@ static gpuhal_status_t gpuhal__graph_add_node(gpuhal__graph_builder_t* b, gpuhal
       int programmatic = b->dependency && gpuhal__graph_is_programmatic(cb, b->dependency_cmd, cmd);
       gpuhal__kernel_node_params(cb, cmd, &p);
       GPUHAL__CU_RETURN(device->cu, cuGraphAddKernelNode,
-                        (&cmd->node, cb->graph, programmatic ? NULL : deps, programmatic ? 0 : dep_count, &p));
+                        (&cmd->node, b->graph, programmatic ? NULL : deps, programmatic ? 0 : dep_count, &p));
       if (gpuhal__cmd_has_launch_attrs(cmd)) GPUHAL__RETURN_IF_ERROR(gpuhal__graph_set_launch_attrs(cb, cmd));
-      if (programmatic) GPUHAL__RETURN_IF_ERROR(gpuhal__graph_add_programmatic_edge(cb, b->dependency, cmd->node));
+      if (programmatic)
+        GPUHAL__RETURN_IF_ERROR(gpuhal__graph_add_programmatic_edge(cb, b->graph, b->dependency, cmd->node));
       break;
     }
     case GPUHAL__CMD_COPY:
@@ -162,8 +167,7 @@ static gpuhal_status_t gpuhal__graph_add_node(gpuhal__graph_builder_t* b, gpuhal
       CUDA_MEMCPY3D m;
       gpuhal__memcpy_params(gpuhal__cb_static_address(cb, &cmd->dst), gpuhal__cb_static_address(cb, &cmd->src),
                             cmd->size, &m);
-      GPUHAL__CU_RETURN(device->cu, cuGraphAddMemcpyNode,
-                        (&cmd->node, cb->graph, deps, dep_count, &m, device->context));
+      GPUHAL__CU_RETURN(device->cu, cuGraphAddMemcpyNode, (&cmd->node, b->graph, deps, dep_count, &m, device->context));
       break;
     }
     case GPUHAL__CMD_FILL: {
@@ -175,11 +179,13 @@ static gpuhal_status_t gpuhal__graph_add_node(gpuhal__graph_builder_t* b, gpuhal
       m.height = 1;
       m.pitch = (size_t)cmd->size;
       m.value = gpuhal__memset_value(cmd);
-      GPUHAL__CU_RETURN(device->cu, cuGraphAddMemsetNode,
-                        (&cmd->node, cb->graph, deps, dep_count, &m, device->context));
+      GPUHAL__CU_RETURN(device->cu, cuGraphAddMemsetNode, (&cmd->node, b->graph, deps, dep_count, &m, device->context));
       break;
     }
-    case GPUHAL__CMD_NATIVE:                 /* multi-device hook */
+    case GPUHAL__CMD_REGION_BEGIN: /* its body is built next (gpuhal__graph_build_level) */
+      GPUHAL__RETURN_IF_ERROR(gpuhal__graph_add_region(cb, b->graph, cmd, deps, dep_count, &b->body));
+      break;
+    case GPUHAL__CMD_NATIVE:                 /* multi-device hook; only at the top level */
       if (cmd->native_follower) return NULL; /* captured with its group's leader */
       GPUHAL__RETURN_IF_ERROR(gpuhal__graph_add_native(cb, cmd, deps, dep_count));
       break;
@@ -306,24 +312,37 @@ static gpuhal_status_t gpuhal__graph_instance_patch(gpuhal_command_buffer_t* cb,
   return NULL;
 }
 
-static gpuhal_status_t gpuhal__cb_build_graph(gpuhal_command_buffer_t* cb) {
-  gpuhal_device_t* device = cb->device;
+/* Builds the commands from *c on into `graph`, up to the REGION_END that closes `region`
+ * (0: the top level, up to the last command); *c ends past it. A region's body is built
+ * the same way, into the body graph of its node, as soon as the node is added. */
+static gpuhal_status_t gpuhal__graph_build_level(gpuhal_command_buffer_t* cb, CUgraph graph, uint32_t region,
+                                                 uint32_t* c) {
   gpuhal__graph_builder_t b;
-  gpuhal_status_t st = NULL;
-  uint32_t c;
+  gpuhal_status_t st;
   memset(&b, 0, sizeof(b));
   b.cb = cb;
-  GPUHAL__CU_RETURN(device->cu, cuGraphCreate, (&cb->graph, 0));
-  for (c = 0; c < cb->cmd_count && !st; ++c) {
-    gpuhal__cmd_t* cmd = &cb->cmds[c];
+  b.graph = graph;
+  st = gpuhal__graph_make_conditions(cb, graph, region);
+  while (!st && *c < cb->cmd_count) {
+    gpuhal__cmd_t* cmd = &cb->cmds[(*c)++];
+    if (cmd->type == GPUHAL__CMD_REGION_END) break;
     if (cmd->type == GPUHAL__CMD_BARRIER) {
       if (b.segment_count) b.barrier_pending = 1;
       continue;
     }
     if (b.barrier_pending) st = gpuhal__graph_close_segment(&b);
     if (!st) st = gpuhal__graph_add_node(&b, cmd);
+    if (!st && cmd->type == GPUHAL__CMD_REGION_BEGIN) st = gpuhal__graph_build_level(cb, b.body, *c, c);
   }
-  gpuhal__free(device->allocator, b.segment);
+  gpuhal__free(cb->device->allocator, b.segment);
+  return st;
+}
+
+static gpuhal_status_t gpuhal__cb_build_graph(gpuhal_command_buffer_t* cb) {
+  gpuhal_status_t st;
+  uint32_t c = 0;
+  GPUHAL__CU_RETURN(cb->device->cu, cuGraphCreate, (&cb->graph, 0));
+  st = gpuhal__graph_build_level(cb, cb->graph, 0, &c);
   if (!st && cb->node_count) st = gpuhal__graph_instance_add(cb);
   return st;
 }

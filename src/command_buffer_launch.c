@@ -218,13 +218,13 @@ GPUHAL__PRIVATE int gpuhal__graph_is_programmatic(const gpuhal_command_buffer_t*
          cb->device->cu->cuGraphAddDependencies;
 }
 
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_add_programmatic_edge(gpuhal_command_buffer_t* cb, CUgraphNode from,
-                                                                    CUgraphNode to) {
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_add_programmatic_edge(gpuhal_command_buffer_t* cb, CUgraph graph,
+                                                                    CUgraphNode from, CUgraphNode to) {
   CUgraphEdgeData edge;
   memset(&edge, 0, sizeof(edge));
   edge.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
   edge.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
-  GPUHAL__CU_RETURN(cb->device->cu, cuGraphAddDependencies, (cb->graph, &from, &to, &edge, 1));
+  GPUHAL__CU_RETURN(cb->device->cu, cuGraphAddDependencies, (graph, &from, &to, &edge, 1));
   return NULL;
 }
 

@@ -132,6 +132,7 @@ static gpuhal_status_t gpuhal__dispatch_check_arg(gpuhal_command_buffer_t* cb, c
                                   "bytes)",
                                   func, what, (unsigned long long)arg->offset, (unsigned long long)arg->buffer->size);
       break;
+    case GPUHAL_ARG_CONDITION: GPUHAL__RETURN_IF_ERROR(gpuhal__cb_check_condition_arg(cb, arg, func, what)); break;
     case GPUHAL_ARG_SLOT:
       if (arg->slot >= cb->binding_slots)
         return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
@@ -142,7 +143,7 @@ static gpuhal_status_t gpuhal__dispatch_check_arg(gpuhal_command_buffer_t* cb, c
     default:
       return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                                 "%s: argument '%s' has unknown kind %d (make arguments with "
-                                "gpuhal_arg_buffer/_slot/_bytes/_tensor_map/_u32/...)",
+                                "gpuhal_arg_buffer/_slot/_bytes/_tensor_map/_condition/_u32/...)",
                                 func, what, (int)arg->kind);
   }
   if (arg->kind == GPUHAL_ARG_TENSOR_MAP) GPUHAL__RETURN_IF_ERROR(gpuhal__cb_check_tensor_map(cb, arg, func, what));
@@ -231,6 +232,10 @@ static gpuhal_status_t gpuhal__cb_record_dispatch(gpuhal_command_buffer_t* cb, g
     gpuhal__ref_t ref;
     if (arg->kind == GPUHAL_ARG_BYTES) {
       gpuhal__cb_push_arg(cb, arg->data ? arg->data : (const void*)arg->inline_value, arg->size);
+      continue;
+    }
+    if (arg->kind == GPUHAL_ARG_CONDITION) {
+      gpuhal__cb_push_condition_arg(cb, arg->condition);
       continue;
     }
     memset(&ref, 0, sizeof(ref));
@@ -454,6 +459,7 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_end(gpuhal_command_buffer_t* co
   gpuhal_command_buffer_t* cb = command_buffer;
   gpuhal_status_t st;
   GPUHAL__CHECK_RECORDING(command_buffer);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__cb_check_regions_at_end(cb));
   st = gpuhal__cb_build_param_ptrs(cb);
   if (!st) st = gpuhal__cb_collect_late_cmds(cb); /* the back end's end may use them */
   if (!st) st = cb->backend->end(cb);

@@ -1060,18 +1060,70 @@ static void scenario_tensor_map(sw_run_t* r) {
   sw_close(&o);
 }
 
+/* Device-side regions: a GRAPH command buffer with a WHILE (cond_count_down, 5 trips)
+ * holding an IF (cond_set_from on the trip count, then cond_add), executed and checked. */
+static void scenario_conditional(sw_run_t* r) {
+  sw_objs_t o;
+  gpuhal_kernel_t *count = NULL, *set = NULL, *add = NULL;
+  gpuhal_condition_t loop, odd;
+  gpuhal_arg_t args[3];
+  uint32_t init[3] = {5, 0, 0};
+  if (sw_open(r, &o, 1, 1) && sw_ok(r, sw_load(o.device[0], "conditional", &o.exe[0], NULL), "executable_load") &&
+      sw_ok(r, gpuhal_executable_kernel(o.exe[0], "cond_count_down", &count), "kernel count") &&
+      sw_ok(r, gpuhal_executable_kernel(o.exe[0], "cond_set_from", &set), "kernel set") &&
+      sw_ok(r, gpuhal_executable_kernel(o.exe[0], "cond_add", &add), "kernel add") &&
+      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, sizeof(init), &o.buf[0]), "buffer_allocate") &&
+      sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[0]), "create graph") &&
+      sw_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "begin graph") &&
+      sw_ok(r, gpuhal_cmd_update(o.cb[0], init, gpuhal_ref_buffer(o.buf[0], 0), sizeof(init)), "cmd_update") &&
+      sw_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") &&
+      sw_ok(r, gpuhal_command_buffer_condition_create(o.cb[0], 1, &loop), "condition_create loop") &&
+      sw_ok(r, gpuhal_cmd_begin_while(o.cb[0], loop), "begin_while") &&
+      (args[0] = gpuhal_arg_buffer(o.buf[0], 0), args[1] = gpuhal_arg_buffer(o.buf[0], 4),
+       args[2] = gpuhal_arg_condition(loop),
+       sw_ok(r, gpuhal_cmd_dispatch(o.cb[0], count, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args),
+             "cmd_dispatch count")) &&
+      sw_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") &&
+      sw_ok(r, gpuhal_command_buffer_condition_create(o.cb[0], 0, &odd), "condition_create odd") &&
+      (args[0] = gpuhal_arg_buffer(o.buf[0], 4), args[1] = gpuhal_arg_u32(1), args[2] = gpuhal_arg_condition(odd),
+       sw_ok(r, gpuhal_cmd_dispatch(o.cb[0], set, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args),
+             "cmd_dispatch set")) &&
+      sw_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") && sw_ok(r, gpuhal_cmd_begin_if(o.cb[0], odd), "begin_if") &&
+      (args[0] = gpuhal_arg_buffer(o.buf[0], 8), args[1] = gpuhal_arg_u32(10),
+       sw_ok(r, gpuhal_cmd_dispatch(o.cb[0], add, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 2, args),
+             "cmd_dispatch add")) &&
+      sw_ok(r, gpuhal_cmd_end_region(o.cb[0]), "end IF") && sw_ok(r, gpuhal_cmd_end_region(o.cb[0]), "end WHILE") &&
+      sw_ok(r, gpuhal_command_buffer_end(o.cb[0]), "end graph") &&
+      sw_ok(r,
+            gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                 gpuhal_semaphore_list_one(&o.sem[0], &V1), o.cb[0], NULL),
+            "queue_execute") &&
+      sw_wait(r, o.sem[0], 1, "wait s=1") && sw_check_u32(r, o.buf[0], 4, 1, 5u, "trips"))
+    sw_check_u32(r, o.buf[0], 8, 1, 30u, "odd trips x 10");
+  sw_settle(r);
+  sw_close(&o);
+}
+
 typedef struct sw_scenario_s {
   const char* name;
   void (*run)(sw_run_t* r);
 } sw_scenario_t;
 static const sw_scenario_t sw_scenarios[] = {
-    {"device", scenario_device},         {"executable", scenario_executable},
-    {"record", scenario_record},         {"execute", scenario_execute},
-    {"alloca", scenario_alloca},         {"host", scenario_host},
-    {"multi", scenario_multi},           {"disk", scenario_disk},
-    {"collective", scenario_collective}, {"cb_release", scenario_cb_release},
-    {"memory", scenario_memory},         {"share", scenario_share},
-    {"launch", scenario_launch},         {"tensor_map", scenario_tensor_map},
+    {"device", scenario_device},
+    {"executable", scenario_executable},
+    {"record", scenario_record},
+    {"execute", scenario_execute},
+    {"alloca", scenario_alloca},
+    {"host", scenario_host},
+    {"multi", scenario_multi},
+    {"disk", scenario_disk},
+    {"collective", scenario_collective},
+    {"cb_release", scenario_cb_release},
+    {"memory", scenario_memory},
+    {"share", scenario_share},
+    {"launch", scenario_launch},
+    {"tensor_map", scenario_tensor_map},
+    {"conditional", scenario_conditional},
 };
 #define SW_SCENARIO_COUNT ((int)(sizeof(sw_scenarios) / sizeof(sw_scenarios[0])))
 
