@@ -540,6 +540,12 @@ typedef enum CUjitInputType_enum {
     CU_JIT_INPUT_NVVM      = 5,
     CU_JIT_NUM_INPUT_TYPES = 6
 } CUjitInputType;
+/* cuLibraryLoadData's library options (gpuhal passes none). */
+typedef enum CUlibraryOption_enum {
+    CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE = 0,
+    CU_LIBRARY_BINARY_IS_PRESERVED = 1,
+    CU_LIBRARY_NUM_OPTIONS
+} CUlibraryOption;
 
 typedef enum CUlimit_enum {
     CU_LIMIT_STACK_SIZE                       = 0x00,
@@ -1437,6 +1443,12 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
        const cuuint64_t* globalDim, const cuuint64_t* globalStrides, const cuuint32_t* boxDim,                 \
        const cuuint32_t* elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,         \
        CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill))                 \
+    X(cuLibraryLoadData, "cuLibraryLoadData", 12000,                                                          \
+      (CUlibrary* library, const void* code, CUjit_option* jitOptions, void** jitOptionsValues,                \
+       unsigned int numJitOptions, CUlibraryOption* libraryOptions, void** libraryOptionValues,               \
+       unsigned int numLibraryOptions))                                                                       \
+    X(cuLibraryUnload, "cuLibraryUnload", 12000, (CUlibrary library))                                         \
+    X(cuLibraryGetModule, "cuLibraryGetModule", 12000, (CUmodule* pMod, CUlibrary library))                   \
     X(cuGraphConditionalHandleCreate, "cuGraphConditionalHandleCreate", 12030,                                \
       (CUgraphConditionalHandle* pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue,   \
        unsigned int flags))                                                                                   \

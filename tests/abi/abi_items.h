@@ -290,6 +290,9 @@ typedef struct abi_item_t {
     OFFSET(CUgraphEdgeData, to_port) \
     OFFSET(CUgraphEdgeData, type) \
     OFFSET(CUgraphEdgeData, reserved) \
+    SIZE(CUlibraryOption) KIND(CUlibraryOption) \
+    VALUE(CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE) VALUE(CU_LIBRARY_BINARY_IS_PRESERVED) \
+    VALUE(CU_LIBRARY_NUM_OPTIONS) \
     SIZE(CUgraphConditionalHandle) KIND(CUgraphConditionalHandle) VALUE(CU_GRAPH_COND_ASSIGN_DEFAULT) \
     VALUE(CU_GRAPH_COND_TYPE_IF) VALUE(CU_GRAPH_COND_TYPE_WHILE) VALUE(CU_GRAPH_COND_TYPE_SWITCH) \
     SIZE(CUDA_CONDITIONAL_NODE_PARAMS) \
@@ -985,6 +988,9 @@ typedef struct abi_item_t {
     FUNC(cuOccupancyMaxPotentialClusterSize, PFN_cuOccupancyMaxPotentialClusterSize_v11070) \
     FUNC(cuCtxGetStreamPriorityRange, PFN_cuCtxGetStreamPriorityRange_v5050) \
     FUNC(cuTensorMapEncodeTiled, PFN_cuTensorMapEncodeTiled_v12000) \
+    FUNC(cuLibraryLoadData, PFN_cuLibraryLoadData_v12000) \
+    FUNC(cuLibraryUnload, PFN_cuLibraryUnload_v12000) \
+    FUNC(cuLibraryGetModule, PFN_cuLibraryGetModule_v12000) \
     FUNC(cuGraphConditionalHandleCreate, PFN_cuGraphConditionalHandleCreate_v12030) \
     FUNC(cuGraphAddNode, PFN_cuGraphAddNode_v12030)
 

@@ -201,9 +201,9 @@ static void sc_unref(sc_obj* o) {
 }
 
 static const char* sc_kind_name(sc_kind k) {
-  static const char* const names[SC_K_COUNT] = {"?",      "context",    "stream",     "event",
-                                                "module", "function",   "pool",       "link",
-                                                "graph",  "graph node", "graph exec", "memory handle"};
+  static const char* const names[SC_K_COUNT] = {"?",          "context",       "stream", "event", "module",
+                                                "function",   "pool",          "link",   "graph", "graph node",
+                                                "graph exec", "memory handle", "library"};
   return (int)k < SC_K_COUNT ? names[k] : "?";
 }
 
@@ -1000,6 +1000,7 @@ static size_t sc_report_locked(sc_ctx* c, FILE* f, int all) {
     if (o->kind == SC_K_STREAM && ((sc_stream*)o)->is_null) continue;
     if (o->kind == SC_K_POOL && ((sc_pool*)o)->is_default) continue;
     if (o->kind == SC_K_CTX && !all) continue;
+    if (o->kind == SC_K_MODULE && ((sc_module*)o)->of_library) continue; /* its library is listed */
     if (f) fprintf(f, "softcuda: leak: %s %p\n", sc_kind_name(o->kind), (void*)(uintptr_t)sc_handle_of(o));
     n++;
   }

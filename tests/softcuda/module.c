@@ -423,11 +423,135 @@ CUresult CUDAAPI sc_cuModuleUnload(CUmodule hmod) {
   o = sc_obj_lookup((uint64_t)(uintptr_t)hmod, SC_K_MODULE);
   if (!o) {
     r = sc_bad_handle("module", (const void*)hmod);
+  } else if (((sc_module*)o)->of_library) {
+    r = sc_violation(SOFTCUDA_VIOLATION_HANDLE, CUDA_ERROR_INVALID_HANDLE,
+                     "cuModuleUnload of module %p, which belongs to a library (cuLibraryUnload unloads it)",
+                     (const void*)hmod);
   } else {
     sc_module* m = (sc_module*)o;
     int i;
     for (i = 0; i < m->nfuncs; ++i) sc_obj_unregister(&m->funcs[i]->h); /* queued launches keep theirs */
     sc_obj_unregister(o);
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+/* ---- libraries (context-independent loading, CUDA 12.0) -------------------------------- */
+/* A library keeps its image, parsed once at cuLibraryLoadData (which pays the JIT delay:
+ * once per process, however many contexts use it). cuLibraryGetModule makes the module of
+ * the current context the first time (loading code waits for the context to be idle, as
+ * cuModuleLoadData does) and returns the same one after. cuLibraryUnload unloads them all. */
+typedef struct sc_library {
+  sc_obj h;
+  sc_ptx x;
+  sc_module** mods; /* one per context that asked (referenced); a dead context's stays unregistered */
+  int nmods, cap_mods;
+} sc_library;
+
+static void sc_library_free(sc_obj* o) {
+  sc_library* l = (sc_library*)o;
+  int i;
+  for (i = 0; i < l->nmods; ++i) sc_unref(&l->mods[i]->h);
+  free(l->mods);
+  sc_ptx_free(&l->x);
+  free(l);
+}
+
+CUresult CUDAAPI sc_cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* jitOptions,
+                                      void** jitOptionsValues, unsigned int numJitOptions,
+                                      CUlibraryOption* libraryOptions, void** libraryOptionValues,
+                                      unsigned int numLibraryOptions) {
+  const char* ptx;
+  int jit;
+  sc_library* l;
+  CUresult r;
+  int64_t t0 = sc_now_ns();
+  SC_ENTER(cuLibraryLoadData);
+  unsigned i;
+  if (!library || !code || (numLibraryOptions && (!libraryOptions || !libraryOptionValues)))
+    return CUDA_ERROR_INVALID_VALUE;
+  for (i = 0; i < numLibraryOptions; ++i) /* the image is parsed now: whether it is kept changes nothing */
+    if (libraryOptions[i] != CU_LIBRARY_BINARY_IS_PRESERVED) return CUDA_ERROR_INVALID_VALUE;
+  if ((r = sc_jit_options_check(numJitOptions, jitOptions, jitOptionsValues)) != CUDA_SUCCESS) return r;
+  if ((r = sc_image_ptx(code, &ptx, &jit)) != CUDA_SUCCESS) return r;
+  if (jit) sc_jit_delay();
+  l = (sc_library*)sc_xcalloc(1, sizeof(sc_library));
+  r = sc_ptx_parse(ptx, strlen(ptx), &l->x);
+  if (r == CUDA_SUCCESS && l->x.target > SC_CC_MAJOR * 10 + SC_CC_MINOR) {
+    sc_ptx_free(&l->x);
+    r = CUDA_ERROR_NO_BINARY_FOR_GPU;
+  }
+  sc_jit_options_out(numJitOptions, jitOptions, jitOptionsValues, r == CUDA_SUCCESS ? "softcuda: PTX loaded" : "",
+                     r == CUDA_SUCCESS ? "" : "softcuda: PTX parse error", (float)((double)(sc_now_ns() - t0) / 1e6));
+  if (r != CUDA_SUCCESS) {
+    free(l);
+    return r;
+  }
+  SC_LOCK();
+  sc_obj_init(&l->h, SC_K_LIBRARY, NULL, sc_library_free);
+  sc_obj_register(&l->h);
+  *library = (CUlibrary)(uintptr_t)SC_HANDLE(l);
+  SC_UNLOCK();
+  return CUDA_SUCCESS;
+}
+
+static CUresult sc_get_library(CUlibrary h, sc_library** out) {
+  sc_obj* o = sc_obj_lookup((uint64_t)(uintptr_t)h, SC_K_LIBRARY);
+  if (!o) return sc_bad_handle("library", (const void*)h);
+  *out = (sc_library*)o;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI sc_cuLibraryGetModule(CUmodule* pMod, CUlibrary library) {
+  sc_library* l = NULL;
+  sc_ctx* c = NULL;
+  CUresult r;
+  int i;
+  SC_ENTER(cuLibraryGetModule);
+  if (!pMod) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  r = sc_get_library(library, &l);
+  if (r == CUDA_SUCCESS) r = sc_current_ctx(&c);
+  for (i = 0; r == CUDA_SUCCESS && i < l->nmods; ++i)
+    if (l->mods[i]->ctx == c && l->mods[i]->h.id) {
+      *pMod = (CUmodule)(uintptr_t)SC_HANDLE(l->mods[i]);
+      SC_UNLOCK();
+      return CUDA_SUCCESS;
+    }
+  if (r == CUDA_SUCCESS) {
+    sc_module* m;
+    sc_ctx_sync_locked(c); /* loading code into a context waits for it to be idle */
+    m = sc_module_build_locked(c, &l->x);
+    m->of_library = 1;
+    sc_ref(&m->h); /* the library's reference: the module outlives its context's teardown until the unload */
+    if (l->nmods == l->cap_mods) {
+      l->cap_mods = l->cap_mods ? l->cap_mods * 2 : 4;
+      l->mods = (sc_module**)realloc(l->mods, (size_t)l->cap_mods * sizeof(sc_module*));
+      if (!l->mods) abort();
+    }
+    l->mods[l->nmods++] = m;
+    *pMod = (CUmodule)(uintptr_t)SC_HANDLE(m);
+  }
+  SC_UNLOCK();
+  return r;
+}
+
+CUresult CUDAAPI sc_cuLibraryUnload(CUlibrary library) {
+  sc_library* l = NULL;
+  CUresult r;
+  int i, k;
+  SC_ENTER(cuLibraryUnload);
+  SC_LOCK();
+  r = sc_get_library(library, &l);
+  if (r == CUDA_SUCCESS) {
+    for (i = 0; i < l->nmods; ++i) {
+      sc_module* m = l->mods[i];
+      if (!m->h.id) continue;                                             /* its context is gone, and took it */
+      for (k = 0; k < m->nfuncs; ++k) sc_obj_unregister(&m->funcs[k]->h); /* queued launches keep theirs */
+      sc_obj_unregister(&m->h);
+    }
+    sc_obj_unregister(&l->h);
   }
   SC_UNLOCK();
   return r;

@@ -75,6 +75,7 @@ typedef enum sc_kind {
   SC_K_GRAPH_NODE,
   SC_K_GRAPH_EXEC,
   SC_K_MEMHANDLE, /* share.c: a physical allocation of the VMM API (cuMemCreate, import) */
+  SC_K_LIBRARY,   /* module.c: cuLibraryLoadData, one per image for every context */
   SC_K_COUNT
 } sc_kind;
 
@@ -185,6 +186,7 @@ typedef struct sc_func {
 struct sc_module {
   sc_obj h;
   sc_ctx* ctx;
+  int of_library; /* made by cuLibraryGetModule: its library unloads it */
   int nfuncs;
   sc_func** funcs;
   int ptx_version; /* major*10+minor */
