@@ -119,11 +119,12 @@ static gpuhal_status_t gpuhal__cb_begin_region(gpuhal_command_buffer_t* cb, gpuh
                               "condition controls one region)",
                               func, condition.id, c->begun - 1);
   if (c->region != gpuhal__cb_current_region(cb))
-    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                              "%s: argument 'condition' (id %u) belongs to %s%u, not to the region being recorded: begin "
-                              "a region where its condition was made",
-                              func, condition.id, c->region ? "the region begun by command " : "the top level",
-                              c->region ? c->region - 1 : 0);
+    return gpuhal_status_make(
+        GPUHAL_STATUS_INVALID_ARGUMENT,
+        "%s: argument 'condition' (id %u) belongs to %s%u, not to the region being recorded: begin "
+        "a region where its condition was made",
+        func, condition.id, c->region ? "the region begun by command " : "the top level",
+        c->region ? c->region - 1 : 0);
   if (cb->region_depth == GPUHAL_REGION_DEPTH_MAX)
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE, "%s: regions nest at most GPUHAL_REGION_DEPTH_MAX (%d) deep",
                               func, GPUHAL_REGION_DEPTH_MAX);
@@ -182,9 +183,9 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_make_conditions(gpuhal_command_buf
   for (k = 0; k < cb->condition_count; ++k) {
     gpuhal__cb_condition_t* condition = &cb->conditions[k];
     if (condition->region != region) continue;
-    GPUHAL__CU_RETURN(device->cu, cuGraphConditionalHandleCreate,
-                      (&condition->handle, graph, device->context, condition->default_value,
-                       CU_GRAPH_COND_ASSIGN_DEFAULT));
+    GPUHAL__CU_RETURN(
+        device->cu, cuGraphConditionalHandleCreate,
+        (&condition->handle, graph, device->context, condition->default_value, CU_GRAPH_COND_ASSIGN_DEFAULT));
     for (i = 0; i < cb->arg_count; ++i)
       if (cb->args[i].condition == k + 1)
         memcpy(cb->values + cb->args[i].value_offset, &condition->handle, sizeof(condition->handle));
@@ -192,9 +193,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_make_conditions(gpuhal_command_buf
   return NULL;
 }
 
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_add_region(gpuhal_command_buffer_t* cb, CUgraph graph,
-                                                         gpuhal__cmd_t* cmd, const CUgraphNode* deps,
-                                                         size_t dep_count, CUgraph* out_body) {
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_add_region(gpuhal_command_buffer_t* cb, CUgraph graph, gpuhal__cmd_t* cmd,
+                                                         const CUgraphNode* deps, size_t dep_count, CUgraph* out_body) {
   gpuhal_device_t* device = cb->device;
   CUgraphNodeParams params;
   memset(&params, 0, sizeof(params));

@@ -284,6 +284,9 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
   gpuhal__cond_destroy(&driver->devices_cond);
   gpuhal__mutex_destroy(&driver->devices_mutex);
   gpuhal__mutex_destroy(&driver->nvrtc_mutex);
+  GPUHAL_ASSERT(driver->libraries == NULL); /* every device let its libraries go */
+  gpuhal__cond_destroy(&driver->library_cond);
+  gpuhal__mutex_destroy(&driver->library_mutex);
   /* The CUDA driver and NCCL start threads of their own: unloading them under those
    * threads is not safe, so the libraries stay loaded (dlopen counts references, so
    * creating drivers again costs nothing); NVRTC likewise. */
@@ -324,6 +327,8 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   gpuhal__cond_init(&driver->devices_cond);
   gpuhal__list_init(&driver->devices);
   gpuhal__mutex_init(&driver->nvrtc_mutex);
+  gpuhal__mutex_init(&driver->library_mutex);
+  gpuhal__cond_init(&driver->library_cond);
   if (options->nvrtc_library)
     snprintf(driver->nvrtc_option, sizeof(driver->nvrtc_option), "%s", options->nvrtc_library);
   driver->allocator = allocator;

@@ -166,6 +166,9 @@ typedef struct gpuhal_device_params_t {
   /* Most bytes the stream-ordered pool may reserve (CUmemPoolProps.maxSize, CUDA 12.2+);
    * 0 = no limit but the device's memory. */
   uint64_t pool_max_bytes;
+  /* 0: an image is loaded once per process and shared by every device (cuLibraryLoadData,
+   * module_cache.h); 1: each device loads its own module (cuModuleLoadDataEx). */
+  int32_t modules_per_context;
 } gpuhal_device_params_t;
 
 #define GPUHAL_MAX_QUEUES 64
@@ -237,6 +240,11 @@ struct gpuhal_driver_s {
   void* nvrtc_handle;
   char nvrtc_option[GPUHAL__LIBRARY_PATH_MAX];  /* options->nvrtc_library, copied ("": none) */
   char nvrtc_library[GPUHAL__LIBRARY_PATH_MAX]; /* the path that loaded */
+  /* Images loaded once for every device (module_library.c): cuLibraryLoadData libraries,
+   * shared by the module caches of all devices, under library_mutex. */
+  gpuhal__mutex_t library_mutex;
+  gpuhal__cond_t library_cond; /* a library being loaded is waited for by other loads of its image */
+  struct gpuhal__library_s* libraries;
   int driver_version;
   int device_count;
   uint32_t features;             /* bit (1 << gpuhal_feature_t) */

@@ -456,6 +456,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__deferred_call_run(const gpuhal__cuda_sym
   }
   if (d->host) return GPUHAL__CU(cu, cuMemFreeHost, (d->host));
   if (d->module) return GPUHAL__CU(cu, cuModuleUnload, (d->module));
+  if (d->library) return GPUHAL__CU(cu, cuLibraryUnload, (d->library));
   return GPUHAL__CU(cu, cuMemFree, (d->address));
 }
 
@@ -464,7 +465,7 @@ static GPUHAL__THREAD_LOCAL int gpuhal__put_off_depth = 0;
 GPUHAL__PRIVATE void gpuhal__put_off_begin(void) { gpuhal__put_off_depth++; }
 GPUHAL__PRIVATE void gpuhal__put_off_end(void) { gpuhal__put_off_depth--; }
 
-/* Runs `call` (cuMemFree, cuMemFreeHost or cuModuleUnload) with the device's context
+/* Runs `call` (cuMemFree, cuMemFreeHost, cuModuleUnload or cuLibraryUnload) with the device's context
  * current, or puts it off: while queue work of any device of the driver may wait on the GPU
  * for a value (these calls wait until the whole context is idle, tools/probe/park_probe.c,
  * and the value may only come from the calling thread later), and inside a queue call's
@@ -551,6 +552,13 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_module(gpuhal_device_t* de
   gpuhal__deferred_call_t call;
   memset(&call, 0, sizeof(call));
   call.module = module;
+  return gpuhal__device_sync_call(device, &call);
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_library(gpuhal_device_t* device, CUlibrary library) {
+  gpuhal__deferred_call_t call;
+  memset(&call, 0, sizeof(call));
+  call.library = library;
   return gpuhal__device_sync_call(device, &call);
 }
 

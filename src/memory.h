@@ -161,6 +161,7 @@ typedef struct gpuhal__deferred_call_s {
   void* host;          /* cuMemFreeHost, or */
   CUdeviceptr address; /* cuMemFree, or */
   CUmodule module;     /* cuModuleUnload, or */
+  CUlibrary library;   /* cuLibraryUnload, or */
   int share;           /* a shared buffer's memory at `address` (gpuhal__buffer_share_t), or */
   unsigned long long vmm_handle;
   uint64_t vmm_size;
@@ -229,6 +230,10 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_free(gpuhal_device_t* device, voi
 
 /* cuModuleUnload; see gpuhal__device_sync_call. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_module(gpuhal_device_t* device, CUmodule module);
+
+/* cuLibraryUnload (it unloads the library's module from every context, which waits as
+ * cuModuleUnload does); see gpuhal__device_sync_call. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_library(gpuhal_device_t* device, CUlibrary library);
 
 /* Between these (nested), the calling thread is an application thread inside a queue call
  * that releases what it retired (a harvest): gpuhal__device_free and

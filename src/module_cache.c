@@ -52,12 +52,40 @@ static gpuhal_status_t gpuhal__jit_annotate(gpuhal_status_t st, const char* log,
   return st;
 }
 
-/* cuModuleLoadDataEx of `image` with an error log, in the device's context. The log is
- * appended to the status of a failed load (for PTX it says which line failed). `jit` is
- * NULL for a cubin or fatbin (nothing to compile). */
-static gpuhal_status_t gpuhal__module_load_image(gpuhal_device_t* device, const void* image, size_t size,
+/* The shared library of `image` (module_library.c) and its module in the device's
+ * context, which is current. */
+static gpuhal_status_t gpuhal__module_load_shared(gpuhal__module_cache_t* cache, const void* image, size_t size,
+                                                  gpuhal__image_format_t format, const gpuhal__jit_options_t* jit,
+                                                  CUjit_option* options, void** values, unsigned count,
+                                                  gpuhal__module_entry_t* entry) {
+  gpuhal_device_t* device = cache->device;
+  gpuhal__jit_options_t key = jit ? *jit : gpuhal__jit_options_default();
+  gpuhal__library_t* library = NULL;
+  int shared = 0;
+  gpuhal_status_t st =
+      gpuhal__module_library_acquire(device, image, size, format, &key, options, values, count, &library, &shared);
+  if (st) return st;
+  st = GPUHAL__CU(device->cu, cuLibraryGetModule, (&entry->module, gpuhal__module_library_handle(library)));
+  if (st) {
+    gpuhal__module_library_release(device, library);
+    entry->module = NULL;
+    return st;
+  }
+  entry->library = library;
+  if (shared) GPUHAL__STAT_ADD(&cache->stats, library_shares);
+  return NULL;
+}
+
+/* Loads `image` into entry->module with an error log, in the device's context: PTX and
+ * fatbins (JIT work, or code for several architectures) through the driver's shared library
+ * of the image where it can (gpuhal__module_library_usable), so that the work is done once
+ * for every device; cubins (no JIT; the disk cache's and the compile hook's too) with
+ * cuModuleLoadDataEx, which an H200 does in about half a library's time (RESULTS.md). The log is appended to the status of a failed load (for PTX it
+ * says which line failed). `jit` is NULL for a cubin or fatbin (nothing to compile). */
+static gpuhal_status_t gpuhal__module_load_image(gpuhal__module_cache_t* cache, const void* image, size_t size,
                                                  gpuhal__image_format_t format, const gpuhal__jit_options_t* jit,
-                                                 CUmodule* out_module) {
+                                                 gpuhal__module_entry_t* entry) {
+  gpuhal_device_t* device = cache->device;
   CUjit_option options[4];
   void* values[4];
   char* log = (char*)gpuhal__calloc(device->allocator, GPUHAL__JIT_LOG_BYTES);
@@ -66,7 +94,10 @@ static gpuhal_status_t gpuhal__module_load_image(gpuhal_device_t* device, const 
   gpuhal_status_t st = gpuhal__device_park_pause(device, "loading a module");
   if (!st) st = gpuhal__context_enter(device, &scope);
   if (!st) {
-    st = GPUHAL__CU(device->cu, cuModuleLoadDataEx, (out_module, image, count, options, values));
+    if (format != GPUHAL__IMAGE_CUBIN && gpuhal__module_library_usable(device))
+      st = gpuhal__module_load_shared(cache, image, size, format, jit, options, values, count, entry);
+    else
+      st = GPUHAL__CU(device->cu, cuModuleLoadDataEx, (&entry->module, image, count, options, values));
     gpuhal__context_leave(device, &scope);
   }
   gpuhal__device_park_resume(device);
@@ -172,10 +203,8 @@ static gpuhal_status_t gpuhal__compile_with_hook(gpuhal_device_t* device, const 
   return st;
 }
 
-/* The hash that finds an entry in memory and names its file on disk: the image's bytes,
- * seeded by its format and JIT options. */
-static uint64_t gpuhal__module_image_hash(const void* image, size_t size, gpuhal__image_format_t format,
-                                          const gpuhal__jit_options_t* jit) {
+GPUHAL__PRIVATE uint64_t gpuhal__module_image_hash(const void* image, size_t size, gpuhal__image_format_t format,
+                                                   const gpuhal__jit_options_t* jit) {
   return gpuhal__hash_fast64(image, size,
                              (uint64_t)format ^ ((uint64_t)(uint32_t)jit->optimization_level << 8) ^
                                  ((uint64_t)(uint32_t)jit->max_registers << 40));
@@ -199,7 +228,7 @@ static void gpuhal__disk_key_make(gpuhal_device_t* device, const gpuhal__module_
 /* Tries the disk cache: 1 (and *out_module) when a valid file loaded. A bad file or one
  * the driver refuses is reported at debug level and left to be replaced. */
 static int gpuhal__build_from_disk(gpuhal__module_cache_t* cache, const gpuhal__disk_key_t* key, const char* name,
-                                   CUmodule* out_module) {
+                                   gpuhal__module_entry_t* entry) {
   gpuhal_device_t* device = cache->device;
   char path[GPUHAL__PATH_MAX];
   void* file = NULL;
@@ -209,7 +238,7 @@ static int gpuhal__build_from_disk(gpuhal__module_cache_t* cache, const gpuhal__
   if (!gpuhal__disk_path(&cache->disk, name, path, sizeof(path))) return 0;
   st = gpuhal__disk_lookup(&cache->disk, key, path, &file, &payload, &payload_size);
   if (!st) {
-    st = gpuhal__module_load_image(device, payload, payload_size, GPUHAL__IMAGE_CUBIN, NULL, out_module);
+    st = gpuhal__module_load_image(cache, payload, payload_size, GPUHAL__IMAGE_CUBIN, NULL, entry);
     gpuhal__free(device->allocator, file);
     if (!st) {
       GPUHAL__STAT_ADD(&cache->stats, disk_hits);
@@ -238,12 +267,12 @@ static gpuhal_status_t gpuhal__build_via_cubin(gpuhal__module_cache_t* cache, gp
   if (disk) {
     gpuhal__disk_key_make(device, entry, &key);
     gpuhal__disk_file_name(&key, name, sizeof(name));
-    if (gpuhal__build_from_disk(cache, &key, name, &entry->module)) return NULL;
+    if (gpuhal__build_from_disk(cache, &key, name, entry)) return NULL;
   }
   GPUHAL__STAT_ADD(&cache->stats, compiles);
   st = device->params.compile_fn ? gpuhal__compile_with_hook(device, entry, &cubin)
                                  : gpuhal__compile_with_driver(device, entry, &cubin);
-  if (!st) st = gpuhal__module_load_image(device, cubin.bytes, cubin.size, GPUHAL__IMAGE_CUBIN, NULL, &entry->module);
+  if (!st) st = gpuhal__module_load_image(cache, cubin.bytes, cubin.size, GPUHAL__IMAGE_CUBIN, NULL, entry);
   if (!st && disk) gpuhal__disk_store(&cache->disk, &key, name, cubin.bytes, cubin.size);
   gpuhal__cubin_free(device, &cubin);
   return st;
@@ -256,8 +285,8 @@ static gpuhal_status_t gpuhal__module_build(gpuhal__module_cache_t* cache, gpuha
   if (entry->format == GPUHAL__IMAGE_PTX && (device->params.compile_fn || gpuhal__atomic_load(&cache->disk.enabled)))
     return gpuhal__build_via_cubin(cache, entry);
   GPUHAL__STAT_ADD(&cache->stats, compiles);
-  return gpuhal__module_load_image(device, entry->image, entry->size, entry->format,
-                                   entry->format == GPUHAL__IMAGE_PTX ? &entry->jit : NULL, &entry->module);
+  return gpuhal__module_load_image(cache, entry->image, entry->size, entry->format,
+                                   entry->format == GPUHAL__IMAGE_PTX ? &entry->jit : NULL, entry);
 }
 
 /* ---- the in-memory cache ---- */
@@ -289,7 +318,9 @@ static gpuhal_status_t gpuhal__module_cache_unload_on_worker(void* arg) {
   gpuhal__list_node_t* node;
   while ((node = gpuhal__list_pop_front(work->victims)) != NULL) {
     gpuhal__module_entry_t* entry = GPUHAL__CONTAINER_OF(node, gpuhal__module_entry_t, lru);
-    if (entry->module) {
+    if (entry->library) {
+      gpuhal__module_library_release(device, entry->library); /* its module goes with the library */
+    } else if (entry->module) {
       gpuhal_status_t st = gpuhal__device_unload_module(device, entry->module);
       if (st) {
         gpuhal__log(device->logger, GPUHAL_LOG_WARN, "module unload failed: %s", gpuhal_status_message(st));
@@ -641,6 +672,7 @@ GPUHAL_API gpuhal_status_t gpuhal_device_module_cache_stats(gpuhal_device_t* dev
   out_stats->disk_evictions = gpuhal__atomic_load_relaxed(&cache->disk.evictions);
   GPUHAL__STAT_COPY(evictions);
   GPUHAL__STAT_COPY(trimmed);
+  GPUHAL__STAT_COPY(library_shares);
 #undef GPUHAL__STAT_COPY
   out_stats->entries = cache->ready_count;
   out_stats->bytes = cache->ready_bytes;

@@ -11,6 +11,15 @@
 
 /* ---- the module cache (DESIGN §8) ----
  *
+ * Load once for every device: where the driver has context-independent loading
+ * (cuLibraryLoadData), a PTX or fatbin image is loaded (and JIT-compiled) once per process
+ * into a library the caches of all devices share (module_library.c); each device's entry
+ * holds the library's module for its context, and its own kernel records (attributes are
+ * per context). Cubins, which need no JIT, are loaded per context: cheaper on an H200; with
+ * a disk cache, the PTX's cubin is compiled once and every other device's load is a disk
+ * hit. params.modules_per_context = 1, or a driver without cuLibrary*, loads a module per
+ * context for every format.
+ *
  * Every gpuhal_executable_load goes through its device's cache. In memory, an entry is
  * keyed by the exact image bytes and JIT options (found through a fast hash, confirmed by
  * comparing the bytes), so the same image on one device shares one CUmodule; each device
@@ -76,6 +85,8 @@ typedef struct gpuhal_module_cache_stats_t {
   uint64_t source_disk_hits; /* gpuhal_executable_compile calls served by the disk cache (no NVRTC) */
   uint64_t evictions;        /* unreferenced entries unloaded to stay within the limits */
   uint64_t trimmed;          /* unreferenced entries unloaded by gpuhal_device_module_cache_trim */
+  uint64_t library_shares;   /* builds served by a library another device (or an earlier load) had loaded: the
+                                image was not loaded again, only its module taken for this context */
   uint64_t entries;          /* modules loaded now (referenced or not) */
   uint64_t bytes;            /* image bytes of those entries */
   uint64_t max_entries;      /* the limits in force */
@@ -132,10 +143,34 @@ typedef struct gpuhal__module_entry_s {
   size_t size;   /* bytes of image (PTX: without NUL) */
   void* image;   /* a NUL-terminated copy: the exact key */
   CUmodule module;
-  CUcontext context; /* the context the module lives in (the device's) */
+  struct gpuhal__library_s* library; /* the library `module` comes from (module_library.c); NULL: a module of
+                                        this context alone (cuModuleLoadDataEx) */
+  CUcontext context;                 /* the context the module lives in (the device's) */
   gpuhal__mutex_t functions_mutex;
   gpuhal__function_record_t* functions;
 } gpuhal__module_entry_t;
+
+/* ---- images loaded once for every device (module_library.c) ---- */
+typedef struct gpuhal__library_s gpuhal__library_t;
+/* The hash that keys an image in memory (the module cache's table, the driver's
+ * libraries) and names its file on disk: the image's bytes, seeded by format and options. */
+GPUHAL__PRIVATE uint64_t gpuhal__module_image_hash(const void* image, size_t size, gpuhal__image_format_t format,
+                                                   const gpuhal__jit_options_t* jit);
+/* 1 when the device loads through shared libraries: the driver has cuLibrary* and the
+ * device's params do not ask for modules per context. */
+GPUHAL__PRIVATE int gpuhal__module_library_usable(const gpuhal_device_t* device);
+/* The driver's library of (image, format, JIT options), retained: loaded now with the JIT
+ * options given (`options` carries an error log), or shared (*out_shared = 1) with the
+ * devices that loaded it before. A failed load is not kept: the next one tries again. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__module_library_acquire(gpuhal_device_t* device, const void* image, size_t size,
+                                                               gpuhal__image_format_t format,
+                                                               const gpuhal__jit_options_t* jit, CUjit_option* options,
+                                                               void** values, unsigned count,
+                                                               gpuhal__library_t** out_library, int* out_shared);
+GPUHAL__PRIVATE CUlibrary gpuhal__module_library_handle(const gpuhal__library_t* library);
+/* Drops a reference; the last unloads the library (cuLibraryUnload, through `device`:
+ * gpuhal__device_unload_library). Any thread. */
+GPUHAL__PRIVATE void gpuhal__module_library_release(gpuhal_device_t* device, gpuhal__library_t* library);
 
 /* Per-device state (device->module_cache). `builtins` lets builtin_kernels.h keep its
  * lazily loaded built-in kernels here. */

@@ -51,7 +51,7 @@ MODULES = [
     ("queue.h", ["queue.c", "queue_issue.c", "queue_progress.c", "queue_submit.c", "queue_state.c"]),
     ("module_image.h", ["module_image.c"]),
     ("disk_cache.h", ["disk_cache.c"]),
-    ("module_cache.h", ["module_cache.c"]),
+    ("module_cache.h", ["module_cache.c", "module_library.c"]),
     ("executable.h", ["executable.c", "executable_compile.c"]),
     ("builtin_kernels.h", ["builtin_kernels.c"]),
     ("command_buffer.h", ["command_buffer.c", "command_buffer_graph.c", "command_buffer_stream.c",

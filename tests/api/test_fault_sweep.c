@@ -95,12 +95,13 @@ static const char* const sw_entries[] = {GPUHAL_CUDA_REQUIRED_SYMBOLS(SW_NAME_OF
 /* Entry points that release something: when one fails, the driver keeps the object, and
  * softcuda (rightly) reports it at exit. gpuhal cannot do better than carry on. */
 static int sw_is_release_entry(const char* e) {
-  static const char* const names[] = {
-      "cuEventDestroy",  "cuStreamDestroy",           "cuMemFree",           "cuMemFreeHost",
-      "cuModuleUnload",  "cuDevicePrimaryCtxRelease", "cuMemPoolDestroy",    "cuLinkDestroy",
-      "cuGraphDestroy",  "cuGraphExecDestroy",        "cuCtxDestroy",        "cuMemFreeAsync",
-      "cuCtxPopCurrent", "ncclCommDestroy",           "ncclCommAbort",       "cuMemRelease",
-      "cuMemUnmap",      "cuMemAddressFree",          "cuIpcCloseMemHandle", "cuMemHostUnregister"};
+  static const char* const names[] = {"cuEventDestroy",      "cuStreamDestroy",     "cuMemFree",
+                                      "cuMemFreeHost",       "cuModuleUnload",      "cuDevicePrimaryCtxRelease",
+                                      "cuMemPoolDestroy",    "cuLinkDestroy",       "cuGraphDestroy",
+                                      "cuGraphExecDestroy",  "cuCtxDestroy",        "cuMemFreeAsync",
+                                      "cuCtxPopCurrent",     "ncclCommDestroy",     "ncclCommAbort",
+                                      "cuMemRelease",        "cuMemUnmap",          "cuMemAddressFree",
+                                      "cuIpcCloseMemHandle", "cuMemHostUnregister", "cuLibraryUnload"};
   size_t i;
   for (i = 0; i < sizeof(names) / sizeof(names[0]); ++i)
     if (strcmp(e, names[i]) == 0) return 1;

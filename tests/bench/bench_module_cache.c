@@ -147,8 +147,9 @@ static int breakdown_main(const char* dir) {
   if (st) die("reading the cache file", st);
   t[4] = gpuhal_now_ns();
   t[5] = t[4];
-  st = gpuhal__module_load_image(device, payload, payload_size, GPUHAL__IMAGE_CUBIN, NULL, &module);
+  st = gpuhal__module_load_image(cache, payload, payload_size, GPUHAL__IMAGE_CUBIN, NULL, &entry);
   if (st) die("loading the cubin", st);
+  module = entry.module;
   t[6] = gpuhal_now_ns();
   st = gpuhal__context_enter(device, &scope);
   if (st) die("context", st);
@@ -165,8 +166,9 @@ static int breakdown_main(const char* dir) {
   }
   t[9] = gpuhal_now_ns();
   device->cu->cuModuleUnload(again);
-  device->cu->cuModuleUnload(module);
+  if (!entry.library) device->cu->cuModuleUnload(module);
   gpuhal__context_leave(device, &scope);
+  if (entry.library) gpuhal__module_library_release(device, entry.library); /* its module goes with it */
   printf(
       "STEP memory_key %lld\nSTEP image_check_copy %lld\nSTEP disk_key_name %lld\nSTEP file_read_check %lld\n"
       "STEP cubin_load %lld\nSTEP cubin_load_again %lld\nSTEP function_lookups %lld\n"

@@ -96,18 +96,18 @@ TU_TEST(module_cache_compiles_once) {
   TU_REQUIRE(calls != NULL);
   ptx = read_kernel_file("saxpy.ptx", &size);
   TU_REQUIRE(ptx != NULL);
-  before = calls("cuModuleLoadDataEx");
+  before = calls("cuLibraryLoadData");
   for (i = 0; i < 3; ++i) TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe[i]));
-  TU_CHECK_EQ_INT(calls("cuModuleLoadDataEx") - before, 1);
+  TU_CHECK_EQ_INT(calls("cuLibraryLoadData") - before, 1);
   for (i = 0; i < 3; ++i) gpuhal_executable_release(exe[i]);
   /* Unreferenced entries stay cached: the next load is a hit... */
   TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe[0]));
-  TU_CHECK_EQ_INT(calls("cuModuleLoadDataEx") - before, 1);
+  TU_CHECK_EQ_INT(calls("cuLibraryLoadData") - before, 1);
   gpuhal_executable_release(exe[0]);
   /* ...until trimmed: then the next load compiles again. */
   TU_CHECK_OK(gpuhal_device_module_cache_trim(f.device));
   TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe[0]));
-  TU_CHECK_EQ_INT(calls("cuModuleLoadDataEx") - before, 2);
+  TU_CHECK_EQ_INT(calls("cuLibraryLoadData") - before, 2);
   gpuhal_executable_release(exe[0]);
   dlclose(lib);
   free(ptx);

@@ -528,12 +528,12 @@ TU_TEST(trim_unloads_only_unreferenced_entries) {
   load_release(device, 30);
   load_release(device, 31);
   TU_CHECK_OK(mc_load(device, 32, 0, &keep));
-  unloads = mc_calls("cuModuleUnload");
+  unloads = mc_calls("cuLibraryUnload");
   TU_CHECK_OK(gpuhal_device_module_cache_trim(device));
   s = mc_stats(device);
   TU_CHECK_EQ_INT(s.entries, 1);
   TU_CHECK_EQ_INT(s.trimmed, 2);
-  if (tu_softcuda()) TU_CHECK_EQ_INT(mc_calls("cuModuleUnload") - unloads, 2);
+  if (tu_softcuda()) TU_CHECK_EQ_INT(mc_calls("cuLibraryUnload") - unloads, 2);
   if (keep) TU_CHECK_OK(mc_run_check(device, keep, 32));
   gpuhal_executable_release(keep);
   load_release(device, 30); /* trimmed: compiles again */
