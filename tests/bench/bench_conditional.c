@@ -151,8 +151,7 @@ static void raw_build(bench* b, raw_graph* r) {
   m.WidthInBytes = 8;
   m.Height = m.Depth = 1;
   ok_cu(b, cu->cuGraphAddMemcpyNode(&copy, r->graph, NULL, 0, &m, b->device->context), "cuGraphAddMemcpyNode");
-  ok_cu(b,
-        cu->cuGraphConditionalHandleCreate(&handle, r->graph, b->device->context, 1, CU_GRAPH_COND_ASSIGN_DEFAULT),
+  ok_cu(b, cu->cuGraphConditionalHandleCreate(&handle, r->graph, b->device->context, 1, CU_GRAPH_COND_ASSIGN_DEFAULT),
         "cuGraphConditionalHandleCreate");
   memset(&cp, 0, sizeof(cp));
   cp.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
@@ -169,8 +168,7 @@ static void raw_build(bench* b, raw_graph* r) {
     params[1] = &trips;
     params[2] = &handle;
     kp.kernelParams = params;
-    ok_cu(b, cu->cuGraphAddKernelNode(&body_node, cp.conditional.phGraph_out[0], NULL, 0, &kp),
-          "cuGraphAddKernelNode");
+    ok_cu(b, cu->cuGraphAddKernelNode(&body_node, cp.conditional.phGraph_out[0], NULL, 0, &kp), "cuGraphAddKernelNode");
   }
   ok_cu(b, cu->cuGraphInstantiateWithFlags(&r->exec, r->graph, 0), "cuGraphInstantiate");
   raw_leave(b);

@@ -24,11 +24,11 @@ typedef struct cd_fixture {
   gpuhal_driver_t* driver;
   gpuhal_device_t* device;
   gpuhal_executable_t* exe;
-  gpuhal_kernel_t* step;   /* cond_residual_step(float* residual, unsigned* iterations, float tolerance, handle) */
-  gpuhal_kernel_t* set;    /* cond_set_from(const unsigned* flag, unsigned mask, handle) */
-  gpuhal_kernel_t* add;    /* cond_add(unsigned* out, unsigned value) */
-  gpuhal_kernel_t* count;  /* cond_count_down(unsigned* remaining, unsigned* trips, handle) */
-  gpuhal_buffer_t* state;  /* [0] residual (float), [1] iterations, [2] flag, [3] out, [4] remaining, [5] trips */
+  gpuhal_kernel_t* step;  /* cond_residual_step(float* residual, unsigned* iterations, float tolerance, handle) */
+  gpuhal_kernel_t* set;   /* cond_set_from(const unsigned* flag, unsigned mask, handle) */
+  gpuhal_kernel_t* add;   /* cond_add(unsigned* out, unsigned value) */
+  gpuhal_kernel_t* count; /* cond_count_down(unsigned* remaining, unsigned* trips, handle) */
+  gpuhal_buffer_t* state; /* [0] residual (float), [1] iterations, [2] flag, [3] out, [4] remaining, [5] trips */
 } cd_fixture;
 
 enum { CD_RESIDUAL = 0, CD_ITERATIONS = 4, CD_FLAG = 8, CD_OUT = 12, CD_REMAINING = 16, CD_TRIPS = 20, CD_SIZE = 64 };
@@ -319,8 +319,7 @@ TU_TEST(bad_input_is_refused_naming_the_rule) {
   TU_CHECK_OK(gpuhal_command_buffer_create(t.device, 0, 0, &cb));
   TU_CHECK_STATUS(gpuhal_command_buffer_condition_create(cb, 1, &top), GPUHAL_STATUS_FAILED_PRECONDITION, "");
   TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
-  TU_CHECK_STATUS(gpuhal_command_buffer_condition_create(cb, 1, NULL), GPUHAL_STATUS_INVALID_ARGUMENT,
-                  "out_condition");
+  TU_CHECK_STATUS(gpuhal_command_buffer_condition_create(cb, 1, NULL), GPUHAL_STATUS_INVALID_ARGUMENT, "out_condition");
   TU_CHECK_STATUS(gpuhal_command_buffer_condition_create(NULL, 1, &top), GPUHAL_STATUS_INVALID_ARGUMENT,
                   "command_buffer");
   TU_CHECK_STATUS(gpuhal_cmd_begin_if(cb, none), GPUHAL_STATUS_INVALID_ARGUMENT, "not a condition of this");
