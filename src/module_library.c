@@ -27,8 +27,7 @@ struct gpuhal__library_s {
 
 GPUHAL__PRIVATE int gpuhal__module_library_usable(const gpuhal_device_t* device) {
   const gpuhal__cuda_symbols_t* cu = device->cu;
-  return !device->params.modules_per_context && cu->cuLibraryLoadData && cu->cuLibraryGetModule &&
-         cu->cuLibraryUnload;
+  return !device->params.modules_per_context && cu->cuLibraryLoadData && cu->cuLibraryGetModule && cu->cuLibraryUnload;
 }
 
 GPUHAL__PRIVATE CUlibrary gpuhal__module_library_handle(const gpuhal__library_t* library) { return library->library; }
@@ -108,8 +107,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__module_library_acquire(gpuhal_device_t* 
   {
     CUlibraryOption preserved = CU_LIBRARY_BINARY_IS_PRESERVED;
     void* yes = (void*)(uintptr_t)1;
-    st = GPUHAL__CU(device->cu, cuLibraryLoadData,
-                    (&l->library, l->image, options, values, count, &preserved, &yes, 1));
+    st =
+        GPUHAL__CU(device->cu, cuLibraryLoadData, (&l->library, l->image, options, values, count, &preserved, &yes, 1));
   }
 
   gpuhal__mutex_lock(&driver->library_mutex);

@@ -90,8 +90,7 @@ int main(int argc, char** argv) {
   }
   if (count > BL_MAX_DEVICES) count = BL_MAX_DEVICES;
   ptx = gen_big_ptx(64, 256, &size);
-  printf("bench_module_library: %d device(s), a %zu-byte PTX image of 64 kernels, %d repeats\n", count, size,
-         repeats);
+  printf("bench_module_library: %d device(s), a %zu-byte PTX image of 64 kernels, %d repeats\n", count, size, repeats);
   for (r = 0; r < repeats && !failures; ++r) {
     one[r] = load_ms(ptx, size, 1, 0);
     shared[r] = load_ms(ptx, size, count, 0);
