@@ -13,7 +13,8 @@ case "$BUILD" in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac
 TESTS=("$@")
 if [ ${#TESTS[@]} -eq 0 ]; then
   TESTS=(test_status test_device test_buffer test_semaphore test_queue test_queue_harvest test_executable
-         test_command_buffer_graph test_device_loss test_bad_input_all test_stress)
+         test_command_buffer_graph test_command_buffer_condition test_module_library test_device_loss
+         test_bad_input_all test_stress)
 fi
 SUPP="$ROOT/tests/valgrind.supp"
 export GPUHAL_CUDA_LIBRARY="$BUILD/softcuda/libcuda.so.1"

@@ -20,6 +20,7 @@
 #define GPUHAL_IMPLEMENTATION
 #include "gpuhal.h"
 #include "test_util.h"
+#include "bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,30 +45,15 @@ typedef struct bench {
 static double now_us(void) { return (double)gpuhal_now_ns() / 1000.0; }
 
 static int ok(bench* b, gpuhal_status_t s, const char* what) {
-  if (!s) return 1;
-  fprintf(stderr, "bench_conditional: %s: %s\n", what, gpuhal_status_message(s));
-  gpuhal_status_free(s);
-  b->failures++;
-  return 0;
+  return bench_ok("bench_conditional", &b->failures, s, what);
 }
 static int ok_cu(bench* b, CUresult r, const char* what) {
-  if (r == CUDA_SUCCESS) return 1;
-  fprintf(stderr, "bench_conditional: %s: CUresult %d\n", what, (int)r);
-  b->failures++;
-  return 0;
+  return bench_ok_cu("bench_conditional", &b->failures, r, what);
 }
 
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-static double median(double* v, int n) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-/* median() sorts: afterwards [0] is the best. */
+/* bench_median() sorts: afterwards [0] is the best. */
 static void report(const char* name, double* ours, double* raw, int n, double target) {
-  double mo = median(ours, n), mr = median(raw, n), ratio = mr > 0 ? mo / mr : 0.0;
+  double mo = bench_median(ours, n), mr = bench_median(raw, n), ratio = mr > 0 ? mo / mr : 0.0;
   char goal[16] = "-";
   if (target > 0) snprintf(goal, sizeof(goal), "%.2fx", target);
   printf("%-46s %10.1f %10.1f %10.1f %10.1f %7.2fx %7s %s\n", name, mo, mr, ours[0], raw[0], ratio, goal,
@@ -275,8 +261,8 @@ int main(int argc, char** argv) {
   }
   report("1 WHILE on the device: gpuhal vs raw graph", ours, theirs, b.repeats, 1.05);
   report("2 gpuhal's device loop vs a host loop (raw)", device_loop, host, b.repeats, 0);
-  printf("  per iteration: device loop %.2f us, host loop %.2f us\n", median(device_loop, b.repeats) / b.iterations,
-         median(host, b.repeats) / b.iterations);
+  printf("  per iteration: device loop %.2f us, host loop %.2f us\n",
+         bench_median(device_loop, b.repeats) / b.iterations, bench_median(host, b.repeats) / b.iterations);
 
   gpuhal_command_buffer_release(cb);
   raw_destroy(&b, &raw);

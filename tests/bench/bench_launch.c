@@ -19,6 +19,7 @@
 #define GPUHAL_IMPLEMENTATION
 #include "gpuhal.h"
 #include "test_util.h"
+#include "bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,28 +41,9 @@ typedef struct bench {
 
 static double now_us(void) { return (double)gpuhal_now_ns() / 1000.0; }
 
-static int ok(bench* b, gpuhal_status_t s, const char* what) {
-  if (!s) return 1;
-  fprintf(stderr, "bench_launch: %s: %s\n", what, gpuhal_status_message(s));
-  gpuhal_status_free(s);
-  b->failures++;
-  return 0;
-}
-static int ok_cu(bench* b, CUresult r, const char* what) {
-  if (r == CUDA_SUCCESS) return 1;
-  fprintf(stderr, "bench_launch: %s: CUresult %d\n", what, (int)r);
-  b->failures++;
-  return 0;
-}
+static int ok(bench* b, gpuhal_status_t s, const char* what) { return bench_ok("bench_launch", &b->failures, s, what); }
+static int ok_cu(bench* b, CUresult r, const char* what) { return bench_ok_cu("bench_launch", &b->failures, r, what); }
 
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-static double median(double* v, int n) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 static double best(const double* v, int n) {
   double m = v[0];
   int i;
@@ -70,7 +52,7 @@ static double best(const double* v, int n) {
 }
 
 static void report(const char* name, double* ours, double* raw, int n, double target) {
-  double bo = best(ours, n), br = best(raw, n), mo = median(ours, n), mr = median(raw, n);
+  double bo = best(ours, n), br = best(raw, n), mo = bench_median(ours, n), mr = bench_median(raw, n);
   double ratio = mr > 0 ? mo / mr : 0.0;
   printf("%-40s %9.3f %9.3f %9.3f %9.3f %7.2fx %6.2fx %s\n", name, mo, mr, bo, br, ratio, target,
          ratio <= target ? "" : "(over target)");
@@ -234,8 +216,8 @@ static void run_case(bench* b, uint32_t flags, int pdl, double* ours_median, dou
   snprintf(name, sizeof(name), "%d %s chain, %s, us/step", flags & GPUHAL_COMMAND_BUFFER_STREAM ? 1 : 2,
            flags & GPUHAL_COMMAND_BUFFER_STREAM ? "STREAM" : "GRAPH", pdl ? "PDL" : "no PDL");
   report(name, ours, raw, b->repeats, 1.05);
-  *ours_median = median(ours, b->repeats);
-  *raw_median = median(raw, b->repeats);
+  *ours_median = bench_median(ours, b->repeats);
+  *raw_median = bench_median(raw, b->repeats);
   if (e) {
     raw_enter(b);
     b->device->cu->cuGraphExecDestroy(e);

@@ -17,6 +17,7 @@
 #define GPUHAL_IMPLEMENTATION
 #include "gpuhal.h"
 #include "test_util.h"
+#include "bench_util.h"
 #include "kernels/gen_modules.h"
 
 #include <stdio.h>
@@ -27,22 +28,7 @@
 
 static int failures;
 
-static int ok(gpuhal_status_t s, const char* what) {
-  if (!s) return 1;
-  fprintf(stderr, "bench_module_library: %s: %s\n", what, gpuhal_status_message(s));
-  gpuhal_status_free(s);
-  failures++;
-  return 0;
-}
-
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-static double median(double* v, int n) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+static int ok(gpuhal_status_t s, const char* what) { return bench_ok("bench_module_library", &failures, s, what); }
 
 /* Loads `ptx` on the first `devices` devices of a fresh driver; ms for the loads alone. */
 static double load_ms(const char* ptx, size_t size, int devices, int per_context) {
@@ -98,9 +84,9 @@ int main(int argc, char** argv) {
   }
   free(ptx);
   if (failures) return 1;
-  m1 = median(one, repeats);
-  m2 = median(shared, repeats);
-  m3 = median(each, repeats);
+  m1 = bench_median(one, repeats);
+  m2 = bench_median(shared, repeats);
+  m3 = bench_median(each, repeats);
   printf("%-52s %10s %10s %8s %7s\n", "case (ms, median)", "time", "best", "vs 1", "target");
   printf("%-52s %10.2f %10.2f %7.2fx %7s\n", "1 one device", m1, one[0], 1.0, "");
   printf("%-52s %10.2f %10.2f %7.2fx %7s %s\n", "2 every device, one library for all", m2, shared[0], m2 / m1, "1.10x",

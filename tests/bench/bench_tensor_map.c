@@ -23,6 +23,7 @@
 #define GPUHAL_IMPLEMENTATION
 #include "gpuhal.h"
 #include "test_util.h"
+#include "bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,30 +50,15 @@ typedef struct bench {
 static double now_us(void) { return (double)gpuhal_now_ns() / 1000.0; }
 
 static int ok(bench* b, gpuhal_status_t s, const char* what) {
-  if (!s) return 1;
-  fprintf(stderr, "bench_tensor_map: %s: %s\n", what, gpuhal_status_message(s));
-  gpuhal_status_free(s);
-  b->failures++;
-  return 0;
+  return bench_ok("bench_tensor_map", &b->failures, s, what);
 }
 static int ok_cu(bench* b, CUresult r, const char* what) {
-  if (r == CUDA_SUCCESS) return 1;
-  fprintf(stderr, "bench_tensor_map: %s: CUresult %d\n", what, (int)r);
-  b->failures++;
-  return 0;
+  return bench_ok_cu("bench_tensor_map", &b->failures, r, what);
 }
 
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-static double median(double* v, int n) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-/* median() sorts: afterwards [0] is the best. */
+/* bench_median() sorts: afterwards [0] is the best. */
 static void report(const char* name, double* ours, double* raw, int n, double target) {
-  double mo = median(ours, n), mr = median(raw, n), ratio = mr > 0 ? mo / mr : 0.0;
+  double mo = bench_median(ours, n), mr = bench_median(raw, n), ratio = mr > 0 ? mo / mr : 0.0;
   printf("%-44s %9.3f %9.3f %9.3f %9.3f %7.2fx %6.2fx %s\n", name, mo, mr, ours[0], raw[0], ratio, target,
          ratio <= target ? "" : "(over target)");
   fflush(stdout);
@@ -223,7 +209,7 @@ static double run_case(bench* b, int mode) {
     if (r >= 0) ours[r] = o, raw[r] = w;
   }
   report(names[mode], ours, raw, b->repeats, 1.05);
-  m = median(ours, b->repeats);
+  m = bench_median(ours, b->repeats);
   gpuhal_command_buffer_release(cb);
   return m;
 }

@@ -10,9 +10,11 @@ static unsigned conf_u32_at(CUdeviceptr p) {
   return v;
 }
 
-/* A conditional node of `type` on `handle` in g; *body gets its body graph. */
+/* A conditional node of `type` on `handle` in g, after `dep` (NULL: none); *body gets its
+ * body graph. */
 static CUresult conf_add_conditional(CUgraph g, CUcontext ctx, CUgraphConditionalHandle handle,
-                                     CUgraphConditionalNodeType type, CUgraphNode* node, CUgraph* body) {
+                                     CUgraphConditionalNodeType type, const CUgraphNode* dep, CUgraphNode* node,
+                                     CUgraph* body) {
   CUgraphNodeParams p;
   CUresult r;
   memset(&p, 0, sizeof(p));
@@ -21,7 +23,7 @@ static CUresult conf_add_conditional(CUgraph g, CUcontext ctx, CUgraphConditiona
   p.conditional.type = type;
   p.conditional.size = 1;
   p.conditional.ctx = ctx;
-  r = cu.cuGraphAddNode(node, g, NULL, NULL, 0, &p);
+  r = cu.cuGraphAddNode(node, g, dep, NULL, dep ? 1 : 0, &p);
   if (r == CUDA_SUCCESS && body) *body = p.conditional.phGraph_out[0];
   return r;
 }
@@ -69,14 +71,14 @@ TU_TEST(while_if_and_nesting) {
   /* WHILE { count_down; IF (trips odd) { out += 10 } }, the IF's handle made on the body */
   CONF_OK(cu.cuGraphCreate(&g, 0));
   CONF_OK(cu.cuGraphConditionalHandleCreate(&h, g, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
-  CONF_OK(conf_add_conditional(g, ctx, h, CU_GRAPH_COND_TYPE_WHILE, &loop, &body));
+  CONF_OK(conf_add_conditional(g, ctx, h, CU_GRAPH_COND_TYPE_WHILE, NULL, &loop, &body));
   TU_REQUIRE(body != NULL);
   count_args[0] = &state, count_args[1] = &trips, count_args[2] = &h;
   p = conf_one_thread(count, count_args);
   CONF_OK(cu.cuGraphAddKernelNode(&node, body, NULL, 0, &p));
   /* a handle serves one node, in the graph it was made for */
-  TU_CHECK(conf_add_conditional(g, ctx, h, CU_GRAPH_COND_TYPE_IF, &inner, NULL) != CUDA_SUCCESS);
-  TU_CHECK(conf_add_conditional(body, ctx, h, CU_GRAPH_COND_TYPE_IF, &inner, NULL) != CUDA_SUCCESS);
+  TU_CHECK(conf_add_conditional(g, ctx, h, CU_GRAPH_COND_TYPE_IF, NULL, &inner, NULL) != CUDA_SUCCESS);
+  TU_CHECK(conf_add_conditional(body, ctx, h, CU_GRAPH_COND_TYPE_IF, NULL, &inner, NULL) != CUDA_SUCCESS);
   CONF_OK(cu.cuGraphConditionalHandleCreate(&h2, body, ctx, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
   set_args[0] = &trips, set_args[1] = &mask, set_args[2] = &h2;
   p = conf_one_thread(set, set_args);
@@ -86,17 +88,7 @@ TU_TEST(while_if_and_nesting) {
     /* a handle without its node: the graph cannot be instantiated yet */
     TU_CHECK(cu.cuGraphInstantiateWithFlags(&x, g, 0) != CUDA_SUCCESS);
     x = NULL;
-    {
-      CUgraphNodeParams cp;
-      memset(&cp, 0, sizeof(cp));
-      cp.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
-      cp.conditional.handle = h2;
-      cp.conditional.type = CU_GRAPH_COND_TYPE_IF;
-      cp.conditional.size = 1;
-      cp.conditional.ctx = ctx;
-      CONF_OK(cu.cuGraphAddNode(&inner, body, &set_node, NULL, 1, &cp));
-      inner_body = cp.conditional.phGraph_out[0];
-    }
+    CONF_OK(conf_add_conditional(body, ctx, h2, CU_GRAPH_COND_TYPE_IF, &set_node, &inner, &inner_body));
   }
   add_args[0] = &flag, add_args[1] = &ten;
   p = conf_one_thread(add, add_args);
