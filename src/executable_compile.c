@@ -159,18 +159,20 @@ static int gpuhal__compile_is_ptx(const void* output, size_t size) {
   return !st && format == GPUHAL__IMAGE_PTX;
 }
 
-/* Appends "expression\0entry\0" to the block *names (*used bytes so far). */
-static gpuhal_status_t gpuhal__compile_names_add(gpuhal_device_t* device, char** names, size_t* used,
+/* Appends "expression\0entry\0" to the block *names (*used bytes so far, *capacity
+ * allocated), which stays ended by an empty string. */
+static gpuhal_status_t gpuhal__compile_names_add(gpuhal_device_t* device, char** names, size_t* used, size_t* capacity,
                                                  const char* expression, size_t expression_size, const char* entry,
                                                  size_t entry_size) {
-  size_t need = *used + expression_size + entry_size + 3, capacity = *used;
-  char* grown = NULL;
-  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, need, "name expressions", (void**)&grown));
-  if (*names) memcpy(grown, *names, capacity);
-  memcpy(grown + *used, expression, expression_size);
-  memcpy(grown + *used + expression_size + 1, entry, entry_size);
-  gpuhal__free(device->allocator, *names);
-  *names = grown;
+  char* at;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__grow(device->allocator, (void**)names, capacity,
+                                       *used + expression_size + entry_size + 3, 1, "name expressions"));
+  at = *names + *used;
+  memcpy(at, expression, expression_size);
+  at[expression_size] = 0;
+  memcpy(at + expression_size + 1, entry, entry_size);
+  at[expression_size + 1 + entry_size] = 0;
+  at[expression_size + entry_size + 2] = 0;
   *used += expression_size + entry_size + 2;
   return NULL;
 }
@@ -179,7 +181,7 @@ static gpuhal_status_t gpuhal__compile_names_add(gpuhal_device_t* device, char**
 static gpuhal_status_t gpuhal__compile_lowered_names(gpuhal_device_t* device, const gpuhal__nvrtc_symbols_t* nvrtc,
                                                      nvrtcProgram program, const gpuhal_compile_options_t* o,
                                                      char** out) {
-  size_t used = 0;
+  size_t used = 0, capacity = 0;
   uint32_t i;
   *out = NULL;
   for (i = 0; i < o->name_expression_count; ++i) {
@@ -187,8 +189,8 @@ static gpuhal_status_t gpuhal__compile_lowered_names(gpuhal_device_t* device, co
     gpuhal_status_t st = GPUHAL__NVRTC(nvrtc, nvrtcGetLoweredName, (program, o->name_expressions[i], &entry));
     if (!st && !entry) st = gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "NVRTC gave no lowered name");
     if (!st)
-      st = gpuhal__compile_names_add(device, out, &used, o->name_expressions[i], strlen(o->name_expressions[i]), entry,
-                                     strlen(entry));
+      st = gpuhal__compile_names_add(device, out, &used, &capacity, o->name_expressions[i],
+                                     strlen(o->name_expressions[i]), entry, strlen(entry));
     if (st) {
       gpuhal__free(device->allocator, *out);
       *out = NULL;
@@ -202,7 +204,7 @@ static gpuhal_status_t gpuhal__compile_lowered_names(gpuhal_device_t* device, co
 /* The pairs written into PTX as comments, read back (NULL when there are none). */
 static gpuhal_status_t gpuhal__compile_names_from_ptx(gpuhal_device_t* device, const char* ptx, size_t size,
                                                       char** out) {
-  size_t note = strlen(GPUHAL__COMPILE_NAME_NOTE), used = 0, at = 0;
+  size_t note = strlen(GPUHAL__COMPILE_NAME_NOTE), used = 0, capacity = 0, at = 0;
   *out = NULL;
   while (at < size) {
     const char* line = ptx + at;
@@ -210,8 +212,9 @@ static gpuhal_status_t gpuhal__compile_names_from_ptx(gpuhal_device_t* device, c
     size_t length = end ? (size_t)(end - line) : size - at;
     const char* tab = (const char*)memchr(line, '\t', length);
     if (length > note && memcmp(line, GPUHAL__COMPILE_NAME_NOTE, note) == 0 && tab)
-      GPUHAL__RETURN_IF_ERROR(gpuhal__compile_names_add(device, out, &used, line + note, (size_t)(tab - line) - note,
-                                                        tab + 1, length - (size_t)(tab + 1 - line)));
+      GPUHAL__RETURN_IF_ERROR(gpuhal__compile_names_add(device, out, &used, &capacity, line + note,
+                                                        (size_t)(tab - line) - note, tab + 1,
+                                                        length - (size_t)(tab + 1 - line)));
     at += length + 1;
   }
   return NULL;
@@ -239,11 +242,12 @@ static gpuhal_status_t gpuhal__compile_note_names(gpuhal_device_t* device, const
   return NULL;
 }
 
-/* Runs NVRTC: *out is its output (the caller frees it). A compile error carries the log. */
+/* Runs NVRTC: *out is its output (the caller frees it), *out_is_ptx says whether it is PTX
+ * (else a cubin). A compile error carries the log. */
 static gpuhal_status_t gpuhal__compile_run(gpuhal_device_t* device, const gpuhal__nvrtc_symbols_t* nvrtc,
                                            const char* source, const char* name, const char* const* argv, uint32_t argc,
                                            const gpuhal_compile_options_t* o, void** out, size_t* out_size,
-                                           char** out_names) {
+                                           char** out_names, int* out_is_ptx) {
   nvrtcProgram program = NULL;
   gpuhal_status_t status = NULL;
   nvrtcResult result;
@@ -277,8 +281,8 @@ static gpuhal_status_t gpuhal__compile_run(gpuhal_device_t* device, const gpuhal
   gpuhal__free(device->allocator, log);
   if (!status) status = gpuhal__compile_output(device, nvrtc, program, out, out_size);
   if (!status) status = gpuhal__compile_lowered_names(device, nvrtc, program, o, out_names);
-  if (!status && *out_names && gpuhal__compile_is_ptx(*out, *out_size))
-    status = gpuhal__compile_note_names(device, *out_names, out, out_size);
+  *out_is_ptx = !status && gpuhal__compile_is_ptx(*out, *out_size);
+  if (!status && *out_names && *out_is_ptx) status = gpuhal__compile_note_names(device, *out_names, out, out_size);
   nvrtc->nvrtcDestroyProgram(&program);
   if (status) {
     gpuhal__free(device->allocator, *out);
@@ -411,12 +415,13 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_compile(gpuhal_device_t* device, co
     }
   }
   if (!payload) {
+    int is_ptx = 0;
     GPUHAL__STAT_ADD(&cache->stats, source_compiles);
-    status = gpuhal__compile_run(device, nvrtc, source, name, argv, argc, options, &output, &payload_size, &names);
+    status =
+        gpuhal__compile_run(device, nvrtc, source, name, argv, argc, options, &output, &payload_size, &names, &is_ptx);
     payload = output;
     /* A cubin cannot carry the name expressions' entries: such a program is not kept. */
-    if (!status && disk && (!names || gpuhal__compile_is_ptx(output, payload_size)))
-      gpuhal__disk_store(&cache->disk, &key, file_name, output, payload_size);
+    if (!status && disk && (!names || is_ptx)) gpuhal__disk_store(&cache->disk, &key, file_name, output, payload_size);
   }
   gpuhal__free(device->allocator, argv);
   if (!status) {
