@@ -13,6 +13,11 @@
  *      vs cuGraphLaunch of a hand-built graph of the same chain (programmatic edges
  *      from cuGraphAddDependencies, or ordinary ones)                         target <= 1.05x
  *
+ * Both sides wait the same way: the raw side's cuStreamSynchronize spins (the driver's
+ * default scheduling while the process has fewer contexts than cores), so gpuhal's device
+ * is given tuning.host_wait_spin_ns = 10 ms and its semaphore wait spins too, instead of
+ * sleeping after the default 200 us and paying a wake-up (20-60 us, RESULTS.md).
+ *
  * Reported per step: the median of `repeats` runs (and the best), gpuhal / raw, and the
  * PDL gain (time without PDL / time with it) on both sides. The chain's result is checked
  * after every run. Timings mean something only on a GPU (compute capability 9.0+). */
@@ -245,7 +250,12 @@ int main(int argc, char** argv) {
     gpuhal_driver_release(b.driver);
     return 77;
   }
-  if (!ok(&b, gpuhal_device_create(b.driver, 0, NULL, &b.device), "device_create")) return 1;
+  {
+    gpuhal_device_params_t params;
+    memset(&params, 0, sizeof(params));
+    params.tuning.host_wait_spin_ns = 10000000; /* spin through the wait, as cuStreamSynchronize does */
+    if (!ok(&b, gpuhal_device_create(b.driver, 0, &params, &b.device), "device_create")) return 1;
+  }
   ok(&b, gpuhal_device_info(b.device, &info), "device_info");
   if (info.compute_capability_major < 9 || !b.device->cu->cuLaunchKernelEx || !b.device->cu->cuGraphAddDependencies) {
     fprintf(stderr, "bench_launch: needs compute capability 9.0 and a CUDA 12.3+ driver\n");
