@@ -148,7 +148,7 @@ static void tt_spin_adapts(int path) {
   gpuhal_semaphore_t* s = NULL;
   qt_spin_t spin;
   uint64_t v = 0;
-  int i;
+  int tries;
   memset(&qt_tuning, 0, sizeof(qt_tuning));
   qt_tuning.host_wait_spin_ns = 20000000;
   qt_semaphore_memops = path ? -1 : 0;
@@ -158,13 +158,24 @@ static void tt_spin_adapts(int path) {
     TU_SKIP("spin_us kernel not available");
   }
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
-  for (i = 0; i < 3; ++i) {
+  /* A round whose wait finds its value already reached (this thread was held up for longer
+   * than the kernel ran, as under a sanitizer on a loaded machine) teaches nothing, or, when
+   * the wait still saw the work end, that it ended at once (the window is restored): either
+   * way the round is run again (bounded) until three long waits in a row have halved it. */
+  for (tries = 0; tries < 30 && gpuhal__atomic_load_relaxed(&s->spin_halvings) < 3 && !tu_state.failed; ++tries) {
+    int32_t before = gpuhal__atomic_load_relaxed(&s->spin_halvings), after;
     TU_CHECK_OK(qt_submit_spin(&f, &spin, 100000, s, ++v));
     TU_CHECK_OK(gpuhal_semaphore_wait(s, v, qt_seconds(30)));
-    TU_CHECK_EQ_INT(gpuhal__atomic_load_relaxed(&s->spin_halvings), i + 1);
+    after = gpuhal__atomic_load_relaxed(&s->spin_halvings);
+    TU_CHECK(after == before + 1 || after == before || after == 0);
   }
-  TU_CHECK_OK(qt_submit_spin(&f, &spin, 2000, s, ++v));
-  TU_CHECK_OK(gpuhal_semaphore_wait(s, v, qt_seconds(30)));
+  TU_CHECK_EQ_INT(gpuhal__atomic_load_relaxed(&s->spin_halvings), 3);
+  /* A short wait restores the whole window (again: one that found its value reached, or
+   * was held up past the window, does not). */
+  for (tries = 0; tries < 20 && gpuhal__atomic_load_relaxed(&s->spin_halvings) != 0; ++tries) {
+    TU_CHECK_OK(qt_submit_spin(&f, &spin, 2000, s, ++v));
+    TU_CHECK_OK(gpuhal_semaphore_wait(s, v, qt_seconds(30)));
+  }
   TU_CHECK_EQ_INT(gpuhal__atomic_load_relaxed(&s->spin_halvings), 0);
   /* A poll (immediate timeout) teaches nothing. */
   TU_CHECK_OK(qt_submit_spin(&f, &spin, 100000, s, ++v));
