@@ -571,6 +571,14 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__graph_add_region(gpuhal_command_buffer_t
 /* A memset can do it: 1, 2 or 4-byte pattern and a destination aligned to it. */
 GPUHAL__PRIVATE int gpuhal__fill_is_memset(uint32_t pattern_size, uint64_t address);
 GPUHAL__PRIVATE unsigned gpuhal__memset_value(const gpuhal__cmd_t* cmd);
+/* The largest piece of a copy in a graph. An H200 (driver 580) runs a device-to-device
+ * memcpy node of 512 MiB or more at about 0.64x the speed of the same copy on a stream, and
+ * pieces of up to 256 MiB, chained, at the stream's speed (tests/bench/RESULTS.md). So a
+ * graph's copies are memcpy nodes of at most this many bytes, one after another, and so are
+ * the copies that one-rank collectives capture (channel.c). A test may define it smaller. */
+#ifndef GPUHAL__GRAPH_COPY_PIECE
+#define GPUHAL__GRAPH_COPY_PIECE ((uint64_t)256 << 20)
+#endif
 /* ---- native commands and peer copies (multi-device hook; owned by the multi-device
  * engineer, used by channel.h) ----
  * A NATIVE command is work that another module puts on a stream itself (NCCL collectives).

@@ -163,11 +163,24 @@ static gpuhal_status_t gpuhal__graph_add_node(gpuhal__graph_builder_t* b, gpuhal
       break;
     }
     case GPUHAL__CMD_COPY:
-    case GPUHAL__CMD_UPDATE: {
-      CUDA_MEMCPY3D m;
-      gpuhal__memcpy_params(gpuhal__cb_static_address(cb, &cmd->dst), gpuhal__cb_static_address(cb, &cmd->src),
-                            cmd->size, &m);
-      GPUHAL__CU_RETURN(device->cu, cuGraphAddMemcpyNode, (&cmd->node, b->graph, deps, dep_count, &m, device->context));
+    case GPUHAL__CMD_UPDATE: { /* in pieces (GPUHAL__GRAPH_COPY_PIECE), each after the one before */
+      CUdeviceptr dst = gpuhal__cb_static_address(cb, &cmd->dst), src = gpuhal__cb_static_address(cb, &cmd->src);
+      uint64_t done = 0;
+      CUgraphNode prev = NULL;
+      do {
+        uint64_t n = cmd->size - done < GPUHAL__GRAPH_COPY_PIECE ? cmd->size - done : GPUHAL__GRAPH_COPY_PIECE;
+        CUDA_MEMCPY3D m;
+        gpuhal__memcpy_params(dst + done, src + done, n, &m);
+        GPUHAL__CU_RETURN(device->cu, cuGraphAddMemcpyNode,
+                          (&cmd->node, b->graph, deps, dep_count, &m, device->context));
+        done += n;
+        if (done < cmd->size) {
+          prev = cmd->node;
+          deps = &prev;
+          dep_count = 1;
+          cb->node_count++;
+        }
+      } while (done < cmd->size);
       break;
     }
     case GPUHAL__CMD_FILL: {
