@@ -321,6 +321,7 @@ typedef struct gpuhal__collective_cmd_s {
   uint64_t send_offset;
   gpuhal_buffer_t* recv; /* retained; NULL when unused */
   uint64_t recv_offset;
+  uint64_t bytes; /* on a one-rank channel: what the copy moves */
 } gpuhal__collective_cmd_t;
 
 /* The device address of a buffer operand now; FAILED_PRECONDITION without one. */
@@ -366,6 +367,29 @@ static gpuhal_status_t gpuhal__collective_issue(void* user, gpuhal_device_t* dev
   }
 }
 
+/* A collective of a one-rank channel other than a send or a receive leaves in its output
+ * what its input holds (a reduction or a gather over one rank is its input), and NCCL makes
+ * it a cudaMemcpyAsync. gpuhal issues that copy itself, in pieces of at most
+ * GPUHAL__GRAPH_COPY_PIECE bytes, so that a GRAPH command buffer's capture of it holds
+ * memcpy nodes the GPU runs at a stream copy's speed (NCCL's single node of a large copy
+ * runs at about 0.64x; command_buffer.h); in place, it issues nothing. */
+static gpuhal_status_t gpuhal__collective_one_rank_issue(void* user, gpuhal_device_t* device, CUstream stream) {
+  gpuhal__collective_cmd_t* c = (gpuhal__collective_cmd_t*)user;
+  void* send = NULL;
+  void* recv = NULL;
+  uint64_t done, n;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__collective_address(c->send, c->send_offset, "send", &send));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__collective_address(c->recv, c->recv_offset, "recv", &recv));
+  if (!send) send = recv; /* a broadcast from the root's receive buffer */
+  if (!recv) recv = send; /* a reduce into the root's send buffer */
+  for (done = 0; send != recv && done < c->bytes; done += n) {
+    n = c->bytes - done < GPUHAL__GRAPH_COPY_PIECE ? c->bytes - done : GPUHAL__GRAPH_COPY_PIECE;
+    GPUHAL__CU_RETURN(device->cu, cuMemcpyAsync,
+                      ((CUdeviceptr)(uintptr_t)recv + done, (CUdeviceptr)(uintptr_t)send + done, (size_t)n, stream));
+  }
+  return NULL;
+}
+
 static gpuhal_status_t gpuhal__collective_group_begin(gpuhal_device_t* device) {
   return GPUHAL__NCCL(gpuhal__channel_nccl(device), ncclGroupStart, ());
 }
@@ -390,6 +414,9 @@ static void gpuhal__collective_release(void* user) {
 static const gpuhal__native_ops_t gpuhal__collective_ops = {"NCCL collective", gpuhal__collective_issue,
                                                             gpuhal__collective_group_begin,
                                                             gpuhal__collective_group_end, gpuhal__collective_release};
+/* Not grouped: it makes no NCCL call. */
+static const gpuhal__native_ops_t gpuhal__collective_one_rank_ops = {
+    "NCCL collective (one rank: a copy)", gpuhal__collective_one_rank_issue, NULL, NULL, gpuhal__collective_release};
 
 /* The element counts a collective reads from send and writes to recv (0: not used on this
  * rank). */
@@ -525,7 +552,13 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_collective(gpuhal_command_buffer_t* comman
   rec->count = (size_t)collective->count;
   if (send_count) rec->send = collective->send.buffer, rec->send_offset = collective->send.offset;
   if (recv_count) rec->recv = collective->recv.buffer, rec->recv_offset = collective->recv.offset;
-  st = gpuhal__cb_record_native(cb, &gpuhal__collective_ops, rec);
+  rec->bytes = collective->count * gpuhal_element_type_size(collective->type);
+  st = gpuhal__cb_record_native(
+      cb,
+      channel->size == 1 && collective->kind != GPUHAL_COLLECTIVE_SEND && collective->kind != GPUHAL_COLLECTIVE_RECV
+          ? &gpuhal__collective_one_rank_ops
+          : &gpuhal__collective_ops,
+      rec);
   if (st) {
     gpuhal__free(cb->device->allocator, rec);
     return gpuhal_status_annotate(st, "gpuhal_cmd_collective");
