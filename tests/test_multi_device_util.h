@@ -34,6 +34,9 @@ static void md_print_status(const char* what, gpuhal_status_t s) {
   gpuhal_status_free(s);
 }
 
+/* The device parameters md_open uses (NULL: the defaults). */
+static const gpuhal_device_params_t* md_device_params;
+
 /* Opens up to `want` devices (at least `need`); 0 when there are not enough. */
 static int md_open(md_fixture_t* f, int want, int need, const char* nccl_library) {
   gpuhal_driver_options_t options;
@@ -59,7 +62,7 @@ static int md_open(md_fixture_t* f, int want, int need, const char* nccl_library
   f->count = count < want ? count : want;
   if (f->count > MD_MAX_DEVICES) f->count = MD_MAX_DEVICES;
   for (i = 0; i < f->count; ++i) {
-    s = gpuhal_device_create(f->driver, i, NULL, &f->devices[i]);
+    s = gpuhal_device_create(f->driver, i, md_device_params, &f->devices[i]);
     if (s) {
       md_print_status("device", s);
       while (i-- > 0) gpuhal_device_release(f->devices[i]);

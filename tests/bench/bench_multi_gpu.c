@@ -435,7 +435,7 @@ static void bm_all_reduce(int max_mib, int min_iterations, double* worst_ratio) 
       streams[d] = f.devices[d]->streams[0]; /* raw calls use the queue's own stream */
     }
     for (d = 0; d < n; ++d) gpuhal_comms[d] = ch[d]->comm;
-    bm_all_reduce_cbs(ch, send, recv, bytes, n, 0, stream_cbs);
+    bm_all_reduce_cbs(ch, send, recv, bytes, n, GPUHAL_COMMAND_BUFFER_STREAM, stream_cbs);
     bm_all_reduce_cbs(ch, send, recv, bytes, n, GPUHAL_COMMAND_BUFFER_GRAPH, graph_cbs);
     /* warm up every variant */
     bm_run_chains(stream_cbs, sems, values, n, 2);
@@ -493,11 +493,17 @@ int main(int argc, char** argv) {
   int max_mib = argc > 1 ? atoi(argv[1]) : 1024;
   int iterations = argc > 2 ? atoi(argv[2]) : 20;
   bm_raw_t raw;
+  gpuhal_device_params_t params;
   double hop_gpuhal, hop_raw, scaling, worst = 0;
   const char* nvls = getenv("NCCL_NVLS_ENABLE");
   if (!nvls || strcmp(nvls, "0") != 0) setenv("NCCL_NVLS_ENABLE", "0", 1); /* never NVLink multicast */
   if (max_mib < 1) max_mib = 1;
   if (iterations < 1) iterations = 1;
+  /* gpuhal's host waits spin through the run, as the raw side's cuStreamSynchronize does:
+   * a wait that slept between polls would add its wake-up to each run (up to 1/16 of it). */
+  memset(&params, 0, sizeof(params));
+  params.tuning.host_wait_spin_ns = 1000000000;
+  md_device_params = &params;
   if (!md_open(&f, MD_MAX_DEVICES, 1, NULL)) {
     fprintf(stderr, "bench_multi_gpu needs a device\n");
     return 77;
