@@ -411,12 +411,15 @@ static void gpuhal__collective_release(void* user) {
   gpuhal__channel_release_ref(channel);
 }
 
-static const gpuhal__native_ops_t gpuhal__collective_ops = {"NCCL collective", gpuhal__collective_issue,
+static const gpuhal__native_ops_t gpuhal__collective_ops = {"NCCL collective",
+                                                            gpuhal__collective_issue,
                                                             gpuhal__collective_group_begin,
-                                                            gpuhal__collective_group_end, gpuhal__collective_release};
-/* Not grouped: it makes no NCCL call. */
+                                                            gpuhal__collective_group_end,
+                                                            gpuhal__collective_release,
+                                                            1};
+/* Neither grouped nor blocking: it makes no NCCL call, so the submitting thread may issue it. */
 static const gpuhal__native_ops_t gpuhal__collective_one_rank_ops = {
-    "NCCL collective (one rank: a copy)", gpuhal__collective_one_rank_issue, NULL, NULL, gpuhal__collective_release};
+    "NCCL collective (one rank: a copy)", gpuhal__collective_one_rank_issue, NULL, NULL, gpuhal__collective_release, 0};
 
 /* The element counts a collective reads from send and writes to recv (0: not used on this
  * rank). */

@@ -231,7 +231,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_record_native(gpuhal_command_buffer_t
   prev = cb->cmd_count > 1 ? &cb->cmds[cb->cmd_count - 2] : NULL;
   cmd->native_ops = ops;
   cmd->native_user = user;
-  cb->has_native = 1;
+  if (ops->may_block) cb->has_native = 1;
   cmd->native_follower =
       (uint32_t)(prev && prev->type == GPUHAL__CMD_NATIVE && prev->native_ops == ops && ops->group_begin);
   return NULL;

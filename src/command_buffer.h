@@ -451,10 +451,11 @@ struct gpuhal_command_buffer_s {
   gpuhal_executable_t** retained_executables;
   uint32_t retained_executable_count, retained_executable_capacity;
 
-  /* Collectives (NATIVE commands) need every rank to take part at once when NCCL sets up
-   * its connections, so such a command buffer is issued only on the device's worker (never
-   * by the submitting thread), and a GRAPH one is built there at its first execute (not at
-   * end, where one thread recording rank after rank would wait for itself). */
+  /* Collectives (NATIVE commands whose ops may_block) need every rank to take part at once
+   * when NCCL sets up its connections, so such a command buffer is issued only on the
+   * device's worker (never by the submitting thread), and a GRAPH one is built there at its
+   * first execute (not at end, where one thread recording rank after rank would wait for
+   * itself). */
   int has_native;
   int graph_deferred; /* GRAPH with NATIVE commands, not built yet */
 
@@ -582,8 +583,8 @@ GPUHAL__PRIVATE unsigned gpuhal__memset_value(const gpuhal__cmd_t* cmd);
 /* ---- native commands and peer copies (multi-device hook; owned by the multi-device
  * engineer, used by channel.h) ----
  * A NATIVE command is work that another module puts on a stream itself (NCCL collectives).
- * STREAM command buffers call ops->issue at every execute, on the device's worker, with the
- * queue's stream. GRAPH command buffers capture it once, when the graph is built (end): on
+ * STREAM command buffers call ops->issue at every execute with the queue's stream: on the
+ * device's worker when ops->may_block, else on whichever thread issues the execute. GRAPH command buffers capture it once, when the graph is built (end): on
  * the device's worker, into a scratch stream in relaxed capture mode, and add the captured
  * graph as a child graph node. Consecutive NATIVE commands with the same ops (no barrier or
  * other command between them) form one group: group_begin, every issue, group_end (for
@@ -594,6 +595,9 @@ typedef struct gpuhal__native_ops_s {
   gpuhal_status_t (*group_begin)(gpuhal_device_t* device); /* optional */
   gpuhal_status_t (*group_end)(gpuhal_device_t* device);   /* optional; called whenever begin succeeded */
   void (*release)(void* user);                             /* optional; when the command buffer goes */
+  /* 1: the issue may block until other ranks join (NCCL), so the command buffer is issued
+   * on the worker and a GRAPH one built there (has_native); 0: any thread may issue it. */
+  int may_block;
 } gpuhal__native_ops_t;
 
 /* Appends a NATIVE command (the caller checked the recording state). On success the
