@@ -9,9 +9,10 @@
  *      semaphore) vs raw ncclAllReduce calls on the same buffers and streams, every rank in
  *      one ncclGroupStart/End per all-reduce from one thread (target >= 0.95). Each run
  *      all-reduces at least $BM_TOTAL_MIB (default 1024) MiB, at least `iterations` times;
- *      medians of 5 runs. Diagnostics beside it: raw calls from one thread per rank, the
- *      same with an event recorded after each call (as gpuhal does), and the same on
- *      gpuhal's own communicators.
+ *      medians of 5 runs. gpuhal's host waits spin through a run (tuning.host_wait_spin_ns)
+ *      as the raw side's cuStreamSynchronize does. Diagnostics beside it: raw calls from one
+ *      thread per rank, the same with an event recorded after each call (as gpuhal does),
+ *      and the same on gpuhal's own communicators.
  *
  *   NCCL_NVLS_ENABLE=0 ./bench/bench_multi_gpu [max_mib=1024] [iterations=20]
  *       (BM_MIN_MIB: the smallest size, default 1)
