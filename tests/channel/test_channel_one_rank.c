@@ -81,9 +81,8 @@ static int or_run(or_t* t, uint32_t mode, const gpuhal_collective_t* c) {
   uint64_t v = ++t->value;
   or_poison(t->b);
   before = md_softcuda_calls("cuMemcpyAsync");
-  if (OR_OK(gpuhal_command_buffer_create(t->f.devices[0], mode, 0, &cb)) &&
-      OR_OK(gpuhal_command_buffer_begin(cb)) && OR_OK(gpuhal_cmd_collective(cb, t->ch, c)) &&
-      OR_OK(gpuhal_command_buffer_end(cb)) &&
+  if (OR_OK(gpuhal_command_buffer_create(t->f.devices[0], mode, 0, &cb)) && OR_OK(gpuhal_command_buffer_begin(cb)) &&
+      OR_OK(gpuhal_cmd_collective(cb, t->ch, c)) && OR_OK(gpuhal_command_buffer_end(cb)) &&
       OR_OK(gpuhal_queue_execute(t->f.devices[0], 0, gpuhal_semaphore_list_empty(),
                                  gpuhal_semaphore_list_one(&t->sem, &v), cb, NULL)))
     TU_CHECK_OK(gpuhal_semaphore_wait(t->sem, v, md_seconds(60)));
@@ -99,8 +98,9 @@ static void or_check_inputs(gpuhal_buffer_t* buffer, const char* what, uint32_t 
   TU_CHECK_OK(gpuhal_buffer_read(buffer, 0, got, OR_COUNT * 4));
   for (i = 0; i < OR_COUNT; ++i)
     if (got[i] != or_input(i)) {
-      TU_FAIL_AT(__FILE__, __LINE__, "%s %s: element %zu is %g, want %g", mode == GPUHAL_COMMAND_BUFFER_STREAM ? "STREAM" : "GRAPH", what, i,
-                 (double)got[i], (double)or_input(i));
+      TU_FAIL_AT(__FILE__, __LINE__, "%s %s: element %zu is %g, want %g",
+                 mode == GPUHAL_COMMAND_BUFFER_STREAM ? "STREAM" : "GRAPH", what, i, (double)got[i],
+                 (double)or_input(i));
       break;
     }
   free(got);

@@ -72,8 +72,8 @@ TU_TEST(reusable_copy_then_dispatch) {
   TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, N * 4, &a));
   TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, N * 4, &b));
   TU_REQUIRE_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, N * 4, &c));
-  TU_REQUIRE_OK(gpuhal_command_buffer_create(t.device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 0,
-                                             &cb));
+  TU_REQUIRE_OK(
+      gpuhal_command_buffer_create(t.device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cb));
   TU_REQUIRE_OK(gpuhal_command_buffer_begin(cb));
   TU_CHECK_OK(gpuhal_cmd_copy(cb, gpuhal_ref_buffer(a, 0), gpuhal_ref_buffer(b, 0), N * 4));
   TU_CHECK_OK(gpuhal_cmd_barrier(cb));
