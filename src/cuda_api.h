@@ -1433,6 +1433,8 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
       (const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra))                        \
     X(cuGraphKernelNodeSetAttribute, "cuGraphKernelNodeSetAttribute", 12000,                                  \
       (CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue* value))                       \
+    X(cuGraphKernelNodeSetParams, "cuGraphKernelNodeSetParams_v2", 12000,                                     \
+      (CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS* nodeParams))                                         \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor", 12000,      \
       (int* numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize))                               \
     X(cuOccupancyMaxPotentialClusterSize, "cuOccupancyMaxPotentialClusterSize", 12000,                        \

@@ -1600,6 +1600,37 @@ CUresult CUDAAPI sc_cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgra
   return r;
 }
 
+/* A kernel node of a graph (not of an exec): executes instantiated before keep what they
+ * hold (their flats hold their own references); the node keeps its attributes. */
+CUresult CUDAAPI sc_cuGraphKernelNodeSetParams(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+  sc_gnode* nd = NULL;
+  CUresult r;
+  SC_ENTER(cuGraphKernelNodeSetParams);
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  r = sc_get_gnode(hNode, &nd);
+  if (r == CUDA_SUCCESS && nd->p->type != CU_GRAPH_NODE_TYPE_KERNEL) r = CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS) {
+    sc_gnp* p = sc_gnp_new(CU_GRAPH_NODE_TYPE_KERNEL);
+    r = sc_graph_kernel_op(nodeParams, &p->op);
+    if (r == CUDA_SUCCESS && nd->p->op->run == sc_run_kernel) {
+      sc_launch_attrs attrs;
+      sc_launch* L = (sc_launch*)p->op->c;
+      sc_launch_get_attrs((const sc_launch*)nd->p->op->c, &attrs);
+      sc_launch_set_attrs(L, &attrs);
+      r = sc_launch_attrs_check((const sc_func*)p->op->a, &attrs, L->grid, L->block, L->shared);
+    }
+    if (r == CUDA_SUCCESS) {
+      sc_gnp_unref(nd->p);
+      nd->p = p;
+    } else {
+      sc_gnp_unref(p);
+    }
+  }
+  SC_UNLOCK();
+  return r;
+}
+
 /* ---- batch memop nodes (the op of memop.c) ----------------------------------------------------- */
 
 /* The op cuStreamBatchMemOp enqueues, for the node's context (NULL: the current one). */

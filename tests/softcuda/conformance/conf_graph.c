@@ -606,6 +606,46 @@ TU_TEST(exec_set_params_affect_later_launches_only) {
   teardown();
 }
 
+/* Parameters changed on the graph's node (not an exec's) reach executes instantiated
+ * after, not those made before; a memset node refuses a kernel node's parameters. */
+TU_TEST(graph_node_set_params_reach_later_instantiations) {
+  CUgraph g;
+  CUgraphNode k, ms;
+  CUgraphExec before, after;
+  CUstream s;
+  CUdeviceptr K1, K2, M;
+  CUDA_KERNEL_NODE_PARAMS kp;
+  fill_args fa;
+  CONF_BEGIN();
+  TU_REQUIRE(setup());
+  K1 = dalloc(), K2 = dalloc(), M = dalloc();
+  TU_REQUIRE(K1 && K2 && M);
+  CONF_OK(cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CONF_OK(cu.cuGraphCreate(&g, 0));
+  CONF_OK(add_fill(&k, g, NULL, 0, K1, 10, N));
+  CONF_OK(add_memset(&ms, g, NULL, 0, M, 3, N));
+  CONF_OK(cu.cuGraphInstantiateWithFlags(&before, g, 0));
+  fill_params(&kp, &fa, K2, 20, N);
+  CONF_OK(cu.cuGraphKernelNodeSetParams(k, &kp));
+  TU_CHECK(cu.cuGraphKernelNodeSetParams(ms, &kp) != CUDA_SUCCESS);
+  TU_CHECK(cu.cuGraphKernelNodeSetParams(k, NULL) != CUDA_SUCCESS);
+  CONF_OK(cu.cuGraphInstantiateWithFlags(&after, g, 0));
+  CONF_OK(cu.cuGraphLaunch(before, s));
+  CONF_OK(cu.cuStreamSynchronize(s));
+  TU_CHECK(all_eq(K1, 10, N)); /* made before: the old parameters */
+  CONF_OK(cu.cuMemsetD32(K1, 0, N));
+  CONF_OK(cu.cuGraphLaunch(after, s));
+  CONF_OK(cu.cuStreamSynchronize(s));
+  TU_CHECK(all_eq(K2, 20, N)); /* made after: the new ones */
+  TU_CHECK(all_eq(K1, 0, N));
+  CONF_OK(cu.cuGraphExecDestroy(before));
+  CONF_OK(cu.cuGraphExecDestroy(after));
+  CONF_OK(cu.cuGraphDestroy(g));
+  CONF_OK(cu.cuStreamDestroy(s));
+  cu.cuMemFree(K1), cu.cuMemFree(K2), cu.cuMemFree(M);
+  teardown();
+}
+
 TU_TEST(exec_update_same_and_changed_topology) {
   CUgraph g1, g2, g3, g4;
   CUgraphNode a, b, extra;
@@ -830,7 +870,7 @@ TU_TEST(strict_fault_injection_and_leaks) {
 TU_MAIN(TU_CASE(chain_of_memset_kernel_memcpy), TU_CASE(diamond_and_queries), TU_CASE(edge_orders_writer_before_reader),
         TU_CASE(two_dimensional_memset_and_memcpy), TU_CASE(child_graph_is_cloned), TU_CASE(host_node_runs_in_order),
         TU_CASE(same_exec_on_two_streams_is_serialized), TU_CASE(event_record_and_wait_nodes_across_streams),
-        TU_CASE(exec_set_params_affect_later_launches_only), TU_CASE(exec_update_same_and_changed_topology),
-        TU_CASE(cycle_is_rejected), TU_CASE(empty_graph_runs), TU_CASE(invalid_arguments),
-        TU_CASE(strict_destroyed_handles), TU_CASE(strict_launch_refuses_dead_references),
+        TU_CASE(exec_set_params_affect_later_launches_only), TU_CASE(graph_node_set_params_reach_later_instantiations),
+        TU_CASE(exec_update_same_and_changed_topology), TU_CASE(cycle_is_rejected), TU_CASE(empty_graph_runs),
+        TU_CASE(invalid_arguments), TU_CASE(strict_destroyed_handles), TU_CASE(strict_launch_refuses_dead_references),
         TU_CASE(strict_fault_injection_and_leaks))
