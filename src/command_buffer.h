@@ -381,9 +381,10 @@ typedef struct gpuhal__execute_action_s {
 
 /* GRAPH: one instantiation of the command buffer's graph. A REUSABLE one with late-bound
  * arguments keeps up to tuning.graph_instances_max of them (at most
- * GPUHAL__GRAPH_INSTANCES_MAX), made on demand, so that an execute whose bindings differ
- * can patch an instance that is not in flight, and patches only what differs from that
- * instance's last bindings (command_buffer_graph.c). */
+ * GPUHAL__GRAPH_INSTANCES_MAX), made on demand with the bindings of the execute that needs
+ * one (the first at the first execute), so that bindings used in turn each keep an
+ * instance; a patch rewrites only what differs from an instance's last bindings
+ * (command_buffer_graph.c). */
 typedef struct gpuhal__graph_instance_s {
   CUgraphExec exec;
   CUevent done;          /* recorded after each launch (several instances only); NULL otherwise */

@@ -220,17 +220,44 @@ static uint32_t gpuhal__graph_instances_max(const gpuhal_command_buffer_t* cb) {
   return (cb->flags & GPUHAL_COMMAND_BUFFER_REUSABLE) && cb->late_cmd_count && max > 1 ? (uint32_t)max : 1u;
 }
 
-/* Instantiates the graph once more (the first time at end). Its nodes hold the values the
- * graph was built with (graph_values, taken at the first). In the device's context. */
+/* Writes the execute's late arguments (resolved into cb->values) into the graph's nodes
+ * that hold others, so that an instance made next holds them from the start: on an H200
+ * (driver 580) an instantiation most of whose kernel nodes were patched runs its launches
+ * about 1.27x slower than a fresh one, for good (tests/bench/RESULTS.md). 0 when the driver
+ * cannot (no cuGraphKernelNodeSetParams, or it refused a node): the instance then starts
+ * from the graph's values and is patched. */
+static int gpuhal__graph_take_values(gpuhal_command_buffer_t* cb) {
+  const gpuhal__cuda_symbols_t* cu = cb->device->cu;
+  uint32_t k, i;
+  if (!cu->cuGraphKernelNodeSetParams) return 0;
+  for (k = 0; k < cb->late_cmd_count; ++k) {
+    const gpuhal__cmd_t* cmd = &cb->cmds[cb->late_cmds[k]];
+    CUDA_KERNEL_NODE_PARAMS p;
+    for (i = 0; i < cmd->arg_count; ++i) {
+      const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
+      if (arg->late && memcmp(cb->values + arg->value_offset, cb->graph_values + arg->value_offset, arg->late_size))
+        break;
+    }
+    if (i == cmd->arg_count) continue;
+    gpuhal__kernel_node_params(cb, cmd, &p);
+    if (cu->cuGraphKernelNodeSetParams(cmd->node, &p) != CUDA_SUCCESS) return 0;
+    for (i = 0; i < cmd->arg_count; ++i) {
+      const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
+      if (arg->late) memcpy(cb->graph_values + arg->value_offset, cb->values + arg->value_offset, arg->late_size);
+    }
+  }
+  return 1;
+}
+
+/* Instantiates the graph once more: at end without late-bound arguments; else at an
+ * execute, with that execute's arguments (resolved into cb->values) where the driver lets
+ * the graph take them, else with the values the graph holds (graph_values), to be patched.
+ * In the device's context. */
 static gpuhal_status_t gpuhal__graph_instance_add(gpuhal_command_buffer_t* cb) {
   gpuhal_device_t* device = cb->device;
   gpuhal__graph_instance_t* inst = &cb->instances[cb->instance_count];
   gpuhal_status_t st = NULL;
-  if (cb->late_cmd_count && !cb->graph_values) {
-    GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, cb->values_size ? cb->values_size : 1,
-                                                 "graph argument values", (void**)&cb->graph_values));
-    memcpy(cb->graph_values, cb->values, cb->values_size);
-  }
+  if (cb->late_cmd_count) gpuhal__graph_take_values(cb);
   memset(inst, 0, sizeof(*inst));
   if (cb->late_cmd_count) {
     GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, cb->values_size ? cb->values_size : 1,
@@ -271,19 +298,32 @@ static int gpuhal__graph_instance_differs(const gpuhal_command_buffer_t* cb, con
 }
 
 /* The instance an execute launches, its late arguments resolved into cb->values: one whose
- * nodes hold them already (launching it patches nothing, in flight or not); else one not in
- * flight; else a new one while fewer than the bound exist; else the next in turn (patched
- * in flight, as with one instance). Under the device's issue serialization, in its context. */
+ * nodes hold them already (launching it patches nothing, in flight or not); else a new one,
+ * made with them, while fewer than the bound exist (the first at the first execute); else
+ * one not in flight; else the next in turn (patched in flight, as with one instance). Under
+ * the device's issue serialization, in its context. */
 static gpuhal_status_t gpuhal__graph_instance_pick(gpuhal_command_buffer_t* cb, gpuhal__graph_instance_t** out) {
   uint32_t k, count = cb->instance_count, max = gpuhal__graph_instances_max(cb);
   *out = NULL;
-  if (max == 1) { /* the only one: its patch compares the nodes, once */
+  if (max == 1 && count == 1) { /* the only one: its patch compares the nodes, once */
     *out = &cb->instances[0];
     return NULL;
   }
   for (k = 0; k < count && !*out; ++k) {
     gpuhal__graph_instance_t* inst = &cb->instances[(cb->instance_next + k) % count];
     if (!gpuhal__graph_instance_differs(cb, inst)) *out = inst;
+  }
+  if (!*out && count < max) {
+    gpuhal_status_t st = gpuhal__graph_instance_add(cb);
+    if (!st) {
+      *out = &cb->instances[count];
+    } else if (!count) {
+      return st; /* none to fall back on */
+    } else {     /* the instances there are will do */
+      gpuhal__log(cb->device->logger, GPUHAL_LOG_WARN, "command buffer: one more graph instance: %s",
+                  gpuhal_status_message(st));
+      gpuhal_status_free(st);
+    }
   }
   for (k = 0; k < count && !*out; ++k) {
     gpuhal__graph_instance_t* inst = &cb->instances[(cb->instance_next + k) % count];
@@ -292,16 +332,6 @@ static gpuhal_status_t gpuhal__graph_instance_pick(gpuhal_command_buffer_t* cb, 
       *out = inst;
     else if (r != CUDA_ERROR_NOT_READY)
       return gpuhal__cuda_status(cb->device->cu, r, "cuEventQuery", __FILE__, __LINE__);
-  }
-  if (!*out && count < max) {
-    gpuhal_status_t st = gpuhal__graph_instance_add(cb);
-    if (!st) {
-      *out = &cb->instances[count];
-    } else { /* the instances there are will do */
-      gpuhal__log(cb->device->logger, GPUHAL_LOG_WARN, "command buffer: one more graph instance: %s",
-                  gpuhal_status_message(st));
-      gpuhal_status_free(st);
-    }
   }
   if (!*out) *out = &cb->instances[cb->instance_next % count];
   cb->instance_next = (uint32_t)(*out - cb->instances + 1) % cb->instance_count;
@@ -356,8 +386,14 @@ static gpuhal_status_t gpuhal__cb_build_graph(gpuhal_command_buffer_t* cb) {
   uint32_t c = 0;
   GPUHAL__CU_RETURN(cb->device->cu, cuGraphCreate, (&cb->graph, 0));
   st = gpuhal__graph_build_level(cb, cb->graph, 0, &c);
-  if (!st && cb->node_count) st = gpuhal__graph_instance_add(cb);
-  return st;
+  if (st || !cb->node_count) return st;
+  if (!cb->late_cmd_count) return gpuhal__graph_instance_add(cb);
+  /* With late-bound arguments the first instance is made at the first execute, with its
+   * arguments (gpuhal__graph_instance_add); the graph holds these values until then. */
+  GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(cb->device->allocator, cb->values_size ? cb->values_size : 1,
+                                               "graph argument values", (void**)&cb->graph_values));
+  memcpy(cb->graph_values, cb->values, cb->values_size);
+  return NULL;
 }
 
 /* In the device's context: staging, graph, instantiation. */
@@ -423,7 +459,7 @@ static gpuhal_status_t gpuhal__cb_graph_issue(gpuhal_command_buffer_t* cb, const
     GPUHAL__RETURN_IF_ERROR(gpuhal__cb_finish_graph(cb));
     gpuhal__atomic_store(&cb->graph_deferred, 0);
   }
-  if (!cb->instance_count) return NULL; /* nothing was recorded */
+  if (!cb->node_count) return NULL; /* nothing was recorded */
   if (!cb->late_cmd_count) return GPUHAL__CU(cb->device->cu, cuGraphLaunch, (cb->exec, stream));
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_resolve_graph_args(cb, action));
   GPUHAL__RETURN_IF_ERROR(gpuhal__graph_instance_pick(cb, &inst));

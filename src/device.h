@@ -145,11 +145,12 @@ typedef struct gpuhal_queue_tuning_t {
    * to signal. Past this, the load fails with FAILED_PRECONDITION saying so. */
   int64_t load_parked_wait_ns;
   /* A REUSABLE GRAPH command buffer whose executes rebind (binding slots, queue_alloca
-   * buffers) keeps up to this many instantiations of its graph, made on demand: an execute
-   * launches one that holds its bindings already, else one not in flight, else a new one,
-   * and patches only the nodes that differ (0 = 1; at most 4). More than one saves the
-   * patching, but on an H200 launching another instantiation than the last one launched
-   * cost about as much GPU time as the patches it saved (tests/bench/RESULTS.md). */
+   * buffers) keeps up to this many instantiations of its graph, made on demand with the
+   * bindings of the execute that needs one: an execute launches one that holds its
+   * bindings already, else a new one, else one not in flight, else the next in turn, and
+   * patches only the nodes that differ (0 = 2; at most 4). Two tables used in turn then
+   * patch nothing: on an H200 that took the host's patching (0.28 us a node) off each
+   * execute (tests/bench/RESULTS.md); each instance costs an instantiation once. */
   int32_t graph_instances_max;
 } gpuhal_queue_tuning_t;
 

@@ -23,7 +23,7 @@ GPUHAL__PRIVATE gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_
     t.gpu_parked_max = (int32_t)(connections > 0 && connections <= 1024 ? connections / 4 : 2);
   }
   if (t.gpu_parked_max < 0) t.gpu_parked_max = 0; /* none */
-  if (t.graph_instances_max <= 0) t.graph_instances_max = 1;
+  if (t.graph_instances_max <= 0) t.graph_instances_max = 2;
   if (t.graph_instances_max > GPUHAL__GRAPH_INSTANCES_MAX) t.graph_instances_max = GPUHAL__GRAPH_INSTANCES_MAX;
   /* park_headroom: gpuhal__device_room_headroom (device.h) reads it */
   return t;
