@@ -1564,6 +1564,32 @@ static int sc_exec_any_node_of(sc_exec* x, CUgraphNode hNode, CUgraphNodeType wa
   return xi;
 }
 
+/* Swaps *slot (a kernel node's parameters) for new ones made from `np`: the node keeps its
+ * attributes (cluster, cooperative, priority), checked anew against the new launch; with
+ * `same_context` (an exec's node) the function must belong to the old one's context. Under
+ * the lock. */
+static CUresult sc_kernel_gnp_replace(sc_gnp** slot, const CUDA_KERNEL_NODE_PARAMS* np, int same_context) {
+  sc_gnp* p = sc_gnp_new(CU_GRAPH_NODE_TYPE_KERNEL);
+  CUresult r = sc_graph_kernel_op(np, &p->op);
+  if (r == CUDA_SUCCESS && same_context && (*slot)->op->run == sc_run_kernel &&
+      ((sc_func*)p->op->a)->mod->ctx != ((sc_func*)(*slot)->op->a)->mod->ctx)
+    r = CUDA_ERROR_INVALID_VALUE; /* "the owning context of the function cannot change" */
+  if (r == CUDA_SUCCESS && (*slot)->op->run == sc_run_kernel) {
+    sc_launch_attrs attrs;
+    sc_launch* L = (sc_launch*)p->op->c;
+    sc_launch_get_attrs((const sc_launch*)(*slot)->op->c, &attrs);
+    sc_launch_set_attrs(L, &attrs);
+    r = sc_launch_attrs_check((const sc_func*)p->op->a, &attrs, L->grid, L->block, L->shared);
+  }
+  if (r != CUDA_SUCCESS) {
+    sc_gnp_unref(p);
+    return r;
+  }
+  sc_gnp_unref(*slot);
+  *slot = p;
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI sc_cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
                                                    const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
   sc_exec* x = NULL;
@@ -1575,27 +1601,7 @@ CUresult CUDAAPI sc_cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgra
   SC_LOCK();
   r = sc_get_exec(hGraphExec, &x);
   if (r == CUDA_SUCCESS) xi = sc_exec_any_node_of(x, hNode, CU_GRAPH_NODE_TYPE_KERNEL, &f, &r);
-  if (r == CUDA_SUCCESS) {
-    sc_gnp* p = sc_gnp_new(CU_GRAPH_NODE_TYPE_KERNEL);
-    r = sc_graph_kernel_op(nodeParams, &p->op);
-    if (r == CUDA_SUCCESS && f->x[xi].p->op->run == sc_run_kernel &&
-        ((sc_func*)p->op->a)->mod->ctx != ((sc_func*)f->x[xi].p->op->a)->mod->ctx)
-      r = CUDA_ERROR_INVALID_VALUE; /* "the owning context of the function cannot change" */
-    if (r == CUDA_SUCCESS && f->x[xi].p->op->run == sc_run_kernel) {
-      /* the node keeps its attributes (cluster, cooperative, priority), checked anew */
-      sc_launch_attrs attrs;
-      sc_launch* L = (sc_launch*)p->op->c;
-      sc_launch_get_attrs((const sc_launch*)f->x[xi].p->op->c, &attrs);
-      sc_launch_set_attrs(L, &attrs);
-      r = sc_launch_attrs_check((const sc_func*)p->op->a, &attrs, L->grid, L->block, L->shared);
-    }
-    if (r == CUDA_SUCCESS) {
-      sc_gnp_unref(f->x[xi].p);
-      f->x[xi].p = p;
-    } else {
-      sc_gnp_unref(p);
-    }
-  }
+  if (r == CUDA_SUCCESS) r = sc_kernel_gnp_replace(&f->x[xi].p, nodeParams, 1);
   SC_UNLOCK();
   return r;
 }
@@ -1610,23 +1616,7 @@ CUresult CUDAAPI sc_cuGraphKernelNodeSetParams(CUgraphNode hNode, const CUDA_KER
   SC_LOCK();
   r = sc_get_gnode(hNode, &nd);
   if (r == CUDA_SUCCESS && nd->p->type != CU_GRAPH_NODE_TYPE_KERNEL) r = CUDA_ERROR_INVALID_VALUE;
-  if (r == CUDA_SUCCESS) {
-    sc_gnp* p = sc_gnp_new(CU_GRAPH_NODE_TYPE_KERNEL);
-    r = sc_graph_kernel_op(nodeParams, &p->op);
-    if (r == CUDA_SUCCESS && nd->p->op->run == sc_run_kernel) {
-      sc_launch_attrs attrs;
-      sc_launch* L = (sc_launch*)p->op->c;
-      sc_launch_get_attrs((const sc_launch*)nd->p->op->c, &attrs);
-      sc_launch_set_attrs(L, &attrs);
-      r = sc_launch_attrs_check((const sc_func*)p->op->a, &attrs, L->grid, L->block, L->shared);
-    }
-    if (r == CUDA_SUCCESS) {
-      sc_gnp_unref(nd->p);
-      nd->p = p;
-    } else {
-      sc_gnp_unref(p);
-    }
-  }
+  if (r == CUDA_SUCCESS) r = sc_kernel_gnp_replace(&nd->p, nodeParams, 0);
   SC_UNLOCK();
   return r;
 }
