@@ -118,9 +118,9 @@
  * Harvesting: a thread that keeps submitting on the fast path retires the completed head of
  * its queue's lane itself (one cuEventQuery per look, backing off while the GPU is behind),
  * so a busy steady state needs neither the completion thread nor the worker. The completion
- * thread leaves issued work alone for tuning.completion_min_age_ns (host calls, idle waits
- * and release cut that short; side work it takes at once): nothing's promptness depends on
- * it. */
+ * thread leaves issued work alone for tuning.completion_min_age_ns, or 3/4 of the usual time
+ * of its queue's work where that is longer (lane typical_ns; host calls, idle waits and
+ * release cut that short; side work it takes at once): nothing's promptness depends on it. */
 #ifndef GPUHAL_SRC_QUEUE_H
 #define GPUHAL_SRC_QUEUE_H
 
@@ -214,6 +214,7 @@ enum {
 #define GPUHAL__COMPLETION_SLEEP_FRACTION 16   /* its sleeps may reach this fraction of the oldest's age */
 #define GPUHAL__COMPLETION_NAP_NS 50000        /* its nap while work keeps coming, instead of a wake-up */
 #define GPUHAL__COMPLETION_ACTIVE_NS 2000000   /* how long after work it keeps napping */
+#define GPUHAL__COMPLETION_LOOK_MAX_NS 4000000 /* the longest it leaves a lane's work alone (typical_ns) */
 #define GPUHAL__HARVEST_AGE_NS 10000           /* an action is issued this long before a harvest queries it */
 #define GPUHAL__HARVEST_MAX_WAIT_NS 80000      /* below harvest_min in flight: look once the oldest is this old */
 #define GPUHAL__HARVEST_MAX_BACKOFF 256        /* fast-path submissions skipped at most after a fruitless look */
@@ -263,6 +264,7 @@ typedef struct gpuhal__action_s {
   int value_waits;             /* some wait is GPUHAL__WAIT_VALUE */
   int not_provisional;         /* GPUHAL__SUBMIT_NOT_PROVISIONAL */
   int caller_may_issue;        /* GPUHAL__SUBMIT_CALLER_MAY_ISSUE: an application thread may issue it */
+  int polled;                  /* the completion thread found it not done once (lane typical_ns) */
   int park_reserved;           /* holds one of its ordinal's parked streams (gpuhal__park_reserve) */
   int park_denied;             /* pending because no parked stream was free: woken when one frees */
   int provisional;             /* it may run on a failed input: a value wait (a failure store releases
@@ -313,6 +315,12 @@ typedef struct gpuhal__queue_lane_s {
   uint64_t last_done;                 /* submit_number of the last operation that completed (atomic; reports) */
   const char* last_kind;              /* and its kind (atomic) */
   int32_t at_once; /* a call done at once went on the stream since gpuhal_device_wait_idle last saw it run (atomic) */
+  /* How long its actions have taken, from dispatch to seen done (a running average of
+   * those the completion thread saw finish; halved by one it found done at its first look;
+   * the completion thread's only): it looks at the lane's work once 3/4 of that passed (at
+   * most GPUHAL__COMPLETION_LOOK_MAX_NS), and polls it from 1/16 of it on, so work that runs
+   * long is polled a few times, not a dozen (gpuhal__completion_take_locked). */
+  int64_t typical_ns;
 } gpuhal__queue_lane_t;
 
 typedef struct gpuhal__queue_state_s {
@@ -328,28 +336,29 @@ typedef struct gpuhal__queue_state_s {
    * queue_report.c. Under mutex; report_cond tells the asker it was answered. */
   struct gpuhal__report_request_s* report_request;
   gpuhal__cond_t report_cond;
-  gpuhal__queue_lane_t* lanes;    /* device->queue_count */
-  gpuhal__list_node_t incoming;   /* submitted, not yet seen by the worker */
-  gpuhal__list_node_t host_calls; /* host calls whose function is due */
-  gpuhal__list_node_t retired;    /* done; release due on the worker */
-  uint64_t outstanding;           /* submitted and not yet released (atomic; drops under mutex) */
-  uint32_t incoming_count;        /* length of incoming (atomic; changes under mutex) */
-  uint32_t in_flight_count;       /* issued and not yet observed, all lanes (atomic) */
-  uint32_t retired_unkicked;      /* retired since the worker was last kicked */
-  gpuhal_status_t lost;           /* the loss cause after a sticky error */
-  int32_t lost_flag;              /* lost != NULL, readable without the mutex */
-  int32_t issue_needed;           /* new submissions, woken or to-be-failed actions: the pump must look */
-  int32_t stopping;               /* device release has begun: no new submissions (atomic) */
-  int32_t park_denied;            /* pending actions with park_denied set (atomic) */
-  int32_t park_retry;             /* a parked stream freed while some were: wake them (atomic) */
-  int32_t signal_runs;            /* gpuhal__queue_issue_woken calls due on signalling threads (atomic) */
-  int completion_sleeping;        /* the completion thread waits untimed: dispatch must wake it */
-  int completion_napping;         /* it waits timed: only host calls and idle waiters wake it */
-  uint32_t idle_waiters;          /* threads in gpuhal_device_wait_idle: no aging while there are any */
-  int abandon_value_waits;        /* release: fail what GPU value waits still wait for */
-  int host_call_running;          /* the host-call thread is in a function (its signals are due) */
-  uint64_t dispatch_seq;          /* actions issued so far (under mutex) */
-  uint64_t submit_count;          /* actions submitted so far (atomic) */
+  gpuhal__queue_lane_t* lanes;       /* device->queue_count */
+  gpuhal__list_node_t incoming;      /* submitted, not yet seen by the worker */
+  gpuhal__list_node_t host_calls;    /* host calls whose function is due */
+  gpuhal__list_node_t retired;       /* done; release due on the worker */
+  uint64_t outstanding;              /* submitted and not yet released (atomic; drops under mutex) */
+  uint32_t incoming_count;           /* length of incoming (atomic; changes under mutex) */
+  uint32_t in_flight_count;          /* issued and not yet observed, all lanes (atomic) */
+  uint32_t retired_unkicked;         /* retired since the worker was last kicked */
+  gpuhal_status_t lost;              /* the loss cause after a sticky error */
+  int32_t lost_flag;                 /* lost != NULL, readable without the mutex */
+  int32_t issue_needed;              /* new submissions, woken or to-be-failed actions: the pump must look */
+  int32_t stopping;                  /* device release has begun: no new submissions (atomic) */
+  int32_t park_denied;               /* pending actions with park_denied set (atomic) */
+  int32_t park_retry;                /* a parked stream freed while some were: wake them (atomic) */
+  int32_t signal_runs;               /* gpuhal__queue_issue_woken calls due on signalling threads (atomic) */
+  int completion_sleeping;           /* the completion thread waits untimed: dispatch must wake it */
+  int completion_napping;            /* it waits timed: only host calls and idle waiters wake it */
+  int64_t completion_first_sleep_ns; /* its first sleep between polls of the work it took (its own) */
+  uint32_t idle_waiters;             /* threads in gpuhal_device_wait_idle: no aging while there are any */
+  int abandon_value_waits;           /* release: fail what GPU value waits still wait for */
+  int host_call_running;             /* the host-call thread is in a function (its signals are due) */
+  uint64_t dispatch_seq;             /* actions issued so far (under mutex) */
+  uint64_t submit_count;             /* actions submitted so far (atomic) */
   uint64_t harvest_looks, harvest_misses, harvested; /* statistics (atomic): queries, fruitless ones, actions */
   int threads_stop;
   gpuhal__action_t* free_actions;

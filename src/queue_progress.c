@@ -158,7 +158,8 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
   const gpuhal__cuda_symbols_t* cu = state->device->cu;
   gpuhal__list_node_t* list = &lane->observing;
   uint32_t observed = 0;
-  int all_done = 0;
+  int all_done = 0, halved = 0;
+  int64_t now;
   gpuhal__list_node_t* n = lane->deferred.next;
   while (n != &lane->deferred) {
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
@@ -205,6 +206,7 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     observed++;
   }
   if (gpuhal__list_empty(list)) return observed;
+  now = gpuhal_now_ns();
   if (list->next != list->prev)
     all_done =
         cu->cuEventQuery(GPUHAL__CONTAINER_OF(list->prev, gpuhal__action_t, link)->event->handle) == CUDA_SUCCESS;
@@ -214,7 +216,10 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
         list->next->next == list ? NULL : GPUHAL__CONTAINER_OF(list->next->next, gpuhal__action_t, link);
     int skip;
     CUresult r = all_done ? CUDA_SUCCESS : cu->cuEventQuery(a->event->handle);
-    if (r == CUDA_ERROR_NOT_READY) break;
+    if (r == CUDA_ERROR_NOT_READY) {
+      a->polled = 1;
+      break;
+    }
     gpuhal__list_remove(&a->link);
     /* Done, but on inputs not known good yet: other lanes will tell (perhaps only once this
      * lane's later work is observed, so the lane goes on without it). */
@@ -226,6 +231,13 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
      * waits for inputs (perhaps for `a`'s own value, through another lane) would not. */
     skip = all_done && gpuhal__actions_share_signal(a, next) &&
            gpuhal__action_inputs(next, NULL) == GPUHAL__INPUTS_REACHED;
+    if (r == CUDA_SUCCESS && now > a->dispatch_ns) { /* seen finish: its time; done at first look: less */
+      if (a->polled || !lane->typical_ns)
+        lane->typical_ns =
+            lane->typical_ns ? (3 * lane->typical_ns + (now - a->dispatch_ns)) / 4 : now - a->dispatch_ns;
+      else if (!halved++) /* once a pass: a batch found done at once is one sign */
+        lane->typical_ns /= 2;
+    }
     gpuhal__action_observe(state, a, r, skip, done, done_count);
     gpuhal__atomic_sub(&lane->count, 1u);
     gpuhal__atomic_sub(&state->in_flight_count, 1u);
@@ -243,13 +255,18 @@ static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
   int64_t now = gpuhal_now_ns(), next_due = INT64_MAX;
   int take_all = state->threads_stop || state->idle_waiters > 0 || state->tuning.completion_min_age_ns == 0;
   uint32_t q;
+  state->completion_first_sleep_ns = INT64_MAX;
   for (q = 0; q < state->device->queue_count; ++q) {
     gpuhal__queue_lane_t* lane = &state->lanes[q];
     /* A submitter that harvested lately keeps the lane short itself: leave it the work. */
     int64_t since = lane->last_harvest_ns;
+    /* Work like the lane's earlier work is not done before most of its usual time. */
+    int64_t look = lane->typical_ns / 4 * 3 < GPUHAL__COMPLETION_LOOK_MAX_NS ? lane->typical_ns / 4 * 3
+                                                                             : GPUHAL__COMPLETION_LOOK_MAX_NS;
+    int64_t age = look > state->tuning.completion_min_age_ns ? look : state->tuning.completion_min_age_ns;
     while (!gpuhal__list_empty(&lane->in_flight)) {
       gpuhal__action_t* a = GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
-      int64_t due = (a->dispatch_ns > since ? a->dispatch_ns : since) + state->tuning.completion_min_age_ns;
+      int64_t due = (a->dispatch_ns > since ? a->dispatch_ns : since) + age;
       if (!take_all && lane->host_calls == 0 && due > now) {
         if (due < next_due) next_due = due;
         break;
@@ -259,7 +276,16 @@ static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
       gpuhal__list_push_back(&lane->observing, &a->link);
     }
     gpuhal__list_splice_back(&lane->side_observing, &lane->side);
+    if (!gpuhal__list_empty(&lane->observing)) {
+      int64_t first = lane->typical_ns / 16 > GPUHAL__COMPLETION_FIRST_SLEEP_NS ? lane->typical_ns / 16
+                                                                                : GPUHAL__COMPLETION_FIRST_SLEEP_NS;
+      if (first < state->completion_first_sleep_ns) state->completion_first_sleep_ns = first;
+    }
+    if (!gpuhal__list_empty(&lane->side_observing)) /* side work: at the usual pace */
+      state->completion_first_sleep_ns = GPUHAL__COMPLETION_FIRST_SLEEP_NS;
   }
+  if (state->completion_first_sleep_ns == INT64_MAX)
+    state->completion_first_sleep_ns = GPUHAL__COMPLETION_FIRST_SLEEP_NS;
   return next_due;
 }
 
@@ -403,7 +429,7 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
       int64_t max_sleep_ns;
       now = gpuhal_now_ns();
       max_sleep_ns = gpuhal__completion_max_sleep_ns(state, now);
-      poll_sleep_ns = poll_sleep_ns ? poll_sleep_ns * 2 : GPUHAL__COMPLETION_FIRST_SLEEP_NS;
+      poll_sleep_ns = poll_sleep_ns ? poll_sleep_ns * 2 : state->completion_first_sleep_ns;
       if (poll_sleep_ns > max_sleep_ns) poll_sleep_ns = max_sleep_ns;
       if (next_due > now + poll_sleep_ns) next_due = now + poll_sleep_ns;
       if (!state->threads_stop && state->idle_waiters == 0 && !gpuhal__completion_abandon_due_locked(state))

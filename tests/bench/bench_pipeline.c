@@ -28,6 +28,10 @@
  * <= 1.5x the hand-written pipeline. W is 2I and each slot's input has small integers, so
  * every result is exactly 16 x its input: each run's last three batches are checked.
  *
+ * With BP_THREADS=1 each run also prints its CPU per batch by thread name (the bench
+ * thread as "(main)", gpuhal's threads, the driver's), from /proc/self/task; with
+ * BP_THREADS=2 by thread id.
+ *
  * Timings mean something only on a real GPU; on softcuda this is a smoke test (CTest runs
  * it with a 64 x 64 matrix). */
 #define GPUHAL_IMPLEMENTATION
@@ -38,6 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
+#include <unistd.h>
 
 enum { SLOTS = 3, CHAIN = 4, MAX_REPS = 32 };
 
@@ -78,6 +84,80 @@ static double cpu_now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 static double wall_now_us(void) { return (double)gpuhal_now_ns() / 1000.0; }
+
+/* ---- diagnostics (BP_THREADS=1): CPU time per thread name, from /proc/self/task ----
+ * Each thread's name (comm) and CPU time (schedstat's first field, ns; utime + stime in
+ * clock ticks where schedstat is missing), summed per name, so that a run's CPU can be
+ * split between the bench thread, gpuhal's threads and the driver's. */
+enum { BP_NAMES = 16 };
+typedef struct bp_threads_s {
+  int count;
+  char name[BP_NAMES][20];
+  double us[BP_NAMES];
+} bp_threads_t;
+static double bp_thread_us(const char* dir) {
+  char path[300];
+  FILE* f;
+  unsigned long long ns = 0, ut = 0, st = 0;
+  snprintf(path, sizeof(path), "%s/schedstat", dir);
+  if ((f = fopen(path, "r")) != NULL) {
+    int got = fscanf(f, "%llu", &ns);
+    fclose(f);
+    if (got == 1) return (double)ns / 1000.0;
+  }
+  snprintf(path, sizeof(path), "%s/stat", dir);
+  if ((f = fopen(path, "r")) != NULL) {
+    char line[1024];
+    const char* p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+    fclose(f);
+    /* after the name: state, then fields 4..13; utime and stime are fields 14 and 15 */
+    if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2)
+      return (double)(ut + st) * 1e6 / 100.0; /* USER_HZ */
+  }
+  return 0;
+}
+static void bp_threads_snapshot(bp_threads_t* t) {
+  DIR* d = opendir("/proc/self/task");
+  struct dirent* e;
+  memset(t, 0, sizeof(*t));
+  if (!d) return;
+  while ((e = readdir(d)) != NULL) {
+    char dir[280], path[300], name[20] = "?";
+    FILE* f;
+    int k;
+    if (e->d_name[0] == '.') continue;
+    snprintf(dir, sizeof(dir), "/proc/self/task/%s", e->d_name);
+    snprintf(path, sizeof(path), "%s/comm", dir);
+    if ((f = fopen(path, "r")) != NULL) {
+      if (fgets(name, sizeof(name), f)) name[strcspn(name, "\n")] = 0;
+      fclose(f);
+    }
+    if (atol(e->d_name) == (long)getpid())
+      snprintf(name, sizeof(name), "(main)");
+    else if (getenv("BP_THREADS")[0] == '2')
+      snprintf(name, sizeof(name), "%.19s", e->d_name); /* each by its id */
+    for (k = 0; k < t->count && strcmp(t->name[k], name) != 0; ++k) {
+    }
+    if (k == t->count) {
+      if (k == BP_NAMES) continue;
+      snprintf(t->name[k], sizeof(t->name[k]), "%s", name);
+      t->count++;
+    }
+    t->us[k] += bp_thread_us(dir);
+  }
+  closedir(d);
+}
+static void bp_threads_print(const char* side, const bp_threads_t* a, const bp_threads_t* b, uint32_t batches) {
+  int k, j;
+  printf("    %s, CPU per batch by thread:", side);
+  for (k = 0; k < b->count; ++k) {
+    double before = 0;
+    for (j = 0; j < a->count; ++j)
+      if (!strcmp(a->name[j], b->name[k])) before = a->us[j];
+    if (b->us[k] - before >= 0.05 * batches) printf(" %s %.1f us", b->name[k], (b->us[k] - before) / batches);
+  }
+  printf("\n");
+}
 
 static float input_value(uint32_t slot, uint32_t r, uint32_t c) { return (float)((r * 7u + c * 3u + slot) % 5u); }
 
@@ -467,9 +547,15 @@ static int bench_size(uint32_t n, uint32_t batches, int reps) {
   for (rep = 0; rep < reps; ++rep)
     for (side = 0; side < SIDES; ++side) {
       /* Alternate the order so that no side always runs right after another. */
-      int s = (side + rep) % SIDES;
-      int good = s == SIDE_RAW ? raw_run(&b, &raw, batches, &runs[s][rep])
-                               : hal_run(&b, &hal[s], batches, &base[s], &runs[s][rep]);
+      int s = (side + rep) % SIDES, good;
+      bp_threads_t before, after;
+      if (getenv("BP_THREADS")) bp_threads_snapshot(&before);
+      good = s == SIDE_RAW ? raw_run(&b, &raw, batches, &runs[s][rep])
+                           : hal_run(&b, &hal[s], batches, &base[s], &runs[s][rep]);
+      if (getenv("BP_THREADS")) {
+        bp_threads_snapshot(&after);
+        bp_threads_print(side_names[s], &before, &after, batches);
+      }
       if (!good || !check_results(&b, side_names[s], batches)) goto out;
     }
   {
