@@ -319,7 +319,8 @@ typedef struct gpuhal__queue_lane_s {
    * those the completion thread saw finish; halved by one it found done at its first look;
    * the completion thread's only): it looks at the lane's work once 3/4 of that passed (at
    * most GPUHAL__COMPLETION_LOOK_MAX_NS), and polls it from 1/16 of it on, so work that runs
-   * long is polled a few times, not a dozen (gpuhal__completion_take_locked). */
+   * long is polled a few times, not a dozen (gpuhal__completion_take_locked). Stored
+   * atomically, for tests that read it. */
   int64_t typical_ns;
 } gpuhal__queue_lane_t;
 

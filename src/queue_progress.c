@@ -232,11 +232,12 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     skip = all_done && gpuhal__actions_share_signal(a, next) &&
            gpuhal__action_inputs(next, NULL) == GPUHAL__INPUTS_REACHED;
     if (r == CUDA_SUCCESS && now > a->dispatch_ns) { /* seen finish: its time; done at first look: less */
-      if (a->polled || !lane->typical_ns)
-        lane->typical_ns =
-            lane->typical_ns ? (3 * lane->typical_ns + (now - a->dispatch_ns)) / 4 : now - a->dispatch_ns;
+      int64_t typical = lane->typical_ns;
+      if (a->polled || !typical)
+        gpuhal__atomic_store(&lane->typical_ns,
+                             typical ? (3 * typical + (now - a->dispatch_ns)) / 4 : now - a->dispatch_ns);
       else if (!halved++) /* once a pass: a batch found done at once is one sign */
-        lane->typical_ns /= 2;
+        gpuhal__atomic_store(&lane->typical_ns, typical / 2);
     }
     gpuhal__action_observe(state, a, r, skip, done, done_count);
     gpuhal__atomic_sub(&lane->count, 1u);

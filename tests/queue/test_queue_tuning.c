@@ -92,6 +92,43 @@ static void tt_run(const gpuhal_queue_tuning_t* tuning) {
   memset(&qt_tuning, 0, sizeof(qt_tuning));
 }
 
+/* The completion thread follows the length of a queue's work (lane typical_ns): after work
+ * of 20 ms it looks at that queue's work later, yet short work that follows is still retired
+ * on its own (no idle wait) and brings the estimate back down. */
+TU_TEST(completion_follows_the_work) {
+  qt_fixture_t f;
+  gpuhal_semaphore_t* s = NULL;
+  qt_spin_t spin;
+  gpuhal__queue_lane_t* lane;
+  uint64_t v = 0;
+  int64_t long_typical, deadline;
+  int i;
+  TU_REQUIRE(qt_open(&f, 1, NULL));
+  TU_REQUIRE(qt_kernels_load(&f));
+  lane = &f.device->queue_state->lanes[0];
+  TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  for (i = 0; i < 6; ++i) {
+    TU_CHECK_OK(qt_submit_spin(&f, &spin, 20000, s, ++v));
+    TU_CHECK_OK(gpuhal_semaphore_wait(s, v, qt_seconds(30)));
+    /* the completion thread retires it by itself, within its 4 ms bound and a few polls */
+    deadline = gpuhal_now_ns() + 2000000000ll;
+    while (gpuhal__atomic_load(&lane->count) != 0 && gpuhal_now_ns() < deadline) tu_sleep_ns(100000);
+    TU_CHECK_EQ_INT(gpuhal__atomic_load(&lane->count), 0);
+  }
+  long_typical = gpuhal__atomic_load(&lane->typical_ns);
+  TU_CHECK(long_typical >= 10000000); /* the 20 ms kernels, as seen */
+  for (i = 0; i < 30; ++i) {
+    TU_CHECK_OK(qt_submit_spin(&f, &spin, 0, s, ++v));
+    TU_CHECK_OK(gpuhal_semaphore_wait(s, v, qt_seconds(30)));
+    deadline = gpuhal_now_ns() + 2000000000ll;
+    while (gpuhal__atomic_load(&lane->count) != 0 && gpuhal_now_ns() < deadline) tu_sleep_ns(100000);
+    TU_CHECK_EQ_INT(gpuhal__atomic_load(&lane->count), 0);
+  }
+  TU_CHECK(gpuhal__atomic_load(&lane->typical_ns) < long_typical / 4); /* down again */
+  gpuhal_semaphore_release(s);
+  qt_close(&f);
+}
+
 TU_TEST(defaults) {
   gpuhal_queue_tuning_t t;
   memset(&t, 0, sizeof(t));
@@ -368,9 +405,9 @@ TU_TEST(semaphore_memops_park_headroom) {
   gpuhal_driver_release(driver);
 }
 
-TU_MAIN(TU_CASE(defaults), TU_CASE(no_spin_short_sleeps), TU_CASE(host_wait_spin_adapts),
-        TU_CASE(completion_looks_at_once_and_polls_often), TU_CASE(completion_ages_work_long),
-        TU_CASE(harvest_off_and_eager), TU_CASE(worker_issues_everything), TU_CASE(semaphore_memops),
-        TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked),
+TU_MAIN(TU_CASE(defaults), TU_CASE(completion_follows_the_work), TU_CASE(no_spin_short_sleeps),
+        TU_CASE(host_wait_spin_adapts), TU_CASE(completion_looks_at_once_and_polls_often),
+        TU_CASE(completion_ages_work_long), TU_CASE(harvest_off_and_eager), TU_CASE(worker_issues_everything),
+        TU_CASE(semaphore_memops), TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked),
         TU_CASE(semaphore_memops_gated_bound), TU_CASE(semaphore_memops_gated_two_devices_one_gpu),
         TU_CASE(semaphore_memops_park_headroom))
