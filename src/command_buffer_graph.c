@@ -220,33 +220,45 @@ static uint32_t gpuhal__graph_instances_max(const gpuhal_command_buffer_t* cb) {
   return (cb->flags & GPUHAL_COMMAND_BUFFER_REUSABLE) && cb->late_cmd_count && max > 1 ? (uint32_t)max : 1u;
 }
 
+/* 1 when the late arguments of `cmd` (resolved into cb->values) differ from `held`, what
+ * a node holds (the graph's: graph_values; an instance's: its values; layout of cb->values). */
+static int gpuhal__graph_cmd_differs(const gpuhal_command_buffer_t* cb, const gpuhal__cmd_t* cmd,
+                                     const unsigned char* held) {
+  uint32_t i;
+  for (i = 0; i < cmd->arg_count; ++i) {
+    const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
+    if (arg->late && memcmp(cb->values + arg->value_offset, held + arg->value_offset, arg->late_size) != 0) return 1;
+  }
+  return 0;
+}
+
+/* Notes in `held` that the node of `cmd` took its late arguments from cb->values. */
+static void gpuhal__graph_cmd_held(const gpuhal_command_buffer_t* cb, const gpuhal__cmd_t* cmd, unsigned char* held) {
+  uint32_t i;
+  for (i = 0; i < cmd->arg_count; ++i) {
+    const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
+    if (arg->late) memcpy(held + arg->value_offset, cb->values + arg->value_offset, arg->late_size);
+  }
+}
+
 /* Writes the execute's late arguments (resolved into cb->values) into the graph's nodes
  * that hold others, so that an instance made next holds them from the start: on an H200
  * (driver 580) an instantiation most of whose kernel nodes were patched runs its launches
- * about 1.27x slower than a fresh one, for good (tests/bench/RESULTS.md). 0 when the driver
- * cannot (no cuGraphKernelNodeSetParams, or it refused a node): the instance then starts
- * from the graph's values and is patched. */
-static int gpuhal__graph_take_values(gpuhal_command_buffer_t* cb) {
+ * about 1.27x slower than a fresh one, for good (tests/bench/RESULTS.md). Where the driver
+ * cannot (no cuGraphKernelNodeSetParams, or it refuses a node), the nodes keep what they
+ * hold (graph_values), and the instance is patched. */
+static void gpuhal__graph_take_values(gpuhal_command_buffer_t* cb) {
   const gpuhal__cuda_symbols_t* cu = cb->device->cu;
-  uint32_t k, i;
-  if (!cu->cuGraphKernelNodeSetParams) return 0;
+  uint32_t k;
+  if (!cu->cuGraphKernelNodeSetParams) return;
   for (k = 0; k < cb->late_cmd_count; ++k) {
     const gpuhal__cmd_t* cmd = &cb->cmds[cb->late_cmds[k]];
     CUDA_KERNEL_NODE_PARAMS p;
-    for (i = 0; i < cmd->arg_count; ++i) {
-      const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
-      if (arg->late && memcmp(cb->values + arg->value_offset, cb->graph_values + arg->value_offset, arg->late_size))
-        break;
-    }
-    if (i == cmd->arg_count) continue;
+    if (!gpuhal__graph_cmd_differs(cb, cmd, cb->graph_values)) continue;
     gpuhal__kernel_node_params(cb, cmd, &p);
-    if (cu->cuGraphKernelNodeSetParams(cmd->node, &p) != CUDA_SUCCESS) return 0;
-    for (i = 0; i < cmd->arg_count; ++i) {
-      const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
-      if (arg->late) memcpy(cb->graph_values + arg->value_offset, cb->values + arg->value_offset, arg->late_size);
-    }
+    if (cu->cuGraphKernelNodeSetParams(cmd->node, &p) != CUDA_SUCCESS) return;
+    gpuhal__graph_cmd_held(cb, cmd, cb->graph_values);
   }
-  return 1;
 }
 
 /* Instantiates the graph once more: at end without late-bound arguments; else at an
@@ -277,23 +289,10 @@ static gpuhal_status_t gpuhal__graph_instance_add(gpuhal_command_buffer_t* cb) {
   return NULL;
 }
 
-/* 1 when the late arguments of `cmd` (resolved into cb->values) differ from what the
- * instance's node holds. */
-static int gpuhal__graph_cmd_differs(const gpuhal_command_buffer_t* cb, const gpuhal__cmd_t* cmd,
-                                     const gpuhal__graph_instance_t* inst) {
-  uint32_t i;
-  for (i = 0; i < cmd->arg_count; ++i) {
-    const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
-    if (arg->late && memcmp(cb->values + arg->value_offset, inst->values + arg->value_offset, arg->late_size) != 0)
-      return 1;
-  }
-  return 0;
-}
-
 static int gpuhal__graph_instance_differs(const gpuhal_command_buffer_t* cb, const gpuhal__graph_instance_t* inst) {
   uint32_t k;
   for (k = 0; k < cb->late_cmd_count; ++k)
-    if (gpuhal__graph_cmd_differs(cb, &cb->cmds[cb->late_cmds[k]], inst)) return 1;
+    if (gpuhal__graph_cmd_differs(cb, &cb->cmds[cb->late_cmds[k]], inst->values)) return 1;
   return 0;
 }
 
@@ -340,17 +339,14 @@ static gpuhal_status_t gpuhal__graph_instance_pick(gpuhal_command_buffer_t* cb, 
 
 /* Rewrites the instance's late-bound kernel nodes whose arguments differ. */
 static gpuhal_status_t gpuhal__graph_instance_patch(gpuhal_command_buffer_t* cb, gpuhal__graph_instance_t* inst) {
-  uint32_t k, i;
+  uint32_t k;
   for (k = 0; k < cb->late_cmd_count; ++k) {
     gpuhal__cmd_t* cmd = &cb->cmds[cb->late_cmds[k]];
     CUDA_KERNEL_NODE_PARAMS p;
-    if (!gpuhal__graph_cmd_differs(cb, cmd, inst)) continue;
+    if (!gpuhal__graph_cmd_differs(cb, cmd, inst->values)) continue;
     gpuhal__kernel_node_params(cb, cmd, &p);
     GPUHAL__CU_RETURN(cb->device->cu, cuGraphExecKernelNodeSetParams, (inst->exec, cmd->node, &p));
-    for (i = 0; i < cmd->arg_count; ++i) { /* only once the driver took them */
-      const gpuhal__cmd_arg_t* arg = &cb->args[cmd->arg_first + i];
-      if (arg->late) memcpy(inst->values + arg->value_offset, cb->values + arg->value_offset, arg->late_size);
-    }
+    gpuhal__graph_cmd_held(cb, cmd, inst->values); /* only once the driver took them */
   }
   return NULL;
 }
