@@ -268,6 +268,9 @@ struct gpuhal_driver_s {
    * Driver-wide: gpuhal devices of one ordinal share its primary context. */
   gpuhal__mutex_t parked_mutex;
   int32_t gpu_waits;
+  /* Such calls running now (under parked_mutex, which they do not hold while they wait):
+   * no queue work starts to wait on the GPU meanwhile (gpuhal__memory_gpu_wait_claim). */
+  int32_t sync_calls;
   /* Per ordinal: gpuhal devices of one ordinal share its primary context. */
   gpuhal__ordinal_t* ordinals;
   struct gpuhal__deferred_call_s* deferred;

@@ -465,13 +465,48 @@ static GPUHAL__THREAD_LOCAL int gpuhal__put_off_depth = 0;
 GPUHAL__PRIVATE void gpuhal__put_off_begin(void) { gpuhal__put_off_depth++; }
 GPUHAL__PRIVATE void gpuhal__put_off_end(void) { gpuhal__put_off_depth--; }
 
+/* Under parked_mutex with no GPU wait counted: runs fn(arg) with the mutex let go, counted in
+ * sync_calls so that no queue work parks on the GPU until it returns (gpuhal__memory_gpu_wait_claim);
+ * returns with the mutex held again. The mutex is not held across the call: the call may wait
+ * for this device's GPU work, and that for another device's issue (a collective's peer), which
+ * may need the mutex (its own free, its own park). */
+static gpuhal_status_t gpuhal__driver_run_unparked_locked(gpuhal_driver_t* driver, gpuhal_status_t (*fn)(void*),
+                                                          void* arg) {
+  gpuhal_status_t status;
+  driver->sync_calls++;
+  gpuhal__mutex_unlock(&driver->parked_mutex);
+  status = fn(arg);
+  gpuhal__mutex_lock(&driver->parked_mutex);
+  driver->sync_calls--;
+  return status;
+}
+
+typedef struct gpuhal__deferred_run_s {
+  const gpuhal__cuda_symbols_t* cu;
+  const gpuhal__deferred_call_t* call;
+  int push; /* in the call's own context (a put-off call), else in the current one */
+} gpuhal__deferred_run_t;
+
+static gpuhal_status_t gpuhal__deferred_run(void* arg) {
+  const gpuhal__deferred_run_t* r = (const gpuhal__deferred_run_t*)arg;
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status = NULL;
+  if (!r->push) return gpuhal__deferred_call_run(r->cu, r->call);
+  if (gpuhal__context_push_any(r->cu, r->call->context, &scope)) {
+    status = gpuhal__deferred_call_run(r->cu, r->call);
+    gpuhal__context_pop_any(r->cu, &scope);
+  }
+  return status;
+}
+
 /* Runs `call` (cuMemFree, cuMemFreeHost, cuModuleUnload or cuLibraryUnload) with the device's context
  * current, or puts it off: while queue work of any device of the driver may wait on the GPU
  * for a value (these calls wait until the whole context is idle, tools/probe/park_probe.c,
  * and the value may only come from the calling thread later), and inside a queue call's
  * harvest (gpuhal__put_off_begin: the call must not wait for the GPU; the worker runs it
- * soon). The check and the call share driver->parked_mutex with the count of such work, so
- * none is enqueued while one of these calls waits for the context. */
+ * soon). The check shares driver->parked_mutex with the count of such work, and the call
+ * is counted in sync_calls while it runs, so none is enqueued while it waits for the
+ * context. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device, const gpuhal__deferred_call_t* call) {
   gpuhal_driver_t* driver = device->driver;
   gpuhal_status_t status = NULL;
@@ -495,7 +530,11 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device
       gpuhal__free(device->allocator, d);
     }
   } else {
-    status = gpuhal__deferred_call_run(device->cu, call);
+    gpuhal__deferred_run_t run;
+    run.cu = device->cu;
+    run.call = call;
+    run.push = 0;
+    status = gpuhal__driver_run_unparked_locked(driver, gpuhal__deferred_run, &run);
   }
   gpuhal__mutex_unlock(&driver->parked_mutex);
   if (flush) gpuhal__worker_post(device, &device->memory->flush_task);
@@ -535,7 +574,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_call_unparked(gpuhal_driver_t* dr
                                     "flight, and mapping shared memory into the devices (cuMemHostRegister) may "
                                     "wait for it; call it before such work is queued, or once it is done",
                                     func)
-               : fn(arg);
+               : gpuhal__driver_run_unparked_locked(driver, fn, arg);
   gpuhal__mutex_unlock(&driver->parked_mutex);
   return status;
 }
@@ -563,18 +602,19 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_library(gpuhal_device_t* d
 }
 
 /* Under parked_mutex: runs what was put off, each in its context, unless queue work may wait
- * on the GPU again. Any thread. */
+ * on the GPU again. Any thread; several may flush at once (each call is taken off the list
+ * under the mutex, which is let go while it runs). */
 static void gpuhal__driver_flush_deferred_locked(gpuhal_driver_t* driver) {
   const gpuhal__cuda_symbols_t* cu = &driver->cu;
   while (driver->gpu_waits == 0 && driver->deferred) {
     gpuhal__deferred_call_t* d = driver->deferred;
-    gpuhal__context_scope_t scope;
-    gpuhal_status_t status = NULL;
+    gpuhal__deferred_run_t run;
+    gpuhal_status_t status;
     driver->deferred = d->next;
-    if (gpuhal__context_push_any(cu, d->context, &scope)) {
-      status = gpuhal__deferred_call_run(cu, d);
-      gpuhal__context_pop_any(cu, &scope);
-    }
+    run.cu = cu;
+    run.call = d;
+    run.push = 1;
+    status = gpuhal__driver_run_unparked_locked(driver, gpuhal__deferred_run, &run);
     if (status) {
       gpuhal__log(&driver->logger, GPUHAL_LOG_ERROR, "a call put off while work waited on the GPU: %s",
                   gpuhal_status_message(status));
@@ -599,6 +639,21 @@ static gpuhal_status_t gpuhal__memory_flush_call(void* driver) {
 static void gpuhal__memory_flush_task(gpuhal__task_t* task) {
   gpuhal__memory_state_t* memory = GPUHAL__CONTAINER_OF(task, gpuhal__memory_state_t, flush_task);
   gpuhal__driver_flush_deferred(memory->flush_device->driver);
+}
+
+GPUHAL__PRIVATE int gpuhal__memory_gpu_wait_claim(gpuhal_device_t* device) {
+  gpuhal__memory_state_t* memory = device->memory;
+  gpuhal_driver_t* driver = device->driver;
+  int claimed;
+  if (!memory) return 1; /* nothing is put off for such a device (gpuhal__memory_gpu_waits_add) */
+  gpuhal__mutex_lock(&driver->parked_mutex);
+  claimed = driver->sync_calls == 0;
+  if (claimed) {
+    memory->gpu_waits++;
+    driver->gpu_waits++;
+  }
+  gpuhal__mutex_unlock(&driver->parked_mutex);
+  return claimed;
 }
 
 GPUHAL__PRIVATE void gpuhal__memory_gpu_waits_add(gpuhal_device_t* device, int32_t delta) {

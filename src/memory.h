@@ -244,10 +244,15 @@ GPUHAL__PRIVATE void gpuhal__put_off_end(void);
 GPUHAL__PRIVATE void gpuhal__driver_flush_deferred(gpuhal_driver_t* driver);
 
 /* The queue is about to enqueue (+1), or has seen the end of (-1), work that may wait on the
- * GPU for a value. Enqueueing waits for a put-off call in progress (see
- * gpuhal__device_sync_call). When no such work is left, what was put off runs on this
- * device's worker. */
+ * GPU for a value. When no such work is left, what was put off runs on this device's
+ * worker. +1 without a claim only for work that waits behind work already counted. */
 GPUHAL__PRIVATE void gpuhal__memory_gpu_waits_add(gpuhal_device_t* device, int32_t delta);
+
+/* The queue asks to park work on the GPU (a value wait): 1 and counted (+1) unless a call
+ * that waits for a whole context is running (see gpuhal__device_sync_call); then 0 and the
+ * work waits on the host instead. Never blocks: that call may be waiting for this device's
+ * peers (a collective), whose issue must not wait for it. */
+GPUHAL__PRIVATE int gpuhal__memory_gpu_wait_claim(gpuhal_device_t* device);
 
 /* gpuhal's own references (command buffers, queue actions, collectives); NULL is fine. */
 GPUHAL__PRIVATE void gpuhal__buffer_retain_ref(gpuhal_buffer_t* buffer);

@@ -29,7 +29,7 @@ GPUHAL__PRIVATE gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_
   return t;
 }
 
-GPUHAL__PRIVATE int gpuhal__park_reserve(gpuhal__queue_state_t* state) {
+static int gpuhal__park_reserve(gpuhal__queue_state_t* state) {
   gpuhal_device_t* device = state->device;
   int32_t* count;
   int32_t now;
@@ -48,6 +48,17 @@ GPUHAL__PRIVATE int gpuhal__park_reserve(gpuhal__queue_state_t* state) {
 
 GPUHAL__PRIVATE void gpuhal__park_release(gpuhal__queue_state_t* state, int32_t n) {
   if (n > 0) gpuhal__atomic_sub(&state->device->driver->ordinals[state->device->ordinal].parked, n);
+}
+
+GPUHAL__PRIVATE int gpuhal__action_park_reserve(gpuhal__action_t* a) {
+  if (!gpuhal__park_reserve(a->state)) return 0;
+  if (!gpuhal__memory_gpu_wait_claim(a->state->device)) {
+    gpuhal__park_release(a->state, 1);
+    return 0;
+  }
+  a->gpu_wait_counted = 1; /* counted now: gpuhal__action_issue finds it so */
+  a->park_reserved = 1;
+  return 1;
 }
 
 GPUHAL__PRIVATE void gpuhal__action_park_denied(gpuhal__action_t* a, int denied) {

@@ -265,7 +265,7 @@ typedef struct gpuhal__action_s {
   int not_provisional;         /* GPUHAL__SUBMIT_NOT_PROVISIONAL */
   int caller_may_issue;        /* GPUHAL__SUBMIT_CALLER_MAY_ISSUE: an application thread may issue it */
   int polled;                  /* the completion thread found it not done once (lane typical_ns) */
-  int park_reserved;           /* holds one of its ordinal's parked streams (gpuhal__park_reserve) */
+  int park_reserved;           /* holds one of its ordinal's parked streams (gpuhal__action_park_reserve) */
   int park_denied;             /* pending because no parked stream was free: woken when one frees */
   int provisional;             /* it may run on a failed input: a value wait (a failure store releases
                          it), or a wait on provisional work; see gpuhal__action_inputs */
@@ -387,11 +387,13 @@ GPUHAL__PRIVATE gpuhal__queue_state_t* gpuhal__queue_state(gpuhal_device_t* devi
 /* The device's tuning with every default filled in (zero fields take the defaults). */
 GPUHAL__PRIVATE gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_queue_tuning_t* in);
 
-/* Reserves one of the streams of the device's ordinal that may park on the GPU (see
- * gpuhal_queue_tuning_t.gpu_parked_max): 0 when all are taken. The reservation becomes the
- * side stream's at issue, which gives it back once its work is seen complete. Devices of one
- * ordinal share its context, hence its hardware queues and the bound. */
-GPUHAL__PRIVATE int gpuhal__park_reserve(gpuhal__queue_state_t* state);
+/* Reserves for `a` one of the streams of the device's ordinal that may park on the GPU (see
+ * gpuhal_queue_tuning_t.gpu_parked_max) and counts its GPU wait (gpuhal__memory_gpu_wait_claim):
+ * 0, with neither, when all are taken or a call that waits for a whole context is running.
+ * The reservation becomes the side stream's at issue, which gives it back once its work is
+ * seen complete. Devices of one ordinal share its context, hence its hardware queues and the
+ * bound. */
+GPUHAL__PRIVATE int gpuhal__action_park_reserve(gpuhal__action_t* a);
 
 GPUHAL__PRIVATE void gpuhal__park_release(gpuhal__queue_state_t* state, int32_t n);
 /* Sets or clears a->park_denied, keeping state->park_denied counted. */

@@ -64,7 +64,7 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
     st = a->provisional ? GPUHAL__WAIT_PENDING : gpuhal__semaphore_check(w->semaphore, w->value, &q);
     if (st == GPUHAL__WAIT_PENDING && !park && state->memops && !a->not_provisional &&
         !gpuhal__atomic_load(&w->semaphore->queue_signalled)) {
-      if (may_park < 0) may_park = a->park_reserved = gpuhal__park_reserve(state);
+      if (may_park < 0) may_park = gpuhal__action_park_reserve(a);
       park = may_park;
       denied = !park;
     }
@@ -102,9 +102,10 @@ GPUHAL__PRIVATE gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, in
                                                          gpuhal_status_t* out_failure) {
   gpuhal__resolve_t r = gpuhal__action_resolve_waits(a, take_events, out_failure);
   if (r != GPUHAL__RESOLVE_BLOCKED) gpuhal__action_park_denied(a, 0);
-  if (a->park_reserved && !a->provisional) {
+  if (a->park_reserved && !a->provisional) { /* reserved, then not needed */
     gpuhal__park_release(a->state, 1);
     a->park_reserved = 0;
+    gpuhal__action_gpu_wait_count(a, 0);
   }
   return r;
 }

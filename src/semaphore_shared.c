@@ -124,7 +124,7 @@ typedef struct gpuhal__shared_kept_s {
   gpuhal__shared_mapping_t m;
 } gpuhal__shared_kept_t;
 
-/* Under driver->parked_mutex with no GPU wait in flight (gpuhal__driver_call_unparked).
+/* With no GPU wait in flight and none starting (gpuhal__driver_call_unparked).
  * tools/probe/park_probe.c found register + unregister waiting for a stream parked on a
  * value wait; a later probe (softcuda conformance, conf_share.c) puts that on
  * cuMemHostUnregister alone, which is put off (gpuhal__shared_mapping_drop). Registering

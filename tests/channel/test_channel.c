@@ -6,6 +6,8 @@
 #include "test_util.h"
 #include "test_multi_device_util.h"
 
+#include <pthread.h>
+
 typedef struct ct_s {
   md_fixture_t f;
   int n;
@@ -439,6 +441,92 @@ static void ct_graph_reusable_body(uint32_t mode) {
 TU_TEST(reusable_graph_two_steps) { ct_graph_reusable_body(GPUHAL_COMMAND_BUFFER_GRAPH); }
 TU_TEST(reusable_stream_two_steps) { ct_graph_reusable_body(GPUHAL_COMMAND_BUFFER_STREAM); }
 
+/* ---- a free on one device while its collective waits for a peer ----
+ * cuMemFree waits for the work of its context, here rank 0's all-reduce, which waits for
+ * rank 1's part. A free on rank 1's device meanwhile (its worker retiring earlier work does
+ * that, as does an application thread) must not wait for rank 0's free: it once did, on a
+ * driver-wide lock held across the call, and rank 1's part then never came (a hang on a
+ * GPU; softnccl's timeout here, as CI saw once in a few hundred runs). */
+typedef struct ct_free_arg_s {
+  gpuhal_buffer_t* buffer;
+  int done; /* atomic */
+} ct_free_arg_t;
+
+static void* ct_free_thread(void* p) {
+  ct_free_arg_t* arg = (ct_free_arg_t*)p;
+  gpuhal_buffer_release(arg->buffer);
+  __atomic_store_n(&arg->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Polls `arg->done` for up to `ms` milliseconds. */
+static int ct_wait_done(ct_free_arg_t* arg, int ms) {
+  int i;
+  for (i = 0; i < ms && !__atomic_load_n(&arg->done, __ATOMIC_ACQUIRE); ++i) tu_sleep_ns(1000000);
+  return __atomic_load_n(&arg->done, __ATOMIC_ACQUIRE);
+}
+
+TU_TEST(free_while_a_collective_waits_for_a_peer) {
+  ct_t t;
+  gpuhal_command_buffer_t* cbs[MD_MAX_DEVICES];
+  ct_reduce_case_t rc;
+  ct_free_arg_t first, second;
+  pthread_t first_thread, second_thread;
+  int r, round;
+  if (!ct_open(&t)) TU_SKIP("needs 2+ devices and NCCL");
+  rc.type = GPUHAL_ELEMENT_FLOAT32;
+  rc.op = GPUHAL_REDUCTION_SUM;
+  rc.count = 1001;
+  for (round = 0; round < 3; ++round) {
+    TU_CHECK_OK(ct_alloc(&t, rc.count * 4, rc.count * 4));
+    {
+      float host[1001];
+      size_t i;
+      for (r = 0; r < t.n; ++r) {
+        for (i = 0; i < rc.count; ++i) host[i] = (float)ct_input(rc.op, r, i);
+        TU_CHECK_OK(gpuhal_buffer_write(t.send[r], 0, host, sizeof(host)));
+      }
+    }
+    memset(cbs, 0, sizeof(cbs));
+    memset(&first, 0, sizeof(first));
+    memset(&second, 0, sizeof(second));
+    TU_CHECK_OK(gpuhal_buffer_allocate(t.f.devices[0], GPUHAL_MEMORY_DEVICE, 4096, &first.buffer));
+    TU_CHECK_OK(gpuhal_buffer_allocate(t.f.devices[1], GPUHAL_MEMORY_DEVICE, 4096, &second.buffer));
+    TU_CHECK_OK(ct_record_all(&t, GPUHAL_COMMAND_BUFFER_STREAM, ct_make_all_reduce, &rc, 1, cbs));
+    /* Rank 0 first (the first round also connects the communicators, all ranks at once). */
+    if (round > 0) {
+      uint64_t v = ++t.value[0];
+      TU_CHECK_OK(gpuhal_queue_execute(t.f.devices[0], 0, gpuhal_semaphore_list_empty(),
+                                       gpuhal_semaphore_list_one(&t.sem[0], &v), cbs[0], NULL));
+      tu_sleep_ns(20000000); /* its all-reduce is on the GPU, waiting for the others */
+      TU_REQUIRE(pthread_create(&first_thread, NULL, ct_free_thread, &first) == 0);
+      tu_sleep_ns(20000000); /* that free waits for the all-reduce */
+      TU_REQUIRE(pthread_create(&second_thread, NULL, ct_free_thread, &second) == 0);
+      if (!ct_wait_done(&second, 5000))
+        TU_FAIL_AT(__FILE__, __LINE__,
+                   "round %d: a free on device 1 waited for device 0's free, which waits for "
+                   "device 1's part of the all-reduce",
+                   round);
+      for (r = 1; r < t.n; ++r) {
+        uint64_t w = ++t.value[r];
+        TU_CHECK_OK(gpuhal_queue_execute(t.f.devices[r], 0, gpuhal_semaphore_list_empty(),
+                                         gpuhal_semaphore_list_one(&t.sem[r], &w), cbs[r], NULL));
+      }
+      for (r = 0; r < t.n; ++r) TU_CHECK_OK(gpuhal_semaphore_wait(t.sem[r], t.value[r], md_seconds(120)));
+      TU_CHECK(ct_wait_done(&first, 120000));
+      pthread_join(first_thread, NULL);
+      pthread_join(second_thread, NULL);
+    } else {
+      TU_CHECK_OK(ct_execute_all(&t, cbs));
+      gpuhal_buffer_release(first.buffer);
+      gpuhal_buffer_release(second.buffer);
+    }
+    for (r = 0; r < t.n; ++r) gpuhal_command_buffer_release(cbs[r]);
+    ct_check_all_reduce(&t, GPUHAL_COMMAND_BUFFER_STREAM, &rc);
+  }
+  ct_close(&t);
+}
+
 /* ---- argument checks ---- */
 /* Raw NCCL, as an application drives several GPUs from one thread: every rank's first
  * collective in one ncclGroupStart/End. Real NCCL connects the ranks of a group together;
@@ -605,5 +693,5 @@ TU_TEST(unavailable_without_nccl) {
 
 TU_MAIN(TU_CASE(all_reduce_stream), TU_CASE(all_reduce_graph), TU_CASE(collectives_stream), TU_CASE(collectives_graph),
         TU_CASE(send_recv_ring_stream), TU_CASE(send_recv_ring_graph), TU_CASE(reusable_graph_two_steps),
-        TU_CASE(reusable_stream_two_steps), TU_CASE(raw_group_of_all_ranks_from_one_thread), TU_CASE(bad_input),
-        TU_CASE(unavailable_without_nccl))
+        TU_CASE(reusable_stream_two_steps), TU_CASE(free_while_a_collective_waits_for_a_peer),
+        TU_CASE(raw_group_of_all_ranks_from_one_thread), TU_CASE(bad_input), TU_CASE(unavailable_without_nccl))

@@ -405,9 +405,67 @@ TU_TEST(semaphore_memops_park_headroom) {
   gpuhal_driver_release(driver);
 }
 
+/* While a call that waits for a whole context runs (cuMemFree, a module unload: counted in
+ * driver->sync_calls, here by hand), work behind an unsubmitted value waits on the host
+ * rather than park on the GPU, without waiting for the call; once it is over, such work
+ * parks again. (Waiting for the call would let one device's free, waiting for its
+ * collective, hold back a peer's part of it: test_channel's
+ * free_while_a_collective_waits_for_a_peer.) */
+static int32_t tt_gpu_waits(gpuhal_driver_t* driver) {
+  int32_t n;
+  gpuhal__mutex_lock(&driver->parked_mutex);
+  n = driver->gpu_waits;
+  gpuhal__mutex_unlock(&driver->parked_mutex);
+  return n;
+}
+static void tt_sync_calls_add(gpuhal_driver_t* driver, int32_t delta) {
+  gpuhal__mutex_lock(&driver->parked_mutex);
+  driver->sync_calls += delta;
+  gpuhal__mutex_unlock(&driver->parked_mutex);
+}
+TU_TEST(semaphore_memops_no_park_while_a_context_waits) {
+  gpuhal_driver_options_t options;
+  gpuhal_device_params_t params;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal_semaphore_t *gate = NULL, *done = NULL;
+  int count = 0, peak;
+  memset(&options, 0, sizeof(options));
+  memset(&params, 0, sizeof(params));
+  options.semaphore_memops = 1;
+  params.queue_count = 2;
+  TU_REQUIRE_OK(gpuhal_driver_create(&options, &driver));
+  TU_CHECK_OK(gpuhal_driver_device_count(driver, &count));
+  if (count == 0 || !gpuhal_driver_has_feature(driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
+    gpuhal_driver_release(driver);
+    TU_SKIP("no 64-bit stream memory operations on every device");
+  }
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &device));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &gate));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &done));
+  tt_sync_calls_add(driver, 1);
+  peak = tt_gated_parks(device, gate, 1, done, 1, 2);
+  if (peak >= 0) TU_CHECK_EQ_INT(peak, 0);
+  TU_CHECK_EQ_INT(tt_gpu_waits(driver), 0);
+  tt_sync_calls_add(driver, -1);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 2, qt_seconds(30)));
+  peak = tt_gated_parks(device, gate, 2, done, 3, 2);
+  if (peak >= 0) TU_CHECK_EQ_INT(peak, 2);
+  TU_CHECK_EQ_INT(tt_gpu_waits(driver), 2);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 2));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 4, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(30)));
+  TU_CHECK_EQ_INT(tt_gpu_waits(driver), 0);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+}
+
 TU_MAIN(TU_CASE(defaults), TU_CASE(completion_follows_the_work), TU_CASE(no_spin_short_sleeps),
         TU_CASE(host_wait_spin_adapts), TU_CASE(completion_looks_at_once_and_polls_often),
         TU_CASE(completion_ages_work_long), TU_CASE(harvest_off_and_eager), TU_CASE(worker_issues_everything),
         TU_CASE(semaphore_memops), TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked),
         TU_CASE(semaphore_memops_gated_bound), TU_CASE(semaphore_memops_gated_two_devices_one_gpu),
-        TU_CASE(semaphore_memops_park_headroom))
+        TU_CASE(semaphore_memops_park_headroom), TU_CASE(semaphore_memops_no_park_while_a_context_waits))
