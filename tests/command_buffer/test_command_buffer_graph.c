@@ -149,6 +149,124 @@ TU_TEST(graph_instances_patch_only_what_differs) {
   cbt_close(&t);
 }
 
+/* Out of memory for a graph instance. The first instance is made at the first execute: its
+ * failure is that execute's (its semaphore fails, the command buffer stays usable, and a
+ * later execute makes the instance). Once one exists, a failed extra instance is no
+ * failure: the execute patches an existing one, in flight or not, and every result is
+ * still exact. */
+static int cbg_instantiate_fail; /* atomic */
+static gpuhal_PFN_cuGraphInstantiateWithFlags cbg_instantiate_orig;
+static CUresult CUDAAPI cbg_instantiate_maybe(CUgraphExec* e, CUgraph g, unsigned long long flags) {
+  if (__atomic_load_n(&cbg_instantiate_fail, __ATOMIC_SEQ_CST)) return CUDA_ERROR_OUT_OF_MEMORY;
+  return cbg_instantiate_orig(e, g, flags);
+}
+static gpuhal_status_t cbg_execute(cbt* t, gpuhal_command_buffer_t* cb, gpuhal_buffer_t* buffer,
+                                   gpuhal_semaphore_t* sem, uint64_t value) {
+  gpuhal_binding_table_t table;
+  table.count = 1;
+  table.buffers = &buffer;
+  table.offsets = NULL;
+  return gpuhal_queue_execute(t->device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &value), cb,
+                              &table);
+}
+TU_TEST(graph_instance_out_of_memory) {
+  enum { LATE = 3 };
+  /* per step: the table (0: A, 1: B), instantiation failing, blocked behind the blocker,
+   * the instances there are after it */
+  static const int plan[][4] = {{1, 0, 0, 1}, {0, 1, 0, 1}, {1, 1, 1, 1}, {0, 1, 1, 1}, {1, 0, 1, 2}, {0, 0, 1, 2}};
+  const int steps = (int)(sizeof(plan) / sizeof(plan[0]));
+  cbt t;
+  gpuhal__cuda_symbols_t* cu;
+  gpuhal_buffer_t* counters[2] = {NULL, NULL};
+  gpuhal_buffer_t* words = NULL;
+  gpuhal_kernel_t* spin_flag = NULL;
+  gpuhal_command_buffer_t *cb = NULL, *blocker = NULL;
+  gpuhal_semaphore_t *failed = NULL, *sem = NULL;
+  gpuhal_status_t st;
+  gpuhal_arg_t arg, spin_args[3];
+  uint32_t zero[2] = {0, 0}, expected[2] = {0, 0};
+  uint64_t value = 0;
+  int i, k, blocked = 0;
+  gpuhal_device_params_t params;
+  memset(&params, 0, sizeof(params));
+  params.tuning.graph_instances_max = 4;
+  cbt_device_params = &params;
+  i = cbt_open(&t);
+  cbt_device_params = NULL;
+  if (!i) return;
+  cu = (gpuhal__cuda_symbols_t*)t.device->cu;
+  TU_CHECK_OK(cbt_load(&t, 5, "spin_flag", &spin_flag));
+  for (i = 0; i < 2; ++i) {
+    TU_CHECK_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_DEVICE, 256, &counters[i]));
+    if (counters[i]) TU_CHECK_OK(gpuhal_buffer_write(counters[i], 0, zero, 8));
+  }
+  TU_CHECK_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_HOST_PINNED, 8, &words));
+  TU_REQUIRE(spin_flag && words && !tu_state.failed);
+  TU_REQUIRE_OK(gpuhal_command_buffer_create(t.device, GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 1, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  arg = gpuhal_arg_slot(0, 0);
+  for (k = 0; k < LATE; ++k) {
+    TU_CHECK_OK(gpuhal_cmd_dispatch(cb, t.atomic_inc, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg));
+    TU_CHECK_OK(gpuhal_cmd_barrier(cb));
+  }
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  spin_args[0] = gpuhal_arg_buffer(words, 0);
+  spin_args[1] = gpuhal_arg_buffer(words, 4);
+  spin_args[2] = gpuhal_arg_u64(60000000);
+  TU_CHECK_OK(gpuhal_command_buffer_create(t.device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, 0,
+                                           &blocker));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(blocker));
+  TU_CHECK_OK(gpuhal_cmd_dispatch(blocker, spin_flag, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, spin_args));
+  TU_CHECK_OK(gpuhal_command_buffer_end(blocker));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &failed));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &sem));
+  TU_REQUIRE(!tu_state.failed);
+  cbg_instantiate_orig = cu->cuGraphInstantiateWithFlags;
+  cu->cuGraphInstantiateWithFlags = cbg_instantiate_maybe;
+  /* No instance yet, and none can be made: the execute fails, and says why. */
+  __atomic_store_n(&cbg_instantiate_fail, 1, __ATOMIC_SEQ_CST);
+  TU_CHECK_OK(cbg_execute(&t, cb, counters[0], failed, 1));
+  st = gpuhal_semaphore_wait(failed, 1, gpuhal_timeout_relative_ns(10000000000ll));
+  TU_CHECK(st != NULL);
+  if (st) {
+    TU_CHECK(strstr(gpuhal_status_message(st), "CUDA_ERROR_OUT_OF_MEMORY") != NULL);
+    TU_CHECK(strstr(gpuhal_status_message(st), "cuGraphInstantiateWithFlags") != NULL);
+    gpuhal_status_free(st);
+  }
+  TU_CHECK_EQ_INT(cb->instance_count, 0);
+  for (i = 0; i < steps && !tu_state.failed; ++i) {
+    __atomic_store_n(&cbg_instantiate_fail, plan[i][1], __ATOMIC_SEQ_CST);
+    if (plan[i][2] && !blocked) {
+      memcpy(gpuhal_buffer_host_pointer(words), zero, 8);
+      TU_CHECK_OK(gpuhal_queue_execute(t.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(),
+                                       blocker, NULL));
+      blocked = 1;
+    }
+    TU_CHECK_OK(cbg_execute(&t, cb, counters[plan[i][0]], sem, ++value));
+    expected[plan[i][0]] += LATE;
+    if (!plan[i][2]) TU_CHECK_OK(gpuhal_semaphore_wait(sem, value, gpuhal_timeout_relative_ns(10000000000ll)));
+    if ((int)cb->instance_count != plan[i][3])
+      TU_FAIL_AT(__FILE__, __LINE__, "step %d: %u instances (expected %d)", i, cb->instance_count, plan[i][3]);
+  }
+  __atomic_store_n(&cbg_instantiate_fail, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n((uint32_t*)gpuhal_buffer_host_pointer(words), 1u, __ATOMIC_SEQ_CST); /* let it go */
+  TU_CHECK_OK(gpuhal_semaphore_wait(sem, value, gpuhal_timeout_relative_ns(30000000000ll)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(t.device, gpuhal_timeout_relative_ns(30000000000ll)));
+  cu->cuGraphInstantiateWithFlags = cbg_instantiate_orig;
+  for (i = 0; i < 2; ++i) {
+    uint32_t got[2] = {0, 0};
+    if (counters[i]) TU_CHECK_OK(gpuhal_buffer_read(counters[i], 0, got, 8));
+    TU_CHECK_EQ_INT(got[0], expected[i]);
+  }
+  gpuhal_semaphore_release(failed);
+  gpuhal_semaphore_release(sem);
+  gpuhal_command_buffer_release(cb);
+  gpuhal_command_buffer_release(blocker);
+  gpuhal_buffer_release(words);
+  for (i = 0; i < 2; ++i) gpuhal_buffer_release(counters[i]);
+  cbt_close(&t);
+}
+
 /* The driver's own view of the graph, through the library gpuhal loaded. */
 typedef CUresult (*get_nodes_fn)(CUgraph, CUgraphNode*, size_t*);
 typedef CUresult (*get_edges_fn)(CUgraph, CUgraphNode*, CUgraphNode*, size_t*);
@@ -462,11 +580,12 @@ TU_TEST(graph_release_by_execute_with_context_push_failing) {
 }
 
 TU_MAIN(TU_CASE(graph_structure), TU_CASE(graph_instances_patch_only_what_differs),
-        TU_CASE(graph_single_node_segments_chain), TU_CASE(native_graph_rules), TU_CASE(graph_commands_bytes),
-        TU_CASE(graph_fill_every_pattern), TU_CASE(graph_barrier_orders), TU_CASE(graph_reusable_1000_rotating_tables),
-        TU_CASE(graph_late_bound_alloca), TU_CASE(graph_unordered_alloca_fails), TU_CASE(graph_empty),
-        TU_CASE(graph_validation), TU_CASE(graph_transient_after_dealloca),
-        TU_CASE(graph_transient_dealloca_queued_first), TU_CASE(graph_transient_through_slot),
-        TU_CASE(graph_transient_reusable_named), TU_CASE(graph_release_with_context_push_failing),
+        TU_CASE(graph_instance_out_of_memory), TU_CASE(graph_single_node_segments_chain), TU_CASE(native_graph_rules),
+        TU_CASE(graph_commands_bytes), TU_CASE(graph_fill_every_pattern), TU_CASE(graph_barrier_orders),
+        TU_CASE(graph_reusable_1000_rotating_tables), TU_CASE(graph_late_bound_alloca),
+        TU_CASE(graph_unordered_alloca_fails), TU_CASE(graph_empty), TU_CASE(graph_validation),
+        TU_CASE(graph_transient_after_dealloca), TU_CASE(graph_transient_dealloca_queued_first),
+        TU_CASE(graph_transient_through_slot), TU_CASE(graph_transient_reusable_named),
+        TU_CASE(graph_release_with_context_push_failing),
         TU_CASE(graph_release_on_host_call_thread_with_context_push_failing),
         TU_CASE(graph_release_by_execute_with_context_push_failing))
