@@ -3,8 +3,15 @@
 #include "device.h"
 #include "status.h"
 
+/* The device whose worker this thread is (NULL: not a worker). */
+static GPUHAL__THREAD_LOCAL gpuhal_device_t* gpuhal__worker_self = NULL;
+
 GPUHAL__PRIVATE int gpuhal__on_worker(gpuhal_device_t* device) {
   return device->worker.started && gpuhal__thread_is_current(device->worker.thread);
+}
+
+GPUHAL__PRIVATE int gpuhal__on_other_worker(gpuhal_device_t* device) {
+  return gpuhal__worker_self != NULL && gpuhal__worker_self != device;
 }
 
 GPUHAL__PRIVATE void gpuhal__worker_post(gpuhal_device_t* device, gpuhal__task_t* task) {
@@ -86,6 +93,7 @@ static void* gpuhal__worker_main(void* arg) {
   gpuhal__cond_broadcast(&w->done_cond);
   gpuhal__mutex_unlock(&w->mutex);
   if (status) return NULL;
+  gpuhal__worker_self = device;
   gpuhal__worker_loop(w);
   /* Leave the thread as we found it; the context itself lives on until released. */
   device->cu->cuCtxSetCurrent(NULL);

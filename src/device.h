@@ -401,6 +401,10 @@ GPUHAL__PRIVATE const gpuhal__hooks_t* gpuhal__hooks(void);
 
 /* 1 when the calling thread is `device`'s worker. */
 GPUHAL__PRIVATE int gpuhal__on_worker(gpuhal_device_t* device);
+/* 1 when the calling thread is the worker of a device other than `device`: it must not wait
+ * for `device`'s worker (that one may be waiting for it), so what it would hand over and wait
+ * for it hands over only. */
+GPUHAL__PRIVATE int gpuhal__on_other_worker(gpuhal_device_t* device);
 
 /* Queues `task` to run on the worker (FIFO); a task already queued is not queued twice. */
 GPUHAL__PRIVATE void gpuhal__worker_post(gpuhal_device_t* device, gpuhal__task_t* task);

@@ -691,7 +691,11 @@ static gpuhal_status_t gpuhal__buffer_free_memory(gpuhal_buffer_t* buffer) {
   gpuhal_status_t status = NULL;
   if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_LIVE) return NULL;
   if (buffer->pending) {
-    if (gpuhal__put_off_depth > 0 && gpuhal__pending_free_put_off(buffer)) return NULL;
+    /* Handed to the owning worker without waiting from a queue call's harvest, and from
+     * another device's worker (a peer copy's action dropping the last reference): two
+     * workers each waiting for the other would never return. */
+    if ((gpuhal__put_off_depth > 0 || gpuhal__on_other_worker(device)) && gpuhal__pending_free_put_off(buffer))
+      return NULL;
     return gpuhal__worker_call(device, gpuhal__buffer_free_pending_sync, buffer);
   }
   status = gpuhal__context_enter(device, &scope);

@@ -123,6 +123,73 @@ static void md_peer_copy_body(uint32_t mode) {
 TU_TEST(peer_copy_stream) { md_peer_copy_body(GPUHAL_COMMAND_BUFFER_STREAM); }
 TU_TEST(peer_copy_graph) { md_peer_copy_body(GPUHAL_COMMAND_BUFFER_GRAPH); }
 
+/* Device 0 copies from queue_alloca memory of device 1 (a peer copy), and its action holds
+ * the last reference to that buffer. Freeing such memory is device 1's worker's job; device
+ * 0's worker, releasing the action, hands it over and goes on, even while device 1's worker
+ * is busy (held here until the test lets it go): two workers each waiting for the other's
+ * would never return. */
+typedef struct md_hold_s {
+  gpuhal__task_t task;
+  int32_t held, let_go;
+} md_hold_t;
+static void md_hold_run(gpuhal__task_t* task) {
+  md_hold_t* h = GPUHAL__CONTAINER_OF(task, md_hold_t, task);
+  int64_t end = gpuhal_now_ns() + (int64_t)60 * 1000000000;
+  gpuhal__atomic_store(&h->held, 1);
+  while (!gpuhal__atomic_load(&h->let_go) && gpuhal_now_ns() < end) tu_sleep_ns(100000);
+}
+TU_TEST(peer_alloca_freed_without_waiting_for_its_worker) {
+  md_fixture_t f;
+  gpuhal_buffer_t *b1 = NULL, *dst0 = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_semaphore_t *s0 = NULL, *s1 = NULL;
+  unsigned char in[4096], out[4096];
+  uint64_t one = 1, two = 2;
+  md_hold_t hold;
+  int64_t end;
+  size_t i;
+  if (!md_open(&f, 2, 2, NULL)) TU_SKIP("needs 2 devices");
+  for (i = 0; i < sizeof(in); ++i) in[i] = (unsigned char)(i * 5 + 1);
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s0));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s1));
+  TU_CHECK_OK(gpuhal_queue_alloca(f.devices[1], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s1, &one),
+                                  sizeof(in), &b1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(s1, 1, md_seconds(30)));
+  TU_CHECK_OK(gpuhal_buffer_write(b1, 0, in, sizeof(in)));
+  TU_CHECK_OK(gpuhal_buffer_allocate(f.devices[0], GPUHAL_MEMORY_DEVICE, sizeof(in), &dst0));
+  TU_REQUIRE(b1 && dst0 && !tu_state.failed);
+  TU_CHECK_OK(gpuhal_command_buffer_create(f.devices[0], GPUHAL_COMMAND_BUFFER_STREAM, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  TU_CHECK_OK(gpuhal_cmd_copy(cb, gpuhal_ref_buffer(b1, 0), gpuhal_ref_buffer(dst0, 0), sizeof(in)));
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  memset(&hold, 0, sizeof(hold));
+  gpuhal__list_init(&hold.task.node);
+  hold.task.fn = md_hold_run;
+  gpuhal__worker_post(f.devices[1], &hold.task);
+  end = gpuhal_now_ns() + (int64_t)10 * 1000000000;
+  while (!gpuhal__atomic_load(&hold.held) && gpuhal_now_ns() < end) tu_sleep_ns(100000);
+  TU_CHECK(gpuhal__atomic_load(&hold.held));
+  TU_CHECK_OK(gpuhal_queue_execute(f.devices[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s0, &one),
+                                   cb, NULL));
+  gpuhal_command_buffer_release(cb); /* the action's references are the last */
+  gpuhal_buffer_release(b1);
+  TU_CHECK_OK(gpuhal_semaphore_wait(s0, 1, md_seconds(30)));
+  /* Every action of device 0 released: the last one's release freed b1, or handed it over. */
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.devices[0], md_seconds(5)));
+  TU_CHECK_OK(gpuhal_queue_execute(f.devices[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s0, &two),
+                                   NULL, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(s0, 2, md_seconds(5)));
+  gpuhal__atomic_store(&hold.let_go, 1);
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.devices[1], md_seconds(30)));
+  memset(out, 0, sizeof(out));
+  TU_CHECK_OK(gpuhal_buffer_read(dst0, 0, out, sizeof(out)));
+  TU_CHECK(memcmp(in, out, sizeof(in)) == 0);
+  gpuhal_buffer_release(dst0);
+  gpuhal_semaphore_release(s0);
+  gpuhal_semaphore_release(s1);
+  md_close(&f);
+}
+
 /* ---- no gpuhal call changes the calling thread's current context ---- */
 typedef struct md_ctx_test_s {
   const gpuhal__cuda_symbols_t* cu;
@@ -365,4 +432,5 @@ TU_TEST(devices_run_concurrently) {
 }
 
 TU_MAIN(TU_CASE(pipeline_two_devices_stream), TU_CASE(pipeline_two_devices_graph), TU_CASE(peer_copy_stream),
-        TU_CASE(peer_copy_graph), TU_CASE(context_unchanged_by_every_function), TU_CASE(devices_run_concurrently))
+        TU_CASE(peer_copy_graph), TU_CASE(peer_alloca_freed_without_waiting_for_its_worker),
+        TU_CASE(context_unchanged_by_every_function), TU_CASE(devices_run_concurrently))
