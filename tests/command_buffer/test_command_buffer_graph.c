@@ -25,6 +25,53 @@ TU_TEST(graph_transient_through_slot) { body_transient_through_slot(GRAPH); }
 TU_TEST(graph_transient_reusable_named) { body_transient_reusable_named(GRAPH); }
 TU_TEST(graph_validation) { body_validation(GRAPH); }
 
+/* cbt_open with tuning.graph_instances_max = `max`. */
+static int cbg_open_instances(cbt* t, int32_t max) {
+  gpuhal_device_params_t params;
+  int ok;
+  memset(&params, 0, sizeof(params));
+  params.tuning.graph_instances_max = max;
+  cbt_device_params = &params;
+  ok = cbt_open(t);
+  cbt_device_params = NULL;
+  return ok;
+}
+
+/* A REUSABLE GRAPH of `late` late-bound dispatches (atomic_inc on slot 0, a barrier after
+ * each), then, with `fixed`, one static atomic_inc of fixed's second counter. */
+static int cbg_late_graph(cbt* t, int late, gpuhal_buffer_t* fixed, gpuhal_command_buffer_t** out) {
+  gpuhal_arg_t arg = gpuhal_arg_slot(0, 0);
+  int k;
+  TU_CHECK_OK(gpuhal_command_buffer_create(t->device, GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 1, out));
+  if (!*out) return 0;
+  TU_CHECK_OK(gpuhal_command_buffer_begin(*out));
+  for (k = 0; k < late; ++k) {
+    TU_CHECK_OK(gpuhal_cmd_dispatch(*out, t->atomic_inc, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg));
+    TU_CHECK_OK(gpuhal_cmd_barrier(*out));
+  }
+  if (fixed) {
+    arg = gpuhal_arg_buffer(fixed, 4);
+    TU_CHECK_OK(gpuhal_cmd_dispatch(*out, t->atomic_inc, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg));
+  }
+  TU_CHECK_OK(gpuhal_command_buffer_end(*out));
+  return !tu_state.failed;
+}
+
+/* A REUSABLE STREAM command buffer whose kernel (spin_flag) runs until the first word of
+ * `words` is set (at most 60 s): executed ahead of others, it keeps them queued. */
+static void cbg_blocker(cbt* t, gpuhal_kernel_t* spin_flag, gpuhal_buffer_t* words, gpuhal_command_buffer_t** out) {
+  gpuhal_arg_t spin_args[3];
+  spin_args[0] = gpuhal_arg_buffer(words, 0);
+  spin_args[1] = gpuhal_arg_buffer(words, 4);
+  spin_args[2] = gpuhal_arg_u64(60000000);
+  TU_CHECK_OK(
+      gpuhal_command_buffer_create(t->device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, 0, out));
+  if (!*out) return;
+  TU_CHECK_OK(gpuhal_command_buffer_begin(*out));
+  TU_CHECK_OK(gpuhal_cmd_dispatch(*out, spin_flag, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, spin_args));
+  TU_CHECK_OK(gpuhal_command_buffer_end(*out));
+}
+
 /* Rebinding a REUSABLE GRAPH with tuning.graph_instances_max = 4 (gpuhal__graph_instance_t):
  * an execute launches an instance that holds its bindings as it is; else a new instance,
  * made with its bindings (set in the graph's nodes first: no patch), up to the bound; else
@@ -56,16 +103,9 @@ TU_TEST(graph_instances_patch_only_what_differs) {
   gpuhal_command_buffer_t *cb = NULL, *blocker = NULL;
   gpuhal_semaphore_t* sem = NULL;
   uint32_t zero[2] = {0, 0}, expected[TABLES];
-  gpuhal_arg_t arg, spin_args[3];
   uint64_t value = 0;
-  int i, k;
-  gpuhal_device_params_t params;
-  memset(&params, 0, sizeof(params));
-  params.tuning.graph_instances_max = 4;
-  cbt_device_params = &params;
-  i = cbt_open(&t);
-  cbt_device_params = NULL;
-  if (!i) return;
+  int i;
+  if (!cbg_open_instances(&t, 4)) return;
   cu = (gpuhal__cuda_symbols_t*)t.device->cu;
   memset(counters, 0, sizeof(counters));
   memset(expected, 0, sizeof(expected));
@@ -77,16 +117,7 @@ TU_TEST(graph_instances_patch_only_what_differs) {
   TU_CHECK_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_HOST_PINNED, 8, &words));
   TU_REQUIRE(spin_flag && words && !tu_state.failed);
   /* LATE late-bound dispatches and one static one */
-  TU_REQUIRE_OK(gpuhal_command_buffer_create(t.device, GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 1, &cb));
-  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
-  arg = gpuhal_arg_slot(0, 0);
-  for (k = 0; k < LATE; ++k) {
-    TU_CHECK_OK(gpuhal_cmd_dispatch(cb, t.atomic_inc, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg));
-    TU_CHECK_OK(gpuhal_cmd_barrier(cb));
-  }
-  arg = gpuhal_arg_buffer(counters[TABLES - 1], 4);
-  TU_CHECK_OK(gpuhal_cmd_dispatch(cb, t.atomic_inc, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg));
-  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  TU_REQUIRE(cbg_late_graph(&t, LATE, counters[TABLES - 1], &cb));
   TU_CHECK_EQ_INT(cb->instance_count, 0); /* made at the first execute, with its bindings */
   if (!cu->cuGraphKernelNodeSetParams) {
     /* A driver without it: instances start from the graph's values and are patched. */
@@ -96,14 +127,7 @@ TU_TEST(graph_instances_patch_only_what_differs) {
     cbt_close(&t);
     TU_SKIP("the driver has no cuGraphKernelNodeSetParams");
   }
-  spin_args[0] = gpuhal_arg_buffer(words, 0);
-  spin_args[1] = gpuhal_arg_buffer(words, 4);
-  spin_args[2] = gpuhal_arg_u64(60000000);
-  TU_CHECK_OK(gpuhal_command_buffer_create(t.device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, 0,
-                                           &blocker));
-  TU_CHECK_OK(gpuhal_command_buffer_begin(blocker));
-  TU_CHECK_OK(gpuhal_cmd_dispatch(blocker, spin_flag, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, spin_args));
-  TU_CHECK_OK(gpuhal_command_buffer_end(blocker));
+  cbg_blocker(&t, spin_flag, words, &blocker);
   TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &sem));
   TU_REQUIRE(!tu_state.failed);
   cbg_set_params_orig = cu->cuGraphExecKernelNodeSetParams;
@@ -183,17 +207,10 @@ TU_TEST(graph_instance_out_of_memory) {
   gpuhal_command_buffer_t *cb = NULL, *blocker = NULL;
   gpuhal_semaphore_t *failed = NULL, *sem = NULL;
   gpuhal_status_t st;
-  gpuhal_arg_t arg, spin_args[3];
   uint32_t zero[2] = {0, 0}, expected[2] = {0, 0};
   uint64_t value = 0;
-  int i, k, blocked = 0;
-  gpuhal_device_params_t params;
-  memset(&params, 0, sizeof(params));
-  params.tuning.graph_instances_max = 4;
-  cbt_device_params = &params;
-  i = cbt_open(&t);
-  cbt_device_params = NULL;
-  if (!i) return;
+  int i, blocked = 0;
+  if (!cbg_open_instances(&t, 4)) return;
   cu = (gpuhal__cuda_symbols_t*)t.device->cu;
   TU_CHECK_OK(cbt_load(&t, 5, "spin_flag", &spin_flag));
   for (i = 0; i < 2; ++i) {
@@ -202,22 +219,8 @@ TU_TEST(graph_instance_out_of_memory) {
   }
   TU_CHECK_OK(gpuhal_buffer_allocate(t.device, GPUHAL_MEMORY_HOST_PINNED, 8, &words));
   TU_REQUIRE(spin_flag && words && !tu_state.failed);
-  TU_REQUIRE_OK(gpuhal_command_buffer_create(t.device, GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 1, &cb));
-  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
-  arg = gpuhal_arg_slot(0, 0);
-  for (k = 0; k < LATE; ++k) {
-    TU_CHECK_OK(gpuhal_cmd_dispatch(cb, t.atomic_inc, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg));
-    TU_CHECK_OK(gpuhal_cmd_barrier(cb));
-  }
-  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
-  spin_args[0] = gpuhal_arg_buffer(words, 0);
-  spin_args[1] = gpuhal_arg_buffer(words, 4);
-  spin_args[2] = gpuhal_arg_u64(60000000);
-  TU_CHECK_OK(gpuhal_command_buffer_create(t.device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, 0,
-                                           &blocker));
-  TU_CHECK_OK(gpuhal_command_buffer_begin(blocker));
-  TU_CHECK_OK(gpuhal_cmd_dispatch(blocker, spin_flag, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, spin_args));
-  TU_CHECK_OK(gpuhal_command_buffer_end(blocker));
+  TU_REQUIRE(cbg_late_graph(&t, LATE, NULL, &cb));
+  cbg_blocker(&t, spin_flag, words, &blocker);
   TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &failed));
   TU_REQUIRE_OK(gpuhal_semaphore_create(t.driver, 0, &sem));
   TU_REQUIRE(!tu_state.failed);

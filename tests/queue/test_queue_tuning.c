@@ -237,24 +237,33 @@ TU_TEST(host_wait_spin_adapts) {
 /* The same workload with timeline values in device memory, where the device has them
  * (work queued before its signal waits on the GPU, on side streams), at the default bound
  * on parked streams, at one, and at none (every such wait on the host). */
+/* A driver with GPU-resident semaphore values (options.semaphore_memops), or NULL when
+ * there is no device or not every device has them. */
+static gpuhal_driver_t* tt_memops_driver(void) {
+  gpuhal_driver_options_t options;
+  gpuhal_driver_t* driver = NULL;
+  int count = 0;
+  memset(&options, 0, sizeof(options));
+  options.semaphore_memops = 1;
+  TU_CHECK_OK(gpuhal_driver_create(&options, &driver));
+  if (driver) TU_CHECK_OK(gpuhal_driver_device_count(driver, &count));
+  if (driver && (count == 0 || !gpuhal_driver_has_feature(driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS))) {
+    gpuhal_driver_release(driver);
+    driver = NULL;
+  }
+  return driver;
+}
+
 /* The workload on the memop path (one device) at bound `gpu_parked_max`. */
 static void tt_run_memops(int32_t gpu_parked_max) {
-  gpuhal_driver_options_t options;
   gpuhal_device_params_t params;
   qt_fixture_t f;
-  int count = 0;
   memset(&f, 0, sizeof(f));
-  memset(&options, 0, sizeof(options));
   memset(&params, 0, sizeof(params));
-  options.semaphore_memops = 1;
   params.queue_count = 2;
   params.tuning.gpu_parked_max = gpu_parked_max;
-  TU_REQUIRE_OK(gpuhal_driver_create(&options, &f.driver));
-  TU_CHECK_OK(gpuhal_driver_device_count(f.driver, &count));
-  if (count == 0 || !gpuhal_driver_has_feature(f.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
-    gpuhal_driver_release(f.driver);
-    TU_SKIP("no 64-bit stream memory operations on every device");
-  }
+  f.driver = tt_memops_driver();
+  if (!f.driver) TU_SKIP("no 64-bit stream memory operations on every device");
   TU_REQUIRE_OK(gpuhal_device_create(f.driver, 0, &params, &f.device));
   tt_workload(&f, 1);
   qt_close(&f);
@@ -267,25 +276,18 @@ enum { TT_GATED = 8 };
  * value: every op could park a stream. On softcuda, no more streams of the context may be
  * parked at once than the bound; then the gate opens and everything runs. */
 static void tt_run_gated(int32_t gpu_parked_max, int devices) {
-  gpuhal_driver_options_t options;
   gpuhal_device_params_t params;
   gpuhal_driver_t* driver = NULL;
   gpuhal_device_t* device[2] = {NULL, NULL};
   gpuhal_semaphore_t* gate = NULL;
   gpuhal_semaphore_t* done[TT_GATED];
-  int count = 0, i, peak, bound = gpu_parked_max == 0 ? 2 : gpu_parked_max < 0 ? 0 : gpu_parked_max;
+  int i, peak, bound = gpu_parked_max == 0 ? 2 : gpu_parked_max < 0 ? 0 : gpu_parked_max;
   memset(done, 0, sizeof(done));
-  memset(&options, 0, sizeof(options));
   memset(&params, 0, sizeof(params));
-  options.semaphore_memops = 1;
   params.queue_count = 2;
   params.tuning.gpu_parked_max = gpu_parked_max;
-  TU_REQUIRE_OK(gpuhal_driver_create(&options, &driver));
-  TU_CHECK_OK(gpuhal_driver_device_count(driver, &count));
-  if (count == 0 || !gpuhal_driver_has_feature(driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
-    gpuhal_driver_release(driver);
-    TU_SKIP("no 64-bit stream memory operations on every device");
-  }
+  driver = tt_memops_driver();
+  if (!driver) TU_SKIP("no 64-bit stream memory operations on every device");
   for (i = 0; i < devices; ++i) TU_CHECK_OK(gpuhal_device_create(driver, 0, &params, &device[i]));
   TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &gate));
   qt_softcuda_parked_peak(1);
@@ -354,26 +356,19 @@ static int tt_gated_parks(gpuhal_device_t* device, gpuhal_semaphore_t* gate, uin
   return qt_softcuda_parked_peak(0);
 }
 TU_TEST(semaphore_memops_park_headroom) {
-  gpuhal_driver_options_t options;
   gpuhal_device_params_t params;
   gpuhal_driver_t* driver = NULL;
   gpuhal_device_t* device = NULL;
   gpuhal_semaphore_t *gate = NULL, *done_a = NULL, *done_b = NULL;
   gpuhal_buffer_t* buffer = NULL;
   gpuhal_command_buffer_t* graphs[TT_ROOM_GRAPHS + 1];
-  int count = 0, i, peak;
+  int i, peak;
   memset(graphs, 0, sizeof(graphs));
-  memset(&options, 0, sizeof(options));
   memset(&params, 0, sizeof(params));
-  options.semaphore_memops = 1;
   params.queue_count = 2;
   params.tuning.park_headroom = 4;
-  TU_REQUIRE_OK(gpuhal_driver_create(&options, &driver));
-  TU_CHECK_OK(gpuhal_driver_device_count(driver, &count));
-  if (count == 0 || !gpuhal_driver_has_feature(driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
-    gpuhal_driver_release(driver);
-    TU_SKIP("no 64-bit stream memory operations on every device");
-  }
+  driver = tt_memops_driver();
+  if (!driver) TU_SKIP("no 64-bit stream memory operations on every device");
   TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &device));
   TU_REQUIRE_OK(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, 64, &buffer));
   TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &gate));
@@ -424,22 +419,15 @@ static void tt_sync_calls_add(gpuhal_driver_t* driver, int32_t delta) {
   gpuhal__mutex_unlock(&driver->parked_mutex);
 }
 TU_TEST(semaphore_memops_no_park_while_a_context_waits) {
-  gpuhal_driver_options_t options;
   gpuhal_device_params_t params;
   gpuhal_driver_t* driver = NULL;
   gpuhal_device_t* device = NULL;
   gpuhal_semaphore_t *gate = NULL, *done = NULL;
-  int count = 0, peak;
-  memset(&options, 0, sizeof(options));
+  int peak;
   memset(&params, 0, sizeof(params));
-  options.semaphore_memops = 1;
   params.queue_count = 2;
-  TU_REQUIRE_OK(gpuhal_driver_create(&options, &driver));
-  TU_CHECK_OK(gpuhal_driver_device_count(driver, &count));
-  if (count == 0 || !gpuhal_driver_has_feature(driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
-    gpuhal_driver_release(driver);
-    TU_SKIP("no 64-bit stream memory operations on every device");
-  }
+  driver = tt_memops_driver();
+  if (!driver) TU_SKIP("no 64-bit stream memory operations on every device");
   TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &device));
   TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &gate));
   TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &done));
