@@ -481,17 +481,17 @@ static gpuhal_status_t gpuhal__driver_run_unparked_locked(gpuhal_driver_t* drive
   return status;
 }
 
+/* A call run in its own context where it names one (a put-off call), else in the current one. */
 typedef struct gpuhal__deferred_run_s {
   const gpuhal__cuda_symbols_t* cu;
   const gpuhal__deferred_call_t* call;
-  int push; /* in the call's own context (a put-off call), else in the current one */
 } gpuhal__deferred_run_t;
 
 static gpuhal_status_t gpuhal__deferred_run(void* arg) {
   const gpuhal__deferred_run_t* r = (const gpuhal__deferred_run_t*)arg;
   gpuhal__context_scope_t scope;
   gpuhal_status_t status = NULL;
-  if (!r->push) return gpuhal__deferred_call_run(r->cu, r->call);
+  if (!r->call->context) return gpuhal__deferred_call_run(r->cu, r->call);
   if (gpuhal__context_push_any(r->cu, r->call->context, &scope)) {
     status = gpuhal__deferred_call_run(r->cu, r->call);
     gpuhal__context_pop_any(r->cu, &scope);
@@ -532,8 +532,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device
   } else {
     gpuhal__deferred_run_t run;
     run.cu = device->cu;
-    run.call = call;
-    run.push = 0;
+    run.call = call; /* names no context: the device's is current */
     status = gpuhal__driver_run_unparked_locked(driver, gpuhal__deferred_run, &run);
   }
   gpuhal__mutex_unlock(&driver->parked_mutex);
@@ -613,7 +612,6 @@ static void gpuhal__driver_flush_deferred_locked(gpuhal_driver_t* driver) {
     driver->deferred = d->next;
     run.cu = cu;
     run.call = d;
-    run.push = 1;
     status = gpuhal__driver_run_unparked_locked(driver, gpuhal__deferred_run, &run);
     if (status) {
       gpuhal__log(&driver->logger, GPUHAL_LOG_ERROR, "a call put off while work waited on the GPU: %s",
