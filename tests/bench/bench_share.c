@@ -4,7 +4,10 @@
  *   bench_share [steps] [repetitions]      (defaults 600, the most, and 5)
  *
  * The parent forks two children, A and B, joined by a Unix socket, and never loads CUDA
- * itself; A prints the table. Both use device 0.
+ * itself; A prints the table. With one GPU both use device 0 (two contexts that time-slice
+ * it); with two or more, A uses device 0 and B device 1, and the one-process chains put
+ * their even steps on device 0 and their odd ones on device 1, so every comparison has the
+ * same placement. BS_ONE_GPU=1 keeps both on device 0 on a machine with more.
  *
  * 1. GPU -> GPU hop: a chain of `steps` tiny GPU operations (a 4-byte fill) that alternate
  *    between A and B, each waiting on the GPU for the value the previous one signalled on
@@ -52,9 +55,14 @@ typedef struct bs_proc_s {
   int reps;
   int failures;
   gpuhal_driver_t* driver;
-  gpuhal_device_t* device;
+  gpuhal_device_t* device;     /* A: device 0; B: device 1 when split, else 0 */
   gpuhal_buffer_t* scratch;    /* what the tiny operation fills */
   gpuhal_command_buffer_t* cb; /* the tiny operation, reusable */
+  /* A, when split: device 1 for the odd steps of the one-process chains (else NULLs, and
+   * the odd steps run on a second queue of `device`). */
+  gpuhal_device_t* odd_device;
+  gpuhal_buffer_t* odd_scratch;
+  gpuhal_command_buffer_t* odd_cb;
 } bs_proc_t;
 
 static gpuhal_timeout_t bs_seconds(int s) { return gpuhal_timeout_relative_ns((int64_t)s * 1000000000ll); }
@@ -140,13 +148,14 @@ static gpuhal_semaphore_t* bs_share_semaphore(bs_proc_t* p) {
 /* Submits this process's steps of a chain that starts above `base` on `s`: step i (0-based,
  * over the whole chain) waits for base+1+i and signals base+2+i; A (or queue 0) takes the
  * even steps, B (or queue 1) the odd ones. */
-static int bs_chain_submit(bs_proc_t* p, gpuhal_semaphore_t* s, uint64_t base, int parity, uint32_t queue) {
+static int bs_chain_submit(bs_proc_t* p, gpuhal_semaphore_t* s, uint64_t base, int parity, gpuhal_device_t* device,
+                           uint32_t queue, gpuhal_command_buffer_t* cb) {
   int i;
   for (i = parity; i < p->steps; i += 2) {
     uint64_t wait = base + 1 + (uint64_t)i, signal = base + 2 + (uint64_t)i;
     if (!bs_ok(p,
-               gpuhal_queue_execute(p->device, queue, gpuhal_semaphore_list_one(&s, &wait),
-                                    gpuhal_semaphore_list_one(&s, &signal), p->cb, NULL),
+               gpuhal_queue_execute(device, queue, gpuhal_semaphore_list_one(&s, &wait),
+                                    gpuhal_semaphore_list_one(&s, &signal), cb, NULL),
                "execute"))
       return 0;
   }
@@ -164,7 +173,7 @@ static double bs_chain_run(bs_proc_t* p, gpuhal_semaphore_t* s, uint64_t base) {
 
 static double bs_chain_two_processes(bs_proc_t* p, gpuhal_semaphore_t* s, uint64_t base) {
   double us = 0;
-  if (!bs_chain_submit(p, s, base, p->a ? 0 : 1, 0) || !bs_sync(p, 'c')) return 0;
+  if (!bs_chain_submit(p, s, base, p->a ? 0 : 1, p->device, 0, p->cb) || !bs_sync(p, 'c')) return 0;
   if (p->a) us = bs_chain_run(p, s, base);
   bs_ok(p, gpuhal_device_wait_idle(p->device, bs_seconds(60)), "idle");
   bs_sync(p, 'C');
@@ -175,37 +184,55 @@ static double bs_chain_one_process(bs_proc_t* p) {
   gpuhal_semaphore_t* s = NULL;
   double us = 0;
   if (!bs_ok(p, gpuhal_semaphore_create(p->driver, 0, &s), "semaphore")) return 0;
-  if (bs_chain_submit(p, s, 0, 0, 0) && bs_chain_submit(p, s, 0, 1, 1)) us = bs_chain_run(p, s, 0);
+  if (bs_chain_submit(p, s, 0, 0, p->device, 0, p->cb) &&
+      (p->odd_device ? bs_chain_submit(p, s, 0, 1, p->odd_device, 0, p->odd_cb)
+                     : bs_chain_submit(p, s, 0, 1, p->device, 1, p->cb)))
+    us = bs_chain_run(p, s, 0);
   bs_ok(p, gpuhal_device_wait_idle(p->device, bs_seconds(60)), "idle");
+  if (p->odd_device) bs_ok(p, gpuhal_device_wait_idle(p->odd_device, bs_seconds(60)), "idle");
   gpuhal_semaphore_release(s);
   return us;
 }
 
 /* The same chain with the raw driver API on a pinned, device-mapped word: in one process
- * (A, two streams, `word` its own page) or in two (each its own stream, `word` the page the
- * parent shared before the fork, registered in both). Every step is enqueued before A's
- * host stores the head; A spins on the word for the end. */
+ * (A, two streams, `word` its own page; the odd steps' stream on device 1 when split) or in
+ * two (each its own stream, `word` the page the parent shared before the fork, registered
+ * in both). Every step is enqueued before A's host stores the head; A spins on the word for
+ * the end. */
 static double bs_chain_raw(bs_proc_t* p, volatile uint64_t* word, int two_processes) {
   const gpuhal__cuda_symbols_t* cu = p->device->cu;
+  gpuhal_device_t* devices[2];
   gpuhal__context_scope_t scope;
   CUstream streams[2] = {NULL, NULL};
-  CUdeviceptr word_dev = 0, fill_dev = p->scratch->address;
+  CUdeviceptr word_dev[2] = {0, 0}, fill_dev[2];
   double us = 0;
-  int i, ok, registered = 0;
-  if (!bs_ok(p, gpuhal__context_enter(p->device, &scope), "context")) return 0;
+  int i, k, ok = 1, registered = 0;
+  devices[0] = p->device;
+  devices[1] = !two_processes && p->odd_device ? p->odd_device : p->device;
+  fill_dev[0] = p->scratch->address;
+  fill_dev[1] = devices[1] == p->device ? p->scratch->address : p->odd_scratch->address;
   *word = 0;
-  ok = bs_ok_cu(p, cu->cuStreamCreate(&streams[0], CU_STREAM_NON_BLOCKING), "stream") &&
-       bs_ok_cu(p, cu->cuStreamCreate(&streams[1], CU_STREAM_NON_BLOCKING), "stream") &&
-       (registered = bs_ok_cu(
-            p, cu->cuMemHostRegister((void*)word, 4096, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
-            "register")) &&
-       bs_ok_cu(p, cu->cuMemHostGetDevicePointer(&word_dev, (void*)word, 0), "device pointer");
+  for (k = 0; ok && k < 2; ++k) {
+    if (!bs_ok(p, gpuhal__context_enter(devices[k], &scope), "context")) return 0;
+    ok = bs_ok_cu(p, cu->cuStreamCreate(&streams[k], CU_STREAM_NON_BLOCKING), "stream");
+    if (ok && k == 0)
+      ok = registered = bs_ok_cu(
+          p, cu->cuMemHostRegister((void*)word, 4096, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
+          "register");
+    if (ok) ok = bs_ok_cu(p, cu->cuMemHostGetDevicePointer(&word_dev[k], (void*)word, 0), "device pointer");
+    gpuhal__context_leave(devices[k], &scope);
+  }
   for (i = 0; ok && i < p->steps; ++i) {
-    CUstream st = streams[i & 1];
-    if (two_processes && (i & 1) == p->a) continue; /* A takes the even steps */
-    ok = bs_ok_cu(p, cu->cuStreamWaitValue64(st, word_dev, (cuuint64_t)i + 1, CU_STREAM_WAIT_VALUE_GEQ), "wait") &&
-         bs_ok_cu(p, cu->cuMemsetD32Async(fill_dev, (unsigned)i, 1, st), "fill") &&
-         bs_ok_cu(p, cu->cuStreamWriteValue64(st, word_dev, (cuuint64_t)i + 2, CU_STREAM_WRITE_VALUE_DEFAULT), "write");
+    k = i & 1;
+    if (two_processes && k == p->a) continue; /* A takes the even steps */
+    if (!bs_ok(p, gpuhal__context_enter(devices[k], &scope), "context")) break;
+    ok =
+        bs_ok_cu(p, cu->cuStreamWaitValue64(streams[k], word_dev[k], (cuuint64_t)i + 1, CU_STREAM_WAIT_VALUE_GEQ),
+                 "wait") &&
+        bs_ok_cu(p, cu->cuMemsetD32Async(fill_dev[k], (unsigned)i, 1, streams[k]), "fill") &&
+        bs_ok_cu(p, cu->cuStreamWriteValue64(streams[k], word_dev[k], (cuuint64_t)i + 2, CU_STREAM_WRITE_VALUE_DEFAULT),
+                 "write");
+    gpuhal__context_leave(devices[k], &scope);
   }
   if (two_processes && !bs_sync(p, 'r')) ok = 0;
   if (ok && p->a) {
@@ -220,13 +247,15 @@ static double bs_chain_raw(bs_proc_t* p, volatile uint64_t* word, int two_proces
     }
     us = (double)(gpuhal_now_ns() - start) / 1000.0 / p->steps;
   }
-  for (i = 0; i < 2; ++i)
-    if (streams[i]) {
-      bs_ok_cu(p, cu->cuStreamSynchronize(streams[i]), "synchronize");
-      cu->cuStreamDestroy(streams[i]);
+  for (k = 1; k >= 0; --k) {
+    if (!bs_ok(p, gpuhal__context_enter(devices[k], &scope), "context")) continue;
+    if (streams[k]) {
+      bs_ok_cu(p, cu->cuStreamSynchronize(streams[k]), "synchronize");
+      cu->cuStreamDestroy(streams[k]);
     }
-  if (registered) cu->cuMemHostUnregister((void*)word);
-  gpuhal__context_leave(p->device, &scope);
+    if (k == 0 && registered) cu->cuMemHostUnregister((void*)word);
+    gpuhal__context_leave(devices[k], &scope);
+  }
   if (two_processes) bs_sync(p, 'R');
   return us;
 }
@@ -285,34 +314,53 @@ static double bs_host_one_process(bs_proc_t* p) {
 
 /* ---- the two processes ---- */
 
+/* The tiny operation on `device`: a 4-byte fill of its own scratch buffer. */
+static int bs_tiny(bs_proc_t* p, gpuhal_device_t* device, gpuhal_buffer_t** scratch, gpuhal_command_buffer_t** cb) {
+  uint32_t pattern = 7;
+  return bs_ok(p, gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, 256, scratch), "buffer") &&
+         bs_ok(
+             p,
+             gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_STREAM, 0, cb),
+             "command buffer") &&
+         bs_ok(p, gpuhal_command_buffer_begin(*cb), "begin") &&
+         bs_ok(p, gpuhal_cmd_fill(*cb, gpuhal_ref_buffer(*scratch, 0), 4, &pattern, 4), "fill") &&
+         bs_ok(p, gpuhal_command_buffer_end(*cb), "end");
+}
+
+/* Whether A and B (and the one-process chains' two halves) run on two GPUs. */
+static int bs_split(gpuhal_driver_t* driver) {
+  const char* one = getenv("BS_ONE_GPU");
+  int count = 0;
+  if (one && one[0] == '1') return 0;
+  return !gpuhal_driver_device_count(driver, &count) && count >= 2;
+}
+
 static int bs_open(bs_proc_t* p) {
   gpuhal_device_params_t params;
+  int split;
   memset(&params, 0, sizeof(params));
   params.queue_count = 2;
   if (!bs_ok(p, gpuhal_driver_create(NULL, &p->driver), "driver")) return 0;
-  if (!bs_ok(p, gpuhal_device_create(p->driver, 0, &params, &p->device), "device")) return 0;
+  split = bs_split(p->driver);
+  if (!bs_ok(p, gpuhal_device_create(p->driver, split && !p->a ? 1 : 0, &params, &p->device), "device")) return 0;
   if (!gpuhal_driver_has_feature(p->driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) return 0;
-  if (!bs_ok(p, gpuhal_buffer_allocate(p->device, GPUHAL_MEMORY_DEVICE, 256, &p->scratch), "buffer") ||
-      !bs_ok(p,
-             gpuhal_command_buffer_create(p->device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_STREAM, 0,
-                                          &p->cb),
-             "command buffer"))
+  if (!bs_tiny(p, p->device, &p->scratch, &p->cb)) return 0;
+  if (split && p->a &&
+      (!bs_ok(p, gpuhal_device_create(p->driver, 1, &params, &p->odd_device), "device 1") ||
+       !bs_tiny(p, p->odd_device, &p->odd_scratch, &p->odd_cb)))
     return 0;
-  {
-    uint32_t pattern = 7;
-    if (!bs_ok(p, gpuhal_command_buffer_begin(p->cb), "begin") ||
-        !bs_ok(p, gpuhal_cmd_fill(p->cb, gpuhal_ref_buffer(p->scratch, 0), 4, &pattern, 4), "fill") ||
-        !bs_ok(p, gpuhal_command_buffer_end(p->cb), "end"))
-      return 0;
-  }
   return 1;
 }
 
 static void bs_close(bs_proc_t* p) {
   if (p->device) bs_ok(p, gpuhal_device_wait_idle(p->device, bs_seconds(60)), "idle");
+  if (p->odd_device) bs_ok(p, gpuhal_device_wait_idle(p->odd_device, bs_seconds(60)), "idle");
   gpuhal_command_buffer_release(p->cb);
   gpuhal_buffer_release(p->scratch);
+  gpuhal_command_buffer_release(p->odd_cb);
+  gpuhal_buffer_release(p->odd_scratch);
   gpuhal_device_release(p->device);
+  gpuhal_device_release(p->odd_device);
   gpuhal_driver_release(p->driver);
 }
 
@@ -338,9 +386,10 @@ static int bs_child(int sock, int a, int steps, int reps, volatile uint64_t* sha
   }
   if (chain && host && !p.failures) {
     if (a)
-      printf("bench_share: %d steps, median of %d repetitions, on %s (%s)\n%-40s %10s %10s %8s %8s\n", steps, reps,
-             p.device->info.name, gpuhal_driver_cuda_library(p.driver), "case", "gpuhal us", "vs us", "ratio",
-             "target");
+      printf("bench_share: %d steps, median of %d repetitions, on %s (%s), %s\n%-40s %10s %10s %8s %8s\n", steps, reps,
+             p.device->info.name, gpuhal_driver_cuda_library(p.driver),
+             p.odd_device ? "A and even steps on device 0, B and odd steps on device 1" : "both processes on device 0",
+             "case", "gpuhal us", "vs us", "ratio", "target");
     fflush(stdout);
     bs_chain_two_processes(&p, chain, 0); /* warm-up */
     for (r = 0; r < reps && !p.failures; ++r) {
