@@ -61,6 +61,67 @@ GPUHAL__PRIVATE int gpuhal__action_park_reserve(gpuhal__action_t* a) {
   return 1;
 }
 
+GPUHAL__PRIVATE uint32_t gpuhal__action_side_entries(const gpuhal__action_t* a) {
+  uint32_t work = a->ops->stream_entries ? a->ops->stream_entries(a->user) : 1u;
+  return a->wait_count + 1u + work + a->signal_count + 1u;
+}
+
+/* 1 when every wait of `earlier` that was not reached when it was resolved is implied by a
+ * wait of `a`: the same semaphore, at least that value (values only grow). */
+static int gpuhal__action_waits_imply(const gpuhal__action_t* a, const gpuhal__action_t* earlier) {
+  uint32_t i, j;
+  for (i = 0; i < earlier->wait_count; ++i) {
+    const gpuhal__action_wait_t* w = &earlier->waits[i];
+    int implied = w->kind == GPUHAL__WAIT_NOTHING;
+    for (j = 0; !implied && j < a->wait_count; ++j)
+      implied = a->waits[j].semaphore == w->semaphore && a->waits[j].value >= w->value;
+    if (!implied) return 0;
+  }
+  return 1;
+}
+
+GPUHAL__PRIVATE int gpuhal__action_park_chain(gpuhal__action_t* a) {
+  gpuhal__queue_state_t* state = a->state;
+  gpuhal__queue_lane_t* lane = &state->lanes[a->queue_index];
+  gpuhal__side_stream_t* side = NULL;
+  uint32_t entries = gpuhal__action_side_entries(a);
+  if (!state->memops || a->host_fn || a->chain_claim) return 0;
+  gpuhal__mutex_lock(&state->mutex);
+  if (lane->chain_side) side = &state->sides[lane->chain_side - 1];
+  if (side && side->tail && !side->claim && !side->broken && side->tail->caller_may_issue &&
+      side->entries + entries <= GPUHAL__PARK_CHAIN_ENTRIES && gpuhal__action_waits_imply(a, side->tail)) {
+    side->claim = a;
+    side->actions++;
+    side->entries += entries;
+    a->side = lane->chain_side;
+    a->side_entries = entries;
+    a->chain_claim = 1;
+  }
+  gpuhal__mutex_unlock(&state->mutex);
+  if (!a->chain_claim) return 0;
+  /* Counted like a reservation's GPU wait (frees are put off meanwhile); refused while a
+   * call that waits for a whole context runs. Outside the state's lock (lock order). */
+  if (!gpuhal__memory_gpu_wait_claim(state->device)) {
+    gpuhal__action_chain_unclaim(a);
+    return 0;
+  }
+  a->gpu_wait_counted = 1;
+  return 1;
+}
+
+GPUHAL__PRIVATE void gpuhal__action_chain_unclaim(gpuhal__action_t* a) {
+  gpuhal__queue_state_t* state = a->state;
+  int freed;
+  if (!a->chain_claim) return;
+  gpuhal__mutex_lock(&state->mutex);
+  state->sides[a->side - 1].claim = NULL;
+  a->chain_claim = 0;
+  freed = gpuhal__side_stream_leave_locked(state, a, 1);
+  gpuhal__mutex_unlock(&state->mutex);
+  gpuhal__action_gpu_wait_count(a, 0);
+  if (freed) gpuhal__queue_park_freed(state);
+}
+
 GPUHAL__PRIVATE void gpuhal__action_park_denied(gpuhal__action_t* a, int denied) {
   if (a->park_denied == denied) return;
   a->park_denied = denied;
@@ -328,6 +389,7 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
     if (!a->event && i == a->next_wait) gpuhal__semaphore_unregister(w->semaphore, &w->waiter);
     gpuhal__semaphore_release_ref(w->semaphore);
   }
+  gpuhal__action_chain_unclaim(a);                         /* never issued */
   gpuhal__action_gpu_wait_count(a, 0);                     /* an issue that failed */
   if (a->park_reserved) gpuhal__park_release(a->state, 1); /* never issued */
   a->park_reserved = 0;

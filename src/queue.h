@@ -79,11 +79,15 @@
  * release never waits for another device's pending work); not submitted -> with GPU-resident
  * values (GPUHAL_FEATURE_SEMAPHORE_MEMOPS, the default where supported) and a semaphore whose
  * latest signal came from the host (or that has none), cuStreamWaitValue64 on its word and
- * the action issues at once; otherwise the action waits on the host, registered on the
- * semaphore, until the value is submitted or reached. Work behind a value wait, or behind
- * such work ("provisional"), runs on a side stream of its own that first follows its queue's
- * stream: a queue's stream never waits for a value not submitted, nor on provisional work's
- * event, so nothing queued after such work waits for it unless it waits for its values. GPU
+ * the action issues at once; submitted only by provisional work (below) -> the same, behind
+ * that work's event when it signals exactly this value; otherwise the action waits on the
+ * host, registered on the semaphore, until the value is submitted or reached. Work behind a
+ * value wait, or behind such work ("provisional"), runs on a side stream that first follows
+ * its queue's stream: a queue's stream never waits for a value not submitted, nor on
+ * provisional work's event, so nothing queued after such work waits for it unless it waits
+ * for its values. A side stream holds one parked action, and what was chained behind it:
+ * work of the same queue whose waits imply the parked tail's (gpuhal__action_park_chain), so
+ * that it waits for that work's run time at most, never for a value only it brings. GPU
  * work that signals an armed semaphore (by a GPU wait, or by a host waiter that registered
  * before the value was submitted: it then reads the word, not the event) writes the word
  * before its event is recorded (whoever sees the event complete, and may then store a
@@ -98,10 +102,13 @@
  * reusable GRAPH one (one launch, but CUDA orders its launches) and alloca readers.
  * At most tuning.gpu_parked_max side streams per ordinal (its gpuhal devices share its
  * context) are busy at once (CUDA shares a few hardware queues among a context's streams:
- * past a few parked ones, other streams' work stalls); beyond the bound, and while CUDA's
+ * past a few parked ones, other streams' work stalls); beyond the bound work goes behind
+ * its queue's newest parked work where its waits imply that work's (local work only, up to
+ * GPUHAL__PARK_CHAIN_ENTRIES stream entries on the stream), else, and while CUDA's
  * store of streams and graph executables has less than tuning.park_headroom room left (a
  * step of its growth waits for parked streams; gpuhal grows it ahead while none are:
- * gpuhal__device_room_refill, device.h), work waits on the host as on the event path. While
+ * gpuhal__device_room_refill, device.h), it waits on the host as on the event path (and is
+ * woken to ask again whenever parked work completes). While
  * any work may wait on the GPU, calls that wait for an idle context (frees, module unloads)
  * are put off driver-wide (gpuhal__device_sync_call); module loads wait for parked work with
  * a bound (gpuhal__device_park_pause); gpuhal's own kernels load at device creation.
@@ -185,6 +192,9 @@ typedef struct gpuhal__action_ops_s {
    * (gpuhal__context_enter) or asks the worker, as buffer and command-buffer destruction
    * do. Always called exactly once for a submitted action, even one that never ran. */
   void (*release)(void* user, gpuhal_device_t* device);
+  /* Optional. How many stream entries (launches, copies, fills) `issue` may enqueue at
+   * most; NULL: 1. Bounds what is chained behind one GPU wait (GPUHAL__PARK_CHAIN_ENTRIES). */
+  uint32_t (*stream_entries)(void* user);
 } gpuhal__action_ops_t;
 
 /* Flags of gpuhal__queue_submit_ex. */
@@ -220,6 +230,7 @@ enum {
 #define GPUHAL__HARVEST_MAX_BACKOFF 256        /* fast-path submissions skipped at most after a fruitless look */
 #define GPUHAL__HARVEST_MAX_RUN 512            /* actions looked at per look: bounds the time under the lock */
 #define GPUHAL__PARK_COMMANDS_MAX 256          /* a longer STREAM command buffer never waits on the GPU (see top) */
+#define GPUHAL__PARK_CHAIN_ENTRIES 512         /* stream entries at most behind one parked stream's waits (see top) */
 
 struct gpuhal__queue_state_s;
 
@@ -267,6 +278,10 @@ typedef struct gpuhal__action_s {
   int polled;                  /* the completion thread found it not done once (lane typical_ns) */
   int park_reserved;           /* holds one of its ordinal's parked streams (gpuhal__action_park_reserve) */
   int park_denied;             /* pending because no parked stream was free: woken when one frees */
+  uint32_t side;               /* 1 + index of its side stream in state->sides (0: none); set at issue, or
+                                  at resolve when it is chained (gpuhal__action_park_chain) */
+  uint32_t side_entries;       /* what it counts in that side stream's `entries` */
+  int chain_claim;             /* it holds its side stream's `claim`: resolved to go behind its tail */
   int provisional;             /* it may run on a failed input: a value wait (a failure store releases
                          it), or a wait on provisional work; see gpuhal__action_inputs */
   uint32_t shared_signal_refs; /* bit i: signal i uses a wait's semaphore reference */
@@ -291,6 +306,17 @@ typedef struct gpuhal__action_s {
   gpuhal__action_wait_t inline_waits[GPUHAL__ACTION_INLINE_ENTRIES];
 } gpuhal__action_t;
 
+/* A side stream (memops) and what is on it. It holds one of its ordinal's parked-stream
+ * reservations from its first action's issue until it is free again. */
+typedef struct gpuhal__side_stream_s {
+  CUstream stream;
+  uint32_t actions;        /* issued on it, or claimed for it, and not seen complete */
+  uint32_t entries;        /* the stream entries those enqueue (gpuhal__action_t.side_entries) */
+  gpuhal__action_t* tail;  /* the last action issued on it, until it is seen complete (NULL: none) */
+  gpuhal__action_t* claim; /* resolved to go behind `tail`, not issued yet: nothing else may meanwhile */
+  int broken;              /* an issue on it failed, or its work: never used again */
+} gpuhal__side_stream_t;
+
 typedef struct gpuhal__action_block_s {
   struct gpuhal__action_block_s* next;
   gpuhal__action_t actions[GPUHAL__ACTION_POOL_BLOCK];
@@ -305,6 +331,8 @@ typedef struct gpuhal__queue_lane_s {
   gpuhal__list_node_t side;           /* issued on side streams, not taken yet (mutex) */
   gpuhal__list_node_t side_observing; /* taken: each observed on its own (completion thread only) */
   CUevent side_tail;                  /* recorded on the queue's stream for side work to follow (issue_mutex) */
+  uint32_t chain_side;                /* 1 + index of the side stream of the lane's newest parked work, which
+                                         later parked work may go behind (0: none; mutex) */
   uint32_t count;                     /* in_flight + observing (atomic) */
   uint32_t host_calls;                /* host calls in in_flight: taken at once (mutex) */
   int32_t harvesting;                 /* a submitter is harvesting this lane (atomic; one at a time) */
@@ -372,10 +400,11 @@ typedef struct gpuhal__queue_state_s {
   gpuhal__task_t pump_task;     /* posted whenever something changed; the worker dedups it */
   gpuhal__event_pool_t events;
   /* Side streams (memops): provisional work runs on one of its own, so that a GPU wait on
-   * a value not submitted yet holds up nothing else of its queue. Under mutex; a stream is
-   * free again once its work was seen complete. */
-  CUstream* side_streams;
-  CUstream* side_free;
+   * a value not submitted yet holds up nothing else of its queue (or behind parked work of
+   * its queue whose waits its own imply: gpuhal__action_park_chain). Under mutex; a stream
+   * is free again once all its work was seen complete. */
+  gpuhal__side_stream_t* sides;
+  uint32_t* side_free; /* indices into sides */
   uint32_t side_count, side_free_count, side_capacity;
   gpuhal__thread_t completion_thread;
   gpuhal__thread_t host_call_thread;
@@ -396,6 +425,25 @@ GPUHAL__PRIVATE gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_
 GPUHAL__PRIVATE int gpuhal__action_park_reserve(gpuhal__action_t* a);
 
 GPUHAL__PRIVATE void gpuhal__park_release(gpuhal__queue_state_t* state, int32_t n);
+/* When no parked stream may be reserved for `a`: puts it behind the newest parked work of
+ * its queue (the lane's chain_side) instead, if that work's GPU waits are all implied by
+ * waits of `a` (same semaphore, at least that value: once `a` could run, so could it, and
+ * its own work ends without anything else), it is local work (no collective that may
+ * wait for peers), and the stream holds less than GPUHAL__PARK_CHAIN_ENTRIES entries with
+ * it. `a` then waits on the GPU at the cost of that work's own run time, instead of on the
+ * host: a chain of waits on values that another process or the host signals keeps the GPU
+ * busy as a raw stream of value waits would. 1: claimed (a->chain_claim, the GPU wait
+ * counted). Under issue_mutex. */
+GPUHAL__PRIVATE int gpuhal__action_park_chain(gpuhal__action_t* a);
+/* The stream entries `a` puts on a side stream: its waits, the follow of its queue's
+ * stream, its work (ops->stream_entries), its signals' value writes and its event. */
+GPUHAL__PRIVATE uint32_t gpuhal__action_side_entries(const gpuhal__action_t* a);
+/* Gives back a claim of gpuhal__action_park_chain that was not issued. */
+GPUHAL__PRIVATE void gpuhal__action_chain_unclaim(gpuhal__action_t* a);
+/* Side work `a` is seen complete (`ok`) or failed: it leaves its side stream, which is free
+ * again (and gives back its reservation) once nothing else is on it, unless broken. Under
+ * the state's mutex; returns 1 when the stream became free. */
+GPUHAL__PRIVATE int gpuhal__side_stream_leave_locked(gpuhal__queue_state_t* state, gpuhal__action_t* a, int ok);
 /* Sets or clears a->park_denied, keeping state->park_denied counted. */
 GPUHAL__PRIVATE void gpuhal__action_park_denied(gpuhal__action_t* a, int denied);
 /* A parked stream of the device freed: pending actions denied one are woken to ask again
@@ -506,10 +554,6 @@ GPUHAL__PRIVATE gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, in
                                                          gpuhal_status_t* out_failure);
 
 GPUHAL__PRIVATE int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp);
-
-/* The work on side stream `stream` is seen complete: the stream is free again. Under the
- * state's mutex. */
-GPUHAL__PRIVATE void gpuhal__side_stream_put_locked(gpuhal__queue_state_t* state, CUstream stream);
 
 /* Issues a ready action and puts it on its lane (or fails it). Under issue_mutex with the
  * device's context current. Returns when it was issued (0: it failed). */

@@ -32,8 +32,17 @@ static void gpuhal__execute_release(void* user, gpuhal_device_t* device) {
   gpuhal__cb_release_ref(cb); /* may free the pool, action included */
 }
 
+/* What an execute may enqueue on a stream: a graph launch, or each command of a STREAM
+ * command buffer (counted twice: a command may take a few CUDA calls). */
+static uint32_t gpuhal__execute_entries_of(const gpuhal_command_buffer_t* cb) {
+  return gpuhal__cb_is_graph(cb) ? 2u : 2u * cb->cmd_count;
+}
+static uint32_t gpuhal__execute_entries(void* user) {
+  return gpuhal__execute_entries_of(((const gpuhal__execute_action_t*)user)->command_buffer);
+}
+
 static const gpuhal__action_ops_t gpuhal__execute_ops = {"execute", gpuhal__execute_issue, NULL,
-                                                         gpuhal__execute_release};
+                                                         gpuhal__execute_release, gpuhal__execute_entries};
 
 /* A command buffer without binding slots needs no execute record: the queue action holds
  * the command buffer itself (one lock and one record fewer per execute, on submission and
@@ -45,8 +54,11 @@ static void gpuhal__execute_unbound_release(void* user, gpuhal_device_t* device)
   GPUHAL__UNUSED(device);
   gpuhal__cb_release_ref((gpuhal_command_buffer_t*)user);
 }
-static const gpuhal__action_ops_t gpuhal__execute_unbound_ops = {"execute", gpuhal__execute_unbound_issue, NULL,
-                                                                 gpuhal__execute_unbound_release};
+static uint32_t gpuhal__execute_unbound_entries(void* user) {
+  return gpuhal__execute_entries_of((const gpuhal_command_buffer_t*)user);
+}
+static const gpuhal__action_ops_t gpuhal__execute_unbound_ops = {
+    "execute", gpuhal__execute_unbound_issue, NULL, gpuhal__execute_unbound_release, gpuhal__execute_unbound_entries};
 
 GPUHAL__PRIVATE const gpuhal_command_buffer_t* gpuhal__action_command_buffer(const gpuhal__action_t* a) {
   if (a->ops == &gpuhal__execute_ops) return ((const gpuhal__execute_action_t*)a->user)->command_buffer;
@@ -65,7 +77,7 @@ static gpuhal_status_t gpuhal__barrier_issue(void* user, gpuhal_device_t* device
   GPUHAL__UNUSED(stream);
   return NULL;
 }
-static const gpuhal__action_ops_t gpuhal__barrier_ops = {"barrier", gpuhal__barrier_issue, NULL, NULL};
+static const gpuhal__action_ops_t gpuhal__barrier_ops = {"barrier", gpuhal__barrier_issue, NULL, NULL, NULL};
 
 /* Checks the table against what the command buffer's slots need. */
 static gpuhal_status_t gpuhal__execute_check_bindings(const gpuhal_command_buffer_t* cb,

@@ -62,9 +62,13 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
      * go to the GPU (asking only then whether another stream may park). */
     park = a->provisional;
     st = a->provisional ? GPUHAL__WAIT_PENDING : gpuhal__semaphore_check(w->semaphore, w->value, &q);
+    /* A value the host is to signal waits on the GPU; so does one that provisional work
+     * signals (it is submitted, but may wait for the host itself): behind that work's event
+     * (the same value) or the word. Either needs a parked stream, or a place behind the
+     * queue's newest parked work. */
     if (st == GPUHAL__WAIT_PENDING && !park && state->memops && !a->not_provisional &&
-        !gpuhal__atomic_load(&w->semaphore->queue_signalled)) {
-      if (may_park < 0) may_park = gpuhal__action_park_reserve(a);
+        (!gpuhal__atomic_load(&w->semaphore->queue_signalled) || q.provisional_skipped)) {
+      if (may_park < 0) may_park = gpuhal__action_park_reserve(a) || gpuhal__action_park_chain(a);
       park = may_park;
       denied = !park;
     }
@@ -107,6 +111,7 @@ GPUHAL__PRIVATE gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, in
     a->park_reserved = 0;
     gpuhal__action_gpu_wait_count(a, 0);
   }
+  if (a->chain_claim && !a->provisional) gpuhal__action_chain_unclaim(a); /* likewise */
   return r;
 }
 
@@ -150,29 +155,50 @@ static gpuhal_status_t gpuhal__action_issue_waits(gpuhal__action_t* a, CUstream 
   return NULL;
 }
 
-/* A side stream for provisional work: a free one, else a new one. Under issue_mutex with
- * the device's context current (issues are serialized: only this adds streams). */
-static gpuhal_status_t gpuhal__side_stream_acquire(gpuhal__queue_state_t* state, CUstream* out) {
+/* A side stream for provisional work `a`: the one it is chained to (gpuhal__action_park_chain),
+ * else a free one, else a new one; `a` becomes its tail, and the newest parked work of its
+ * lane. Under issue_mutex with the device's context current (issues are serialized: only
+ * this adds streams). */
+static gpuhal_status_t gpuhal__side_stream_acquire(gpuhal__queue_state_t* state, gpuhal__action_t* a, CUstream* out) {
   const gpuhal_allocator_t* allocator = state->device->allocator;
+  gpuhal__side_stream_t* side;
   CUstream stream = NULL;
   gpuhal_status_t status = NULL;
+  uint32_t index;
   gpuhal__mutex_lock(&state->mutex);
-  if (state->side_free_count) {
-    *out = state->side_free[--state->side_free_count];
+  if (a->chain_claim) {
+    side = &state->sides[a->side - 1];
+    side->claim = NULL;
+    side->tail = a;
+    a->chain_claim = 0;
+    *out = side->stream;
     gpuhal__mutex_unlock(&state->mutex);
     return NULL;
   }
-  if (state->side_count == state->side_capacity) /* both read by the completion thread under the lock */
-    status = gpuhal__grow32_pair(allocator, &state->side_capacity, state->side_count + 1u, (void**)&state->side_free,
-                                 sizeof(CUstream), "the free side streams", (void**)&state->side_streams,
-                                 sizeof(CUstream), "side streams");
+  if (state->side_free_count) {
+    index = state->side_free[--state->side_free_count];
+  } else {
+    if (state->side_count == state->side_capacity) /* both read by the completion thread under the lock */
+      status = gpuhal__grow32_pair(allocator, &state->side_capacity, state->side_count + 1u, (void**)&state->side_free,
+                                   sizeof(uint32_t), "the free side streams", (void**)&state->sides,
+                                   sizeof(gpuhal__side_stream_t), "side streams");
+    gpuhal__mutex_unlock(&state->mutex);
+    GPUHAL__RETURN_IF_ERROR(status);
+    GPUHAL__RETURN_IF_ERROR(gpuhal__device_stream_create(state->device, &stream));
+    gpuhal__mutex_lock(&state->mutex);
+    index = state->side_count++;
+    memset(&state->sides[index], 0, sizeof(state->sides[index]));
+    state->sides[index].stream = stream;
+  }
+  side = &state->sides[index];
+  side->actions = 1;
+  side->entries = a->side_entries = gpuhal__action_side_entries(a);
+  side->tail = a;
+  side->claim = NULL;
+  a->side = index + 1;
+  state->lanes[a->queue_index].chain_side = index + 1;
+  *out = side->stream;
   gpuhal__mutex_unlock(&state->mutex);
-  GPUHAL__RETURN_IF_ERROR(status);
-  GPUHAL__RETURN_IF_ERROR(gpuhal__device_stream_create(state->device, &stream));
-  gpuhal__mutex_lock(&state->mutex);
-  state->side_streams[state->side_count++] = stream;
-  gpuhal__mutex_unlock(&state->mutex);
-  *out = stream;
   return NULL;
 }
 
@@ -187,9 +213,21 @@ static gpuhal_status_t gpuhal__side_stream_follow(gpuhal__queue_state_t* state, 
   return GPUHAL__CU(cu, cuStreamWaitEvent, (side, lane->side_tail, 0));
 }
 
-GPUHAL__PRIVATE void gpuhal__side_stream_put_locked(gpuhal__queue_state_t* state, CUstream stream) {
-  state->side_free[state->side_free_count++] = stream;
+GPUHAL__PRIVATE int gpuhal__side_stream_leave_locked(gpuhal__queue_state_t* state, gpuhal__action_t* a, int ok) {
+  gpuhal__side_stream_t* side;
+  uint32_t index = a->side;
+  if (!index) return 0;
+  side = &state->sides[index - 1];
+  a->side = 0;
+  side->actions--;
+  side->entries -= a->side_entries;
+  if (side->tail == a) side->tail = NULL; /* nothing more goes behind finished work */
+  if (!ok) side->broken = 1;
+  if (side->actions || side->broken) return 0;
+  state->side_free[state->side_free_count++] = index - 1;
   gpuhal__park_release(state, 1);
+  if (state->lanes[a->queue_index].chain_side == index) state->lanes[a->queue_index].chain_side = 0;
+  return 1;
 }
 
 /* The signals, after the work: the armed words are written first, then the event is
@@ -240,7 +278,7 @@ static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstrea
 static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
   gpuhal_device_t* device = a->state->device;
   CUstream stream = device->streams[a->queue_index];
-  gpuhal_status_t status = a->provisional ? gpuhal__side_stream_acquire(a->state, &stream) : NULL;
+  gpuhal_status_t status = a->provisional ? gpuhal__side_stream_acquire(a->state, a, &stream) : NULL;
   a->stream = stream;
   if (!status && a->provisional) a->park_reserved = 0; /* the side stream holds it now */
   /* Side work may wait on the GPU for a value not submitted (directly, or through other
@@ -273,6 +311,9 @@ static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t sta
    * values come: their words must outlive their semaphores. */
   for (i = 0; i < a->wait_count; ++i)
     if (a->waits[i].kind == GPUHAL__WAIT_VALUE) gpuhal__semaphore_word_keep(a->waits[i].semaphore);
+  gpuhal__mutex_lock(&state->mutex); /* what it enqueued may never run: the stream is not used again */
+  gpuhal__side_stream_leave_locked(state, a, 0);
+  gpuhal__mutex_unlock(&state->mutex);
   gpuhal__action_describe(a, who, sizeof(who));
   status = gpuhal_status_annotate(status, "issuing %s", who);
   if (gpuhal__cuda_error_is_sticky(r)) gpuhal__queue_mark_lost(state, status);

@@ -171,14 +171,15 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     gpuhal__atomic_sub(&state->in_flight_count, 1u);
     observed++;
   }
-  /* Work on side streams: each on a stream of its own, so each is looked at on its own. */
+  /* Work on side streams: each looked at on its own (a stream holds one parked action and
+   * what was chained behind it). */
   n = lane->side_observing.next;
   while (n != &lane->side_observing) {
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
     CUresult r = cu->cuEventQuery(a->event->handle);
     n = n->next;
-    /* A query that failed (not sticky) is asked of the stream, which holds this work alone,
-     * and never waited for here (gpuhal__action_recheck): the stream may wait for a value
+    /* A query that failed (not sticky) is asked of the stream (done: so is this work), and
+     * never waited for here (gpuhal__action_recheck): the stream may wait for a value
      * that only this thread's progress brings (a host call it hands over). Not known yet:
      * the next pass asks again. */
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY && !gpuhal__cuda_error_is_sticky(r)) {
@@ -188,13 +189,14 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     if (r == CUDA_ERROR_NOT_READY) continue;
     gpuhal__list_remove(&a->link);
     gpuhal__action_gpu_wait_count(a, 0);
+    /* It leaves its side stream, which is free once nothing else is on it (after an error
+     * it is not used again); a pending action denied a parked stream may now have one, or
+     * room behind this stream's tail. */
+    gpuhal__mutex_lock(&state->mutex);
+    gpuhal__side_stream_leave_locked(state, a, r == CUDA_SUCCESS);
+    gpuhal__mutex_unlock(&state->mutex);
+    gpuhal__queue_park_freed(state);
     if (r == CUDA_SUCCESS) {
-      /* Nothing follows the event on a side stream: it is idle. (After an error it is not
-       * used again.) */
-      gpuhal__mutex_lock(&state->mutex);
-      gpuhal__side_stream_put_locked(state, a->stream);
-      gpuhal__mutex_unlock(&state->mutex);
-      gpuhal__queue_park_freed(state);
       if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
         gpuhal__list_push_back(&lane->deferred, &a->link);
         continue;

@@ -100,7 +100,7 @@ static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
     if (state->lanes[i].side_tail)
       gpuhal_status_free(GPUHAL__CU(state->device->cu, cuEventDestroy, (state->lanes[i].side_tail)));
   for (i = 0; i < state->side_count; ++i) {
-    gpuhal_status_t status = gpuhal__device_stream_destroy(state->device, state->side_streams[i]);
+    gpuhal_status_t status = gpuhal__device_stream_destroy(state->device, state->sides[i].stream);
     if (status) {
       gpuhal__log(state->device->logger, GPUHAL_LOG_WARN, "device %d: destroying a side stream: %s",
                   state->device->ordinal, gpuhal_status_message(status));
@@ -108,9 +108,10 @@ static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
     }
   }
   gpuhal__park_release(state, (int32_t)(state->side_count - state->side_free_count)); /* left by failed issues */
-  gpuhal__free(state->device->allocator, state->side_streams);
+  gpuhal__free(state->device->allocator, state->sides);
   gpuhal__free(state->device->allocator, state->side_free);
-  state->side_streams = state->side_free = NULL;
+  state->sides = NULL;
+  state->side_free = NULL;
   state->side_count = state->side_free_count = state->side_capacity = 0;
   return NULL;
 }

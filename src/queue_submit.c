@@ -176,6 +176,8 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   a->value_waits = 0;
   a->provisional = 0;
   a->park_reserved = 0;
+  a->side = 0;
+  a->chain_claim = 0;
   a->not_provisional = (flags & GPUHAL__SUBMIT_NOT_PROVISIONAL) != 0;
   a->caller_may_issue = (flags & GPUHAL__SUBMIT_CALLER_MAY_ISSUE) != 0;
   a->polled = 0;
@@ -232,7 +234,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_submit_ex(gpuhal_device_t* device,
 }
 
 /* ---- host calls ---- */
-static const gpuhal__action_ops_t gpuhal__host_call_ops = {"host_call", NULL, NULL, NULL};
+static const gpuhal__action_ops_t gpuhal__host_call_ops = {"host_call", NULL, NULL, NULL, NULL};
 
 GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
                                                   gpuhal_semaphore_list_t signal, gpuhal_host_fn_t fn, void* user) {
@@ -344,9 +346,9 @@ static void gpuhal__buffer_action_release(void* user, gpuhal_device_t* device) {
 /* With a pool, allocation and free are stream-ordered calls that never block, so the
  * submitting thread may issue them; the synchronous fallback stays on the worker. */
 static const gpuhal__action_ops_t gpuhal__alloca_ops = {"alloca", gpuhal__alloca_issue, NULL,
-                                                        gpuhal__buffer_action_release};
+                                                        gpuhal__buffer_action_release, NULL};
 static const gpuhal__action_ops_t gpuhal__dealloca_ops = {"dealloca", gpuhal__dealloca_issue, NULL,
-                                                          gpuhal__buffer_action_release};
+                                                          gpuhal__buffer_action_release, NULL};
 static unsigned gpuhal__pool_submit_flags(gpuhal_device_t* device) {
   unsigned flags = GPUHAL__SUBMIT_VALIDATED; /* by gpuhal_queue_alloca / _dealloca */
   if (device->memory && device->memory->pool) flags |= GPUHAL__SUBMIT_CALLER_MAY_ISSUE;

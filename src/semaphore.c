@@ -438,7 +438,10 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
          * wait) for `value`: a GPU wait on its event could close a cycle. Such a wait
          * waits on the word instead (which passes `value` no later than that work runs),
          * or on the host. */
-        if (tp->provisional && (q->skip_provisional || (q->order_stream && tp->value != value))) continue;
+        if (tp->provisional && (q->skip_provisional || (q->order_stream && tp->value != value))) {
+          q->provisional_skipped = 1;
+          continue;
+        }
         best = tp;
       }
       if (best) {

@@ -328,6 +328,7 @@ typedef struct gpuhal__wait_query_s {
   int look_submitted;                 /* tell SUBMITTED from PENDING (else submitted values are PENDING) */
   int take_event;                     /* SUBMITTED: retain the event in *event (NULL on order_stream) */
   int skip_provisional;               /* provisional timepoints count as not submitted */
+  int provisional_skipped;            /* out: a provisional timepoint at or above the value was skipped */
   uint64_t* spare_word;               /* not NULL: arm the semaphore (with this word unless it has one)
                               instead of PENDING; the word is consumed when used */
   int host_arm;             /* PENDING, registering `waiter`: signals issued from now on write the word up to `value`

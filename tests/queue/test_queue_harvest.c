@@ -21,7 +21,8 @@ static void harvest_release(void* user, gpuhal_device_t* device) {
   if (pthread_equal(pthread_self(), c->submitter)) gpuhal__atomic_add(&c->released_by_submitter, 1);
 }
 static void harvest_complete(void* user, gpuhal_status_t status) { qt_counting_complete(user, status); }
-static const gpuhal__action_ops_t harvest_ops = {"test_harvest", qt_counting_issue, harvest_complete, harvest_release};
+static const gpuhal__action_ops_t harvest_ops = {"test_harvest", qt_counting_issue, harvest_complete, harvest_release,
+                                                 NULL};
 
 static void harvest_counter_init(harvest_counter_t* c) {
   memset(c, 0, sizeof(*c));
@@ -187,7 +188,7 @@ static void putoff_complete(void* user, gpuhal_status_t status) { qt_counting_co
 static gpuhal_status_t putoff_issue(void* user, gpuhal_device_t* device, CUstream stream) {
   return qt_counting_issue(&((putoff_t*)user)->c, device, stream);
 }
-static const gpuhal__action_ops_t putoff_ops = {"test_putoff", putoff_issue, putoff_complete, putoff_release};
+static const gpuhal__action_ops_t putoff_ops = {"test_putoff", putoff_issue, putoff_complete, putoff_release, NULL};
 
 /* Submits actions that wait for each other on `s` until one harvested by this thread has
  * released p->buffer; returns the last value signalled. */

@@ -451,9 +451,160 @@ TU_TEST(semaphore_memops_no_park_while_a_context_waits) {
   gpuhal_driver_release(driver);
 }
 
+/* Parked work chains: with one stream that may park (gpu_parked_max 1), work queued behind
+ * ever higher values of a host gate goes behind the parked work on its stream (whose waits
+ * its own imply) instead of waiting on the host, as a raw stream of value waits would; up
+ * to GPUHAL__PARK_CHAIN_ENTRIES entries, the rest joins as that work completes. Nothing
+ * runs before its value, a wait that does not imply the parked one's (a lower value, another
+ * semaphore) never goes behind it, and a failed gate fails every chained op with its cause. */
+enum { TT_CHAINED = 300 };
+static uint32_t tt_lane_count(gpuhal_device_t* device, uint32_t queue) {
+  return gpuhal__atomic_load(&gpuhal__queue_state(device)->lanes[queue].count);
+}
+static void tt_gate_each(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_t* gate, uint64_t first,
+                         gpuhal_semaphore_t* done, int n) {
+  int i;
+  for (i = 0; i < n; ++i) {
+    uint64_t v = first + (uint64_t)i, d = (uint64_t)i + 1;
+    TU_CHECK_OK(gpuhal_queue_execute(device, queue, gpuhal_semaphore_list_one(&gate, &v),
+                                     gpuhal_semaphore_list_one(&done, &d), NULL, NULL));
+  }
+}
+TU_TEST(semaphore_memops_chained_behind_one_park) {
+  gpuhal_device_params_t params;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal_semaphore_t *gate = NULL, *done = NULL, *low = NULL, *other = NULL, *low_done = NULL, *other_done = NULL,
+                     *high_done = NULL;
+  gpuhal_status_t st;
+  uint32_t issued;
+  int peak;
+  memset(&params, 0, sizeof(params));
+  params.queue_count = 2;
+  params.tuning.gpu_parked_max = 1;
+  driver = tt_memops_driver();
+  if (!driver) TU_SKIP("no 64-bit stream memory operations on every device");
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &device));
+  gate = qc_semaphore_new(driver);
+  done = qc_semaphore_new(driver);
+  TU_REQUIRE(gate && done);
+  qc_watchdog_arm(60, "chained behind one park");
+  /* 1. TT_CHAINED ops, op i waiting for gate >= i + 1: one parks, many go behind it. */
+  qt_softcuda_parked_peak(1);
+  tt_gate_each(device, 0, gate, 1, done, TT_CHAINED);
+  qc_sleep_ms(50);
+  peak = qt_softcuda_parked_peak(0);
+  issued = tt_lane_count(device, 0);
+  fprintf(stderr, "  %d ops behind one parked stream: %u issued before the gate (parked peak %d)\n", TT_CHAINED, issued,
+          peak);
+  if (peak >= 0) TU_CHECK(peak <= 1);
+  TU_CHECK(issued >= 40);                  /* without chains: 1 */
+  TU_CHECK(issued < (uint32_t)TT_CHAINED); /* bounded: GPUHAL__PARK_CHAIN_ENTRIES */
+  TU_CHECK_EQ_INT((int)qc_query(done), 0);
+  /* Half the gate: exactly half the ops run, none ahead of its value. */
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, TT_CHAINED / 2));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, TT_CHAINED / 2, qt_seconds(30)));
+  qc_sleep_ms(20);
+  TU_CHECK_EQ_INT((int)qc_query(done), TT_CHAINED / 2);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, TT_CHAINED));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, TT_CHAINED, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(30)));
+  /* 2. Not implied: behind an op parked on gate >= base+2 (stream of queue 1), an op on
+   * gate >= base+1 and one on another semaphore must not wait for it. */
+  low = qc_semaphore_new(driver);
+  other = qc_semaphore_new(driver);
+  low_done = qc_semaphore_new(driver);
+  other_done = qc_semaphore_new(driver);
+  high_done = qc_semaphore_new(driver);
+  TU_REQUIRE(low && other && low_done && other_done && high_done);
+  tt_gate_each(device, 1, gate, TT_CHAINED + 2, high_done, 1);
+  tt_gate_each(device, 1, gate, TT_CHAINED + 1, low_done, 1);
+  tt_gate_each(device, 1, other, 1, other_done, 1);
+  qc_sleep_ms(20);
+  TU_CHECK_OK(gpuhal_semaphore_signal(other, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(other_done, 1, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, TT_CHAINED + 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(low_done, 1, qt_seconds(30)));
+  TU_CHECK_EQ_INT((int)qc_query(high_done), 0);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, TT_CHAINED + 2));
+  TU_CHECK_OK(gpuhal_semaphore_wait(high_done, 1, qt_seconds(30)));
+  /* 3. A failed gate fails every chained op with its cause (the GPU waits are released). */
+  TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(30)));
+  gpuhal_semaphore_release(done);
+  done = qc_semaphore_new(driver);
+  TU_REQUIRE(done != NULL);
+  tt_gate_each(device, 0, gate, TT_CHAINED + 3, done, 40);
+  qc_sleep_ms(20);
+  TU_CHECK(tt_lane_count(device, 0) >= 20);
+  gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "the gate's producer died"));
+  st = gpuhal_semaphore_wait(done, 40, qt_seconds(30));
+  TU_CHECK(st != NULL && gpuhal_status_code(st) == GPUHAL_STATUS_DATA_LOSS);
+  if (st) TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "the gate's producer died");
+  gpuhal_status_free(st);
+  TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(30)));
+  qc_watchdog_disarm();
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done);
+  gpuhal_semaphore_release(low);
+  gpuhal_semaphore_release(other);
+  gpuhal_semaphore_release(low_done);
+  gpuhal_semaphore_release(other_done);
+  gpuhal_semaphore_release(high_done);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+}
+
+/* A value that parked work signals is submitted, but only provisionally: work waiting for it
+ * parks too (behind that work's event) instead of waiting on the host for the value, even
+ * though queue work, not the host, signals its semaphore. A failed gate fails both. */
+TU_TEST(semaphore_memops_parks_behind_provisional_work) {
+  gpuhal_device_params_t params;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal_semaphore_t *gate = NULL, *mid = NULL, *done = NULL;
+  gpuhal_status_t st;
+  int round;
+  memset(&params, 0, sizeof(params));
+  params.queue_count = 2;
+  driver = tt_memops_driver();
+  if (!driver) TU_SKIP("no 64-bit stream memory operations on every device");
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &device));
+  qc_watchdog_arm(60, "parks behind provisional work");
+  for (round = 0; round < 2; ++round) {
+    uint64_t one = 1;
+    gate = qc_semaphore_new(driver);
+    mid = qc_semaphore_new(driver);
+    done = qc_semaphore_new(driver);
+    TU_REQUIRE(gate && mid && done);
+    tt_gate_each(device, 0, gate, 1, mid, 1);
+    TU_CHECK_OK(gpuhal_queue_execute(device, 1, gpuhal_semaphore_list_one(&mid, &one),
+                                     gpuhal_semaphore_list_one(&done, &one), NULL, NULL));
+    qc_sleep_ms(20);
+    TU_CHECK_EQ_INT((int)tt_lane_count(device, 1), 1); /* issued before the gate */
+    if (round == 0) {
+      TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+      TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(30)));
+    } else {
+      gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "no gate today"));
+      st = gpuhal_semaphore_wait(done, 1, qt_seconds(30));
+      TU_CHECK(st != NULL && gpuhal_status_code(st) == GPUHAL_STATUS_DATA_LOSS);
+      if (st) TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "no gate today");
+      gpuhal_status_free(st);
+    }
+    TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(30)));
+    gpuhal_semaphore_release(gate);
+    gpuhal_semaphore_release(mid);
+    gpuhal_semaphore_release(done);
+  }
+  qc_watchdog_disarm();
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+}
+
 TU_MAIN(TU_CASE(defaults), TU_CASE(completion_follows_the_work), TU_CASE(no_spin_short_sleeps),
         TU_CASE(host_wait_spin_adapts), TU_CASE(completion_looks_at_once_and_polls_often),
         TU_CASE(completion_ages_work_long), TU_CASE(harvest_off_and_eager), TU_CASE(worker_issues_everything),
         TU_CASE(semaphore_memops), TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked),
         TU_CASE(semaphore_memops_gated_bound), TU_CASE(semaphore_memops_gated_two_devices_one_gpu),
-        TU_CASE(semaphore_memops_park_headroom), TU_CASE(semaphore_memops_no_park_while_a_context_waits))
+        TU_CASE(semaphore_memops_park_headroom), TU_CASE(semaphore_memops_no_park_while_a_context_waits),
+        TU_CASE(semaphore_memops_chained_behind_one_park), TU_CASE(semaphore_memops_parks_behind_provisional_work))

@@ -186,10 +186,10 @@ static void qt_counting_release(void* user, gpuhal_device_t* device) {
   gpuhal__atomic_add(&((qt_counter_t*)user)->released, 1);
 }
 static const gpuhal__action_ops_t qt_counting_ops = {"test_counting", qt_counting_issue, qt_counting_complete,
-                                                     qt_counting_release};
-static const gpuhal__action_ops_t qt_barrier_ops = {"barrier", NULL, NULL, NULL};
+                                                     qt_counting_release, NULL};
+static const gpuhal__action_ops_t qt_barrier_ops = {"barrier", NULL, NULL, NULL, NULL};
 /* The same, always issued by the worker. */
-static const gpuhal__action_ops_t qt_worker_barrier_ops = {"barrier", NULL, NULL, NULL};
+static const gpuhal__action_ops_t qt_worker_barrier_ops = {"barrier", NULL, NULL, NULL, NULL};
 
 /* Submits with the submitting-thread fast path allowed, except for qt_worker_barrier_ops,
  * which always go through the worker (the tests exercise both paths). */
@@ -205,7 +205,7 @@ static gpuhal_status_t qt_failing_issue(void* user, gpuhal_device_t* device, CUs
   GPUHAL__UNUSED(stream);
   return gpuhal__cuda_status(device->cu, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "cuLaunchKernel", __FILE__, __LINE__);
 }
-static const gpuhal__action_ops_t qt_failing_ops = {"test_failing", qt_failing_issue, NULL, NULL};
+static const gpuhal__action_ops_t qt_failing_ops = {"test_failing", qt_failing_issue, NULL, NULL, NULL};
 
 /* Launches spin_us: `first_us` for the first launch, `rest_us` after. */
 typedef struct qt_spin_s {
@@ -222,7 +222,7 @@ static gpuhal_status_t qt_spin_issue(void* user, gpuhal_device_t* device, CUstre
   gpuhal__atomic_add(&spin->launched, 1);
   return NULL;
 }
-static const gpuhal__action_ops_t qt_spin_ops = {"test_spin", qt_spin_issue, NULL, NULL};
+static const gpuhal__action_ops_t qt_spin_ops = {"test_spin", qt_spin_issue, NULL, NULL, NULL};
 
 /* Submits one spin_us launch of `us` on queue 0 that signals (s, value). */
 static gpuhal_status_t qt_submit_spin(qt_fixture_t* f, qt_spin_t* spin, unsigned long long us, gpuhal_semaphore_t* s,
@@ -241,7 +241,7 @@ static gpuhal_status_t qt_fault_issue(void* user, gpuhal_device_t* device, CUstr
   params[0] = &address;
   return GPUHAL__CU(device->cu, cuLaunchKernel, (f->fault, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
 }
-static const gpuhal__action_ops_t qt_fault_ops = {"test_fault", qt_fault_issue, NULL, NULL};
+static const gpuhal__action_ops_t qt_fault_ops = {"test_fault", qt_fault_issue, NULL, NULL, NULL};
 
 /* Records the address a queue_alloca buffer has when work after the alloca is issued. */
 typedef struct qt_address_probe_s {
@@ -257,7 +257,7 @@ static gpuhal_status_t qt_address_probe_issue(void* user, gpuhal_device_t* devic
   p->address = (CUdeviceptr)address;
   return NULL;
 }
-static const gpuhal__action_ops_t qt_address_probe_ops = {"test_probe", qt_address_probe_issue, NULL, NULL};
+static const gpuhal__action_ops_t qt_address_probe_ops = {"test_probe", qt_address_probe_issue, NULL, NULL, NULL};
 
 /* ---- host functions ---- */
 static pthread_t qt_main_thread;
