@@ -58,14 +58,19 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
     q.look_submitted = 1;
     q.take_event = take_events;
     q.skip_provisional = 1;
+    q.local_events = &state->events;
     /* First as on the event path, which settles most waits; a wait that would block there may
      * go to the GPU (asking only then whether another stream may park). */
     park = a->provisional;
     st = a->provisional ? GPUHAL__WAIT_PENDING : gpuhal__semaphore_check(w->semaphore, w->value, &q);
-    /* A value the host is to signal waits on the GPU; so does one that provisional work
-     * signals (it is submitted, but may wait for the host itself): behind that work's event
-     * (the same value) or the word. Either needs a parked stream, or a place behind the
-     * queue's newest parked work. */
+    /* A value the host is to signal waits on the GPU; so does one that provisional work of
+     * this device signals (it is submitted, but may wait for the host itself): behind that
+     * work's event (the same value) or the word. Either needs a parked stream, or a place
+     * behind the queue's newest parked work. (Provisional work of another device is not
+     * followed so: each device's completion thread learns its work's inputs reached only at
+     * its own pace, so a chain that alternates devices all provisional was seen done hop by
+     * hop at the pace of two threads' polls: bench_share's one-process chain on two H100s,
+     * 15 us a hop on the host, 30-56 us so.) */
     if (st == GPUHAL__WAIT_PENDING && !park && state->memops && !a->not_provisional &&
         (!gpuhal__atomic_load(&w->semaphore->queue_signalled) || q.provisional_skipped)) {
       if (may_park < 0) may_park = gpuhal__action_park_reserve(a) || gpuhal__action_park_chain(a);

@@ -439,7 +439,7 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
          * waits on the word instead (which passes `value` no later than that work runs),
          * or on the host. */
         if (tp->provisional && (q->skip_provisional || (q->order_stream && tp->value != value))) {
-          q->provisional_skipped = 1;
+          if (tp->event->pool == q->local_events) q->provisional_skipped = 1;
           continue;
         }
         best = tp;

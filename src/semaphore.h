@@ -323,13 +323,14 @@ typedef enum gpuhal__wait_state_e {
 
 /* How gpuhal__semaphore_check looks at (semaphore, value). */
 typedef struct gpuhal__wait_query_s {
-  gpuhal__semaphore_waiter_t* waiter; /* registered when PENDING (if not registered already) */
-  CUstream order_stream;              /* a value submitted there is SUBMITTED without an event */
-  int look_submitted;                 /* tell SUBMITTED from PENDING (else submitted values are PENDING) */
-  int take_event;                     /* SUBMITTED: retain the event in *event (NULL on order_stream) */
-  int skip_provisional;               /* provisional timepoints count as not submitted */
-  int provisional_skipped;            /* out: a provisional timepoint at or above the value was skipped */
-  uint64_t* spare_word;               /* not NULL: arm the semaphore (with this word unless it has one)
+  gpuhal__semaphore_waiter_t* waiter;       /* registered when PENDING (if not registered already) */
+  CUstream order_stream;                    /* a value submitted there is SUBMITTED without an event */
+  int look_submitted;                       /* tell SUBMITTED from PENDING (else submitted values are PENDING) */
+  int take_event;                           /* SUBMITTED: retain the event in *event (NULL on order_stream) */
+  int skip_provisional;                     /* provisional timepoints count as not submitted */
+  const gpuhal__event_pool_t* local_events; /* provisional_skipped counts only timepoints whose event is of this pool */
+  int provisional_skipped;                  /* out: such a provisional timepoint at or above the value was skipped */
+  uint64_t* spare_word;                     /* not NULL: arm the semaphore (with this word unless it has one)
                               instead of PENDING; the word is consumed when used */
   int host_arm;             /* PENDING, registering `waiter`: signals issued from now on write the word up to `value`
                               (their issue gives the semaphore a word if it has none), so a host
