@@ -7,8 +7,11 @@
  * is a dispatch (STREAM or GRAPH, reusable or a one-shot command buffer released right
  * after the call) adding 1 to its device's counter, a host call adding 1 to a host counter,
  * an alloca + dealloca pair, or a barrier; on a random device and queue. Some batches start
- * behind a host gate the thread signals after submitting the batch; some hops also wait on
- * a value another thread has already submitted in full (so no cycle can form). Between
+ * behind a host gate the thread signals after submitting the batch; some of those are
+ * submitted first hop first instead, all on one device and queue, every hop waiting on the
+ * gate too (on the memop path the hops park, and go behind each other on a parked stream:
+ * gpuhal__action_park_chain); some hops also wait on a value another thread has already
+ * submitted in full (so no cycle can form). Between
  * batches the thread polls (immediate timeouts: OK or DEADLINE_EXCEEDED, nothing else) and
  * waits with timeouts.
  *
@@ -42,6 +45,7 @@ typedef struct qr_world_s {
   int32_t failures;
   int ops;
   uint64_t seed;
+  int32_t gpu_parked_max; /* the devices' tuning.gpu_parked_max */
 } qr_world_t;
 
 typedef struct qr_thread_s {
@@ -49,6 +53,7 @@ typedef struct qr_thread_s {
   int index;
   uint64_t rng;
   pthread_t thread;
+  int fixed_device, fixed_queue; /* >= 0: the device and queue of every hop of the batch */
 } qr_thread_t;
 
 static uint32_t qr_rand(qr_thread_t* t, uint32_t n) {
@@ -81,22 +86,33 @@ static gpuhal_status_t qr_host_fn(void* user) {
 
 /* Submits one hop: waits `wait`, signals (timeline, value). */
 static void qr_submit_hop(qr_thread_t* t, gpuhal_semaphore_list_t wait, uint64_t value) {
+  /* A batch on one queue takes only work that may park: STREAM dispatches, allocas, barriers. */
+  static const uint32_t parkable[4] = {0, 2, 4, 5};
   qr_world_t* w = t->world;
   gpuhal_semaphore_t* timeline = w->timelines[t->index];
   gpuhal_semaphore_list_t signal = gpuhal_semaphore_list_one(&timeline, &value);
   uint32_t d = qr_rand(t, QR_DEVICES), q = qr_rand(t, QR_QUEUES);
-  gpuhal_device_t* device = w->devices[d];
-  switch (qr_rand(t, 6)) {
+  gpuhal_device_t* device;
+  if (t->fixed_device >= 0) {
+    d = (uint32_t)t->fixed_device;
+    q = (uint32_t)t->fixed_queue;
+  }
+  device = w->devices[d];
+  switch (t->fixed_device >= 0 ? parkable[qr_rand(t, 4)] : qr_rand(t, 6)) {
     case 0:
     case 1: { /* reusable dispatch */
-      if (qr_ok(w, gpuhal_queue_execute(device, q, wait, signal, w->reusable[d][qr_rand(t, 2)], NULL), "execute"))
+      if (qr_ok(w,
+                gpuhal_queue_execute(device, q, wait, signal, w->reusable[d][t->fixed_device >= 0 ? 0 : qr_rand(t, 2)],
+                                     NULL),
+                "execute"))
         __atomic_add_fetch(&w->dispatches[d], 1, __ATOMIC_SEQ_CST);
       break;
     }
     case 2: { /* one-shot dispatch, released while in flight */
       gpuhal_command_buffer_t* cb = NULL;
       gpuhal_arg_t arg = gpuhal_arg_buffer(w->counters[d], 0);
-      gpuhal_command_buffer_flags_t flags = qr_rand(t, 2) ? GPUHAL_COMMAND_BUFFER_STREAM : GPUHAL_COMMAND_BUFFER_GRAPH;
+      gpuhal_command_buffer_flags_t flags =
+          t->fixed_device >= 0 || qr_rand(t, 2) ? GPUHAL_COMMAND_BUFFER_STREAM : GPUHAL_COMMAND_BUFFER_GRAPH;
       if (qr_ok(w, qc_record_dispatch(device, flags, w->inc[d], 1, 1, 1, &arg, &cb), "record") &&
           qr_ok(w, gpuhal_queue_execute(device, q, wait, signal, cb, NULL), "execute one-shot"))
         __atomic_add_fetch(&w->dispatches[d], 1, __ATOMIC_SEQ_CST);
@@ -292,15 +308,20 @@ static void* qr_thread_main(void* p) {
   int done = 0;
   if (!qr_ok(w, gpuhal_semaphore_create(w->driver, 0, &gate), "gate")) return NULL;
   while (done < w->ops) {
-    int hops = 1 + (int)qr_rand(t, QR_MAX_BATCH), j;
+    int hops = 1 + (int)qr_rand(t, QR_MAX_BATCH), j, k;
     int gated = qr_rand(t, 3) == 0;
+    int forward = gated && qr_rand(t, 2) == 0;
+    if (forward) hops *= 4;
     if (hops > w->ops - done) hops = w->ops - done;
-    for (j = hops - 1; j >= 0; --j) {
+    t->fixed_device = forward ? (int)qr_rand(t, QR_DEVICES) : -1;
+    t->fixed_queue = forward ? (int)qr_rand(t, QR_QUEUES) : -1;
+    for (k = 0; k < hops; ++k) {
       gpuhal_semaphore_t* sems[3];
       uint64_t values[3];
       gpuhal_semaphore_list_t wait;
       uint32_t other = qr_rand(t, QR_THREADS);
       uint64_t other_value = __atomic_load_n(&w->submitted[other], __ATOMIC_SEQ_CST);
+      j = forward ? k : hops - 1 - k;
       wait.count = 0;
       wait.semaphores = sems;
       wait.values = values;
@@ -308,7 +329,7 @@ static void* qr_thread_main(void* p) {
         sems[wait.count] = timeline;
         values[wait.count++] = base + (uint64_t)j;
       }
-      if (j == 0 && gated) {
+      if (gated && (j == 0 || forward)) {
         sems[wait.count] = gate;
         values[wait.count++] = gate_value + 1;
       }
@@ -318,6 +339,7 @@ static void* qr_thread_main(void* p) {
       }
       qr_submit_hop(t, wait, base + (uint64_t)j + 1);
     }
+    if (forward) qc_sleep_ms(1); /* what may park, and chain, does so first */
     if (gated) qr_ok(w, gpuhal_semaphore_signal(gate, ++gate_value), "gate signal");
     base += (uint64_t)hops;
     done += hops;
@@ -341,6 +363,7 @@ static int qr_world_open(qr_world_t* w) {
   uint32_t zero = 0;
   memset(&params, 0, sizeof(params));
   params.queue_count = QR_QUEUES;
+  params.tuning.gpu_parked_max = w->gpu_parked_max;
   st = gpuhal_driver_create(NULL, &w->driver);
   if (!st) st = gpuhal_driver_device_count(w->driver, &count);
   if (!st && count < 1) st = gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "no devices");
@@ -388,11 +411,12 @@ static void qr_world_close(qr_world_t* w, qr_thread_t* rng) {
   gpuhal_driver_release(w->driver);
 }
 
-TU_TEST(random_traffic) {
+static void qr_run(int32_t gpu_parked_max) {
   static qr_world_t w;
   qr_thread_t threads[QR_THREADS], closer;
   int k, d;
   memset(&w, 0, sizeof(w));
+  w.gpu_parked_max = gpu_parked_max;
   w.seed = qr_env_u64("GPUHAL_RANDOM_SEED", (uint64_t)gpuhal_now_ns());
   w.ops = (int)qr_env_u64("GPUHAL_RANDOM_OPS", 300);
   fprintf(stderr, "  seed %llu (GPUHAL_RANDOM_SEED=%llu reruns it), %d hops per thread\n", (unsigned long long)w.seed,
@@ -409,6 +433,7 @@ TU_TEST(random_traffic) {
     threads[k].world = &w;
     threads[k].index = k;
     threads[k].rng = (w.seed + 0x9e3779b97f4a7c15ull * (uint64_t)(k + 1)) | 1;
+    threads[k].fixed_device = threads[k].fixed_queue = -1;
     TU_REQUIRE(pthread_create(&threads[k].thread, NULL, qr_thread_main, &threads[k]) == 0);
   }
   for (k = 0; k < QR_THREADS; ++k) pthread_join(threads[k].thread, NULL);
@@ -433,4 +458,9 @@ TU_TEST(random_traffic) {
   qc_watchdog_disarm();
 }
 
-TU_MAIN(TU_CASE(random_traffic))
+TU_TEST(random_traffic) { qr_run(0); }
+/* One stream of a GPU may park: most parked work goes behind other parked work of its
+ * queue (gpuhal__action_park_chain) or waits on the host. */
+TU_TEST(random_traffic_one_parked) { qr_run(1); }
+
+TU_MAIN(TU_CASE(random_traffic), TU_CASE(random_traffic_one_parked))

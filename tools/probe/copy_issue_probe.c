@@ -14,13 +14,13 @@
 #include <string.h>
 #include <time.h>
 
-#define CHECK(x)                                                      \
-  do {                                                                \
-    CUresult r_ = (x);                                                \
-    if (r_ != CUDA_SUCCESS) {                                         \
+#define CHECK(x)                                                        \
+  do {                                                                  \
+    CUresult r_ = (x);                                                  \
+    if (r_ != CUDA_SUCCESS) {                                           \
       fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #x, r_); \
-      exit(1);                                                        \
-    }                                                                 \
+      exit(1);                                                          \
+    }                                                                   \
   } while (0)
 
 static double now_us(void) {
