@@ -84,8 +84,9 @@ GPUHAL__PRIVATE int gpuhal__action_park_chain(gpuhal__action_t* a) {
   gpuhal__queue_state_t* state = a->state;
   gpuhal__queue_lane_t* lane = &state->lanes[a->queue_index];
   gpuhal__side_stream_t* side = NULL;
-  uint32_t entries = gpuhal__action_side_entries(a);
+  uint32_t entries;
   if (!state->memops || a->host_fn || a->chain_claim) return 0;
+  entries = gpuhal__action_side_entries(a);
   gpuhal__mutex_lock(&state->mutex);
   if (lane->chain_side) side = &state->sides[lane->chain_side - 1];
   if (side && side->tail && !side->claim && !side->broken && side->tail->caller_may_issue &&

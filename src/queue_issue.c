@@ -198,8 +198,7 @@ static gpuhal_status_t gpuhal__side_stream_acquire(gpuhal__queue_state_t* state,
   side = &state->sides[index];
   side->actions = 1;
   side->entries = a->side_entries = gpuhal__action_side_entries(a);
-  side->tail = a;
-  side->claim = NULL;
+  side->tail = a; /* no claim: a stream is free (or new) only with nothing on it */
   a->side = index + 1;
   state->lanes[a->queue_index].chain_side = index + 1;
   *out = side->stream;
