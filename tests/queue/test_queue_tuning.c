@@ -461,6 +461,14 @@ enum { TT_CHAINED = 300 };
 static uint32_t tt_lane_count(gpuhal_device_t* device, uint32_t queue) {
   return gpuhal__atomic_load(&gpuhal__queue_state(device)->lanes[queue].count);
 }
+/* The lane's issued work once it reaches `want` (a loaded machine's worker may take a while
+ * to issue it), or after 10 s; then a little longer, so that more than `want` shows too. */
+static uint32_t tt_lane_reaches(gpuhal_device_t* device, uint32_t queue, uint32_t want) {
+  int64_t deadline = gpuhal_now_ns() + 10000000000ll;
+  while (tt_lane_count(device, queue) < want && gpuhal_now_ns() < deadline) qc_sleep_ms(1);
+  qc_sleep_ms(20);
+  return tt_lane_count(device, queue);
+}
 static void tt_gate_each(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_t* gate, uint64_t first,
                          gpuhal_semaphore_t* done, int n) {
   int i;
@@ -492,9 +500,8 @@ TU_TEST(semaphore_memops_chained_behind_one_park) {
   /* 1. TT_CHAINED ops, op i waiting for gate >= i + 1: one parks, many go behind it. */
   qt_softcuda_parked_peak(1);
   tt_gate_each(device, 0, gate, 1, done, TT_CHAINED);
-  qc_sleep_ms(50);
+  issued = tt_lane_reaches(device, 0, 40);
   peak = qt_softcuda_parked_peak(0);
-  issued = tt_lane_count(device, 0);
   fprintf(stderr, "  %d ops behind one parked stream: %u issued before the gate (parked peak %d)\n", TT_CHAINED, issued,
           peak);
   if (peak >= 0) TU_CHECK(peak <= 1);
@@ -534,8 +541,7 @@ TU_TEST(semaphore_memops_chained_behind_one_park) {
   done = qc_semaphore_new(driver);
   TU_REQUIRE(done != NULL);
   tt_gate_each(device, 0, gate, TT_CHAINED + 3, done, 40);
-  qc_sleep_ms(20);
-  TU_CHECK(tt_lane_count(device, 0) >= 20);
+  TU_CHECK(tt_lane_reaches(device, 0, 20) >= 20);
   gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "the gate's producer died"));
   st = gpuhal_semaphore_wait(done, 40, qt_seconds(30));
   TU_CHECK(st != NULL && gpuhal_status_code(st) == GPUHAL_STATUS_DATA_LOSS);
@@ -579,8 +585,7 @@ TU_TEST(semaphore_memops_parks_behind_provisional_work) {
     tt_gate_each(device, 0, gate, 1, mid, 1);
     TU_CHECK_OK(gpuhal_queue_execute(device, 1, gpuhal_semaphore_list_one(&mid, &one),
                                      gpuhal_semaphore_list_one(&done, &one), NULL, NULL));
-    qc_sleep_ms(20);
-    TU_CHECK_EQ_INT((int)tt_lane_count(device, 1), 1); /* issued before the gate */
+    TU_CHECK_EQ_INT((int)tt_lane_reaches(device, 1, 1), 1); /* issued before the gate */
     if (round == 0) {
       TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
       TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(30)));
