@@ -793,11 +793,12 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
 /* The outcome of the entries: 1 when the wait is over for `mode` (satisfied, or failed with
  * *out_status: for ALL any failed entry; for ANY a failed entry while none is reached), 0
  * when not. With `nodes`, entries not reached register their node. With `out`, the first
- * entry whose value is submitted hands over its event (retained; the caller must release
+ * entry from out->from on whose value is submitted hands over its event (retained; the caller must release
  * it), which entry that was, and what its timepoint said. */
 typedef struct gpuhal__host_wait_event_s {
   gpuhal__event_t* event;
   uint64_t value; /* the submitted value the event stands for */
+  uint32_t from;  /* in: only entries from this index on hand over their event */
   uint32_t index;
   int word_written;
 } gpuhal__host_wait_event_t;
@@ -812,7 +813,7 @@ static int gpuhal__host_wait_evaluate(gpuhal_wait_mode_t mode, gpuhal_semaphore_
     memset(&q, 0, sizeof(q));
     q.waiter = nodes ? &nodes[i] : NULL;
     q.look_submitted = out != NULL;
-    q.take_event = out != NULL && out->event == NULL;
+    q.take_event = out != NULL && out->event == NULL && i >= out->from;
     /* Registering on a value not submitted yet (memops): its signal's work will write the
      * word, which this thread reads once the value is submitted (cheaper and sooner than
      * querying the event; tests/bench/RESULTS.md). */
@@ -877,27 +878,32 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_list_check(const char* func, c
 #define GPUHAL__HOST_WAIT_UNSUBMITTED_SPIN_NS 200000
 #define GPUHAL__HOST_WAIT_MAX_SLEEP_NS 1000000 /* between reads of armed words while registered */
 
-/* Phase 1: no registration. Polls the event of the first submitted entry on this thread
- * (once per entry at most), which for a single value or ALL may run until the timeout. 1
- * when the wait is over (*out_status says how), 0 to go on registered. */
+/* Phase 1: no registration. Polls the events of the submitted entries on this thread, in
+ * order, each once at most; for a single value or ALL that may run until the timeout. An
+ * immediate timeout still looks at each submitted entry's work once (one query, or a read
+ * of its word), as gpuhal_semaphore_query does: a polling loop of zero-timeout waits sees
+ * work end as soon as it ends, not when the completion side gets to it (bench_queue case 8).
+ * 1 when the wait is over (*out_status says how), 0 to go on registered. */
 static int gpuhal__host_wait_poll(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list, gpuhal_timeout_t timeout,
                                   gpuhal_status_t* out_status, gpuhal__hang_watch_t* watch) {
-  uint32_t polls = 0;
+  int immediate = gpuhal__timeout_is_immediate(timeout);
+  uint32_t from = 0;
   for (;;) {
     gpuhal__host_wait_event_t found;
-    int want_event = !gpuhal__timeout_is_immediate(timeout) && polls < list.count;
+    int want_event = from < list.count;
     memset(&found, 0, sizeof(found));
+    found.from = from;
     if (gpuhal__host_wait_evaluate(mode, list, NULL, out_status, want_event ? &found : NULL)) {
       if (found.event) gpuhal__event_release(found.event);
       return 1;
     }
     if (!found.event) return 0;
-    polls++;
+    from = found.index + 1;
     /* Only a wait on this one value may sleep here: with more entries, another one's failure
      * (or, for ANY, its completion) must end the wait, which the registered phase sees. */
     gpuhal__semaphore_await_event(list.semaphores[found.index], list.values[found.index], found.event, found.value,
                                   found.word_written, timeout, list.count == 1, watch);
-    if (gpuhal__timeout_expired(timeout)) return 0;
+    if (!immediate && gpuhal__timeout_expired(timeout)) return 0;
   }
 }
 

@@ -35,7 +35,8 @@
  * 6. a host waiter that starts before the producer is submitted: a thread is blocked in
  *    gpuhal_semaphore_wait(T) when the dispatch reaching T is submitted; timed from the
  *    submit to the waiter waking. The waiter starts 50 us ahead, inside a wait's first
- *    200 us, in which it spins (as the raw side's cuEventSynchronize does)
+ *    200 us, in which it spins (as the raw side's cuEventSynchronize does); the submitting
+ *    thread busy-waits until it submits, warm like the raw side's
  *      vs case 1's raw round trip                                          target <= 1.1x
  *    6b: the same with the waiter 2 ms ahead, asleep by then: the cost of waking a
  *    sleeping thread (reported, no target)
@@ -43,6 +44,10 @@
  *    queues, then the head released: per hop from the release to the last value
  *      vs case 2's two-stream event ping-pong (which includes its submissions)
  *                                                                          target <= 1.3x
+ *
+ * 8. polling with zero timeouts: case 1 with the host polling gpuhal_semaphore_wait(T,
+ *    immediate) in a loop instead of blocking in the wait
+ *      vs cuLaunchKernel + cuEventRecord + a cuEventQuery loop               target <= 1.1x
  *
  * The tiny dispatch is spin_us(0) from tests/kernels. Numbers mean something only on a real
  * GPU; on softcuda this is a smoke test. */
@@ -132,6 +137,49 @@ static double raw_round_trip(bench_t* b, int n) {
         !check_cu(b, cu->cuEventRecord(b->raw_events[0], b->raw_streams[0]), "record") ||
         !check_cu(b, cu->cuEventSynchronize(b->raw_events[0]), "synchronize"))
       return 0;
+  }
+  return us_per(start, n);
+}
+
+/* ---- 8. polling with zero timeouts ---- */
+static double gpuhal_poll_round_trip(bench_t* b, int n) {
+  qt_spin_t spin;
+  int64_t start;
+  int i;
+  spin.fixture = &b->f;
+  spin.first_us = spin.rest_us = 0;
+  spin.launched = 0;
+  start = gpuhal_now_ns();
+  for (i = 0; i < n; ++i) {
+    uint64_t next = ++b->value;
+    gpuhal_status_t st;
+    if (!check(b, qt_submit(b->f.device, 0, gpuhal_semaphore_list_empty(), one(&b->s, &next), &qt_spin_ops, &spin),
+               "poll round trip submit"))
+      return 0;
+    while ((st = gpuhal_semaphore_wait(b->s, next, gpuhal_timeout_immediate())) != NULL) {
+      if (gpuhal_status_code(st) != GPUHAL_STATUS_DEADLINE_EXCEEDED) return check(b, st, "poll round trip wait");
+      gpuhal_status_free(st);
+    }
+  }
+  return us_per(start, n);
+}
+
+static double raw_poll_round_trip(bench_t* b, int n) {
+  const gpuhal__cuda_symbols_t* cu = b->f.device->cu;
+  unsigned long long us = 0;
+  void* params[1];
+  int64_t start;
+  int i;
+  CUresult r;
+  params[0] = &us;
+  start = gpuhal_now_ns();
+  for (i = 0; i < n; ++i) {
+    if (!check_cu(b, cu->cuLaunchKernel(b->f.spin, 1, 1, 1, 1, 1, 1, 0, b->raw_streams[0], params, NULL), "launch") ||
+        !check_cu(b, cu->cuEventRecord(b->raw_events[0], b->raw_streams[0]), "record"))
+      return 0;
+    while ((r = cu->cuEventQuery(b->raw_events[0])) == CUDA_ERROR_NOT_READY) {
+    }
+    if (!check_cu(b, r, "query")) return 0;
   }
   return us_per(start, n);
 }
@@ -326,6 +374,14 @@ static void bench_sleep_us(long us) {
   }
 }
 
+/* Busy-waits: the submitting thread stays on its core and warm, as the raw round trip's
+ * thread is when it launches (after a nanosleep its first calls run measurably slower). */
+static void bench_spin_us(long us) {
+  int64_t end = gpuhal_now_ns() + (int64_t)us * 1000;
+  while (gpuhal_now_ns() < end) {
+  }
+}
+
 static double gpuhal_signal_to_host(bench_t* b, int n) {
   int64_t total = 0;
   int i;
@@ -452,7 +508,7 @@ static double gpuhal_early_waiter(bench_t* b, int n) {
     while (__atomic_load_n(&w.ready, __ATOMIC_SEQ_CST) < i && __atomic_load_n(&w.woke, __ATOMIC_SEQ_CST) < n) {
     }
     if (__atomic_load_n(&w.woke, __ATOMIC_SEQ_CST) >= n) break; /* the waiter failed */
-    bench_sleep_us(b->waiter_lead_us);                          /* the waiter is in its wait by now */
+    bench_spin_us(b->waiter_lead_us);                           /* the waiter is in its wait by now */
     start = gpuhal_now_ns();
     if (!check(b,
                gpuhal_queue_execute(b->f.device, 0, gpuhal_semaphore_list_empty(), one(&b->s, &next),
@@ -649,7 +705,7 @@ int main(int argc, char** argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2000;
   int reps = argc > 2 ? atoi(argv[2]) : 5;
   int diagnostics = argc > 3 ? atoi(argv[3]) : 1;
-  const char* only = argc > 4 ? argv[4] : "1234567"; /* the cases to run, by number */
+  const char* only = argc > 4 ? argv[4] : "12345678"; /* the cases to run, by number */
   int i, have_graph;
   if (n < 1) n = 1;
   if (reps < 1) reps = 1;
@@ -696,6 +752,9 @@ int main(int argc, char** argv) {
   }
   if (have_graph && strchr(only, '7'))
     run_case(&b, "7 reverse-submitted chain, per hop", 1.3, gpuhal_reverse_chain, raw_chain, n, reps, NULL);
+  if (strchr(only, '8'))
+    run_case(&b, "8 zero-timeout poll loop round trip", 1.1, gpuhal_poll_round_trip, raw_poll_round_trip, n, reps,
+             NULL);
   check(&b, gpuhal_device_wait_idle(b.f.device, gpuhal_timeout_infinite()), "idle");
 
   if (diagnostics) {
@@ -713,6 +772,7 @@ int main(int argc, char** argv) {
     if (have_graph && strchr(only, '5')) diagnose(&b, "5 signal to host gpuhal", gpuhal_signal_to_host, n);
     if (have_graph && strchr(only, '6')) diagnose(&b, "6 early waiter gpuhal", gpuhal_early_waiter, n);
     if (have_graph && strchr(only, '7')) diagnose(&b, "7 reverse chain gpuhal", gpuhal_reverse_chain, n);
+    if (strchr(only, '8')) diagnose(&b, "8 poll loop gpuhal", gpuhal_poll_round_trip, n);
   }
 
   check(&b, gpuhal_device_wait_idle(b.f.device, gpuhal_timeout_infinite()), "idle");

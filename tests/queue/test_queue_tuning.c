@@ -234,6 +234,74 @@ TU_TEST(host_wait_spin_adapts) {
   tt_spin_adapts(1);
 }
 
+/* Polls with zero timeouts see finished work on their own. The completion thread is told
+ * to leave work alone for a minute and the submitter does not harvest, so only the polls
+ * themselves can find that the work ended; each of the four polling forms (one value,
+ * immediate and zero relative timeouts; ALL and ANY of two values, the second entry the
+ * one still to be seen) must return OK well inside 10 s, and until then DEADLINE_EXCEEDED.
+ * On the default path and on the event path. */
+static void tt_polls_see_finished_work(int path) {
+  qt_fixture_t f;
+  gpuhal_semaphore_t *s = NULL, *done = NULL;
+  gpuhal_semaphore_t* sems[2];
+  uint64_t values[2];
+  qt_spin_t spin;
+  uint64_t v = 0;
+  int form;
+  memset(&qt_tuning, 0, sizeof(qt_tuning));
+  qt_tuning.completion_min_age_ns = 60000000000ll;
+  qt_tuning.harvest_min = -1;
+  qt_semaphore_memops = path ? -1 : 0;
+  TU_REQUIRE(qt_open(&f, 1, NULL));
+  if (!qt_kernels_load(&f)) {
+    qt_close(&f);
+    TU_SKIP("spin_us kernel not available");
+  }
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 1, &done));
+  for (form = 0; form < 4 && !tu_state.failed; ++form) {
+    gpuhal_semaphore_list_t list;
+    int64_t until = gpuhal_now_ns() + 10000000000ll;
+    gpuhal_status_t st = NULL;
+    int polls = 0;
+    TU_CHECK_OK(qt_submit_spin(&f, &spin, 100, s, ++v));
+    /* ALL: an entry reached already, then s; ANY: an entry never reached, then s. */
+    sems[0] = form == 3 ? s : done;
+    values[0] = form == 3 ? v + 1000 : 1;
+    sems[1] = s;
+    values[1] = v;
+    list.count = 2;
+    list.semaphores = sems;
+    list.values = values;
+    do {
+      gpuhal_status_free(st);
+      switch (form) {
+        case 0: st = gpuhal_semaphore_wait(s, v, gpuhal_timeout_immediate()); break;
+        case 1: st = gpuhal_semaphore_wait(s, v, gpuhal_timeout_relative_ns(0)); break;
+        case 2: st = gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, list, gpuhal_timeout_immediate()); break;
+        default: st = gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, list, gpuhal_timeout_immediate()); break;
+      }
+      polls++;
+      if (st && gpuhal_status_code(st) != GPUHAL_STATUS_DEADLINE_EXCEEDED) break;
+      if (st) tu_sleep_ns(50000);
+    } while (st && gpuhal_now_ns() < until);
+    if (st)
+      TU_FAIL_AT(__FILE__, __LINE__, "form %d: %d polls over 10 s never saw the 100 us kernel end: %s", form, polls,
+                 gpuhal_status_message(st));
+    gpuhal_status_free(st);
+  }
+  gpuhal_semaphore_release(done);
+  gpuhal_semaphore_release(s);
+  qt_close(&f);
+  qt_semaphore_memops = 0;
+  memset(&qt_tuning, 0, sizeof(qt_tuning));
+}
+
+TU_TEST(zero_timeout_polls_see_finished_work) {
+  tt_polls_see_finished_work(0);
+  tt_polls_see_finished_work(1);
+}
+
 /* The same workload with timeline values in device memory, where the device has them
  * (work queued before its signal waits on the GPU, on side streams), at the default bound
  * on parked streams, at one, and at none (every such wait on the host). */
@@ -607,9 +675,10 @@ TU_TEST(semaphore_memops_parks_behind_provisional_work) {
 }
 
 TU_MAIN(TU_CASE(defaults), TU_CASE(completion_follows_the_work), TU_CASE(no_spin_short_sleeps),
-        TU_CASE(host_wait_spin_adapts), TU_CASE(completion_looks_at_once_and_polls_often),
-        TU_CASE(completion_ages_work_long), TU_CASE(harvest_off_and_eager), TU_CASE(worker_issues_everything),
-        TU_CASE(semaphore_memops), TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked),
+        TU_CASE(host_wait_spin_adapts), TU_CASE(zero_timeout_polls_see_finished_work),
+        TU_CASE(completion_looks_at_once_and_polls_often), TU_CASE(completion_ages_work_long),
+        TU_CASE(harvest_off_and_eager), TU_CASE(worker_issues_everything), TU_CASE(semaphore_memops),
+        TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked),
         TU_CASE(semaphore_memops_gated_bound), TU_CASE(semaphore_memops_gated_two_devices_one_gpu),
         TU_CASE(semaphore_memops_park_headroom), TU_CASE(semaphore_memops_no_park_while_a_context_waits),
         TU_CASE(semaphore_memops_chained_behind_one_park), TU_CASE(semaphore_memops_parks_behind_provisional_work))
