@@ -45,7 +45,8 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_set_label(gpuhal_semaphore_t* semaph
  * the first cause wins. Every waiter, host or queue, fails with a message carrying it. */
 GPUHAL_API void gpuhal_semaphore_fail(gpuhal_semaphore_t* semaphore, gpuhal_status_t cause);
 /* Waits until the semaphore reaches `value`. DEADLINE_EXCEEDED when the timeout passes
- * first (an immediate timeout never blocks); the failure cause when the semaphore fails. */
+ * first (an immediate timeout never blocks, but still looks once whether the work that
+ * reaches the value has ended); the failure cause when the semaphore fails. */
 GPUHAL_API gpuhal_status_t gpuhal_semaphore_wait(gpuhal_semaphore_t* semaphore, uint64_t value,
                                                  gpuhal_timeout_t timeout);
 /* Waits until every (GPUHAL_WAIT_ALL) or any (GPUHAL_WAIT_ANY) entry reached its value.
