@@ -105,8 +105,17 @@ static int check_cu(bench_t* b, CUresult r, const char* what) {
 
 static gpuhal_semaphore_list_t one(gpuhal_semaphore_t** s, uint64_t* v) { return gpuhal_semaphore_list_one(s, v); }
 
-/* ---- 1. round trip ---- */
-static double gpuhal_round_trip(bench_t* b, int n) {
+/* ---- 1. round trip, and 8. the same polled with zero-timeout waits ---- */
+static int bench_wait_polling(bench_t* b, uint64_t value) {
+  gpuhal_status_t st;
+  while ((st = gpuhal_semaphore_wait(b->s, value, gpuhal_timeout_immediate())) != NULL) {
+    if (gpuhal_status_code(st) != GPUHAL_STATUS_DEADLINE_EXCEEDED) return check(b, st, "poll round trip wait");
+    gpuhal_status_free(st);
+  }
+  return 1;
+}
+
+static double gpuhal_round_trip_impl(bench_t* b, int n, int poll) {
   qt_spin_t spin;
   int64_t start;
   int i;
@@ -119,52 +128,14 @@ static double gpuhal_round_trip(bench_t* b, int n) {
     if (!check(b, qt_submit(b->f.device, 0, gpuhal_semaphore_list_empty(), one(&b->s, &next), &qt_spin_ops, &spin),
                "round trip submit"))
       return 0;
-    if (!check(b, gpuhal_semaphore_wait(b->s, next, gpuhal_timeout_infinite()), "round trip wait")) return 0;
-  }
-  return us_per(start, n);
-}
-
-static double raw_round_trip(bench_t* b, int n) {
-  const gpuhal__cuda_symbols_t* cu = b->f.device->cu;
-  unsigned long long us = 0;
-  void* params[1];
-  int64_t start;
-  int i;
-  params[0] = &us;
-  start = gpuhal_now_ns();
-  for (i = 0; i < n; ++i) {
-    if (!check_cu(b, cu->cuLaunchKernel(b->f.spin, 1, 1, 1, 1, 1, 1, 0, b->raw_streams[0], params, NULL), "launch") ||
-        !check_cu(b, cu->cuEventRecord(b->raw_events[0], b->raw_streams[0]), "record") ||
-        !check_cu(b, cu->cuEventSynchronize(b->raw_events[0]), "synchronize"))
+    if (poll ? !bench_wait_polling(b, next)
+             : !check(b, gpuhal_semaphore_wait(b->s, next, gpuhal_timeout_infinite()), "round trip wait"))
       return 0;
   }
   return us_per(start, n);
 }
 
-/* ---- 8. polling with zero timeouts ---- */
-static double gpuhal_poll_round_trip(bench_t* b, int n) {
-  qt_spin_t spin;
-  int64_t start;
-  int i;
-  spin.fixture = &b->f;
-  spin.first_us = spin.rest_us = 0;
-  spin.launched = 0;
-  start = gpuhal_now_ns();
-  for (i = 0; i < n; ++i) {
-    uint64_t next = ++b->value;
-    gpuhal_status_t st;
-    if (!check(b, qt_submit(b->f.device, 0, gpuhal_semaphore_list_empty(), one(&b->s, &next), &qt_spin_ops, &spin),
-               "poll round trip submit"))
-      return 0;
-    while ((st = gpuhal_semaphore_wait(b->s, next, gpuhal_timeout_immediate())) != NULL) {
-      if (gpuhal_status_code(st) != GPUHAL_STATUS_DEADLINE_EXCEEDED) return check(b, st, "poll round trip wait");
-      gpuhal_status_free(st);
-    }
-  }
-  return us_per(start, n);
-}
-
-static double raw_poll_round_trip(bench_t* b, int n) {
+static double raw_round_trip_impl(bench_t* b, int n, int poll) {
   const gpuhal__cuda_symbols_t* cu = b->f.device->cu;
   unsigned long long us = 0;
   void* params[1];
@@ -177,12 +148,21 @@ static double raw_poll_round_trip(bench_t* b, int n) {
     if (!check_cu(b, cu->cuLaunchKernel(b->f.spin, 1, 1, 1, 1, 1, 1, 0, b->raw_streams[0], params, NULL), "launch") ||
         !check_cu(b, cu->cuEventRecord(b->raw_events[0], b->raw_streams[0]), "record"))
       return 0;
-    while ((r = cu->cuEventQuery(b->raw_events[0])) == CUDA_ERROR_NOT_READY) {
+    if (poll) {
+      while ((r = cu->cuEventQuery(b->raw_events[0])) == CUDA_ERROR_NOT_READY) {
+      }
+    } else {
+      r = cu->cuEventSynchronize(b->raw_events[0]);
     }
-    if (!check_cu(b, r, "query")) return 0;
+    if (!check_cu(b, r, poll ? "query" : "synchronize")) return 0;
   }
   return us_per(start, n);
 }
+
+static double gpuhal_round_trip(bench_t* b, int n) { return gpuhal_round_trip_impl(b, n, 0); }
+static double raw_round_trip(bench_t* b, int n) { return raw_round_trip_impl(b, n, 0); }
+static double gpuhal_poll_round_trip(bench_t* b, int n) { return gpuhal_round_trip_impl(b, n, 1); }
+static double raw_poll_round_trip(bench_t* b, int n) { return raw_round_trip_impl(b, n, 1); }
 
 /* ---- 2. dependent chain ---- */
 static double gpuhal_chain(bench_t* b, int n) {

@@ -175,6 +175,13 @@ TU_TEST(worker_issues_everything) {
   tt_run(&t);
 }
 
+/* Closes the fixture and puts qt_open's driver and tuning back to the defaults. */
+static void tt_close_to_defaults(qt_fixture_t* f) {
+  qt_close(f);
+  qt_semaphore_memops = 0;
+  memset(&qt_tuning, 0, sizeof(qt_tuning));
+}
+
 /* A host wait on a submitted value spins for tuning.host_wait_spin_ns only while such waits
  * end inside that window: each wait that outlasts it halves the next one's spin, and one
  * that ends inside it restores the whole window. The halvings are read from the semaphore
@@ -224,9 +231,7 @@ static void tt_spin_adapts(int path) {
   TU_CHECK_EQ_INT(gpuhal__atomic_load_relaxed(&s->spin_halvings), 0);
   TU_CHECK_OK(gpuhal_semaphore_wait(s, v, qt_seconds(30)));
   gpuhal_semaphore_release(s);
-  qt_close(&f);
-  qt_semaphore_memops = 0;
-  memset(&qt_tuning, 0, sizeof(qt_tuning));
+  tt_close_to_defaults(&f);
 }
 
 TU_TEST(host_wait_spin_adapts) {
@@ -292,9 +297,7 @@ static void tt_polls_see_finished_work(int path) {
   }
   gpuhal_semaphore_release(done);
   gpuhal_semaphore_release(s);
-  qt_close(&f);
-  qt_semaphore_memops = 0;
-  memset(&qt_tuning, 0, sizeof(qt_tuning));
+  tt_close_to_defaults(&f);
 }
 
 TU_TEST(zero_timeout_polls_see_finished_work) {
