@@ -793,8 +793,8 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
 /* The outcome of the entries: 1 when the wait is over for `mode` (satisfied, or failed with
  * *out_status: for ALL any failed entry; for ANY a failed entry while none is reached), 0
  * when not. With `nodes`, entries not reached register their node. With `out`, the first
- * entry from out->from on whose value is submitted hands over its event (retained; the caller must release
- * it), which entry that was, and what its timepoint said. */
+ * entry from out->from on whose value is submitted hands over its event (retained; the
+ * caller must release it), which entry that was, and what its timepoint said. */
 typedef struct gpuhal__host_wait_event_s {
   gpuhal__event_t* event;
   uint64_t value; /* the submitted value the event stands for */

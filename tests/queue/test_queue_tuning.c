@@ -198,7 +198,7 @@ static void tt_spin_adapts(int path) {
   qt_semaphore_memops = path ? -1 : 0;
   TU_REQUIRE(qt_open(&f, 1, NULL));
   if (!qt_kernels_load(&f)) {
-    qt_close(&f);
+    tt_close_to_defaults(&f);
     TU_SKIP("spin_us kernel not available");
   }
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
@@ -259,7 +259,7 @@ static void tt_polls_see_finished_work(int path) {
   qt_semaphore_memops = path ? -1 : 0;
   TU_REQUIRE(qt_open(&f, 1, NULL));
   if (!qt_kernels_load(&f)) {
-    qt_close(&f);
+    tt_close_to_defaults(&f);
     TU_SKIP("spin_us kernel not available");
   }
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
