@@ -220,6 +220,7 @@ enum {
 #define GPUHAL__ACTION_ISSUE_BATCH 16          /* free actions the fast path takes per refill */
 #define GPUHAL__SIGNAL_ISSUE_MAX 16            /* actions a host signal issues on its thread; the worker the rest */
 #define GPUHAL__RETIRE_BATCH 32                /* retired actions per wake-up of the worker */
+#define GPUHAL__RETIRE_MAX_DELAY_NS 1000000    /* the longest retired actions wait for that batch */
 #define GPUHAL__COMPLETION_FIRST_SLEEP_NS 2000 /* the completion thread's first sleep between polls */
 #define GPUHAL__COMPLETION_SLEEP_FRACTION 16   /* its sleeps may reach this fraction of the oldest's age */
 #define GPUHAL__COMPLETION_NAP_NS 50000        /* its nap while work keeps coming, instead of a wake-up */
@@ -371,8 +372,8 @@ typedef struct gpuhal__queue_state_s {
   gpuhal__list_node_t retired;       /* done; release due on the worker */
   uint64_t outstanding;              /* submitted and not yet released (atomic; drops under mutex) */
   uint32_t incoming_count;           /* length of incoming (atomic; changes under mutex) */
-  uint32_t in_flight_count;          /* issued and not yet observed, all lanes (atomic) */
   uint32_t retired_unkicked;         /* retired since the worker was last kicked */
+  int64_t retired_since_ns;          /* when the first of those was retired */
   gpuhal_status_t lost;              /* the loss cause after a sticky error */
   int32_t lost_flag;                 /* lost != NULL, readable without the mutex */
   int32_t issue_needed;              /* new submissions, woken or to-be-failed actions: the pump must look */

@@ -343,7 +343,6 @@ GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gp
     if (a->host_fn) lane->host_calls++;
   }
   gpuhal__atomic_add(&lane->count, 1u);
-  gpuhal__atomic_add(&state->in_flight_count, 1u);
   /* A napping completion thread finds the action at its next look; a host call's function
    * should not wait for that. */
   if (state->completion_sleeping || (state->completion_napping && a->host_fn))

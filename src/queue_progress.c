@@ -76,6 +76,7 @@ static void gpuhal__completion_retire_done(gpuhal__queue_state_t* state, gpuhal_
   if (!*count) return;
   gpuhal__mutex_lock(&state->mutex);
   gpuhal__list_splice_back(&state->retired, done);
+  if (state->retired_unkicked == 0) state->retired_since_ns = gpuhal_now_ns();
   state->retired_unkicked += *count;
   kick = state->retired_unkicked >= GPUHAL__RETIRE_BATCH;
   if (kick) state->retired_unkicked = 0;
@@ -168,7 +169,6 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     gpuhal__list_remove(&a->link);
     gpuhal__action_observe(state, a, CUDA_SUCCESS, 0, done, done_count);
     gpuhal__atomic_sub(&lane->count, 1u);
-    gpuhal__atomic_sub(&state->in_flight_count, 1u);
     observed++;
   }
   /* Work on side streams: each looked at on its own (a stream holds one parked action and
@@ -204,7 +204,6 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     }
     gpuhal__action_observe(state, a, r, 0, done, done_count);
     gpuhal__atomic_sub(&lane->count, 1u);
-    gpuhal__atomic_sub(&state->in_flight_count, 1u);
     observed++;
   }
   if (gpuhal__list_empty(list)) return observed;
@@ -243,7 +242,6 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     }
     gpuhal__action_observe(state, a, r, skip, done, done_count);
     gpuhal__atomic_sub(&lane->count, 1u);
-    gpuhal__atomic_sub(&state->in_flight_count, 1u);
     observed++;
     if (*done_count >= GPUHAL__RETIRE_BATCH && !skip) gpuhal__completion_retire_done(state, done, done_count);
   }
@@ -364,6 +362,37 @@ static int64_t gpuhal__completion_max_sleep_ns(gpuhal__queue_state_t* state, int
   return cap;
 }
 
+/* No lane has issued work not yet observed (the lanes' counts are the only tally: a
+ * device-wide one would cost every submission one more read-modify-write). */
+static int gpuhal__queue_lanes_idle(gpuhal__queue_state_t* state) {
+  uint32_t q;
+  for (q = 0; q < state->device->queue_count; ++q)
+    if (gpuhal__atomic_load(&state->lanes[q].count)) return 0;
+  return 1;
+}
+
+/* Under the state's mutex: hands the actions retired since the worker's last kick to the
+ * worker when they are due. Each kick wakes the worker, so while work keeps running they
+ * wait for a batch (GPUHAL__RETIRE_BATCH), at most GPUHAL__RETIRE_MAX_DELAY_NS; they go at
+ * once when the lanes are idle or someone waits for idle or release (what they hold, the
+ * outstanding count and references, is wanted then). */
+static void gpuhal__completion_kick_if_due_locked(gpuhal__queue_state_t* state) {
+  if (state->retired_unkicked == 0) return;
+  if (!state->threads_stop && state->idle_waiters == 0 && !gpuhal__queue_lanes_idle(state) &&
+      gpuhal_now_ns() - state->retired_since_ns < GPUHAL__RETIRE_MAX_DELAY_NS)
+    return;
+  state->retired_unkicked = 0;
+  gpuhal__mutex_unlock(&state->mutex);
+  gpuhal__queue_kick(state);
+  gpuhal__mutex_lock(&state->mutex);
+}
+
+/* Under the state's mutex: `due`, or sooner when retired actions wait for their kick. */
+static int64_t gpuhal__completion_retire_due_locked(gpuhal__queue_state_t* state, int64_t due) {
+  int64_t kick = state->retired_since_ns + GPUHAL__RETIRE_MAX_DELAY_NS;
+  return state->retired_unkicked > 0 && kick < due ? kick : due;
+}
+
 static int gpuhal__completion_observing(gpuhal__queue_state_t* state) {
   uint32_t q;
   for (q = 0; q < state->device->queue_count; ++q)
@@ -397,16 +426,17 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
       gpuhal__mutex_lock(&state->mutex);
     }
     if (!observing) {
-      if (state->threads_stop && gpuhal__atomic_load(&state->in_flight_count) == 0) {
+      if (state->threads_stop && gpuhal__queue_lanes_idle(state)) {
         gpuhal__mutex_unlock(&state->mutex);
         break;
       }
       /* Nothing to look at yet: sleep until the oldest issued action ages, or, with
        * nothing issued, nap while work keeps coming, then sleep until woken. */
+      gpuhal__completion_kick_if_due_locked(state);
       now = gpuhal_now_ns();
       if (next_due == INT64_MAX && now - last_work_ns < GPUHAL__COMPLETION_ACTIVE_NS)
         next_due = now + GPUHAL__COMPLETION_NAP_NS;
-      gpuhal__completion_sleep_locked(state, next_due);
+      gpuhal__completion_sleep_locked(state, gpuhal__completion_retire_due_locked(state, next_due));
       gpuhal__mutex_unlock(&state->mutex);
       poll_sleep_ns = 0;
       continue;
@@ -417,12 +447,7 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
       observed += gpuhal__completion_observe_lane(state, &state->lanes[q], &done, &done_count);
     gpuhal__completion_retire_done(state, &done, &done_count);
     gpuhal__mutex_lock(&state->mutex);
-    if (state->retired_unkicked > 0) {
-      state->retired_unkicked = 0;
-      gpuhal__mutex_unlock(&state->mutex);
-      gpuhal__queue_kick(state);
-      gpuhal__mutex_lock(&state->mutex);
-    }
+    gpuhal__completion_kick_if_due_locked(state);
     last_work_ns = gpuhal_now_ns();
     if (observed) {
       poll_sleep_ns = 0;
@@ -435,6 +460,7 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
       poll_sleep_ns = poll_sleep_ns ? poll_sleep_ns * 2 : state->completion_first_sleep_ns;
       if (poll_sleep_ns > max_sleep_ns) poll_sleep_ns = max_sleep_ns;
       if (next_due > now + poll_sleep_ns) next_due = now + poll_sleep_ns;
+      next_due = gpuhal__completion_retire_due_locked(state, next_due);
       if (!state->threads_stop && state->idle_waiters == 0 && !gpuhal__completion_abandon_due_locked(state))
         gpuhal__completion_sleep_locked(state, next_due);
     }
@@ -521,8 +547,7 @@ static gpuhal__action_t* gpuhal__harvest_pick(gpuhal__queue_state_t* state, gpuh
 }
 
 /* Under the state's mutex: moves the lane's front actions up to `seq` to `taken`. */
-static uint32_t gpuhal__harvest_take(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane, uint64_t seq,
-                                     gpuhal__list_node_t* taken) {
+static uint32_t gpuhal__harvest_take(gpuhal__queue_lane_t* lane, uint64_t seq, gpuhal__list_node_t* taken) {
   uint32_t n = 0;
   while (!gpuhal__list_empty(&lane->in_flight)) {
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
@@ -530,12 +555,11 @@ static uint32_t gpuhal__harvest_take(gpuhal__queue_state_t* state, gpuhal__queue
     if (a->seq > seq || a->host_fn || a->provisional) break;
     gpuhal__list_remove(&a->link);
     gpuhal__list_push_back(taken, &a->link);
-    gpuhal__atomic_sub(&lane->count, 1u);
-    gpuhal__atomic_sub(&state->in_flight_count, 1u);
     n++;
   }
   if (n) {
     int64_t now = gpuhal_now_ns();
+    gpuhal__atomic_sub(&lane->count, n); /* one read-modify-write for the run */
     const gpuhal__action_t* front = gpuhal__list_empty(&lane->in_flight)
                                         ? NULL
                                         : GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
@@ -578,7 +602,7 @@ static uint32_t gpuhal__harvest_look(gpuhal__queue_state_t* state, gpuhal__queue
   lane->harvest_backoff = 0;
   /* Taken by the completion thread since means the front moved on: take what is left. */
   gpuhal__mutex_lock(&state->mutex);
-  n = gpuhal__harvest_take(state, lane, seq, taken);
+  n = gpuhal__harvest_take(lane, seq, taken);
   gpuhal__mutex_unlock(&state->mutex);
   gpuhal__atomic_add_relaxed(&state->harvested, n);
   return n;

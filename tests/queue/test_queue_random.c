@@ -228,8 +228,10 @@ static void qr_dump(qr_world_t* w) {
   for (d = 0; d < QR_DEVICES; ++d) {
     gpuhal__queue_state_t* st = gpuhal__queue_state(w->devices[d]);
     gpuhal__ordinal_t* o = &w->devices[d]->driver->ordinals[0];
+    uint32_t in_flight = 0;
+    for (q = 0; q < w->devices[d]->queue_count; ++q) in_flight += st->lanes[q].count;
     fprintf(stderr, "  device %d: parked %d streams+graphs %d of room %d outstanding %llu in_flight %u side %u/%u\n", d,
-            o->parked, o->room_live, o->room, (unsigned long long)st->outstanding, st->in_flight_count, st->side_count,
+            o->parked, o->room_live, o->room, (unsigned long long)st->outstanding, in_flight, st->side_count,
             st->side_free_count);
     qr_dump_list("pending", &st->pending);
     qr_dump_list("incoming", &st->incoming);
