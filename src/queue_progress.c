@@ -559,10 +559,10 @@ static uint32_t gpuhal__harvest_take(gpuhal__queue_lane_t* lane, uint64_t seq, g
   }
   if (n) {
     int64_t now = gpuhal_now_ns();
-    gpuhal__atomic_sub(&lane->count, n); /* one read-modify-write for the run */
     const gpuhal__action_t* front = gpuhal__list_empty(&lane->in_flight)
                                         ? NULL
                                         : GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
+    gpuhal__atomic_sub(&lane->count, n); /* one read-modify-write for the run */
     lane->last_harvest_ns = now;
     gpuhal__atomic_store(&lane->harvest_due_ns, (front ? front->dispatch_ns : now) + GPUHAL__HARVEST_MAX_WAIT_NS);
   }
