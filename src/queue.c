@@ -150,6 +150,14 @@ GPUHAL__PRIVATE void gpuhal__queue_kick_issue(gpuhal__queue_state_t* state) {
   gpuhal__queue_kick(state);
 }
 
+GPUHAL__PRIVATE void gpuhal__queue_kick_retired_locked(gpuhal__queue_state_t* state) {
+  if (state->retired_unkicked == 0) return;
+  state->retired_unkicked = 0;
+  gpuhal__mutex_unlock(&state->mutex);
+  gpuhal__queue_kick(state);
+  gpuhal__mutex_lock(&state->mutex);
+}
+
 GPUHAL__PRIVATE void gpuhal__woken_push(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
   gpuhal__action_t* head = gpuhal__atomic_load_relaxed(&state->woken);
   do {

@@ -462,6 +462,10 @@ GPUHAL__PRIVATE void gpuhal__queue_kick(gpuhal__queue_state_t* state);
 /* Asks the pump to look at the pending actions (not only to release retired ones). */
 GPUHAL__PRIVATE void gpuhal__queue_kick_issue(gpuhal__queue_state_t* state);
 
+/* Under the state's mutex (released around the kick): kicks the pump for the actions the
+ * completion thread retired and holds back for a batch, if there are any. */
+GPUHAL__PRIVATE void gpuhal__queue_kick_retired_locked(gpuhal__queue_state_t* state);
+
 /* Marks `a` for the pump to resolve again and pushes it on the woken stack, so a pump pass
  * looks only at woken actions, never at every blocked one. An action is on the stack (or in
  * a pump's batch) at most once: on_woken guards woken_next. Any thread. */

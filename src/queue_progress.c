@@ -381,10 +381,7 @@ static void gpuhal__completion_kick_if_due_locked(gpuhal__queue_state_t* state) 
   if (!state->threads_stop && state->idle_waiters == 0 && !gpuhal__queue_lanes_idle(state) &&
       gpuhal_now_ns() - state->retired_since_ns < GPUHAL__RETIRE_MAX_DELAY_NS)
     return;
-  state->retired_unkicked = 0;
-  gpuhal__mutex_unlock(&state->mutex);
-  gpuhal__queue_kick(state);
-  gpuhal__mutex_lock(&state->mutex);
+  gpuhal__queue_kick_retired_locked(state);
 }
 
 /* Under the state's mutex: `due`, or sooner when retired actions wait for their kick. */

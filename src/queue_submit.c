@@ -441,12 +441,7 @@ GPUHAL_API gpuhal_status_t gpuhal_device_wait_idle(gpuhal_device_t* device, gpuh
   gpuhal__mutex_lock(&state->mutex);
   state->idle_waiters++;
   if (state->completion_napping) gpuhal__cond_signal(&state->completion_cond); /* stop aging the work */
-  if (state->retired_unkicked > 0) { /* retired work the completion thread holds back for a batch */
-    state->retired_unkicked = 0;
-    gpuhal__mutex_unlock(&state->mutex);
-    gpuhal__queue_kick(state);
-    gpuhal__mutex_lock(&state->mutex);
-  }
+  gpuhal__queue_kick_retired_locked(state); /* what the completion thread holds back for a batch */
   while (gpuhal__atomic_load(&state->outstanding) > 0) {
     if (!gpuhal__cond_wait_until(&state->idle_cond, &state->mutex, timeout) &&
         gpuhal__atomic_load(&state->outstanding) > 0) {
