@@ -243,6 +243,11 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cuda_status(const gpuhal__cuda_symbols_t
                             sticky ? " [sticky error: the context is unusable, device lost]" : "");
 }
 
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__cuda_check(const gpuhal__cuda_symbols_t* cu, CUresult result, const char* call,
+                                                   const char* file, int line) {
+  return (int)result == 0 ? NULL : gpuhal__cuda_status(cu, result, call, file, line);
+}
+
 /* ---- NCCL ---- */
 typedef struct gpuhal__nccl_error_info_s {
   int value;

@@ -19,9 +19,15 @@ GPUHAL__PRIVATE void gpuhal__cuda_error_describe(const gpuhal__cuda_symbols_t* c
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__cuda_status(const gpuhal__cuda_symbols_t* cu, CUresult result, const char* call,
                                                     const char* file, int line);
 
+/* gpuhal__cuda_status behind a test small enough to inline (gpuhal.h is one translation
+ * unit): a call that succeeds, as every call on the queue's paths does, costs no call to
+ * check. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__cuda_check(const gpuhal__cuda_symbols_t* cu, CUresult result, const char* call,
+                                                   const char* file, int line);
+
 /* GPUHAL__CU(cu, cuMemAlloc, (&ptr, size)): calls cu->cuMemAlloc(&ptr, size) and gives NULL
  * or the status. GPUHAL__CU_RETURN returns that status from the enclosing function. */
-#define GPUHAL__CU(cu, fn, args) gpuhal__cuda_status((cu), (cu)->fn args, #fn, __FILE__, __LINE__)
+#define GPUHAL__CU(cu, fn, args) gpuhal__cuda_check((cu), (cu)->fn args, #fn, __FILE__, __LINE__)
 #define GPUHAL__CU_RETURN(cu, fn, args) GPUHAL__RETURN_IF_ERROR(GPUHAL__CU(cu, fn, args))
 
 /* NULL for ncclSuccess; otherwise a status naming the NCCL error, the call and file:line. */
