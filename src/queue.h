@@ -334,15 +334,19 @@ typedef struct gpuhal__queue_lane_s {
   CUevent side_tail;                  /* recorded on the queue's stream for side work to follow (issue_mutex) */
   uint32_t chain_side;                /* 1 + index of the side stream of the lane's newest parked work, which
                                          later parked work may go behind (0: none; mutex) */
-  uint32_t count;                     /* in_flight + observing (atomic) */
-  uint32_t host_calls;                /* host calls in in_flight: taken at once (mutex) */
-  int32_t harvesting;                 /* a submitter is harvesting this lane (atomic; one at a time) */
-  int32_t harvest_skip;               /* fast-path submissions left before the next look (atomic) */
-  int32_t harvest_backoff;            /* what harvest_skip is set to after a fruitless look */
-  int64_t harvest_due_ns;             /* when a look pays even with few actions in flight (atomic hint) */
-  int64_t last_harvest_ns;            /* when a submitter last retired work of this lane (mutex) */
-  uint64_t last_done;                 /* submit_number of the last operation that completed (atomic; reports) */
-  const char* last_kind;              /* and its kind (atomic) */
+  /* in_flight + side + observing + deferred: written under the mutex only (a plain store), read
+   * anywhere (atomic). The completion thread takes what it observed off at the end of its pass
+   * (uncounted), so a dispatch pays no locked instruction for it. */
+  uint32_t count;
+  uint32_t uncounted;      /* observed by the completion thread, not yet taken off count (its own) */
+  uint32_t host_calls;     /* host calls in in_flight: taken at once (mutex) */
+  int32_t harvesting;      /* a submitter is harvesting this lane (atomic; one at a time) */
+  int32_t harvest_skip;    /* fast-path submissions left before the next look (atomic) */
+  int32_t harvest_backoff; /* what harvest_skip is set to after a fruitless look */
+  int64_t harvest_due_ns;  /* when a look pays even with few actions in flight (atomic hint) */
+  int64_t last_harvest_ns; /* when a submitter last retired work of this lane (mutex) */
+  uint64_t last_done;      /* submit_number of the last operation that completed (atomic; reports) */
+  const char* last_kind;   /* and its kind (atomic) */
   int32_t at_once; /* a call done at once went on the stream since gpuhal_device_wait_idle last saw it run (atomic) */
   /* How long its actions have taken, from dispatch to seen done (a running average of
    * those the completion thread saw finish; halved by one it found done at its first look;

@@ -342,7 +342,7 @@ GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gp
     gpuhal__list_push_back(&lane->in_flight, &a->link);
     if (a->host_fn) lane->host_calls++;
   }
-  gpuhal__atomic_add(&lane->count, 1u);
+  gpuhal__atomic_store(&lane->count, gpuhal__atomic_load_relaxed(&lane->count) + 1u); /* written under the mutex */
   /* A napping completion thread finds the action at its next look; a host call's function
    * should not wait for that. */
   if (state->completion_sleeping || (state->completion_napping && a->host_fn))

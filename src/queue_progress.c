@@ -168,7 +168,7 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) continue;
     gpuhal__list_remove(&a->link);
     gpuhal__action_observe(state, a, CUDA_SUCCESS, 0, done, done_count);
-    gpuhal__atomic_sub(&lane->count, 1u);
+    lane->uncounted++;
     observed++;
   }
   /* Work on side streams: each looked at on its own (a stream holds one parked action and
@@ -203,7 +203,7 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
       }
     }
     gpuhal__action_observe(state, a, r, 0, done, done_count);
-    gpuhal__atomic_sub(&lane->count, 1u);
+    lane->uncounted++;
     observed++;
   }
   if (gpuhal__list_empty(list)) return observed;
@@ -241,7 +241,7 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
         gpuhal__atomic_store(&lane->typical_ns, typical / 2);
     }
     gpuhal__action_observe(state, a, r, skip, done, done_count);
-    gpuhal__atomic_sub(&lane->count, 1u);
+    lane->uncounted++;
     observed++;
     if (*done_count >= GPUHAL__RETIRE_BATCH && !skip) gpuhal__completion_retire_done(state, done, done_count);
   }
@@ -364,6 +364,17 @@ static int64_t gpuhal__completion_max_sleep_ns(gpuhal__queue_state_t* state, int
 
 /* No lane has issued work not yet observed (the lanes' counts are the only tally: a
  * device-wide one would cost every submission one more read-modify-write). */
+/* Under the state's mutex: takes what this pass observed off the lanes' counts. */
+static void gpuhal__completion_uncount_locked(gpuhal__queue_state_t* state) {
+  uint32_t q;
+  for (q = 0; q < state->device->queue_count; ++q) {
+    gpuhal__queue_lane_t* lane = &state->lanes[q];
+    if (!lane->uncounted) continue;
+    gpuhal__atomic_store(&lane->count, gpuhal__atomic_load_relaxed(&lane->count) - lane->uncounted);
+    lane->uncounted = 0;
+  }
+}
+
 static int gpuhal__queue_lanes_idle(gpuhal__queue_state_t* state) {
   uint32_t q;
   for (q = 0; q < state->device->queue_count; ++q)
@@ -444,6 +455,7 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
       observed += gpuhal__completion_observe_lane(state, &state->lanes[q], &done, &done_count);
     gpuhal__completion_retire_done(state, &done, &done_count);
     gpuhal__mutex_lock(&state->mutex);
+    gpuhal__completion_uncount_locked(state);
     gpuhal__completion_kick_if_due_locked(state);
     last_work_ns = gpuhal_now_ns();
     if (observed) {
@@ -559,7 +571,7 @@ static uint32_t gpuhal__harvest_take(gpuhal__queue_lane_t* lane, uint64_t seq, g
     const gpuhal__action_t* front = gpuhal__list_empty(&lane->in_flight)
                                         ? NULL
                                         : GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
-    gpuhal__atomic_sub(&lane->count, n); /* one read-modify-write for the run */
+    gpuhal__atomic_store(&lane->count, gpuhal__atomic_load_relaxed(&lane->count) - n);
     lane->last_harvest_ns = now;
     gpuhal__atomic_store(&lane->harvest_due_ns, (front ? front->dispatch_ns : now) + GPUHAL__HARVEST_MAX_WAIT_NS);
   }
