@@ -583,6 +583,8 @@ GPUHAL__PRIVATE unsigned gpuhal__memset_value(const gpuhal__cmd_t* cmd);
 #ifndef GPUHAL__GRAPH_COPY_PIECE
 #define GPUHAL__GRAPH_COPY_PIECE ((uint64_t)256 << 20)
 #endif
+/* A device-to-device copy of `size` bytes as a memcpy node's parameters. */
+GPUHAL__PRIVATE void gpuhal__memcpy_params(CUdeviceptr dst, CUdeviceptr src, uint64_t size, CUDA_MEMCPY3D* m);
 /* ---- native commands and peer copies (multi-device hook; owned by the multi-device
  * engineer, used by channel.h) ----
  * A NATIVE command is work that another module puts on a stream itself (NCCL collectives).

@@ -38,22 +38,12 @@ static gpuhal_status_t gpuhal__cb_destroy_graph_current(void* arg) {
 }
 
 /* Runs on any thread, with no gpuhal lock held (a last release may come from an
- * application thread, a harvesting submitter or the worker). When this thread cannot take the device's context,
- * the worker, which holds it for its life, does the destroying (run directly when this is
- * the worker): the handles are never dropped with their objects still alive. */
+ * application thread, a harvesting submitter or the worker). */
 static void gpuhal__cb_destroy_graph(gpuhal_command_buffer_t* cb) {
   gpuhal_device_t* device = cb->device;
-  gpuhal__context_scope_t scope;
   gpuhal_status_t st;
   if (!cb->graph && !cb->instance_count && !cb->staging) return;
-  st = gpuhal__context_enter(device, &scope);
-  if (!st) {
-    st = gpuhal__cb_destroy_graph_current(cb);
-    gpuhal__context_leave(device, &scope);
-  } else {
-    gpuhal_status_free(st);
-    st = gpuhal__worker_call(device, gpuhal__cb_destroy_graph_current, cb);
-  }
+  st = gpuhal__device_call_current(device, gpuhal__cb_destroy_graph_current, cb);
   if (st) {
     gpuhal__log(device->logger, GPUHAL_LOG_WARN, "destroying a command buffer's graph: %s", gpuhal_status_message(st));
     gpuhal_status_free(st);
@@ -102,7 +92,7 @@ static void gpuhal__kernel_node_params(const gpuhal_command_buffer_t* cb, const 
   p->kernelParams = cmd->arg_count ? cb->param_ptrs + cmd->arg_first : NULL;
 }
 
-static void gpuhal__memcpy_params(CUdeviceptr dst, CUdeviceptr src, uint64_t size, CUDA_MEMCPY3D* m) {
+GPUHAL__PRIVATE void gpuhal__memcpy_params(CUdeviceptr dst, CUdeviceptr src, uint64_t size, CUDA_MEMCPY3D* m) {
   memset(m, 0, sizeof(*m));
   m->srcMemoryType = CU_MEMORYTYPE_DEVICE;
   m->srcDevice = src;

@@ -182,6 +182,19 @@ GPUHAL__PRIVATE void gpuhal__context_leave(gpuhal_device_t* device, gpuhal__cont
   }
 }
 
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_call_current(gpuhal_device_t* device, gpuhal_status_t (*fn)(void* arg),
+                                                            void* arg) {
+  gpuhal__context_scope_t scope;
+  gpuhal_status_t status = gpuhal__context_enter(device, &scope);
+  if (status) {
+    gpuhal_status_free(status);
+    return gpuhal__worker_call(device, fn, arg);
+  }
+  status = fn(arg);
+  gpuhal__context_leave(device, &scope);
+  return status;
+}
+
 /* ---- driver ---- */
 
 static uint32_t gpuhal__feature_bit(gpuhal_feature_t feature) { return 1u << (unsigned)feature; }

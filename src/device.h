@@ -435,6 +435,13 @@ GPUHAL__PRIVATE void gpuhal__context_pop_any(const gpuhal__cuda_symbols_t* cu, g
 /* Restores exactly what context_enter found. */
 GPUHAL__PRIVATE void gpuhal__context_leave(gpuhal_device_t* device, gpuhal__context_scope_t* scope);
 
+/* Runs fn(arg) with the device's context current: on the calling thread inside a push/pop,
+ * or, when this thread cannot take the context, on the worker (which holds it for its life),
+ * so that what fn destroys is never dropped with its objects still alive. Any thread with
+ * no gpuhal lock held. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_call_current(gpuhal_device_t* device, gpuhal_status_t (*fn)(void* arg),
+                                                            void* arg);
+
 /* gpuhal's own driver references (devices, semaphores): no waiting. */
 GPUHAL__PRIVATE void gpuhal__driver_retain_ref(gpuhal_driver_t* driver);
 GPUHAL__PRIVATE void gpuhal__driver_release_ref(gpuhal_driver_t* driver);
