@@ -322,6 +322,14 @@ typedef struct gpuhal__collective_cmd_s {
   gpuhal_buffer_t* recv; /* retained; NULL when unused */
   uint64_t recv_offset;
   uint64_t bytes; /* on a one-rank channel: what the copy moves */
+  /* A one-rank copy of a REUSABLE STREAM command buffer: launched as a graph of one memcpy
+   * node, built at its first issue (under the device's issue serialization, as every issue
+   * is). Its operands are fixed buffers, and a buffer's address never changes once it has
+   * one, so the graph stays right. A graph launch costs the host far less than a stream
+   * copy's enqueue (tests/bench/RESULTS.md); a copy larger than one graph copy piece keeps
+   * the stream copies, whose cost its GPU time hides. */
+  int copy_as_graph;
+  CUgraphExec copy_exec;
 } gpuhal__collective_cmd_t;
 
 /* The device address of a buffer operand now; FAILED_PRECONDITION without one. */
@@ -367,12 +375,35 @@ static gpuhal_status_t gpuhal__collective_issue(void* user, gpuhal_device_t* dev
   }
 }
 
+/* Launches the copy's graph, built at the first issue. */
+static gpuhal_status_t gpuhal__collective_copy_launch(gpuhal__collective_cmd_t* c, gpuhal_device_t* device,
+                                                      CUdeviceptr dst, CUdeviceptr src, CUstream stream) {
+  const gpuhal__cuda_symbols_t* cu = device->cu;
+  if (!c->copy_exec) {
+    CUgraph graph = NULL;
+    CUgraphNode node;
+    CUDA_MEMCPY3D m;
+    gpuhal_status_t st;
+    gpuhal__memcpy_params(dst, src, c->bytes, &m);
+    st = GPUHAL__CU(cu, cuGraphCreate, (&graph, 0));
+    if (!st) st = GPUHAL__CU(cu, cuGraphAddMemcpyNode, (&node, graph, NULL, 0, &m, device->context));
+    if (!st) st = gpuhal__device_graph_instantiate(device, &c->copy_exec, graph, 0);
+    if (graph) cu->cuGraphDestroy(graph); /* the executable holds its own copy */
+    if (st) {
+      c->copy_exec = NULL;
+      return st;
+    }
+  }
+  return GPUHAL__CU(cu, cuGraphLaunch, (c->copy_exec, stream));
+}
+
 /* A collective of a one-rank channel other than a send or a receive leaves in its output
  * what its input holds (a reduction or a gather over one rank is its input), and NCCL makes
  * it a cudaMemcpyAsync. gpuhal issues that copy itself, in pieces of at most
  * GPUHAL__GRAPH_COPY_PIECE bytes, so that a GRAPH command buffer's capture of it holds
  * memcpy nodes the GPU runs at a stream copy's speed (NCCL's single node of a large copy
- * runs at about 0.64x; command_buffer.h); in place, it issues nothing. */
+ * runs at about 0.64x; command_buffer.h); in place, it issues nothing. A REUSABLE STREAM
+ * command buffer launches it as a graph of its own (copy_as_graph). */
 static gpuhal_status_t gpuhal__collective_one_rank_issue(void* user, gpuhal_device_t* device, CUstream stream) {
   gpuhal__collective_cmd_t* c = (gpuhal__collective_cmd_t*)user;
   void* send = NULL;
@@ -382,6 +413,9 @@ static gpuhal_status_t gpuhal__collective_one_rank_issue(void* user, gpuhal_devi
   GPUHAL__RETURN_IF_ERROR(gpuhal__collective_address(c->recv, c->recv_offset, "recv", &recv));
   if (!send) send = recv; /* a broadcast from the root's receive buffer */
   if (!recv) recv = send; /* a reduce into the root's send buffer */
+  if (send != recv && c->copy_as_graph)
+    return gpuhal__collective_copy_launch(c, device, (CUdeviceptr)(uintptr_t)recv, (CUdeviceptr)(uintptr_t)send,
+                                          stream);
   for (done = 0; send != recv && done < c->bytes; done += n) {
     n = c->bytes - done < GPUHAL__GRAPH_COPY_PIECE ? c->bytes - done : GPUHAL__GRAPH_COPY_PIECE;
     GPUHAL__CU_RETURN(device->cu, cuMemcpyAsync,
@@ -401,10 +435,24 @@ static gpuhal_status_t gpuhal__collective_group_end(gpuhal_device_t* device) {
   return st;
 }
 
+/* With the device's context current. */
+static gpuhal_status_t gpuhal__collective_copy_destroy_current(void* arg) {
+  gpuhal__collective_cmd_t* c = (gpuhal__collective_cmd_t*)arg;
+  return gpuhal__device_graph_exec_destroy(c->channel->device, c->copy_exec);
+}
+
 static void gpuhal__collective_release(void* user) {
   gpuhal__collective_cmd_t* c = (gpuhal__collective_cmd_t*)user;
   gpuhal_channel_t* channel = c->channel;
   const gpuhal_allocator_t* allocator = channel->device->allocator;
+  if (c->copy_exec) {
+    gpuhal_status_t st = gpuhal__device_call_current(channel->device, gpuhal__collective_copy_destroy_current, c);
+    if (st) {
+      gpuhal__log(channel->device->logger, GPUHAL_LOG_WARN, "destroying a one-rank collective's copy graph: %s",
+                  gpuhal_status_message(st));
+      gpuhal_status_free(st);
+    }
+  }
   gpuhal__buffer_release_ref(c->send);
   gpuhal__buffer_release_ref(c->recv);
   gpuhal__free(allocator, c);
@@ -534,6 +582,7 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_collective(gpuhal_command_buffer_t* comman
   gpuhal__collective_cmd_t* rec = NULL;
   uint64_t send_count = 0, recv_count = 0;
   gpuhal_status_t st;
+  int one_rank;
   GPUHAL__CHECK_RECORDING(command_buffer);
   GPUHAL__CHECK_OBJECT(channel, GPUHAL__MAGIC_CHANNEL);
   GPUHAL__CHECK_ARG(collective != NULL, "collective", "must not be NULL");
@@ -556,16 +605,17 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_collective(gpuhal_command_buffer_t* comman
   if (send_count) rec->send = collective->send.buffer, rec->send_offset = collective->send.offset;
   if (recv_count) rec->recv = collective->recv.buffer, rec->recv_offset = collective->recv.offset;
   rec->bytes = collective->count * gpuhal_element_type_size(collective->type);
-  st = gpuhal__cb_record_native(
-      cb,
-      channel->size == 1 && collective->kind != GPUHAL_COLLECTIVE_SEND && collective->kind != GPUHAL_COLLECTIVE_RECV
-          ? &gpuhal__collective_one_rank_ops
-          : &gpuhal__collective_ops,
-      rec);
+  one_rank =
+      channel->size == 1 && collective->kind != GPUHAL_COLLECTIVE_SEND && collective->kind != GPUHAL_COLLECTIVE_RECV;
+  /* A ONE_SHOT command buffer's copy runs once: building a graph for it would cost more. */
+  rec->copy_as_graph = one_rank && !gpuhal__cb_is_graph(cb) && (cb->flags & GPUHAL_COMMAND_BUFFER_REUSABLE) &&
+                       rec->bytes > 0 && rec->bytes <= GPUHAL__GRAPH_COPY_PIECE;
+  st = gpuhal__cb_record_native(cb, one_rank ? &gpuhal__collective_one_rank_ops : &gpuhal__collective_ops, rec);
   if (st) {
     gpuhal__free(cb->device->allocator, rec);
     return gpuhal_status_annotate(st, "gpuhal_cmd_collective");
   }
+  if (rec->copy_as_graph) cb->launches_own_graph = 1;
   gpuhal__object_retain(&channel->header);
   gpuhal__buffer_retain_ref(rec->send);
   gpuhal__buffer_retain_ref(rec->recv);

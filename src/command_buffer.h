@@ -471,7 +471,12 @@ struct gpuhal_command_buffer_s {
   uint32_t node_count;
   uint32_t* late_cmds; /* indices of dispatches with late arguments */
   uint32_t late_cmd_count;
-  int reads_allocas;   /* set at end: it names binding slots or queue_alloca buffers */
+  int reads_allocas; /* set at end: it names binding slots or queue_alloca buffers */
+  /* A command launches a graph executable of its own at every execute (a one-rank
+   * collective's copy in a REUSABLE STREAM command buffer, channel.c). CUDA runs the launches
+   * of one graph executable in order, so its executes are issued in dependency order, as a
+   * REUSABLE GRAPH command buffer's are (queue_execute.c). */
+  int launches_own_graph;
   CUdeviceptr staging; /* device copy of update_data (cuMemAlloc'ed at end) */
 
   gpuhal__mutex_t action_mutex;

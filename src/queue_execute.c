@@ -177,9 +177,11 @@ static gpuhal_status_t gpuhal__execute_claim(gpuhal_command_buffer_t* cb) {
 static unsigned gpuhal__execute_submit_flags(gpuhal_command_buffer_t* cb) {
   int blocking = cb->has_native && (!gpuhal__cb_is_graph(cb) || gpuhal__atomic_load(&cb->graph_deferred));
   /* CUDA orders each launch of a graph exec after the previous one, so a reusable GRAPH
-   * command buffer is launched in dependency order (GPUHAL__SUBMIT_NOT_PROVISIONAL). So is
-   * a STREAM command buffer too long to wait on the GPU (GPUHAL__PARK_COMMANDS_MAX). */
-  int ordered = cb->reads_allocas || (gpuhal__cb_is_graph(cb) && (cb->flags & GPUHAL_COMMAND_BUFFER_REUSABLE)) ||
+   * command buffer is launched in dependency order (GPUHAL__SUBMIT_NOT_PROVISIONAL), and so
+   * is one whose commands launch a graph exec of their own (launches_own_graph). So is a
+   * STREAM command buffer too long to wait on the GPU (GPUHAL__PARK_COMMANDS_MAX). */
+  int ordered = cb->reads_allocas || cb->launches_own_graph ||
+                (gpuhal__cb_is_graph(cb) && (cb->flags & GPUHAL_COMMAND_BUFFER_REUSABLE)) ||
                 (!gpuhal__cb_is_graph(cb) && cb->cmd_count > GPUHAL__PARK_COMMANDS_MAX);
   unsigned flags = ordered ? (unsigned)GPUHAL__SUBMIT_NOT_PROVISIONAL : 0u;
   return flags | (blocking ? 0u : (unsigned)GPUHAL__SUBMIT_CALLER_MAY_ISSUE);

@@ -192,4 +192,93 @@ TU_TEST(send_to_itself) {
   or_close(&t);
 }
 
-TU_MAIN(TU_CASE(every_kind_stream), TU_CASE(every_kind_graph), TU_CASE(send_to_itself))
+/* ---- a REUSABLE STREAM command buffer's copy: one graph of its own, launched each time ---- */
+#define OR_SMALL 1000u /* floats: 4,000 bytes, one copy piece */
+
+static gpuhal_command_buffer_t* or_reusable_copy(or_t* t, gpuhal_buffer_t* from, gpuhal_buffer_t* to) {
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_collective_t c = or_collective(GPUHAL_COLLECTIVE_ALL_REDUCE, GPUHAL_REDUCTION_SUM, from, to);
+  c.count = OR_SMALL;
+  if (!OR_OK(gpuhal_command_buffer_create(t->f.devices[0],
+                                          GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cb)) ||
+      !OR_OK(gpuhal_command_buffer_begin(cb)) || !OR_OK(gpuhal_cmd_collective(cb, t->ch, &c)) ||
+      !OR_OK(gpuhal_command_buffer_end(cb))) {
+    gpuhal_command_buffer_release(cb);
+    return NULL;
+  }
+  return cb;
+}
+
+/* Each execute copies what the input holds then: new data every time, checked element by
+ * element; on softcuda, the executes are graph launches of one executable, built once. */
+TU_TEST(reusable_stream_copy_each_execute) {
+  or_t t;
+  gpuhal_command_buffer_t* cb;
+  unsigned long long launches, instantiations, copies;
+  uint32_t host[OR_SMALL], got[OR_SMALL];
+  int k, executes = 50;
+  size_t i;
+  if (!or_open(&t)) TU_SKIP("needs a device and NCCL");
+  cb = or_reusable_copy(&t, t.a, t.b);
+  TU_REQUIRE(cb != NULL);
+  launches = md_softcuda_calls("cuGraphLaunch");
+  instantiations = md_softcuda_calls("cuGraphInstantiateWithFlags");
+  copies = md_softcuda_calls("cuMemcpyAsync");
+  for (k = 0; k < executes; ++k) {
+    uint64_t v = ++t.value;
+    for (i = 0; i < OR_SMALL; ++i) host[i] = (uint32_t)(k * 7919 + i);
+    TU_REQUIRE_OK(gpuhal_buffer_write(t.a, 0, host, sizeof(host)));
+    TU_REQUIRE_OK(gpuhal_queue_execute(t.f.devices[0], 0, gpuhal_semaphore_list_empty(),
+                                       gpuhal_semaphore_list_one(&t.sem, &v), cb, NULL));
+    TU_REQUIRE_OK(gpuhal_semaphore_wait(t.sem, v, md_seconds(60)));
+    TU_REQUIRE_OK(gpuhal_buffer_read(t.b, 0, got, sizeof(got)));
+    for (i = 0; i < OR_SMALL && got[i] == host[i]; ++i) {
+    }
+    if (i < OR_SMALL) TU_FAIL_AT(__FILE__, __LINE__, "execute %d: element %zu is %u, want %u", k, i, got[i], host[i]);
+  }
+  if (tu_softcuda()) {
+    TU_CHECK_EQ_INT((int)(md_softcuda_calls("cuGraphLaunch") - launches), executes);
+    TU_CHECK_EQ_INT((int)(md_softcuda_calls("cuGraphInstantiateWithFlags") - instantiations), 1);
+    TU_CHECK_EQ_INT((int)(md_softcuda_calls("cuMemcpyAsync") - copies), 0);
+  }
+  gpuhal_command_buffer_release(cb); /* destroys the executable (softcuda: leaks are fatal) */
+  or_close(&t);
+}
+
+/* CUDA runs the launches of one graph executable in order, so such a command buffer must not
+ * be issued behind a GPU wait for a value that a later execute of it signals: the execute on
+ * queue 1 waits for a value that the one on queue 0, submitted after it, signals. Both end. */
+TU_TEST(reusable_stream_copy_waiting_on_its_next_execute) {
+  static const gpuhal_device_params_t* saved;
+  gpuhal_device_params_t params;
+  or_t t;
+  gpuhal_command_buffer_t* cb;
+  gpuhal_semaphore_t* gate = NULL;
+  uint64_t one = 1, second;
+  memset(&params, 0, sizeof(params));
+  params.queue_count = 2;
+  saved = md_device_params;
+  md_device_params = &params;
+  if (!or_open(&t)) {
+    md_device_params = saved;
+    TU_SKIP("needs a device and NCCL");
+  }
+  md_device_params = saved;
+  cb = or_reusable_copy(&t, t.a, t.b);
+  TU_REQUIRE(cb != NULL);
+  TU_REQUIRE_OK(gpuhal_semaphore_create(t.f.driver, 0, &gate));
+  second = ++t.value;
+  TU_REQUIRE_OK(gpuhal_queue_execute(t.f.devices[0], 1, gpuhal_semaphore_list_one(&gate, &one),
+                                     gpuhal_semaphore_list_one(&t.sem, &second), cb, NULL));
+  TU_REQUIRE_OK(gpuhal_queue_execute(t.f.devices[0], 0, gpuhal_semaphore_list_empty(),
+                                     gpuhal_semaphore_list_one(&gate, &one), cb, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(gate, 1, md_seconds(30)));
+  TU_CHECK_OK(gpuhal_semaphore_wait(t.sem, second, md_seconds(30)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(t.f.devices[0], md_seconds(30)));
+  gpuhal_command_buffer_release(cb);
+  gpuhal_semaphore_release(gate);
+  or_close(&t);
+}
+
+TU_MAIN(TU_CASE(every_kind_stream), TU_CASE(every_kind_graph), TU_CASE(send_to_itself),
+        TU_CASE(reusable_stream_copy_each_execute), TU_CASE(reusable_stream_copy_waiting_on_its_next_execute))
