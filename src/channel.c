@@ -322,13 +322,13 @@ typedef struct gpuhal__collective_cmd_s {
   gpuhal_buffer_t* recv; /* retained; NULL when unused */
   uint64_t recv_offset;
   uint64_t bytes; /* on a one-rank channel: what the copy moves */
-  /* A one-rank copy of a REUSABLE STREAM command buffer: launched as a graph of one memcpy
-   * node, built at its first issue (under the device's issue serialization, as every issue
-   * is). Its operands are fixed buffers, and a buffer's address never changes once it has
-   * one, so the graph stays right. A graph launch costs the host far less than a stream
-   * copy's enqueue (tests/bench/RESULTS.md); a copy larger than one graph copy piece keeps
-   * the stream copies, whose cost its GPU time hides. */
-  int copy_as_graph;
+  /* A one-rank copy of a REUSABLE STREAM command buffer, as a graph of one memcpy node
+   * launched at every execute: a graph launch costs the host far less than a stream copy's
+   * enqueue (tests/bench/RESULTS.md). Built when the command is recorded, on the worker (as
+   * GRAPH command buffers are), if both operands have their addresses then and differ; its
+   * operands are fixed buffers, and a buffer's address never changes once it has one. NULL:
+   * stream copies (a copy larger than one graph copy piece, whose GPU time hides their
+   * cost, a queue_alloca buffer not issued yet, or a build that failed). */
   CUgraphExec copy_exec;
 } gpuhal__collective_cmd_t;
 
@@ -375,26 +375,51 @@ static gpuhal_status_t gpuhal__collective_issue(void* user, gpuhal_device_t* dev
   }
 }
 
-/* Launches the copy's graph, built at the first issue. */
-static gpuhal_status_t gpuhal__collective_copy_launch(gpuhal__collective_cmd_t* c, gpuhal_device_t* device,
-                                                      CUdeviceptr dst, CUdeviceptr src, CUstream stream) {
+typedef struct gpuhal__collective_copy_build_s {
+  gpuhal__collective_cmd_t* c;
+  CUdeviceptr dst, src;
+} gpuhal__collective_copy_build_t;
+
+/* On the worker: the copy's graph executable. */
+static gpuhal_status_t gpuhal__collective_copy_build_on_worker(void* arg) {
+  gpuhal__collective_copy_build_t* b = (gpuhal__collective_copy_build_t*)arg;
+  gpuhal_device_t* device = b->c->channel->device;
   const gpuhal__cuda_symbols_t* cu = device->cu;
-  if (!c->copy_exec) {
-    CUgraph graph = NULL;
-    CUgraphNode node;
-    CUDA_MEMCPY3D m;
-    gpuhal_status_t st;
-    gpuhal__memcpy_params(dst, src, c->bytes, &m);
-    st = GPUHAL__CU(cu, cuGraphCreate, (&graph, 0));
-    if (!st) st = GPUHAL__CU(cu, cuGraphAddMemcpyNode, (&node, graph, NULL, 0, &m, device->context));
-    if (!st) st = gpuhal__device_graph_instantiate(device, &c->copy_exec, graph, 0);
-    if (graph) cu->cuGraphDestroy(graph); /* the executable holds its own copy */
-    if (st) {
-      c->copy_exec = NULL;
-      return st;
-    }
+  CUgraph graph = NULL;
+  CUgraphNode node;
+  CUDA_MEMCPY3D m;
+  gpuhal_status_t st;
+  gpuhal__memcpy_params(b->dst, b->src, b->c->bytes, &m);
+  st = GPUHAL__CU(cu, cuGraphCreate, (&graph, 0));
+  if (!st) st = GPUHAL__CU(cu, cuGraphAddMemcpyNode, (&node, graph, NULL, 0, &m, device->context));
+  if (!st) st = gpuhal__device_graph_instantiate(device, &b->c->copy_exec, graph, 0);
+  if (st) b->c->copy_exec = NULL;
+  if (graph) cu->cuGraphDestroy(graph); /* the executable holds its own copy */
+  return st;
+}
+
+/* Builds the copy's graph of a one-rank collective of a REUSABLE STREAM command buffer, when
+ * it copies at all and both operands have their addresses. A build that fails leaves the
+ * stream copies, which do the same work: it is logged, not returned. */
+static void gpuhal__collective_copy_prepare(gpuhal__collective_cmd_t* c) {
+  gpuhal_device_t* device = c->channel->device;
+  gpuhal__collective_copy_build_t b;
+  gpuhal_status_t st;
+  b.c = c;
+  b.src = c->send ? gpuhal__buffer_address(c->send) : 0;
+  b.dst = c->recv ? gpuhal__buffer_address(c->recv) : 0;
+  if ((c->send && !b.src) || (c->recv && !b.dst)) return; /* a queue_alloca buffer not issued yet */
+  if (b.src) b.src += c->send_offset;
+  if (b.dst) b.dst += c->recv_offset;
+  if (!b.src) b.src = b.dst; /* as gpuhal__collective_one_rank_issue pairs them */
+  if (!b.dst) b.dst = b.src;
+  if (b.src == b.dst) return; /* in place: nothing to copy */
+  st = gpuhal__worker_call(device, gpuhal__collective_copy_build_on_worker, &b);
+  if (st) {
+    gpuhal__log(device->logger, GPUHAL_LOG_WARN,
+                "a one-rank collective's copy graph: %s (its executes use stream copies)", gpuhal_status_message(st));
+    gpuhal_status_free(st);
   }
-  return GPUHAL__CU(cu, cuGraphLaunch, (c->copy_exec, stream));
 }
 
 /* A collective of a one-rank channel other than a send or a receive leaves in its output
@@ -403,7 +428,7 @@ static gpuhal_status_t gpuhal__collective_copy_launch(gpuhal__collective_cmd_t* 
  * GPUHAL__GRAPH_COPY_PIECE bytes, so that a GRAPH command buffer's capture of it holds
  * memcpy nodes the GPU runs at a stream copy's speed (NCCL's single node of a large copy
  * runs at about 0.64x; command_buffer.h); in place, it issues nothing. A REUSABLE STREAM
- * command buffer launches it as a graph of its own (copy_as_graph). */
+ * command buffer launches it as a graph of its own where it has one (copy_exec). */
 static gpuhal_status_t gpuhal__collective_one_rank_issue(void* user, gpuhal_device_t* device, CUstream stream) {
   gpuhal__collective_cmd_t* c = (gpuhal__collective_cmd_t*)user;
   void* send = NULL;
@@ -413,9 +438,7 @@ static gpuhal_status_t gpuhal__collective_one_rank_issue(void* user, gpuhal_devi
   GPUHAL__RETURN_IF_ERROR(gpuhal__collective_address(c->recv, c->recv_offset, "recv", &recv));
   if (!send) send = recv; /* a broadcast from the root's receive buffer */
   if (!recv) recv = send; /* a reduce into the root's send buffer */
-  if (send != recv && c->copy_as_graph)
-    return gpuhal__collective_copy_launch(c, device, (CUdeviceptr)(uintptr_t)recv, (CUdeviceptr)(uintptr_t)send,
-                                          stream);
+  if (send != recv && c->copy_exec) return GPUHAL__CU(device->cu, cuGraphLaunch, (c->copy_exec, stream));
   for (done = 0; send != recv && done < c->bytes; done += n) {
     n = c->bytes - done < GPUHAL__GRAPH_COPY_PIECE ? c->bytes - done : GPUHAL__GRAPH_COPY_PIECE;
     GPUHAL__CU_RETURN(device->cu, cuMemcpyAsync,
@@ -607,17 +630,19 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_collective(gpuhal_command_buffer_t* comman
   rec->bytes = collective->count * gpuhal_element_type_size(collective->type);
   one_rank =
       channel->size == 1 && collective->kind != GPUHAL_COLLECTIVE_SEND && collective->kind != GPUHAL_COLLECTIVE_RECV;
-  /* A ONE_SHOT command buffer's copy runs once: building a graph for it would cost more. */
-  rec->copy_as_graph = one_rank && !gpuhal__cb_is_graph(cb) && (cb->flags & GPUHAL_COMMAND_BUFFER_REUSABLE) &&
-                       rec->bytes > 0 && rec->bytes <= GPUHAL__GRAPH_COPY_PIECE;
   st = gpuhal__cb_record_native(cb, one_rank ? &gpuhal__collective_one_rank_ops : &gpuhal__collective_ops, rec);
   if (st) {
     gpuhal__free(cb->device->allocator, rec);
     return gpuhal_status_annotate(st, "gpuhal_cmd_collective");
   }
-  if (rec->copy_as_graph) cb->launches_own_graph = 1;
   gpuhal__object_retain(&channel->header);
   gpuhal__buffer_retain_ref(rec->send);
   gpuhal__buffer_retain_ref(rec->recv);
+  /* A ONE_SHOT command buffer's copy runs once: building a graph for it would cost more. */
+  if (one_rank && !gpuhal__cb_is_graph(cb) && (cb->flags & GPUHAL_COMMAND_BUFFER_REUSABLE) && rec->bytes > 0 &&
+      rec->bytes <= GPUHAL__GRAPH_COPY_PIECE) {
+    gpuhal__collective_copy_prepare(rec);
+    if (rec->copy_exec) cb->launches_own_graph = 1;
+  }
   return NULL;
 }

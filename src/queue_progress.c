@@ -362,8 +362,6 @@ static int64_t gpuhal__completion_max_sleep_ns(gpuhal__queue_state_t* state, int
   return cap;
 }
 
-/* No lane has issued work not yet observed (the lanes' counts are the only tally: a
- * device-wide one would cost every submission one more read-modify-write). */
 /* Under the state's mutex: takes what this pass observed off the lanes' counts. */
 static void gpuhal__completion_uncount_locked(gpuhal__queue_state_t* state) {
   uint32_t q;
@@ -375,6 +373,8 @@ static void gpuhal__completion_uncount_locked(gpuhal__queue_state_t* state) {
   }
 }
 
+/* No lane has issued work not yet observed (the lanes' counts are the only tally: a
+ * device-wide one would cost every submission one more read-modify-write). */
 static int gpuhal__queue_lanes_idle(gpuhal__queue_state_t* state) {
   uint32_t q;
   for (q = 0; q < state->device->queue_count; ++q)

@@ -210,7 +210,8 @@ static gpuhal_command_buffer_t* or_reusable_copy(or_t* t, gpuhal_buffer_t* from,
 }
 
 /* Each execute copies what the input holds then: new data every time, checked element by
- * element; on softcuda, the executes are graph launches of one executable, built once. */
+ * element; on softcuda, the executes are graph launches of one executable, built once when
+ * the command was recorded. */
 TU_TEST(reusable_stream_copy_each_execute) {
   or_t t;
   gpuhal_command_buffer_t* cb;
@@ -219,10 +220,10 @@ TU_TEST(reusable_stream_copy_each_execute) {
   int k, executes = 50;
   size_t i;
   if (!or_open(&t)) TU_SKIP("needs a device and NCCL");
+  instantiations = md_softcuda_calls("cuGraphInstantiateWithFlags");
   cb = or_reusable_copy(&t, t.a, t.b);
   TU_REQUIRE(cb != NULL);
   launches = md_softcuda_calls("cuGraphLaunch");
-  instantiations = md_softcuda_calls("cuGraphInstantiateWithFlags");
   copies = md_softcuda_calls("cuMemcpyAsync");
   for (k = 0; k < executes; ++k) {
     uint64_t v = ++t.value;
@@ -242,6 +243,27 @@ TU_TEST(reusable_stream_copy_each_execute) {
     TU_CHECK_EQ_INT((int)(md_softcuda_calls("cuMemcpyAsync") - copies), 0);
   }
   gpuhal_command_buffer_release(cb); /* destroys the executable (softcuda: leaks are fatal) */
+  or_close(&t);
+}
+
+/* In place there is nothing to copy: no graph is built, and executes issue nothing. */
+TU_TEST(reusable_stream_copy_in_place) {
+  or_t t;
+  gpuhal_command_buffer_t* cb;
+  unsigned long long instantiations, launches;
+  uint64_t v;
+  if (!or_open(&t)) TU_SKIP("needs a device and NCCL");
+  instantiations = md_softcuda_calls("cuGraphInstantiateWithFlags");
+  launches = md_softcuda_calls("cuGraphLaunch");
+  cb = or_reusable_copy(&t, t.a, t.a);
+  TU_REQUIRE(cb != NULL);
+  v = ++t.value;
+  TU_CHECK_OK(gpuhal_queue_execute(t.f.devices[0], 0, gpuhal_semaphore_list_empty(),
+                                   gpuhal_semaphore_list_one(&t.sem, &v), cb, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(t.sem, v, md_seconds(60)));
+  TU_CHECK_EQ_INT((int)(md_softcuda_calls("cuGraphInstantiateWithFlags") - instantiations), 0);
+  TU_CHECK_EQ_INT((int)(md_softcuda_calls("cuGraphLaunch") - launches), 0);
+  gpuhal_command_buffer_release(cb);
   or_close(&t);
 }
 
@@ -281,4 +303,5 @@ TU_TEST(reusable_stream_copy_waiting_on_its_next_execute) {
 }
 
 TU_MAIN(TU_CASE(every_kind_stream), TU_CASE(every_kind_graph), TU_CASE(send_to_itself),
-        TU_CASE(reusable_stream_copy_each_execute), TU_CASE(reusable_stream_copy_waiting_on_its_next_execute))
+        TU_CASE(reusable_stream_copy_each_execute), TU_CASE(reusable_stream_copy_in_place),
+        TU_CASE(reusable_stream_copy_waiting_on_its_next_execute))
