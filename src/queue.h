@@ -253,6 +253,11 @@ typedef struct gpuhal__action_wait_s {
   int kind;               /* GPUHAL__WAIT_* above */
   gpuhal__event_t* event; /* EVENT: retained only between resolving and issuing at once */
   CUdeviceptr word;       /* VALUE: the semaphore's word */
+  /* EVENT: 1 + the lane whose own stream recorded the event, and the issue order (seq) of
+   * the work that recorded it (0: none, or another device's). This action's work completing
+   * proves that lane's work up to cover_seq complete: a harvest takes it too. */
+  uint32_t cover_lane;
+  uint64_t cover_seq;
 } gpuhal__action_wait_t;
 
 typedef struct gpuhal__action_s {
@@ -294,7 +299,7 @@ typedef struct gpuhal__action_s {
   gpuhal__event_t* event; /* recorded after the work (one reference) */
   gpuhal_status_t failure;
   int64_t dispatch_ns;                  /* when it was issued */
-  uint64_t seq;                         /* issue order on the device */
+  uint64_t seq;                         /* issue order on the device (set when its issue begins) */
   uint64_t submit_number;               /* submission order on the device, from 1 (reports) */
   struct gpuhal__trace_action_s* trace; /* trace.h: NULL when tracing is off */
   /* Storage for lists longer than the inline one; kept across reuse (grow-only), so a
@@ -345,6 +350,7 @@ typedef struct gpuhal__queue_lane_s {
   int32_t harvest_backoff; /* what harvest_skip is set to after a fruitless look */
   int64_t harvest_due_ns;  /* when a look pays even with few actions in flight (atomic hint) */
   int64_t last_harvest_ns; /* when a submitter last retired work of this lane (mutex) */
+  uint64_t cover_seq;      /* a harvest's scratch: complete up to this seq, proven by another lane (mutex) */
   uint64_t last_done;      /* submit_number of the last operation that completed (atomic; reports) */
   const char* last_kind;   /* and its kind (atomic) */
   int32_t at_once; /* a call done at once went on the stream since gpuhal_device_wait_idle last saw it run (atomic) */
@@ -391,9 +397,11 @@ typedef struct gpuhal__queue_state_s {
   uint32_t idle_waiters;             /* threads in gpuhal_device_wait_idle: no aging while there are any */
   int abandon_value_waits;           /* release: fail what GPU value waits still wait for */
   int host_call_running;             /* the host-call thread is in a function (its signals are due) */
-  uint64_t dispatch_seq;             /* actions issued so far (under mutex) */
+  uint64_t dispatch_seq;             /* actions issued so far, each numbered when its issue begins (issue_mutex) */
   uint64_t submit_count;             /* actions submitted so far (atomic) */
-  uint64_t harvest_looks, harvest_misses, harvested; /* statistics (atomic): queries, fruitless ones, actions */
+  /* Statistics (atomic): queries, fruitless ones, actions, of those taken from lanes other
+   * than the one queried (harvest_covered). */
+  uint64_t harvest_looks, harvest_misses, harvested, harvest_covered;
   int threads_stop;
   gpuhal__action_t* free_actions;
   gpuhal__action_block_t* action_blocks;

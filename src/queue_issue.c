@@ -99,6 +99,8 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
               : q.event || !take_events      ? GPUHAL__WAIT_EVENT
                                              : GPUHAL__WAIT_STREAM;
     w->event = q.event;
+    w->cover_lane = q.event ? q.event_lane : 0;
+    w->cover_seq = q.event_seq;
     w->word = q.word_address;
     if (w->kind == GPUHAL__WAIT_VALUE) a->value_waits = 1;
     if (w->kind == GPUHAL__WAIT_VALUE || (st == GPUHAL__WAIT_SUBMITTED && q.provisional)) a->provisional = 1;
@@ -129,6 +131,7 @@ static gpuhal_status_t gpuhal__action_wait_event(gpuhal__action_t* a, gpuhal__ac
   q.order_stream = stream;
   q.look_submitted = 1;
   q.take_event = 1;
+  q.local_events = &a->state->events;
   q.skip_provisional = !a->provisional; /* as when it was resolved: off its queue's stream only */
   st = gpuhal__semaphore_check(w->semaphore, w->value, &q);
   if (st == GPUHAL__WAIT_FAILED) return gpuhal__action_wait_failure(a, q.failure, w->semaphore, w->value);
@@ -136,6 +139,8 @@ static gpuhal_status_t gpuhal__action_wait_event(gpuhal__action_t* a, gpuhal__ac
     return gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "queue '%s': a submitted value %llu is no longer submitted",
                               a->ops->name, (unsigned long long)w->value);
   w->event = q.event;
+  w->cover_lane = q.event ? q.event_lane : 0;
+  w->cover_seq = q.event_seq;
   return NULL;
 }
 
@@ -269,6 +274,8 @@ static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstrea
   }
   for (i = 0; i < begun; ++i) {
     a->signals[i].event = a->event;
+    a->signals[i].issue_seq = a->seq;
+    a->signals[i].issue_lane = stream == device->streams[a->queue_index] ? a->queue_index + 1 : 0;
     a->signals[i].provisional = a->provisional;
     a->signals[i].settled = gpuhal__timepoint_settled;
     a->signals[i].owner = a;
@@ -283,6 +290,7 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
   gpuhal_device_t* device = a->state->device;
   CUstream stream = device->streams[a->queue_index];
   gpuhal_status_t status = a->provisional ? gpuhal__side_stream_acquire(a->state, a, &stream) : NULL;
+  a->seq = ++a->state->dispatch_seq; /* issue order: issues are serialized by issue_mutex */
   a->stream = stream;
   if (!status && a->provisional) a->park_reserved = 0; /* the side stream holds it now */
   /* Side work may wait on the GPU for a value not submitted (directly, or through other
@@ -335,7 +343,6 @@ GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gp
   }
   a->dispatch_ns = now = gpuhal_now_ns();
   gpuhal__mutex_lock(&state->mutex);
-  a->seq = ++state->dispatch_seq;
   if (a->stream != state->device->streams[a->queue_index]) {
     gpuhal__list_push_back(&lane->side, &a->link);
   } else {

@@ -578,6 +578,53 @@ static uint32_t gpuhal__harvest_take(gpuhal__queue_lane_t* lane, uint64_t seq, g
   return n;
 }
 
+/* Under the state's mutex: notes, per lane, how far the actions in `list` prove other lanes'
+ * work complete (gpuhal__action_wait_t.cover_lane). */
+static void gpuhal__harvest_note_covers(gpuhal__queue_state_t* state, const gpuhal__list_node_t* list) {
+  const gpuhal__list_node_t* n;
+  uint32_t queues = state->device->queue_count;
+  for (n = list->next; n != list; n = n->next) {
+    const gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    uint32_t i;
+    for (i = 0; i < a->wait_count; ++i) {
+      const gpuhal__action_wait_t* w = &a->waits[i];
+      gpuhal__queue_lane_t* lane;
+      if (w->kind != GPUHAL__WAIT_EVENT || !w->cover_lane || w->cover_lane > queues ||
+          w->cover_lane - 1 == a->queue_index)
+        continue;
+      lane = &state->lanes[w->cover_lane - 1];
+      if (w->cover_seq > lane->cover_seq) lane->cover_seq = w->cover_seq;
+    }
+  }
+}
+
+/* Under the state's mutex: the actions in `list` completed, so did the work they waited for
+ * on the GPU through an event recorded on another lane's own stream, and everything issued
+ * before it there. Takes that too (and in turn what it waited for), each lane's run as one
+ * segment, put before `list`'s actions. So a chain across queues costs one query per look,
+ * not one per queue. Returns how many it took. */
+static uint32_t gpuhal__harvest_take_covered(gpuhal__queue_state_t* state, gpuhal__list_node_t* list) {
+  gpuhal__list_node_t covered, segment;
+  uint32_t total = 0, q, queues = state->device->queue_count;
+  gpuhal__list_init(&covered);
+  gpuhal__harvest_note_covers(state, list);
+  for (;;) {
+    for (q = 0; q < queues && !state->lanes[q].cover_seq; ++q) {
+    }
+    if (q == queues) break;
+    gpuhal__list_init(&segment);
+    /* Each pass clears one lane's mark and takes actions, or finds none: it ends. */
+    total += gpuhal__harvest_take(&state->lanes[q], state->lanes[q].cover_seq, &segment);
+    state->lanes[q].cover_seq = 0;
+    gpuhal__harvest_note_covers(state, &segment);
+    gpuhal__list_splice_back(&segment, &covered); /* covered = segment + covered */
+    gpuhal__list_splice_back(&covered, &segment);
+  }
+  gpuhal__list_splice_back(&covered, list); /* list = covered + list */
+  gpuhal__list_splice_back(list, &covered);
+  return total;
+}
+
 /* The look itself: picks a probe, queries it, takes what it covers. */
 static uint32_t gpuhal__harvest_look(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane,
                                      gpuhal__list_node_t* taken) {
@@ -585,7 +632,7 @@ static uint32_t gpuhal__harvest_look(gpuhal__queue_state_t* state, gpuhal__queue
   gpuhal__event_t* event = NULL;
   uint64_t seq = 0;
   int complete;
-  uint32_t n = 0;
+  uint32_t n = 0, covered;
   gpuhal__mutex_lock(&state->mutex);
   probe = gpuhal__harvest_pick(state, lane);
   if (probe) {
@@ -612,9 +659,11 @@ static uint32_t gpuhal__harvest_look(gpuhal__queue_state_t* state, gpuhal__queue
   /* Taken by the completion thread since means the front moved on: take what is left. */
   gpuhal__mutex_lock(&state->mutex);
   n = gpuhal__harvest_take(lane, seq, taken);
+  covered = n ? gpuhal__harvest_take_covered(state, taken) : 0;
   gpuhal__mutex_unlock(&state->mutex);
-  gpuhal__atomic_add_relaxed(&state->harvested, n);
-  return n;
+  gpuhal__atomic_add_relaxed(&state->harvested, n + covered);
+  gpuhal__atomic_add_relaxed(&state->harvest_covered, covered);
+  return n + covered;
 }
 
 GPUHAL__PRIVATE void gpuhal__queue_harvest(gpuhal__queue_state_t* state, uint32_t queue, int64_t now) {

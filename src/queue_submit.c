@@ -195,6 +195,8 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
     w->kind = GPUHAL__WAIT_UNRESOLVED;
     w->event = NULL;
     w->word = 0;
+    w->cover_lane = 0;
+    w->cover_seq = 0;
   }
   for (i = 0; i < signal.count; ++i) {
     gpuhal__timepoint_t* tp = &a->signals[i];
@@ -204,6 +206,8 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
     tp->event = NULL;
     tp->provisional = 0;
     tp->word_written = 0;
+    tp->issue_seq = 0;
+    tp->issue_lane = 0;
   }
   gpuhal__action_retain_semaphores(a);
   GPUHAL__TRACE(device, (trace_t0 = gpuhal_now_ns(),

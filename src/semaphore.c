@@ -448,6 +448,10 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
         if (q->take_event && (!q->order_stream || best->event->stream != q->order_stream)) {
           gpuhal__event_retain(best->event);
           q->event = best->event;
+          if (best->event->pool == q->local_events) {
+            q->event_lane = best->issue_lane;
+            q->event_seq = best->issue_seq;
+          }
         }
         q->event_value = best->value;
         q->provisional = best->provisional;

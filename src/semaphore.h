@@ -115,6 +115,10 @@ typedef struct gpuhal__timepoint_s {
   int provisional;
   int (*settled)(const struct gpuhal__timepoint_s* tp);
   void* owner;
+  /* The owner's issue order (its seq) and 1 + its queue when it was issued on that queue's
+   * own stream (0: a side stream): see gpuhal__action_wait_t.cover_lane. */
+  uint64_t issue_seq;
+  uint32_t issue_lane;
   /* The work writes the semaphore's word before its event: a host wait reads the word
    * until it passes, then looks at the event once (a load is far cheaper than
    * cuEventQuery: tests/bench/RESULTS.md). */
@@ -341,6 +345,8 @@ typedef struct gpuhal__wait_query_s {
   uint64_t event_value;     /* out: the submitted value found */
   int provisional;          /* out, SUBMITTED: that timepoint is provisional */
   int word_written;         /* out, SUBMITTED: its work writes the word (gpuhal__timepoint_t) */
+  uint32_t event_lane;      /* out, *event taken of local_events: its timepoint's issue_lane (else 0) */
+  uint64_t event_seq;       /* out, with event_lane: its timepoint's issue_seq */
   CUdeviceptr word_address; /* out, ARMED */
   gpuhal_status_t failure;  /* out, FAILED: a clone of the cause */
 } gpuhal__wait_query_t;

@@ -331,6 +331,119 @@ TU_TEST(retired_work_is_released_while_another_queue_stays_busy) {
   memset(&qt_tuning, 0, sizeof(qt_tuning));
 }
 
+/* Submits on the fast path: waits (bounded) until the worker has taken what was handed to
+ * it, since only a submitter that issues itself harvests. */
+static gpuhal_status_t harvest_submit(qt_fixture_t* f, uint32_t queue, gpuhal_semaphore_list_t wait,
+                                      gpuhal_semaphore_list_t signal, const gpuhal__action_ops_t* ops, void* user) {
+  gpuhal__queue_state_t* state = gpuhal__queue_state(f->device);
+  int64_t until = gpuhal_now_ns() + 1000000000;
+  while (gpuhal__atomic_load(&state->incoming_count) && gpuhal_now_ns() < until) tu_sleep_ns(20000);
+  return qt_submit(f->device, queue, wait, signal, ops, user);
+}
+
+/* A chain across two queues, each hop waiting on the GPU for the other queue's last one (an
+ * event wait): a look at queue 1's work that finds it complete takes queue 0's work it
+ * waited for as well (harvest_covered), so the chain costs one query per look, not one per
+ * queue. Nothing else observes the chain (the completion thread is held off for 2 s and
+ * there are no host waits until the end), and the timeline ends where it should. */
+TU_TEST(harvest_takes_what_the_work_waited_for_on_other_queues) {
+  qt_fixture_t f;
+  gpuhal_semaphore_t* s = NULL;
+  gpuhal__queue_state_t* state;
+  harvest_counter_t c;
+  uint64_t i, covered0, total = 0, v = 0;
+  int round;
+  qt_tuning.completion_min_age_ns = 2000000000;
+  TU_REQUIRE(qt_open(&f, 2, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  harvest_counter_init(&c);
+  state = gpuhal__queue_state(f.device);
+  covered0 = gpuhal__atomic_load(&state->harvest_covered);
+  for (i = 0; i < 40; ++i, ++total) {
+    uint64_t prev = total, next = total + 1;
+    TU_REQUIRE_OK(harvest_submit(&f, (uint32_t)(i % 2), gpuhal_semaphore_list_one(&s, &prev),
+                                 gpuhal_semaphore_list_one(&s, &next), &harvest_ops, &c));
+  }
+  /* More hops, further apart each round, until a look has found queue 1's work done (a
+   * loaded machine or valgrind may need a few). Looks that found nothing done while the
+   * chain was submitted set a back-off: cleared, so that each round looks. */
+  for (round = 0; round < 12 && gpuhal__atomic_load(&state->harvest_covered) == covered0; ++round, ++total) {
+    uint64_t prev = total, next = total + 1;
+    tu_sleep_ns((int64_t)1000000 << (round < 8 ? round : 8));
+    gpuhal__atomic_store(&state->lanes[total % 2].harvest_skip, 0);
+    TU_REQUIRE_OK(harvest_submit(&f, (uint32_t)(total % 2), gpuhal_semaphore_list_one(&s, &prev),
+                                 gpuhal_semaphore_list_one(&s, &next), &harvest_ops, &c));
+  }
+  TU_CHECK(gpuhal__atomic_load(&state->harvest_covered) > covered0);
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, total, qt_seconds(60)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(60)));
+  TU_CHECK_OK(gpuhal_semaphore_query(s, &v));
+  TU_CHECK_EQ_INT(v, total);
+  harvest_check_counts(&c);
+  TU_CHECK_EQ_INT(qt_counter_get(&c.counts.released), (int)total);
+  gpuhal_semaphore_release(s);
+  qt_close(&f);
+  memset(&qt_tuning, 0, sizeof(qt_tuning));
+}
+
+/* What a look takes from another queue ends at the work waited for: queue 0 runs A (1 ms,
+ * s = 1) then A2 (a 2 s kernel, t = 1); queue 1's B waits for s = 1. B found complete
+ * proves A complete, not A2: the look takes A only, and t shows nothing until A2 ends. */
+TU_TEST(harvest_takes_no_more_of_another_queue_than_was_waited_for) {
+  qt_fixture_t f;
+  gpuhal_semaphore_t *s = NULL, *t = NULL, *u = NULL;
+  gpuhal__queue_state_t* state;
+  harvest_counter_t c;
+  qt_spin_t spin;
+  uint64_t one = 1, covered0, v = 0;
+  int64_t start;
+  int round;
+  qt_tuning.completion_min_age_ns = 2000000000;
+  TU_REQUIRE(qt_open(&f, 2, NULL));
+  TU_REQUIRE(qt_kernels_load(&f));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &t));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &u));
+  harvest_counter_init(&c);
+  state = gpuhal__queue_state(f.device);
+  covered0 = gpuhal__atomic_load(&state->harvest_covered);
+  memset(&spin, 0, sizeof(spin));
+  start = gpuhal_now_ns();
+  spin.fixture = &f;
+  spin.first_us = 1000;
+  spin.rest_us = 2000000;
+  TU_REQUIRE_OK(
+      harvest_submit(&f, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one), &qt_spin_ops, &spin));
+  TU_REQUIRE_OK(
+      harvest_submit(&f, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&t, &one), &qt_spin_ops, &spin));
+  TU_REQUIRE_OK(harvest_submit(&f, 1, gpuhal_semaphore_list_one(&s, &one), gpuhal_semaphore_list_one(&u, &one),
+                               &harvest_ops, &c));
+  /* Queue 1 submissions, further apart each round, until a look at B has taken A. */
+  for (round = 0; round < 8 && gpuhal__atomic_load(&state->harvest_covered) == covered0; ++round) {
+    uint64_t prev = (uint64_t)round + 1, next = prev + 1;
+    tu_sleep_ns((int64_t)2000000 << round);
+    gpuhal__atomic_store(&state->lanes[1].harvest_skip, 0);
+    TU_REQUIRE_OK(harvest_submit(&f, 1, gpuhal_semaphore_list_one(&u, &prev), gpuhal_semaphore_list_one(&u, &next),
+                                 &harvest_ops, &c));
+  }
+  TU_CHECK_EQ_INT(gpuhal__atomic_load(&state->harvest_covered) - covered0, 1);
+  TU_CHECK_OK(gpuhal_semaphore_query(t, &v));
+  if (gpuhal_now_ns() - start < 1500000000) TU_CHECK_EQ_INT(v, 0); /* A2 still runs */
+  TU_CHECK_OK(gpuhal_semaphore_query(s, &v));
+  TU_CHECK_EQ_INT(v, 1);
+  TU_CHECK_OK(gpuhal_semaphore_wait(t, 1, qt_seconds(60)));
+  TU_CHECK_OK(gpuhal_semaphore_wait(u, (uint64_t)round + 1, qt_seconds(60)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(60)));
+  harvest_check_counts(&c);
+  gpuhal_semaphore_release(s);
+  gpuhal_semaphore_release(t);
+  gpuhal_semaphore_release(u);
+  qt_close(&f);
+  memset(&qt_tuning, 0, sizeof(qt_tuning));
+}
+
 TU_MAIN(TU_CASE(busy_submitter_retires_completed_work), TU_CASE(harvest_waits_for_the_gpu_and_backs_off),
         TU_CASE(harvest_puts_frees_off_to_the_worker), TU_CASE(harvest_does_not_wait_for_an_alloca_free),
-        TU_CASE(retired_work_is_released_while_another_queue_stays_busy))
+        TU_CASE(retired_work_is_released_while_another_queue_stays_busy),
+        TU_CASE(harvest_takes_what_the_work_waited_for_on_other_queues),
+        TU_CASE(harvest_takes_no_more_of_another_queue_than_was_waited_for))
