@@ -124,7 +124,9 @@
  *
  * Harvesting: a thread that keeps submitting on the fast path retires the completed head of
  * its queue's lane itself (one cuEventQuery per look, backing off while the GPU is behind),
- * so a busy steady state needs neither the completion thread nor the worker. The completion
+ * so a busy steady state needs neither the completion thread nor the worker. A look also
+ * retires what that work waited for through events of other lanes' own streams (and all
+ * issued before it there): its completion proves theirs. The completion
  * thread leaves issued work alone for tuning.completion_min_age_ns, or 3/4 of the usual time
  * of its queue's work where that is longer (lane typical_ns; host calls, idle waits and
  * release cut that short; side work it takes at once): nothing's promptness depends on it. */
