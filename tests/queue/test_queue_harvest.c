@@ -344,16 +344,17 @@ static gpuhal_status_t harvest_submit(qt_fixture_t* f, uint32_t queue, gpuhal_se
 /* A chain across two queues, each hop waiting on the GPU for the other queue's last one (an
  * event wait): a look at queue 1's work that finds it complete takes queue 0's work it
  * waited for as well (harvest_covered), so the chain costs one query per look, not one per
- * queue. Nothing else observes the chain (the completion thread is held off for 2 s and
- * there are no host waits until the end), and the timeline ends where it should. */
+ * queue. Nothing else observes the chain (the completion thread is held off past the test
+ * and there are no host waits until the end), and the timeline ends where it should. */
 TU_TEST(harvest_takes_what_the_work_waited_for_on_other_queues) {
   qt_fixture_t f;
   gpuhal_semaphore_t* s = NULL;
   gpuhal__queue_state_t* state;
   harvest_counter_t c;
   uint64_t i, covered0, total = 0, v = 0;
+  int64_t deadline;
   int round;
-  qt_tuning.completion_min_age_ns = 2000000000;
+  qt_tuning.completion_min_age_ns = 60000000000LL; /* held off past the test */
   TU_REQUIRE(qt_open(&f, 2, NULL));
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
   harvest_counter_init(&c);
@@ -367,9 +368,11 @@ TU_TEST(harvest_takes_what_the_work_waited_for_on_other_queues) {
   /* More hops, further apart each round, until a look has found queue 1's work done (a
    * loaded machine or valgrind may need a few). Looks that found nothing done while the
    * chain was submitted set a back-off: cleared, so that each round looks. */
-  for (round = 0; round < 12 && gpuhal__atomic_load(&state->harvest_covered) == covered0; ++round, ++total) {
+  deadline = gpuhal_now_ns() + 30000000000LL;
+  for (round = 0; gpuhal__atomic_load(&state->harvest_covered) == covered0 && gpuhal_now_ns() < deadline;
+       ++round, ++total) {
     uint64_t prev = total, next = total + 1;
-    tu_sleep_ns((int64_t)1000000 << (round < 8 ? round : 8));
+    tu_sleep_ns((int64_t)1000000 << (round < 4 ? round : 4));
     gpuhal__atomic_store(&state->lanes[total % 2].harvest_skip, 0);
     TU_REQUIRE_OK(harvest_submit(&f, (uint32_t)(total % 2), gpuhal_semaphore_list_one(&s, &prev),
                                  gpuhal_semaphore_list_one(&s, &next), &harvest_ops, &c));
@@ -396,9 +399,9 @@ TU_TEST(harvest_takes_no_more_of_another_queue_than_was_waited_for) {
   harvest_counter_t c;
   qt_spin_t spin;
   uint64_t one = 1, covered0, v = 0;
-  int64_t start;
+  int64_t start, deadline;
   int round;
-  qt_tuning.completion_min_age_ns = 2000000000;
+  qt_tuning.completion_min_age_ns = 60000000000LL; /* held off past the test */
   TU_REQUIRE(qt_open(&f, 2, NULL));
   TU_REQUIRE(qt_kernels_load(&f));
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
@@ -419,9 +422,10 @@ TU_TEST(harvest_takes_no_more_of_another_queue_than_was_waited_for) {
   TU_REQUIRE_OK(harvest_submit(&f, 1, gpuhal_semaphore_list_one(&s, &one), gpuhal_semaphore_list_one(&u, &one),
                                &harvest_ops, &c));
   /* Queue 1 submissions, further apart each round, until a look at B has taken A. */
-  for (round = 0; round < 8 && gpuhal__atomic_load(&state->harvest_covered) == covered0; ++round) {
+  deadline = gpuhal_now_ns() + 30000000000LL;
+  for (round = 0; gpuhal__atomic_load(&state->harvest_covered) == covered0 && gpuhal_now_ns() < deadline; ++round) {
     uint64_t prev = (uint64_t)round + 1, next = prev + 1;
-    tu_sleep_ns((int64_t)2000000 << round);
+    tu_sleep_ns((int64_t)2000000 << (round < 3 ? round : 3));
     gpuhal__atomic_store(&state->lanes[1].harvest_skip, 0);
     TU_REQUIRE_OK(harvest_submit(&f, 1, gpuhal_semaphore_list_one(&u, &prev), gpuhal_semaphore_list_one(&u, &next),
                                  &harvest_ops, &c));
