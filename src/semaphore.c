@@ -9,7 +9,8 @@
  * the waiting thread (cuEventQuery) for the device's tuning.host_wait_spin_ns, then keeps
  * polling between sleeps that grow with the time already waited (1/16 of it, at least
  * 10 us, at most tuning.host_wait_max_sleep_ns): the wake-up comes within a small fraction
- * of the wait's length, and a long wait costs almost no CPU. A wait on values that are not
+ * of the wait's length, and a long wait costs almost no CPU. The first sleep reaches to most
+ * of the semaphore's recent wait length (gpuhal__host_wait_first_poll_ns). A wait on values that are not
  * submitted, or on several values, sleeps on a condition variable that every advance of
  * its semaphores signals; where the values live in device-mapped memory it also reads them
  * there between sleeps (GPU signals write them directly). Every path returns every
@@ -697,11 +698,14 @@ static void gpuhal__host_wait_notify(gpuhal__semaphore_waiter_t* waiter) {
 }
 
 /* The sleep before the next poll of a wait that started at `start`: a small fraction of the
- * time waited, bounded, and never past the deadline. */
-static int64_t gpuhal__host_wait_sleep_ns(int64_t start, int64_t max_sleep_ns, gpuhal_timeout_t timeout) {
+ * time waited, or until `first_poll` if that is later, bounded, and never past the
+ * deadline. */
+static int64_t gpuhal__host_wait_sleep_ns(int64_t start, int64_t first_poll, int64_t max_sleep_ns,
+                                          gpuhal_timeout_t timeout) {
   int64_t now = gpuhal_now_ns();
   int64_t sleep_ns = (now - start) / GPUHAL__HOST_WAIT_SLEEP_FRACTION;
   if (sleep_ns < GPUHAL__HOST_WAIT_MIN_SLEEP_NS) sleep_ns = GPUHAL__HOST_WAIT_MIN_SLEEP_NS;
+  if (sleep_ns < first_poll - now) sleep_ns = first_poll - now;
   if (sleep_ns > max_sleep_ns) sleep_ns = max_sleep_ns;
   if (!gpuhal__timeout_is_infinite(timeout) && sleep_ns > timeout.deadline_ns - now)
     sleep_ns = timeout.deadline_ns - now;
@@ -726,6 +730,21 @@ static void gpuhal__host_wait_spin_learn(gpuhal_semaphore_t* s, const gpuhal_que
   } else if (halvings < GPUHAL__HOST_WAIT_MAX_SPIN_HALVINGS) {
     gpuhal__atomic_store_relaxed(&s->spin_halvings, halvings + 1);
   }
+}
+
+/* When a host wait past its spin window first polls: a wait on work that takes as long as
+ * this semaphore's recent waits is not over before most of their length (the completion
+ * thread takes a queue's work on the same rule), so polling sooner only burns CPU: a
+ * pipeline's throttle wait polled about 30 times a batch where 5 do (bench_pipeline,
+ * tests/bench/RESULTS.md). The learned length is the shortest recent wait, so a wait
+ * shorter than the usual oversleeps once, by at most 3/4 of that shortest one. */
+static int64_t gpuhal__host_wait_first_poll_ns(const gpuhal_semaphore_t* s) {
+  return gpuhal__atomic_load_relaxed(&s->wait_typical_ns) / 4 * 3;
+}
+static void gpuhal__host_wait_length_learn(gpuhal_semaphore_t* s, int64_t waited) {
+  int64_t typical = gpuhal__atomic_load_relaxed(&s->wait_typical_ns);
+  gpuhal__atomic_store_relaxed(&s->wait_typical_ns,
+                               !typical || waited < typical ? waited : typical + (waited - typical) / 4);
 }
 
 /* Waits on this thread for `event`, which reaches `event_value` >= `value` of `s` (or for
@@ -762,6 +781,8 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
   const gpuhal_queue_tuning_t* tuning = &event->pool->device->params.tuning;
   int64_t start = gpuhal_now_ns();
   int64_t spin_end = start + gpuhal__host_wait_spin_ns(s, tuning);
+  int64_t first_poll = start + gpuhal__host_wait_first_poll_ns(s);
+  int poll = gpuhal__timeout_expired(timeout); /* a look, not a wait: it teaches no length */
   /* The work writes the word after it ran (the write fences what came before it in its
    * stream): the word passing the value is as good as the event completing, and reading it
    * costs nothing. (It may also pass for a later signal or a failure store: the timeline
@@ -783,13 +804,17 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
     if (gpuhal__atomic_load(&s->value) >= value || gpuhal__atomic_load(&s->failure) != NULL) break;
     now = gpuhal_now_ns();
     if (gpuhal__timeout_expired(timeout) || (now >= spin_end && !may_sleep)) break;
-    if (now >= spin_end) gpuhal__sleep_ns(gpuhal__host_wait_sleep_ns(start, tuning->host_wait_max_sleep_ns, timeout));
+    if (now >= spin_end)
+      gpuhal__sleep_ns(gpuhal__host_wait_sleep_ns(start, first_poll, tuning->host_wait_max_sleep_ns, timeout));
     gpuhal__hang_watch_check(watch);
   }
   if (r == 0 && !advanced && !gpuhal__semaphore_advance_from_event(s, event, event_value)) r = 1;
   /* However it ended (here, or by the completion side advancing the value first). */
-  if (may_sleep && (r == 0 || gpuhal__atomic_load(&s->value) >= value))
-    gpuhal__host_wait_spin_learn(s, tuning, gpuhal_now_ns() - start);
+  if (may_sleep && (r == 0 || gpuhal__atomic_load(&s->value) >= value)) {
+    int64_t waited = gpuhal_now_ns() - start;
+    gpuhal__host_wait_spin_learn(s, tuning, waited);
+    if (!poll) gpuhal__host_wait_length_learn(s, waited);
+  }
   gpuhal__event_release(event);
   return r == 0;
 }
@@ -967,11 +992,11 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
     } else if (shared) {
       gpuhal__semaphore_shared_sleep(
           shared, list.values[0], shared_seen,
-          gpuhal_timeout_relative_ns(gpuhal__host_wait_sleep_ns(start, GPUHAL__HOST_WAIT_MAX_SLEEP_NS, timeout)));
+          gpuhal_timeout_relative_ns(gpuhal__host_wait_sleep_ns(start, 0, GPUHAL__HOST_WAIT_MAX_SLEEP_NS, timeout)));
     } else {
       /* Sleep until notified, bounded so that words written by GPU signals are read again. */
       gpuhal_timeout_t nap =
-          gpuhal_timeout_relative_ns(gpuhal__host_wait_sleep_ns(start, GPUHAL__HOST_WAIT_MAX_SLEEP_NS, timeout));
+          gpuhal_timeout_relative_ns(gpuhal__host_wait_sleep_ns(start, 0, GPUHAL__HOST_WAIT_MAX_SLEEP_NS, timeout));
       gpuhal__mutex_lock(&hw.mutex);
       while (gpuhal__atomic_load(&hw.notified) == seen && gpuhal__cond_wait_until(&hw.cond, &hw.mutex, nap)) {
       }
