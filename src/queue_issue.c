@@ -32,6 +32,14 @@ static void gpuhal__action_spare_word_return(gpuhal__queue_state_t* state, uint6
   if (word && word != &gpuhal__arm_sentinel) gpuhal__word_return(state->device->driver, word);
 }
 
+/* The event a wait resolved to (NULL: none to wait for), and what its completion covers on
+ * the lane that recorded it (a harvest's look uses that: gpuhal__harvest_take_covered). */
+static void gpuhal__action_wait_take_event(gpuhal__action_wait_t* w, const gpuhal__wait_query_t* q) {
+  w->event = q->event;
+  w->cover_lane = q->event ? q->event_lane : 0;
+  w->cover_seq = q->event_seq;
+}
+
 /* Resolves the waits in order; stops at the first one that can be neither skipped, turned
  * into an event wait nor (memops) a value wait, registering on its semaphore so that its
  * change kicks the pump. With `take_events` (the action will be issued right away if
@@ -98,9 +106,7 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
               : st != GPUHAL__WAIT_SUBMITTED ? GPUHAL__WAIT_NOTHING
               : q.event || !take_events      ? GPUHAL__WAIT_EVENT
                                              : GPUHAL__WAIT_STREAM;
-    w->event = q.event;
-    w->cover_lane = q.event ? q.event_lane : 0;
-    w->cover_seq = q.event_seq;
+    gpuhal__action_wait_take_event(w, &q);
     w->word = q.word_address;
     if (w->kind == GPUHAL__WAIT_VALUE) a->value_waits = 1;
     if (w->kind == GPUHAL__WAIT_VALUE || (st == GPUHAL__WAIT_SUBMITTED && q.provisional)) a->provisional = 1;
@@ -138,9 +144,7 @@ static gpuhal_status_t gpuhal__action_wait_event(gpuhal__action_t* a, gpuhal__ac
   if (st == GPUHAL__WAIT_PENDING)
     return gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "queue '%s': a submitted value %llu is no longer submitted",
                               a->ops->name, (unsigned long long)w->value);
-  w->event = q.event;
-  w->cover_lane = q.event ? q.event_lane : 0;
-  w->cover_seq = q.event_seq;
+  gpuhal__action_wait_take_event(w, &q);
   return NULL;
 }
 
