@@ -733,18 +733,19 @@ static void gpuhal__host_wait_spin_learn(gpuhal_semaphore_t* s, const gpuhal_que
 }
 
 /* When a host wait past its spin window first polls: a wait on work that takes as long as
- * this semaphore's recent waits is not over before most of their length (the completion
+ * this semaphore's last two waits is not over before most of their length (the completion
  * thread takes a queue's work on the same rule), so polling sooner only burns CPU: a
  * pipeline's throttle wait polled about 30 times a batch where 5 do (bench_pipeline,
- * tests/bench/RESULTS.md). The learned length is the shortest recent wait, so a wait
- * shorter than the usual oversleeps once, by at most 3/4 of that shortest one. */
+ * tests/bench/RESULTS.md). The shorter of the two counts, so waits that alternate long and
+ * short poll as the short ones need, and a wait shorter than both oversleeps once, by at
+ * most 3/4 of the shorter (and never more than a sleep's bound). */
 static int64_t gpuhal__host_wait_first_poll_ns(const gpuhal_semaphore_t* s) {
   return gpuhal__atomic_load_relaxed(&s->wait_typical_ns) / 4 * 3;
 }
 static void gpuhal__host_wait_length_learn(gpuhal_semaphore_t* s, int64_t waited) {
-  int64_t typical = gpuhal__atomic_load_relaxed(&s->wait_typical_ns);
-  gpuhal__atomic_store_relaxed(&s->wait_typical_ns,
-                               !typical || waited < typical ? waited : typical + (waited - typical) / 4);
+  int64_t last = gpuhal__atomic_load_relaxed(&s->wait_last_ns);
+  gpuhal__atomic_store_relaxed(&s->wait_typical_ns, last < waited ? last : waited);
+  gpuhal__atomic_store_relaxed(&s->wait_last_ns, waited);
 }
 
 /* Waits on this thread for `event`, which reaches `event_value` >= `value` of `s` (or for

@@ -212,10 +212,11 @@ struct gpuhal_semaphore_s {
    * each that ended inside it resets it to 0 (see gpuhal__semaphore_await_event). Atomic,
    * relaxed: a hint. */
   int32_t spin_halvings;
-  /* How long host waits on submitted values of this semaphore have lately taken: the
-   * shortest recent one, rising a quarter of the way toward each longer one. A wait past
-   * its spin window sleeps until 3/4 of it before its first poll (gpuhal__semaphore_await_event).
-   * 0: none yet. Atomic, relaxed: a hint. */
+  /* How long the last host wait on a submitted value of this semaphore took, and the
+   * shorter of the last two (0: not two yet). A wait past its spin window sleeps until 3/4
+   * of the shorter before its first poll (gpuhal__semaphore_await_event). Atomic, relaxed:
+   * hints. */
+  int64_t wait_last_ns;
   int64_t wait_typical_ns;
   int word_unsafe; /* a GPU write of the word may still land, or a GPU wait still read it: not
                       returned (for reuse) at destruction */

@@ -239,12 +239,11 @@ TU_TEST(host_wait_spin_adapts) {
   tt_spin_adapts(1);
 }
 
-/* A host wait past its spin window first polls at 3/4 of the length its semaphore's recent
- * waits took: the shortest recent one, which a shorter wait replaces at once and a longer
- * one moves a quarter of the way (a poll teaches nothing). With no spinning, a 200 ms bound
- * on sleeps and a learned length of 10 s, a wait on 20 ms of work sleeps the whole 200 ms
- * before it looks (a lower bound, which a slow machine does not break), and then learns its
- * own length. On the default path and on the event path. */
+/* A host wait past its spin window first polls at 3/4 of the shorter of its semaphore's
+ * last two waits (a poll teaches nothing). With no spinning, a 200 ms bound on sleeps and
+ * learned lengths of 10 s, a wait on 20 ms of work sleeps the whole 200 ms before it looks
+ * (a lower bound, which a slow machine does not break), and then learns its own length. On
+ * the default path and on the event path. */
 static void tt_wait_length_learns(int path) {
   qt_fixture_t f;
   gpuhal_semaphore_t* s = NULL;
@@ -261,17 +260,22 @@ static void tt_wait_length_learns(int path) {
     TU_SKIP("spin_us kernel not available");
   }
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
-  gpuhal__host_wait_length_learn(s, 1000000);
-  TU_CHECK(gpuhal__atomic_load_relaxed(&s->wait_typical_ns) == 1000000);
+  gpuhal__host_wait_length_learn(s, 1000000); /* one wait: not yet */
+  TU_CHECK(gpuhal__host_wait_first_poll_ns(s) == 0);
   gpuhal__host_wait_length_learn(s, 2000000);
-  TU_CHECK(gpuhal__atomic_load_relaxed(&s->wait_typical_ns) == 1250000);
+  TU_CHECK(gpuhal__atomic_load_relaxed(&s->wait_typical_ns) == 1000000);
   gpuhal__host_wait_length_learn(s, 500000);
   TU_CHECK(gpuhal__atomic_load_relaxed(&s->wait_typical_ns) == 500000);
+  gpuhal__host_wait_length_learn(s, 4000000); /* long and short in turn: the short counts */
+  TU_CHECK(gpuhal__atomic_load_relaxed(&s->wait_typical_ns) == 500000);
   TU_CHECK(gpuhal__host_wait_first_poll_ns(s) == 375000);
+  gpuhal__host_wait_length_learn(s, 4000000);
+  TU_CHECK(gpuhal__host_wait_first_poll_ns(s) == 3000000);
   /* A round whose wait found the work done at its first look (this thread was held up for
    * longer than the kernel ran) shows nothing: run again (bounded). */
   for (tries = 0; tries < 5 && !slept && !tu_state.failed; ++tries) {
     int64_t t0;
+    gpuhal__atomic_store_relaxed(&s->wait_last_ns, 10000000000ll);
     gpuhal__atomic_store_relaxed(&s->wait_typical_ns, 10000000000ll);
     TU_CHECK_OK(qt_submit_spin(&f, &spin, 20000, s, ++v));
     t0 = gpuhal_now_ns();
@@ -281,6 +285,7 @@ static void tt_wait_length_learns(int path) {
   TU_CHECK(slept);
   TU_CHECK(gpuhal__atomic_load_relaxed(&s->wait_typical_ns) < 10000000000ll);
   /* A poll teaches nothing. */
+  gpuhal__atomic_store_relaxed(&s->wait_last_ns, 777);
   gpuhal__atomic_store_relaxed(&s->wait_typical_ns, 777);
   TU_CHECK_OK(qt_submit_spin(&f, &spin, 100000, s, ++v));
   {
@@ -288,7 +293,8 @@ static void tt_wait_length_learns(int path) {
     TU_CHECK_EQ_INT(gpuhal_status_code(polled), GPUHAL_STATUS_DEADLINE_EXCEEDED);
     gpuhal_status_free(polled);
   }
-  TU_CHECK(gpuhal__atomic_load_relaxed(&s->wait_typical_ns) == 777);
+  TU_CHECK(gpuhal__atomic_load_relaxed(&s->wait_typical_ns) == 777 &&
+           gpuhal__atomic_load_relaxed(&s->wait_last_ns) == 777);
   TU_CHECK_OK(gpuhal_semaphore_wait(s, v, qt_seconds(30)));
   gpuhal_semaphore_release(s);
   tt_close_to_defaults(&f);
