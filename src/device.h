@@ -107,7 +107,7 @@ typedef struct gpuhal_queue_tuning_t {
   /* A host wait polls its value's event this long before it sleeps between polls
    * (0 = 200 us; < 0 = do not spin). Halved for each wait on the same semaphore in a row
    * that outlasted it (down to 1/256), restored by one that ended inside it. The first
-   * sleep lasts until 3/4 of the shorter of the semaphore's last two waits at least. */
+   * sleep lasts until half of the shorter of the semaphore's last two waits at least. */
   int64_t host_wait_spin_ns;
   /* The longest sleep between polls of a host wait (0 = 1 ms). */
   int64_t host_wait_max_sleep_ns;

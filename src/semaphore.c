@@ -732,16 +732,21 @@ static void gpuhal__host_wait_spin_learn(gpuhal_semaphore_t* s, const gpuhal_que
   }
 }
 
-/* When a host wait past its spin window first polls: a wait on work that takes as long as
- * this semaphore's last two waits is not over before most of their length (the completion
- * thread takes a queue's work on the same rule), so polling sooner only burns CPU: a
- * pipeline's throttle wait polled about 30 times a batch where 5 do (bench_pipeline,
- * tests/bench/RESULTS.md). The shorter of the two counts, so waits that alternate long and
- * short poll as the short ones need, and a wait shorter than both oversleeps once, by at
- * most 3/4 of the shorter (and never more than a sleep's bound). */
+/* When a host wait past its spin window first polls: a wait on work that takes about as long
+ * as this semaphore's last two waits is not over before half of their length, so polling
+ * sooner only burns CPU: a pipeline's throttle wait polled about 30 times a batch where a
+ * dozen do (bench_pipeline, tests/bench/RESULTS.md). The shorter of the two counts, so waits
+ * that alternate long and short poll as the short ones need; a wait shorter than half of
+ * both oversleeps once (by at most a sleep's bound), and the learning starts over. Half, not
+ * the completion thread's 3/4: pipeline waits vary enough that 3/4 started over often, and
+ * cost more than it saved (RESULTS.md). */
 static int64_t gpuhal__host_wait_first_poll_ns(const gpuhal_semaphore_t* s) {
-  return gpuhal__atomic_load_relaxed(&s->wait_typical_ns) / 4 * 3;
+  return gpuhal__atomic_load_relaxed(&s->wait_typical_ns) / 2;
 }
+/* `waited`: how long a wait took, or 0 when its first poll after the learned sleep found the
+ * work done already: it may have ended long before (work shorter than the last), so nothing
+ * is known and the learning starts over (else a short wait after long ones would teach its
+ * own oversleep, and each of the next ones oversleep a little less). */
 static void gpuhal__host_wait_length_learn(gpuhal_semaphore_t* s, int64_t waited) {
   int64_t last = gpuhal__atomic_load_relaxed(&s->wait_last_ns);
   gpuhal__atomic_store_relaxed(&s->wait_typical_ns, last < waited ? last : waited);
@@ -784,6 +789,7 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
   int64_t spin_end = start + gpuhal__host_wait_spin_ns(s, tuning);
   int64_t first_poll = start + gpuhal__host_wait_first_poll_ns(s);
   int poll = gpuhal__timeout_expired(timeout); /* a look, not a wait: it teaches no length */
+  int early = 0; /* the last sleep reached toward first_poll: what it ended on was not seen end */
   /* The work writes the word after it ran (the write fences what came before it in its
    * stream): the word passing the value is as good as the event completing, and reading it
    * costs nothing. (It may also pass for a later signal or a failure store: the timeline
@@ -805,6 +811,7 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
     if (gpuhal__atomic_load(&s->value) >= value || gpuhal__atomic_load(&s->failure) != NULL) break;
     now = gpuhal_now_ns();
     if (gpuhal__timeout_expired(timeout) || (now >= spin_end && !may_sleep)) break;
+    early = now >= spin_end && now < first_poll;
     if (now >= spin_end)
       gpuhal__sleep_ns(gpuhal__host_wait_sleep_ns(start, first_poll, tuning->host_wait_max_sleep_ns, timeout));
     gpuhal__hang_watch_check(watch);
@@ -814,7 +821,7 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
   if (may_sleep && (r == 0 || gpuhal__atomic_load(&s->value) >= value)) {
     int64_t waited = gpuhal_now_ns() - start;
     gpuhal__host_wait_spin_learn(s, tuning, waited);
-    if (!poll) gpuhal__host_wait_length_learn(s, waited);
+    if (!poll) gpuhal__host_wait_length_learn(s, early ? 0 : waited);
   }
   gpuhal__event_release(event);
   return r == 0;

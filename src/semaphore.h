@@ -213,7 +213,7 @@ struct gpuhal_semaphore_s {
    * relaxed: a hint. */
   int32_t spin_halvings;
   /* How long the last host wait on a submitted value of this semaphore took, and the
-   * shorter of the last two (0: not two yet). A wait past its spin window sleeps until 3/4
+   * shorter of the last two (0: not two yet). A wait past its spin window sleeps until half
    * of the shorter before its first poll (gpuhal__semaphore_await_event). Atomic, relaxed:
    * hints. */
   int64_t wait_last_ns;
