@@ -184,6 +184,22 @@ static void tt_close_to_defaults(qt_fixture_t* f) {
   memset(&qt_tuning, 0, sizeof(qt_tuning));
 }
 
+/* One device with qt_tuning on the default path (`path` 0) or the event path, and the test
+ * kernels; 0 (closed again, back to defaults) when the kernels are not available, or when
+ * the device did not open (a failure of the case). */
+static int tt_open_spin(qt_fixture_t* f, int path) {
+  qt_semaphore_memops = path ? -1 : 0;
+  if (!qt_open(f, 1, NULL)) {
+    TU_FAIL_AT(__FILE__, __LINE__, "the device did not open");
+    qt_semaphore_memops = 0;
+    memset(&qt_tuning, 0, sizeof(qt_tuning));
+    return 0;
+  }
+  if (qt_kernels_load(f)) return 1;
+  tt_close_to_defaults(f);
+  return 0;
+}
+
 /* A host wait on a submitted value spins for tuning.host_wait_spin_ns only while such waits
  * end inside that window: each wait that outlasts it halves the next one's spin, and one
  * that ends inside it restores the whole window. The halvings are read from the semaphore
@@ -197,12 +213,7 @@ static void tt_spin_adapts(int path) {
   int tries;
   memset(&qt_tuning, 0, sizeof(qt_tuning));
   qt_tuning.host_wait_spin_ns = 20000000;
-  qt_semaphore_memops = path ? -1 : 0;
-  TU_REQUIRE(qt_open(&f, 1, NULL));
-  if (!qt_kernels_load(&f)) {
-    tt_close_to_defaults(&f);
-    TU_SKIP("spin_us kernel not available");
-  }
+  if (!tt_open_spin(&f, path)) TU_SKIP("spin_us kernel not available");
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
   /* A round whose wait finds its value already reached (this thread was held up for longer
    * than the kernel ran, as under a sanitizer on a loaded machine) teaches nothing, or, when
@@ -255,12 +266,7 @@ static void tt_wait_length_learns(int path) {
   memset(&qt_tuning, 0, sizeof(qt_tuning));
   qt_tuning.host_wait_spin_ns = -1;
   qt_tuning.host_wait_max_sleep_ns = 200000000;
-  qt_semaphore_memops = path ? -1 : 0;
-  TU_REQUIRE(qt_open(&f, 1, NULL));
-  if (!qt_kernels_load(&f)) {
-    tt_close_to_defaults(&f);
-    TU_SKIP("spin_us kernel not available");
-  }
+  if (!tt_open_spin(&f, path)) TU_SKIP("spin_us kernel not available");
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
   gpuhal__host_wait_length_learn(s, 1000000); /* one wait: not yet */
   TU_CHECK(gpuhal__host_wait_first_poll_ns(s) == 0);
@@ -326,12 +332,7 @@ static void tt_polls_see_finished_work(int path) {
   memset(&qt_tuning, 0, sizeof(qt_tuning));
   qt_tuning.completion_min_age_ns = 60000000000ll;
   qt_tuning.harvest_min = -1;
-  qt_semaphore_memops = path ? -1 : 0;
-  TU_REQUIRE(qt_open(&f, 1, NULL));
-  if (!qt_kernels_load(&f)) {
-    tt_close_to_defaults(&f);
-    TU_SKIP("spin_us kernel not available");
-  }
+  if (!tt_open_spin(&f, path)) TU_SKIP("spin_us kernel not available");
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
   TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 1, &done));
   for (form = 0; form < 4 && !tu_state.failed; ++form) {
