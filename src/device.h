@@ -120,8 +120,9 @@ typedef struct gpuhal_queue_tuning_t {
    * (0 = 200 us); once the oldest has run 16 times that, 1/16 of its age, at most
    * host_wait_max_sleep_ns. */
   int64_t completion_max_sleep_ns;
-  /* A submitter that issues on its own thread retires completed work itself once this many
-   * actions of its queue are in flight (0 = 48; < 0 = never: harvesting off). */
+  /* A submitter that issues on its own thread, and the worker between turns of a long run of
+   * issues, retire completed work themselves once this many actions of a queue are in flight
+   * (0 = 48; < 0 = never: harvesting off). */
   int32_t harvest_min;
   /* 1: every action is issued by the device's worker thread, never by the submitter. */
   int32_t no_caller_issue;

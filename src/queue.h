@@ -43,7 +43,8 @@
  *    cuEventQuery.
  *  - the worker (device.h; cuCtxSetCurrent: context current for life): the pump issues what
  *    became ready (only woken actions are looked at, in the order they became pending; on a
- *    lost device all, to fail them), also what a submitter may not: collectives (NCCL, then
+ *    lost device all, to fail them; GPUHAL__PUMP_ISSUE_BATCH per hold of the issue lock,
+ *    harvesting between holds as a submitter does: cuEventQuery), also what a submitter may not: collectives (NCCL, then
  *    cuCtxGetCurrent/cuCtxSetCurrent), a GRAPH built at its first execute (cuMemAlloc,
  *    cuMemcpyHtoD, cuGraphCreate, cuGraphAdd*Node, cuStreamBeginCapture/EndCapture on a stream
  *    of its own, cuGraphDestroy, cuGraphInstantiateWithFlags), without a pool cuMemAlloc and
@@ -68,7 +69,7 @@
  * event, gpuhal__semaphore_advance_from_event; gpuhal_semaphore_signal does the same itself),
  * under the semaphore's lock, stores the value (and, when armed, its device word) and wakes
  * every waiter it satisfies. It is called by whoever learns that the work reaching a value is
- * done: the completion thread, a harvesting submitter, a host waiter or query that saw the
+ * done: the completion thread, a harvesting submitter or worker, a host waiter or query that saw the
  * value's own event complete (or, waiting, its word pass the value), the host-call thread
  * after a host function, gpuhal_semaphore_signal, or the caller of an alloca or dealloca done at once. GPU work never changes the value the
  * host sees; it only writes the word other GPU work waits on.
@@ -124,7 +125,10 @@
  *
  * Harvesting: a thread that keeps submitting on the fast path retires the completed head of
  * its queue's lane itself (one cuEventQuery per look, backing off while the GPU is behind),
- * so a busy steady state needs neither the completion thread nor the worker. A look also
+ * so a busy steady state needs neither the completion thread nor the worker; so does the
+ * worker between turns of a long run of issues (a chain released at once), whose work the
+ * completion thread would otherwise poll in many small looks that compete with the issues
+ * inside the driver. A look also
  * retires what that work waited for through events of other lanes' own streams (and all
  * issued before it there): its completion proves theirs. The completion
  * thread leaves issued work alone for tuning.completion_min_age_ns, or 3/4 of the usual time
@@ -221,6 +225,7 @@ enum {
 #define GPUHAL__ACTION_POOL_BLOCK 32
 #define GPUHAL__ACTION_ISSUE_BATCH 16          /* free actions the fast path takes per refill */
 #define GPUHAL__SIGNAL_ISSUE_MAX 16            /* actions a host signal issues on its thread; the worker the rest */
+#define GPUHAL__PUMP_ISSUE_BATCH 32            /* actions the worker issues per hold of the issue lock, then harvests */
 #define GPUHAL__RETIRE_BATCH 32                /* retired actions per wake-up of the worker */
 #define GPUHAL__RETIRE_MAX_DELAY_NS 1000000    /* the longest retired actions wait for that batch */
 #define GPUHAL__COMPLETION_FIRST_SLEEP_NS 2000 /* the completion thread's first sleep between polls */

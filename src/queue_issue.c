@@ -525,9 +525,17 @@ GPUHAL__PRIVATE void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
    * (which needs `incoming` empty and the issue lock) cannot overtake one of them that has
    * left `incoming` but is not issued yet: submission order holds. */
   if (gpuhal__atomic_exchange(&state->issue_needed, 0)) {
-    gpuhal__mutex_lock(&state->issue_mutex);
-    gpuhal__queue_issue_ready(state, INT_MAX, 0);
-    gpuhal__mutex_unlock(&state->issue_mutex);
+    int more;
+    do {
+      uint32_t q;
+      gpuhal__mutex_lock(&state->issue_mutex);
+      more = gpuhal__queue_issue_ready(state, GPUHAL__PUMP_ISSUE_BATCH, 0);
+      gpuhal__mutex_unlock(&state->issue_mutex);
+      /* A long run of issues (a chain released at once) retires its own completed work as a
+       * submitter does, in one query per look, instead of leaving it to the completion
+       * thread, whose many small looks compete with these issues inside the driver. */
+      for (q = 0; q < state->device->queue_count; ++q) gpuhal__queue_harvest(state, q, 0);
+    } while (more);
   }
   gpuhal__mutex_lock(&state->mutex);
   gpuhal__list_splice_back(&retired, &state->retired);

@@ -259,7 +259,7 @@ static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
   state->completion_first_sleep_ns = INT64_MAX;
   for (q = 0; q < state->device->queue_count; ++q) {
     gpuhal__queue_lane_t* lane = &state->lanes[q];
-    /* A submitter that harvested lately keeps the lane short itself: leave it the work. */
+    /* A submitter (or the worker) that harvested lately keeps the lane short itself: leave it the work. */
     int64_t since = lane->last_harvest_ns;
     /* Work like the lane's earlier work is not done before most of its usual time. */
     int64_t look = lane->typical_ns / 4 * 3 < GPUHAL__COMPLETION_LOOK_MAX_NS ? lane->typical_ns / 4 * 3
@@ -527,7 +527,8 @@ GPUHAL__PRIVATE void* gpuhal__host_call_main(void* arg) {
  * no longer compete with the submitter's own calls for the driver. One cuEventQuery covers
  * every older action of the queue; a look that finds nothing complete backs off, so
  * long-running work costs the submitter almost nothing. The completion thread still takes
- * whatever ages past tuning.completion_min_age_ns, host calls and failures. Releasing here
+ * whatever ages past tuning.completion_min_age_ns, host calls and failures. The worker
+ * harvests too, between turns of a long run of issues (gpuhal__queue_pump). Releasing here
  * is safe: no queue lock is held, and every release that makes CUDA calls enters the
  * device's context itself (or asks the worker). Off while tracing (the trace's GPU timing
  * belongs to the completion thread) and with tuning.harvest_min < 0. */

@@ -83,6 +83,66 @@ TU_TEST(busy_submitter_retires_completed_work) {
   qt_close(&f);
 }
 
+/* Issues as the counting ops do, taking 40 us of the issuing thread: a GPU that keeps up
+ * with the issue, as a real one does with launches (softcuda's streams are slower). */
+static gpuhal_status_t slow_issue(void* user, gpuhal_device_t* device, CUstream stream) {
+  tu_sleep_ns(40000);
+  return qt_counting_issue(user, device, stream);
+}
+static const gpuhal__action_ops_t slow_harvest_ops = {"test_harvest_slow", slow_issue, harvest_complete,
+                                                      harvest_release, NULL};
+
+/* A chain submitted backwards across two queues (every hop waits for a value not submitted
+ * yet), then released by a host signal: the worker issues the chain, in turns of
+ * GPUHAL__PUMP_ISSUE_BATCH, and between turns retires what completed itself, as a busy
+ * submitter does (the completion thread is held off, and the submitting thread, whose
+ * signal issues only the first few, harvests nothing). Rounds until something was
+ * harvested (softcuda's stream thread must run meanwhile); values and counts exact. */
+TU_TEST(worker_retires_the_chain_it_issues) {
+  qt_fixture_t f;
+  gpuhal_semaphore_t* s = NULL;
+  gpuhal_semaphore_t* gate = NULL;
+  gpuhal__queue_state_t* state;
+  harvest_counter_t c;
+  uint64_t base = 0, harvested0, v = 0;
+  const uint64_t n = 300;
+  int round;
+  memset(&qt_tuning, 0, sizeof(qt_tuning));
+  qt_tuning.completion_min_age_ns = 200000000;
+  qt_tuning.harvest_min = 4;
+  TU_REQUIRE(qt_open(&f, 2, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &gate));
+  harvest_counter_init(&c);
+  state = gpuhal__queue_state(f.device);
+  harvested0 = gpuhal__atomic_load(&state->harvested);
+  for (round = 0; round < 16 && gpuhal__atomic_load(&state->harvested) == harvested0; ++round) {
+    uint64_t i, gate_value = (uint64_t)round + 1;
+    for (i = n; i-- > 0;) {
+      uint64_t prev = base + i, next = prev + 1;
+      gpuhal_semaphore_list_t wait =
+          i == 0 ? gpuhal_semaphore_list_one(&gate, &gate_value) : gpuhal_semaphore_list_one(&s, &prev);
+      TU_REQUIRE_OK(
+          qt_submit(f.device, (uint32_t)(i % 2), wait, gpuhal_semaphore_list_one(&s, &next), &slow_harvest_ops, &c));
+    }
+    base += n;
+    TU_CHECK_OK(gpuhal_semaphore_signal(gate, gate_value));
+    TU_CHECK_OK(gpuhal_semaphore_wait(s, base, qt_seconds(60)));
+    /* Nothing left in flight for the next round's submissions to harvest. */
+    TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(60)));
+  }
+  TU_CHECK_OK(gpuhal_semaphore_query(s, &v));
+  TU_CHECK_EQ_INT(v, base);
+  TU_CHECK(gpuhal__atomic_load(&state->harvested) > harvested0);
+  TU_CHECK_EQ_INT(gpuhal__atomic_load(&c.released_by_submitter), 0);
+  harvest_check_counts(&c);
+  TU_CHECK_EQ_INT(qt_counter_get(&c.counts.released), (int)base);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(s);
+  qt_close(&f);
+  memset(&qt_tuning, 0, sizeof(qt_tuning));
+}
+
 /* A long kernel at the head of the queue: the submitter's looks find nothing complete,
  * retire nothing early (no value shows before the work that reaches it has run) and back
  * off; once the kernel ends, everything completes and is released once. */
@@ -107,8 +167,8 @@ TU_TEST(harvest_waits_for_the_gpu_and_backs_off) {
   for (i = 0; i < n; ++i) {
     uint64_t next = i + 1;
     int64_t until = gpuhal_now_ns() + 1000000000;
-    /* Only a submitter that issues itself harvests: on a loaded machine the worker may not
-     * have taken what was handed to it yet, and every later submission would follow it. */
+    /* The submitter is to issue (and harvest) itself: on a loaded machine the worker may
+     * not have taken what was handed to it yet, and every later submission would follow it. */
     while (gpuhal__atomic_load(&state->incoming_count) && gpuhal_now_ns() < until) tu_sleep_ns(20000);
     TU_REQUIRE_OK(
         qt_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &next), &harvest_ops, &c));
@@ -332,7 +392,7 @@ TU_TEST(retired_work_is_released_while_another_queue_stays_busy) {
 }
 
 /* Submits on the fast path: waits (bounded) until the worker has taken what was handed to
- * it, since only a submitter that issues itself harvests. */
+ * it, so that the submitting thread issues (and harvests) itself. */
 static gpuhal_status_t harvest_submit(qt_fixture_t* f, uint32_t queue, gpuhal_semaphore_list_t wait,
                                       gpuhal_semaphore_list_t signal, const gpuhal__action_ops_t* ops, void* user) {
   gpuhal__queue_state_t* state = gpuhal__queue_state(f->device);
@@ -446,8 +506,9 @@ TU_TEST(harvest_takes_no_more_of_another_queue_than_was_waited_for) {
   memset(&qt_tuning, 0, sizeof(qt_tuning));
 }
 
-TU_MAIN(TU_CASE(busy_submitter_retires_completed_work), TU_CASE(harvest_waits_for_the_gpu_and_backs_off),
-        TU_CASE(harvest_puts_frees_off_to_the_worker), TU_CASE(harvest_does_not_wait_for_an_alloca_free),
+TU_MAIN(TU_CASE(busy_submitter_retires_completed_work), TU_CASE(worker_retires_the_chain_it_issues),
+        TU_CASE(harvest_waits_for_the_gpu_and_backs_off), TU_CASE(harvest_puts_frees_off_to_the_worker),
+        TU_CASE(harvest_does_not_wait_for_an_alloca_free),
         TU_CASE(retired_work_is_released_while_another_queue_stays_busy),
         TU_CASE(harvest_takes_what_the_work_waited_for_on_other_queues),
         TU_CASE(harvest_takes_no_more_of_another_queue_than_was_waited_for))
