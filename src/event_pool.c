@@ -41,14 +41,20 @@ static gpuhal_status_t gpuhal__event_pool_grow(gpuhal__event_pool_t* pool) {
   return NULL;
 }
 
-/* Moves every free event to the acquire cache (under the pool's lock). */
+/* Moves up to GPUHAL__EVENT_ACQUIRE_BATCH free events to the (empty) acquire cache, under
+ * the pool's lock, the most recently returned first and in that order: the events in use
+ * stay few and warm in the driver. (Cycling through the whole pool, gpuhal's cuEventRecord
+ * cost an H200 more than the raw loop's record of one event; with the few most recently
+ * returned, the same: tests/bench/RESULTS.md.) */
 static void gpuhal__event_pool_refill_cache(gpuhal__event_pool_t* pool) {
+  gpuhal__event_t** tail = &pool->acquire_cache;
   gpuhal__event_t* e;
   gpuhal__mutex_lock(&pool->mutex);
-  while ((e = pool->free_list) != NULL) {
+  while (pool->acquire_cached < GPUHAL__EVENT_ACQUIRE_BATCH && (e = pool->free_list) != NULL) {
     pool->free_list = e->next_free;
-    e->next_free = pool->acquire_cache;
-    pool->acquire_cache = e;
+    e->next_free = NULL;
+    *tail = e;
+    tail = &e->next_free;
     pool->acquire_cached++;
     pool->outstanding++;
   }

@@ -23,6 +23,7 @@
 #ifndef GPUHAL_EVENT_POOL_BLOCK
 #define GPUHAL_EVENT_POOL_BLOCK 32 /* events created per growth step */
 #endif
+#define GPUHAL__EVENT_ACQUIRE_BATCH 8 /* free events an acquire takes under one lock */
 
 typedef struct gpuhal__event_s {
   struct gpuhal__event_s* next_free;

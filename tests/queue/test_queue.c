@@ -653,6 +653,54 @@ TU_TEST(failing_event_queries_wait_for_the_work) {
   qt_close(&f);
 }
 
+/* The event pool hands out the events returned last, in batches: a steady acquire/release
+ * cycle keeps to GPUHAL__EVENT_ACQUIRE_BATCH + 1 events (warm in the driver), not the whole
+ * pool in turn, and a refill takes the most recently returned first. Under the issue lock
+ * with the context entered, as the queue acquires. */
+TU_TEST(event_pool_reuses_the_events_returned_last) {
+  enum { HELD = 24, CYCLES = 200 };
+  qt_fixture_t f;
+  gpuhal__queue_state_t* state;
+  gpuhal__context_scope_t scope;
+  gpuhal__event_t* held[HELD];
+  gpuhal__event_t* drained[GPUHAL__EVENT_ACQUIRE_BATCH];
+  gpuhal__event_t* seen[CYCLES];
+  uint32_t drained_count = 0, i, j, distinct = 0;
+  TU_REQUIRE(qt_open(&f, 1, NULL));
+  state = gpuhal__queue_state(f.device);
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(30)));
+  gpuhal__mutex_lock(&state->issue_mutex);
+  TU_REQUIRE_OK(gpuhal__context_enter(f.device, &scope));
+  /* Empty the acquire cache, so that what follows starts at a refill. */
+  while (state->events.acquire_cached > 0 && drained_count < GPUHAL__EVENT_ACQUIRE_BATCH)
+    TU_REQUIRE_OK(gpuhal__event_pool_acquire(&state->events, &drained[drained_count++]));
+  TU_CHECK_EQ_INT(state->events.acquire_cached, 0);
+  for (i = 0; i < HELD; ++i) TU_REQUIRE_OK(gpuhal__event_pool_acquire(&state->events, &held[i]));
+  for (i = 0; i < HELD; ++i) gpuhal__event_release(held[i]);
+  /* HELD is a multiple of the batch: the cache is empty again; the refill takes the last
+   * returned first. */
+  TU_CHECK_EQ_INT(state->events.acquire_cached, 0);
+  for (i = 0; i < GPUHAL__EVENT_ACQUIRE_BATCH; ++i) {
+    gpuhal__event_t* e = NULL;
+    TU_REQUIRE_OK(gpuhal__event_pool_acquire(&state->events, &e));
+    TU_CHECK(e == held[HELD - 1 - i]);
+    gpuhal__event_release(e);
+  }
+  for (i = 0; i < CYCLES; ++i) {
+    gpuhal__event_t* e = NULL;
+    TU_REQUIRE_OK(gpuhal__event_pool_acquire(&state->events, &e));
+    for (j = 0; j < distinct && seen[j] != e; ++j) {
+    }
+    if (j == distinct) seen[distinct++] = e;
+    gpuhal__event_release(e);
+  }
+  TU_CHECK(distinct <= GPUHAL__EVENT_ACQUIRE_BATCH + 1);
+  for (i = 0; i < drained_count; ++i) gpuhal__event_release(drained[i]);
+  gpuhal__context_leave(f.device, &scope);
+  gpuhal__mutex_unlock(&state->issue_mutex);
+  qt_close(&f);
+}
+
 TU_MAIN(TU_CASE(barrier_signals), TU_CASE(argument_checks), TU_CASE(waiter_submitted_before_signaller),
         TU_CASE(host_signal_gates_work), TU_CASE(failure_propagates_through_a_chain),
         TU_CASE(host_failed_wait_fails_queued_work), TU_CASE(gate_fails_while_host_waits), TU_CASE(host_call_ordering),
@@ -660,4 +708,4 @@ TU_MAIN(TU_CASE(barrier_signals), TU_CASE(argument_checks), TU_CASE(waiter_submi
         TU_CASE(chain_of_100_issues_without_host_waits), TU_CASE(release_with_work_in_flight),
         TU_CASE(eight_threads_mixed_submissions), TU_CASE(steady_state_allocates_nothing),
         TU_CASE(alloca_buffer_objects_are_recycled), TU_CASE(long_wait_sleeps_between_polls),
-        TU_CASE(failing_event_queries_wait_for_the_work))
+        TU_CASE(failing_event_queries_wait_for_the_work), TU_CASE(event_pool_reuses_the_events_returned_last))
