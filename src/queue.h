@@ -44,11 +44,12 @@
  *  - the worker (device.h; cuCtxSetCurrent: context current for life): the pump issues what
  *    became ready (only woken actions are looked at, in the order they became pending; on a
  *    lost device all, to fail them; GPUHAL__PUMP_ISSUE_BATCH per hold of the issue lock,
- *    harvesting between holds as a submitter does: cuEventQuery), also what a submitter may not: collectives (NCCL, then
- *    cuCtxGetCurrent/cuCtxSetCurrent), a GRAPH built at its first execute (cuMemAlloc,
- *    cuMemcpyHtoD, cuGraphCreate, cuGraphAdd*Node, cuStreamBeginCapture/EndCapture on a stream
- *    of its own, cuGraphDestroy, cuGraphInstantiateWithFlags), without a pool cuMemAlloc and
- *    cuStreamSynchronize + cuMemFree. It releases retired actions (as a harvester, plus what
+ *    harvesting between holds as a submitter does: cuEventQuery), also what a submitter may
+ *    not: collectives (NCCL, then cuCtxGetCurrent/cuCtxSetCurrent), a GRAPH built at its
+ *    first execute (cuMemAlloc, cuMemcpyHtoD, cuGraphCreate, cuGraphAdd*Node,
+ *    cuStreamBeginCapture/EndCapture on a stream of its own, cuGraphDestroy,
+ *    cuGraphInstantiateWithFlags), without a pool cuMemAlloc and cuStreamSynchronize +
+ *    cuMemFree. It releases retired actions (as a harvester, plus what
  *    is handed to it: cuModuleUnload, cuMemFreeAsync + cuStreamSynchronize), runs calls put
  *    off (in a push/pop of their context; cuDevicePrimaryCtxRelease) and subsystems'
  *    gpuhal__worker_call (setup and teardown: creates and destroys of streams, the pool,
@@ -69,10 +70,11 @@
  * event, gpuhal__semaphore_advance_from_event; gpuhal_semaphore_signal does the same itself),
  * under the semaphore's lock, stores the value (and, when armed, its device word) and wakes
  * every waiter it satisfies. It is called by whoever learns that the work reaching a value is
- * done: the completion thread, a harvesting submitter or worker, a host waiter or query that saw the
- * value's own event complete (or, waiting, its word pass the value), the host-call thread
- * after a host function, gpuhal_semaphore_signal, or the caller of an alloca or dealloca done at once. GPU work never changes the value the
- * host sees; it only writes the word other GPU work waits on.
+ * done: the completion thread, a harvesting submitter or worker, a host waiter or query that
+ * saw the value's own event complete (or, waiting, its word pass the value), the host-call
+ * thread after a host function, gpuhal_semaphore_signal, or the caller of an alloca or
+ * dealloca done at once. GPU work never changes the value the host sees; it only writes the
+ * word other GPU work waits on.
  *
  * How a wait is resolved (the action's waits, in order): reached -> nothing; submitted on the
  * action's own stream -> nothing (stream order); submitted elsewhere -> cuStreamWaitEvent on
@@ -128,11 +130,10 @@
  * so a busy steady state needs neither the completion thread nor the worker; so does the
  * worker between turns of a long run of issues (a chain released at once), whose work the
  * completion thread would otherwise poll in many small looks that compete with the issues
- * inside the driver. A look also
- * retires what that work waited for through events of other lanes' own streams (and all
- * issued before it there): its completion proves theirs. The completion
- * thread leaves issued work alone for tuning.completion_min_age_ns, or 3/4 of the usual time
- * of its queue's work where that is longer (lane typical_ns; host calls, idle waits and
+ * inside the driver. A look also retires what that work waited for through events of other
+ * lanes' own streams (and all issued before it there): its completion proves theirs. The
+ * completion thread leaves issued work alone for tuning.completion_min_age_ns, or 3/4 of the
+ * usual time of its queue's work where that is longer (lane typical_ns; host calls, idle waits and
  * release cut that short; side work it takes at once): nothing's promptness depends on it. */
 #ifndef GPUHAL_SRC_QUEUE_H
 #define GPUHAL_SRC_QUEUE_H

@@ -259,7 +259,8 @@ static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
   state->completion_first_sleep_ns = INT64_MAX;
   for (q = 0; q < state->device->queue_count; ++q) {
     gpuhal__queue_lane_t* lane = &state->lanes[q];
-    /* A submitter (or the worker) that harvested lately keeps the lane short itself: leave it the work. */
+    /* A submitter (or the worker) that harvested lately keeps the lane short itself: leave it
+     * the work. */
     int64_t since = lane->last_harvest_ns;
     /* Work like the lane's earlier work is not done before most of its usual time. */
     int64_t look = lane->typical_ns / 4 * 3 < GPUHAL__COMPLETION_LOOK_MAX_NS ? lane->typical_ns / 4 * 3
