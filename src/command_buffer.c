@@ -194,7 +194,7 @@ GPUHAL__PRIVATE gpuhal__cmd_arg_t* gpuhal__cb_push_arg(gpuhal_command_buffer_t* 
   memset(arg, 0, sizeof(*arg));
   arg->value_offset = (uint32_t)cb->values_size;
   memcpy(cb->values + cb->values_size, value, size);
-  cb->values_size += (size + 7u) & ~(size_t)7u;
+  cb->values_size += ((size_t)size + 7u) & ~(size_t)7u;
   return arg;
 }
 

@@ -126,7 +126,8 @@ GPUHAL_API gpuhal_arg_t gpuhal_arg_slot(uint32_t slot, uint64_t offset);
  * its address, which must be 16-byte aligned). `map` must stay valid until the dispatch
  * that takes the argument returns; gpuhal keeps a copy. */
 GPUHAL_API gpuhal_arg_t gpuhal_arg_tensor_map(gpuhal_arg_t memory, const gpuhal_tensor_map_t* map);
-/* `data` must stay valid until the gpuhal_cmd_dispatch that takes the argument returns. */
+/* `data` must stay valid until the gpuhal_cmd_dispatch that takes the argument returns;
+ * `size` is 1 to 32764 bytes (the most a launch's parameters hold). */
 GPUHAL_API gpuhal_arg_t gpuhal_arg_bytes(const void* data, uint32_t size);
 GPUHAL_API gpuhal_arg_t gpuhal_arg_u32(uint32_t value);
 GPUHAL_API gpuhal_arg_t gpuhal_arg_i32(int32_t value);
@@ -531,6 +532,10 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_append(gpuhal_command_buffer_t* cb, g
 /* Reserves room for `count` more arguments with `bytes` of values (so that appending them
  * cannot fail halfway). */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_reserve_args(gpuhal_command_buffer_t* cb, uint32_t count, size_t bytes);
+
+/* The most bytes of parameters a kernel launch takes (CUDA 12.1 and later, compute capability
+ * 7.0 and later); a larger gpuhal_arg_bytes can never be passed. */
+#define GPUHAL__KERNEL_PARAM_BYTES_MAX 32764u
 
 /* Appends one argument value (space reserved by gpuhal__cb_reserve_args). */
 GPUHAL__PRIVATE gpuhal__cmd_arg_t* gpuhal__cb_push_arg(gpuhal_command_buffer_t* cb, const void* value, uint32_t size);

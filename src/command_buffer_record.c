@@ -86,7 +86,7 @@ static gpuhal_status_t gpuhal__dispatch_check_dims(const gpuhal_command_buffer_t
         "gpuhal_cmd_dispatch: argument 'block' has %llu threads; kernel '%s' allows at most %d per "
         "block on this device",
         (unsigned long long)threads, kernel->name, kernel->info.max_threads_per_block);
-  max_dynamic_shared = gpuhal__atomic_load_relaxed(&kernel->info.max_dynamic_shared_bytes);
+  max_dynamic_shared = gpuhal__kernel_max_dynamic_shared(kernel);
   if (shared_bytes > (uint32_t)max_dynamic_shared)
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
                               "%s: argument 'shared_bytes' (%u) exceeds kernel '%s''s dynamic shared "
@@ -118,6 +118,10 @@ static gpuhal_status_t gpuhal__dispatch_check_arg(gpuhal_command_buffer_t* cb, c
     case GPUHAL_ARG_BYTES:
       if (arg->size == 0)
         return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument '%s' has size 0", func, what);
+      if (arg->size > GPUHAL__KERNEL_PARAM_BYTES_MAX)
+        return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                                  "%s: argument '%s' has %u bytes; a kernel's parameters hold at most %u bytes", func,
+                                  what, arg->size, (unsigned)GPUHAL__KERNEL_PARAM_BYTES_MAX);
       if (!arg->data && arg->size > sizeof(arg->inline_value))
         return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                                   "%s: argument '%s' has no data pointer and %u bytes (inline values "
@@ -181,7 +185,7 @@ static size_t gpuhal__args_value_bytes(uint32_t arg_count, const gpuhal_arg_t* a
     uint32_t size = args[i].kind == GPUHAL_ARG_BYTES        ? args[i].size
                     : args[i].kind == GPUHAL_ARG_TENSOR_MAP ? GPUHAL__TENSOR_MAP_BYTES
                                                             : 8u;
-    bytes += (size + 7u) & ~7u;
+    bytes += ((size_t)size + 7u) & ~(size_t)7u;
   }
   return bytes;
 }

@@ -235,6 +235,7 @@ static gpuhal_status_t gpuhal__kernel_create(gpuhal_executable_t* executable, co
   memcpy(kernel->name, name, name_length + 1);
   kernel->executable = executable;
   kernel->function = record->function;
+  kernel->record = record;
   gpuhal__mutex_lock(&executable->entry->functions_mutex);
   kernel->info = record->info; /* param arrays stay the record's: the entry outlives the executable */
   gpuhal__mutex_unlock(&executable->entry->functions_mutex);
@@ -283,19 +284,13 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_kernel(gpuhal_executable_t* executa
 GPUHAL_API gpuhal_status_t gpuhal_kernel_info(gpuhal_kernel_t* kernel, gpuhal_kernel_info_t* out_info) {
   GPUHAL__CHECK_OBJECT(kernel, GPUHAL__MAGIC_KERNEL);
   GPUHAL__CHECK_ARG(out_info != NULL, "out_info", "must not be NULL");
-  gpuhal__mutex_lock(&kernel->executable->mutex);
   *out_info = kernel->info;
-  gpuhal__mutex_unlock(&kernel->executable->mutex);
+  out_info->max_dynamic_shared_bytes = gpuhal__kernel_max_dynamic_shared(kernel);
   return NULL;
 }
 
-/* Later kernel objects of the entry start from the value the CUfunction now has. */
-static void gpuhal__module_entry_note_shared(gpuhal__module_entry_t* entry, const char* name, int bytes) {
-  gpuhal__function_record_t* record;
-  gpuhal__mutex_lock(&entry->functions_mutex);
-  for (record = entry->functions; record; record = record->next)
-    if (strcmp(record->name, name) == 0) record->info.max_dynamic_shared_bytes = bytes;
-  gpuhal__mutex_unlock(&entry->functions_mutex);
+GPUHAL__PRIVATE int gpuhal__kernel_max_dynamic_shared(const gpuhal_kernel_t* kernel) {
+  return gpuhal__atomic_load_relaxed(&kernel->record->info.max_dynamic_shared_bytes);
 }
 
 GPUHAL_API gpuhal_status_t gpuhal_kernel_set_max_dynamic_shared(gpuhal_kernel_t* kernel, uint32_t bytes) {
@@ -310,15 +305,18 @@ GPUHAL_API gpuhal_status_t gpuhal_kernel_set_max_dynamic_shared(gpuhal_kernel_t*
                               "can have on this device (%d: the opt-in limit less %d bytes of static shared memory)",
                               bytes, kernel->name, kernel->info.max_dynamic_shared_optin_bytes,
                               kernel->info.static_shared_bytes);
-  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
-  st = GPUHAL__CU(device->cu, cuFuncSetAttribute,
-                  (kernel->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes));
-  gpuhal__context_leave(device, &scope);
+  /* One setting of the driver function, shared by every kernel object over it: the
+   * entry's lock keeps the driver's value and the record's in the same order. */
+  gpuhal__mutex_lock(&kernel->executable->entry->functions_mutex);
+  st = gpuhal__context_enter(device, &scope);
+  if (!st) {
+    st = GPUHAL__CU(device->cu, cuFuncSetAttribute,
+                    (kernel->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes));
+    gpuhal__context_leave(device, &scope);
+  }
+  if (!st) gpuhal__atomic_store_relaxed(&kernel->record->info.max_dynamic_shared_bytes, (int)bytes);
+  gpuhal__mutex_unlock(&kernel->executable->entry->functions_mutex);
   if (st) return gpuhal_status_annotate(st, "gpuhal_kernel_set_max_dynamic_shared('%s', %u)", kernel->name, bytes);
-  gpuhal__mutex_lock(&kernel->executable->mutex);
-  gpuhal__atomic_store_relaxed(&kernel->info.max_dynamic_shared_bytes, (int)bytes);
-  gpuhal__mutex_unlock(&kernel->executable->mutex);
-  gpuhal__module_entry_note_shared(kernel->executable->entry, kernel->name, (int)bytes);
   return NULL;
 }
 
@@ -326,15 +324,14 @@ GPUHAL_API gpuhal_status_t gpuhal_kernel_set_max_dynamic_shared(gpuhal_kernel_t*
 
 /* The checks both occupancy queries make; `present` says whether the driver has the call. */
 static gpuhal_status_t gpuhal__kernel_occupancy_check(gpuhal_kernel_t* kernel, uint32_t block_threads,
-                                                      uint32_t shared_bytes, const void* out, int present,
-                                                      const char* entry, const char* func) {
+                                                      uint32_t shared_bytes, int present, const char* entry,
+                                                      const char* func) {
   int max_dynamic_shared;
-  if (!out) return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument 'out' must not be NULL", func);
   if (block_threads == 0 || block_threads > (uint32_t)kernel->info.max_threads_per_block)
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
                               "%s: argument 'block_threads' is %u; kernel '%s' takes 1..%d threads per block", func,
                               block_threads, kernel->name, kernel->info.max_threads_per_block);
-  max_dynamic_shared = gpuhal__atomic_load_relaxed(&kernel->info.max_dynamic_shared_bytes);
+  max_dynamic_shared = gpuhal__kernel_max_dynamic_shared(kernel);
   if (shared_bytes > (uint32_t)max_dynamic_shared)
     return gpuhal_status_make(
         GPUHAL_STATUS_OUT_OF_RANGE,
@@ -354,11 +351,11 @@ GPUHAL_API gpuhal_status_t gpuhal_kernel_occupancy(gpuhal_kernel_t* kernel, uint
   gpuhal_status_t st;
   int blocks = 0;
   GPUHAL__CHECK_OBJECT(kernel, GPUHAL__MAGIC_KERNEL);
+  GPUHAL__CHECK_ARG(out_blocks_per_sm != NULL, "out_blocks_per_sm", "must not be NULL");
   device = kernel->executable->device;
-  GPUHAL__RETURN_IF_ERROR(
-      gpuhal__kernel_occupancy_check(kernel, block_threads, shared_bytes, out_blocks_per_sm,
-                                     device->cu->cuOccupancyMaxActiveBlocksPerMultiprocessor != NULL,
-                                     "cuOccupancyMaxActiveBlocksPerMultiprocessor", __func__));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__kernel_occupancy_check(
+      kernel, block_threads, shared_bytes, device->cu->cuOccupancyMaxActiveBlocksPerMultiprocessor != NULL,
+      "cuOccupancyMaxActiveBlocksPerMultiprocessor", __func__));
   GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
   st = GPUHAL__CU(device->cu, cuOccupancyMaxActiveBlocksPerMultiprocessor,
                   (&blocks, kernel->function, (int)block_threads, (size_t)shared_bytes));
@@ -376,9 +373,10 @@ GPUHAL_API gpuhal_status_t gpuhal_kernel_max_cluster_size(gpuhal_kernel_t* kerne
   CUlaunchConfig config;
   int size = 0;
   GPUHAL__CHECK_OBJECT(kernel, GPUHAL__MAGIC_KERNEL);
+  GPUHAL__CHECK_ARG(out_blocks != NULL, "out_blocks", "must not be NULL");
   device = kernel->executable->device;
   GPUHAL__RETURN_IF_ERROR(gpuhal__kernel_occupancy_check(
-      kernel, block_threads, shared_bytes, out_blocks,
+      kernel, block_threads, shared_bytes,
       !device->info.cluster_launch || device->cu->cuOccupancyMaxPotentialClusterSize != NULL,
       "cuOccupancyMaxPotentialClusterSize", __func__));
   *out_blocks = 0;

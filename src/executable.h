@@ -16,9 +16,9 @@ typedef struct gpuhal_kernel_s gpuhal_kernel_t;
 
 /* gpuhal_kernel_info_t is declared with the module cache, which keeps it per module. */
 
-/* Loads an image on a device: PTX text (size may or may not count a terminating NUL),
- * a cubin (ELF) or a fatbin. The format is detected from the bytes; anything else is
- * INVALID_ARGUMENT. A PTX compile error returns the JIT log in the status. The image is
+/* Loads an image on a device: PTX text (size may count a terminating NUL, or any number of
+ * NULs padding it), a cubin (ELF) or a fatbin. The format is detected from the bytes;
+ * anything else, and a cubin whose headers point past `size`, is INVALID_ARGUMENT. A PTX compile error returns the JIT log in the status. The image is
  * copied; the caller may free it on return. */
 GPUHAL_API gpuhal_status_t gpuhal_executable_load(gpuhal_device_t* device, const void* image, size_t size,
                                                   gpuhal_executable_t** out_executable);
@@ -68,7 +68,11 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_kernel(gpuhal_executable_t* executa
                                                     gpuhal_kernel_t** out_kernel);
 GPUHAL_API gpuhal_status_t gpuhal_kernel_info(gpuhal_kernel_t* kernel, gpuhal_kernel_info_t* out_info);
 /* Opt in to dynamic shared memory above the default 48 KiB (up to
- * max_dynamic_shared_optin_bytes). Affects every later launch of this kernel. */
+ * max_dynamic_shared_optin_bytes), or lower the limit again. Affects every later launch of
+ * this kernel, and of every kernel object of the same name loaded from the same image on
+ * this device: they share one driver function, so the limit is one setting
+ * (gpuhal_kernel_info of each reports it). Commands recorded before a lowering keep the
+ * size they were checked against; a launch over the new limit fails when it is issued. */
 GPUHAL_API gpuhal_status_t gpuhal_kernel_set_max_dynamic_shared(gpuhal_kernel_t* kernel, uint32_t bytes);
 
 /* Occupancy: how many blocks of `kernel` one SM holds at once with `block_threads` threads
@@ -94,9 +98,15 @@ struct gpuhal_kernel_s {
   gpuhal_kernel_t* next;
   gpuhal_executable_t* executable;
   CUfunction function;
-  gpuhal_kernel_info_t info;
-  char* name; /* owned; apart from the object, so kernel objects have one size (base.h's pool) */
+  /* The entry's record of `function`, whose info.max_dynamic_shared_bytes is the limit in
+   * force (atomic: every kernel object of the entry sets and reads it there). */
+  gpuhal__function_record_t* record;
+  gpuhal_kernel_info_t info; /* as looked up; max_dynamic_shared_bytes: read the record's */
+  char* name;                /* owned; apart from the object, so kernel objects have one size (base.h's pool) */
 };
+
+/* The dynamic shared memory limit launches of `kernel` have now (any thread). */
+GPUHAL__PRIVATE int gpuhal__kernel_max_dynamic_shared(const gpuhal_kernel_t* kernel);
 
 struct gpuhal_executable_s {
   gpuhal__object_t object;

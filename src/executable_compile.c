@@ -115,21 +115,22 @@ static char* gpuhal__compile_log(gpuhal_device_t* device, const gpuhal__nvrtc_sy
   return log;
 }
 
-/* NVRTC's output for a compiled program: PTX, or for an sm_ target (no PTX) a cubin. */
+/* NVRTC's output for a compiled program: for an sm_ target the cubin (NVRTC makes PTX too,
+ * but the cubin is what was asked for: SASS options such as -maxrregcount apply to it only,
+ * and it loads with no JIT), else the PTX. */
 static gpuhal_status_t gpuhal__compile_output(gpuhal_device_t* device, const gpuhal__nvrtc_symbols_t* nvrtc,
                                               nvrtcProgram program, void** out, size_t* out_size) {
   size_t size = 0;
-  int ptx = nvrtc->nvrtcGetPTXSize(program, &size) == NVRTC_SUCCESS && size > 1;
+  int ptx = !(nvrtc->nvrtcGetCUBINSize && nvrtc->nvrtcGetCUBIN &&
+              nvrtc->nvrtcGetCUBINSize(program, &size) == NVRTC_SUCCESS && size > 0);
   gpuhal_status_t status;
-  if (!ptx) {
-    if (!nvrtc->nvrtcGetCUBINSize || !nvrtc->nvrtcGetCUBIN)
-      return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE,
-                                "gpuhal_executable_compile: NVRTC %d.%d made no PTX and has no nvrtcGetCUBIN",
-                                nvrtc->major, nvrtc->minor);
-    GPUHAL__RETURN_IF_ERROR(GPUHAL__NVRTC(nvrtc, nvrtcGetCUBINSize, (program, &size)));
-    if (size == 0)
+  if (ptx) {
+    size = 0;
+    GPUHAL__RETURN_IF_ERROR(GPUHAL__NVRTC(nvrtc, nvrtcGetPTXSize, (program, &size)));
+    if (size <= 1)
       return gpuhal_status_make(GPUHAL_STATUS_INTERNAL,
-                                "gpuhal_executable_compile: NVRTC made neither PTX nor a cubin");
+                                "gpuhal_executable_compile: NVRTC %d.%d made neither PTX nor a cubin", nvrtc->major,
+                                nvrtc->minor);
   }
   GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, size, "NVRTC output", out));
   status = ptx ? GPUHAL__NVRTC(nvrtc, nvrtcGetPTX, (program, (char*)*out))

@@ -16,20 +16,39 @@ GPUHAL__PRIVATE const char* gpuhal__image_format_name(gpuhal__image_format_t f) 
 #define GPUHAL__ELF_EM_CUDA 190
 #define GPUHAL__FATBIN_MAGIC 0xBA55ED50u
 
-/* A cubin is an ELF file. A 64-bit one (every real cubin) must be for EM_CUDA and have its
- * section headers inside the image; anything else after the ELF magic is left for the
- * driver to judge (softcuda's stand-in cubins are ELF magic + PTX). */
+/* A table of `count` entries of `entry_size` bytes at `offset` (an ELF header's section or
+ * program headers): refused unless it lies inside the image. */
+static gpuhal_status_t gpuhal__image_check_elf_table(uint64_t offset, uint64_t count, uint64_t entry_size,
+                                                     uint64_t min_entry_size, size_t size, const char* what,
+                                                     const char* func) {
+  if (count == 0) return NULL;
+  if (entry_size < min_entry_size)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument 'image' is not a valid cubin: its %s are %llu bytes each (at least %llu)",
+                              func, what, (unsigned long long)entry_size, (unsigned long long)min_entry_size);
+  if (offset > size || count * entry_size > size - offset)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument 'image' is a truncated cubin: its %s end at byte %llu but 'size' is %zu",
+                              func, what, (unsigned long long)(offset + count * entry_size), size);
+  return NULL;
+}
+
+/* A cubin (ELF): the header names EM_CUDA, and the section headers, the program headers
+ * and every section's bytes lie inside the image. The driver takes no size with an image,
+ * so whatever the headers point at, it reads. softcuda's stand-in cubins (neither ELF32
+ * nor ELF64) go to it unchecked. */
 static gpuhal_status_t gpuhal__image_check_cubin(const unsigned char* p, size_t size, const char* func) {
-  uint64_t shoff;
-  uint64_t shend;
+  int elf64;
+  uint64_t shoff, shnum, shentsize, i;
   /* 52 bytes is the smallest ELF header (ELF32); nothing shorter is worth a driver call. */
   if (size < 52)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "%s: argument 'image' is a truncated ELF file (%zu bytes, less than the 52-byte "
                               "smallest ELF header)",
                               func, size);
-  if (p[4] != 2) return NULL;
-  if (size < 64)
+  if (p[4] != 1 && p[4] != 2) return NULL;
+  elf64 = p[4] == 2;
+  if (elf64 && size < 64)
     return gpuhal_status_make(
         GPUHAL_STATUS_INVALID_ARGUMENT,
         "%s: argument 'image' is a truncated ELF64 file (%zu bytes, less than its 64-byte header)", func, size);
@@ -37,13 +56,26 @@ static gpuhal_status_t gpuhal__image_check_cubin(const unsigned char* p, size_t 
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "%s: argument 'image' is an ELF file for machine %u, not a CUDA cubin (EM_CUDA = %d)",
                               func, (unsigned)gpuhal__le16(p + 18), GPUHAL__ELF_EM_CUDA);
-  shoff = gpuhal__le64(p + 0x28);
-  shend = shoff + (uint64_t)gpuhal__le16(p + 0x3A) * gpuhal__le16(p + 0x3C);
-  if (shoff > size || shend > size)
-    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                              "%s: argument 'image' is a truncated cubin: its section headers end at byte %llu "
-                              "but 'size' is %zu",
-                              func, (unsigned long long)shend, size);
+  shoff = elf64 ? gpuhal__le64(p + 0x28) : gpuhal__le32(p + 0x20);
+  shentsize = gpuhal__le16(p + (elf64 ? 0x3A : 0x2E));
+  shnum = gpuhal__le16(p + (elf64 ? 0x3C : 0x30));
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__image_check_elf_table(shoff, shnum, shentsize, elf64 ? 64 : 40, size, "section headers", func));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__image_check_elf_table(
+      elf64 ? gpuhal__le64(p + 0x20) : gpuhal__le32(p + 0x1C), gpuhal__le16(p + (elf64 ? 0x38 : 0x2C)),
+      gpuhal__le16(p + (elf64 ? 0x36 : 0x2A)), elf64 ? 56 : 32, size, "program headers", func));
+  for (i = 0; i < shnum; ++i) {
+    const unsigned char* sh = p + shoff + i * shentsize;
+    uint32_t type = gpuhal__le32(sh + 4);
+    uint64_t offset = elf64 ? gpuhal__le64(sh + 0x18) : gpuhal__le32(sh + 0x10);
+    uint64_t bytes = elf64 ? gpuhal__le64(sh + 0x20) : gpuhal__le32(sh + 0x14);
+    if (type == 0 || type == 8) continue; /* SHT_NULL, SHT_NOBITS: no bytes in the file */
+    if (offset > size || bytes > size - offset)
+      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                                "%s: argument 'image' is a truncated cubin: section %llu ends at byte %llu but "
+                                "'size' is %zu",
+                                func, (unsigned long long)i, (unsigned long long)offset + bytes, size);
+  }
   return NULL;
 }
 
@@ -63,13 +95,14 @@ static gpuhal_status_t gpuhal__image_check_fatbin(const unsigned char* p, size_t
   return NULL;
 }
 
-/* PTX: text (tabs, newlines, printable bytes; at most one NUL, at the very end) that has
- * a .version directive. *out_text_size excludes the NUL. */
+/* PTX: text (tabs, newlines, printable bytes) that has a .version directive, then any
+ * number of NULs (build tools pad embedded PTX to an alignment; the driver reads up to the
+ * first NUL). *out_text_size excludes them. */
 static gpuhal_status_t gpuhal__image_check_ptx(const unsigned char* p, size_t size, const char* func,
                                                size_t* out_text_size) {
   size_t n = size;
   size_t i;
-  if (n && p[n - 1] == 0) --n;
+  while (n && p[n - 1] == 0) --n;
   for (i = 0; i < n; ++i) {
     /* Eight bytes at a time while none is a control byte other than \t \n \v \f \r
      * (per-byte compares in one word: each byte is or'ed with 0x80 first, so no borrow
@@ -125,6 +158,6 @@ GPUHAL__PRIVATE void gpuhal__image_sniff(const void* image, size_t size, gpuhal_
     *out_format = GPUHAL__IMAGE_FATBIN;
   } else {
     *out_format = GPUHAL__IMAGE_PTX;
-    if (size && p[size - 1] == 0) *out_size = size - 1;
+    while (*out_size && p[*out_size - 1] == 0) --*out_size;
   }
 }

@@ -212,6 +212,11 @@ ROW(dispatch_slot_out_of_range, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_slot(7, 0);
 ROW(dispatch_bytes_too_big, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(buffer, 0); a[1] = gpuhal_arg_bytes(host, 300);
     a[2] = gpuhal_arg_u32(1);
     return gpuhal_cmd_dispatch(recording, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, a);)
+/* Past the launch limit: refused before anything is reserved or copied (a size near 4 GiB
+ * once wrapped the reservation to 0 for kernels whose parameters the driver cannot list). */
+ROW(dispatch_bytes_over_launch_limit, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(buffer, 0);
+    a[1] = gpuhal_arg_bytes(host, 0xFFFFFFF9u); a[2] = gpuhal_arg_u32(1);
+    return gpuhal_cmd_dispatch(recording, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, a);)
 ROW(dispatch_wrong_device_buffer, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(buffer1, 0); a[1] = gpuhal_arg_u32(1);
     a[2] = gpuhal_arg_u32(1);
     return gpuhal_cmd_dispatch(recording, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, a);)
@@ -345,6 +350,8 @@ static const row_t rows[] = {
     {"cmd_dispatch(buffer offset past the end)", row_dispatch_buffer_offset_past_end, RANGE, "args[0]", 0, NULL},
     {"cmd_dispatch(slot 7 of 2)", row_dispatch_slot_out_of_range, RANGE, "args[0]", 0, NULL},
     {"cmd_dispatch(300 bytes for a u32)", row_dispatch_bytes_too_big, INVALID, "args[1]", 0, NULL},
+    {"cmd_dispatch(4 GiB - 7 bytes)", row_dispatch_bytes_over_launch_limit, INVALID, "'args[1]' has 4294967289 bytes",
+     0, NULL},
     {"cmd_dispatch(buffer of another device)", row_dispatch_wrong_device_buffer, INVALID, "args[0]", 1, NULL},
     {"cmd_dispatch(kernel of another device)", row_dispatch_wrong_device_kernel, INVALID, "kernel", 1, NULL},
     {"command_buffer_native_graph(NULL)", row_native_graph_null, INVALID, "'command_buffer'", 0, NULL},

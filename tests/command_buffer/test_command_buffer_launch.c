@@ -373,7 +373,10 @@ TU_TEST(occupancy_queries) {
   TU_CHECK_STATUS(gpuhal_kernel_occupancy(t.fill_u32, 0, 0, &a), GPUHAL_STATUS_OUT_OF_RANGE, "'block_threads' is 0");
   TU_CHECK_STATUS(gpuhal_kernel_occupancy(t.fill_u32, 4096, 0, &a), GPUHAL_STATUS_OUT_OF_RANGE, "'block_threads'");
   TU_CHECK_STATUS(gpuhal_kernel_occupancy(t.fill_u32, 128, 1u << 30, &a), GPUHAL_STATUS_OUT_OF_RANGE, "'shared_bytes'");
-  TU_CHECK_STATUS(gpuhal_kernel_occupancy(t.fill_u32, 128, 0, NULL), GPUHAL_STATUS_INVALID_ARGUMENT, "'out'");
+  TU_CHECK_STATUS(gpuhal_kernel_occupancy(t.fill_u32, 128, 0, NULL), GPUHAL_STATUS_INVALID_ARGUMENT,
+                  "'out_blocks_per_sm'");
+  TU_CHECK_STATUS(gpuhal_kernel_max_cluster_size(t.fill_u32, 128, 0, NULL), GPUHAL_STATUS_INVALID_ARGUMENT,
+                  "'out_blocks'");
   TU_CHECK_STATUS(gpuhal_kernel_max_cluster_size(NULL, 128, 0, &c), GPUHAL_STATUS_INVALID_ARGUMENT, "kernel");
   TU_CHECK(t.info.cooperative_launch == 1 && t.info.cluster_launch == 1);
   lt_close(&t);

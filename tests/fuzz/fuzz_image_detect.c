@@ -44,6 +44,12 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           shoff = gpuhal__le64(copy + 0x28);
           shend = shoff + (uint64_t)gpuhal__le16(copy + 0x3A) * gpuhal__le16(copy + 0x3C);
           FUZZ_REQUIRE(shoff <= size && shend <= size && shend >= shoff);
+          /* ...and so do the program headers, which nvcc puts last */
+          if (gpuhal__le16(copy + 0x38) != 0) {
+            uint64_t phoff = gpuhal__le64(copy + 0x20);
+            FUZZ_REQUIRE(phoff <= size &&
+                         (uint64_t)gpuhal__le16(copy + 0x38) * gpuhal__le16(copy + 0x36) <= size - phoff);
+          }
         }
         break;
       }

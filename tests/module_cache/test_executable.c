@@ -1,4 +1,4 @@
-/* Executables and kernels: loading PTX (with and without its NUL), format detection,
+/* Executables and kernels: loading PTX (with and without its NUL, padded with NULs), format detection,
  * the per-device module cache sharing one module per image, kernel lookup, kernel info,
  * dynamic shared memory opt-in. */
 #include "test_internals.h"
@@ -71,6 +71,84 @@ TU_TEST(load_ptx_with_and_without_nul) {
   TU_CHECK(ka && kb && ka->function == kb->function);
   gpuhal_executable_release(a);
   TU_CHECK_EQ_INT(b->entry->refcount, 1);
+  /* Padded with NULs (as build tools embed PTX): the same text, the same entry. */
+  {
+    char* padded = (char*)calloc(size + 16, 1);
+    TU_REQUIRE(padded != NULL);
+    memcpy(padded, ptx, size);
+    TU_CHECK_OK(gpuhal_executable_load(f.device, padded, size + 16, &a));
+    TU_CHECK(a && a->entry == b->entry);
+    gpuhal_executable_release(a);
+    /* A NUL inside the text is not padding: refused, naming the byte. */
+    padded[size / 2] = 0;
+    TU_CHECK_STATUS(gpuhal_executable_load(f.device, padded, size + 16, &a), GPUHAL_STATUS_INVALID_ARGUMENT, "is 0x00");
+    free(padded);
+  }
+  gpuhal_executable_release(b);
+  free(ptx);
+  fixture_close(&f);
+}
+
+/* Two kernel objects of one image (two executables share its module) share one driver
+ * function, so its dynamic shared memory limit is one setting: raising or lowering it
+ * through either shows in both, and recording checks against it. */
+TU_TEST(kernels_of_one_image_share_the_dynamic_shared_limit) {
+  fixture f;
+  size_t size = 0;
+  char* ptx;
+  gpuhal_executable_t* a = NULL;
+  gpuhal_executable_t* b = NULL;
+  gpuhal_kernel_t* ka = NULL;
+  gpuhal_kernel_t* kb = NULL;
+  gpuhal_kernel_info_t ia, ib;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_arg_t args[3];
+  uint32_t big;
+  OPEN_OR_SKIP(&f);
+  ptx = read_kernel_file("fill_u32.ptx", &size);
+  TU_REQUIRE(ptx != NULL);
+  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &a));
+  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &b));
+  TU_CHECK_OK(gpuhal_executable_kernel(a, "fill_u32", &ka));
+  TU_CHECK_OK(gpuhal_executable_kernel(b, "fill_u32", &kb));
+  TU_REQUIRE(ka && kb && ka != kb && ka->function == kb->function);
+  TU_CHECK_OK(gpuhal_kernel_info(ka, &ia));
+  if (ia.max_dynamic_shared_optin_bytes <= ia.max_dynamic_shared_bytes + 1024) {
+    gpuhal_executable_release(a);
+    gpuhal_executable_release(b);
+    free(ptx);
+    fixture_close(&f);
+    TU_SKIP("the device has no opt-in dynamic shared memory above the default");
+  }
+  big = (uint32_t)ia.max_dynamic_shared_bytes + 1024u;
+  TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 256, &buffer));
+  args[0] = gpuhal_arg_buffer(buffer, 0);
+  args[1] = gpuhal_arg_u32(1);
+  args[2] = gpuhal_arg_u32(1);
+  TU_CHECK_OK(gpuhal_command_buffer_create(f.device, GPUHAL_COMMAND_BUFFER_ONE_SHOT, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  /* Raised through a: b's launches may use it. */
+  TU_CHECK_OK(gpuhal_kernel_set_max_dynamic_shared(ka, big));
+  TU_CHECK_OK(gpuhal_kernel_info(kb, &ib));
+  TU_CHECK_EQ_INT(ib.max_dynamic_shared_bytes, (int)big);
+  TU_CHECK_OK(gpuhal_cmd_dispatch(cb, kb, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), big, 3, args));
+  /* Lowered through b: a's launches may not exceed it any more. */
+  TU_CHECK_OK(gpuhal_kernel_set_max_dynamic_shared(kb, 1024));
+  TU_CHECK_OK(gpuhal_kernel_info(ka, &ia));
+  TU_CHECK_EQ_INT(ia.max_dynamic_shared_bytes, 1024);
+  TU_CHECK_STATUS(gpuhal_cmd_dispatch(cb, ka, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 2048, 3, args),
+                  GPUHAL_STATUS_OUT_OF_RANGE, "shared_bytes");
+  TU_CHECK_OK(gpuhal_cmd_dispatch(cb, ka, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 1024, 3, args));
+  /* A kernel object made later starts from the setting in force. */
+  gpuhal_executable_release(b);
+  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &b));
+  TU_CHECK_OK(gpuhal_executable_kernel(b, "fill_u32", &kb));
+  TU_CHECK_OK(gpuhal_kernel_info(kb, &ib));
+  TU_CHECK_EQ_INT(ib.max_dynamic_shared_bytes, 1024);
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(buffer);
+  gpuhal_executable_release(a);
   gpuhal_executable_release(b);
   free(ptx);
   fixture_close(&f);
@@ -218,6 +296,38 @@ TU_TEST(format_detection) {
   TU_CHECK_STATUS(gpuhal_executable_load(f.device, elf, sizeof(elf), &exe), GPUHAL_STATUS_INVALID_ARGUMENT,
                   "truncated");
   TU_CHECK_STATUS(gpuhal_executable_load(f.device, elf, 20, &exe), GPUHAL_STATUS_INVALID_ARGUMENT, "truncated");
+  /* Section headers inside, but the program headers (which nvcc puts last) or a section's
+   * bytes cut off: truncated too (the driver takes no size: it would read past the end). */
+  {
+    unsigned char cubin[64 + 2 * 64 + 56];
+    memset(cubin, 0, sizeof(cubin));
+    memcpy(cubin, elf, 64);
+    cubin[0x28] = 64; /* shoff 64: two section headers of 64 bytes */
+    cubin[0x29] = 0;
+    cubin[0x3A] = 64;
+    cubin[0x3C] = 2;
+    cubin[0x20] = 192; /* phoff 192: two program headers of 56 bytes; one fits */
+    cubin[0x36] = 56;
+    cubin[0x38] = 2;
+    TU_CHECK_STATUS(gpuhal_executable_load(f.device, cubin, sizeof(cubin), &exe), GPUHAL_STATUS_INVALID_ARGUMENT,
+                    "program headers end at byte 304");
+    cubin[0x38] = 1;
+    cubin[128 + 4] = 1;      /* section 1: SHT_PROGBITS */
+    cubin[128 + 0x18] = 200; /* at byte 200, 100 bytes: past the end */
+    cubin[128 + 0x20] = 100;
+    TU_CHECK_STATUS(gpuhal_executable_load(f.device, cubin, sizeof(cubin), &exe), GPUHAL_STATUS_INVALID_ARGUMENT,
+                    "section 1 ends at byte 300");
+    cubin[128 + 4] = 8; /* SHT_NOBITS (.nv.shared): no bytes in the file, nothing to check */
+    st = gpuhal_executable_load(f.device, cubin, sizeof(cubin), &exe);
+    TU_CHECK(st == NULL || !strstr(gpuhal_status_message(st), "truncated")); /* the driver judges the rest */
+    gpuhal_status_free(st);
+    gpuhal_executable_release(exe);
+    exe = NULL;
+    cubin[4] = 1; /* ELF32: one section header of 0 bytes (its fields lie elsewhere) */
+    cubin[0x30] = 1;
+    TU_CHECK_STATUS(gpuhal_executable_load(f.device, cubin, sizeof(cubin), &exe), GPUHAL_STATUS_INVALID_ARGUMENT,
+                    "section headers are");
+  }
   /* A fatbin header claiming more bytes than given. */
   memset(fatbin, 0, sizeof(fatbin));
   fatbin[0] = 0x50, fatbin[1] = 0xED, fatbin[2] = 0x55, fatbin[3] = 0xBA;
@@ -301,5 +411,6 @@ TU_TEST(no_param_info_turns_checks_off) {
 }
 
 TU_MAIN(TU_CASE(no_param_info_turns_checks_off), TU_CASE(load_ptx_with_and_without_nul),
-        TU_CASE(module_cache_compiles_once), TU_CASE(kernel_lookup_and_info), TU_CASE(dynamic_shared_opt_in),
-        TU_CASE(format_detection), TU_CASE(executable_outlives_user_reference))
+        TU_CASE(kernels_of_one_image_share_the_dynamic_shared_limit), TU_CASE(module_cache_compiles_once),
+        TU_CASE(kernel_lookup_and_info), TU_CASE(dynamic_shared_opt_in), TU_CASE(format_detection),
+        TU_CASE(executable_outlives_user_reference))

@@ -523,26 +523,40 @@ TU_TEST(threads_compile_at_once) {
   gpuhal_driver_release(driver);
 }
 
-/* On a GPU of compute capability 9.0: an arch-specific target gives a cubin, which loads
- * and runs. softcuda runs PTX only, so this needs the real driver. */
+/* On a GPU: an arch-specific target gives a cubin, which loads and runs. NVRTC makes PTX
+ * for it too; the cubin is what gets loaded (PTX would go through the disk cache's PTX path:
+ * a disk miss). softcuda runs PTX only, so this needs the real driver. */
 TU_TEST(an_sm_target_gives_a_cubin_on_a_gpu) {
   gpuhal_driver_t* driver;
   gpuhal_device_t* device;
-  gpuhal_device_params_t params = mc_params("");
+  gpuhal_device_params_t params;
   gpuhal_device_info_t info;
-  char arch[64];
+  gpuhal_module_cache_stats_t s;
+  char arch[64], dir[512];
   if (!cp_have_nvrtc()) TU_SKIP("no NVRTC found at configure time (GPUHAL_TEST_NVRTC unset)");
   if (tu_softcuda()) TU_SKIP("softcuda runs PTX only (a cubin needs a GPU)");
   driver = mc_driver();
   if (!driver) TU_SKIP("no device");
+  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  params = mc_params(dir);
   device = mc_device(driver, 0, &params);
   TU_REQUIRE(device != NULL);
   TU_CHECK_OK(gpuhal_device_info(device, &info));
   snprintf(arch, sizeof(arch), "-arch=sm_%d%d%s", info.compute_capability_major, info.compute_capability_minor,
            info.compute_capability_major >= 9 ? "a" : "");
   TU_CHECK_OK(cp_compile_run(device, arch));
+  s = mc_stats(device);
+  TU_CHECK_EQ_INT(s.source_compiles, 1);
+  TU_CHECK_EQ_INT(s.compiles, 1);
+  TU_CHECK_EQ_INT(s.disk_misses, 0); /* no PTX was loaded */
+  /* A virtual target still gives PTX (one PTX load through the disk cache). */
+  snprintf(arch, sizeof(arch), "-arch=compute_%d%d", info.compute_capability_major, info.compute_capability_minor);
+  TU_CHECK_OK(cp_compile_run(device, arch));
+  s = mc_stats(device);
+  TU_CHECK_EQ_INT(s.disk_misses, 1);
   gpuhal_device_release(device);
   gpuhal_driver_release(driver);
+  mc_remove_dir(dir);
 }
 
 int main(int argc, char** argv) {
