@@ -325,6 +325,7 @@ GPUHAL__PRIVATE void gpuhal__object_init(gpuhal__object_t* o, uint32_t magic) {
   o->magic = magic;
   o->refcount = 1;
   o->user_refs = 1;
+  o->lent = 0;
   o->next_released = NULL;
 }
 
@@ -361,12 +362,17 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__object_check(const void* object, uint32_
   if (!object)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument '%s' must not be NULL", func, arg);
   m = gpuhal__atomic_load(&((const gpuhal__object_t*)object)->magic);
-  if (m == GPUHAL__MAGIC_DEAD)
+  if (m == GPUHAL__MAGIC_DEAD || (m == magic && !gpuhal__object_is_held(object, magic)))
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument '%s' was already released", func, arg);
   if (m != magic)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "%s: argument '%s' is not a gpuhal object of the right type", func, arg);
   return NULL;
+}
+
+GPUHAL__PRIVATE int gpuhal__object_is_held(const void* object, uint32_t magic) {
+  const gpuhal__object_t* o = (const gpuhal__object_t*)object;
+  return gpuhal__object_is_live(object, magic) && (o->lent || gpuhal__atomic_load(&o->user_refs) > 0);
 }
 
 GPUHAL__PRIVATE int gpuhal__object_is_live(const void* object, uint32_t magic) {

@@ -271,7 +271,7 @@ GPUHAL_API gpuhal_status_t gpuhal_channel_create_rank(gpuhal_device_t* device, c
 }
 
 GPUHAL_API void gpuhal_channel_retain(gpuhal_channel_t* channel) {
-  if (gpuhal__object_is_live(channel, GPUHAL__MAGIC_CHANNEL)) gpuhal__object_user_retain(&channel->header);
+  if (gpuhal__object_is_held(channel, GPUHAL__MAGIC_CHANNEL)) gpuhal__object_user_retain(&channel->header);
 }
 
 /* gpuhal's own references (recorded collectives). */
@@ -295,15 +295,15 @@ GPUHAL_API void gpuhal_channel_release(gpuhal_channel_t* channel) {
 }
 
 GPUHAL_API int gpuhal_channel_rank(gpuhal_channel_t* channel) {
-  if (!gpuhal__object_is_live(channel, GPUHAL__MAGIC_CHANNEL)) return -1;
+  if (!gpuhal__object_is_held(channel, GPUHAL__MAGIC_CHANNEL)) return -1;
   return channel->rank;
 }
 GPUHAL_API int gpuhal_channel_size(gpuhal_channel_t* channel) {
-  if (!gpuhal__object_is_live(channel, GPUHAL__MAGIC_CHANNEL)) return -1;
+  if (!gpuhal__object_is_held(channel, GPUHAL__MAGIC_CHANNEL)) return -1;
   return channel->size;
 }
 GPUHAL_API gpuhal_device_t* gpuhal_channel_device(gpuhal_channel_t* channel) {
-  if (!gpuhal__object_is_live(channel, GPUHAL__MAGIC_CHANNEL)) return NULL;
+  if (!gpuhal__object_is_held(channel, GPUHAL__MAGIC_CHANNEL)) return NULL;
   return channel->device;
 }
 

@@ -470,7 +470,7 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_set_label(gpuhal_command_buffer
 }
 
 GPUHAL_API void gpuhal_command_buffer_retain(gpuhal_command_buffer_t* command_buffer) {
-  if (!gpuhal__object_is_live(command_buffer, GPUHAL__MAGIC_COMMAND_BUFFER)) return;
+  if (!gpuhal__object_is_held(command_buffer, GPUHAL__MAGIC_COMMAND_BUFFER)) return;
   gpuhal__object_user_retain(&command_buffer->object);
 }
 static void gpuhal__cb_destroy(gpuhal_command_buffer_t* cb) {

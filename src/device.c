@@ -338,6 +338,7 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   allocator = gpuhal__allocator_resolve(&options->allocator);
   GPUHAL__RETURN_IF_ERROR(gpuhal__driver_alloc(&driver));
   gpuhal__object_init(&driver->header, GPUHAL__MAGIC_DRIVER);
+  driver->header.lent = 1; /* gpuhal_device_driver hands it out */
   gpuhal__object_pool_init(&driver->objects, &allocator);
   gpuhal__mutex_init(&driver->devices_mutex);
   gpuhal__mutex_init(&driver->words_mutex);
@@ -388,7 +389,7 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
 }
 
 GPUHAL_API void gpuhal_driver_retain(gpuhal_driver_t* driver) {
-  if (gpuhal__object_is_live(driver, GPUHAL__MAGIC_DRIVER)) gpuhal__object_user_retain(&driver->header);
+  if (gpuhal__object_is_held(driver, GPUHAL__MAGIC_DRIVER)) gpuhal__object_user_retain(&driver->header);
 }
 
 GPUHAL__PRIVATE void gpuhal__driver_retain_ref(gpuhal_driver_t* driver) { gpuhal__object_retain(&driver->header); }
@@ -889,6 +890,7 @@ GPUHAL_API gpuhal_status_t gpuhal_device_create(gpuhal_driver_t* driver, int ord
   GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&driver->objects, GPUHAL__MAGIC_DEVICE, sizeof(*device),
                                                "gpuhal_device_t", (void**)&device));
   gpuhal__object_init(&device->header, GPUHAL__MAGIC_DEVICE);
+  device->header.lent = 1; /* gpuhal_buffer_device and gpuhal_channel_device hand it out */
   gpuhal__list_init(&device->driver_link);
   gpuhal__driver_retain_ref(driver);
   device->driver = driver;

@@ -35,7 +35,7 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_load(gpuhal_device_t* device, const
 }
 
 GPUHAL_API void gpuhal_executable_retain(gpuhal_executable_t* executable) {
-  if (!gpuhal__object_is_live(executable, GPUHAL__MAGIC_EXECUTABLE)) return;
+  if (!gpuhal__object_is_held(executable, GPUHAL__MAGIC_EXECUTABLE)) return;
   gpuhal__object_user_retain(&executable->object);
 }
 

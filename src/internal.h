@@ -151,11 +151,17 @@ GPUHAL__PRIVATE char* gpuhal__strdup(const gpuhal_allocator_t* a, const char* s)
  * every reference and frees the object at zero; `user_refs` counts the application's
  * alone (its create and its gpuhal_X_retain / gpuhal_X_release calls). A public release
  * takes one of the application's, never one of gpuhal's, so a release too many is refused
- * (logged as an error) instead of destroying the object under work that still uses it. */
+ * (logged as an error) instead of destroying the object under work that still uses it.
+ * Once the application's count is zero the handle is released for every call, though
+ * gpuhal's references may keep the object alive a while: a command buffer executed after
+ * its release must not run. Drivers and devices are `lent` (gpuhal_device_driver,
+ * gpuhal_buffer_device and gpuhal_channel_device hand them out without a reference): calls
+ * on them are accepted while they live. */
 typedef struct gpuhal__object_s {
   uint32_t magic;
   int32_t refcount;                       /* every reference: the application's and gpuhal's own */
   int32_t user_refs;                      /* the application's: created with one, public retain/release */
+  int32_t lent;                           /* 1: usable while it lives (see above) */
   struct gpuhal__object_s* next_released; /* its pool's FIFO while released */
 } gpuhal__object_t;
 
@@ -174,10 +180,14 @@ GPUHAL__PRIVATE void gpuhal__object_user_retain(gpuhal__object_t* o);
  * caller then drops the object reference that goes with it), or returns 0 when the
  * application holds none: the caller logs that and ignores the call. */
 GPUHAL__PRIVATE int gpuhal__object_user_release(gpuhal__object_t* o);
-/* Checks a handle argument: non-NULL, right type, not released. */
+/* Checks a handle argument: non-NULL, right type, not released by the application. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__object_check(const void* object, uint32_t magic, const char* func,
                                                      const char* arg);
 /* The same test without making a status: for functions that return no status. */
+GPUHAL__PRIVATE int gpuhal__object_is_held(const void* object, uint32_t magic);
+/* Right type and not destroyed (gpuhal may hold it after the application released it):
+ * for the public release calls, which then tell a release too many by the count, and for
+ * gpuhal's own references. */
 GPUHAL__PRIVATE int gpuhal__object_is_live(const void* object, uint32_t magic);
 #define GPUHAL__CHECK_OBJECT(obj, magic)                                           \
   do {                                                                             \

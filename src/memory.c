@@ -763,10 +763,6 @@ GPUHAL__PRIVATE void gpuhal__buffer_discard(gpuhal_buffer_t* buffer) {
   gpuhal__device_release_ref(device);
 }
 
-static int gpuhal__buffer_is_valid(gpuhal_buffer_t* buffer) {
-  return gpuhal__object_is_live(buffer, GPUHAL__MAGIC_BUFFER);
-}
-
 GPUHAL__PRIVATE void gpuhal__buffer_retain_ref(gpuhal_buffer_t* buffer) {
   if (buffer) gpuhal__object_retain(&buffer->header);
 }
@@ -776,11 +772,11 @@ GPUHAL__PRIVATE void gpuhal__buffer_release_ref(gpuhal_buffer_t* buffer) {
 }
 
 GPUHAL_API void gpuhal_buffer_retain(gpuhal_buffer_t* buffer) {
-  if (gpuhal__buffer_is_valid(buffer)) gpuhal__object_user_retain(&buffer->header);
+  if (gpuhal__object_is_held(buffer, GPUHAL__MAGIC_BUFFER)) gpuhal__object_user_retain(&buffer->header);
 }
 
 GPUHAL_API void gpuhal_buffer_release(gpuhal_buffer_t* buffer) {
-  if (!gpuhal__buffer_is_valid(buffer)) return;
+  if (!gpuhal__object_is_live(buffer, GPUHAL__MAGIC_BUFFER)) return;
   if (!gpuhal__object_user_release(&buffer->header)) {
     gpuhal__log_extra_release(buffer->device->logger, __func__, "a buffer");
     return;
@@ -789,19 +785,19 @@ GPUHAL_API void gpuhal_buffer_release(gpuhal_buffer_t* buffer) {
 }
 
 GPUHAL_API uint64_t gpuhal_buffer_size(gpuhal_buffer_t* buffer) {
-  return gpuhal__buffer_is_valid(buffer) ? buffer->size : 0;
+  return gpuhal__object_is_held(buffer, GPUHAL__MAGIC_BUFFER) ? buffer->size : 0;
 }
 
 GPUHAL_API gpuhal_memory_kind_t gpuhal_buffer_kind(gpuhal_buffer_t* buffer) {
-  return gpuhal__buffer_is_valid(buffer) ? buffer->kind : GPUHAL_MEMORY_DEVICE;
+  return gpuhal__object_is_held(buffer, GPUHAL__MAGIC_BUFFER) ? buffer->kind : GPUHAL_MEMORY_DEVICE;
 }
 
 GPUHAL_API gpuhal_device_t* gpuhal_buffer_device(gpuhal_buffer_t* buffer) {
-  return gpuhal__buffer_is_valid(buffer) ? buffer->device : NULL;
+  return gpuhal__object_is_held(buffer, GPUHAL__MAGIC_BUFFER) ? buffer->device : NULL;
 }
 
 GPUHAL_API void* gpuhal_buffer_host_pointer(gpuhal_buffer_t* buffer) {
-  return gpuhal__buffer_is_valid(buffer) ? buffer->host_pointer : NULL;
+  return gpuhal__object_is_held(buffer, GPUHAL__MAGIC_BUFFER) ? buffer->host_pointer : NULL;
 }
 
 /* FAILED_PRECONDITION unless the buffer's memory is LIVE. */

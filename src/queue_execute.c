@@ -144,7 +144,8 @@ static gpuhal_status_t gpuhal__execute_action_acquire(gpuhal_command_buffer_t* c
 
 static gpuhal_status_t gpuhal__execute_check(gpuhal_device_t* device, gpuhal_command_buffer_t* cb,
                                              const gpuhal_binding_table_t* bindings) {
-  GPUHAL__CHECK_OBJECT(cb, GPUHAL__MAGIC_COMMAND_BUFFER);
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__object_check(cb, GPUHAL__MAGIC_COMMAND_BUFFER, "gpuhal_queue_execute", "command_buffer"));
   if (cb->device != device)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "gpuhal_queue_execute: argument 'command_buffer' belongs to device %d, not device %d",

@@ -520,7 +520,7 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_create(gpuhal_driver_t* driver, uint
 }
 
 GPUHAL_API void gpuhal_semaphore_retain(gpuhal_semaphore_t* semaphore) {
-  if (!gpuhal__object_is_live(semaphore, GPUHAL__MAGIC_SEMAPHORE)) return;
+  if (!gpuhal__object_is_held(semaphore, GPUHAL__MAGIC_SEMAPHORE)) return;
   gpuhal__object_user_retain(&semaphore->object);
 }
 

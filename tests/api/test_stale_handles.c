@@ -265,6 +265,60 @@ TU_TEST(stale_command_buffer) {
   sh_close(&f);
 }
 
+/* Released by the application while gpuhal still holds them (queued work holds its
+ * semaphores and command buffer; the command buffer holds its buffer): the handles are
+ * released all the same. A second execute of the command buffer must not run, the buffer
+ * must not be written, and a retain must not bring either back; the queued work still runs,
+ * into the memory it was recorded with. */
+TU_TEST(released_while_gpuhal_holds_it) {
+  sh_fixture_t f;
+  gpuhal_semaphore_t* gate = NULL;
+  gpuhal_semaphore_t* done = NULL;
+  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_command_buffer_t* keeper = NULL;
+  uint32_t pattern = 0x600DF00Du, word = 1;
+  const uint32_t* host;
+  uint64_t one = 1;
+  if (!sh_open(&f)) TU_SKIP("no device");
+  TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &gate));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &done));
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_HOST_PINNED, 64, &buffer));
+  host = (const uint32_t*)gpuhal_buffer_host_pointer(buffer);
+  TU_REQUIRE_OK(gpuhal_command_buffer_create(f.device, GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cb));
+  TU_REQUIRE_OK(gpuhal_command_buffer_begin(cb));
+  TU_REQUIRE_OK(gpuhal_cmd_fill(cb, gpuhal_ref_buffer(buffer, 0), 64, &pattern, 4));
+  TU_REQUIRE_OK(gpuhal_command_buffer_end(cb));
+  /* Recorded, never executed: it keeps the buffer's memory for the check at the end. */
+  TU_REQUIRE_OK(gpuhal_command_buffer_create(f.device, GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &keeper));
+  TU_REQUIRE_OK(gpuhal_command_buffer_begin(keeper));
+  TU_REQUIRE_OK(gpuhal_cmd_fill(keeper, gpuhal_ref_buffer(buffer, 0), 4, &word, 4));
+  TU_REQUIRE_OK(gpuhal_command_buffer_end(keeper));
+  TU_REQUIRE_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &one),
+                                     gpuhal_semaphore_list_one(&done, &one), cb, NULL));
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(buffer);
+  TU_CHECK_STATUS(
+      gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), cb, NULL),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "'command_buffer' was already released");
+  SH_STALE(gpuhal_buffer_write(buffer, 0, &word, sizeof(word)), "buffer");
+  TU_CHECK(gpuhal_buffer_size(buffer) == 0 && gpuhal_buffer_host_pointer(buffer) == NULL);
+  gpuhal_command_buffer_retain(cb); /* refused: nothing to release after */
+  gpuhal_buffer_retain(buffer);
+  SH_STALE(gpuhal_command_buffer_begin(cb), "command_buffer");
+  SH_STALE(gpuhal_buffer_read(buffer, 0, &word, sizeof(word)), "buffer");
+  gpuhal_semaphore_release(done);
+  SH_STALE(gpuhal_semaphore_signal(done, 5), "semaphore");
+  gpuhal_semaphore_retain(done);
+  SH_STALE(gpuhal_semaphore_query(done, &one), "semaphore");
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, sh_seconds(10)));
+  TU_CHECK_EQ_INT(host[15], pattern); /* the queued execute ran, into its buffer */
+  gpuhal_command_buffer_release(keeper);
+  gpuhal_semaphore_release(gate);
+  sh_close(&f);
+}
+
 /* Executables and their kernels: a kernel lives as long as its executable. */
 TU_TEST(stale_executable_and_kernel) {
   sh_fixture_t f;
@@ -517,6 +571,7 @@ TU_TEST(released_objects_are_reused_after_the_distance) {
   gpuhal_driver_release(driver); /* frees the pool: LSan and the count check it */
 }
 
-TU_MAIN(TU_CASE(stale_semaphore), TU_CASE(stale_buffer), TU_CASE(stale_alloca_buffer), TU_CASE(stale_command_buffer),
-        TU_CASE(stale_executable_and_kernel), TU_CASE(stale_device), TU_CASE(stale_channel), TU_CASE(stale_driver),
-        TU_CASE(stale_driver_with_user_allocator), TU_CASE(released_objects_are_reused_after_the_distance))
+TU_MAIN(TU_CASE(stale_semaphore), TU_CASE(stale_buffer), TU_CASE(released_while_gpuhal_holds_it),
+        TU_CASE(stale_alloca_buffer), TU_CASE(stale_command_buffer), TU_CASE(stale_executable_and_kernel),
+        TU_CASE(stale_device), TU_CASE(stale_channel), TU_CASE(stale_driver), TU_CASE(stale_driver_with_user_allocator),
+        TU_CASE(released_objects_are_reused_after_the_distance))
