@@ -137,8 +137,14 @@ GPUHAL__PRIVATE void gpuhal__queue_park_freed(gpuhal__queue_state_t* state) {
 
 GPUHAL__PRIVATE int gpuhal__queue_owns_thread(gpuhal_device_t* device) {
   gpuhal__queue_state_t* state = gpuhal__queue_state(device);
-  return state && state->threads_started &&
-         (gpuhal__thread_is_current(state->completion_thread) || gpuhal__thread_is_current(state->host_call_thread));
+  uint32_t i;
+  if (!state || !state->threads_started) return 0;
+  if (gpuhal__thread_is_current(state->completion_thread)) return 1;
+  for (i = 0; i < device->queue_count; ++i)
+    if (gpuhal__atomic_load(&state->lanes[i].host_call_started) &&
+        gpuhal__thread_is_current(state->lanes[i].host_call_thread))
+      return 1;
+  return 0;
 }
 
 GPUHAL__PRIVATE void gpuhal__queue_kick(gpuhal__queue_state_t* state) {

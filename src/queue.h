@@ -60,7 +60,8 @@
  *    keep failing), cuEventElapsedTime when tracing; never a blocking call. It observes each
  *    queue (lane) on its own: per lane in issue order, one query of the newest covering the
  *    older ones, never waiting on one lane while another has finished work (but in a drain).
- *  - the host-call thread: runs gpuhal_queue_host_call functions; no CUDA call of its own
+ *  - the host-call threads (one per queue, started by its first host call): run
+ *    gpuhal_queue_host_call functions in the order they became due; no CUDA call of their own
  *    (a function's gpuhal calls make theirs, a submit's fast path included).
  *  No CUDA call is made inside a CUDA callback (gpuhal never uses cuLaunchHostFunc). No
  *  gpuhal thread joins or waits for itself: a device's teardown runs where its last reference
@@ -144,9 +145,11 @@
 #include "event_pool.h"
 #include "semaphore.h"
 
-/* A host function for gpuhal_queue_host_call: runs on a gpuhal thread; a returned error
- * fails the call's signal semaphores. It must not wait for work queued after it on the same
- * device's host calls. */
+/* A host function for gpuhal_queue_host_call: runs on its queue's host-call thread; a
+ * returned error fails the call's signal semaphores. A queue's host functions run one at a
+ * time, in the order their calls became due, so one must not wait for a host call of its
+ * own queue that becomes due after it; host calls of other queues run on threads of their
+ * own and may be waited for. */
 typedef gpuhal_status_t (*gpuhal_host_fn_t)(void* user);
 
 /* Allocates `size` bytes from the device's stream-ordered pool once `wait` is reached, then
@@ -171,8 +174,11 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32
  * wait that has waited that long log it once (warning level). */
 GPUHAL_API gpuhal_status_t gpuhal_driver_report_pending(gpuhal_driver_t* driver, char* buffer, size_t capacity,
                                                         size_t* out_length);
-/* Runs fn(user) on a gpuhal thread once `wait` is reached and the queue's earlier work is
- * done, then signals `signal` (or fails it with fn's error). */
+/* Runs fn(user) on the queue's host-call thread once `wait` is reached and the work issued
+ * on the queue before it has completed, then signals `signal` (or fails it with fn's error).
+ * Work of the queue still waiting for its own semaphores is not issued yet and does not
+ * hold the call up (no queue operation does): order the call after it with a semaphore.
+ * The queue's first host call starts the thread; if that fails, so does the call. */
 GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
                                                   gpuhal_semaphore_list_t signal, gpuhal_host_fn_t fn, void* user);
 /* Waits until every queue operation submitted to the device so far is done (completed or
@@ -369,6 +375,15 @@ typedef struct gpuhal__queue_lane_s {
    * long is polled a few times, not a dozen (gpuhal__completion_take_locked). Stored
    * atomically, for tests that read it. */
   int64_t typical_ns;
+  /* Host calls: each queue has a thread of its own for their functions, started by the
+   * queue's first host call, so a function that blocks (for a host call of another queue,
+   * say) holds up only its own queue's host calls. Under the state's mutex but the thread. */
+  struct gpuhal__queue_state_s* state;
+  gpuhal__list_node_t host_calls_due; /* host calls whose function is due, in order */
+  gpuhal__cond_t host_call_cond;
+  int host_call_running; /* its thread is in a function (its signals are due) */
+  int host_call_started; /* host_call_thread runs (set under the mutex, once) */
+  gpuhal__thread_t host_call_thread;
 } gpuhal__queue_lane_t;
 
 typedef struct gpuhal__queue_state_s {
@@ -378,7 +393,6 @@ typedef struct gpuhal__queue_state_s {
   gpuhal__mutex_t mutex;        /* guards the lists and counters below up to `pending` */
   gpuhal__mutex_t issue_mutex;  /* held by whoever issues: the pump, or a submitter's fast path */
   gpuhal__cond_t completion_cond;
-  gpuhal__cond_t host_call_cond;
   gpuhal__cond_t idle_cond;
   /* A pending report asks the completion thread for the work it watches (its own lists):
    * queue_report.c. Under mutex; report_cond tells the asker it was answered. */
@@ -386,7 +400,6 @@ typedef struct gpuhal__queue_state_s {
   gpuhal__cond_t report_cond;
   gpuhal__queue_lane_t* lanes;       /* device->queue_count */
   gpuhal__list_node_t incoming;      /* submitted, not yet seen by the worker */
-  gpuhal__list_node_t host_calls;    /* host calls whose function is due */
   gpuhal__list_node_t retired;       /* done; release due on the worker */
   uint64_t outstanding;              /* submitted and not yet released (atomic; drops under mutex) */
   uint32_t incoming_count;           /* length of incoming (atomic; changes under mutex) */
@@ -404,7 +417,6 @@ typedef struct gpuhal__queue_state_s {
   int64_t completion_first_sleep_ns; /* its first sleep between polls of the work it took (its own) */
   uint32_t idle_waiters;             /* threads in gpuhal_device_wait_idle: no aging while there are any */
   int abandon_value_waits;           /* release: fail what GPU value waits still wait for */
-  int host_call_running;             /* the host-call thread is in a function (its signals are due) */
   uint64_t dispatch_seq;             /* actions issued so far, each numbered when its issue begins (issue_mutex) */
   uint64_t submit_count;             /* actions submitted so far (atomic) */
   /* Statistics (atomic): queries, fruitless ones, actions, of those taken from lanes other
@@ -428,7 +440,6 @@ typedef struct gpuhal__queue_state_s {
   uint32_t* side_free; /* indices into sides */
   uint32_t side_count, side_free_count, side_capacity;
   gpuhal__thread_t completion_thread;
-  gpuhal__thread_t host_call_thread;
   int threads_started;
 } gpuhal__queue_state_t;
 
@@ -608,6 +619,9 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg);
 
 /* ---- the host-call thread ---- */
 GPUHAL__PRIVATE void* gpuhal__host_call_main(void* arg);
+/* Starts `queue`'s host-call thread unless it runs (any thread but the device's own:
+ * gpuhal_queue_host_call calls it before submitting). */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_host_call_thread_start(gpuhal__queue_state_t* state, uint32_t queue);
 
 /* After a fast-path issue on `queue` (at `now`, 0 if unknown), on the submitting thread,
  * with no queue lock held. */

@@ -140,9 +140,10 @@ static void gpuhal__action_observe(gpuhal__queue_state_t* state, gpuhal__action_
   }
   GPUHAL__TRACE(state->device, gpuhal__hooks()->trace_action_complete(state->device, a)); /* trace hook */
   if (a->host_fn) {
+    gpuhal__queue_lane_t* lane = &state->lanes[a->queue_index];
     gpuhal__mutex_lock(&state->mutex);
-    gpuhal__list_push_back(&state->host_calls, &a->link);
-    gpuhal__cond_signal(&state->host_call_cond);
+    gpuhal__list_push_back(&lane->host_calls_due, &a->link);
+    gpuhal__cond_signal(&lane->host_call_cond);
     gpuhal__mutex_unlock(&state->mutex);
     return;
   }
@@ -317,7 +318,11 @@ static void gpuhal__completion_abandon_value_waits(gpuhal__queue_state_t* state)
 /* Under the state's mutex: release asked to abandon GPU value waits, and no host call may
  * still signal what they wait for (its function may be the one that released the device). */
 static int gpuhal__completion_abandon_due_locked(gpuhal__queue_state_t* state) {
-  return state->abandon_value_waits && gpuhal__list_empty(&state->host_calls) && !state->host_call_running;
+  uint32_t i;
+  if (!state->abandon_value_waits) return 0;
+  for (i = 0; i < state->device->queue_count; ++i)
+    if (!gpuhal__list_empty(&state->lanes[i].host_calls_due) || state->lanes[i].host_call_running) return 0;
+  return 1;
 }
 
 /* Sleeps until `until` (INT64_MAX: until woken). Under the state's mutex. */
@@ -480,20 +485,40 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
   return NULL;
 }
 
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_host_call_thread_start(gpuhal__queue_state_t* state, uint32_t queue) {
+  gpuhal__queue_lane_t* lane = &state->lanes[queue];
+  gpuhal_status_t status = NULL;
+  char name[16];
+  if (gpuhal__atomic_load(&lane->host_call_started)) return NULL;
+  snprintf(name, sizeof(name), "gpuhal-host%u", queue);
+  gpuhal__mutex_lock(&state->mutex);
+  if (state->threads_stop || state->stopping) {
+    status =
+        gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "gpuhal_queue_host_call: the device is being released");
+  } else if (!lane->host_call_started) {
+    /* Under the mutex, so that teardown sees every thread it must join. */
+    status = gpuhal__thread_create(&lane->host_call_thread, gpuhal__host_call_main, lane, name);
+    if (!status) gpuhal__atomic_store(&lane->host_call_started, 1);
+  }
+  gpuhal__mutex_unlock(&state->mutex);
+  return status;
+}
+
 GPUHAL__PRIVATE void* gpuhal__host_call_main(void* arg) {
-  gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
+  gpuhal__queue_lane_t* lane = (gpuhal__queue_lane_t*)arg;
+  gpuhal__queue_state_t* state = lane->state;
   for (;;) {
     gpuhal__action_t* a;
     gpuhal_status_t status;
     gpuhal__mutex_lock(&state->mutex);
-    while (gpuhal__list_empty(&state->host_calls) && !state->threads_stop)
-      gpuhal__cond_wait(&state->host_call_cond, &state->mutex);
-    if (gpuhal__list_empty(&state->host_calls)) {
+    while (gpuhal__list_empty(&lane->host_calls_due) && !state->threads_stop)
+      gpuhal__cond_wait(&lane->host_call_cond, &state->mutex);
+    if (gpuhal__list_empty(&lane->host_calls_due)) {
       gpuhal__mutex_unlock(&state->mutex);
       break;
     }
-    a = GPUHAL__CONTAINER_OF(gpuhal__list_pop_front(&state->host_calls), gpuhal__action_t, link);
-    state->host_call_running = 1;
+    a = GPUHAL__CONTAINER_OF(gpuhal__list_pop_front(&lane->host_calls_due), gpuhal__action_t, link);
+    lane->host_call_running = 1;
     gpuhal__mutex_unlock(&state->mutex);
     status = NULL;
     if (gpuhal__action_inputs(a, &status) != GPUHAL__INPUTS_FAILED) {
@@ -511,7 +536,7 @@ GPUHAL__PRIVATE void* gpuhal__host_call_main(void* arg) {
       gpuhal__action_succeed(a);
     }
     gpuhal__mutex_lock(&state->mutex);
-    state->host_call_running = 0;
+    lane->host_call_running = 0;
     if (state->abandon_value_waits) gpuhal__cond_signal(&state->completion_cond);
     gpuhal__mutex_unlock(&state->mutex);
     gpuhal__action_retire(a);

@@ -14,7 +14,6 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* devi
   gpuhal__mutex_init(&state->mutex);
   gpuhal__mutex_init(&state->issue_mutex);
   gpuhal__cond_init(&state->completion_cond);
-  gpuhal__cond_init(&state->host_call_cond);
   gpuhal__cond_init(&state->idle_cond);
   gpuhal__cond_init(&state->report_cond);
   state->tuning = gpuhal__queue_tuning_resolve(&device->params.tuning);
@@ -32,9 +31,11 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* devi
     gpuhal__list_init(&state->lanes[i].deferred);
     gpuhal__list_init(&state->lanes[i].side);
     gpuhal__list_init(&state->lanes[i].side_observing);
+    gpuhal__list_init(&state->lanes[i].host_calls_due);
+    gpuhal__cond_init(&state->lanes[i].host_call_cond);
+    state->lanes[i].state = state;
   }
   gpuhal__list_init(&state->incoming);
-  gpuhal__list_init(&state->host_calls);
   gpuhal__list_init(&state->retired);
   gpuhal__list_init(&state->pending);
   gpuhal__list_init(&state->pump_task.node);
@@ -42,22 +43,12 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* devi
   gpuhal__event_pool_init(&state->events, device, CU_EVENT_DISABLE_TIMING);
   device->queue_state = state;
   status = gpuhal__thread_create(&state->completion_thread, gpuhal__completion_main, state, "gpuhal-complete");
-  if (!status) {
-    status = gpuhal__thread_create(&state->host_call_thread, gpuhal__host_call_main, state, "gpuhal-hostcall");
-    if (status) {
-      gpuhal__mutex_lock(&state->mutex);
-      state->threads_stop = 1;
-      gpuhal__cond_broadcast(&state->completion_cond);
-      gpuhal__mutex_unlock(&state->mutex);
-      gpuhal__thread_join(state->completion_thread);
-    }
-  }
   if (status) {
     device->queue_state = NULL;
     gpuhal__event_pool_deinit(&state->events);
     gpuhal__cond_destroy(&state->idle_cond);
     gpuhal__cond_destroy(&state->report_cond);
-    gpuhal__cond_destroy(&state->host_call_cond);
+    for (i = 0; i < device->queue_count; ++i) gpuhal__cond_destroy(&state->lanes[i].host_call_cond);
     gpuhal__cond_destroy(&state->completion_cond);
     gpuhal__mutex_destroy(&state->issue_mutex);
     gpuhal__mutex_destroy(&state->mutex);
@@ -119,6 +110,7 @@ static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
 GPUHAL__PRIVATE void gpuhal__queue_state_destroy(gpuhal_device_t* device) {
   gpuhal__queue_state_t* state = gpuhal__queue_state(device);
   gpuhal__action_block_t* block;
+  uint32_t i;
   if (!state) return;
   gpuhal__mutex_lock(&state->mutex);
   gpuhal__atomic_store_seq_cst(&state->stopping, 1);
@@ -146,10 +138,11 @@ GPUHAL__PRIVATE void gpuhal__queue_state_destroy(gpuhal_device_t* device) {
   state->idle_waiters--;
   state->threads_stop = 1;
   gpuhal__cond_broadcast(&state->completion_cond);
-  gpuhal__cond_broadcast(&state->host_call_cond);
+  for (i = 0; i < device->queue_count; ++i) gpuhal__cond_broadcast(&state->lanes[i].host_call_cond);
   gpuhal__mutex_unlock(&state->mutex);
   gpuhal__thread_join(state->completion_thread);
-  gpuhal__thread_join(state->host_call_thread);
+  for (i = 0; i < device->queue_count; ++i)
+    if (state->lanes[i].host_call_started) gpuhal__thread_join(state->lanes[i].host_call_thread);
   gpuhal_status_free(gpuhal__worker_call(device, gpuhal__queue_finish_destroy, state));
   block = state->action_blocks;
   while (block) {
@@ -164,7 +157,7 @@ GPUHAL__PRIVATE void gpuhal__queue_state_destroy(gpuhal_device_t* device) {
   }
   gpuhal_status_free(state->lost);
   gpuhal__cond_destroy(&state->idle_cond);
-  gpuhal__cond_destroy(&state->host_call_cond);
+  for (i = 0; i < device->queue_count; ++i) gpuhal__cond_destroy(&state->lanes[i].host_call_cond);
   gpuhal__cond_destroy(&state->completion_cond);
   gpuhal__mutex_destroy(&state->issue_mutex);
   gpuhal__mutex_destroy(&state->mutex);

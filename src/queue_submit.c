@@ -242,12 +242,20 @@ static const gpuhal__action_ops_t gpuhal__host_call_ops = {"host_call", NULL, NU
 
 GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
                                                   gpuhal_semaphore_list_t signal, gpuhal_host_fn_t fn, void* user) {
+  gpuhal_status_t status;
   GPUHAL__CHECK_ARG(fn != NULL, "fn", "must not be NULL");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__queue_validate(__func__, device, queue, wait, signal));
+  status = gpuhal__queue_host_call_thread_start(gpuhal__queue_state(device), queue);
+  if (status) {
+    gpuhal__queue_fail_signals(signal, status, "host_call", device->ordinal, queue);
+    return status;
+  }
   /* Never parked on the GPU: its function runs only once its inputs are reached on the
    * host anyway, so a GPU value wait would gain nothing and hold one of the few streams
    * that may park (and a device release would have to fail the semaphore it waits for). */
-  return gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__host_call_ops, NULL, fn, user,
-                                   GPUHAL__SUBMIT_CALLER_MAY_ISSUE | GPUHAL__SUBMIT_NOT_PROVISIONAL);
+  return gpuhal__queue_submit_impl(
+      __func__, device, queue, wait, signal, &gpuhal__host_call_ops, NULL, fn, user,
+      GPUHAL__SUBMIT_CALLER_MAY_ISSUE | GPUHAL__SUBMIT_NOT_PROVISIONAL | GPUHAL__SUBMIT_VALIDATED);
 }
 
 /* ---- calls done at once ---- */

@@ -7,7 +7,8 @@
  *     work it waits for is submitted reads the value's word (memops), not the event;
  *  2. independent queues do not hold each other up: with GPU work in flight on queue 1
  *     (a kernel that runs until the test lets it go), a host call on queue 0 waiting on
- *     queue 2's work runs, and host waits on queue 2's value return;
+ *     queue 2's work runs, and host waits on queue 2's value return; a host call's function
+ *     that waits for what a host call of another queue signals gets it;
  *  3. polling waits (immediate and zero timeouts, thousands of them) on work in flight leave
  *     nothing behind: the device is released afterwards, without a leak;
  *  4. WAIT_ANY and WAIT_ALL return a failed entry's cause at once (also when it fails while
@@ -455,6 +456,58 @@ TU_TEST(independent_queues_do_not_wait_for_each_other) {
   gpuhal_semaphore_release(l);
   gpuhal_semaphore_release(x);
   gpuhal_semaphore_release(h);
+  qc_fixture_close(&f);
+}
+
+/* Host calls of different queues do not hold each other up: a function on queue 0 that
+ * waits for what a host call of queue 1 (queued before it, still waiting for its input)
+ * signals gets it once that input comes. With one host-call thread per device, the
+ * function on queue 0 held the thread, queue 1's host call never ran, and the wait ran
+ * into its timeout (or, without one, hung). */
+typedef struct qc_cross_call_s {
+  gpuhal_semaphore_t* x;
+  gpuhal_status_t waited; /* what queue 0's function got from its wait for x */
+  int32_t done;
+} qc_cross_call_t;
+static gpuhal_status_t qc_wait_for_x_fn(void* user) {
+  qc_cross_call_t* c = (qc_cross_call_t*)user;
+  c->waited = gpuhal_semaphore_wait(c->x, 1, qt_seconds(5));
+  __atomic_store_n(&c->done, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+static gpuhal_status_t qc_signal_x_fn(void* user) { return gpuhal_semaphore_signal(((qc_cross_call_t*)user)->x, 1); }
+
+TU_TEST(host_calls_of_other_queues_do_not_wait_for_each_other) {
+  qc_fixture_t f;
+  gpuhal_semaphore_t *w = NULL, *b_done = NULL, *a_done = NULL;
+  qc_cross_call_t c;
+  int64_t start;
+  memset(&c, 0, sizeof(c));
+  if (!qc_fixture_open(&f, 2)) TU_SKIP("no device or test kernels");
+  w = qc_semaphore(&f);
+  c.x = qc_semaphore(&f);
+  b_done = qc_semaphore(&f);
+  a_done = qc_semaphore(&f);
+  TU_REQUIRE(w && c.x && b_done && a_done);
+  /* B: queue 1, waits for w, signals x. A: queue 0, runs at once and waits for x. */
+  TU_CHECK_OK(gpuhal_queue_host_call(f.device, 1, gpuhal_semaphore_list_one(&w, &one_value),
+                                     gpuhal_semaphore_list_one(&b_done, &one_value), qc_signal_x_fn, &c));
+  TU_CHECK_OK(gpuhal_queue_host_call(f.device, 0, gpuhal_semaphore_list_empty(),
+                                     gpuhal_semaphore_list_one(&a_done, &one_value), qc_wait_for_x_fn, &c));
+  qc_sleep_ms(20); /* A is in its wait now */
+  start = gpuhal_now_ns();
+  TU_CHECK_OK(gpuhal_semaphore_signal(w, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(a_done, 1, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_OK(gpuhal_semaphore_wait(b_done, 1, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_EQ_INT(__atomic_load_n(&c.done, __ATOMIC_SEQ_CST), 1);
+  TU_CHECK_OK(c.waited);
+  c.waited = NULL;
+  TU_CHECK(gpuhal_now_ns() - start < 4000000000ll); /* A's wait ended by x, not by its timeout */
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
+  gpuhal_semaphore_release(w);
+  gpuhal_semaphore_release(c.x);
+  gpuhal_semaphore_release(b_done);
+  gpuhal_semaphore_release(a_done);
   qc_fixture_close(&f);
 }
 
@@ -916,7 +969,8 @@ TU_TEST(long_stream_command_buffer_before_its_signal) {
 TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
         TU_CASE(early_host_waiter_reads_the_word), TU_CASE(early_host_waiter_for_a_later_value_gets_one_write),
         TU_CASE(reverse_chain_three_queues), TU_CASE(alloca_settles_at_once_only_on_an_idle_queue),
-        TU_CASE(independent_queues_do_not_wait_for_each_other), TU_CASE(failed_entry_ends_wait_host),
+        TU_CASE(independent_queues_do_not_wait_for_each_other),
+        TU_CASE(host_calls_of_other_queues_do_not_wait_for_each_other), TU_CASE(failed_entry_ends_wait_host),
         TU_CASE(failed_entry_ends_wait_device), TU_CASE(host_call_releases_last_device_reference),
         TU_CASE(device_release_ignores_other_devices_work), TU_CASE(long_stream_command_buffer_before_its_signal),
         TU_CASE(polls_leave_nothing_behind))

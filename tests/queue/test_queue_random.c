@@ -235,13 +235,14 @@ static void qr_dump(qr_world_t* w) {
             st->side_free_count);
     qr_dump_list("pending", &st->pending);
     qr_dump_list("incoming", &st->incoming);
-    qr_dump_list("host_calls", &st->host_calls);
     qr_dump_list("retired", &st->retired);
     for (q = 0; q < w->devices[d]->queue_count; ++q) {
       gpuhal__queue_lane_t* l = &st->lanes[q];
       char name[32];
       snprintf(name, sizeof(name), "q%u in_flight", q);
       qr_dump_list(name, &l->in_flight);
+      snprintf(name, sizeof(name), "q%u host calls due", q);
+      qr_dump_list(name, &l->host_calls_due);
       snprintf(name, sizeof(name), "q%u observing", q);
       qr_dump_list(name, &l->observing);
       snprintf(name, sizeof(name), "q%u deferred", q);
