@@ -75,8 +75,13 @@ static gpuhal_status_t gpuhal__pool_destroy(void* arg) {
   gpuhal_device_t* device = (gpuhal_device_t*)arg;
   gpuhal__memory_state_t* memory = device->memory;
   gpuhal_status_t status = NULL;
+  uint32_t i;
   if (memory->oom_event) status = GPUHAL__CU(device->cu, cuEventDestroy, (memory->oom_event));
   memory->oom_event = NULL;
+  for (i = 0; i < GPUHAL_MAX_QUEUES; ++i) {
+    if (memory->free_marks[i]) gpuhal_status_free(GPUHAL__CU(device->cu, cuEventDestroy, (memory->free_marks[i])));
+    memory->free_marks[i] = NULL;
+  }
   if (memory->pool && memory->owns_pool) {
     gpuhal_status_t destroyed = GPUHAL__CU(device->cu, cuMemPoolDestroy, (memory->pool));
     if (!status) {
@@ -169,6 +174,33 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__pool_free_current(gpuhal_device_t* devic
   return status ? status : GPUHAL__CU(device->cu, cuMemFree, (ptr));
 }
 
+GPUHAL__PRIVATE void gpuhal__pool_mark_free(gpuhal_device_t* device, CUstream stream) {
+  gpuhal__memory_state_t* memory = device->memory;
+  int queue = gpuhal__stream_queue_index(device, stream);
+  gpuhal_status_t status = NULL;
+  if (!memory || queue < 0) return;
+  if (!memory->free_marks[queue])
+    status = GPUHAL__CU(device->cu, cuEventCreate, (&memory->free_marks[queue], CU_EVENT_DISABLE_TIMING));
+  if (!status) status = GPUHAL__CU(device->cu, cuEventRecord, (memory->free_marks[queue], stream));
+  if (status) {
+    gpuhal__log(device->logger, GPUHAL_LOG_DEBUG, "device %d: marking a dealloca's free: %s", device->ordinal,
+                gpuhal_status_message(status));
+    gpuhal_status_free(status);
+    return;
+  }
+  gpuhal__atomic_store(&memory->free_marked[queue], 1);
+}
+
+/* Waits for the frees of at-once deallocas (gpuhal__pool_mark_free); the context is current. */
+static gpuhal_status_t gpuhal__pool_settle_marked_current(gpuhal_device_t* device) {
+  gpuhal__memory_state_t* memory = device->memory;
+  uint32_t i;
+  for (i = 0; memory && i < device->queue_count; ++i)
+    if (gpuhal__atomic_exchange(&memory->free_marked[i], 0))
+      GPUHAL__CU_RETURN(device->cu, cuEventSynchronize, (memory->free_marks[i]));
+  return NULL;
+}
+
 /* ---- running out of memory ---- */
 
 static int gpuhal__status_is_oom(gpuhal_status_t status) {
@@ -235,18 +267,24 @@ static gpuhal_status_t gpuhal__oom_describe(gpuhal_device_t* device, gpuhal_stat
 
 /* Makes `stream` wait (on the GPU) for what is issued so far on each other queue stream
  * that issued a pool free and is still busy, so the pool may hand that memory on by its
- * event-dependency reuse rule. Never blocks. *out_count: the streams it waits for. */
-static gpuhal_status_t gpuhal__pool_wait_for_frees(gpuhal_device_t* device, CUstream stream, int* out_count) {
+ * event-dependency reuse rule. Never blocks. *out_count: the streams it waits for;
+ * *out_ran: those found idle, whose frees ran (perhaps only after the caller's trim). */
+static gpuhal_status_t gpuhal__pool_wait_for_frees(gpuhal_device_t* device, CUstream stream, int* out_count,
+                                                   int* out_ran) {
   const gpuhal__cuda_symbols_t* cu = device->cu;
   gpuhal__memory_state_t* memory = device->memory;
   uint32_t i;
   *out_count = 0;
+  *out_ran = 0;
   for (i = 0; i < device->queue_count; ++i) {
     CUstream other = device->streams[i];
     CUresult r;
     if (other == stream || !gpuhal__atomic_exchange(&memory->frees_issued[i], 0)) continue;
     r = cu->cuStreamQuery(other);
-    if (r == CUDA_SUCCESS) continue; /* idle: its frees ran before the trim */
+    if (r == CUDA_SUCCESS) { /* idle: its frees ran, maybe after the trim */
+      (*out_ran)++;
+      continue;
+    }
     gpuhal__atomic_store(&memory->frees_issued[i], 1);
     if (r != CUDA_ERROR_NOT_READY) return gpuhal__cuda_status(cu, r, "cuStreamQuery", __FILE__, __LINE__);
     if (!memory->oom_event) GPUHAL__CU_RETURN(cu, cuEventCreate, (&memory->oom_event, CU_EVENT_DISABLE_TIMING));
@@ -259,26 +297,29 @@ static gpuhal_status_t gpuhal__pool_wait_for_frees(gpuhal_device_t* device, CUst
 }
 
 /* A queue_alloca's allocation on `stream` (context current, issues serialized). Out of
- * memory, it trims the pool and tries again; then, if other queues have pool frees in
- * flight, waits for them on the GPU and tries a last time. */
+ * memory, it waits for the frees of deallocas that already signalled (at once), trims the
+ * pool and tries again; then, if other queues have pool frees in flight, waits for them on
+ * the GPU, trims again when some had run meanwhile, and tries a last time. */
 static gpuhal_status_t gpuhal__pool_alloc_or_recover(gpuhal_device_t* device, CUstream stream, uint64_t size,
                                                      CUdeviceptr* out_ptr) {
   gpuhal_status_t status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
   gpuhal_status_t step;
-  int waited = 0;
+  int waited = 0, ran = 0;
   if (!gpuhal__status_is_oom(status)) return status;
-  step = gpuhal__pool_trim_current(device);
+  step = gpuhal__pool_settle_marked_current(device);
+  if (!step) step = gpuhal__pool_trim_current(device);
   if (!step) {
     gpuhal_status_free(status);
     status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
     if (gpuhal__status_is_oom(status) && device->memory && device->memory->pool)
-      step = gpuhal__pool_wait_for_frees(device, stream, &waited);
+      step = gpuhal__pool_wait_for_frees(device, stream, &waited, &ran);
+    if (!step && ran) step = gpuhal__pool_trim_current(device);
   }
   if (step) {
     gpuhal_status_free(status);
     return step;
   }
-  if (waited) {
+  if (waited || ran) {
     gpuhal_status_free(status);
     status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
   }
@@ -907,7 +948,8 @@ GPUHAL_API gpuhal_status_t gpuhal_device_trim(gpuhal_device_t* device) {
   GPUHAL__CHECK_HANDLE(device, GPUHAL__MAGIC_DEVICE);
   if (!device->memory || !device->memory->pool) return NULL;
   GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
-  status = gpuhal__pool_trim_current(device);
+  status = gpuhal__pool_settle_marked_current(device);
+  if (!status) status = gpuhal__pool_trim_current(device);
   gpuhal__context_leave(device, &scope);
   return gpuhal_status_annotate(status, "trimming the memory pool of device %d", device->ordinal);
 }

@@ -91,7 +91,9 @@ typedef struct gpuhal_memory_stats_t {
 } gpuhal_memory_stats_t;
 
 /* Gives the pool's unused memory back to the device. Memory of deallocas still in flight
- * on the GPU is not unused yet: wait for them (or gpuhal_device_wait_idle) first. */
+ * on the GPU is not unused yet: wait for their signals (or gpuhal_device_wait_idle) first.
+ * (A dealloca may signal as soon as its free is enqueued on an idle stream; the trim waits
+ * the few microseconds until such frees have run.) */
 GPUHAL_API gpuhal_status_t gpuhal_device_trim(gpuhal_device_t* device);
 /* Fills *out_stats. The high-water marks are never reset. */
 GPUHAL_API gpuhal_status_t gpuhal_device_memory_stats(gpuhal_device_t* device, gpuhal_memory_stats_t* out_stats);
@@ -143,7 +145,12 @@ typedef struct gpuhal__memory_state_s {
   /* Per queue: 1 once a pool free was issued on its stream, until an alloca that ran out of
    * memory found the stream idle (atomic). Such an alloca waits for the streams still busy. */
   int32_t frees_issued[GPUHAL_MAX_QUEUES];
-  CUevent oom_event;          /* recorded on those streams for the alloca to wait on; lazily made */
+  CUevent oom_event; /* recorded on those streams for the alloca to wait on; lazily made */
+  /* Per queue: recorded right behind an at-once dealloca's free (gpuhal__pool_mark_free),
+   * made lazily under issue_mutex; marked: 1 until a trim or an alloca out of memory waited
+   * for it (atomic). */
+  CUevent free_marks[GPUHAL_MAX_QUEUES];
+  int32_t free_marked[GPUHAL_MAX_QUEUES];
   uint64_t buffers_allocated; /* bytes of live gpuhal_buffer_allocate device memory (atomic) */
   /* This device's share of driver->gpu_waits (under driver->parked_mutex): queue work in
    * flight that may wait on the GPU for a value. See gpuhal__device_sync_call. */
@@ -175,6 +182,13 @@ GPUHAL__PRIVATE void gpuhal__memory_state_destroy(gpuhal_device_t* device);
 
 /* gpuhal__pool_free_async with the device's context already current (the queue's issue). */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__pool_free_current(gpuhal_device_t* device, CUstream stream, CUdeviceptr ptr);
+/* An at-once dealloca (queue_submit.c) signals as soon as its free is enqueued on an idle
+ * stream, before the free has run on the GPU: its memory is not free for a trim, nor for
+ * the pool to grow from, yet. This records an event right behind the free, so that
+ * gpuhal_device_trim and an alloca out of memory first wait for it (microseconds: the
+ * stream was idle). Best effort: without the event they only lose that. Under issue_mutex
+ * with the context current. */
+GPUHAL__PRIVATE void gpuhal__pool_mark_free(gpuhal_device_t* device, CUstream stream);
 
 /* A device buffer with no memory yet, for queue_alloca: the queue sets `address` (then
  * state LIVE) when the allocation is issued. Its object comes from the driver's object pool

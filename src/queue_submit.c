@@ -341,6 +341,14 @@ static gpuhal_status_t gpuhal__alloca_issue(void* user, gpuhal_device_t* device,
 static gpuhal_status_t gpuhal__alloca_issue_at_once(void* user, gpuhal_device_t* device, CUstream stream) {
   return gpuhal__buffer_pending_allocate((gpuhal_buffer_t*)user, device, stream, 0);
 }
+static gpuhal_status_t gpuhal__dealloca_issue(void* user, gpuhal_device_t* device, CUstream stream);
+/* Done as issued: the signal comes before the free has run; the pool is told (trims and
+ * allocas out of memory wait for it). */
+static gpuhal_status_t gpuhal__dealloca_issue_at_once(void* user, gpuhal_device_t* device, CUstream stream) {
+  GPUHAL__RETURN_IF_ERROR(gpuhal__dealloca_issue(user, device, stream));
+  gpuhal__pool_mark_free(device, stream);
+  return NULL;
+}
 static gpuhal_status_t gpuhal__dealloca_issue(void* user, gpuhal_device_t* device, CUstream stream) {
   gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)user;
   if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_LIVE)
@@ -416,7 +424,7 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32
       return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
                                 "gpuhal_queue_dealloca: argument 'buffer' already has a dealloca queued");
   }
-  if (gpuhal__queue_issue_at_once(device, queue, wait, signal, gpuhal__dealloca_issue, buffer)) return NULL;
+  if (gpuhal__queue_issue_at_once(device, queue, wait, signal, gpuhal__dealloca_issue_at_once, buffer)) return NULL;
   gpuhal__buffer_retain_ref(buffer);
   status = gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__dealloca_ops, buffer, NULL, NULL,
                                      gpuhal__pool_submit_flags(device) | GPUHAL__SUBMIT_NOT_PROVISIONAL);

@@ -183,6 +183,46 @@ TU_TEST(full_pool_recovers_after_deallocation) {
   fixture_close(&f);
 }
 
+/* A dealloca on an idle queue signals as soon as its free is enqueued, before the free has
+ * run. Its signal must still mean the memory is free to those who waited for it: a trim
+ * right after gives it back, and an alloca out of memory on another queue right after gets
+ * it (here: 40 MiB, which no 8 MiB block of the full pool can serve without a trim). Before
+ * the fix the trim left the pool in use in most rounds, and the alloca failed in some. */
+TU_TEST(a_dealloca_signal_frees_for_trim_and_alloca) {
+  fixture_t f;
+  gpuhal_buffer_t* bufs[MAX_CHUNKS];
+  gpuhal_buffer_t* big = NULL;
+  gpuhal_semaphore_t* done = NULL;
+  gpuhal_status_t failure = NULL;
+  gpuhal_memory_stats_t stats;
+  int round, n;
+  if (!fixture_open(&f, 2)) TU_SKIP("no device with memory pools");
+  for (round = 0; round < 12; ++round) {
+    uint64_t one = 1;
+    TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &done));
+    n = fill_pool(&f, bufs, &failure);
+    TU_REQUIRE(n >= 6 && failure != NULL);
+    gpuhal_status_free(failure);
+    dealloca_all(&f, 0, bufs, n, done);
+    TU_CHECK_OK(gpuhal_semaphore_wait(done, (uint64_t)n, wait_time()));
+    gpuhal_semaphore_release(done);
+    /* Right away, on the other queue: the whole pool's worth less 3 blocks. */
+    TU_CHECK_OK(alloca_wait(f.device, 1, 5 * CHUNK, &big));
+    TU_REQUIRE(big != NULL);
+    TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &done));
+    TU_CHECK_OK(gpuhal_queue_dealloca(f.device, 1, EMPTY, gpuhal_semaphore_list_one(&done, &one), big));
+    gpuhal_buffer_release(big);
+    TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, wait_time()));
+    gpuhal_semaphore_release(done);
+    /* Its signal seen, then a trim: nothing of the pool is in use. */
+    TU_CHECK_OK(gpuhal_device_trim(f.device));
+    TU_CHECK_OK(gpuhal_device_memory_stats(f.device, &stats));
+    TU_CHECK_EQ_INT(stats.pool_used, 0);
+    if (tu_softcuda()) TU_CHECK_EQ_INT(stats.pool_reserved, 0);
+  }
+  fixture_close(&f);
+}
+
 /* Loads spin_us and records one launch of it that spins for SPIN_US. */
 static gpuhal_status_t make_spin(gpuhal_device_t* device, gpuhal_executable_t** exe, gpuhal_command_buffer_t** cb) {
   size_t size = 0;
@@ -360,5 +400,6 @@ TU_TEST(recovery_calls_fail_cleanly) {
   fixture_close(&f);
 }
 
-TU_MAIN(TU_CASE(full_pool_recovers_after_deallocation), TU_CASE(alloca_waits_for_deallocas_in_flight),
-        TU_CASE(trim_and_statistics), TU_CASE(default_device), TU_CASE(recovery_calls_fail_cleanly))
+TU_MAIN(TU_CASE(full_pool_recovers_after_deallocation), TU_CASE(a_dealloca_signal_frees_for_trim_and_alloca),
+        TU_CASE(alloca_waits_for_deallocas_in_flight), TU_CASE(trim_and_statistics), TU_CASE(default_device),
+        TU_CASE(recovery_calls_fail_cleanly))
