@@ -184,7 +184,13 @@ GPUHAL_API gpuhal_status_t gpuhal_device_create(gpuhal_driver_t* driver, int ord
                                                 const gpuhal_device_params_t* params, gpuhal_device_t** out_device);
 GPUHAL_API void gpuhal_device_retain(gpuhal_device_t* device);
 /* Releasing NULL is a no-op. The last release drains the device's queues, stops its
- * worker and releases the primary context. */
+ * worker and releases the primary context. Queue work still waiting for semaphores is
+ * failed (ABORTED, naming the device), and so are its signals. With
+ * GPUHAL_FEATURE_SEMAPHORE_MEMOPS, work that waits on the GPU for a value nobody has
+ * signalled yet can only be let go by that value: the release fails the semaphore it waits
+ * for (ABORTED, naming the device and the value), for every device and process that uses
+ * it. Release a device once the values its work waits for are signalled (or failed), or
+ * after gpuhal_device_wait_idle, when that semaphore is shared with other work. */
 GPUHAL_API void gpuhal_device_release(gpuhal_device_t* device);
 GPUHAL_API gpuhal_status_t gpuhal_device_info(gpuhal_device_t* device, gpuhal_device_info_t* out_info);
 /* The number of queues (streams); 0 for bad input. */

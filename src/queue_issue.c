@@ -263,7 +263,7 @@ static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstrea
     a->signals[i].word_written = word != 0;
     if (word)
       status = GPUHAL__CU(device->cu, cuStreamWriteValue64,
-                          (stream, word, a->signals[i].value, CU_STREAM_WRITE_VALUE_DEFAULT));
+                          (stream, word, gpuhal__semaphore_word_value(s, value), CU_STREAM_WRITE_VALUE_DEFAULT));
     if (word) written = begun; /* a failed enqueue may have gone through all the same */
   }
   if (!status) status = gpuhal__event_pool_acquire(&a->state->events, &event);

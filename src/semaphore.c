@@ -18,10 +18,27 @@
 #define GPUHAL__HOST_WAIT_SLEEP_FRACTION 16
 #define GPUHAL__HOST_WAIT_MIN_SLEEP_NS 10000
 #define GPUHAL__WORD_SLAB_WORDS 4096 /* 32 KiB of value words per pinned allocation */
-/* What a failed semaphore's word holds: far enough above the value that every GPU wait on
- * it is released. CUDA's GEQ compares with wraparound ((int64_t)(*word - value) >= 0), so
- * UINT64_MAX would release nothing; value + 2^62 releases every wait up to 2^62 above. */
-#define GPUHAL__WORD_FAILED(s) ((s)->value + (1ull << 62))
+/* CUDA's GEQ compares with wraparound ((int64_t)(*word - value) >= 0): a word 2^63 or more
+ * above a wait's value does not release it, and one that far below does. So a word is kept
+ * where that compare is the plain one: GPU waits are made only for values up to
+ * GPUHAL__WORD_WAIT_MAX (above, they wait on the host, as on the event path), and the word
+ * holds the value but never more than GPUHAL__WORD_MAX, which still releases every such
+ * wait (a host signal of UINT64_MAX included). A failed semaphore's word holds
+ * GPUHAL__WORD_MAX. A shared semaphore's word is its value for other processes: it is
+ * stored whole, its waits go to the GPU only up to 2^62 above its value, and failing it
+ * stores the value + 2^62, which releases those. */
+#define GPUHAL__WORD_MAX ((uint64_t)INT64_MAX)
+#define GPUHAL__WORD_WAIT_MAX (1ull << 62)
+#define GPUHAL__WORD_FAILED(s) ((s)->shared ? (s)->value + GPUHAL__WORD_WAIT_MAX : GPUHAL__WORD_MAX)
+
+GPUHAL__PRIVATE uint64_t gpuhal__semaphore_word_value(const gpuhal_semaphore_t* s, uint64_t value) {
+  return s->shared || value <= GPUHAL__WORD_MAX ? value : GPUHAL__WORD_MAX;
+}
+
+/* Whether a GPU wait on `s` for `value` compares right whatever the word will hold. */
+static int gpuhal__semaphore_word_may_wait(const gpuhal_semaphore_t* s, uint64_t value) {
+  return s->shared ? value - s->value <= GPUHAL__WORD_WAIT_MAX : value <= GPUHAL__WORD_WAIT_MAX;
+}
 
 /* A fresh slab in `device`'s primary context; its words go on the driver's free list. Under
  * driver->words_mutex. */
@@ -134,7 +151,7 @@ static void gpuhal__word_raise(volatile uint64_t* word, uint64_t value) {
  * semaphore's sleepers in every process wake. */
 static void gpuhal__semaphore_store_locked(gpuhal_semaphore_t* s, uint64_t value) {
   gpuhal__atomic_store(&s->value, value);
-  if (s->word) gpuhal__word_raise(s->word, value);
+  if (s->word) gpuhal__word_raise(s->word, gpuhal__semaphore_word_value(s, value));
   if (s->shared) gpuhal__semaphore_shared_wake(s);
 }
 
@@ -281,7 +298,7 @@ static int gpuhal__semaphore_advance_from_event(gpuhal_semaphore_t* s, const gpu
  * unless it has one; the word starts at the value. */
 static void gpuhal__semaphore_install_word_locked(gpuhal_semaphore_t* s, uint64_t** spare_word) {
   if (s->word) return;
-  **spare_word = s->value;
+  **spare_word = gpuhal__semaphore_word_value(s, s->value);
   s->word_address = gpuhal__word_address(s->driver, *spare_word);
   gpuhal__atomic_store(&s->word, (volatile uint64_t*)*spare_word);
   *spare_word = NULL;
@@ -464,15 +481,19 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
      * does not write the word, and the host waiter queries its event instead. */
     if (state == GPUHAL__WAIT_PENDING && q->host_arm && q->waiter && !gpuhal__semaphore_waiter_registered(q->waiter))
       gpuhal__semaphore_arm_locked(s, value);
-    if (state == GPUHAL__WAIT_PENDING && q->spare_word && !gpuhal__atomic_load(&s->signalling)) {
+    if (state == GPUHAL__WAIT_PENDING && q->spare_word && !gpuhal__semaphore_word_may_wait(s, value)) {
+      /* too far above for the GPU's compare: the wait stays on the host */
+    } else if (state == GPUHAL__WAIT_PENDING && q->spare_word && !gpuhal__atomic_load(&s->signalling)) {
       gpuhal__semaphore_install_word_locked(s, &q->spare_word);
       q->word_address = s->word_address;
       gpuhal__semaphore_arm_locked(s, value);
       state = GPUHAL__WAIT_ARMED;
-    } else if (state == GPUHAL__WAIT_PENDING) {
+    } else if (state == GPUHAL__WAIT_PENDING && q->spare_word) {
       /* Not armed while a signal is being issued (see gpuhal__semaphore_signal_begin): the
        * wait stays on the host until that signal is published, then looks again. */
-      if (q->spare_word) s->arm_refused = 1;
+      s->arm_refused = 1;
+    }
+    if (state == GPUHAL__WAIT_PENDING) {
       if (q->waiter && !gpuhal__semaphore_waiter_registered(q->waiter)) {
         q->waiter->value = value;
         gpuhal__semaphore_waiter_link_locked(s, q->waiter);

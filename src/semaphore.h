@@ -291,6 +291,9 @@ GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_signal_begin(gpuhal_semaphore_t* s
  * `value` may satisfy, but `s` has no word yet: that signal's issue should bring a spare word
  * to signal_begin. */
 GPUHAL__PRIVATE int gpuhal__semaphore_wants_word(gpuhal_semaphore_t* s, uint64_t value);
+/* What the word of `s` holds for `value`: the value, capped where the GPU's wraparound
+ * compare would misread it (see GPUHAL__WORD_MAX in semaphore.c). GPU signals write this. */
+GPUHAL__PRIVATE uint64_t gpuhal__semaphore_word_value(const gpuhal_semaphore_t* s, uint64_t value);
 
 /* A GPU wait on the word was enqueued by an issue that then failed: nothing will see that
  * wait end, so the word is never handed to another semaphore. */

@@ -309,7 +309,7 @@ TU_TEST(reverse_chain_three_queues) {
   arg = gpuhal_arg_buffer(counter, 0);
   TU_CHECK_OK(qc_record_dispatch(f.device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, f.atomic_inc,
                                  1, 1, 1, &arg, &stream_cb));
-  TU_CHECK_OK(qc_record_dispatch(f.device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, f.atomic_inc,
+  TU_CHECK_OK(qc_record_dispatch(f.device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, f.atomic_inc,
                                  1, 1, 1, &arg, &graph_cb));
   TU_REQUIRE(head && timeline && stream_cb && graph_cb);
   for (i = QC_HOPS - 1; i >= 0; --i) {
@@ -628,6 +628,71 @@ TU_TEST(polls_leave_nothing_behind) {
    * (softcuda's leak report at exit, fatal under CTest). */
   qc_fixture_close(&f);
 }
+
+/* Values 2^62 and more apart. On the memop path a GPU wait compares the word with
+ * wraparound ((int64_t)(word - value) >= 0): a host signal of UINT64_MAX, or GPU work
+ * signalling it, left a GPU wait for 1 blocked forever (and the device's release with it);
+ * a wait for UINT64_MAX passed at once with the value at 0; a wait 2^62 above was not
+ * released by failing the semaphore. Each case: the work runs exactly when it should,
+ * and the device releases (the fixture's watchdog). A STREAM command buffer: a reusable
+ * GRAPH one is issued in order, never parked on the GPU. */
+static void qc_far_case(int mode) {
+  qc_fixture_t f;
+  gpuhal_semaphore_t *s = NULL, *done = NULL, *first = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_buffer_t* counter = NULL;
+  gpuhal_arg_t arg;
+  uint32_t zero = 0, count = 0;
+  uint64_t wait_value = mode == 1 ? UINT64_MAX : mode == 2 ? (1ull << 62) + 5 : 1, max = UINT64_MAX;
+  gpuhal_status_t st;
+  if (!qc_fixture_open(&f, 2)) TU_SKIP("no device or test kernels");
+  s = qc_semaphore(&f);
+  done = qc_semaphore(&f);
+  first = qc_semaphore(&f);
+  TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 4, &counter));
+  if (counter) TU_CHECK_OK(gpuhal_buffer_write(counter, 0, &zero, 4));
+  arg = gpuhal_arg_buffer(counter, 0);
+  TU_CHECK_OK(qc_record_dispatch(f.device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, f.atomic_inc,
+                                 1, 1, 1, &arg, &cb));
+  TU_REQUIRE(s && done && first && cb);
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&s, &wait_value),
+                                   gpuhal_semaphore_list_one(&done, &one_value), cb, NULL));
+  qc_sleep_ms(30);
+  TU_CHECK_EQ_INT(qc_query(done), 0); /* not before its value */
+  TU_CHECK_OK(gpuhal_buffer_read(counter, 0, &count, 4));
+  TU_CHECK_EQ_INT(count, 0);
+  switch (mode) {
+    case 0: TU_CHECK_OK(gpuhal_semaphore_signal(s, UINT64_MAX)); break;
+    case 1: TU_CHECK_OK(gpuhal_semaphore_signal(s, UINT64_MAX)); break;
+    case 2: gpuhal_semaphore_fail(s, gpuhal_status_make(GPUHAL_STATUS_ABORTED, QC_CAUSE)); break;
+    default: /* GPU work of queue 1 signals UINT64_MAX, once the host lets it */
+      TU_CHECK_OK(gpuhal_queue_execute(f.device, 1, gpuhal_semaphore_list_one(&first, &one_value),
+                                       gpuhal_semaphore_list_one(&s, &max), cb, NULL));
+      TU_CHECK_OK(gpuhal_semaphore_signal(first, 1));
+      break;
+  }
+  st = gpuhal_semaphore_wait(done, 1, qt_seconds(QC_WAIT_S));
+  if (mode == 2) {
+    TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_ABORTED);
+    if (st) TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), QC_CAUSE);
+    gpuhal_status_free(st);
+  } else {
+    TU_CHECK_OK(st);
+  }
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_OK(gpuhal_buffer_read(counter, 0, &count, 4));
+  TU_CHECK_EQ_INT(count, (mode == 2 ? 0u : mode == 3 ? 2u : 1u));
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(counter);
+  gpuhal_semaphore_release(s);
+  gpuhal_semaphore_release(done);
+  gpuhal_semaphore_release(first);
+  qc_fixture_close(&f);
+}
+TU_TEST(far_values_host_signal_releases_a_gpu_wait) { qc_far_case(0); }
+TU_TEST(far_values_wait_for_the_maximum_waits) { qc_far_case(1); }
+TU_TEST(far_values_fail_releases_a_far_wait) { qc_far_case(2); }
+TU_TEST(far_values_gpu_signal_releases_a_gpu_wait) { qc_far_case(3); }
 
 /* ---- 4. a failed entry ends WAIT_ANY / WAIT_ALL ---- */
 
@@ -973,4 +1038,6 @@ TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
         TU_CASE(host_calls_of_other_queues_do_not_wait_for_each_other), TU_CASE(failed_entry_ends_wait_host),
         TU_CASE(failed_entry_ends_wait_device), TU_CASE(host_call_releases_last_device_reference),
         TU_CASE(device_release_ignores_other_devices_work), TU_CASE(long_stream_command_buffer_before_its_signal),
-        TU_CASE(polls_leave_nothing_behind))
+        TU_CASE(polls_leave_nothing_behind), TU_CASE(far_values_host_signal_releases_a_gpu_wait),
+        TU_CASE(far_values_wait_for_the_maximum_waits), TU_CASE(far_values_fail_releases_a_far_wait),
+        TU_CASE(far_values_gpu_signal_releases_a_gpu_wait))
