@@ -330,12 +330,17 @@ static gpuhal_status_t gpuhal__peer_enable_on_worker(void* arg) {
   return gpuhal__cuda_status(p->device->cu, r, "cuCtxEnablePeerAccess", __FILE__, __LINE__);
 }
 
-/* 1 when the two devices can reach each other's memory (access then enabled both ways);
- * 0 when they cannot (copies between them are staged through host memory). */
+/* 1 when the two devices can reach each other's memory (access then enabled both ways, or
+ * not needed: devices of one ordinal share its primary context); 0 when they cannot
+ * (copies between them are staged through host memory). */
 static gpuhal_status_t gpuhal__peer_prepare(gpuhal_device_t* a, gpuhal_device_t* b, int* out_peer) {
   int ab = 0, ba = 0;
   gpuhal__peer_enable_t p;
   *out_peer = 0;
+  if (a->context == b->context) { /* two gpuhal devices of one ordinal: one address space */
+    *out_peer = 1;
+    return NULL;
+  }
   if (!gpuhal_driver_has_feature(a->driver, GPUHAL_FEATURE_PEER_ACCESS)) return NULL;
   GPUHAL__CU_RETURN(a->cu, cuDeviceCanAccessPeer, (&ab, a->cu_device, b->cu_device));
   GPUHAL__CU_RETURN(a->cu, cuDeviceCanAccessPeer, (&ba, b->cu_device, a->cu_device));

@@ -123,6 +123,52 @@ static void md_peer_copy_body(uint32_t mode) {
 TU_TEST(peer_copy_stream) { md_peer_copy_body(GPUHAL_COMMAND_BUFFER_STREAM); }
 TU_TEST(peer_copy_graph) { md_peer_copy_body(GPUHAL_COMMAND_BUFFER_GRAPH); }
 
+/* Two gpuhal devices opened on one ordinal share its primary context: a copy between their
+ * buffers needs no peer access, in GRAPH command buffers too (cuDeviceCanAccessPeer says 0
+ * for a device and itself, and GRAPH refused the copy). Needs one GPU. */
+static void md_same_ordinal_copy_body(uint32_t mode) {
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t *a = NULL, *b = NULL;
+  gpuhal_buffer_t *src = NULL, *dst = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_semaphore_t* s = NULL;
+  unsigned char in[1024], out[1024];
+  uint64_t one = 1;
+  size_t i;
+  gpuhal_status_t st = gpuhal_driver_create(NULL, &driver);
+  if (!st) st = gpuhal_device_create(driver, 0, NULL, &a);
+  if (!st) st = gpuhal_device_create(driver, 0, NULL, &b);
+  if (st) {
+    md_print_status("setup", st);
+    gpuhal_device_release(a);
+    gpuhal_driver_release(driver);
+    TU_SKIP("no device");
+  }
+  for (i = 0; i < sizeof(in); ++i) in[i] = (unsigned char)(i * 13 + 5);
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &s));
+  TU_CHECK_OK(gpuhal_buffer_allocate(a, GPUHAL_MEMORY_DEVICE, sizeof(in), &src));
+  TU_CHECK_OK(gpuhal_buffer_allocate(b, GPUHAL_MEMORY_DEVICE, sizeof(in), &dst));
+  TU_CHECK_OK(gpuhal_buffer_write(src, 0, in, sizeof(in)));
+  TU_CHECK_OK(gpuhal_command_buffer_create(b, mode, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  TU_CHECK_OK(gpuhal_cmd_copy(cb, gpuhal_ref_buffer(src, 0), gpuhal_ref_buffer(dst, 0), sizeof(in)));
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  TU_CHECK_OK(gpuhal_queue_execute(b, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one), cb, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, 1, md_seconds(30)));
+  memset(out, 0, sizeof(out));
+  TU_CHECK_OK(gpuhal_buffer_read(dst, 0, out, sizeof(out)));
+  TU_CHECK(memcmp(in, out, sizeof(in)) == 0);
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(src);
+  gpuhal_buffer_release(dst);
+  gpuhal_semaphore_release(s);
+  gpuhal_device_release(a);
+  gpuhal_device_release(b);
+  gpuhal_driver_release(driver);
+}
+TU_TEST(same_ordinal_copy_stream) { md_same_ordinal_copy_body(GPUHAL_COMMAND_BUFFER_STREAM); }
+TU_TEST(same_ordinal_copy_graph) { md_same_ordinal_copy_body(GPUHAL_COMMAND_BUFFER_GRAPH); }
+
 /* Device 0 copies from queue_alloca memory of device 1 (a peer copy), and its action holds
  * the last reference to that buffer. Freeing such memory is device 1's worker's job; device
  * 0's worker, releasing the action, hands it over and goes on, even while device 1's worker
@@ -432,5 +478,6 @@ TU_TEST(devices_run_concurrently) {
 }
 
 TU_MAIN(TU_CASE(pipeline_two_devices_stream), TU_CASE(pipeline_two_devices_graph), TU_CASE(peer_copy_stream),
-        TU_CASE(peer_copy_graph), TU_CASE(peer_alloca_freed_without_waiting_for_its_worker),
-        TU_CASE(context_unchanged_by_every_function), TU_CASE(devices_run_concurrently))
+        TU_CASE(same_ordinal_copy_stream), TU_CASE(same_ordinal_copy_graph), TU_CASE(peer_copy_graph),
+        TU_CASE(peer_alloca_freed_without_waiting_for_its_worker), TU_CASE(context_unchanged_by_every_function),
+        TU_CASE(devices_run_concurrently))
