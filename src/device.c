@@ -729,13 +729,15 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_park_pause(gpuhal_device_t* devic
   gpuhal__atomic_add(&o->park_paused, 1);
   gpuhal__atomic_fence(); /* the pause before the look (gpuhal__device_allows_park) */
   parked = gpuhal__atomic_load(&o->parked);
-  if (parked == 0) return NULL;
+  /* A lost device's parked work never drains: the call goes on, and CUDA reports the loss. */
+  if (parked == 0 || gpuhal__atomic_load(&device->lost)) return NULL;
   if (limit == 0) limit = 5000000000LL;
   start = gpuhal_now_ns();
-  while (limit > 0 && (parked = gpuhal__atomic_load(&o->parked)) > 0 && gpuhal_now_ns() - start < limit) {
+  while (limit > 0 && (parked = gpuhal__atomic_load(&o->parked)) > 0 && !gpuhal__atomic_load(&device->lost) &&
+         gpuhal_now_ns() - start < limit) {
     gpuhal__backoff_sleep(&backoff);
   }
-  if (parked == 0) return NULL;
+  if (parked == 0 || gpuhal__atomic_load(&device->lost)) return NULL;
   return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
                             "%s on device %d: %d of its streams hold queue work that waits on the GPU for semaphore "
                             "values not reached after %.3f s, and CUDA loads code only into an idle context (the load "

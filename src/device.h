@@ -341,7 +341,7 @@ struct gpuhal_device_s {
   uint32_t queue_count;
   CUstream* streams; /* queue_count non-blocking streams, created on the worker */
   gpuhal__worker_t worker;
-  int lost; /* a sticky error was seen: the context is unusable */
+  int32_t lost; /* a sticky error was seen: the context is unusable (atomic) */
   struct gpuhal__memory_state_s* memory;
   /* Subsystems of later modules (NULL until they exist). */
   struct gpuhal__queue_state_s* queue_state;

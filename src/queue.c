@@ -330,7 +330,7 @@ GPUHAL__PRIVATE void gpuhal__queue_mark_lost(gpuhal__queue_state_t* state, gpuha
     gpuhal__atomic_store(&state->lost_flag, 1);
     first = 1;
   }
-  state->device->lost = 1;
+  gpuhal__atomic_store(&state->device->lost, 1);
   gpuhal__mutex_unlock(&state->mutex);
   if (first) {
     gpuhal__log(state->device->logger, GPUHAL_LOG_ERROR, "device %d lost: %s", state->device->ordinal,
@@ -412,6 +412,7 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
   a->completed_ok = 0;
   a->value_waits = 0;
   a->provisional = 0;
+  a->foreign_waits = 0;
   a->shared_signal_refs = 0;
   gpuhal__event_release_to(a->event, events);
   a->event = NULL;

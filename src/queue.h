@@ -304,6 +304,9 @@ typedef struct gpuhal__action_s {
   int chain_claim;             /* it holds its side stream's `claim`: resolved to go behind its tail */
   int provisional;             /* it may run on a failed input: a value wait (a failure store releases
                          it), or a wait on provisional work; see gpuhal__action_inputs */
+  int foreign_waits;           /* some wait is on an event of another device, which a loss of that
+                                  device ends without its work: its inputs are checked as a
+                                  provisional action's are (gpuhal__action_inputs) */
   uint32_t shared_signal_refs; /* bit i: signal i uses a wait's semaphore reference */
   gpuhal__action_wait_t* waits;
   gpuhal__timepoint_t* signals;

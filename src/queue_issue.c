@@ -109,6 +109,7 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
     gpuhal__action_wait_take_event(w, &q);
     w->word = q.word_address;
     if (w->kind == GPUHAL__WAIT_VALUE) a->value_waits = 1;
+    if (st == GPUHAL__WAIT_SUBMITTED && q.foreign) a->foreign_waits = 1;
     if (w->kind == GPUHAL__WAIT_VALUE || (st == GPUHAL__WAIT_SUBMITTED && q.provisional)) a->provisional = 1;
     a->next_wait++;
   }
@@ -281,6 +282,7 @@ static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstrea
     a->signals[i].issue_seq = a->seq;
     a->signals[i].issue_lane = stream == device->streams[a->queue_index] ? a->queue_index + 1 : 0;
     a->signals[i].provisional = a->provisional;
+    a->signals[i].inputs_checked = a->foreign_waits;
     a->signals[i].settled = gpuhal__timepoint_settled;
     a->signals[i].owner = a;
     gpuhal__semaphore_add_timepoint(a->signals[i].semaphore, &a->signals[i]);

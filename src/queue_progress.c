@@ -32,8 +32,10 @@ static gpuhal__inputs_t gpuhal__action_inputs(const gpuhal__action_t* a, gpuhal_
   gpuhal__inputs_t result = GPUHAL__INPUTS_REACHED;
   uint32_t i;
   /* A host call's function may look at what it waited for: its event done is not enough,
-   * the values it waited on must be seen reached (another lane may not be observed yet). */
-  for (i = 0; (a->provisional || a->host_fn) && i < a->wait_count; ++i) {
+   * the values it waited on must be seen reached (another lane may not be observed yet).
+   * Nor is it for work behind another device's event: that device's loss ends the wait
+   * without its work having run. */
+  for (i = 0; (a->provisional || a->host_fn || a->foreign_waits) && i < a->wait_count; ++i) {
     const gpuhal__action_wait_t* w = &a->waits[i];
     gpuhal__wait_query_t q;
     /* (A shared semaphore's word may be ahead of what this process took in yet.) */
@@ -588,7 +590,7 @@ static uint32_t gpuhal__harvest_take(gpuhal__queue_lane_t* lane, uint64_t seq, g
   while (!gpuhal__list_empty(&lane->in_flight)) {
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
     /* Provisional work (its inputs checked once known) is left to the completion thread. */
-    if (a->seq > seq || a->host_fn || a->provisional) break;
+    if (a->seq > seq || a->host_fn || a->provisional || a->foreign_waits) break;
     gpuhal__list_remove(&a->link);
     gpuhal__list_push_back(taken, &a->link);
     n++;

@@ -175,6 +175,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   a->trace = NULL;
   a->value_waits = 0;
   a->provisional = 0;
+  a->foreign_waits = 0;
   a->park_reserved = 0;
   a->side = 0;
   a->chain_claim = 0;
@@ -205,6 +206,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
     tp->value = signal.values[i];
     tp->event = NULL;
     tp->provisional = 0;
+    tp->inputs_checked = 0;
     tp->word_written = 0;
     tp->issue_seq = 0;
     tp->issue_lane = 0;

@@ -282,7 +282,7 @@ static int gpuhal__semaphore_advance_from_event(gpuhal_semaphore_t* s, const gpu
       reached = 0;
     } else {
       gpuhal__timepoint_t* tp = GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link);
-      reached = !tp->provisional || tp->settled(tp);
+      reached = !(tp->provisional || tp->inputs_checked) || tp->settled(tp);
     }
     if (reached) {
       gpuhal__semaphore_store_locked(s, value);
@@ -472,6 +472,7 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
           }
         }
         q->event_value = best->value;
+        q->foreign = q->local_events && best->event->pool != q->local_events;
         q->provisional = best->provisional;
         q->word_written = best->word_written;
         state = GPUHAL__WAIT_SUBMITTED;

@@ -113,6 +113,9 @@ typedef struct gpuhal__timepoint_s {
    * only when `settled` (called under the semaphore's lock while the timepoint is linked,
    * so its owner is alive) says every input of the work is known reached. */
   int provisional;
+  /* The work waited on another device's event, which that device's loss ends without its
+   * work: reached, too, only when `settled`. */
+  int inputs_checked;
   int (*settled)(const struct gpuhal__timepoint_s* tp);
   void* owner;
   /* The owner's issue order (its seq) and 1 + its queue when it was issued on that queue's
@@ -356,6 +359,7 @@ typedef struct gpuhal__wait_query_s {
   int word_written;         /* out, SUBMITTED: its work writes the word (gpuhal__timepoint_t) */
   uint32_t event_lane;      /* out, *event taken of local_events: its timepoint's issue_lane (else 0) */
   uint64_t event_seq;       /* out, with event_lane: its timepoint's issue_seq */
+  int foreign;              /* out, SUBMITTED (local_events given): its work is of another event pool (device) */
   CUdeviceptr word_address; /* out, ARMED */
   gpuhal_status_t failure;  /* out, FAILED: a clone of the cause */
 } gpuhal__wait_query_t;

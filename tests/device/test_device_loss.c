@@ -262,6 +262,138 @@ TU_TEST(other_device_keeps_working) {
   gpuhal_driver_release(driver);
 }
 
+/* Work on one device that waits, through an event, for work of a device that is then
+ * lost: that event's wait ends with the lost context, but the work it waited for never ran,
+ * so the waiter must fail with the loss, not succeed. Rounds alternate the event path
+ * (where this failed in most runs) and the memop path: the loss and the waiter's
+ * completion race.
+ *   lost q0: fault (after host gate e)  -> a    lost q1: fill (after a) -> b
+ *   healthy q0: fill (after b)          -> c    (c must fail with the loss) */
+TU_TEST(work_behind_a_lost_devices_event_fails) {
+  int round;
+  if (!tu_softcuda()) TU_SKIP("on a real GPU a sticky error may take the process's other contexts with it");
+  for (round = 0; round < 8; ++round) {
+    gpuhal_driver_t* driver = NULL;
+    gpuhal_device_t *lost = NULL, *healthy = NULL;
+    gpuhal_device_params_t params;
+    gpuhal_executable_t *fault_exe = NULL, *fill_exe = NULL, *fill_exe1 = NULL;
+    gpuhal_kernel_t *fault = NULL, *fill = NULL, *fill1 = NULL;
+    gpuhal_command_buffer_t *fault_cb = NULL, *fill_cb = NULL, *fill_cb1 = NULL;
+    gpuhal_buffer_t *buf = NULL, *buf1 = NULL;
+    gpuhal_semaphore_t *a = NULL, *b = NULL, *c = NULL, *e = NULL;
+    const uint64_t one = 1;
+    int count = 0;
+    int64_t t0;
+    memset(&params, 0, sizeof(params));
+    params.queue_count = 2;
+    gpuhal_driver_options_t options;
+    memset(&options, 0, sizeof(options));
+    options.semaphore_memops = round % 2 ? 0 : -1;
+    TU_REQUIRE_OK(gpuhal_driver_create(&options, &driver));
+    TU_CHECK_OK(gpuhal_driver_device_count(driver, &count));
+    if (count < 2) {
+      gpuhal_driver_release(driver);
+      TU_SKIP("needs two devices");
+    }
+    TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &lost));
+    TU_REQUIRE_OK(gpuhal_device_create(driver, 1, &params, &healthy));
+    TU_REQUIRE_OK(load_kernel(lost, "fault", &fault_exe, &fault));
+    TU_REQUIRE_OK(load_kernel(lost, "fill_u32", &fill_exe, &fill));
+    TU_REQUIRE_OK(load_kernel(healthy, "fill_u32", &fill_exe1, &fill1));
+    TU_REQUIRE_OK(gpuhal_buffer_allocate(lost, GPUHAL_MEMORY_DEVICE, 256, &buf));
+    TU_REQUIRE_OK(gpuhal_buffer_allocate(healthy, GPUHAL_MEMORY_DEVICE, 256, &buf1));
+    TU_REQUIRE_OK(record_fault(lost, fault, &fault_cb));
+    TU_REQUIRE_OK(record_fill(lost, fill, buf, 5u, &fill_cb));
+    TU_REQUIRE_OK(record_fill(healthy, fill1, buf1, 5u, &fill_cb1));
+    TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &a));
+    TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &b));
+    TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &c));
+    TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &e));
+    TU_CHECK_OK(gpuhal_queue_execute(lost, 0, gpuhal_semaphore_list_one(&e, &one), gpuhal_semaphore_list_one(&a, &one),
+                                     fault_cb, NULL));
+    TU_CHECK_OK(gpuhal_queue_execute(lost, 1, gpuhal_semaphore_list_one(&a, &one), gpuhal_semaphore_list_one(&b, &one),
+                                     fill_cb, NULL));
+    TU_CHECK_OK(gpuhal_queue_execute(healthy, 0, gpuhal_semaphore_list_one(&b, &one),
+                                     gpuhal_semaphore_list_one(&c, &one), fill_cb1, NULL));
+    t0 = gpuhal_now_ns();
+    TU_CHECK_OK(gpuhal_semaphore_signal(e, 1));
+    CHECK_LOSS(gpuhal_semaphore_wait(c, 1, seconds(20)), t0);
+    CHECK_LOSS(gpuhal_semaphore_wait(b, 1, seconds(20)), t0);
+    TU_CHECK_OK(gpuhal_device_wait_idle(healthy, seconds(20)));
+    gpuhal_command_buffer_release(fault_cb);
+    gpuhal_command_buffer_release(fill_cb);
+    gpuhal_command_buffer_release(fill_cb1);
+    gpuhal_buffer_release(buf);
+    gpuhal_buffer_release(buf1);
+    gpuhal_executable_release(fault_exe);
+    gpuhal_executable_release(fill_exe);
+    gpuhal_executable_release(fill_exe1);
+    gpuhal_semaphore_release(a);
+    gpuhal_semaphore_release(b);
+    gpuhal_semaphore_release(c);
+    gpuhal_semaphore_release(e);
+    gpuhal_device_release(lost);
+    gpuhal_device_release(healthy);
+    gpuhal_driver_release(driver);
+  }
+}
+
+/* A load on a lost device whose work is parked on the GPU (memop path: it waits for a value
+ * the host never signalled) fails at once with the loss. It waited the whole
+ * load_parked_wait_ns (5 s) for that work to drain, which on a lost context it never does,
+ * and then failed without the cause. */
+TU_TEST(load_after_a_loss_with_parked_work_fails_fast) {
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* lost = NULL;
+  gpuhal_device_params_t params;
+  gpuhal_executable_t *fault_exe = NULL, *fill_exe = NULL, *again = NULL;
+  gpuhal_kernel_t *fault = NULL, *fill = NULL;
+  gpuhal_command_buffer_t *fault_cb = NULL, *fill_cb = NULL;
+  gpuhal_buffer_t* buf = NULL;
+  gpuhal_semaphore_t *a = NULL, *b = NULL, *e = NULL, *h = NULL;
+  const uint64_t one = 1;
+  char* ptx;
+  size_t size = 0;
+  int64_t t0;
+  if (!tu_softcuda()) TU_SKIP("on a real GPU a sticky error may take the process's other contexts with it");
+  memset(&params, 0, sizeof(params));
+  params.queue_count = 2;
+  TU_REQUIRE_OK(gpuhal_driver_create(NULL, &driver));
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &lost));
+  TU_REQUIRE_OK(load_kernel(lost, "fault", &fault_exe, &fault));
+  TU_REQUIRE_OK(load_kernel(lost, "fill_u32", &fill_exe, &fill));
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(lost, GPUHAL_MEMORY_DEVICE, 256, &buf));
+  TU_REQUIRE_OK(record_fault(lost, fault, &fault_cb));
+  TU_REQUIRE_OK(record_fill(lost, fill, buf, 5u, &fill_cb));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &a));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &b));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &e));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &h));
+  TU_CHECK_OK(gpuhal_queue_execute(lost, 1, gpuhal_semaphore_list_one(&h, &one), gpuhal_semaphore_list_one(&b, &one),
+                                   fill_cb, NULL)); /* parks on h (memops) */
+  TU_CHECK_OK(gpuhal_queue_execute(lost, 0, gpuhal_semaphore_list_one(&e, &one), gpuhal_semaphore_list_one(&a, &one),
+                                   fault_cb, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_signal(e, 1));
+  CHECK_LOSS(gpuhal_semaphore_wait(a, 1, seconds(20)), gpuhal_now_ns());
+  ptx = read_kernel("vector_add", &size);
+  TU_REQUIRE(ptx != NULL);
+  t0 = gpuhal_now_ns();
+  CHECK_LOSS(gpuhal_executable_load(lost, ptx, size, &again), t0);
+  TU_CHECK(gpuhal_now_ns() - t0 < 2000000000ll); /* not the 5 s wait for parked work */
+  free(ptx);
+  gpuhal_command_buffer_release(fault_cb);
+  gpuhal_command_buffer_release(fill_cb);
+  gpuhal_buffer_release(buf);
+  gpuhal_executable_release(fault_exe);
+  gpuhal_executable_release(fill_exe);
+  gpuhal_semaphore_release(a);
+  gpuhal_semaphore_release(b);
+  gpuhal_semaphore_release(e);
+  gpuhal_semaphore_release(h);
+  gpuhal_device_release(lost);
+  gpuhal_driver_release(driver);
+}
+
 /* After the lost device is released, a new device on the same ordinal works (softcuda:
  * the primary context is torn down at its last release and made anew). On a real GPU the
  * driver may refuse: then the refusal must be a clear status, not a crash or a hang. */
@@ -347,4 +479,5 @@ TU_TEST(device_can_be_created_again) {
 }
 
 TU_MAIN(TU_CASE(faulting_kernel_fails_pending_and_later_work), TU_CASE(other_device_keeps_working),
+        TU_CASE(work_behind_a_lost_devices_event_fails), TU_CASE(load_after_a_loss_with_parked_work_fails_fast),
         TU_CASE(device_can_be_created_again))
