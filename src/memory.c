@@ -191,6 +191,15 @@ GPUHAL__PRIVATE void gpuhal__pool_mark_free(gpuhal_device_t* device, CUstream st
   gpuhal__atomic_store(&memory->free_marked[queue], 1);
 }
 
+/* An out-of-memory status whose recovery failed at `step`: the shortage stays the cause
+ * (the first line), the step's error follows. */
+static gpuhal_status_t gpuhal__oom_recovery_failed(gpuhal_status_t oom, gpuhal_status_t step) {
+  gpuhal_status_t status =
+      gpuhal_status_annotate(oom, "and recovering from it failed: %s", gpuhal_status_message(step));
+  gpuhal_status_free(step);
+  return status;
+}
+
 /* Waits for the frees of at-once deallocas (gpuhal__pool_mark_free); the context is current. */
 static gpuhal_status_t gpuhal__pool_settle_marked_current(gpuhal_device_t* device) {
   gpuhal__memory_state_t* memory = device->memory;
@@ -315,10 +324,7 @@ static gpuhal_status_t gpuhal__pool_alloc_or_recover(gpuhal_device_t* device, CU
       step = gpuhal__pool_wait_for_frees(device, stream, &waited, &ran);
     if (!step && ran) step = gpuhal__pool_trim_current(device);
   }
-  if (step) {
-    gpuhal_status_free(status);
-    return step;
-  }
+  if (step) return gpuhal__oom_recovery_failed(status, step);
   if (waited || ran) {
     gpuhal_status_free(status);
     status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
@@ -408,8 +414,8 @@ static gpuhal_status_t gpuhal__buffer_allocate_current(gpuhal_buffer_t* buffer) 
 }
 
 /* Out of device (or managed) memory, the pool may be holding what is missing, and frees
- * put off may not have run yet: run them (unless work waits on the GPU), trim the pool and
- * try once more. */
+ * put off (or of deallocas that signalled at once) may not have run yet: run them (unless
+ * work waits on the GPU), trim the pool and try once more. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* buffer) {
   gpuhal_device_t* device = buffer->device;
   gpuhal__context_scope_t scope;
@@ -419,10 +425,10 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* 
   if (gpuhal__status_is_oom(status) && buffer->kind != GPUHAL_MEMORY_HOST_PINNED) {
     gpuhal_status_t trimmed;
     gpuhal__driver_flush_deferred(device->driver);
-    trimmed = gpuhal__pool_trim_current(device);
+    trimmed = gpuhal__pool_settle_marked_current(device);
+    if (!trimmed) trimmed = gpuhal__pool_trim_current(device);
     if (trimmed) {
-      gpuhal_status_free(status);
-      status = trimmed;
+      status = gpuhal__oom_recovery_failed(status, trimmed);
     } else {
       gpuhal_status_free(status);
       status = gpuhal__buffer_allocate_current(buffer);

@@ -186,8 +186,9 @@ TU_TEST(full_pool_recovers_after_deallocation) {
 /* A dealloca on an idle queue signals as soon as its free is enqueued, before the free has
  * run. Its signal must still mean the memory is free to those who waited for it: a trim
  * right after gives it back, and an alloca out of memory on another queue right after gets
- * it (here: 40 MiB, which no 8 MiB block of the full pool can serve without a trim). Before
- * the fix the trim left the pool in use in most rounds, and the alloca failed in some. */
+ * it (here: 40 MiB, which no 8 MiB block of the full pool can serve without a trim), as
+ * does a gpuhal_buffer_allocate. Before the fix the trim left the pool in use in most
+ * rounds, and the alloca and the allocation failed in some. */
 TU_TEST(a_dealloca_signal_frees_for_trim_and_alloca) {
   fixture_t f;
   gpuhal_buffer_t* bufs[MAX_CHUNKS];
@@ -214,7 +215,11 @@ TU_TEST(a_dealloca_signal_frees_for_trim_and_alloca) {
     gpuhal_buffer_release(big);
     TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, wait_time()));
     gpuhal_semaphore_release(done);
-    /* Its signal seen, then a trim: nothing of the pool is in use. */
+    /* Its signal seen, a plain allocation of as much (the pool holds it until trimmed) */
+    TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 5 * CHUNK, &big));
+    gpuhal_buffer_release(big);
+    big = NULL;
+    /* then a trim: nothing of the pool is in use. */
     TU_CHECK_OK(gpuhal_device_trim(f.device));
     TU_CHECK_OK(gpuhal_device_memory_stats(f.device, &stats));
     TU_CHECK_EQ_INT(stats.pool_used, 0);
