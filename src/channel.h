@@ -107,7 +107,12 @@ GPUHAL_API int gpuhal_channel_size(gpuhal_channel_t* channel);
 /* The channel's device (not retained); NULL for bad input. */
 GPUHAL_API gpuhal_device_t* gpuhal_channel_device(gpuhal_channel_t* channel);
 
-/* Records a collective of `channel` into a command buffer of the channel's device. */
+/* Records a collective of `channel` into a command buffer of the channel's device. An
+ * execute of it is issued by the device's worker, and NCCL's enqueue may block it until
+ * every rank has enqueued its part; meanwhile nothing else of that device is issued (its
+ * other queues included; work already issued runs on). So a rank's collective must not
+ * wait for work another rank's device issues only after its own collective of the group:
+ * queue each rank's inputs to its collective before, or on another device. */
 GPUHAL_API gpuhal_status_t gpuhal_cmd_collective(gpuhal_command_buffer_t* command_buffer, gpuhal_channel_t* channel,
                                                  const gpuhal_collective_t* collective);
 

@@ -145,7 +145,9 @@ GPUHAL_API gpuhal_buffer_ref_t gpuhal_ref_buffer(gpuhal_buffer_t* buffer, uint64
 GPUHAL_API gpuhal_buffer_ref_t gpuhal_ref_slot(uint32_t slot, uint64_t offset);
 
 /* The buffers of binding slots 0..count-1 for one execute (offsets may be NULL: all 0).
- * Entries of slots the command buffer does not use may be NULL. */
+ * `count` covers every slot of the command buffer (more entries are ignored); entries of
+ * slots it does not use may be NULL. A slot takes a buffer of the command buffer's own
+ * device (name another device's buffer directly, as gpuhal_cmd_copy's src or dst). */
 typedef struct gpuhal_binding_table_t {
   uint32_t count;
   gpuhal_buffer_t* const* buffers;
@@ -221,14 +223,16 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_dispatch_ex(gpuhal_command_buffer_t* comma
                                                   gpuhal_dim3_t grid, gpuhal_dim3_t block, uint32_t shared_bytes,
                                                   const gpuhal_dispatch_options_t* options, uint32_t arg_count,
                                                   const gpuhal_arg_t* args);
-/* Copies size bytes from src to dst (the ranges must not overlap). */
+/* Copies size bytes from src to dst (the ranges must not overlap). Like every command that
+ * moves bytes, size 0 is INVALID_ARGUMENT: a command that does nothing is most often a bug
+ * of its caller. */
 GPUHAL_API gpuhal_status_t gpuhal_cmd_copy(gpuhal_command_buffer_t* command_buffer, gpuhal_buffer_ref_t src,
                                            gpuhal_buffer_ref_t dst, uint64_t size);
 /* Repeats a pattern of 1, 2, 4, 8 or 16 bytes over [dst, dst + size); the offset and size
- * must be multiples of pattern_size. */
+ * must be multiples of pattern_size, and size > 0. */
 GPUHAL_API gpuhal_status_t gpuhal_cmd_fill(gpuhal_command_buffer_t* command_buffer, gpuhal_buffer_ref_t dst,
                                            uint64_t size, const void* pattern, uint32_t pattern_size);
-/* Writes size host bytes to dst when executed; the bytes are copied now. */
+/* Writes size host bytes (> 0) to dst when executed; the bytes are copied now. */
 GPUHAL_API gpuhal_status_t gpuhal_cmd_update(gpuhal_command_buffer_t* command_buffer, const void* host_src,
                                              gpuhal_buffer_ref_t dst, uint64_t size);
 /* Everything recorded before the barrier completes before anything recorded after it. */

@@ -423,6 +423,9 @@ static void ipc_side_a(int sock) {
   CONF_REQUIRE_OK(cu.cuMemAlloc(&d, I_SIZE));
   sp_pattern(w, 0xC0000000u);
   CONF_OK(cu.cuMemcpyHtoD(d, w, sizeof w));
+  /* From pageable memory the copy may return before its DMA lands (CUDA's synchronization
+   * rules): the other process reads the memory next. */
+  CONF_OK(cu.cuCtxSynchronize());
   CONF_REQUIRE_OK(cu.cuIpcGetMemHandle(&h, d + 4096)); /* an address inside: the allocation's handle */
   CONF_EQ(cu.cuIpcOpenMemHandle(&self, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), CUDA_ERROR_INVALID_CONTEXT);
   SP_SEND(sock, I_HANDLE, 0, 0, &h, -1);
@@ -453,6 +456,7 @@ static void ipc_side_b(int sock) {
   CONF_OK(cu.cuIpcCloseMemHandle(d));                                         /* one of two */
   sp_pattern(w, 0xD0000000u);
   CONF_OK(cu.cuMemcpyHtoD(d + I_SIZE - sizeof w, w, sizeof w));
+  CONF_OK(cu.cuCtxSynchronize()); /* landed before the other process reads it */
   CONF_OK(cu.cuIpcCloseMemHandle(d));
   CONF_EQ(cu.cuIpcCloseMemHandle(d), CUDA_ERROR_INVALID_VALUE); /* closed */
   SP_SEND(sock, I_B_WROTE, 0, 0, NULL, -1);
