@@ -34,7 +34,10 @@
  *    An alloca or dealloca whose waits are reached, on a queue with nothing in flight or
  *    queued ahead, is done as it is issued: the caller, holding the issue lock, makes its
  *    pool call in a push/pop and signals from the host ("at once", queue_submit.c);
- *    gpuhal_device_wait_idle then polls that stream (cuStreamQuery in a push/pop).
+ *    gpuhal_device_wait_idle then polls that stream (cuStreamQuery in a push/pop). Such a
+ *    dealloca records an event behind its free (cuEventCreate once, cuEventRecord), which
+ *    gpuhal_device_trim and an allocation out of memory wait for (cuEventSynchronize in a
+ *    push/pop, or on the worker): microseconds, the stream was idle.
  *  - a thread in gpuhal_semaphore_signal (an application thread): a push/pop and issues (no
  *    harvest) of woken actions, its signal's among them, once the semaphore's lock is
  *    released (up to GPUHAL__SIGNAL_ISSUE_MAX, only actions a submitter may issue, only with
@@ -305,8 +308,9 @@ typedef struct gpuhal__action_s {
   int provisional;             /* it may run on a failed input: a value wait (a failure store releases
                          it), or a wait on provisional work; see gpuhal__action_inputs */
   int foreign_waits;           /* some wait is on an event of another device, which a loss of that
-                                  device ends without its work: its inputs are checked as a
-                                  provisional action's are (gpuhal__action_inputs) */
+                                  device ends without its work, or on work with such waits: its
+                                  inputs are checked as a provisional action's are
+                                  (gpuhal__action_inputs) */
   uint32_t shared_signal_refs; /* bit i: signal i uses a wait's semaphore reference */
   gpuhal__action_wait_t* waits;
   gpuhal__timepoint_t* signals;
@@ -620,10 +624,10 @@ GPUHAL__PRIVATE int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp);
 
 GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg);
 
-/* ---- the host-call thread ---- */
+/* ---- the host-call threads ---- */
 GPUHAL__PRIVATE void* gpuhal__host_call_main(void* arg);
-/* Starts `queue`'s host-call thread unless it runs (any thread but the device's own:
- * gpuhal_queue_host_call calls it before submitting). */
+/* Starts `queue`'s host-call thread unless it runs (gpuhal_queue_host_call calls it before
+ * submitting, on any thread, a host function included). */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_host_call_thread_start(gpuhal__queue_state_t* state, uint32_t queue);
 
 /* After a fast-path issue on `queue` (at `now`, 0 if unknown), on the submitting thread,

@@ -145,6 +145,7 @@ static gpuhal_status_t gpuhal__action_wait_event(gpuhal__action_t* a, gpuhal__ac
   if (st == GPUHAL__WAIT_PENDING)
     return gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "queue '%s': a submitted value %llu is no longer submitted",
                               a->ops->name, (unsigned long long)w->value);
+  if (q.foreign) a->foreign_waits = 1;
   gpuhal__action_wait_take_event(w, &q);
   return NULL;
 }

@@ -25,8 +25,9 @@
  * holds the value but never more than GPUHAL__WORD_MAX, which still releases every such
  * wait (a host signal of UINT64_MAX included). A failed semaphore's word holds
  * GPUHAL__WORD_MAX. A shared semaphore's word is its value for other processes: it is
- * stored whole, its waits go to the GPU only up to 2^62 above its value, and failing it
- * stores the value + 2^62, which releases those. */
+ * stored whole, so its values stay at or below GPUHAL__WORD_MAX (signals above are refused:
+ * gpuhal__semaphore_check_shared_value), its waits go to the GPU only up to 2^62 above its
+ * value, and failing it stores the value + 2^62, which releases those. */
 #define GPUHAL__WORD_MAX ((uint64_t)INT64_MAX)
 #define GPUHAL__WORD_WAIT_MAX (1ull << 62)
 #define GPUHAL__WORD_FAILED(s) ((s)->shared ? (s)->value + GPUHAL__WORD_WAIT_MAX : GPUHAL__WORD_MAX)
@@ -216,8 +217,9 @@ static void gpuhal__semaphore_publish_newest_locked(gpuhal_semaphore_t* s) {
       gpuhal__list_empty(&s->timepoints) ? NULL : GPUHAL__CONTAINER_OF(s->timepoints.prev, gpuhal__timepoint_t, link);
   uint64_t value = newest ? newest->value : 0;
   /* A provisional newest value is not "covered" without the lock: the waiter must learn
-   * that it is provisional (gpuhal__semaphore_check). */
-  CUstream stream = newest && !newest->provisional ? newest->event->stream : NULL;
+   * that it is provisional (gpuhal__semaphore_check); nor is one whose work's inputs are
+   * still to be checked (the waiter inherits that check). */
+  CUstream stream = newest && !newest->provisional && !newest->inputs_checked ? newest->event->stream : NULL;
   uint32_t seq = gpuhal__atomic_load_relaxed(&s->newest_seq);
   if (value == gpuhal__atomic_load(&s->newest_value) && stream == gpuhal__atomic_load(&s->newest_stream)) return;
   gpuhal__atomic_store_relaxed(&s->newest_seq, seq + 1);
@@ -472,7 +474,7 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
           }
         }
         q->event_value = best->value;
-        q->foreign = q->local_events && best->event->pool != q->local_events;
+        q->foreign = (q->local_events && best->event->pool != q->local_events) || best->inputs_checked;
         q->provisional = best->provisional;
         q->word_written = best->word_written;
         state = GPUHAL__WAIT_SUBMITTED;
@@ -647,8 +649,20 @@ static gpuhal_status_t gpuhal__semaphore_signal_host(gpuhal_semaphore_t* semapho
   return result;
 }
 
+/* A shared semaphore's word holds its value whole, and the GPU compares with wraparound:
+ * values of 2^63 and more would hold GPU waits for small values forever. */
+static gpuhal_status_t gpuhal__semaphore_check_shared_value(const gpuhal_semaphore_t* s, uint64_t value,
+                                                            const char* func, const char* arg) {
+  if (!s->shared || value <= GPUHAL__WORD_MAX) return NULL;
+  return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
+                            "%s: argument '%s' (%llu) is above 2^63 - 1, the most a shared semaphore may reach (GPU "
+                            "waits compare its values with wraparound)",
+                            func, arg, (unsigned long long)value);
+}
+
 GPUHAL_API gpuhal_status_t gpuhal_semaphore_signal(gpuhal_semaphore_t* semaphore, uint64_t value) {
   GPUHAL__CHECK_OBJECT(semaphore, GPUHAL__MAGIC_SEMAPHORE);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__semaphore_check_shared_value(semaphore, value, __func__, "value"));
   return gpuhal__semaphore_signal_host(semaphore, value, 0);
 }
 
@@ -815,8 +829,11 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
   /* The work writes the word after it ran (the write fences what came before it in its
    * stream): the word passing the value is as good as the event completing, and reading it
    * costs nothing. (It may also pass for a later signal or a failure store: the timeline
-   * is past the value then too, and a failure is looked at first.) */
-  volatile uint64_t* word = word_written ? gpuhal__atomic_load(&s->word) : NULL;
+   * is past the value then too, and a failure is looked at first.) A value above what a word
+   * holds is told by the event alone. */
+  volatile uint64_t* word = word_written && event_value == gpuhal__semaphore_word_value(s, event_value)
+                                ? gpuhal__atomic_load(&s->word)
+                                : NULL;
   int r, advanced = 0;
   for (;;) {
     int64_t now;
@@ -926,6 +943,10 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_list_check(const char* func, c
       return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                                 "%s: argument '%s' entry %u is a semaphore of another driver than the device's", func,
                                 arg, i);
+    if (strcmp(arg, "signal") == 0) {
+      bad = gpuhal__semaphore_check_shared_value(s, list.values[i], func, arg);
+      if (bad) return gpuhal_status_annotate(bad, "at index %u", i);
+    }
   }
   return NULL;
 }

@@ -63,7 +63,9 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphores_wait(gpuhal_wait_mode_t mode, gpuha
  * tells a process that the other one died: give its waits a timeout, and fail the
  * semaphore yourself (gpuhal_semaphore_fail) to release everything waiting on it.
  * Needs GPUHAL_FEATURE_SEMAPHORE_MEMOPS (UNAVAILABLE without it, saying why) and POSIX
- * shared memory; both processes must use the same build of gpuhal.h. */
+ * shared memory; both processes must use the same build of gpuhal.h. A shared semaphore's
+ * values stay at or below 2^63 - 1 (its word holds them whole, and the GPU compares with
+ * wraparound): a signal above that, from the host or a queue, is OUT_OF_RANGE. */
 #define GPUHAL_SEMAPHORE_SHARED_REASON_MAX 512
 
 /* A file descriptor another process opens the semaphore with (gpuhal_semaphore_import):
@@ -359,7 +361,8 @@ typedef struct gpuhal__wait_query_s {
   int word_written;         /* out, SUBMITTED: its work writes the word (gpuhal__timepoint_t) */
   uint32_t event_lane;      /* out, *event taken of local_events: its timepoint's issue_lane (else 0) */
   uint64_t event_seq;       /* out, with event_lane: its timepoint's issue_seq */
-  int foreign;              /* out, SUBMITTED (local_events given): its work is of another event pool (device) */
+  int foreign;              /* out, SUBMITTED (local_events given): its work is of another event pool (device),
+                               or its own inputs are still to be checked (gpuhal__timepoint_t.inputs_checked) */
   CUdeviceptr word_address; /* out, ARMED */
   gpuhal_status_t failure;  /* out, FAILED: a clone of the cause */
 } gpuhal__wait_query_t;

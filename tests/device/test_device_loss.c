@@ -268,7 +268,9 @@ TU_TEST(other_device_keeps_working) {
  * (where this failed in most runs) and the memop path: the loss and the waiter's
  * completion race.
  *   lost q0: fault (after host gate e)  -> a    lost q1: fill (after a) -> b
- *   healthy q0: fill (after b)          -> c    (c must fail with the loss) */
+ *   healthy q0: fill (after b)          -> c    (c must fail with the loss)
+ * and work behind that waiter, which inherits the check: on its stream (d) and on another
+ * queue (g), both waiting for c. */
 TU_TEST(work_behind_a_lost_devices_event_fails) {
   int round;
   if (!tu_softcuda()) TU_SKIP("on a real GPU a sticky error may take the process's other contexts with it");
@@ -280,7 +282,7 @@ TU_TEST(work_behind_a_lost_devices_event_fails) {
     gpuhal_kernel_t *fault = NULL, *fill = NULL, *fill1 = NULL;
     gpuhal_command_buffer_t *fault_cb = NULL, *fill_cb = NULL, *fill_cb1 = NULL;
     gpuhal_buffer_t *buf = NULL, *buf1 = NULL;
-    gpuhal_semaphore_t *a = NULL, *b = NULL, *c = NULL, *e = NULL;
+    gpuhal_semaphore_t *a = NULL, *b = NULL, *c = NULL, *e = NULL, *d = NULL, *g = NULL;
     const uint64_t one = 1;
     int count = 0;
     int64_t t0;
@@ -309,16 +311,24 @@ TU_TEST(work_behind_a_lost_devices_event_fails) {
     TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &b));
     TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &c));
     TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &e));
+    TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &d));
+    TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &g));
     TU_CHECK_OK(gpuhal_queue_execute(lost, 0, gpuhal_semaphore_list_one(&e, &one), gpuhal_semaphore_list_one(&a, &one),
                                      fault_cb, NULL));
     TU_CHECK_OK(gpuhal_queue_execute(lost, 1, gpuhal_semaphore_list_one(&a, &one), gpuhal_semaphore_list_one(&b, &one),
                                      fill_cb, NULL));
     TU_CHECK_OK(gpuhal_queue_execute(healthy, 0, gpuhal_semaphore_list_one(&b, &one),
                                      gpuhal_semaphore_list_one(&c, &one), fill_cb1, NULL));
+    TU_CHECK_OK(gpuhal_queue_execute(healthy, 0, gpuhal_semaphore_list_one(&c, &one),
+                                     gpuhal_semaphore_list_one(&d, &one), NULL, NULL));
+    TU_CHECK_OK(gpuhal_queue_execute(healthy, 1, gpuhal_semaphore_list_one(&c, &one),
+                                     gpuhal_semaphore_list_one(&g, &one), NULL, NULL));
     t0 = gpuhal_now_ns();
     TU_CHECK_OK(gpuhal_semaphore_signal(e, 1));
     CHECK_LOSS(gpuhal_semaphore_wait(c, 1, seconds(20)), t0);
     CHECK_LOSS(gpuhal_semaphore_wait(b, 1, seconds(20)), t0);
+    CHECK_LOSS(gpuhal_semaphore_wait(d, 1, seconds(20)), t0);
+    CHECK_LOSS(gpuhal_semaphore_wait(g, 1, seconds(20)), t0);
     TU_CHECK_OK(gpuhal_device_wait_idle(healthy, seconds(20)));
     gpuhal_command_buffer_release(fault_cb);
     gpuhal_command_buffer_release(fill_cb);
@@ -332,6 +342,8 @@ TU_TEST(work_behind_a_lost_devices_event_fails) {
     gpuhal_semaphore_release(b);
     gpuhal_semaphore_release(c);
     gpuhal_semaphore_release(e);
+    gpuhal_semaphore_release(d);
+    gpuhal_semaphore_release(g);
     gpuhal_device_release(lost);
     gpuhal_device_release(healthy);
     gpuhal_driver_release(driver);

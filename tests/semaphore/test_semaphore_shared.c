@@ -530,6 +530,18 @@ static void sh_bad_a(sh_proc_t* p) {
     TU_CHECK_EQ_INT(v, 1);
     TU_CHECK_OK(gpuhal_semaphore_signal(got, 7));
     TU_CHECK_OK(gpuhal_semaphore_wait(s, 7, sh_seconds(SH_WAIT_S)));
+    /* Its word holds values whole and the GPU compares with wraparound: at most 2^63 - 1. */
+    TU_CHECK_STATUS(gpuhal_semaphore_signal(got, UINT64_MAX), GPUHAL_STATUS_OUT_OF_RANGE, "'value'");
+    {
+      uint64_t far = (1ull << 63), eight = 8;
+      TU_CHECK_STATUS(gpuhal_queue_execute(p->device, 0, gpuhal_semaphore_list_empty(),
+                                           gpuhal_semaphore_list_one(&s, &far), NULL, NULL),
+                      GPUHAL_STATUS_OUT_OF_RANGE, "'signal'");
+      TU_CHECK_OK(gpuhal_queue_execute(p->device, 0, gpuhal_semaphore_list_empty(),
+                                       gpuhal_semaphore_list_one(&s, &eight), NULL, NULL));
+      TU_CHECK_OK(gpuhal_semaphore_wait(got, 8, sh_seconds(SH_WAIT_S)));
+    }
+    TU_CHECK_OK(gpuhal_semaphore_signal(got, (1ull << 63) - 1));
     gpuhal_semaphore_release(got);
   }
   close(fd);
