@@ -44,7 +44,10 @@ typedef struct gpuhal_compile_options_t {
  * which gpuhal_executable_kernel then takes as names.
  *   - Target: --gpu-architecture=compute_XY for the device's compute capability (or the newest
  *     one NVRTC supports below it), unless an option names an architecture itself
- *     (-arch=..., --gpu-architecture=...; an sm_ target such as sm_90a gives a cubin).
+ *     (-arch=..., --gpu-architecture=...). An sm_ target whose code runs on the device (its
+ *     major version, its minor or an earlier one; sm_90a on 9.0 only) gives a cubin, with
+ *     SASS options such as -maxrregcount applied; another (sm_80 on an H200) gives PTX that
+ *     the driver compiles for the device.
  *   - NVRTC is loaded on the first compile: gpuhal_driver_options_t.nvrtc_library, else
  *     $GPUHAL_NVRTC_LIBRARY, else libnvrtc.so.13, .so.12, .so. Not found: UNAVAILABLE
  *     listing what was tried. No CUDA toolkit is needed to build gpuhal.

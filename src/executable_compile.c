@@ -115,13 +115,39 @@ static char* gpuhal__compile_log(gpuhal_device_t* device, const gpuhal__nvrtc_sy
   return log;
 }
 
-/* NVRTC's output for a compiled program: for an sm_ target the cubin (NVRTC makes PTX too,
- * but the cubin is what was asked for: SASS options such as -maxrregcount apply to it only,
- * and it loads with no JIT), else the PTX. */
+/* 1 when the options name an sm_ target whose code runs on `device`: SASS runs on its own
+ * major version, at its minor or a later one; an arch-specific target (sm_90a) on its exact
+ * version only. */
+static int gpuhal__compile_sm_target_runs_here(const gpuhal_device_t* device, const gpuhal_compile_options_t* o) {
+  uint32_t i;
+  for (i = 0; i < o->option_count; ++i) {
+    const char* option = o->options[i];
+    const char* value = strchr(option, '=');
+    unsigned version = 0;
+    int digits = 0, major, minor;
+    if (!gpuhal__compile_option_names_arch(option)) continue;
+    value = value ? value + 1 : (i + 1 < o->option_count ? o->options[i + 1] : "");
+    if (strncmp(value, "sm_", 3) != 0) return 0;
+    for (value += 3; *value >= '0' && *value <= '9' && digits < 4; ++value, ++digits)
+      version = version * 10 + (unsigned)(*value - '0');
+    if (digits < 2) return 0;
+    major = (int)(version / 10);
+    minor = (int)(version % 10);
+    if (major != device->info.compute_capability_major) return 0;
+    return *value ? minor == device->info.compute_capability_minor : minor <= device->info.compute_capability_minor;
+  }
+  return 0;
+}
+
+/* NVRTC's output for a compiled program: for an sm_ target whose code runs on the device,
+ * the cubin (NVRTC makes PTX too, but the cubin is what was asked for: SASS options such as
+ * -maxrregcount apply to it only, and it loads with no JIT); else the PTX, which the driver
+ * compiles for the device (an sm_80 program on an sm_90 GPU). */
 static gpuhal_status_t gpuhal__compile_output(gpuhal_device_t* device, const gpuhal__nvrtc_symbols_t* nvrtc,
-                                              nvrtcProgram program, void** out, size_t* out_size) {
+                                              nvrtcProgram program, const gpuhal_compile_options_t* o, void** out,
+                                              size_t* out_size) {
   size_t size = 0;
-  int ptx = !(nvrtc->nvrtcGetCUBINSize && nvrtc->nvrtcGetCUBIN &&
+  int ptx = !(gpuhal__compile_sm_target_runs_here(device, o) && nvrtc->nvrtcGetCUBINSize && nvrtc->nvrtcGetCUBIN &&
               nvrtc->nvrtcGetCUBINSize(program, &size) == NVRTC_SUCCESS && size > 0);
   gpuhal_status_t status;
   if (ptx) {
@@ -280,7 +306,7 @@ static gpuhal_status_t gpuhal__compile_run(gpuhal_device_t* device, const gpuhal
       gpuhal__log(device->logger, GPUHAL_LOG_INFO, "gpuhal_executable_compile: '%s': NVRTC says:\n%s", name, log);
   }
   gpuhal__free(device->allocator, log);
-  if (!status) status = gpuhal__compile_output(device, nvrtc, program, out, out_size);
+  if (!status) status = gpuhal__compile_output(device, nvrtc, program, o, out, out_size);
   if (!status) status = gpuhal__compile_lowered_names(device, nvrtc, program, o, out_names);
   *out_is_ptx = !status && gpuhal__compile_is_ptx(*out, *out_size);
   if (!status && *out_names && *out_is_ptx) status = gpuhal__compile_note_names(device, *out_names, out, out_size);

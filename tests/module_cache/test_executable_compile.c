@@ -525,7 +525,8 @@ TU_TEST(threads_compile_at_once) {
 
 /* On a GPU: an arch-specific target gives a cubin, which loads and runs. NVRTC makes PTX
  * for it too; the cubin is what gets loaded (PTX would go through the disk cache's PTX path:
- * a disk miss). softcuda runs PTX only, so this needs the real driver. */
+ * a disk miss). A target of an older major version gives PTX (its cubin would not load).
+ * softcuda runs PTX only, so this needs the real driver. */
 TU_TEST(an_sm_target_gives_a_cubin_on_a_gpu) {
   gpuhal_driver_t* driver;
   gpuhal_device_t* device;
@@ -554,6 +555,12 @@ TU_TEST(an_sm_target_gives_a_cubin_on_a_gpu) {
   TU_CHECK_OK(cp_compile_run(device, arch));
   s = mc_stats(device);
   TU_CHECK_EQ_INT(s.disk_misses, 1);
+  /* An sm_ target of an older major version: its SASS does not run here, its PTX does. */
+  if (info.compute_capability_major >= 9) {
+    TU_CHECK_OK(cp_compile_run(device, "-arch=sm_80"));
+    s = mc_stats(device);
+    TU_CHECK_EQ_INT(s.disk_misses, 2);
+  }
   gpuhal_device_release(device);
   gpuhal_driver_release(driver);
   mc_remove_dir(dir);
