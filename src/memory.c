@@ -188,7 +188,7 @@ GPUHAL__PRIVATE void gpuhal__pool_mark_free(gpuhal_device_t* device, CUstream st
     gpuhal_status_free(status);
     return;
   }
-  gpuhal__atomic_store(&memory->free_marked[queue], 1);
+  gpuhal__atomic_add(&memory->free_mark_seq[queue], 1u); /* after the record: a waiter syncs on it */
 }
 
 /* An out-of-memory status whose recovery failed at `step`: the shortage stays the cause
@@ -204,9 +204,13 @@ static gpuhal_status_t gpuhal__oom_recovery_failed(gpuhal_status_t oom, gpuhal_s
 static gpuhal_status_t gpuhal__pool_settle_marked_current(gpuhal_device_t* device) {
   gpuhal__memory_state_t* memory = device->memory;
   uint32_t i;
-  for (i = 0; memory && i < device->queue_count; ++i)
-    if (gpuhal__atomic_exchange(&memory->free_marked[i], 0))
-      GPUHAL__CU_RETURN(device->cu, cuEventSynchronize, (memory->free_marks[i]));
+  for (i = 0; memory && i < device->queue_count; ++i) {
+    uint32_t seq = gpuhal__atomic_load(&memory->free_mark_seq[i]);
+    if (seq == gpuhal__atomic_load(&memory->free_settled_seq[i])) continue;
+    /* The record in force now covers every mark counted in seq. */
+    GPUHAL__CU_RETURN(device->cu, cuEventSynchronize, (memory->free_marks[i]));
+    gpuhal__atomic_store(&memory->free_settled_seq[i], seq); /* racing waiters: at worst one more sync later */
+  }
   return NULL;
 }
 

@@ -147,10 +147,12 @@ typedef struct gpuhal__memory_state_s {
   int32_t frees_issued[GPUHAL_MAX_QUEUES];
   CUevent oom_event; /* recorded on those streams for the alloca to wait on; lazily made */
   /* Per queue: recorded right behind an at-once dealloca's free (gpuhal__pool_mark_free),
-   * made lazily under issue_mutex; marked: 1 until a trim or an alloca out of memory waited
-   * for it (atomic). */
+   * made lazily under issue_mutex; free_mark_seq counts the records, free_settled_seq the
+   * last count a trim or an alloca out of memory waited for (atomic): a waiter that finds
+   * them equal has nothing to wait for, and two waiters at once both wait. */
   CUevent free_marks[GPUHAL_MAX_QUEUES];
-  int32_t free_marked[GPUHAL_MAX_QUEUES];
+  uint32_t free_mark_seq[GPUHAL_MAX_QUEUES];
+  uint32_t free_settled_seq[GPUHAL_MAX_QUEUES];
   uint64_t buffers_allocated; /* bytes of live gpuhal_buffer_allocate device memory (atomic) */
   /* This device's share of driver->gpu_waits (under driver->parked_mutex): queue work in
    * flight that may wait on the GPU for a value. See gpuhal__device_sync_call. */
