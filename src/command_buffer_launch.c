@@ -116,9 +116,10 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_launch_check(gpuhal_command_buffer_t*
   const gpuhal__cuda_symbols_t* cu = device->cu;
   memset(out, 0, sizeof(*out));
   if (!options) return NULL;
-  GPUHAL__CHECK_ARG((options->flags & ~(uint32_t)(GPUHAL_DISPATCH_COOPERATIVE | GPUHAL_DISPATCH_PROGRAMMATIC)) == 0,
-                    "options.flags",
-                    "has unknown bits (allowed: GPUHAL_DISPATCH_COOPERATIVE, GPUHAL_DISPATCH_PROGRAMMATIC)");
+  if ((options->flags & ~(uint32_t)(GPUHAL_DISPATCH_COOPERATIVE | GPUHAL_DISPATCH_PROGRAMMATIC)) != 0)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "gpuhal_cmd_dispatch_ex: argument 'options.flags' has unknown bits (allowed: "
+                              "GPUHAL_DISPATCH_COOPERATIVE, GPUHAL_DISPATCH_PROGRAMMATIC)");
   if (options->cluster.x || options->cluster.y || options->cluster.z || options->flags || options->priority) {
     /* every attribute but PROGRAMMATIC (which orders fully without them) needs both */
     const char* what = options->priority ? "options.priority" : "options";

@@ -328,7 +328,7 @@ TU_TEST(bad_options_name_the_field) {
   o = lt_options(0, 1u << 7, 0);
   TU_CHECK_STATUS(
       gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o, 2, args),
-      GPUHAL_STATUS_INVALID_ARGUMENT, "'options.flags' has unknown bits");
+      GPUHAL_STATUS_INVALID_ARGUMENT, "gpuhal_cmd_dispatch_ex: argument 'options.flags' has unknown bits");
   o = lt_options(2, GPUHAL_DISPATCH_COOPERATIVE, 0);
   TU_CHECK_STATUS(
       gpuhal_cmd_dispatch_ex(cb, t.cluster_exchange, gpuhal_dim3(64, 1, 1), gpuhal_dim3(32, 1, 1), 128, &o, 2, args),
