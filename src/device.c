@@ -3,6 +3,8 @@
 #include "device.h"
 #include "status.h"
 
+#include <unistd.h> /* getcwd */
+
 /* The device whose worker this thread is (NULL: not a worker). */
 static GPUHAL__THREAD_LOCAL gpuhal_device_t* gpuhal__worker_self = NULL;
 
@@ -623,7 +625,24 @@ static gpuhal_status_t gpuhal__device_check_params(const gpuhal_device_params_t*
   return NULL;
 }
 
-/* Copies `params` with the defaults filled in; module_cache_dir becomes an owned copy. */
+/* An owned copy of the cache directory `dir`, made absolute: a relative one is taken from
+ * the working directory now, not at each access (a later chdir would split the cache). */
+static char* gpuhal__device_cache_dir_copy(const gpuhal_allocator_t* allocator, const char* dir) {
+  char cwd[4096];
+  size_t cwd_length, length = strlen(dir);
+  char* copy;
+  if (dir[0] == '/' || dir[0] == 0 || !getcwd(cwd, sizeof(cwd))) return gpuhal__strdup(allocator, dir);
+  cwd_length = strlen(cwd);
+  copy = (char*)gpuhal__alloc(allocator, cwd_length + 1 + length + 1);
+  if (!copy) return NULL;
+  memcpy(copy, cwd, cwd_length);
+  copy[cwd_length] = '/';
+  memcpy(copy + cwd_length + 1, dir, length + 1);
+  return copy;
+}
+
+/* Copies `params` with the defaults filled in; module_cache_dir becomes an owned, absolute
+ * copy. */
 static gpuhal_status_t gpuhal__device_resolve_params(gpuhal_device_t* device, const gpuhal_device_params_t* params) {
   const char* cache_dir;
   if (params) device->params = *params;
@@ -632,7 +651,7 @@ static gpuhal_status_t gpuhal__device_resolve_params(gpuhal_device_t* device, co
   cache_dir = device->params.module_cache_dir ? device->params.module_cache_dir : gpuhal__getenv("GPUHAL_CACHE_DIR");
   device->params.module_cache_dir = NULL;
   if (cache_dir) {
-    char* copy = gpuhal__strdup(device->allocator, cache_dir);
+    char* copy = gpuhal__device_cache_dir_copy(device->allocator, cache_dir);
     if (!copy) return gpuhal__status_oom("module_cache_dir", strlen(cache_dir) + 1);
     device->params.module_cache_dir = copy;
   }

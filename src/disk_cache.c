@@ -456,6 +456,13 @@ GPUHAL__PRIVATE void gpuhal__disk_store(gpuhal__disk_cache_t* disk, const gpuhal
   }
   gpuhal__disk_header_encode(key, payload, payload_size, header);
   err = gpuhal__disk_write_file(path, header, key, payload, payload_size, &what);
+  if (err == EISDIR || err == ENOTEMPTY || (err == EEXIST && strcmp(what, "rename") == 0)) {
+    /* Something that is not a file sits at this entry's path (gpuhal only ever renames
+     * files there): this entry is not kept; the rest of the cache works on. */
+    gpuhal__log(disk->device->logger, GPUHAL_LOG_DEBUG, "module cache: cannot store %s (%s: %s); not kept", path, what,
+                strerror(err));
+    return;
+  }
   if (err) {
     gpuhal__disk_disable(disk, what, err);
     return;

@@ -115,6 +115,20 @@ static char* gpuhal__compile_log(gpuhal_device_t* device, const gpuhal__nvrtc_sy
   return log;
 }
 
+/* 1 when an option makes NVRTC read headers from disk (-I, --include-path, -include,
+ * --pre-include): their bytes are not in the disk cache's key, so such a program is not
+ * kept there (an edited header would load the old code). */
+static int gpuhal__compile_reads_files(const gpuhal_compile_options_t* o) {
+  uint32_t i;
+  for (i = 0; i < o->option_count; ++i) {
+    const char* option = o->options[i];
+    if (strncmp(option, "-I", 2) == 0 || strncmp(option, "--include-path", 14) == 0 ||
+        strncmp(option, "-include", 8) == 0 || strncmp(option, "--pre-include", 13) == 0)
+      return 1;
+  }
+  return 0;
+}
+
 /* 1 when the options name an sm_ target whose code runs on `device`: SASS runs on its own
  * major version, at its minor or a later one; an arch-specific target (sm_90a) on its exact
  * version only. */
@@ -424,7 +438,7 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_compile(gpuhal_device_t* device, co
   if (status) return gpuhal_status_annotate(status, "gpuhal_executable_compile");
   GPUHAL__RETURN_IF_ERROR(gpuhal__compile_argv(device, nvrtc, options, arch, sizeof(arch), &argv, &argc));
   cache = gpuhal__module_cache_of(device);
-  disk = gpuhal__atomic_load(&cache->disk.enabled);
+  disk = gpuhal__atomic_load(&cache->disk.enabled) && !gpuhal__compile_reads_files(options);
   if (disk) {
     image_size = gpuhal__compile_key_image(source, name, argv, argc, options, NULL);
     status = gpuhal__alloc_zeroed(device->allocator, image_size, "compile cache key", (void**)&image);

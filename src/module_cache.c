@@ -226,9 +226,11 @@ static void gpuhal__disk_key_make(gpuhal_device_t* device, const gpuhal__module_
 }
 
 /* Tries the disk cache: 1 (and *out_module) when a valid file loaded. A bad file or one
- * the driver refuses is reported at debug level and left to be replaced. */
+ * the driver refuses is reported at debug level and left to be replaced. A load that failed
+ * for a reason of the moment (work parked on the GPU, out of memory) is no fault of the
+ * file: *out_failure gets it, for the caller to return (compiling would fail the same way). */
 static int gpuhal__build_from_disk(gpuhal__module_cache_t* cache, const gpuhal__disk_key_t* key, const char* name,
-                                   gpuhal__module_entry_t* entry) {
+                                   gpuhal__module_entry_t* entry, gpuhal_status_t* out_failure) {
   gpuhal_device_t* device = cache->device;
   char path[GPUHAL__PATH_MAX];
   void* file = NULL;
@@ -243,6 +245,11 @@ static int gpuhal__build_from_disk(gpuhal__module_cache_t* cache, const gpuhal__
     if (!st) {
       GPUHAL__STAT_ADD(&cache->stats, disk_hits);
       return 1;
+    }
+    if (gpuhal_status_code(st) == GPUHAL_STATUS_FAILED_PRECONDITION ||
+        gpuhal_status_code(st) == GPUHAL_STATUS_RESOURCE_EXHAUSTED) {
+      *out_failure = st;
+      return 0;
     }
   }
   GPUHAL__STAT_ADD(&cache->stats, disk_misses);
@@ -267,7 +274,9 @@ static gpuhal_status_t gpuhal__build_via_cubin(gpuhal__module_cache_t* cache, gp
   if (disk) {
     gpuhal__disk_key_make(device, entry, &key);
     gpuhal__disk_file_name(&key, name, sizeof(name));
-    if (gpuhal__build_from_disk(cache, &key, name, entry)) return NULL;
+    gpuhal_status_t failure = NULL;
+    if (gpuhal__build_from_disk(cache, &key, name, entry, &failure)) return NULL;
+    if (failure) return failure;
   }
   GPUHAL__STAT_ADD(&cache->stats, compiles);
   st = device->params.compile_fn ? gpuhal__compile_with_hook(device, entry, &cubin)

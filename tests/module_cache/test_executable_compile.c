@@ -523,6 +523,39 @@ TU_TEST(threads_compile_at_once) {
   gpuhal_driver_release(driver);
 }
 
+/* A program that may read headers from disk (-I) is not kept in the disk cache: those
+ * files are not in its key, so an edited header would load the old code. Both compiles
+ * run NVRTC. */
+TU_TEST(programs_reading_headers_from_disk_are_not_kept) {
+  gpuhal_driver_t* driver;
+  gpuhal_device_t* device;
+  gpuhal_device_params_t params;
+  gpuhal_module_cache_stats_t s;
+  char dir[512], include[600];
+  if (!cp_have_nvrtc()) TU_SKIP("no NVRTC found at configure time (GPUHAL_TEST_NVRTC unset)");
+  driver = mc_driver();
+  if (!driver) TU_SKIP("no device");
+  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  snprintf(include, sizeof(include), "-I%s", dir);
+  params = mc_params(dir);
+  device = mc_device(driver, 0, &params);
+  TU_REQUIRE(device != NULL);
+  TU_CHECK_OK(cp_compile_run(device, include));
+  TU_CHECK_OK(cp_compile_run(device, include));
+  s = mc_stats(device);
+  TU_CHECK_EQ_INT(s.source_compiles, 2);
+  TU_CHECK_EQ_INT(s.source_disk_hits, 0);
+  /* Without it, the second compile is served from disk. */
+  TU_CHECK_OK(cp_compile_run(device, NULL));
+  TU_CHECK_OK(cp_compile_run(device, NULL));
+  s = mc_stats(device);
+  TU_CHECK_EQ_INT(s.source_compiles, 3);
+  TU_CHECK_EQ_INT(s.source_disk_hits, 1);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+  mc_remove_dir(dir);
+}
+
 /* On a GPU: an arch-specific target gives a cubin, which loads and runs. NVRTC makes PTX
  * for it too; the cubin is what gets loaded (PTX would go through the disk cache's PTX path:
  * a disk miss). A target of an older major version gives PTX (its cubin would not load).
@@ -574,7 +607,8 @@ int main(int argc, char** argv) {
                                     TU_CASE(the_disk_cache_serves_a_second_process_without_nvrtc),
                                     TU_CASE(threads_compile_at_once),
                                     TU_CASE(cpp_kernels_are_found_by_their_name_expressions),
-                                    TU_CASE(an_sm_target_gives_a_cubin_on_a_gpu)};
+                                    TU_CASE(an_sm_target_gives_a_cubin_on_a_gpu),
+                                    TU_CASE(programs_reading_headers_from_disk_are_not_kept)};
   mc_remember_self(argv[0]);
   if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_main(argc, argv);
   return tu_run(cases, (int)(sizeof(cases) / sizeof(cases[0])), argc, argv);

@@ -453,6 +453,53 @@ TU_TEST(unusable_directory_degrades_to_memory) {
   gpuhal_driver_release(driver);
 }
 
+/* A directory where one entry's file goes is that entry's problem, not the cache's: the
+ * entry is not kept, every other one is (the whole disk cache was switched off). And a
+ * relative directory is fixed when the device is made: a later chdir does not move it. */
+TU_TEST(a_bad_entry_path_leaves_the_rest_of_the_cache_working) {
+  gpuhal_driver_t* driver = mc_driver();
+  gpuhal_device_params_t params;
+  gpuhal_device_t* device;
+  gpuhal_executable_t* exe = NULL;
+  gpuhal_module_cache_stats_t s;
+  char dir[512], path[4096], cwd[4096], elsewhere[600];
+  if (!driver) TU_SKIP("no CUDA device");
+  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(getcwd(cwd, sizeof(cwd)) != NULL);
+  TU_REQUIRE(chdir(dir) == 0);
+  params = mc_params("relative");
+  device = mc_device(driver, 0, &params);
+  TU_REQUIRE(device != NULL);
+  snprintf(elsewhere, sizeof(elsewhere), "%s/elsewhere", dir);
+  TU_REQUIRE(mkdir(elsewhere, 0755) == 0);
+  TU_REQUIRE(chdir(elsewhere) == 0); /* the cache stays in dir/relative */
+  snprintf(path, sizeof(path), "%s/relative", dir);
+  {
+    char entry[4096];
+    path_of_module(path, 90, device, entry, sizeof(entry));
+    TU_REQUIRE(mkdir(entry, 0755) == 0); /* where module 90's file would go */
+  }
+  TU_CHECK_OK(mc_load(device, 90, 0, &exe));
+  if (exe) TU_CHECK_OK(mc_run_check(device, exe, 90));
+  gpuhal_executable_release(exe);
+  exe = NULL;
+  TU_CHECK_OK(mc_load(device, 91, 0, &exe));
+  gpuhal_executable_release(exe);
+  s = mc_stats(device);
+  TU_CHECK_EQ_INT(s.disk_enabled, 1);
+  TU_CHECK_EQ_INT(s.disk_writes, 1);
+  TU_CHECK(file_of_module_exists(path, 91, device));
+  TU_CHECK_EQ_INT(mc_dir_files(elsewhere, NULL, NULL, 0), 0);
+  gpuhal_device_release(device);
+  TU_CHECK(chdir(cwd) == 0);
+  {
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    TU_CHECK(system(cmd) == 0);
+  }
+  gpuhal_driver_release(driver);
+}
+
 /* A hook that links with the driver (as test_module_cache.c's does), counting calls. */
 static int hook_calls;
 static gpuhal_device_t* hook_device;
@@ -707,16 +754,13 @@ TU_TEST(temporary_files_are_unique_and_fresh) {
 }
 
 int main(int argc, char** argv) {
-  static const tu_case_t cases[] = {TU_CASE(many_modules_cold_warm_and_from_disk),
-                                    TU_CASE(second_process_hits_the_disk_cache),
-                                    TU_CASE(bad_files_are_ignored_and_rebuilt),
-                                    TU_CASE(parser_survives_arbitrary_bytes),
-                                    TU_CASE(two_processes_fill_one_directory),
-                                    TU_CASE(disk_eviction_is_lru_with_touch_on_hit),
-                                    TU_CASE(unusable_directory_degrades_to_memory),
-                                    TU_CASE(compile_hook_files_are_kept_apart),
-                                    TU_CASE(non_regular_files_are_refused_without_hanging),
-                                    TU_CASE(temporary_files_are_unique_and_fresh)};
+  static const tu_case_t cases[] = {
+      TU_CASE(many_modules_cold_warm_and_from_disk),  TU_CASE(second_process_hits_the_disk_cache),
+      TU_CASE(bad_files_are_ignored_and_rebuilt),     TU_CASE(parser_survives_arbitrary_bytes),
+      TU_CASE(two_processes_fill_one_directory),      TU_CASE(disk_eviction_is_lru_with_touch_on_hit),
+      TU_CASE(unusable_directory_degrades_to_memory), TU_CASE(a_bad_entry_path_leaves_the_rest_of_the_cache_working),
+      TU_CASE(compile_hook_files_are_kept_apart),     TU_CASE(non_regular_files_are_refused_without_hanging),
+      TU_CASE(temporary_files_are_unique_and_fresh)};
   mc_remember_self(argv[0]);
   if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_main(argc, argv);
   return tu_run(cases, (int)(sizeof(cases) / sizeof(cases[0])), argc, argv);

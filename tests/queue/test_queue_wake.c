@@ -695,8 +695,74 @@ TU_TEST(executable_loaded_while_work_is_parked) {
   qw_close(&f);
 }
 
+/* The same from the disk cache: a load whose file is good, made while work is parked, fails
+ * once after load_parked_wait_ns. The file is not counted as rejected, and nothing is
+ * compiled in its place (which waited for the parked work a second time). */
+TU_TEST(executable_from_disk_while_work_is_parked) {
+  qw_fixture_t f;
+  gpuhal_device_t* cached = NULL;
+  gpuhal_device_params_t params;
+  gpuhal_semaphore_t *gate = NULL, *done = NULL;
+  gpuhal_executable_t* exe = NULL;
+  gpuhal_module_cache_stats_t before, after;
+  gpuhal_status_t st;
+  char dir[256];
+  uint64_t one = 1;
+  int64_t t0, took;
+  if (!qw_open(&f, 1)) TU_SKIP("no device or test kernels");
+  if (!gpuhal_driver_has_feature(f.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
+    qw_close(&f);
+    TU_SKIP("nothing parks on the event path");
+  }
+  snprintf(dir, sizeof(dir), "%s/gpuhal_qw_XXXXXX",
+           getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp");
+  TU_REQUIRE(mkdtemp(dir) != NULL);
+  memset(&params, 0, sizeof(params));
+  params.module_cache_dir = dir;
+  params.tuning.load_parked_wait_ns = 100000000; /* 100 ms */
+  TU_REQUIRE_OK(gpuhal_device_create(f.driver, 0, &params, &cached));
+  /* The file: compiled and stored, then out of memory (trimmed) so the next load reads it. */
+  TU_CHECK_OK(qw_load_within(cached, 10000, &exe));
+  gpuhal_executable_release(exe);
+  exe = NULL;
+  TU_CHECK_OK(gpuhal_device_module_cache_trim(cached));
+  gate = qc_semaphore_new(f.driver);
+  done = qc_semaphore_new(f.driver);
+  TU_REQUIRE(gate && done);
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &one),
+                                   gpuhal_semaphore_list_one(&done, &one), f.stream_cb, NULL));
+  qw_sleep_us(20000); /* parked by now */
+  TU_CHECK_OK(gpuhal_device_module_cache_stats(cached, &before));
+  t0 = gpuhal_now_ns();
+  st = qw_load_within(cached, 10000, &exe);
+  took = gpuhal_now_ns() - t0;
+  TU_CHECK(st != NULL && gpuhal_status_code(st) == GPUHAL_STATUS_FAILED_PRECONDITION);
+  gpuhal_status_free(st);
+  TU_CHECK(exe == NULL);
+  TU_CHECK_OK(gpuhal_device_module_cache_stats(cached, &after));
+  TU_CHECK_EQ_INT(after.disk_rejects, before.disk_rejects);
+  TU_CHECK_EQ_INT(after.compiles, before.compiles);
+  TU_CHECK(took < 180000000ll); /* one wait of 100 ms, not two */
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(QW_WAIT_S)));
+  /* The gate open: the same file loads. */
+  TU_CHECK_OK(qw_load_within(cached, 10000, &exe));
+  TU_CHECK_OK(gpuhal_device_module_cache_stats(cached, &after));
+  TU_CHECK_EQ_INT(after.disk_hits, before.disk_hits + 1);
+  gpuhal_executable_release(exe);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done);
+  gpuhal_device_release(cached);
+  qw_close(&f);
+  {
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "  could not remove %s\n", dir);
+  }
+}
+
 TU_MAIN(TU_CASE(one_signal_releases_many), TU_CASE(long_chain_submitted_backwards),
         TU_CASE(waits_registered_in_shuffled_order), TU_CASE(host_function_signals_other_work),
         TU_CASE(signals_race_device_release), TU_CASE(free_behind_a_wait_does_not_hold_up_allocations),
         TU_CASE(graph_recorded_while_work_is_parked), TU_CASE(many_graphs_made_while_work_is_parked),
-        TU_CASE(executable_loaded_while_work_is_parked))
+        TU_CASE(executable_loaded_while_work_is_parked), TU_CASE(executable_from_disk_while_work_is_parked))
