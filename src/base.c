@@ -202,9 +202,14 @@ GPUHAL__PRIVATE int gpuhal__timeout_expired(gpuhal_timeout_t t) {
 }
 
 GPUHAL__PRIVATE void gpuhal__label_copy(char* out, const char* label) {
-  size_t n = label ? strlen(label) : 0;
-  if (n > GPUHAL_LABEL_MAX - 1) n = GPUHAL_LABEL_MAX - 1;
-  if (n) memcpy(out, label, n);
+  size_t n = label ? strlen(label) : 0, i;
+  if (n > GPUHAL_LABEL_MAX - 1) {
+    n = GPUHAL_LABEL_MAX - 1;
+    /* not inside a UTF-8 character: back off its continuation bytes and its lead byte */
+    while (n > 0 && ((unsigned char)label[n] & 0xC0) == 0x80) --n;
+  }
+  /* Control characters would break the lines of reports and messages: '?' for them. */
+  for (i = 0; i < n; ++i) out[i] = (unsigned char)label[i] < 0x20 || label[i] == 0x7F ? '?' : label[i];
   out[n] = '\0';
 }
 

@@ -160,7 +160,8 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_create(gpuhal_device_t* device,
                                                         gpuhal_command_buffer_t** out_command_buffer);
 GPUHAL_API void gpuhal_command_buffer_retain(gpuhal_command_buffer_t* command_buffer);
 /* Names the command buffer's executes in reports (gpuhal_driver_report_pending); `label` is
- * copied (at most GPUHAL_LABEL_MAX - 1 bytes), NULL or "" removes it. Set it before the
+ * copied (at most GPUHAL_LABEL_MAX - 1 bytes, cut between UTF-8 characters; control
+ * characters become '?'), NULL or "" removes it. Set it before the
  * command buffer is executed. */
 GPUHAL_API gpuhal_status_t gpuhal_command_buffer_set_label(gpuhal_command_buffer_t* command_buffer, const char* label);
 /* Releasing NULL is a no-op. Executes in flight keep the command buffer alive. */

@@ -337,6 +337,8 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
                       "must be a gpuhal_log_level_t (0..4)");
   GPUHAL__CHECK_ARG(!options->nvrtc_library || strlen(options->nvrtc_library) < GPUHAL__LIBRARY_PATH_MAX,
                     "options->nvrtc_library", "must be shorter than 512 bytes");
+  GPUHAL__CHECK_ARG(!options->trace_path || strlen(options->trace_path) < GPUHAL__LIBRARY_PATH_MAX,
+                    "options->trace_path", "must be shorter than 512 bytes");
   allocator = gpuhal__allocator_resolve(&options->allocator);
   GPUHAL__RETURN_IF_ERROR(gpuhal__driver_alloc(&driver));
   gpuhal__object_init(&driver->header, GPUHAL__MAGIC_DRIVER);
@@ -376,6 +378,13 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   }
   driver->features = gpuhal__driver_features(driver);
   trace = options->trace_path ? options->trace_path : gpuhal__getenv("GPUHAL_TRACE");
+  if (trace && strlen(trace) >= sizeof(driver->trace_path)) {
+    gpuhal__driver_destroy(driver);
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "gpuhal_driver_create: the trace path in $GPUHAL_TRACE must be shorter than 512 bytes "
+                              "(it has %zu)",
+                              strlen(trace));
+  }
   if (trace) snprintf(driver->trace_path, sizeof(driver->trace_path), "%s", trace);
   status = gpuhal__hooks()->trace_create(driver); /* trace hook */
   if (status) {

@@ -62,7 +62,8 @@ GPUHAL__PRIVATE int gpuhal__timeout_is_immediate(gpuhal_timeout_t t);
 GPUHAL__PRIVATE int gpuhal__timeout_is_infinite(gpuhal_timeout_t t);
 GPUHAL__PRIVATE int gpuhal__timeout_expired(gpuhal_timeout_t t);
 GPUHAL__PRIVATE void gpuhal__sleep_ns(int64_t ns);
-/* Copies `label` into `out` (GPUHAL_LABEL_MAX bytes), cut to fit; NULL gives "". */
+/* Copies `label` into `out` (GPUHAL_LABEL_MAX bytes), cut to fit (not inside a UTF-8
+ * character), control characters as '?'; NULL gives "". */
 GPUHAL__PRIVATE void gpuhal__label_copy(char* out, const char* label);
 /* The three arguments of a "%s%s%s" that prints ` 'label'` when `label` is set, nothing
  * when it is "" (messages and reports name labelled objects this way). */

@@ -17,7 +17,9 @@ typedef enum gpuhal_memory_kind_e {
 GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
                                                   gpuhal_buffer_t** out_buffer);
 GPUHAL_API void gpuhal_buffer_retain(gpuhal_buffer_t* buffer);
-/* Releasing NULL is a no-op. The last release frees the memory. */
+/* Releasing NULL is a no-op. The last release frees the memory: at once, or, while queue
+ * work of the device's ordinal waits on the GPU for a value (CUDA's cuMemFree would wait
+ * for it), once that work is done; gpuhal_device_memory_stats stops counting it at once. */
 GPUHAL_API void gpuhal_buffer_release(gpuhal_buffer_t* buffer);
 /* Size, kind and device of a buffer; 0 / GPUHAL_MEMORY_DEVICE / NULL for bad input. */
 GPUHAL_API uint64_t gpuhal_buffer_size(gpuhal_buffer_t* buffer);
@@ -85,7 +87,9 @@ typedef struct gpuhal_memory_stats_t {
   uint64_t pool_used;          /* ... of which allocas use */
   uint64_t pool_reserved_high; /* the most pool_reserved has been since the device was created */
   uint64_t pool_used_high;     /* the most pool_used has been since the device was created */
-  uint64_t buffers_allocated;  /* bytes of GPUHAL_MEMORY_DEVICE buffers of gpuhal_buffer_allocate live */
+  uint64_t buffers_allocated;  /* bytes asked for by live GPUHAL_MEMORY_DEVICE buffers of gpuhal_buffer_allocate
+                                  and gpuhal_buffer_allocate_exportable (the device rounds the latter up to
+                                  its granularity; imported buffers are not counted) */
   uint64_t device_free;        /* free device memory (cuMemGetInfo: every process and pool counts) */
   uint64_t device_total;
 } gpuhal_memory_stats_t;

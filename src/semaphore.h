@@ -38,7 +38,8 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_query(gpuhal_semaphore_t* semaphore,
  * (FAILED_PRECONDITION otherwise). Wakes every waiter it satisfies. */
 GPUHAL_API gpuhal_status_t gpuhal_semaphore_signal(gpuhal_semaphore_t* semaphore, uint64_t value);
 /* Names the semaphore in reports (gpuhal_driver_report_pending) and messages; `label` is
- * copied (at most GPUHAL_LABEL_MAX - 1 bytes), NULL or "" removes it. Set it before the
+ * copied (at most GPUHAL_LABEL_MAX - 1 bytes, cut between UTF-8 characters; control
+ * characters become '?'), NULL or "" removes it. Set it before the
  * semaphore is shared with other threads. */
 GPUHAL_API gpuhal_status_t gpuhal_semaphore_set_label(gpuhal_semaphore_t* semaphore, const char* label);
 /* Fails the semaphore. Takes ownership of `cause` (NULL becomes a generic ABORTED cause);

@@ -196,6 +196,27 @@ TU_TEST(report_of_a_stall_default_path) {
   TU_CHECK_STR_CONTAINS(text,
                         "cycle: #3 host_call (device 0 queue 1) waits for #4 host_call (device 0 queue 0) "
                         "waits for #3 host_call\n");
+  /* A label keeps the report's lines: control characters become '?', and one cut to fit
+   * ends between UTF-8 characters (46 bytes of 'é' would cut one in two). */
+  TU_CHECK_OK(gpuhal_semaphore_set_label(s.gate, "two\nlines\tand\x01"));
+  TU_CHECK_OK(gpuhal_driver_report_pending(f.driver, text, sizeof(text), NULL));
+  TU_CHECK_STR_CONTAINS(text, "waits for semaphore 'two?lines?and?' >= 1");
+  {
+    char long_label[64], got[GPUHAL_LABEL_MAX + 8];
+    const char* at;
+    size_t i, n;
+    for (i = 0; i + 2 <= 60; i += 2) long_label[i] = (char)0xC3, long_label[i + 1] = (char)0xA9;
+    long_label[60] = 0;
+    TU_CHECK_OK(gpuhal_semaphore_set_label(s.gate, long_label));
+    TU_CHECK_OK(gpuhal_driver_report_pending(f.driver, text, sizeof(text), NULL));
+    at = strstr(text, "waits for semaphore '");
+    TU_REQUIRE(at != NULL);
+    at += strlen("waits for semaphore '");
+    for (n = 0; at[n] && at[n] != '\'' && n < sizeof(got) - 1; ++n) got[n] = at[n];
+    got[n] = 0;
+    TU_CHECK_EQ_INT(n, 46); /* 23 whole characters of 2 bytes */
+    TU_CHECK(n % 2 == 0 && (unsigned char)got[n - 1] == 0xA9);
+  }
   qr_unstall(&f, &s);
   qr_close(&f);
 }

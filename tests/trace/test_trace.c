@@ -345,8 +345,16 @@ TU_TEST(off_by_default_and_bad_input) {
 /* A trace file that cannot be written fails driver creation at once, naming the path. */
 TU_TEST(unwritable_path_fails_early) {
   gpuhal_driver_t* driver = NULL;
+  char long_path[700];
   TU_CHECK_STATUS(tt_driver("/nonexistent-dir/gpuhal/trace.json", &driver), GPUHAL_STATUS_INVALID_ARGUMENT,
                   "/nonexistent-dir/gpuhal/trace.json");
+  TU_CHECK(driver == NULL);
+  /* A path too long to keep is refused, not cut (it wrote a trace under a truncated name). */
+  memset(long_path, 0, sizeof(long_path));
+  strcpy(long_path, "/tmp");
+  while (strlen(long_path) < 600) strcat(long_path, "/./././././././.");
+  strcat(long_path, "/trace.json");
+  TU_CHECK_STATUS(tt_driver(long_path, &driver), GPUHAL_STATUS_INVALID_ARGUMENT, "options->trace_path");
   TU_CHECK(driver == NULL);
 }
 
