@@ -21,12 +21,16 @@ GPUHAL__PRIVATE const char* gpuhal__image_format_name(gpuhal__image_format_t f) 
 static gpuhal_status_t gpuhal__image_check_elf_table(uint64_t offset, uint64_t count, uint64_t entry_size,
                                                      uint64_t min_entry_size, size_t size, const char* what,
                                                      const char* func) {
+  if (offset > size)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument 'image' is a truncated cubin: its %s start at byte %llu but 'size' is %zu",
+                              func, what, (unsigned long long)offset, size);
   if (count == 0) return NULL;
   if (entry_size < min_entry_size)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "%s: argument 'image' is not a valid cubin: its %s are %llu bytes each (at least %llu)",
                               func, what, (unsigned long long)entry_size, (unsigned long long)min_entry_size);
-  if (offset > size || count * entry_size > size - offset)
+  if (count * entry_size > size - offset)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "%s: argument 'image' is a truncated cubin: its %s end at byte %llu but 'size' is %zu",
                               func, what, (unsigned long long)(offset + count * entry_size), size);
