@@ -355,18 +355,28 @@ static int gpuhal__action_signal_ref_shared(const gpuhal__action_t* a, uint32_t 
   return i < 32 && ((a->shared_signal_refs >> i) & 1u);
 }
 
+/* Also notes, for the first 32 signals, which waits are on the same semaphore: such work
+ * cannot advance it before it reaches the value waited for (gpuhal__semaphore_signaller_add;
+ * the waiter's signals_it and the timepoint's own_wait). Past 32 the semaphore is simply
+ * taken as signalled by work that may run, which never fails it wrongly. */
 GPUHAL__PRIVATE void gpuhal__action_retain_semaphores(gpuhal__action_t* a) {
   uint32_t i, j;
   a->shared_signal_refs = 0;
   for (i = 0; i < a->wait_count; ++i) gpuhal__object_retain(&a->waits[i].semaphore->object);
   for (i = 0; i < a->signal_count; ++i) {
-    for (j = 0; i < 32 && j < a->wait_count && a->waits[j].semaphore != a->signals[i].semaphore; ++j) {
+    gpuhal__timepoint_t* tp = &a->signals[i];
+    tp->own_wait = 0;
+    for (j = 0; i < 32 && j < a->wait_count; ++j) {
+      if (a->waits[j].semaphore != tp->semaphore) continue;
+      a->waits[j].waiter.signals_it++;
+      if (a->waits[j].value > tp->own_wait) tp->own_wait = a->waits[j].value;
     }
-    if (i < 32 && j < a->wait_count) {
+    if (tp->own_wait) {
       a->shared_signal_refs |= 1u << i;
     } else {
-      gpuhal__object_retain(&a->signals[i].semaphore->object);
+      gpuhal__object_retain(&tp->semaphore->object);
     }
+    gpuhal__semaphore_signaller_add(tp->semaphore);
   }
 }
 
@@ -391,19 +401,19 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
   uint32_t i;
   if (a->ops->release) a->ops->release(a->user, state->device);
   GPUHAL__TRACE(state->device, gpuhal__hooks()->trace_action_release(state->device, a)); /* trace hook */
+  /* Only an action that never issued can still be registered (on its blocking wait); it
+   * goes before its signals, which then no longer count it as blocked. */
+  if (!a->event && a->next_wait < a->wait_count)
+    gpuhal__semaphore_unregister(a->waits[a->next_wait].semaphore, &a->waits[a->next_wait].waiter);
   /* Signals first: a signal may share its semaphore reference with a wait. */
   for (i = 0; i < a->signal_count; ++i) {
     if (!a->completed_ok) gpuhal__semaphore_remove_timepoint(&a->signals[i]);
     gpuhal__semaphore_reassert_failure(a->signals[i].semaphore);
+    gpuhal__semaphore_signaller_done(a->signals[i].semaphore);
     if (!gpuhal__action_signal_ref_shared(a, i)) gpuhal__semaphore_release_ref(a->signals[i].semaphore);
   }
   gpuhal__action_drop_wait_events(a);
-  for (i = 0; i < a->wait_count; ++i) {
-    gpuhal__action_wait_t* w = &a->waits[i];
-    /* Only an action that never issued can still be registered (on its blocking wait). */
-    if (!a->event && i == a->next_wait) gpuhal__semaphore_unregister(w->semaphore, &w->waiter);
-    gpuhal__semaphore_release_ref(w->semaphore);
-  }
+  for (i = 0; i < a->wait_count; ++i) gpuhal__semaphore_release_ref(a->waits[i].semaphore);
   gpuhal__action_chain_unclaim(a);                         /* never issued */
   gpuhal__action_gpu_wait_count(a, 0);                     /* an issue that failed */
   if (a->park_reserved) gpuhal__park_release(a->state, 1); /* never issued */

@@ -124,7 +124,10 @@
  * the operation: gpuhal__action_describe, kind, label, #number, device, queue); an
  * action waiting on a failed semaphore fails with that cause in its message; a queue call
  * that fails after its arguments were accepted fails its signal semaphores; a sticky error
- * marks the device lost and every pending and later action fails fast with it. A failed
+ * marks the device lost and every pending and later action fails fast with it; a
+ * semaphore the application released that nothing left can advance fails with ABORTED
+ * (gpuhal__semaphore_abandoned_locked, checked at its release, when a signaller of it is
+ * dropped, and when work registers a wait on it), and so does the work waiting on it. A failed
  * semaphore's word is set far above its value, which releases every GPU wait on it; work
  * that ran behind such a wait ("provisional") counts as done only once every value it
  * waited on is known reached on the host side, else it fails with the cause.

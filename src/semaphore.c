@@ -156,7 +156,10 @@ static void gpuhal__semaphore_store_locked(gpuhal_semaphore_t* s, uint64_t value
   if (s->shared) gpuhal__semaphore_shared_wake(s);
 }
 
-GPUHAL__PRIVATE void gpuhal__semaphore_waiter_init(gpuhal__semaphore_waiter_t* w) { gpuhal__list_init(&w->link); }
+GPUHAL__PRIVATE void gpuhal__semaphore_waiter_init(gpuhal__semaphore_waiter_t* w) {
+  gpuhal__list_init(&w->link);
+  w->signals_it = 0;
+}
 static int gpuhal__semaphore_waiter_registered(const gpuhal__semaphore_waiter_t* w) {
   return !gpuhal__list_empty(&w->link);
 }
@@ -428,6 +431,58 @@ GPUHAL__PRIVATE void gpuhal__semaphore_fail_locked(gpuhal_semaphore_t* s, gpuhal
   gpuhal__semaphore_notify_locked(s, 0);
 }
 
+/* Under the lock: whether nothing can advance `s` any more while something waits for a
+ * value it has not reached. The application holds no reference (no host signal can come),
+ * no other process shares it, and every queue action that signals it is itself blocked on
+ * a value of `s` not reached yet (a chain on one timeline whose head waits for a signal
+ * that now never comes). Such waits would hold their work, its command buffer and device
+ * forever: the caller fails `s` instead (gpuhal__semaphore_abandon_locked). `self_blocked`
+ * and `unmet` count the caller's own wait, not registered yet. Work blocked on another
+ * abandoned semaphore is found through that one's failure, which fails the work and drops
+ * its signals. Cycles through several semaphores are not looked for. */
+static int gpuhal__semaphore_abandoned_locked(gpuhal_semaphore_t* s, uint32_t self_blocked, int unmet) {
+  gpuhal__list_node_t* n;
+  uint32_t live;
+  if (s->failure || s->shared || gpuhal__atomic_load(&s->object.user_refs) > 0) return 0;
+  live = gpuhal__atomic_load(&s->signallers);
+  /* Submitted signals, oldest first: the head of a moving chain waits for nothing unreached,
+   * so a healthy chain is told apart at its first timepoint. */
+  for (n = s->timepoints.next; n != &s->timepoints; n = n->next) {
+    const gpuhal__timepoint_t* tp = GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link);
+    if (tp->own_wait <= s->value) return 0;
+    self_blocked++;
+    unmet = 1;
+  }
+  for (n = s->waiters.next; n != &s->waiters; n = n->next) {
+    const gpuhal__semaphore_waiter_t* w = GPUHAL__CONTAINER_OF(n, gpuhal__semaphore_waiter_t, link);
+    if (w->value <= s->value) continue;
+    unmet = 1;
+    self_blocked += w->signals_it;
+  }
+  /* Work parked on the GPU for a value (memops) is not registered: its arming says so. */
+  if (gpuhal__atomic_load(&s->armed_until) > s->value) unmet = 1;
+  return unmet && self_blocked == live;
+}
+
+/* Under the lock: fails an abandoned `s` (see above), releasing everything that waits. */
+static void gpuhal__semaphore_abandon_locked(gpuhal_semaphore_t* s) {
+  gpuhal__semaphore_fail_locked(
+      s, gpuhal_status_make(GPUHAL_STATUS_ABORTED,
+                            "semaphore%s%s%s was released by the application at value %llu while queue work still "
+                            "waited for a higher value, and nothing else can signal it: that work is abandoned",
+                            GPUHAL__LABEL_ARGS(s->label), (unsigned long long)s->value));
+}
+
+GPUHAL__PRIVATE void gpuhal__semaphore_signaller_add(gpuhal_semaphore_t* s) { gpuhal__atomic_add(&s->signallers, 1u); }
+
+GPUHAL__PRIVATE void gpuhal__semaphore_signaller_done(gpuhal_semaphore_t* s) {
+  gpuhal__atomic_sub(&s->signallers, 1u);
+  if (gpuhal__atomic_load(&s->object.user_refs) > 0) return;
+  gpuhal__mutex_lock(&s->mutex);
+  if (gpuhal__semaphore_abandoned_locked(s, 0, 0)) gpuhal__semaphore_abandon_locked(s);
+  gpuhal__mutex_unlock(&s->mutex);
+}
+
 GPUHAL__PRIVATE void gpuhal__semaphore_advance_locked(gpuhal_semaphore_t* s, uint64_t value) {
   if (s->failure || value <= s->value) return;
   gpuhal__atomic_store(&s->value, value);
@@ -482,6 +537,13 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
     }
     /* No refusal while a signal is being issued: that signal's timepoint then says its work
      * does not write the word, and the host waiter queries its event instead. */
+    if (state == GPUHAL__WAIT_PENDING && q->waiter && !gpuhal__semaphore_waiter_registered(q->waiter) &&
+        gpuhal__semaphore_abandoned_locked(s, q->waiter->signals_it, 1)) {
+      gpuhal__semaphore_abandon_locked(s);
+      q->failure = gpuhal_status_clone(s->failure);
+      gpuhal__mutex_unlock(&s->mutex);
+      return GPUHAL__WAIT_FAILED;
+    }
     if (state == GPUHAL__WAIT_PENDING && q->host_arm && q->waiter && !gpuhal__semaphore_waiter_registered(q->waiter))
       gpuhal__semaphore_arm_locked(s, value);
     if (state == GPUHAL__WAIT_PENDING && q->spare_word && !gpuhal__semaphore_word_may_wait(s, value)) {
@@ -576,6 +638,12 @@ GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore) {
   if (!gpuhal__object_user_release(&semaphore->object)) {
     gpuhal__log_extra_release(&semaphore->driver->logger, __func__, "a semaphore");
     return;
+  }
+  /* Queue work still holds it: if none of that work can signal it, what waits never runs. */
+  if (gpuhal__atomic_load(&semaphore->object.refcount) > 1) {
+    gpuhal__mutex_lock(&semaphore->mutex);
+    if (gpuhal__semaphore_abandoned_locked(semaphore, 0, 0)) gpuhal__semaphore_abandon_locked(semaphore);
+    gpuhal__mutex_unlock(&semaphore->mutex);
   }
   gpuhal__semaphore_release_ref(semaphore);
 }

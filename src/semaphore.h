@@ -30,7 +30,12 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_create(gpuhal_driver_t* driver, uint
                                                    gpuhal_semaphore_t** out_semaphore);
 GPUHAL_API void gpuhal_semaphore_retain(gpuhal_semaphore_t* semaphore);
 /* Releasing NULL is a no-op. Queue operations that wait on or signal a semaphore hold their
- * own reference until they are done. */
+ * own reference until they are done, and may still signal it. Once the application's last
+ * reference is gone, a semaphore that queue work waits on but nothing can advance any more
+ * (no queued work signals it, or all that does waits on it itself, for a value it has not
+ * reached) fails with ABORTED: that work fails with it instead of staying queued, with its
+ * command buffer and device, forever. A semaphore shared with another process is left as
+ * it is (that process may signal it). */
 GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore);
 /* The current (completed) value; a failed semaphore returns a clone of its failure status. */
 GPUHAL_API gpuhal_status_t gpuhal_semaphore_query(gpuhal_semaphore_t* semaphore, uint64_t* out_value);
@@ -98,6 +103,10 @@ typedef struct gpuhal__semaphore_waiter_s {
   gpuhal__list_node_t link; /* in semaphore->waiters; self-linked while not registered */
   uint64_t value;
   int wants_submitted;
+  /* How many signals of this same semaphore the waiting queue work makes: work blocked on
+   * a value it cannot reach itself (see gpuhal__semaphore_abandoned_locked). 0 for host
+   * waits. */
+  uint32_t signals_it;
   void (*notify)(struct gpuhal__semaphore_waiter_s* waiter);
   void* user;
 } gpuhal__semaphore_waiter_t;
@@ -121,6 +130,9 @@ typedef struct gpuhal__timepoint_s {
   int inputs_checked;
   int (*settled)(const struct gpuhal__timepoint_s* tp);
   void* owner;
+  /* The highest value of this same semaphore the owner waits for (0: none): until the
+   * semaphore reaches it, this signal cannot come before another one does. */
+  uint64_t own_wait;
   /* The owner's issue order (its seq) and 1 + its queue when it was issued on that queue's
    * own stream (0: a side stream): see gpuhal__action_wait_t.cover_lane. */
   uint64_t issue_seq;
@@ -212,6 +224,11 @@ struct gpuhal_semaphore_s {
    * `arm_refused` under the mutex. */
   uint32_t signalling;
   int arm_refused;
+  /* Queue actions holding a signal of this semaphore, submitted and not yet dropped (one per
+   * signal entry). With no application reference left and every such action blocked on a
+   * value of this semaphore, nothing can advance it: gpuhal__semaphore_abandoned_locked.
+   * Atomic. */
+  uint32_t signallers;
   gpuhal__signal_after_t* after; /* during gpuhal_semaphore_signal's notifications only (mutex) */
   /* How many times a host wait on a submitted value of this semaphore halves its spin
    * window (tuning.host_wait_spin_ns): each wait that outlasted the full window adds one,
@@ -321,6 +338,13 @@ GPUHAL__PRIVATE void gpuhal__semaphore_remove_timepoint(gpuhal__timepoint_t* tp)
  * (its write precedes its event): whoever retires such work stores the failure again, so
  * no GPU wait stays blocked behind the failure. */
 GPUHAL__PRIVATE void gpuhal__semaphore_reassert_failure(gpuhal_semaphore_t* s);
+
+/* A queue action submitted with a signal of `s` (gpuhal__semaphore_signaller_add), and the
+ * same action dropping it, after its timepoint left the list and its own registration was
+ * removed (gpuhal__semaphore_signaller_done: when the application holds no reference any
+ * more, that may leave `s` abandoned, which fails it). */
+GPUHAL__PRIVATE void gpuhal__semaphore_signaller_add(gpuhal_semaphore_t* s);
+GPUHAL__PRIVATE void gpuhal__semaphore_signaller_done(gpuhal_semaphore_t* s);
 
 /* Under the lock, `s` healthy: `cause` (owned) becomes its failure; GPU waits on its word
  * are released and every waiter is notified. */

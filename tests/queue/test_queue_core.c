@@ -16,7 +16,10 @@
  *  5. a host call that drops the application's last device reference does not deadlock;
  *  6. releasing one device does not wait for another device's unrelated work;
  *  7. a STREAM command buffer of thousands of commands queued before its wait is signalled
- *     does not block the submitting thread inside CUDA.
+ *     does not block the submitting thread inside CUDA;
+ *  8. work waiting on a semaphore the application released, which nothing left can signal
+ *     (a gate, the head of a chain on one timeline), fails instead of holding its command
+ *     buffer and device forever; work that can still be signalled is left alone.
  *
  * CTest runs this twice: on the memop path, and with GPUHAL_SEMAPHORE_MEMOPS=0 (and
  * SOFTCUDA_NO_MEMOPS=1) on the event path (tests/cmake/queue_core.cmake). Every wait has a timeout; calls without one run
@@ -40,10 +43,16 @@ typedef struct qc_fixture_s {
   gpuhal_kernel_t *spin_flag, *saxpy, *atomic_inc;
 } qc_fixture_t;
 
-static void qc_fixture_close(qc_fixture_t* f) {
+/* The kernels hold the device: released before it, when a test releases the device itself. */
+static void qc_fixture_release_kernels(qc_fixture_t* f) {
   gpuhal_executable_release(f->spin_exe);
   gpuhal_executable_release(f->saxpy_exe);
   gpuhal_executable_release(f->inc_exe);
+  f->spin_exe = f->saxpy_exe = f->inc_exe = NULL;
+}
+
+static void qc_fixture_close(qc_fixture_t* f) {
+  qc_fixture_release_kernels(f);
   qc_watchdog_arm(30, "gpuhal_device_release (fixture)");
   gpuhal_device_release(f->device);
   qc_watchdog_disarm();
@@ -1029,6 +1038,121 @@ TU_TEST(long_stream_command_buffer_before_its_signal) {
   qc_fixture_close(&f);
 }
 
+/* ---- 8. a semaphore released with work waiting that nothing can signal ----
+ * The application drops its last reference to a semaphore while queue work still waits for
+ * a value it never reached, and no work that could signal it is left (or all of it waits
+ * on that same semaphore). That work used to stay forever, holding its command buffer, the
+ * command buffer its device, and the device the driver's threads and CUDA objects, through
+ * every release. Now the semaphore fails (ABORTED, naming the release), the work fails with
+ * it, and the device goes with the application's release. */
+#define QC_ABANDONED "released by the application"
+
+/* Waits (bounded) until the driver has no device left: the released device was torn down. */
+static int qc_devices_gone(gpuhal_driver_t* driver) {
+  int64_t end = gpuhal_now_ns() + (int64_t)QC_WAIT_S * 1000000000;
+  for (;;) {
+    int empty;
+    gpuhal__mutex_lock(&driver->devices_mutex);
+    empty = gpuhal__list_empty(&driver->devices) && driver->teardowns == 0;
+    gpuhal__mutex_unlock(&driver->devices_mutex);
+    if (empty) return 1;
+    if (gpuhal_now_ns() > end) return 0;
+    qc_sleep_ms(1);
+  }
+}
+
+enum { QC_GATE, QC_CHAIN, QC_GATE_BARRIER };
+
+/* `shape`: QC_GATE one execute waiting on `gate`; QC_CHAIN three executes on one timeline
+ * (1 -> 2 -> 3), the first waiting for 1, which nobody signals; QC_GATE_BARRIER a barrier
+ * waiting on `gate`. The last of them signals `done`, which the test keeps. */
+static void qc_abandoned_case(int shape) {
+  qc_fixture_t f;
+  gpuhal_semaphore_t *gate = NULL, *done = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_buffer_t* counter = NULL;
+  uint64_t v[4] = {0, 1, 2, 3};
+  if (!qc_fixture_open(&f, 1)) TU_SKIP("no device or test kernels");
+  gate = qc_semaphore(&f);
+  done = qc_semaphore(&f);
+  TU_REQUIRE(gate && done && qc_counting_dispatch(&f, &counter, &cb));
+  if (shape == QC_CHAIN) {
+    TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &v[1]),
+                                     gpuhal_semaphore_list_one(&gate, &v[2]), cb, NULL));
+    TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &v[2]),
+                                     gpuhal_semaphore_list_one(&gate, &v[3]), cb, NULL));
+    TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &v[3]),
+                                     gpuhal_semaphore_list_one(&done, &v[1]), cb, NULL));
+  } else {
+    TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &v[1]),
+                                     gpuhal_semaphore_list_one(&done, &v[1]), shape == QC_GATE_BARRIER ? NULL : cb,
+                                     NULL));
+  }
+  qc_sleep_ms(20);
+  TU_CHECK_EQ_INT(qc_query(done), 0);
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(counter);
+  gpuhal_semaphore_release(gate); /* nothing can signal it now */
+  TU_CHECK_STATUS(gpuhal_semaphore_wait(done, 1, qt_seconds(QC_WAIT_S)), GPUHAL_STATUS_ABORTED, QC_ABANDONED);
+  /* Released with nothing of it left: it goes at once, not at the driver's release. */
+  qc_fixture_release_kernels(&f);
+  gpuhal_device_release(f.device);
+  f.device = NULL;
+  TU_CHECK(qc_devices_gone(f.driver));
+  gpuhal_semaphore_release(done);
+  qc_fixture_close(&f);
+}
+TU_TEST(abandoned_gate_fails_its_work) { qc_abandoned_case(QC_GATE); }
+TU_TEST(abandoned_chain_fails_its_work) { qc_abandoned_case(QC_CHAIN); }
+TU_TEST(abandoned_gate_fails_a_barrier) { qc_abandoned_case(QC_GATE_BARRIER); }
+
+/* Work that can still run keeps its semaphore going after the application's release: a
+ * signaller behind a gate the application holds, and a wait already reached. Only once the
+ * last work that could signal it is done does a wait beyond its value fail. */
+TU_TEST(released_semaphore_still_signalled_by_queue_work) {
+  qc_fixture_t f;
+  gpuhal_semaphore_t *gate = NULL, *s = NULL, *done = NULL, *late = NULL, *reached = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_buffer_t* counter = NULL;
+  uint64_t one = 1, two = 2;
+  uint32_t count = 0;
+  if (!qc_fixture_open(&f, 2)) TU_SKIP("no device or test kernels");
+  gate = qc_semaphore(&f);
+  s = qc_semaphore(&f);
+  done = qc_semaphore(&f);
+  late = qc_semaphore(&f);
+  reached = qc_semaphore(&f);
+  TU_REQUIRE(gate && s && done && late && reached && qc_counting_dispatch(&f, &counter, &cb));
+  TU_CHECK_OK(gpuhal_semaphore_signal(reached, 1));
+  /* queue 0: gate -> s = 1; queue 1: s = 1 -> done, and s = 2 (nothing signals 2) -> late */
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &one),
+                                   gpuhal_semaphore_list_one(&s, &one), cb, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 1, gpuhal_semaphore_list_one(&s, &one),
+                                   gpuhal_semaphore_list_one(&done, &one), cb, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 1, gpuhal_semaphore_list_one(&s, &two),
+                                   gpuhal_semaphore_list_one(&late, &one), NULL, NULL));
+  /* A wait already reached, on a semaphore released at once. */
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&reached, &one),
+                                   gpuhal_semaphore_list_empty(), cb, NULL));
+  gpuhal_semaphore_release(reached);
+  gpuhal_semaphore_release(s);
+  qc_sleep_ms(20);
+  TU_CHECK_EQ_INT(qc_query(done), 0);
+  TU_CHECK_EQ_INT(qc_query(late), 0); /* the execute behind the gate may still signal s */
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_STATUS(gpuhal_semaphore_wait(late, 1, qt_seconds(QC_WAIT_S)), GPUHAL_STATUS_ABORTED, QC_ABANDONED);
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_OK(gpuhal_buffer_read(counter, 0, &count, 4));
+  TU_CHECK_EQ_INT(count, 3); /* the gated execute, the one after it, the one already reached */
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(counter);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done);
+  gpuhal_semaphore_release(late);
+  qc_fixture_close(&f);
+}
+
 /* The polls case last: on a core with the defect its release hangs and the watchdog ends the
  * process, which would keep the cases after it from running. */
 TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
@@ -1040,4 +1164,6 @@ TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
         TU_CASE(device_release_ignores_other_devices_work), TU_CASE(long_stream_command_buffer_before_its_signal),
         TU_CASE(polls_leave_nothing_behind), TU_CASE(far_values_host_signal_releases_a_gpu_wait),
         TU_CASE(far_values_wait_for_the_maximum_waits), TU_CASE(far_values_fail_releases_a_far_wait),
-        TU_CASE(far_values_gpu_signal_releases_a_gpu_wait))
+        TU_CASE(far_values_gpu_signal_releases_a_gpu_wait), TU_CASE(abandoned_gate_fails_its_work),
+        TU_CASE(abandoned_chain_fails_its_work), TU_CASE(abandoned_gate_fails_a_barrier),
+        TU_CASE(released_semaphore_still_signalled_by_queue_work))
