@@ -64,7 +64,8 @@
  *   GPUHAL_CACHE_DIR         directory of the persistent kernel cache - none (memory only)
  *   GPUHAL_TRACE             file to write a Chrome-trace (Perfetto) JSON timeline to - none
  *   GPUHAL_SEMAPHORE_MEMOPS  0: timeline values never in device memory - on where supported
- *   GPUHAL_HANG_REPORT       seconds: a host wait this long logs gpuhal_driver_report_pending once - off
+ *   GPUHAL_HANG_REPORT       seconds: a host wait (or device_wait_idle) this long logs
+ *                            gpuhal_driver_report_pending once - off
  *   GPUHAL_NVTX              0: no NVTX ranges; other: ranges without Nsight - on under Nsight
  *   GPUHAL_NVTX_LIBRARY      the NVTX library for those ranges - libnvToolsExt.so.1
  *   NVTX_INJECTION64_PATH    set by Nsight tools: NVTX ranges unless GPUHAL_NVTX=0 - unset

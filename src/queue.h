@@ -177,7 +177,8 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32
  * any cycle of waits between operations not issued yet. Written like snprintf: at most
  * `capacity` bytes with the NUL; *out_length (if given) receives the whole length, so a
  * second call with a larger buffer gets all of it. GPUHAL_HANG_REPORT=<seconds> makes a host
- * wait that has waited that long log it once (warning level). */
+ * wait (of semaphores, or gpuhal_device_wait_idle) that has waited that long log it once
+ * (warning level). */
 GPUHAL_API gpuhal_status_t gpuhal_driver_report_pending(gpuhal_driver_t* driver, char* buffer, size_t capacity,
                                                         size_t* out_length);
 /* Runs fn(user) on the queue's host-call thread once `wait` is reached and the work issued

@@ -457,16 +457,24 @@ GPUHAL__PRIVATE void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeou
 GPUHAL_API gpuhal_status_t gpuhal_device_wait_idle(gpuhal_device_t* device, gpuhal_timeout_t timeout) {
   gpuhal__queue_state_t* state;
   gpuhal_status_t result = NULL;
+  gpuhal__hang_watch_t watch;
   GPUHAL__CHECK_OBJECT(device, GPUHAL__MAGIC_DEVICE);
   state = gpuhal__queue_state(device);
   if (!state) return NULL;
+  watch = gpuhal__hang_watch(device->driver, gpuhal_now_ns());
   gpuhal__mutex_lock(&state->mutex);
   state->idle_waiters++;
   if (state->completion_napping) gpuhal__cond_signal(&state->completion_cond); /* stop aging the work */
   gpuhal__queue_kick_retired_locked(state); /* what the completion thread holds back for a batch */
   while (gpuhal__atomic_load(&state->outstanding) > 0) {
-    if (!gpuhal__cond_wait_until(&state->idle_cond, &state->mutex, timeout) &&
-        gpuhal__atomic_load(&state->outstanding) > 0) {
+    if (!gpuhal__cond_wait_until(&state->idle_cond, &state->mutex, gpuhal__hang_watch_bound(&watch, timeout)) &&
+        watch.due && !gpuhal__timeout_expired(timeout)) {
+      gpuhal__mutex_unlock(&state->mutex); /* the report takes the queue's locks */
+      gpuhal__hang_watch_check(&watch);
+      gpuhal__mutex_lock(&state->mutex);
+      continue;
+    }
+    if (gpuhal__timeout_expired(timeout) && gpuhal__atomic_load(&state->outstanding) > 0) {
       result =
           gpuhal_status_make(GPUHAL_STATUS_DEADLINE_EXCEEDED,
                              "gpuhal_device_wait_idle: %llu queue operations still outstanding when the timeout passed",

@@ -864,21 +864,17 @@ static void gpuhal__host_wait_length_learn(gpuhal_semaphore_t* s, int64_t waited
  * right here. Returns 1 when it completed, 0 when the window or the timeout passed first,
  * the value was reached or failed another way, or the query failed (errors are the
  * completion side's to report). Always releases the event. */
-/* GPUHAL_HANG_REPORT: a host wait that has waited driver->hang_report_ns logs the pending
- * report once (queue_report.c, through the hooks: the queue comes later in the order). */
-typedef struct gpuhal__hang_watch_s {
-  gpuhal_driver_t* driver;
-  int64_t due; /* 0: off, or reported */
-  int64_t start;
-} gpuhal__hang_watch_t;
-static gpuhal__hang_watch_t gpuhal__hang_watch(gpuhal_driver_t* driver, int64_t start) {
+GPUHAL__PRIVATE gpuhal__hang_watch_t gpuhal__hang_watch(gpuhal_driver_t* driver, int64_t start) {
   gpuhal__hang_watch_t w;
   w.driver = driver;
   w.start = start;
   w.due = driver->hang_report_ns ? start + driver->hang_report_ns : 0;
   return w;
 }
-static void gpuhal__hang_watch_check(gpuhal__hang_watch_t* w) {
+GPUHAL__PRIVATE gpuhal_timeout_t gpuhal__hang_watch_bound(const gpuhal__hang_watch_t* w, gpuhal_timeout_t timeout) {
+  return w->due && w->due < timeout.deadline_ns ? gpuhal_timeout_deadline_ns(w->due) : timeout;
+}
+GPUHAL__PRIVATE void gpuhal__hang_watch_check(gpuhal__hang_watch_t* w) {
   int64_t now;
   if (!w->due || (now = gpuhal_now_ns()) < w->due) return;
   w->due = 0;

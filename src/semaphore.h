@@ -255,6 +255,20 @@ struct gpuhal_semaphore_s {
   gpuhal__list_node_t shared_link;  /* in driver->shared_semaphores */
 };
 
+/* GPUHAL_HANG_REPORT: a host wait (of semaphores, or gpuhal_device_wait_idle) that has
+ * waited driver->hang_report_ns logs the pending report once (queue_report.c, through the
+ * hooks: the queue comes later in the order). The check takes queue locks: call it with
+ * none held. */
+typedef struct gpuhal__hang_watch_s {
+  gpuhal_driver_t* driver;
+  int64_t due; /* 0: off, or reported */
+  int64_t start;
+} gpuhal__hang_watch_t;
+GPUHAL__PRIVATE gpuhal__hang_watch_t gpuhal__hang_watch(gpuhal_driver_t* driver, int64_t start);
+/* `timeout`, or the report's time when that comes first: a sleep to wake for it. */
+GPUHAL__PRIVATE gpuhal_timeout_t gpuhal__hang_watch_bound(const gpuhal__hang_watch_t* w, gpuhal_timeout_t timeout);
+GPUHAL__PRIVATE void gpuhal__hang_watch_check(gpuhal__hang_watch_t* w);
+
 /* A slab of value words: pinned host memory mapped into every context (portable), at the
  * same address on the host and every device (unified addressing). */
 typedef struct gpuhal__word_slab_s {

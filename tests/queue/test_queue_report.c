@@ -240,8 +240,9 @@ TU_TEST(report_rejects_bad_arguments) {
   qr_close(&f);
 }
 
-/* GPUHAL_HANG_REPORT=0.05: a host wait of 300 ms on the gate logs the report once. */
-TU_TEST(hang_report_logs_once) {
+/* GPUHAL_HANG_REPORT=0.05: a host wait of 300 ms on the gate logs the report once; so does
+ * gpuhal_device_wait_idle (`idle`), which waits for the same stalled work. */
+static void qr_hang_report_case(int idle) {
   qr_fixture_t f;
   qr_stall_t s;
   qr_log_t log;
@@ -256,7 +257,8 @@ TU_TEST(hang_report_logs_once) {
   }
   unsetenv("GPUHAL_HANG_REPORT");
   TU_REQUIRE(qr_stall(&f, &s));
-  st = gpuhal_semaphore_wait(s.a, 1, gpuhal_timeout_relative_ns(300000000ll));
+  st = idle ? gpuhal_device_wait_idle(f.device, gpuhal_timeout_relative_ns(300000000ll))
+            : gpuhal_semaphore_wait(s.a, 1, gpuhal_timeout_relative_ns(300000000ll));
   TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_DEADLINE_EXCEEDED);
   gpuhal_status_free(st);
   pthread_mutex_lock(&log.mutex);
@@ -268,6 +270,8 @@ TU_TEST(hang_report_logs_once) {
   qr_close(&f);
   pthread_mutex_destroy(&log.mutex);
 }
+TU_TEST(hang_report_logs_once) { qr_hang_report_case(0); }
+TU_TEST(hang_report_covers_device_wait_idle) { qr_hang_report_case(1); }
 
 /* Thousands of operations waiting: every one is listed, in submission order per queue, and
  * each cross-queue wait names the operation that signals it (the report's copy grows as
@@ -333,4 +337,4 @@ TU_TEST(report_lists_thousands_of_operations) {
 
 TU_MAIN(TU_CASE(report_of_a_stall_event_path), TU_CASE(report_of_a_stall_default_path),
         TU_CASE(report_rejects_bad_arguments), TU_CASE(hang_report_logs_once),
-        TU_CASE(report_lists_thousands_of_operations))
+        TU_CASE(hang_report_covers_device_wait_idle), TU_CASE(report_lists_thousands_of_operations))
