@@ -539,8 +539,9 @@ static gpuhal_status_t gpuhal__collective_check_ref(gpuhal_channel_t* ch, gpuhal
   if (ref.buffer->device != ch->device)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "gpuhal_cmd_collective: argument 'collective->%s' is a buffer of device %d; the channel "
-                              "belongs to device %d",
-                              what, ref.buffer->device->ordinal, ch->device->ordinal);
+                              "belongs to device %d%s",
+                              what, ref.buffer->device->ordinal, ch->device->ordinal,
+                              gpuhal__device_pair_note(ref.buffer->device, ch->device));
   if (ref.buffer->kind == GPUHAL_MEMORY_HOST_PINNED)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "gpuhal_cmd_collective: argument 'collective->%s' is pinned host memory: collectives "
@@ -612,8 +613,9 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_collective(gpuhal_command_buffer_t* comman
   if (channel->device != cb->device)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "gpuhal_cmd_collective: argument 'channel' belongs to device %d; the command buffer "
-                              "belongs to device %d",
-                              channel->device->ordinal, cb->device->ordinal);
+                              "belongs to device %d%s",
+                              channel->device->ordinal, cb->device->ordinal,
+                              gpuhal__device_pair_note(channel->device, cb->device));
   GPUHAL__RETURN_IF_ERROR(gpuhal__collective_check(channel, collective, &send_count, &recv_count));
   GPUHAL__RETURN_IF_ERROR(
       gpuhal__alloc_zeroed(cb->device->allocator, sizeof(*rec), "a recorded collective", (void**)&rec));

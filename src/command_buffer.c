@@ -92,8 +92,9 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_check_buffer(gpuhal_command_buffer_t*
   if (buffer->device != cb->device)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "%s: argument '%s' is a buffer of another device (ordinal %d); the command buffer "
-                              "belongs to device %d",
-                              func, what, buffer->device->ordinal, cb->device->ordinal);
+                              "belongs to device %d%s",
+                              func, what, buffer->device->ordinal, cb->device->ordinal,
+                              gpuhal__device_pair_note(buffer->device, cb->device));
   return NULL;
 }
 

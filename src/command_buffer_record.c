@@ -204,8 +204,9 @@ static gpuhal_status_t gpuhal__cb_record_dispatch(gpuhal_command_buffer_t* cb, g
   if (kernel->executable->device != cb->device)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "%s: argument 'kernel' ('%s') was loaded on device %d; the command "
-                              "buffer belongs to device %d",
-                              func, kernel->name, kernel->executable->device->ordinal, cb->device->ordinal);
+                              "buffer belongs to device %d%s",
+                              func, kernel->name, kernel->executable->device->ordinal, cb->device->ordinal,
+                              gpuhal__device_pair_note(kernel->executable->device, cb->device));
   if (arg_count != 0 && args == NULL)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument 'args' must not be NULL when arg_count > 0",
                               func);

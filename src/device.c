@@ -949,6 +949,12 @@ GPUHAL_API gpuhal_status_t gpuhal_device_create(gpuhal_driver_t* driver, int ord
 
 GPUHAL__PRIVATE void gpuhal__device_retain_ref(gpuhal_device_t* device) { gpuhal__object_retain(&device->header); }
 
+GPUHAL__PRIVATE const char* gpuhal__device_pair_note(const gpuhal_device_t* a, const gpuhal_device_t* b) {
+  return a != b && a->ordinal == b->ordinal ? " (two gpuhal devices of one ordinal: each gpuhal_device_create makes a "
+                                              "device of its own, whose objects do not mix with another's)"
+                                            : "";
+}
+
 GPUHAL_API void gpuhal_device_retain(gpuhal_device_t* device) {
   if (!gpuhal__object_is_live(device, GPUHAL__MAGIC_DEVICE)) return;
   gpuhal__object_user_retain(&device->header);

@@ -483,5 +483,9 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_graph_exec_destroy(gpuhal_device_
 
 /* gpuhal's own references (buffers, command buffers, executables, channels). */
 GPUHAL__PRIVATE void gpuhal__device_retain_ref(gpuhal_device_t* device);
+/* For a message refusing objects of device `a` with those of device `b`: a note when the
+ * two are distinct devices of one ordinal (which "device 0 ... device 0" would not explain),
+ * "" otherwise. */
+GPUHAL__PRIVATE const char* gpuhal__device_pair_note(const gpuhal_device_t* a, const gpuhal_device_t* b);
 
 #endif /* GPUHAL_SRC_DEVICE_H */

@@ -110,8 +110,9 @@ static gpuhal_status_t gpuhal__execute_check_bindings(const gpuhal_command_buffe
     if (buffer->device != cb->device)
       return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                                 "gpuhal_queue_execute: argument '%s' is a buffer of device %d; the command buffer "
-                                "belongs to device %d",
-                                what, buffer->device->ordinal, cb->device->ordinal);
+                                "belongs to device %d%s",
+                                what, buffer->device->ordinal, cb->device->ordinal,
+                                gpuhal__device_pair_note(buffer->device, cb->device));
     if (offset > buffer->size || cb->slot_extent[i] > buffer->size - offset)
       return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
                                 "gpuhal_queue_execute: argument '%s': slot %u is used up to %llu bytes past its offset "
@@ -148,8 +149,8 @@ static gpuhal_status_t gpuhal__execute_check(gpuhal_device_t* device, gpuhal_com
       gpuhal__object_check(cb, GPUHAL__MAGIC_COMMAND_BUFFER, "gpuhal_queue_execute", "command_buffer"));
   if (cb->device != device)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                              "gpuhal_queue_execute: argument 'command_buffer' belongs to device %d, not device %d",
-                              cb->device->ordinal, device->ordinal);
+                              "gpuhal_queue_execute: argument 'command_buffer' belongs to device %d, not device %d%s",
+                              cb->device->ordinal, device->ordinal, gpuhal__device_pair_note(cb->device, device));
   if (cb->state != GPUHAL__CB_EXECUTABLE)
     return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
                               "gpuhal_queue_execute: the command buffer %s: call gpuhal_command_buffer_end before "

@@ -125,7 +125,9 @@ TU_TEST(peer_copy_graph) { md_peer_copy_body(GPUHAL_COMMAND_BUFFER_GRAPH); }
 
 /* Two gpuhal devices opened on one ordinal share its primary context: a copy between their
  * buffers needs no peer access, in GRAPH command buffers too (cuDeviceCanAccessPeer says 0
- * for a device and itself, and GRAPH refused the copy). Needs one GPU. */
+ * for a device and itself, and GRAPH refused the copy). Needs one GPU. What still does not
+ * mix (a fill of the other's buffer, an execute on the other device) is refused with a
+ * message that says why, not "device 0 ... device 0". */
 static void md_same_ordinal_copy_body(uint32_t mode) {
   gpuhal_driver_t* driver = NULL;
   gpuhal_device_t *a = NULL, *b = NULL;
@@ -152,7 +154,11 @@ static void md_same_ordinal_copy_body(uint32_t mode) {
   TU_CHECK_OK(gpuhal_command_buffer_create(b, mode, 0, &cb));
   TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
   TU_CHECK_OK(gpuhal_cmd_copy(cb, gpuhal_ref_buffer(src, 0), gpuhal_ref_buffer(dst, 0), sizeof(in)));
+  TU_CHECK_STATUS(gpuhal_cmd_fill(cb, gpuhal_ref_buffer(src, 0), 4, &one, 4), GPUHAL_STATUS_INVALID_ARGUMENT,
+                  "two gpuhal devices of one ordinal");
   TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  TU_CHECK_STATUS(gpuhal_queue_execute(a, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), cb, NULL),
+                  GPUHAL_STATUS_INVALID_ARGUMENT, "two gpuhal devices of one ordinal");
   TU_CHECK_OK(gpuhal_queue_execute(b, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one), cb, NULL));
   TU_CHECK_OK(gpuhal_semaphore_wait(s, 1, md_seconds(30)));
   memset(out, 0, sizeof(out));
