@@ -17,8 +17,7 @@ typedef enum gpuhal__trace_kind_e {
   GPUHAL__TRACE_HOST_SPAN = 1, /* a span on a host thread */
   GPUHAL__TRACE_GPU_SPAN = 2,  /* a span on a device queue; `command` 0: the operation, i+1: its command i */
   GPUHAL__TRACE_SIGNAL = 3,    /* span `span` signals (semaphore, value) */
-  GPUHAL__TRACE_WAIT = 4,      /* span `span` waits for (semaphore, value) */
-  GPUHAL__TRACE_DEVICE = 5     /* device `device` exists: name, queue count */
+  GPUHAL__TRACE_WAIT = 4       /* span `span` waits for (semaphore, value) */
 } gpuhal__trace_kind_t;
 
 typedef enum gpuhal__trace_role_e {
@@ -256,10 +255,26 @@ static gpuhal_status_t gpuhal__trace_device_stop(void* arg) {
   return NULL;
 }
 
+/* Notes the device's tracks (devices of one ordinal share them). */
+static void gpuhal__trace_add_track(gpuhal__trace_t* trace, const gpuhal_device_t* device) {
+  uint32_t i;
+  gpuhal__mutex_lock(&trace->mutex);
+  for (i = 0; i < trace->track_count && trace->tracks[i].ordinal != device->ordinal; ++i) {
+  }
+  if (i == trace->track_count && i < GPUHAL__TRACE_TRACKS_MAX) {
+    trace->tracks[i].ordinal = device->ordinal;
+    trace->tracks[i].queues = 0;
+    gpuhal__trace_copy_name(trace->tracks[i].name, sizeof(trace->tracks[i].name), device->info.name);
+    trace->track_count++;
+  }
+  if (i < trace->track_count && device->queue_count > trace->tracks[i].queues)
+    trace->tracks[i].queues = device->queue_count;
+  gpuhal__mutex_unlock(&trace->mutex);
+}
+
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__trace_device_create(gpuhal_device_t* device) {
   gpuhal__trace_t* trace = device->driver->trace;
   gpuhal__trace_device_t* td = NULL;
-  gpuhal__trace_record_t r;
   gpuhal_status_t status;
   if (!trace) return NULL;
   GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(*td), "device trace state", (void**)&td));
@@ -275,11 +290,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__trace_device_create(gpuhal_device_t* dev
       return gpuhal_status_annotate(status, "starting the trace of device %d", device->ordinal);
     }
   }
-  gpuhal__trace_record_init(&r, GPUHAL__TRACE_DEVICE, device->info.name);
-  r.device = (int16_t)device->ordinal;
-  r.queue = device->queue_count;
-  r.ts_ns = td->anchor_ns;
-  gpuhal__trace_put(trace, &r);
+  gpuhal__trace_add_track(trace, device);
   device->trace = td;
   return NULL;
 }
@@ -680,7 +691,7 @@ static void gpuhal__trace_write_span(gpuhal__trace_writer_t* w, const gpuhal__tr
 }
 
 /* Writes everything that is not a span: process and track names. */
-static void gpuhal__trace_write_tracks(gpuhal__trace_writer_t* w, const gpuhal__trace_record_t* records, size_t n,
+static void gpuhal__trace_write_tracks(gpuhal__trace_writer_t* w, const gpuhal__trace_track_t* tracks, size_t n,
                                        const gpuhal__trace_thread_t* threads, size_t thread_count) {
   size_t i;
   char name[160];
@@ -697,14 +708,13 @@ static void gpuhal__trace_write_tracks(gpuhal__trace_writer_t* w, const gpuhal__
     gpuhal__trace_meta(w, "thread_name", GPUHAL__TRACE_HOST_PID, threads[i].tid, name, threads[i].tid);
   }
   for (i = 0; i < n; ++i) {
-    const gpuhal__trace_record_t* r = &records[i];
+    const gpuhal__trace_track_t* t = &tracks[i];
     uint32_t q;
-    if (r->kind != GPUHAL__TRACE_DEVICE) continue;
-    snprintf(name, sizeof(name), "GPU %d: %.48s", (int)r->device, r->name);
-    gpuhal__trace_meta(w, "process_name", GPUHAL__TRACE_DEVICE_PID + r->device, 0, name, 1 + r->device);
-    for (q = 0; q < r->queue; ++q) {
+    snprintf(name, sizeof(name), "GPU %d: %.48s", t->ordinal, t->name);
+    gpuhal__trace_meta(w, "process_name", GPUHAL__TRACE_DEVICE_PID + t->ordinal, 0, name, 1 + t->ordinal);
+    for (q = 0; q < t->queues; ++q) {
       snprintf(name, sizeof(name), "queue %u", (unsigned)q);
-      gpuhal__trace_meta(w, "thread_name", GPUHAL__TRACE_DEVICE_PID + r->device, (int)q, name, (int)q);
+      gpuhal__trace_meta(w, "thread_name", GPUHAL__TRACE_DEVICE_PID + t->ordinal, (int)q, name, (int)q);
     }
   }
 }
@@ -723,6 +733,8 @@ static int gpuhal__trace_tid(gpuhal__trace_thread_t* threads, size_t* count, con
 typedef struct gpuhal__trace_snapshot_s {
   gpuhal__trace_record_t* records;
   size_t count;
+  gpuhal__trace_track_t tracks[GPUHAL__TRACE_TRACKS_MAX];
+  size_t track_count;
   uint64_t dropped;
   gpuhal__trace_out_span_t* spans;
   size_t span_count;
@@ -758,6 +770,8 @@ static gpuhal_status_t gpuhal__trace_snapshot(gpuhal__trace_t* trace, gpuhal__tr
     for (i = 0; i < n; ++i) s->records[i] = trace->records[(first + i) % trace->capacity];
     s->dropped = trace->head - n;
   }
+  memcpy(s->tracks, trace->tracks, trace->track_count * sizeof(trace->tracks[0]));
+  s->track_count = trace->track_count;
   gpuhal__mutex_unlock(&trace->mutex);
   if (!s->records) return gpuhal__status_oom("trace snapshot", bytes);
   s->count = n;
@@ -891,7 +905,7 @@ static gpuhal_status_t gpuhal__trace_write_file(gpuhal__trace_t* trace, const gp
   gpuhal__trace_json_string(w.f, trace->driver->cuda_library);
   fprintf(w.f, ",\"dropped_records\":%llu,\"capacity\":%llu},\n\"traceEvents\":[", (unsigned long long)s->dropped,
           (unsigned long long)trace->capacity);
-  gpuhal__trace_write_tracks(&w, s->records, s->count, s->threads, s->thread_count);
+  gpuhal__trace_write_tracks(&w, s->tracks, s->track_count, s->threads, s->thread_count);
   for (i = 0; i < s->span_count; ++i) gpuhal__trace_write_span(&w, s->by_ts[i]);
   gpuhal__trace_write_flows(&w, s);
   fprintf(w.f, "\n]}\n");

@@ -70,6 +70,16 @@ typedef struct gpuhal__trace_record_s {
 typedef int (*gpuhal__nvtx_push_fn_t)(const char* message);
 typedef int (*gpuhal__nvtx_pop_fn_t)(void);
 
+/* One GPU's tracks: its process (pid GPUHAL__TRACE_DEVICE_PID + ordinal) and a thread per
+ * queue (the most any device of the ordinal had). Past GPUHAL__TRACE_TRACKS_MAX ordinals
+ * the tracks are written unnamed. */
+#define GPUHAL__TRACE_TRACKS_MAX 64
+typedef struct gpuhal__trace_track_s {
+  int ordinal;
+  uint32_t queues;
+  char name[GPUHAL__TRACE_NAME];
+} gpuhal__trace_track_t;
+
 typedef struct gpuhal__trace_s {
   gpuhal_driver_t* driver;
   gpuhal__mutex_t mutex; /* guards the ring */
@@ -79,6 +89,10 @@ typedef struct gpuhal__trace_s {
   gpuhal__trace_record_t* records;
   uint64_t capacity;
   uint64_t head; /* records ever written */
+  /* Every device ordinal traced, for its track names: kept beside the ring (under `mutex`),
+   * so a run that wraps the ring still names its GPU tracks. */
+  gpuhal__trace_track_t tracks[GPUHAL__TRACE_TRACKS_MAX];
+  uint32_t track_count;
   int64_t start_ns;
   uint64_t next_span; /* atomic */
   int json;           /* a file is written (else NVTX only) */

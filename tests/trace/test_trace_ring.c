@@ -1,5 +1,6 @@
 /* Tracing keeps bounded memory: with a ring of 64 records, a run that makes thousands keeps
- * the newest, says how many were dropped, and still writes a valid, nested timeline. */
+ * the newest, says how many were dropped, and still writes a valid, nested timeline whose
+ * GPU tracks keep their names (they were a record in the ring, the first to go). */
 #define GPUHAL_TRACE_CAPACITY 64
 #include "test_internals.h"
 
@@ -38,6 +39,8 @@ TU_TEST(ring_is_bounded) {
   TU_REQUIRE(!why);
   TU_CHECK(t.dropped > 1000); /* ~5 records per barrier */
   TU_CHECK(t.span_count <= 64 && t.span_count > 0);
+  TU_CHECK_STR_CONTAINS(tt_meta_name(&t, "process_name", 100, 0), "GPU 0");
+  TU_CHECK_STR_CONTAINS(tt_meta_name(&t, "thread_name", 100, 0), "queue 0");
   why = tt_check_order_and_nesting(&t);
   if (why) TU_FAIL_AT(__FILE__, __LINE__, "%s", why);
   why = tt_check_flows(&t, "semaphore", &flows); /* only flows whose both ends survived */
