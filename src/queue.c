@@ -405,6 +405,9 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
    * goes before its signals, which then no longer count it as blocked. */
   if (!a->event && a->next_wait < a->wait_count)
     gpuhal__semaphore_unregister(a->waits[a->next_wait].semaphore, &a->waits[a->next_wait].waiter);
+  for (i = 0; a->value_waits && i < a->wait_count; ++i) /* and its waits on the GPU */
+    if (a->waits[i].kind == GPUHAL__WAIT_VALUE)
+      gpuhal__semaphore_unregister(a->waits[i].semaphore, &a->waits[i].waiter);
   /* Signals first: a signal may share its semaphore reference with a wait. */
   for (i = 0; i < a->signal_count; ++i) {
     if (!a->completed_ok) gpuhal__semaphore_remove_timepoint(&a->signals[i]);

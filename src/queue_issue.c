@@ -252,6 +252,10 @@ static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstrea
   gpuhal__event_t* event = NULL;
   gpuhal_status_t status = NULL;
   uint32_t i, begun = 0, written = 0;
+  /* Its waits on the GPU counted it as blocked on their semaphores; its timepoints will. */
+  for (i = 0; !a->host_fn && a->value_waits && i < a->wait_count; ++i)
+    if (a->waits[i].kind == GPUHAL__WAIT_VALUE)
+      gpuhal__semaphore_parked_issued(a->waits[i].semaphore, &a->waits[i].waiter);
   for (i = 0; !a->host_fn && i < a->signal_count && !status; ++i) {
     gpuhal_semaphore_t* s = a->signals[i].semaphore;
     /* Work behind a GPU wait ends when the host signals: its waiters read the word. So do

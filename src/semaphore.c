@@ -371,6 +371,55 @@ GPUHAL__PRIVATE void gpuhal__semaphore_signal_end(gpuhal_semaphore_t* s, int wro
   gpuhal__mutex_unlock(&s->mutex);
 }
 
+/* Under the lock: whether nothing can advance `s` any more while something waits for a
+ * value it has not reached. The application holds no reference (no host signal can come),
+ * no other process shares it, and every queue action that signals it is itself blocked on
+ * a value of `s` not reached yet (a chain on one timeline whose head waits for a signal
+ * that now never comes). Such waits would hold their work, its command buffer and device
+ * forever: the caller fails `s` instead (gpuhal__semaphore_abandon_locked). `self_blocked`
+ * and `unmet` count the caller's own wait, not registered yet. Work blocked on another
+ * abandoned semaphore is found through that one's failure, which fails the work and drops
+ * its signals. Cycles through several semaphores are not looked for. */
+static int gpuhal__semaphore_abandoned_locked(gpuhal_semaphore_t* s, uint32_t self_blocked, int unmet) {
+  gpuhal__list_node_t* n;
+  uint32_t live;
+  if (s->failure || s->shared || gpuhal__atomic_load(&s->object.user_refs) > 0) return 0;
+  live = gpuhal__atomic_load(&s->signallers);
+  /* Submitted signals, oldest first: the head of a moving chain waits for nothing unreached,
+   * so a healthy chain is told apart at its first timepoint. */
+  for (n = s->timepoints.next; n != &s->timepoints; n = n->next) {
+    const gpuhal__timepoint_t* tp = GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link);
+    if (tp->own_wait <= s->value) return 0;
+    self_blocked++;
+    unmet = 1;
+  }
+  /* Waits on the host, then waits on the GPU (work not issued yet counts there, as it is
+   * in no timepoint). Counting one action twice could make the sum match by mistake; once
+   * too few only delays the finding. */
+  for (n = s->waiters.next; n != &s->waiters; n = n->next) {
+    const gpuhal__semaphore_waiter_t* w = GPUHAL__CONTAINER_OF(n, gpuhal__semaphore_waiter_t, link);
+    if (w->value <= s->value) continue;
+    unmet = 1;
+    self_blocked += w->signals_it;
+  }
+  for (n = s->parked.next; n != &s->parked; n = n->next) {
+    const gpuhal__semaphore_waiter_t* w = GPUHAL__CONTAINER_OF(n, gpuhal__semaphore_waiter_t, link);
+    if (w->value <= s->value) continue;
+    unmet = 1;
+    self_blocked += w->signals_it;
+  }
+  return unmet && self_blocked == live;
+}
+
+/* Under the lock: fails an abandoned `s` (see above), releasing everything that waits. */
+static void gpuhal__semaphore_abandon_locked(gpuhal_semaphore_t* s) {
+  gpuhal__semaphore_fail_locked(
+      s, gpuhal_status_make(GPUHAL_STATUS_ABORTED,
+                            "semaphore%s%s%s was released by the application at value %llu while queue work still "
+                            "waited for a higher value, and nothing else can signal it: that work is abandoned",
+                            GPUHAL__LABEL_ARGS(s->label), (unsigned long long)s->value));
+}
+
 GPUHAL__PRIVATE void gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuhal__timepoint_t* tp) {
   gpuhal__list_node_t* n;
   gpuhal__mutex_lock(&s->mutex);
@@ -388,6 +437,11 @@ GPUHAL__PRIVATE void gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuh
   gpuhal__semaphore_publish_newest_locked(s);
   gpuhal__semaphore_notify_locked(s, tp->value);
   gpuhal__semaphore_signal_end_locked(s);
+  /* Work that waits on the GPU for this same semaphore, issued after the application let go
+   * of it: it counts as blocked only from here (gpuhal__semaphore_parked_issued). */
+  if (tp->own_wait > s->value && gpuhal__atomic_load(&s->object.user_refs) == 0 &&
+      gpuhal__semaphore_abandoned_locked(s, 0, 0))
+    gpuhal__semaphore_abandon_locked(s);
   gpuhal__mutex_unlock(&s->mutex);
 }
 
@@ -431,49 +485,14 @@ GPUHAL__PRIVATE void gpuhal__semaphore_fail_locked(gpuhal_semaphore_t* s, gpuhal
   gpuhal__semaphore_notify_locked(s, 0);
 }
 
-/* Under the lock: whether nothing can advance `s` any more while something waits for a
- * value it has not reached. The application holds no reference (no host signal can come),
- * no other process shares it, and every queue action that signals it is itself blocked on
- * a value of `s` not reached yet (a chain on one timeline whose head waits for a signal
- * that now never comes). Such waits would hold their work, its command buffer and device
- * forever: the caller fails `s` instead (gpuhal__semaphore_abandon_locked). `self_blocked`
- * and `unmet` count the caller's own wait, not registered yet. Work blocked on another
- * abandoned semaphore is found through that one's failure, which fails the work and drops
- * its signals. Cycles through several semaphores are not looked for. */
-static int gpuhal__semaphore_abandoned_locked(gpuhal_semaphore_t* s, uint32_t self_blocked, int unmet) {
-  gpuhal__list_node_t* n;
-  uint32_t live;
-  if (s->failure || s->shared || gpuhal__atomic_load(&s->object.user_refs) > 0) return 0;
-  live = gpuhal__atomic_load(&s->signallers);
-  /* Submitted signals, oldest first: the head of a moving chain waits for nothing unreached,
-   * so a healthy chain is told apart at its first timepoint. */
-  for (n = s->timepoints.next; n != &s->timepoints; n = n->next) {
-    const gpuhal__timepoint_t* tp = GPUHAL__CONTAINER_OF(n, gpuhal__timepoint_t, link);
-    if (tp->own_wait <= s->value) return 0;
-    self_blocked++;
-    unmet = 1;
-  }
-  for (n = s->waiters.next; n != &s->waiters; n = n->next) {
-    const gpuhal__semaphore_waiter_t* w = GPUHAL__CONTAINER_OF(n, gpuhal__semaphore_waiter_t, link);
-    if (w->value <= s->value) continue;
-    unmet = 1;
-    self_blocked += w->signals_it;
-  }
-  /* Work parked on the GPU for a value (memops) is not registered: its arming says so. */
-  if (gpuhal__atomic_load(&s->armed_until) > s->value) unmet = 1;
-  return unmet && self_blocked == live;
-}
-
-/* Under the lock: fails an abandoned `s` (see above), releasing everything that waits. */
-static void gpuhal__semaphore_abandon_locked(gpuhal_semaphore_t* s) {
-  gpuhal__semaphore_fail_locked(
-      s, gpuhal_status_make(GPUHAL_STATUS_ABORTED,
-                            "semaphore%s%s%s was released by the application at value %llu while queue work still "
-                            "waited for a higher value, and nothing else can signal it: that work is abandoned",
-                            GPUHAL__LABEL_ARGS(s->label), (unsigned long long)s->value));
-}
-
 GPUHAL__PRIVATE void gpuhal__semaphore_signaller_add(gpuhal_semaphore_t* s) { gpuhal__atomic_add(&s->signallers, 1u); }
+
+GPUHAL__PRIVATE void gpuhal__semaphore_parked_issued(gpuhal_semaphore_t* s, gpuhal__semaphore_waiter_t* waiter) {
+  if (!waiter->signals_it) return;
+  gpuhal__mutex_lock(&s->mutex);
+  waiter->signals_it = 0;
+  gpuhal__mutex_unlock(&s->mutex);
+}
 
 GPUHAL__PRIVATE void gpuhal__semaphore_signaller_done(gpuhal_semaphore_t* s) {
   gpuhal__atomic_sub(&s->signallers, 1u);
@@ -552,6 +571,12 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
       gpuhal__semaphore_install_word_locked(s, &q->spare_word);
       q->word_address = s->word_address;
       gpuhal__semaphore_arm_locked(s, value);
+      if (q->waiter) {
+        /* Still registered from a try that could not park (no stream free): on the GPU now. */
+        gpuhal__list_remove(&q->waiter->link);
+        q->waiter->value = value;
+        gpuhal__list_push_back(&s->parked, &q->waiter->link);
+      }
       state = GPUHAL__WAIT_ARMED;
     } else if (state == GPUHAL__WAIT_PENDING && q->spare_word) {
       /* Not armed while a signal is being issued (see gpuhal__semaphore_signal_begin): the
@@ -600,6 +625,7 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_create(gpuhal_driver_t* driver, uint
   s->shared_fd = -1;
   gpuhal__list_init(&s->timepoints);
   gpuhal__list_init(&s->waiters);
+  gpuhal__list_init(&s->parked);
   gpuhal__list_init(&s->shared_link);
   *out_semaphore = s;
   return NULL;
@@ -618,7 +644,7 @@ GPUHAL__PRIVATE void gpuhal__semaphore_release_ref(gpuhal_semaphore_t* semaphore
     semaphore->word = semaphore->unshared_word;
   }
   /* Nothing can be registered now: waiters and actions hold references. */
-  GPUHAL_ASSERT(gpuhal__list_empty(&semaphore->waiters));
+  GPUHAL_ASSERT(gpuhal__list_empty(&semaphore->waiters) && gpuhal__list_empty(&semaphore->parked));
   gpuhal_status_free(semaphore->failure);
   semaphore->failure = NULL;
   /* No GPU work refers to the word now: every action that used it held a reference. */

@@ -105,7 +105,7 @@ typedef struct gpuhal__semaphore_waiter_s {
   int wants_submitted;
   /* How many signals of this same semaphore the waiting queue work makes: work blocked on
    * a value it cannot reach itself (see gpuhal__semaphore_abandoned_locked). 0 for host
-   * waits. */
+   * waits, and for a parked wait once its work is issued (its timepoints count it then). */
   uint32_t signals_it;
   void (*notify)(struct gpuhal__semaphore_waiter_s* waiter);
   void* user;
@@ -184,6 +184,10 @@ struct gpuhal_semaphore_s {
   gpuhal_status_t failure; /* NULL while healthy; first cause wins */
   gpuhal__list_node_t timepoints;
   gpuhal__list_node_t waiters;
+  /* Queue waits put on the GPU (armed: a cuStreamWaitValue64 on the word), by waiter node,
+   * from the arming until their action is dropped: what still waits for a value on the GPU
+   * (gpuhal__semaphore_abandoned_locked). Never notified: the word releases them. */
+  gpuhal__list_node_t parked;
   char label[GPUHAL_LABEL_MAX]; /* gpuhal_semaphore_set_label; "" without one */
   /* The newest submitted timepoint, readable without the mutex (a sequence lock: written
    * under the mutex, `newest_seq` odd while it changes): lets a queue action whose wait is
@@ -358,6 +362,9 @@ GPUHAL__PRIVATE void gpuhal__semaphore_reassert_failure(gpuhal_semaphore_t* s);
  * removed (gpuhal__semaphore_signaller_done: when the application holds no reference any
  * more, that may leave `s` abandoned, which fails it). */
 GPUHAL__PRIVATE void gpuhal__semaphore_signaller_add(gpuhal_semaphore_t* s);
+/* The work of a parked wait (gpuhal__semaphore_check: GPUHAL__WAIT_ARMED, linked on
+ * s->parked) is being issued: its timepoints count it from now on. Before they are added. */
+GPUHAL__PRIVATE void gpuhal__semaphore_parked_issued(gpuhal_semaphore_t* s, gpuhal__semaphore_waiter_t* waiter);
 GPUHAL__PRIVATE void gpuhal__semaphore_signaller_done(gpuhal_semaphore_t* s);
 
 /* Under the lock, `s` healthy: `cause` (owned) becomes its failure; GPU waits on its word

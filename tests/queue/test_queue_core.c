@@ -1153,6 +1153,94 @@ TU_TEST(released_semaphore_still_signalled_by_queue_work) {
   qc_fixture_close(&f);
 }
 
+static gpuhal_status_t qc_nothing_fn(void* user) {
+  GPUHAL__UNUSED(user);
+  return NULL;
+}
+
+/* A host wait that ended (its timeout, or an ANY wait met by another entry) leaves no trace
+ * that counts as work waiting: releasing the semaphore afterwards, while queued work still
+ * has to look at a value it already reached, must not fail it. (The first version read the
+ * memop path's arming high-water mark as "something waits", and failed it.) */
+TU_TEST(released_semaphore_after_an_ended_host_wait) {
+  qc_fixture_t f;
+  gpuhal_semaphore_t *s = NULL, *t = NULL, *r = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_buffer_t* counter = NULL;
+  uint64_t one = 1;
+  if (!qc_fixture_open(&f, 1)) TU_SKIP("no device or test kernels");
+  s = qc_semaphore(&f);
+  t = qc_semaphore(&f);
+  r = qc_semaphore(&f);
+  TU_REQUIRE(s && t && r && qc_counting_dispatch(&f, &counter, &cb));
+  TU_CHECK_OK(gpuhal_semaphore_signal(s, 5));
+  TU_CHECK_EQ_INT(qc_code(gpuhal_semaphore_wait(s, 10, gpuhal_timeout_relative_ns(20000000))),
+                  GPUHAL_STATUS_DEADLINE_EXCEEDED);
+  {
+    gpuhal_semaphore_t* waits[2] = {t, s};
+    uint64_t values[2] = {1, 3};
+    gpuhal_semaphore_list_t list;
+    list.count = 2;
+    list.semaphores = waits;
+    list.values = values;
+    /* A host call: its waits stay on the host (an execute's first wait might go to the GPU
+     * and the second be resolved at once). */
+    TU_CHECK_OK(gpuhal_queue_host_call(f.device, 0, list, gpuhal_semaphore_list_one(&r, &one), qc_nothing_fn, NULL));
+  }
+  gpuhal_semaphore_release(s); /* its queued wait (3) is reached; nothing waits above 5 */
+  TU_CHECK_OK(gpuhal_semaphore_signal(t, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(r, 1, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(counter);
+  gpuhal_semaphore_release(t);
+  gpuhal_semaphore_release(r);
+  qc_fixture_close(&f);
+}
+
+/* The only signaller of S waits on S itself, through a wait put on the GPU (memops) before
+ * another wait of it (too far above for the GPU's compare) kept it on the host: neither
+ * registered on S nor issued when S is released. When that other wait comes and it is
+ * issued, S is found abandoned then, and the work fails instead of staying parked. */
+TU_TEST(abandoned_by_a_signaller_parked_on_it) {
+  qc_fixture_t f;
+  gpuhal_semaphore_t *s = NULL, *t = NULL, *r = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_buffer_t* counter = NULL;
+  uint64_t far = (1ull << 62) + 10;
+  gpuhal_semaphore_t* waits[2];
+  gpuhal_semaphore_t* signals[2];
+  uint64_t wait_values[2] = {5, 0}, signal_values[2] = {6, 1};
+  gpuhal_semaphore_list_t wait_list, signal_list;
+  if (!qc_fixture_open(&f, 1)) TU_SKIP("no device or test kernels");
+  s = qc_semaphore(&f);
+  t = qc_semaphore(&f);
+  r = qc_semaphore(&f);
+  TU_REQUIRE(s && t && r && qc_counting_dispatch(&f, &counter, &cb));
+  wait_values[1] = far;
+  waits[0] = s;
+  waits[1] = t;
+  signals[0] = s;
+  signals[1] = r;
+  wait_list.count = signal_list.count = 2;
+  wait_list.semaphores = waits;
+  wait_list.values = wait_values;
+  signal_list.semaphores = signals;
+  signal_list.values = signal_values;
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, wait_list, signal_list, cb, NULL));
+  qc_sleep_ms(20);
+  gpuhal_semaphore_release(s);
+  qc_sleep_ms(20);
+  TU_CHECK_OK(gpuhal_semaphore_signal(t, far));
+  TU_CHECK_STATUS(gpuhal_semaphore_wait(r, 1, qt_seconds(QC_WAIT_S)), GPUHAL_STATUS_ABORTED, QC_ABANDONED);
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(counter);
+  gpuhal_semaphore_release(t);
+  gpuhal_semaphore_release(r);
+  qc_fixture_close(&f);
+}
+
 /* The polls case last: on a core with the defect its release hangs and the watchdog ends the
  * process, which would keep the cases after it from running. */
 TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
@@ -1166,4 +1254,5 @@ TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
         TU_CASE(far_values_wait_for_the_maximum_waits), TU_CASE(far_values_fail_releases_a_far_wait),
         TU_CASE(far_values_gpu_signal_releases_a_gpu_wait), TU_CASE(abandoned_gate_fails_its_work),
         TU_CASE(abandoned_chain_fails_its_work), TU_CASE(abandoned_gate_fails_a_barrier),
-        TU_CASE(released_semaphore_still_signalled_by_queue_work))
+        TU_CASE(released_semaphore_still_signalled_by_queue_work), TU_CASE(released_semaphore_after_an_ended_host_wait),
+        TU_CASE(abandoned_by_a_signaller_parked_on_it))
