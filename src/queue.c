@@ -355,23 +355,25 @@ static int gpuhal__action_signal_ref_shared(const gpuhal__action_t* a, uint32_t 
   return i < 32 && ((a->shared_signal_refs >> i) & 1u);
 }
 
-/* Also notes, for the first 32 signals, which waits are on the same semaphore: such work
- * cannot advance it before it reaches the value waited for (gpuhal__semaphore_signaller_add;
- * the waiter's signals_it and the timepoint's own_wait). Past 32 the semaphore is simply
- * taken as signalled by work that may run, which never fails it wrongly. */
+/* Also notes, for the first 32 signals, the highest wait on the same semaphore: such work
+ * cannot advance it before it reaches that value (gpuhal__semaphore_signaller_add; that
+ * waiter's signals_it and the timepoint's own_wait). Only that one wait counts the action,
+ * so an action with several waits on the semaphore is never counted twice. Past 32 the
+ * semaphore is simply taken as signalled by work that may run, which never fails it
+ * wrongly. */
 GPUHAL__PRIVATE void gpuhal__action_retain_semaphores(gpuhal__action_t* a) {
   uint32_t i, j;
   a->shared_signal_refs = 0;
   for (i = 0; i < a->wait_count; ++i) gpuhal__object_retain(&a->waits[i].semaphore->object);
   for (i = 0; i < a->signal_count; ++i) {
     gpuhal__timepoint_t* tp = &a->signals[i];
-    tp->own_wait = 0;
-    for (j = 0; i < 32 && j < a->wait_count; ++j) {
-      if (a->waits[j].semaphore != tp->semaphore) continue;
-      a->waits[j].waiter.signals_it++;
-      if (a->waits[j].value > tp->own_wait) tp->own_wait = a->waits[j].value;
-    }
-    if (tp->own_wait) {
+    gpuhal__action_wait_t* highest = NULL;
+    for (j = 0; i < 32 && j < a->wait_count; ++j)
+      if (a->waits[j].semaphore == tp->semaphore && (!highest || a->waits[j].value > highest->value))
+        highest = &a->waits[j];
+    tp->own_wait = highest ? highest->value : 0;
+    if (highest) {
+      highest->waiter.signals_it++;
       a->shared_signal_refs |= 1u << i;
     } else {
       gpuhal__object_retain(&tp->semaphore->object);

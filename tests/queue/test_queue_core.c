@@ -1241,6 +1241,58 @@ TU_TEST(abandoned_by_a_signaller_parked_on_it) {
   qc_fixture_close(&f);
 }
 
+/* An action with two waits on the semaphore it signals counts once among what is blocked on
+ * it: with another signaller still able to run (behind a gate the application holds), the
+ * release must not fail the semaphore. On the memop path both waits go to the GPU while a
+ * third wait (too far above for the GPU's compare) holds the action on the host, and
+ * counting each of the two made the blocked count match the signallers (two). */
+TU_TEST(released_semaphore_with_two_waits_of_one_signaller) {
+  qc_fixture_t f;
+  gpuhal_semaphore_t *s = NULL, *gate = NULL, *far = NULL, *done = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_buffer_t* counter = NULL;
+  uint64_t one = 1, six = 6, seven = 7, far_value = (1ull << 62) + 10;
+  gpuhal_semaphore_t* waits[3];
+  uint64_t wait_values[3] = {5, 6, 0};
+  gpuhal_semaphore_list_t wait_list;
+  uint32_t count = 0;
+  if (!qc_fixture_open(&f, 2)) TU_SKIP("no device or test kernels");
+  s = qc_semaphore(&f);
+  gate = qc_semaphore(&f);
+  far = qc_semaphore(&f);
+  done = qc_semaphore(&f);
+  TU_REQUIRE(s && gate && far && done && qc_counting_dispatch(&f, &counter, &cb));
+  waits[0] = waits[1] = s;
+  waits[2] = far;
+  wait_values[2] = far_value;
+  wait_list.count = 3;
+  wait_list.semaphores = waits;
+  wait_list.values = wait_values;
+  /* queue 0: gate -> s = 6; queue 1: s >= 5, s >= 6 and far -> s = 7; then s >= 7 -> done.
+   * The gate's value is far too, so its execute stays on the host (not issued). */
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &far_value),
+                                   gpuhal_semaphore_list_one(&s, &six), cb, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 1, wait_list, gpuhal_semaphore_list_one(&s, &seven), cb, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 1, gpuhal_semaphore_list_one(&s, &seven),
+                                   gpuhal_semaphore_list_one(&done, &one), cb, NULL));
+  qc_sleep_ms(20);
+  gpuhal_semaphore_release(s);
+  qc_sleep_ms(20);
+  TU_CHECK_EQ_INT(qc_query(done), 0);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, far_value));
+  TU_CHECK_OK(gpuhal_semaphore_signal(far, far_value));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_OK(gpuhal_buffer_read(counter, 0, &count, 4));
+  TU_CHECK_EQ_INT(count, 3);
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(counter);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(far);
+  gpuhal_semaphore_release(done);
+  qc_fixture_close(&f);
+}
+
 /* The polls case last: on a core with the defect its release hangs and the watchdog ends the
  * process, which would keep the cases after it from running. */
 TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
@@ -1255,4 +1307,4 @@ TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
         TU_CASE(far_values_gpu_signal_releases_a_gpu_wait), TU_CASE(abandoned_gate_fails_its_work),
         TU_CASE(abandoned_chain_fails_its_work), TU_CASE(abandoned_gate_fails_a_barrier),
         TU_CASE(released_semaphore_still_signalled_by_queue_work), TU_CASE(released_semaphore_after_an_ended_host_wait),
-        TU_CASE(abandoned_by_a_signaller_parked_on_it))
+        TU_CASE(abandoned_by_a_signaller_parked_on_it), TU_CASE(released_semaphore_with_two_waits_of_one_signaller))
