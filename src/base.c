@@ -424,6 +424,12 @@ GPUHAL__PRIVATE int gpuhal__cond_wait_until(gpuhal__cond_t* c, gpuhal__mutex_t* 
   return pthread_cond_timedwait(&c->cond, m, &ts) != ETIMEDOUT;
 }
 
+/* Threads carry their names (top -H, gdb, /proc) also when the implementation is compiled in
+ * a strict mode that hides the declaration: glibc and musl have had the function for years. */
+#if defined(__linux__) && !defined(__USE_GNU) && !defined(__cplusplus)
+extern int pthread_setname_np(pthread_t thread, const char* name);
+#endif
+
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__thread_create(gpuhal__thread_t* thread, gpuhal__thread_fn_t fn, void* arg,
                                                       const char* name) {
   gpuhal__thread_t detached;
@@ -434,8 +440,9 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__thread_create(gpuhal__thread_t* thread, 
   pthread_attr_destroy(&attr);
   if (rc != 0)
     return gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED, "could not start thread '%s': %s", name, strerror(rc));
-#if defined(__linux__) && defined(__USE_GNU)
-  pthread_setname_np(thread ? *thread : detached, name);
+#if defined(__linux__) && (defined(__USE_GNU) || !defined(__cplusplus))
+  /* A detached thread may be gone already: only joinable ones (the reaper stays unnamed). */
+  if (thread) pthread_setname_np(*thread, name);
 #endif
   return NULL;
 }

@@ -286,12 +286,17 @@ static void gpuhal__channel_release_ref(gpuhal_channel_t* channel) {
 }
 
 GPUHAL_API void gpuhal_channel_release(gpuhal_channel_t* channel) {
+  gpuhal_driver_t* driver;
+  int settle;
   if (!gpuhal__object_is_live(channel, GPUHAL__MAGIC_CHANNEL)) return;
   if (!gpuhal__object_user_release(&channel->header)) {
     gpuhal__log_extra_release(channel->device->logger, __func__, "a channel");
     return;
   }
+  driver = channel->device->driver;
+  settle = gpuhal__driver_settle_begin(driver);
   gpuhal__channel_release_ref(channel);
+  gpuhal__driver_settle_end(driver, settle);
 }
 
 GPUHAL_API int gpuhal_channel_rank(gpuhal_channel_t* channel) {

@@ -85,10 +85,18 @@ static void gpuhal__worker_loop(gpuhal__worker_t* w) {
   gpuhal__mutex_unlock(&w->mutex);
 }
 
+/* The driver whose thread this is (a device's worker, completion or host-call thread), so
+ * that a release made on it does not wait for the thread itself (gpuhal__driver_settle_begin:
+ * a host function may make the application's last release, while the device it runs for is
+ * being torn down and no longer on the driver's list). */
+static GPUHAL__THREAD_LOCAL gpuhal_driver_t* gpuhal__thread_driver = NULL;
+GPUHAL__PRIVATE void gpuhal__driver_thread_begin(gpuhal_driver_t* driver) { gpuhal__thread_driver = driver; }
+
 static void* gpuhal__worker_main(void* arg) {
   gpuhal_device_t* device = (gpuhal_device_t*)arg;
   gpuhal__worker_t* w = &device->worker;
   gpuhal_status_t status = GPUHAL__CU(device->cu, cuCtxSetCurrent, (device->context));
+  gpuhal__driver_thread_begin(device->driver);
   gpuhal__mutex_lock(&w->mutex);
   w->start_status = status;
   w->start_done = 1;
@@ -435,16 +443,31 @@ static gpuhal_status_t gpuhal__driver_settle_nothing(void* arg) {
   return NULL;
 }
 
+/* 1 when the calling thread is one of the device's own (its worker, or a queue thread):
+ * the device's teardown joins those, so it must not run there. */
+static int gpuhal__device_owns_thread(gpuhal_device_t* device) {
+  if (gpuhal__on_worker(device)) return 1;
+  if (gpuhal__hooks()->queue_owns_thread(device)) return 1;
+  return 0;
+}
+
 static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
   gpuhal_timeout_t timeout = gpuhal_timeout_relative_ns(GPUHAL_DRIVER_RELEASE_SETTLE_NS);
+  uint64_t settle;
+  /* Each settle takes each device once; a device an earlier one took (and left with work
+   * blocked on a semaphore) is taken again. A later concurrent settle takes over. */
+  gpuhal__mutex_lock(&driver->devices_mutex);
+  settle = ++driver->settles;
+  gpuhal__mutex_unlock(&driver->devices_mutex);
   for (;;) {
     gpuhal_device_t* device = NULL;
     gpuhal__list_node_t* n;
     gpuhal__mutex_lock(&driver->devices_mutex);
     for (n = driver->devices.next; n != &driver->devices && !device; n = n->next) {
       gpuhal_device_t* d = GPUHAL__CONTAINER_OF(n, gpuhal_device_t, driver_link);
-      if (gpuhal__atomic_load(&d->header.user_refs) == 0 && !d->settled && gpuhal__object_try_retain(&d->header)) {
-        d->settled = 1;
+      if (gpuhal__atomic_load(&d->header.user_refs) == 0 && d->settled_in < settle &&
+          gpuhal__object_try_retain(&d->header)) {
+        d->settled_in = settle;
         device = d;
       }
     }
@@ -461,6 +484,22 @@ static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
   while (driver->teardowns > 0 || gpuhal__driver_has_dying_device(driver))
     if (!gpuhal__cond_wait_until(&driver->devices_cond, &driver->devices_mutex, timeout)) break;
   gpuhal__mutex_unlock(&driver->devices_mutex);
+}
+
+/* 1 when the calling thread is one of the driver's own: settling there would wait for the
+ * caller itself, so it is left to the teardowns. */
+static int gpuhal__driver_owns_thread(const gpuhal_driver_t* driver) { return gpuhal__thread_driver == driver; }
+
+GPUHAL__PRIVATE int gpuhal__driver_settle_begin(gpuhal_driver_t* driver) {
+  if (gpuhal__atomic_load(&driver->header.user_refs) > 0 || gpuhal__driver_owns_thread(driver)) return 0;
+  gpuhal__driver_retain_ref(driver);
+  return 1;
+}
+
+GPUHAL__PRIVATE void gpuhal__driver_settle_end(gpuhal_driver_t* driver, int begun) {
+  if (!begun) return;
+  gpuhal__driver_settle_released_devices(driver);
+  gpuhal__driver_release_ref(driver); /* perhaps the last: the driver goes on this thread */
 }
 
 /* The application's last reference to the driver is going while objects it made are still
@@ -485,7 +524,7 @@ GPUHAL_API void gpuhal_driver_release(gpuhal_driver_t* driver) {
     gpuhal__log_extra_release(&driver->logger, __func__, "the driver");
     return;
   }
-  gpuhal__driver_settle_released_devices(driver);
+  if (!gpuhal__driver_owns_thread(driver)) gpuhal__driver_settle_released_devices(driver);
   gpuhal__driver_warn_live_objects(driver);
   gpuhal__driver_release_ref(driver);
 }
@@ -960,14 +999,6 @@ GPUHAL_API void gpuhal_device_retain(gpuhal_device_t* device) {
   gpuhal__object_user_retain(&device->header);
 }
 
-/* 1 when the calling thread is one of the device's own (its worker, or a queue thread):
- * the device's teardown joins those, so it must not run there. */
-static int gpuhal__device_owns_thread(gpuhal_device_t* device) {
-  if (gpuhal__on_worker(device)) return 1;
-  if (gpuhal__hooks()->queue_owns_thread(device)) return 1;
-  return 0;
-}
-
 /* Ends a teardown counted in driver->teardowns and drops the device's reference on the
  * driver. The reference goes inside the lock unless it is the last: a driver release
  * waiting in gpuhal__driver_settle_released_devices then holds the last one itself, so the
@@ -1022,7 +1053,10 @@ GPUHAL__PRIVATE void gpuhal__device_release_ref(gpuhal_device_t* device) {
  * buffers still hold it) is refused: taking a buffer's reference would tear the device
  * down under that buffer, whose own release would then wait on a stopped worker. */
 GPUHAL_API void gpuhal_device_release(gpuhal_device_t* device) {
+  gpuhal_driver_t* driver;
+  int settle;
   if (!gpuhal__object_is_live(device, GPUHAL__MAGIC_DEVICE)) return;
+  driver = device->driver;
   if (!gpuhal__object_user_release(&device->header)) {
     gpuhal__log(device->logger, GPUHAL_LOG_ERROR,
                 "gpuhal_device_release: device %d was released more times than it was created and retained; "
@@ -1030,7 +1064,9 @@ GPUHAL_API void gpuhal_device_release(gpuhal_device_t* device) {
                 device->ordinal);
     return;
   }
+  settle = gpuhal__driver_settle_begin(driver);
   gpuhal__device_release_ref(device);
+  gpuhal__driver_settle_end(driver, settle);
 }
 
 GPUHAL_API gpuhal_status_t gpuhal_device_info(gpuhal_device_t* device, gpuhal_device_info_t* out_info) {

@@ -266,6 +266,7 @@ struct gpuhal_driver_s {
   gpuhal__cond_t devices_cond;
   gpuhal__list_node_t devices; /* gpuhal_device_s.driver_link */
   int teardowns;               /* device teardowns under way, on any thread */
+  uint64_t settles;            /* settles of released devices begun (under devices_mutex) */
   /* Semaphore value words (semaphore.h): slabs of pinned, device-mapped memory, made on
    * first use in the primary context of the device that needed one; the driver keeps that
    * context retained until it frees the slab. */
@@ -325,7 +326,7 @@ typedef struct gpuhal__worker_s {
 
 struct gpuhal_device_s {
   gpuhal__object_t header;         /* user_refs: the application's, which gpuhal_driver_release settles */
-  int settled;                     /* the driver release has settled it (under driver->devices_mutex) */
+  uint64_t settled_in;             /* the last settle that took it (driver->settles; under devices_mutex) */
   gpuhal__list_node_t driver_link; /* in driver->devices while alive */
   gpuhal_driver_t* driver;         /* retained */
   const gpuhal__cuda_symbols_t* cu;
@@ -453,6 +454,16 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_call_current(gpuhal_device_t* dev
 /* gpuhal's own driver references (devices, semaphores): no waiting. */
 GPUHAL__PRIVATE void gpuhal__driver_retain_ref(gpuhal_driver_t* driver);
 GPUHAL__PRIVATE void gpuhal__driver_release_ref(gpuhal_driver_t* driver);
+/* Around an application release made after the application released the driver: the last
+ * release then settles released devices as gpuhal_driver_release does (their finished work
+ * drains and they go, on this thread, before it returns), whichever object it was. begin
+ * (before the release) retains the driver and returns 1 when that is to happen; end settles
+ * and drops it. Not on the driver's own threads (a host function): that would wait for
+ * itself. */
+GPUHAL__PRIVATE int gpuhal__driver_settle_begin(gpuhal_driver_t* driver);
+/* Called first on each thread gpuhal starts for `driver`'s devices. */
+GPUHAL__PRIVATE void gpuhal__driver_thread_begin(gpuhal_driver_t* driver);
+GPUHAL__PRIVATE void gpuhal__driver_settle_end(gpuhal_driver_t* driver, int begun);
 
 GPUHAL__PRIVATE void gpuhal__device_release_ref(gpuhal_device_t* device);
 

@@ -64,12 +64,17 @@ GPUHAL__PRIVATE void gpuhal__executable_release_ref(gpuhal_executable_t* executa
 }
 
 GPUHAL_API void gpuhal_executable_release(gpuhal_executable_t* executable) {
+  gpuhal_driver_t* driver;
+  int settle;
   if (!gpuhal__object_is_live(executable, GPUHAL__MAGIC_EXECUTABLE)) return;
   if (!gpuhal__object_user_release(&executable->object)) {
     gpuhal__log_extra_release(executable->device->logger, __func__, "an executable");
     return;
   }
+  driver = executable->device->driver;
+  settle = gpuhal__driver_settle_begin(driver);
   gpuhal__executable_release_ref(executable);
+  gpuhal__driver_settle_end(driver, settle);
 }
 
 /* cuFuncGetParamInfo for index 0, 1, ... until the driver says there is no such index. */

@@ -827,12 +827,17 @@ GPUHAL_API void gpuhal_buffer_retain(gpuhal_buffer_t* buffer) {
 }
 
 GPUHAL_API void gpuhal_buffer_release(gpuhal_buffer_t* buffer) {
+  gpuhal_driver_t* driver;
+  int settle;
   if (!gpuhal__object_is_live(buffer, GPUHAL__MAGIC_BUFFER)) return;
   if (!gpuhal__object_user_release(&buffer->header)) {
     gpuhal__log_extra_release(buffer->device->logger, __func__, "a buffer");
     return;
   }
+  driver = buffer->device->driver;
+  settle = gpuhal__driver_settle_begin(driver);
   gpuhal__buffer_release_ref(buffer);
+  gpuhal__driver_settle_end(driver, settle);
 }
 
 GPUHAL_API uint64_t gpuhal_buffer_size(gpuhal_buffer_t* buffer) {

@@ -409,10 +409,18 @@ typedef struct gpuhal__queue_state_s {
    * queue_report.c. Under mutex; report_cond tells the asker it was answered. */
   struct gpuhal__report_request_s* report_request;
   gpuhal__cond_t report_cond;
-  gpuhal__queue_lane_t* lanes;       /* device->queue_count */
-  gpuhal__list_node_t incoming;      /* submitted, not yet seen by the worker */
-  gpuhal__list_node_t retired;       /* done; release due on the worker */
-  uint64_t outstanding;              /* submitted and not yet released (atomic; drops under mutex) */
+  gpuhal__queue_lane_t* lanes;  /* device->queue_count */
+  gpuhal__list_node_t incoming; /* submitted, not yet seen by the worker */
+  gpuhal__list_node_t retired;  /* done; release due on the worker */
+  uint64_t outstanding;         /* submitted and not yet released (atomic; drops under mutex) */
+  /* Issued work the completion thread's last pass found waiting for a value not seen reached:
+   * on a side stream, parked on the GPU (or behind such work), or done behind such inputs.
+   * It may never run; a driver's settle leaves it alone, as it does pending work, once a
+   * pass that began after the settle did (passes_begun, gpu_blocked_pass) says so: a count
+   * from before may miss a signal the application made just before (atomics). */
+  uint32_t gpu_blocked;
+  uint32_t passes_begun;
+  uint32_t gpu_blocked_pass;
   uint32_t incoming_count;           /* length of incoming (atomic; changes under mutex) */
   uint32_t retired_unkicked;         /* retired since the worker was last kicked */
   int64_t retired_since_ns;          /* when the first of those was retired */
@@ -650,7 +658,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_submit_ex(gpuhal_device_t* device,
 /* ---- idle, loss ---- */
 /* Waits, up to `timeout`, until every action that is not blocked on a semaphore has been
  * released: issued work finished and the references it held dropped. For the application's
- * gpuhal_driver_release (device.h); actions still blocked are left for device release. */
+ * last release (device.h); actions still blocked (pending, or issued behind a GPU wait for
+ * a value not reached: state->gpu_blocked) are left for device release. */
 GPUHAL__PRIVATE void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeout_t timeout);
 /* ---- the device hooks ---- */
 

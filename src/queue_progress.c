@@ -158,7 +158,7 @@ static void gpuhal__action_observe(gpuhal__queue_state_t* state, gpuhal__action_
  * is not done. One query of the newest covers every older one (a stream runs in order).
  * Returns how many were observed. */
 static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane,
-                                                gpuhal__list_node_t* done, uint32_t* done_count) {
+                                                gpuhal__list_node_t* done, uint32_t* done_count, uint32_t* blocked) {
   const gpuhal__cuda_symbols_t* cu = state->device->cu;
   gpuhal__list_node_t* list = &lane->observing;
   uint32_t observed = 0;
@@ -168,7 +168,10 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
   while (n != &lane->deferred) {
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
     n = n->next;
-    if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) continue;
+    if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
+      ++*blocked;
+      continue;
+    }
     gpuhal__list_remove(&a->link);
     gpuhal__action_observe(state, a, CUDA_SUCCESS, 0, done, done_count);
     lane->uncounted++;
@@ -189,7 +192,10 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
       r = cu->cuStreamQuery(a->stream);
       if (r != CUDA_SUCCESS && !gpuhal__cuda_error_is_sticky(r)) r = CUDA_ERROR_NOT_READY;
     }
-    if (r == CUDA_ERROR_NOT_READY) continue;
+    if (r == CUDA_ERROR_NOT_READY) {
+      if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) ++*blocked;
+      continue;
+    }
     gpuhal__list_remove(&a->link);
     gpuhal__action_gpu_wait_count(a, 0);
     /* It leaves its side stream, which is free once nothing else is on it (after an error
@@ -202,6 +208,7 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     if (r == CUDA_SUCCESS) {
       if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
         gpuhal__list_push_back(&lane->deferred, &a->link);
+        ++*blocked;
         continue;
       }
     }
@@ -418,17 +425,24 @@ static int gpuhal__completion_observing(gpuhal__queue_state_t* state) {
   return 0;
 }
 
+/* What pass `pass` found blocked (state->gpu_blocked): the count first, then its pass. */
+static void gpuhal__completion_note_blocked(gpuhal__queue_state_t* state, uint32_t pass, uint32_t blocked) {
+  gpuhal__atomic_store(&state->gpu_blocked, blocked);
+  gpuhal__atomic_store(&state->gpu_blocked_pass, pass);
+}
+
 GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
   gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
   gpuhal__context_scope_t scope;
   /* cuEventQuery needs no current context on CUDA, but a gpuhal thread may hold it. */
   gpuhal_status_t status = gpuhal__context_enter(state->device, &scope);
   int64_t last_work_ns = gpuhal_now_ns();
+  gpuhal__driver_thread_begin(state->device->driver);
   int64_t poll_sleep_ns = 0;
   gpuhal_status_free(status);
   for (;;) {
     gpuhal__list_node_t done;
-    uint32_t done_count = 0, observed = 0, q;
+    uint32_t done_count = 0, observed = 0, blocked, pass, q;
     int64_t next_due, now;
     int observing;
     gpuhal__mutex_lock(&state->mutex);
@@ -442,6 +456,7 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
       gpuhal__mutex_lock(&state->mutex);
     }
     if (!observing) {
+      gpuhal__completion_note_blocked(state, gpuhal__atomic_add(&state->passes_begun, 1u), 0); /* watches nothing */
       if (state->threads_stop && gpuhal__queue_lanes_idle(state)) {
         gpuhal__mutex_unlock(&state->mutex);
         break;
@@ -459,8 +474,11 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
     }
     gpuhal__mutex_unlock(&state->mutex);
     gpuhal__list_init(&done);
+    blocked = 0;
+    pass = gpuhal__atomic_add(&state->passes_begun, 1u);
     for (q = 0; q < state->device->queue_count; ++q)
-      observed += gpuhal__completion_observe_lane(state, &state->lanes[q], &done, &done_count);
+      observed += gpuhal__completion_observe_lane(state, &state->lanes[q], &done, &done_count, &blocked);
+    gpuhal__completion_note_blocked(state, pass, blocked);
     gpuhal__completion_retire_done(state, &done, &done_count);
     gpuhal__mutex_lock(&state->mutex);
     gpuhal__completion_uncount_locked(state);
@@ -509,6 +527,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_host_call_thread_start(gpuhal__que
 GPUHAL__PRIVATE void* gpuhal__host_call_main(void* arg) {
   gpuhal__queue_lane_t* lane = (gpuhal__queue_lane_t*)arg;
   gpuhal__queue_state_t* state = lane->state;
+  gpuhal__driver_thread_begin(state->device->driver);
   for (;;) {
     gpuhal__action_t* a;
     gpuhal_status_t status;

@@ -439,13 +439,18 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32
 
 GPUHAL__PRIVATE void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeout_t timeout) {
   gpuhal__queue_state_t* state = gpuhal__queue_state(device);
+  uint32_t begun;
   if (!state) return;
+  begun = gpuhal__atomic_load(&state->passes_begun);
   for (;;) {
     uint64_t outstanding, blocked = 0;
     gpuhal__list_node_t* n;
     gpuhal__mutex_lock(&state->issue_mutex);
     for (n = state->pending.next; n != &state->pending; n = n->next) ++blocked;
     gpuhal__mutex_unlock(&state->issue_mutex);
+    /* Waiting on the GPU for a value, as a pass that began after this settle found it. */
+    if ((int32_t)(gpuhal__atomic_load(&state->gpu_blocked_pass) - begun) > 0)
+      blocked += gpuhal__atomic_load(&state->gpu_blocked);
     gpuhal__mutex_lock(&state->mutex);
     outstanding = gpuhal__atomic_load(&state->outstanding);
     gpuhal__mutex_unlock(&state->mutex);

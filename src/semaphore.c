@@ -659,12 +659,16 @@ GPUHAL__PRIVATE void gpuhal__semaphore_release_ref(gpuhal_semaphore_t* semaphore
 }
 
 GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore) {
+  gpuhal_driver_t* driver;
+  int settle;
   /* NULL or a released handle: ignore rather than crash */
   if (!gpuhal__object_is_live(semaphore, GPUHAL__MAGIC_SEMAPHORE)) return;
   if (!gpuhal__object_user_release(&semaphore->object)) {
     gpuhal__log_extra_release(&semaphore->driver->logger, __func__, "a semaphore");
     return;
   }
+  driver = semaphore->driver;
+  settle = gpuhal__driver_settle_begin(driver);
   /* Queue work still holds it: if none of that work can signal it, what waits never runs. */
   if (gpuhal__atomic_load(&semaphore->object.refcount) > 1) {
     gpuhal__mutex_lock(&semaphore->mutex);
@@ -672,6 +676,7 @@ GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore) {
     gpuhal__mutex_unlock(&semaphore->mutex);
   }
   gpuhal__semaphore_release_ref(semaphore);
+  gpuhal__driver_settle_end(driver, settle);
 }
 
 /* Looks at the newest submitted value's event (one cuEventQuery; never blocks) and advances

@@ -34,8 +34,10 @@ GPUHAL_API void gpuhal_semaphore_retain(gpuhal_semaphore_t* semaphore);
  * reference is gone, a semaphore that queue work waits on but nothing can advance any more
  * (no queued work signals it, or all that does waits on it itself, for a value it has not
  * reached) fails with ABORTED: that work fails with it instead of staying queued, with its
- * command buffer and device, forever. A semaphore shared with another process is left as
- * it is (that process may signal it). */
+ * command buffer and device, forever. As with gpuhal_semaphore_fail, work already waiting
+ * on the GPU for the value (GPUHAL_FEATURE_SEMAPHORE_MEMOPS) is let go by the failure and
+ * runs, its signals failed; work still waiting on the host never runs. A semaphore shared
+ * with another process is left as it is (that process may signal it). */
 GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore);
 /* The current (completed) value; a failed semaphore returns a clone of its failure status. */
 GPUHAL_API gpuhal_status_t gpuhal_semaphore_query(gpuhal_semaphore_t* semaphore, uint64_t* out_value);

@@ -1,0 +1,174 @@
+/* test_last_release: the application's last release ends gpuhal's work, whichever object it
+ * is and on whichever thread, and never waits for work that may not run.
+ *
+ *  1. The driver released first (objects hold it), the device last while its kernel runs:
+ *     the device release drains the work and tears the device down before it returns (it
+ *     returned at once, and the teardown ran later on gpuhal's threads, after a program
+ *     that exits right away had gone: everything leaked).
+ *  2. The same with a semaphore last: work gated on it, the gate signalled, released.
+ *  3. A host function makes the application's last driver release: it returns at once
+ *     (it waited the whole settle bound, 30 s, for the host call it ran in).
+ *  4. The driver released last while released work waits on the GPU for a value the
+ *     application still holds (memops): it returns at once (it waited 30 s), and the
+ *     work runs when the application signals.
+ *
+ * "Torn down" is checked by the threads: a device's worker, completion and host-call
+ * threads are joined by its teardown, so once the last release returns none may be left
+ * (the detached reaper excepted). SOFTCUDA_LEAKS=fatal also checks the CUDA objects at
+ * exit on softcuda. Every wait has a timeout; a watchdog ends a hang. */
+#include "gpuhal.h"
+#include "test_util.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#define LR_KERNEL_US 50000 /* long enough to be running when the last release comes */
+
+static gpuhal_timeout_t lr_seconds(int s) { return gpuhal_timeout_relative_ns((int64_t)s * 1000000000ll); }
+
+/* gpuhal threads of this process still running, the reaper (detached) aside. */
+static int lr_gpuhal_threads(void) {
+  DIR* dir = opendir("/proc/self/task");
+  struct dirent* e;
+  int n = 0;
+  if (!dir) return 0;
+  while ((e = readdir(dir)) != NULL) {
+    char path[300], name[64];
+    FILE* f;
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+    f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(name, sizeof(name), f) && !strncmp(name, "gpuhal", 6) && strncmp(name, "gpuhal-reaper", 13)) n++;
+    fclose(f);
+  }
+  closedir(dir);
+  return n;
+}
+
+typedef struct lr_fixture_s {
+  gpuhal_driver_t* driver;
+  gpuhal_device_t* device;
+  gpuhal_executable_t* exe;
+  gpuhal_command_buffer_t* cb; /* one spin_us dispatch of LR_KERNEL_US */
+} lr_fixture_t;
+
+static int lr_open(lr_fixture_t* f) {
+  gpuhal_kernel_t* spin = NULL;
+  gpuhal_arg_t arg = gpuhal_arg_u64(LR_KERNEL_US);
+  gpuhal_status_t st;
+  alarm(120); /* a hang ends the test (SIGALRM) instead of stalling CTest */
+  memset(f, 0, sizeof(*f));
+  st = gpuhal_driver_create(NULL, &f->driver);
+  if (!st) st = gpuhal_device_create(f->driver, 0, NULL, &f->device);
+  if (!st) st = tu_load_kernel(f->device, "spin_us", &f->exe, &spin);
+  if (!st) st = gpuhal_command_buffer_create(f->device, GPUHAL_COMMAND_BUFFER_STREAM, 0, &f->cb);
+  if (!st) st = gpuhal_command_buffer_begin(f->cb);
+  if (!st) st = gpuhal_cmd_dispatch(f->cb, spin, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg);
+  if (!st) st = gpuhal_command_buffer_end(f->cb);
+  if (st) {
+    fprintf(stderr, "  setup: %s\n", gpuhal_status_message(st));
+    gpuhal_status_free(st);
+    gpuhal_command_buffer_release(f->cb);
+    gpuhal_executable_release(f->exe);
+    gpuhal_device_release(f->device);
+    gpuhal_driver_release(f->driver);
+    return 0;
+  }
+  return 1;
+}
+
+/* Releases everything but the device and the driver. */
+static void lr_release_work_objects(lr_fixture_t* f) {
+  gpuhal_command_buffer_release(f->cb);
+  gpuhal_executable_release(f->exe);
+  f->cb = NULL;
+  f->exe = NULL;
+}
+
+TU_TEST(device_released_last_while_its_kernel_runs) {
+  lr_fixture_t f;
+  if (!lr_open(&f)) TU_SKIP("no device or test kernels");
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), f.cb,
+                                   NULL));
+  lr_release_work_objects(&f);
+  gpuhal_driver_release(f.driver); /* the device holds it */
+  gpuhal_device_release(f.device); /* the application's last release */
+  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+}
+
+TU_TEST(semaphore_released_last_after_its_signal) {
+  lr_fixture_t f;
+  gpuhal_semaphore_t* gate = NULL;
+  uint64_t one = 1;
+  if (!lr_open(&f)) TU_SKIP("no device or test kernels");
+  TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &gate));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &one), gpuhal_semaphore_list_empty(),
+                                   f.cb, NULL));
+  lr_release_work_objects(&f);
+  gpuhal_device_release(f.device);
+  gpuhal_driver_release(f.driver); /* the work waits for the gate: left alone */
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  gpuhal_semaphore_release(gate); /* the last release: the work runs, and everything goes */
+  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+}
+
+typedef struct lr_host_release_s {
+  gpuhal_driver_t* driver;
+  int64_t took_ns;
+} lr_host_release_t;
+static gpuhal_status_t lr_release_driver_fn(void* user) {
+  lr_host_release_t* r = (lr_host_release_t*)user;
+  int64_t t0 = gpuhal_now_ns();
+  gpuhal_driver_release(r->driver);
+  r->took_ns = gpuhal_now_ns() - t0;
+  return NULL;
+}
+
+TU_TEST(host_function_makes_the_last_driver_release) {
+  lr_fixture_t f;
+  gpuhal_semaphore_t* s = NULL;
+  lr_host_release_t r;
+  uint64_t one = 1;
+  if (!lr_open(&f)) TU_SKIP("no device or test kernels");
+  lr_release_work_objects(&f);
+  TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  r.driver = f.driver;
+  r.took_ns = -1;
+  TU_CHECK_OK(gpuhal_queue_host_call(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one),
+                                     lr_release_driver_fn, &r));
+  gpuhal_device_release(f.device);
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, 1, lr_seconds(10)));
+  TU_CHECK(r.took_ns >= 0 && r.took_ns < 5000000000ll);
+  gpuhal_semaphore_release(s); /* the last release */
+  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+}
+
+TU_TEST(driver_release_leaves_work_waiting_on_the_gpu_alone) {
+  lr_fixture_t f;
+  gpuhal_semaphore_t *gate = NULL, *done = NULL;
+  uint64_t one = 1;
+  int64_t t0, took;
+  if (!lr_open(&f)) TU_SKIP("no device or test kernels");
+  TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &gate));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &done));
+  /* A value the host signals: on the memop path the work waits for it on the GPU. */
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &one),
+                                   gpuhal_semaphore_list_one(&done, &one), f.cb, NULL));
+  tu_sleep_ns(20000000);
+  lr_release_work_objects(&f);
+  gpuhal_device_release(f.device);
+  t0 = gpuhal_now_ns();
+  gpuhal_driver_release(f.driver);
+  took = gpuhal_now_ns() - t0;
+  TU_CHECK(took < 5000000000ll); /* not the settle bound */
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, lr_seconds(10)));
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done);
+  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+}
+
+TU_MAIN(TU_CASE(device_released_last_while_its_kernel_runs), TU_CASE(semaphore_released_last_after_its_signal),
+        TU_CASE(host_function_makes_the_last_driver_release),
+        TU_CASE(driver_release_leaves_work_waiting_on_the_gpu_alone))
