@@ -89,8 +89,8 @@ static void lr_release_work_objects(lr_fixture_t* f) {
 TU_TEST(device_released_last_while_its_kernel_runs) {
   lr_fixture_t f;
   if (!lr_open(&f)) TU_SKIP("no device or test kernels");
-  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), f.cb,
-                                   NULL));
+  TU_CHECK_OK(
+      gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), f.cb, NULL));
   lr_release_work_objects(&f);
   gpuhal_driver_release(f.driver); /* the device holds it */
   gpuhal_device_release(f.device); /* the application's last release */
