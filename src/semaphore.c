@@ -267,6 +267,12 @@ GPUHAL__PRIVATE void gpuhal__semaphore_advance(gpuhal_semaphore_t* s, uint64_t v
     gpuhal__semaphore_store_locked(s, value);
     gpuhal__semaphore_drop_completed_timepoints_locked(s);
     gpuhal__semaphore_notify_locked(s, 0);
+  } else if (s->word) {
+    /* Work that signalled a value not above one already reached is done: its GPU write (a
+     * plain store: the GPU has no maximum) may have landed after the higher value's and
+     * lowered the word, holding back GPU waits for a value reached. Raise it back: done
+     * work writes nothing more. */
+    gpuhal__word_raise(s->word, gpuhal__semaphore_word_value(s, s->value));
   }
   gpuhal__mutex_unlock(&s->mutex);
 }

@@ -20,6 +20,8 @@
  *  8. work waiting on a semaphore the application released, which nothing left can signal
  *     (a gate, the head of a chain on one timeline), fails instead of holding its command
  *     buffer and device forever; work that can still be signalled is left alone.
+ *  9. a queue signal of a lower value whose work runs after a higher one's (the GPU writes
+ *     the word with a plain store) does not hold back a GPU wait for a value reached.
  *
  * CTest runs this twice: on the memop path, and with GPUHAL_SEMAPHORE_MEMOPS=0 (and
  * SOFTCUDA_NO_MEMOPS=1) on the event path (tests/cmake/queue_core.cmake). Every wait has a timeout; calls without one run
@@ -1293,6 +1295,64 @@ TU_TEST(released_semaphore_with_two_waits_of_one_signaller) {
   qc_fixture_close(&f);
 }
 
+/* ---- 9. a lower signal that lands late ---- */
+
+/* GPU signals write the value's word with a plain store. Work signalling s = 3 that ran
+ * after work signalling s = 5 lowered the word to 3: a GPU wait for 4 issued behind other
+ * work then found 3 and never passed (device release hung on it too), though the host saw
+ * 5. The queues: 0 runs a kernel until let go, then waits on the GPU for s >= 4; 1 waits
+ * for s >= 2 (so signals of 3 write the word); 2 runs a kernel until let go, then signals
+ * s = 3; 3 signals s = 5 at once. */
+TU_TEST(lower_signal_landing_late_does_not_hold_a_gpu_wait) {
+  qc_fixture_t f;
+  qc_blocker_t b0, b2;
+  gpuhal_semaphore_t *s = NULL, *out = NULL, *out2 = NULL, *l0 = NULL, *l2 = NULL, *d2 = NULL;
+  gpuhal_semaphore_t* late[2];
+  uint64_t two = 2, three_one[2] = {3, 1}, four = 4, five = 5;
+  gpuhal_semaphore_list_t late_list;
+  gpuhal_status_t st;
+  if (!qc_fixture_open(&f, 4)) TU_SKIP("no device or test kernels");
+  s = qc_semaphore(&f);
+  out = qc_semaphore(&f);
+  out2 = qc_semaphore(&f);
+  l0 = qc_semaphore(&f);
+  l2 = qc_semaphore(&f);
+  d2 = qc_semaphore(&f);
+  TU_REQUIRE(s && out && out2 && l0 && l2 && d2);
+  late[0] = s;
+  late[1] = d2;
+  late_list.count = 2;
+  late_list.semaphores = late;
+  late_list.values = three_one;
+  TU_REQUIRE(qc_blocker_start(&f, &b0, 0, l0));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&s, &four),
+                                   gpuhal_semaphore_list_one(&out, &one_value), NULL, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 1, gpuhal_semaphore_list_one(&s, &two),
+                                   gpuhal_semaphore_list_one(&out2, &one_value), NULL, NULL));
+  TU_REQUIRE(qc_blocker_start(&f, &b2, 2, l2));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 2, gpuhal_semaphore_list_empty(), late_list, NULL, NULL));
+  qc_sleep_ms(20);
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 3, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &five),
+                                   NULL, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, 5, qt_seconds(QC_WAIT_S)));
+  qc_blocker_finish(&b2, l2); /* s = 3 lands after 5 */
+  TU_CHECK_OK(gpuhal_semaphore_wait(d2, 1, qt_seconds(QC_WAIT_S)));
+  qc_blocker_finish(&b0, l0); /* now the wait for 4 is looked at */
+  st = gpuhal_semaphore_wait(out, 1, qt_seconds(QC_WAIT_S));
+  TU_CHECK_OK(st);
+  TU_CHECK_EQ_INT(qc_query(s), 5);
+  if (st) TU_CHECK_OK(gpuhal_semaphore_signal(s, 6)); /* lets the wait go: the release ends */
+  TU_CHECK_OK(gpuhal_semaphore_wait(out2, 1, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
+  gpuhal_semaphore_release(s);
+  gpuhal_semaphore_release(out);
+  gpuhal_semaphore_release(out2);
+  gpuhal_semaphore_release(l0);
+  gpuhal_semaphore_release(l2);
+  gpuhal_semaphore_release(d2);
+  qc_fixture_close(&f);
+}
+
 /* The polls case last: on a core with the defect its release hangs and the watchdog ends the
  * process, which would keep the cases after it from running. */
 TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
@@ -1307,4 +1367,5 @@ TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
         TU_CASE(far_values_gpu_signal_releases_a_gpu_wait), TU_CASE(abandoned_gate_fails_its_work),
         TU_CASE(abandoned_chain_fails_its_work), TU_CASE(abandoned_gate_fails_a_barrier),
         TU_CASE(released_semaphore_still_signalled_by_queue_work), TU_CASE(released_semaphore_after_an_ended_host_wait),
-        TU_CASE(abandoned_by_a_signaller_parked_on_it), TU_CASE(released_semaphore_with_two_waits_of_one_signaller))
+        TU_CASE(abandoned_by_a_signaller_parked_on_it), TU_CASE(released_semaphore_with_two_waits_of_one_signaller),
+        TU_CASE(lower_signal_landing_late_does_not_hold_a_gpu_wait))
