@@ -441,10 +441,17 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__thread_create(gpuhal__thread_t* thread, 
   if (rc != 0)
     return gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED, "could not start thread '%s': %s", name, strerror(rc));
 #if defined(__linux__) && (defined(__USE_GNU) || !defined(__cplusplus))
-  /* A detached thread may be gone already: only joinable ones (the reaper stays unnamed). */
-  if (thread) pthread_setname_np(*thread, name);
+  if (thread) pthread_setname_np(*thread, name); /* a detached one may be gone: it names itself */
 #endif
   return NULL;
+}
+
+GPUHAL__PRIVATE void gpuhal__thread_name_self(const char* name) {
+#if defined(__linux__) && (defined(__USE_GNU) || !defined(__cplusplus))
+  pthread_setname_np(pthread_self(), name);
+#else
+  GPUHAL__UNUSED(name);
+#endif
 }
 
 GPUHAL__PRIVATE void gpuhal__thread_join(gpuhal__thread_t thread) { pthread_join(thread, NULL); }

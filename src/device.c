@@ -1019,6 +1019,7 @@ static void gpuhal__device_teardown_done(gpuhal_driver_t* driver) {
 static void* gpuhal__device_reaper_main(void* arg) {
   gpuhal_device_t* device = (gpuhal_device_t*)arg;
   gpuhal_driver_t* driver = device->driver;
+  gpuhal__thread_name_self("gpuhal-reaper");
   gpuhal__device_destroy(device);
   gpuhal__device_teardown_done(driver);
   return NULL;

@@ -221,9 +221,12 @@ GPUHAL__PRIVATE int gpuhal__cond_wait_until(gpuhal__cond_t* c, gpuhal__mutex_t* 
 
 typedef void* (*gpuhal__thread_fn_t)(void* arg);
 /* Starts `fn(arg)` on a new thread named `name`; with `thread` NULL the thread is detached
- * (nothing joins it). */
+ * (nothing joins it) and names itself (gpuhal__thread_name_self): it may be gone before its
+ * creator could name it. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__thread_create(gpuhal__thread_t* thread, gpuhal__thread_fn_t fn, void* arg,
                                                       const char* name);
+/* Names the calling thread (at most 15 characters); until then it bears its creator's. */
+GPUHAL__PRIVATE void gpuhal__thread_name_self(const char* name);
 GPUHAL__PRIVATE void gpuhal__thread_join(gpuhal__thread_t thread);
 /* A variable of which each thread has its own copy (GCC/Clang; C99 has none). */
 #define GPUHAL__THREAD_LOCAL __thread

@@ -14,6 +14,10 @@ static sc_op* sc_op_new(const char* what, CUresult (*run)(sc_op*), void (*fini)(
 
 static void* sc_worker_main(void* arg) {
   sc_stream* s = (sc_stream*)arg;
+  /* A name of its own, not its creator's: a test that counts gpuhal's threads by name
+   * ("gpuhal-worker" creates the streams) must not count a stream that drains after its
+   * destroy, as a GPU's work may. */
+  pthread_setname_np(pthread_self(), "softcuda-stream");
   SC_LOCK();
   for (;;) {
     sc_op* op;
@@ -496,6 +500,7 @@ typedef struct sc_cb_job {
 } sc_cb_job;
 
 static void* sc_callback_main(void* arg) {
+  pthread_setname_np(pthread_self(), "softcuda-host");
   (void)arg;
   sc_thread()->in_callback = 1; /* every CUDA call from here is refused */
   SC_LOCK();
