@@ -393,6 +393,7 @@ typedef struct gpuhal__queue_lane_s {
   gpuhal__list_node_t host_calls_due; /* host calls whose function is due, in order */
   gpuhal__cond_t host_call_cond;
   int host_call_running; /* its thread is in a function (its signals are due) */
+  int32_t in_function;   /* atomic: the application's function itself runs (gpuhal__queue_settle) */
   int host_call_started; /* host_call_thread runs (set under the mutex, once) */
   gpuhal__thread_t host_call_thread;
 } gpuhal__queue_lane_t;
@@ -659,7 +660,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_submit_ex(gpuhal_device_t* device,
 /* Waits, up to `timeout`, until every action that is not blocked on a semaphore has been
  * released: issued work finished and the references it held dropped. For the application's
  * last release (device.h); actions still blocked (pending, or issued behind a GPU wait for
- * a value not reached: state->gpu_blocked) are left for device release. */
+ * a value not reached: state->gpu_blocked) are left for device release, and so are host
+ * calls whose function runs (the application's code: it may wait for the application). */
 GPUHAL__PRIVATE void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeout_t timeout);
 /* ---- the device hooks ---- */
 

@@ -545,7 +545,9 @@ GPUHAL__PRIVATE void* gpuhal__host_call_main(void* arg) {
     if (gpuhal__action_inputs(a, &status) != GPUHAL__INPUTS_FAILED) {
       int64_t trace_t0 = 0; /* trace hook: the host function's span */
       GPUHAL__TRACE(state->device, trace_t0 = gpuhal_now_ns());
+      gpuhal__atomic_store(&lane->in_function, 1);
       status = a->host_fn(a->host_user);
+      gpuhal__atomic_store(&lane->in_function, 0); /* before its signals: a waiter may settle next */
       GPUHAL__TRACE(state->device, gpuhal__hooks()->trace_host_call(state->device, a, trace_t0));
       if (status)
         status = gpuhal_status_annotate(status, "in the function of gpuhal_queue_host_call (device %d, queue %u)",

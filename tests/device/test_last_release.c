@@ -11,6 +11,10 @@
  *  4. The driver released last while released work waits on the GPU for a value the
  *     application still holds (memops): it returns at once (it waited 30 s), and the
  *     work runs when the application signals.
+ *  5. A host function waits for the application, which first releases the device (a
+ *     command buffer still holds it) and the driver: the driver release returns at once
+ *     (it waited for the function, up to the 30 s bound, while the application could not
+ *     get to open its gate); the device goes at the application's last release, after.
  *
  * "Torn down" is checked by the threads: a device's worker, completion and host-call
  * threads are joined by its teardown, so once the last release returns none may be left
@@ -169,6 +173,46 @@ TU_TEST(driver_release_leaves_work_waiting_on_the_gpu_alone) {
   TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
 }
 
+/* A host function that waits (up to 20 s) for the application to open its gate. */
+typedef struct lr_gate_s {
+  int open;
+  int entered;
+} lr_gate_t;
+static gpuhal_status_t lr_wait_for_gate_fn(void* user) {
+  lr_gate_t* g = (lr_gate_t*)user;
+  int64_t end = gpuhal_now_ns() + 20000000000ll;
+  __atomic_store_n(&g->entered, 1, __ATOMIC_SEQ_CST);
+  while (!__atomic_load_n(&g->open, __ATOMIC_SEQ_CST) && gpuhal_now_ns() < end) tu_sleep_ns(1000000);
+  return NULL;
+}
+
+TU_TEST(release_does_not_wait_for_a_host_function_waiting_on_the_application) {
+  lr_fixture_t f;
+  gpuhal_semaphore_t* s = NULL;
+  lr_gate_t gate;
+  uint64_t one = 1;
+  int64_t t0, took, end;
+  if (!lr_open(&f)) TU_SKIP("no device or test kernels");
+  memset(&gate, 0, sizeof(gate));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  TU_CHECK_OK(gpuhal_queue_host_call(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one),
+                                     lr_wait_for_gate_fn, &gate));
+  end = gpuhal_now_ns() + 10000000000ll;
+  while (!__atomic_load_n(&gate.entered, __ATOMIC_SEQ_CST) && gpuhal_now_ns() < end) tu_sleep_ns(1000000);
+  TU_CHECK(__atomic_load_n(&gate.entered, __ATOMIC_SEQ_CST));
+  t0 = gpuhal_now_ns();
+  gpuhal_device_release(f.device); /* the command buffer holds it */
+  gpuhal_driver_release(f.driver); /* so do the device and the semaphore */
+  took = gpuhal_now_ns() - t0;
+  TU_CHECK(took < 5000000000ll); /* not the function's 20 s */
+  __atomic_store_n(&gate.open, 1, __ATOMIC_SEQ_CST);
+  TU_CHECK_OK(gpuhal_semaphore_wait(s, 1, lr_seconds(10)));
+  lr_release_work_objects(&f);
+  gpuhal_semaphore_release(s); /* the last release */
+  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+}
+
 TU_MAIN(TU_CASE(device_released_last_while_its_kernel_runs), TU_CASE(semaphore_released_last_after_its_signal),
         TU_CASE(host_function_makes_the_last_driver_release),
-        TU_CASE(driver_release_leaves_work_waiting_on_the_gpu_alone))
+        TU_CASE(driver_release_leaves_work_waiting_on_the_gpu_alone),
+        TU_CASE(release_does_not_wait_for_a_host_function_waiting_on_the_application))
