@@ -734,7 +734,14 @@ static void gpuhal__device_room_grow(gpuhal_device_t* device, gpuhal__ordinal_t*
     return;
   while (made < n && device->cu->cuStreamCreate(&held[made], CU_STREAM_NON_BLOCKING) == 0) made++;
   live = gpuhal__atomic_load(&o->room_live);
-  for (i = 0; i < made; ++i) device->cu->cuStreamDestroy(held[i]);
+  for (i = 0; i < made; ++i) {
+    gpuhal_status_t status = GPUHAL__CU(device->cu, cuStreamDestroy, (held[i]));
+    if (status) { /* that stream leaks: say so, as every failed destroy is said */
+      gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: growing the context's store: %s", device->ordinal,
+                  gpuhal_status_message(status));
+      gpuhal_status_free(status);
+    }
+  }
   gpuhal__free(device->allocator, held);
   if (made + live > gpuhal__atomic_load(&o->room)) gpuhal__atomic_store(&o->room, made + live);
   gpuhal__log(device->logger, GPUHAL_LOG_DEBUG, "device %d: room for %d streams and graph executables in its context",

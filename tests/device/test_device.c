@@ -424,6 +424,48 @@ TU_TEST(logger_callback_receives_messages) {
   gpuhal_driver_release(driver);
 }
 
+/* A stream destroy that fails leaks the stream: like every failed destroy, it is logged. The
+ * streams made and destroyed to grow the context's store (memop path) were not. The
+ * wrapper destroys the stream and then reports a failure, so nothing leaks here. */
+static gpuhal_PFN_cuStreamDestroy destroy_orig;
+static int destroy_failures;
+static CUresult CUDAAPI destroy_failing_once(CUstream stream) {
+  CUresult r = destroy_orig(stream);
+  if (r == CUDA_SUCCESS && __atomic_fetch_add(&destroy_failures, 1, __ATOMIC_SEQ_CST) == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  return r;
+}
+static int destroy_logged;
+static void collect_destroy_log(gpuhal_log_level_t level, const char* message, void* user) {
+  (void)user;
+  if (level == GPUHAL_LOG_ERROR && strstr(message, "cuStreamDestroy") && strstr(message, "CUDA_ERROR_INVALID_VALUE"))
+    destroy_logged++;
+}
+
+TU_TEST(failed_stream_destroy_is_logged) {
+  gpuhal_driver_options_t o;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  int count = 0;
+  memset(&o, 0, sizeof(o));
+  o.log_fn = collect_destroy_log;
+  destroy_logged = destroy_failures = 0;
+  TU_REQUIRE_OK(gpuhal_driver_create(&o, &driver));
+  TU_CHECK_OK(gpuhal_driver_device_count(driver, &count));
+  if (count == 0 || !driver->memops) {
+    gpuhal_driver_release(driver);
+    TU_SKIP("no device with 64-bit stream memory operations");
+  }
+  destroy_orig = driver->cu.cuStreamDestroy;
+  driver->cu.cuStreamDestroy = destroy_failing_once;
+  TU_CHECK_OK(gpuhal_device_create(driver, 0, NULL, &device)); /* grows the store: destroys */
+  TU_CHECK(destroy_failures > 0);
+  TU_CHECK_EQ_INT(destroy_logged, 1);
+  gpuhal_device_release(device);
+  driver->cu.cuStreamDestroy = destroy_orig;
+  gpuhal_driver_release(driver);
+}
+
 TU_TEST(log_level_from_environment) {
   gpuhal_driver_options_t o;
   gpuhal_driver_t* driver = NULL;
@@ -536,5 +578,5 @@ TU_TEST(creation_failures_clean_up) {
 
 TU_MAIN(TU_CASE(count_and_info), TU_CASE(create_and_release_each_device), TU_CASE(caller_context_is_never_changed),
         TU_CASE(worker_runs_tasks_in_order_on_the_context), TU_CASE(context_scope), TU_CASE(last_release_on_the_worker),
-        TU_CASE(logger_callback_receives_messages), TU_CASE(log_level_from_environment), TU_CASE(user_allocator),
-        TU_CASE(creation_failures_clean_up))
+        TU_CASE(logger_callback_receives_messages), TU_CASE(failed_stream_destroy_is_logged),
+        TU_CASE(log_level_from_environment), TU_CASE(user_allocator), TU_CASE(creation_failures_clean_up))
