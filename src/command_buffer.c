@@ -414,8 +414,9 @@ static gpuhal_status_t gpuhal__cb_unresolved_buffer(gpuhal_buffer_t* buffer) {
                               (void*)buffer, (unsigned long long)buffer->size);
   return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
                             "gpuhal_queue_execute: buffer %p (%llu bytes, from gpuhal_queue_alloca) has no device "
-                            "address yet: its gpuhal_queue_alloca must be ordered before this execute (wait on its "
-                            "signal), and its gpuhal_queue_dealloca after it",
+                            "address: its gpuhal_queue_alloca must be ordered before this execute (wait on its "
+                            "signal), and its gpuhal_queue_dealloca after it; or that alloca failed (its signal "
+                            "carries the cause)",
                             (void*)buffer, (unsigned long long)buffer->size);
 }
 

@@ -862,7 +862,8 @@ static gpuhal_status_t gpuhal__buffer_check_live(gpuhal_buffer_t* buffer, const 
   if (state == GPUHAL__BUFFER_LIVE) return NULL;
   return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: argument 'buffer' %s", func,
                             state == GPUHAL__BUFFER_UNALLOCATED
-                                ? "has no memory yet: its queue_alloca has not been issued (wait on its signal first)"
+                                ? "has no memory: its gpuhal_queue_alloca has not been issued yet (wait on its "
+                                  "signal first) or it failed (its signal semaphores carry the cause)"
                                 : "has no memory any more: its queue_dealloca was issued");
 }
 

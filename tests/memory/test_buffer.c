@@ -151,7 +151,7 @@ TU_TEST(pending_buffers) {
   TU_REQUIRE_OK(gpuhal__buffer_create_pending(f.device, sizeof(data), &buffer));
   TU_CHECK_STATUS(gpuhal_buffer_device_address(buffer, &address), GPUHAL_STATUS_FAILED_PRECONDITION, "not been issued");
   TU_CHECK(address == 0);
-  TU_CHECK_STATUS(gpuhal_buffer_read(buffer, 0, back, 1), GPUHAL_STATUS_FAILED_PRECONDITION, "no memory yet");
+  TU_CHECK_STATUS(gpuhal_buffer_read(buffer, 0, back, 1), GPUHAL_STATUS_FAILED_PRECONDITION, "has not been issued yet");
   TU_CHECK_OK(gpuhal__buffer_check_pending("test", buffer));
   call.buffer = buffer;
   call.free_it = 0;
