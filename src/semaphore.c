@@ -501,8 +501,10 @@ GPUHAL__PRIVATE void gpuhal__semaphore_parked_issued(gpuhal_semaphore_t* s, gpuh
 }
 
 GPUHAL__PRIVATE void gpuhal__semaphore_signaller_done(gpuhal_semaphore_t* s) {
-  gpuhal__atomic_sub(&s->signallers, 1u);
-  if (gpuhal__atomic_load(&s->object.user_refs) > 0) return;
+  /* Against the application's release (gpuhal_semaphore_release), a store-then-load
+   * handshake: this one sees its release, or that one sees this signaller gone. */
+  gpuhal__atomic_sub_seq_cst(&s->signallers, 1u);
+  if (gpuhal__atomic_load_seq_cst(&s->object.user_refs) > 0) return;
   gpuhal__mutex_lock(&s->mutex);
   if (gpuhal__semaphore_abandoned_locked(s, 0, 0)) gpuhal__semaphore_abandon_locked(s);
   gpuhal__mutex_unlock(&s->mutex);
@@ -675,6 +677,7 @@ GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore) {
   }
   driver = semaphore->driver;
   settle = gpuhal__driver_settle_begin(driver);
+  gpuhal__atomic_fence(); /* the release before the look at signallers (gpuhal__semaphore_signaller_done) */
   /* Queue work still holds it: if none of that work can signal it, what waits never runs. */
   if (gpuhal__atomic_load(&semaphore->object.refcount) > 1) {
     gpuhal__mutex_lock(&semaphore->mutex);
