@@ -78,9 +78,11 @@ static void gpuhal__worker_loop(gpuhal__worker_t* w) {
     }
     task = GPUHAL__CONTAINER_OF(node, gpuhal__task_t, node);
     task->queued = 0;
+    w->running = 1;
     gpuhal__mutex_unlock(&w->mutex);
     task->fn(task);
     gpuhal__mutex_lock(&w->mutex);
+    w->running = 0;
   }
   gpuhal__mutex_unlock(&w->mutex);
 }
@@ -443,6 +445,15 @@ static gpuhal_status_t gpuhal__driver_settle_nothing(void* arg) {
   return NULL;
 }
 
+/* 1 when the worker has no task queued and runs none. */
+static int gpuhal__worker_idle(gpuhal__worker_t* w) {
+  int idle;
+  gpuhal__mutex_lock(&w->mutex);
+  idle = gpuhal__list_empty(&w->tasks) && !w->running;
+  gpuhal__mutex_unlock(&w->mutex);
+  return idle;
+}
+
 /* 1 when the calling thread is one of the device's own (its worker, or a queue thread):
  * the device's teardown joins those, so it must not run there. */
 static int gpuhal__device_owns_thread(gpuhal_device_t* device) {
@@ -476,8 +487,10 @@ static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
     gpuhal__hooks()->queue_settle(device, timeout);
     /* Finished work may have left tasks on the worker that hold the device (a free put off
      * by a harvest): one call through the worker runs after them (its tasks run in order),
-     * so their references are gone before ours is. */
-    gpuhal_status_free(gpuhal__worker_call(device, gpuhal__driver_settle_nothing, NULL));
+     * so their references are gone before ours is. An idle worker has none: a release
+     * after the device's (every one is a settle then) does not wait for a thread. */
+    if (!gpuhal__worker_idle(&device->worker))
+      gpuhal_status_free(gpuhal__worker_call(device, gpuhal__driver_settle_nothing, NULL));
     gpuhal__device_release_ref(device); /* often the last: the teardown runs right here */
   }
   gpuhal__mutex_lock(&driver->devices_mutex);

@@ -323,6 +323,7 @@ typedef struct gpuhal__worker_s {
   gpuhal__cond_t cond;      /* a task arrived, or stop */
   gpuhal__cond_t done_cond; /* a worker_call finished, or the thread started */
   gpuhal__list_node_t tasks;
+  int running; /* a task runs (under the mutex) */
   int stop;
   int start_done;
   gpuhal_status_t start_status;
