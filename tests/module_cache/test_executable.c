@@ -410,7 +410,51 @@ TU_TEST(no_param_info_turns_checks_off) {
   fixture_close(&f);
 }
 
-TU_MAIN(TU_CASE(no_param_info_turns_checks_off), TU_CASE(load_ptx_with_and_without_nul),
-        TU_CASE(kernels_of_one_image_share_the_dynamic_shared_limit), TU_CASE(module_cache_compiles_once),
-        TU_CASE(kernel_lookup_and_info), TU_CASE(dynamic_shared_opt_in), TU_CASE(format_detection),
-        TU_CASE(executable_outlives_user_reference))
+/* cuFuncGetParamInfo failing for another reason than "no such index" or "cannot say" (out of
+ * memory, a lost context) fails the kernel lookup; the next lookup asks again. It turned the
+ * checks off for good: the record was cached without them. */
+static gpuhal_PFN_cuFuncGetParamInfo param_info_orig;
+static int param_info_failures;
+static CUresult CUDAAPI param_info_failing_once(CUfunction f, size_t index, size_t* offset, size_t* size) {
+  if (param_info_failures++ == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  return param_info_orig(f, index, offset, size);
+}
+
+TU_TEST(param_info_failure_fails_the_lookup) {
+  fixture f;
+  size_t size = 0;
+  char* ptx;
+  gpuhal_executable_t* exe = NULL;
+  gpuhal_kernel_t* k = NULL;
+  gpuhal_kernel_info_t info;
+  gpuhal__cuda_symbols_t* cu;
+  OPEN_OR_SKIP(&f);
+  cu = (gpuhal__cuda_symbols_t*)(void*)f.device->cu;
+  if (!cu->cuFuncGetParamInfo) {
+    fixture_close(&f);
+    TU_SKIP("the driver has no cuFuncGetParamInfo");
+  }
+  param_info_orig = cu->cuFuncGetParamInfo;
+  param_info_failures = 0;
+  cu->cuFuncGetParamInfo = param_info_failing_once;
+  ptx = read_kernel_file("atomic_inc.ptx", &size);
+  TU_REQUIRE(ptx != NULL);
+  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe));
+  TU_CHECK_STATUS(gpuhal_executable_kernel(exe, "atomic_inc", &k), GPUHAL_STATUS_RESOURCE_EXHAUSTED,
+                  "cuFuncGetParamInfo");
+  TU_CHECK(k == NULL);
+  TU_CHECK_OK(gpuhal_executable_kernel(exe, "atomic_inc", &k));
+  cu->cuFuncGetParamInfo = param_info_orig;
+  if (k) {
+    TU_CHECK_OK(gpuhal_kernel_info(k, &info));
+    TU_CHECK_EQ_INT(info.param_count, 1); /* atomic_inc(unsigned* counter) */
+  }
+  gpuhal_executable_release(exe);
+  free(ptx);
+  fixture_close(&f);
+}
+
+TU_MAIN(TU_CASE(no_param_info_turns_checks_off), TU_CASE(param_info_failure_fails_the_lookup),
+        TU_CASE(load_ptx_with_and_without_nul), TU_CASE(kernels_of_one_image_share_the_dynamic_shared_limit),
+        TU_CASE(module_cache_compiles_once), TU_CASE(kernel_lookup_and_info), TU_CASE(dynamic_shared_opt_in),
+        TU_CASE(format_detection), TU_CASE(executable_outlives_user_reference))
