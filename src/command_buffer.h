@@ -262,8 +262,10 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_barrier(gpuhal_command_buffer_t* command_b
  * Inside a region, commands are ordered among themselves by barriers as at the top level.
  * Regions nest (GPUHAL_REGION_DEPTH_MAX deep) and may hold dispatches (late-bound
  * arguments, tensor maps and launch attributes included), copies, fills, updates and
- * barriers; collectives cannot go in one (UNIMPLEMENTED). A region left open, or a condition
- * that controls no region, at gpuhal_command_buffer_end is FAILED_PRECONDITION. STREAM command buffers issue from the
+ * barriers; collectives cannot go in one (UNIMPLEMENTED). A region left open, a condition
+ * that controls no region, or a WHILE that could never end (no dispatch in it takes its
+ * condition, which is non-zero by default or set before it), at gpuhal_command_buffer_end
+ * is FAILED_PRECONDITION. STREAM command buffers issue from the
  * host and cannot loop on device values: these calls say UNIMPLEMENTED there, and on drivers
  * before CUDA 12.3 (naming the driver's version). */
 #define GPUHAL_REGION_DEPTH_MAX 16

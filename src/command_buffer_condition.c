@@ -157,6 +157,40 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_end_region(gpuhal_command_buffer_t* comman
   return NULL;
 }
 
+/* 1 when a dispatch among commands [first, end) takes condition `id` (1 + its index). */
+static int gpuhal__cb_dispatch_takes(const gpuhal_command_buffer_t* cb, uint32_t first, uint32_t end, uint32_t id) {
+  uint32_t c, i;
+  for (c = first; c < end; ++c) {
+    const gpuhal__cmd_t* cmd = &cb->cmds[c];
+    if (cmd->type != GPUHAL__CMD_DISPATCH) continue;
+    for (i = 0; i < cmd->arg_count; ++i)
+      if (cb->args[cmd->arg_first + i].condition == id) return 1;
+  }
+  return 0;
+}
+
+/* The WHILE region begun by command `begin` loops for ever when nothing in it can set its
+ * condition to 0 (only a dispatch in the region may) and it may be non-zero on entry (its
+ * default is, or a dispatch before the region sets it): on a GPU, until the device is
+ * reset. Refused when recording ends, as a mistake. */
+static gpuhal_status_t gpuhal__cb_check_while_can_end(const gpuhal_command_buffer_t* cb, uint32_t begin) {
+  const gpuhal__cmd_t* cmd = &cb->cmds[begin];
+  const gpuhal__cb_condition_t* condition = &cb->conditions[cmd->condition];
+  uint32_t id = cmd->condition + 1, end = begin + 1, depth = 1;
+  for (; end < cb->cmd_count && depth; ++end) {
+    if (cb->cmds[end].type == GPUHAL__CMD_REGION_BEGIN) depth++;
+    if (cb->cmds[end].type == GPUHAL__CMD_REGION_END) depth--;
+  }
+  if (gpuhal__cb_dispatch_takes(cb, begin + 1, end, id)) return NULL;
+  if (condition->default_value == 0 && !gpuhal__cb_dispatch_takes(cb, 0, cb->cmd_count, id)) return NULL;
+  return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                            "gpuhal_command_buffer_end: the WHILE region begun by command %u could never end: no "
+                            "dispatch in it takes its condition %u (gpuhal_arg_condition), so nothing can set it to 0, "
+                            "and it is %s on entry",
+                            begin, id,
+                            condition->default_value ? "non-zero (its default value)" : "set by a dispatch before it");
+}
+
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_check_regions_at_end(const gpuhal_command_buffer_t* cb) {
   uint32_t k;
   if (cb->region_depth)
@@ -171,6 +205,9 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_check_regions_at_end(const gpuhal_com
                                 "gpuhal_command_buffer_end: condition %u controls no region (every condition must "
                                 "begin one, with gpuhal_cmd_begin_if or gpuhal_cmd_begin_while)",
                                 k + 1);
+  for (k = 0; k < cb->cmd_count; ++k)
+    if (cb->cmds[k].type == GPUHAL__CMD_REGION_BEGIN && cb->cmds[k].region_while)
+      GPUHAL__RETURN_IF_ERROR(gpuhal__cb_check_while_can_end(cb, k));
   return NULL;
 }
 

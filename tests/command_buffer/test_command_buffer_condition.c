@@ -376,6 +376,54 @@ TU_TEST(bad_input_is_refused_naming_the_rule) {
   cd_close(&t);
 }
 
+/* A WHILE whose condition nothing in it can set to 0 loops for ever on a GPU (until the
+ * device is reset): refused at end, naming the region. Accepted as soon as a dispatch inside
+ * it, at any depth, takes the condition. */
+TU_TEST(a_while_that_could_never_end_is_refused) {
+  cd_fixture t;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_condition_t loop, other;
+  gpuhal_arg_t args[3];
+  int shape;
+  if (!cd_open(&t)) return;
+  for (shape = 0; shape < 4 && !tu_state.failed; ++shape) {
+    TU_CHECK_OK(gpuhal_command_buffer_create(t.device, 0, 0, &cb));
+    TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+    TU_CHECK_OK(gpuhal_command_buffer_condition_create(cb, shape == 2 ? 0 : 1, &loop));
+    args[0] = gpuhal_arg_buffer(t.state, CD_FLAG);
+    args[1] = gpuhal_arg_u32(0);
+    args[2] = gpuhal_arg_condition(loop);
+    if (shape == 2) /* set before the loop, by the loop's own level: may be non-zero on entry */
+      TU_CHECK_OK(gpuhal_cmd_dispatch(cb, t.set, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args));
+    TU_CHECK_OK(gpuhal_cmd_begin_while(cb, loop));
+    if (shape == 1) { /* a dispatch in it, of another condition */
+      TU_CHECK_OK(gpuhal_command_buffer_condition_create(cb, 0, &other));
+      TU_CHECK_OK(gpuhal_cmd_begin_if(cb, other));
+      TU_CHECK_OK(gpuhal_cmd_end_region(cb));
+      args[2] = gpuhal_arg_condition(other);
+      TU_CHECK_OK(gpuhal_cmd_dispatch(cb, t.set, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args));
+    }
+    if (shape == 3) { /* stopped from inside a nested IF: accepted, and it ends */
+      TU_CHECK_OK(gpuhal_command_buffer_condition_create(cb, 1, &other));
+      TU_CHECK_OK(gpuhal_cmd_begin_if(cb, other));
+      TU_CHECK_OK(gpuhal_cmd_dispatch(cb, t.set, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args));
+      TU_CHECK_OK(gpuhal_cmd_end_region(cb));
+    }
+    TU_CHECK_OK(gpuhal_cmd_end_region(cb));
+    if (shape < 3) {
+      TU_CHECK_STATUS(gpuhal_command_buffer_end(cb), GPUHAL_STATUS_FAILED_PRECONDITION,
+                      "WHILE region begun by command");
+      TU_CHECK_STATUS(gpuhal_command_buffer_end(cb), GPUHAL_STATUS_FAILED_PRECONDITION,
+                      shape == 2 ? "set by a dispatch before it" : "non-zero (its default value)");
+    } else {
+      TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+      TU_CHECK_OK(tu_execute_and_wait(t.driver, t.device, cb, NULL));
+    }
+    gpuhal_command_buffer_release(cb);
+  }
+  cd_close(&t);
+}
+
 /* Run in a child on softcuda playing a CUDA 12.2 driver: UNIMPLEMENTED naming the version. */
 static int cd_old_driver_child(void) {
   cd_fixture t;
@@ -430,6 +478,7 @@ int main(int argc, char** argv) {
                                     TU_CASE(late_bound_arguments_inside_a_loop_are_rebound_at_every_execute),
                                     TU_CASE(a_long_counted_loop_runs_exactly_at_every_execute),
                                     TU_CASE(bad_input_is_refused_naming_the_rule),
+                                    TU_CASE(a_while_that_could_never_end_is_refused),
                                     TU_CASE(an_old_driver_says_unimplemented_naming_its_version)};
   if (argc == 2 && strcmp(argv[1], "--old-driver-child") == 0) return cd_old_driver_child();
   return tu_run(cases, (int)(sizeof(cases) / sizeof(cases[0])), argc, argv);
