@@ -732,6 +732,8 @@ static gpuhal_status_t gpuhal__semaphore_signal_host(gpuhal_semaphore_t* semapho
   uint32_t i;
   after.count = 0;
   gpuhal__mutex_lock(&semaphore->mutex);
+  /* Another process may have raised or failed it since this one last looked. */
+  if (semaphore->shared) gpuhal__semaphore_shared_pull_locked(semaphore);
   if (semaphore->failure) {
     if (!by_queue)
       result = gpuhal_status_annotate(gpuhal_status_clone(semaphore->failure),

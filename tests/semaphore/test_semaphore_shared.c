@@ -304,6 +304,37 @@ static void sh_fail_b(sh_proc_t* p) {
 
 TU_TEST(a_failure_crosses_with_its_code_and_reason) { sh_run(sh_fail_a, sh_fail_b, 0); }
 
+/* A signal checks the value and failure the other process left: a value not above what A
+ * signalled, or any value after A failed it, is refused. B's signal was checked against
+ * what B had last seen (0: imported before A signalled) and said OK. */
+static void sh_signal_check_a(sh_proc_t* p) {
+  gpuhal_semaphore_t* s = sh_share_semaphore(p, 1, "stage");
+  TU_REQUIRE(s);
+  TU_CHECK(ts_expect(p->sock, 'i'));
+  TU_CHECK_OK(gpuhal_semaphore_signal(s, 5));
+  TU_CHECK(ts_note(p->sock, 'v'));
+  TU_CHECK(ts_expect(p->sock, 'c'));
+  gpuhal_semaphore_fail(s, gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "stage lost its input"));
+  TU_CHECK(ts_note(p->sock, 'f'));
+  TU_CHECK(ts_expect(p->sock, 'd'));
+  gpuhal_semaphore_release(s);
+}
+static void sh_signal_check_b(sh_proc_t* p) {
+  gpuhal_semaphore_t* s = sh_share_semaphore(p, 0, "stage");
+  TU_REQUIRE(s);
+  TU_CHECK(ts_note(p->sock, 'i'));
+  TU_CHECK(ts_expect(p->sock, 'v'));
+  TU_CHECK_STATUS(gpuhal_semaphore_signal(s, 3), GPUHAL_STATUS_FAILED_PRECONDITION, "must be above");
+  TU_CHECK_STATUS(gpuhal_semaphore_signal(s, 5), GPUHAL_STATUS_FAILED_PRECONDITION, "must be above");
+  TU_CHECK(ts_note(p->sock, 'c'));
+  TU_CHECK(ts_expect(p->sock, 'f'));
+  TU_CHECK_STATUS(gpuhal_semaphore_signal(s, 9), GPUHAL_STATUS_DATA_LOSS, "stage lost its input");
+  TU_CHECK(ts_note(p->sock, 'd'));
+  gpuhal_semaphore_release(s);
+}
+
+TU_TEST(a_signal_is_checked_against_the_other_process) { sh_run(sh_signal_check_a, sh_signal_check_b, 0); }
+
 /* A signals 1 and dies holding the rest; B's timed waits return, and B fails the semaphore
  * itself, which releases its GPU work waiting on it. */
 static void sh_die_a(sh_proc_t* p) {
@@ -747,6 +778,7 @@ static void sh_no_memops_a(sh_proc_t* p) {
 TU_TEST(without_stream_memory_operations_sharing_is_unavailable) { sh_run_with(sh_no_memops_a, sh_nothing, 0, 0); }
 
 TU_MAIN(TU_CASE(gpu_ping_pong_orders_work_of_two_processes_on_the_gpu),
+        TU_CASE(a_signal_is_checked_against_the_other_process),
         TU_CASE(host_ping_pong_wakes_waiters_of_the_other_process), TU_CASE(a_failure_crosses_with_its_code_and_reason),
         TU_CASE(a_dead_producer_leaves_timed_waits_and_a_failure_to_the_consumer),
         TU_CASE(buffers_are_written_in_one_process_and_read_in_the_other_released_in_either_order),
