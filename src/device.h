@@ -185,11 +185,11 @@ GPUHAL_API gpuhal_status_t gpuhal_device_create(gpuhal_driver_t* driver, int ord
 GPUHAL_API void gpuhal_device_retain(gpuhal_device_t* device);
 /* Releasing NULL is a no-op. Objects made on the device (buffers, executables, command
  * buffers, channels) hold it, and so does queue work that holds them (an execute holds its
- * command buffer): the device lives until the last of those references goes, and work
- * holding it runs when its semaphores are signalled. The last release drains the
- * device's queues, stops its worker and releases the primary context. Queue work still
- * waiting for semaphores then (a barrier, a host call, an alloca) is failed (ABORTED,
- * naming the device), and so are its signals. With
+ * command buffer, an alloca or dealloca its buffer): the device lives until the last of
+ * those references goes, and work holding it runs when its semaphores are signalled. The
+ * last release drains the device's queues, stops its worker and releases the primary
+ * context. Queue work still waiting for semaphores then (a barrier, a host call) is failed
+ * (ABORTED, naming the device), and so are its signals. With
  * GPUHAL_FEATURE_SEMAPHORE_MEMOPS, work that waits on the GPU for a value nobody has
  * signalled yet can only be let go by that value: the release fails the semaphore it waits
  * for (ABORTED, naming the device and the value), for every device and process that uses
