@@ -553,8 +553,9 @@ GPUHAL__PRIVATE void gpuhal__object_free(gpuhal__object_pool_t* pool, uint32_t m
   gpuhal__object_fifo_t* fifo;
   if (!o) return;
   gpuhal__atomic_store(&o->magic, GPUHAL__MAGIC_DEAD);
-  o->refcount = 0;
-  o->user_refs = 0;
+  /* Atomic: an extra release racing with the last (another thread's) still reads them. */
+  gpuhal__atomic_store(&o->refcount, 0);
+  gpuhal__atomic_store(&o->user_refs, 0);
   o->next_released = NULL;
   gpuhal__mutex_lock(&pool->mutex);
   fifo = gpuhal__object_fifo_locked(pool, magic, 0);
