@@ -28,7 +28,10 @@
  * gpuhal_queue_alloca may get the same address). An execute issued when such a buffer has
  * no address fails its signal semaphores with FAILED_PRECONDITION naming the command and
  * the buffer, and runs none of its commands: before the buffer's alloca was issued (order
- * the execute after the alloca's signal), or after its dealloca was issued (order the
+ * the execute after the alloca's signal: with GPUHAL_FEATURE_SEMAPHORE_MEMOPS an alloca
+ * that waits for a value is issued at once, behind a GPU wait, so an execute not ordered
+ * after it is not caught there and may run before the memory is allocated), or after its
+ * dealloca was issued (order the
  * dealloca after the execute's signal; a dealloca queued but not yet issued does not
  * refuse an execute issued before it). To use a new transient buffer at each execute,
  * name a binding slot.
@@ -266,8 +269,8 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_barrier(gpuhal_command_buffer_t* command_b
  * that controls no region, or a WHILE that could never end (no dispatch in it takes its
  * condition, which is non-zero by default or set before it), at gpuhal_command_buffer_end
  * is FAILED_PRECONDITION. STREAM command buffers issue from the
- * host and cannot loop on device values: these calls say UNIMPLEMENTED there, and on drivers
- * before CUDA 12.3 (naming the driver's version). */
+ * host and cannot loop on device values: condition_create, begin_if and begin_while say
+ * UNIMPLEMENTED there, and on drivers before CUDA 12.3 (naming the driver's version). */
 #define GPUHAL_REGION_DEPTH_MAX 16
 typedef struct gpuhal_condition_t {
   uint32_t id; /* 0: none; else 1 + its index in its command buffer */

@@ -118,13 +118,17 @@ static gpuhal_status_t gpuhal__cb_begin_region(gpuhal_command_buffer_t* cb, gpuh
                               "%s: argument 'condition' (id %u) already controls the region begun by command %u (a "
                               "condition controls one region)",
                               func, condition.id, c->begun - 1);
-  if (c->region != gpuhal__cb_current_region(cb))
-    return gpuhal_status_make(
-        GPUHAL_STATUS_INVALID_ARGUMENT,
-        "%s: argument 'condition' (id %u) belongs to %s%u, not to the region being recorded: begin "
-        "a region where its condition was made",
-        func, condition.id, c->region ? "the region begun by command " : "the top level",
-        c->region ? c->region - 1 : 0);
+  if (c->region != gpuhal__cb_current_region(cb)) {
+    char where[64];
+    if (c->region)
+      snprintf(where, sizeof(where), "the region begun by command %u", c->region - 1);
+    else
+      snprintf(where, sizeof(where), "the top level");
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument 'condition' (id %u) belongs to %s, not to the region being recorded: "
+                              "begin a region where its condition was made",
+                              func, condition.id, where);
+  }
   if (cb->region_depth == GPUHAL_REGION_DEPTH_MAX)
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE, "%s: regions nest at most GPUHAL_REGION_DEPTH_MAX (%d) deep",
                               func, GPUHAL_REGION_DEPTH_MAX);

@@ -37,7 +37,9 @@ GPUHAL_API void gpuhal_semaphore_retain(gpuhal_semaphore_t* semaphore);
  * command buffer and device, forever. As with gpuhal_semaphore_fail, work already waiting
  * on the GPU for the value (GPUHAL_FEATURE_SEMAPHORE_MEMOPS) is let go by the failure and
  * runs, its signals failed; work still waiting on the host never runs. A semaphore shared
- * with another process is left as it is (that process may signal it). */
+ * with another process is left as it is (that process may signal it). Cycles through
+ * several released semaphores (A's only signaller waits on B, B's on A) are not looked
+ * for: that work stays queued until the device or driver goes. */
 GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore);
 /* The current (completed) value; a failed semaphore returns a clone of its failure status. */
 GPUHAL_API gpuhal_status_t gpuhal_semaphore_query(gpuhal_semaphore_t* semaphore, uint64_t* out_value);

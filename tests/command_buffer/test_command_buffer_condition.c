@@ -421,6 +421,15 @@ TU_TEST(a_while_that_could_never_end_is_refused) {
     }
     gpuhal_command_buffer_release(cb);
   }
+  /* A top-level condition named inside a region: the message says where it belongs. */
+  TU_CHECK_OK(gpuhal_command_buffer_create(t.device, 0, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  TU_CHECK_OK(gpuhal_command_buffer_condition_create(cb, 0, &loop));
+  TU_CHECK_OK(gpuhal_command_buffer_condition_create(cb, 0, &other));
+  TU_CHECK_OK(gpuhal_cmd_begin_while(cb, loop));
+  TU_CHECK_STATUS(gpuhal_cmd_begin_if(cb, other), GPUHAL_STATUS_INVALID_ARGUMENT,
+                  "belongs to the top level, not to the region being recorded");
+  gpuhal_command_buffer_release(cb);
   cd_close(&t);
 }
 
