@@ -175,7 +175,7 @@ static int gpuhal__cb_dispatch_takes(const gpuhal_command_buffer_t* cb, uint32_t
 
 /* The WHILE region begun by command `begin` loops for ever when nothing in it can set its
  * condition to 0 (only a dispatch in the region may) and it may be non-zero on entry (its
- * default is, or a dispatch before the region sets it): on a GPU, until the device is
+ * default is, or a dispatch outside the region sets it): on a GPU, until the device is
  * reset. Refused when recording ends, as a mistake. */
 static gpuhal_status_t gpuhal__cb_check_while_can_end(const gpuhal_command_buffer_t* cb, uint32_t begin) {
   const gpuhal__cmd_t* cmd = &cb->cmds[begin];
@@ -190,9 +190,8 @@ static gpuhal_status_t gpuhal__cb_check_while_can_end(const gpuhal_command_buffe
   return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
                             "gpuhal_command_buffer_end: the WHILE region begun by command %u could never end: no "
                             "dispatch in it takes its condition %u (gpuhal_arg_condition), so nothing can set it to 0, "
-                            "and it is %s on entry",
-                            begin, id,
-                            condition->default_value ? "non-zero (its default value)" : "set by a dispatch before it");
+                            "and it may be non-zero on entry (%s)",
+                            begin, id, condition->default_value ? "its default is" : "a dispatch outside it sets it");
 }
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_check_regions_at_end(const gpuhal_command_buffer_t* cb) {

@@ -247,12 +247,14 @@ enum {
 #define GPUHAL__COMPLETION_NAP_NS 50000        /* its nap while work keeps coming, instead of a wake-up */
 #define GPUHAL__COMPLETION_ACTIVE_NS 2000000   /* how long after work it keeps napping */
 #define GPUHAL__COMPLETION_LOOK_MAX_NS 4000000 /* the longest it leaves a lane's work alone (typical_ns) */
-#define GPUHAL__HARVEST_AGE_NS 10000           /* an action is issued this long before a harvest queries it */
-#define GPUHAL__HARVEST_MAX_WAIT_NS 80000      /* below harvest_min in flight: look once the oldest is this old */
-#define GPUHAL__HARVEST_MAX_BACKOFF 256        /* fast-path submissions skipped at most after a fruitless look */
-#define GPUHAL__HARVEST_MAX_RUN 512            /* actions looked at per look: bounds the time under the lock */
-#define GPUHAL__PARK_COMMANDS_MAX 256          /* a longer STREAM command buffer never waits on the GPU (see top) */
-#define GPUHAL__PARK_CHAIN_ENTRIES 512         /* stream entries at most behind one parked stream's waits (see top) */
+/* A settle waits this long for host functions that run before it leaves them running. */
+#define GPUHAL__SETTLE_HOST_FUNCTION_NS 1000000000ll
+#define GPUHAL__HARVEST_AGE_NS 10000      /* an action is issued this long before a harvest queries it */
+#define GPUHAL__HARVEST_MAX_WAIT_NS 80000 /* below harvest_min in flight: look once the oldest is this old */
+#define GPUHAL__HARVEST_MAX_BACKOFF 256   /* fast-path submissions skipped at most after a fruitless look */
+#define GPUHAL__HARVEST_MAX_RUN 512       /* actions looked at per look: bounds the time under the lock */
+#define GPUHAL__PARK_COMMANDS_MAX 256     /* a longer STREAM command buffer never waits on the GPU (see top) */
+#define GPUHAL__PARK_CHAIN_ENTRIES 512    /* stream entries at most behind one parked stream's waits (see top) */
 
 struct gpuhal__queue_state_s;
 
@@ -661,7 +663,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_submit_ex(gpuhal_device_t* device,
  * released: issued work finished and the references it held dropped. For the application's
  * last release (device.h); actions still blocked (pending, or issued behind a GPU wait for
  * a value not reached: state->gpu_blocked) are left for device release, and so are host
- * calls whose function runs (the application's code: it may wait for the application). */
+ * calls whose function still runs after GPUHAL__SETTLE_HOST_FUNCTION_NS (the application's
+ * code: it may wait for the application). */
 GPUHAL__PRIVATE void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeout_t timeout);
 /* ---- the device hooks ---- */
 

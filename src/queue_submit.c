@@ -438,10 +438,11 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32
 }
 
 /* Under the state's mutex: host calls whose function is running, and those due behind it on
- * its queue. A settle does not wait for them: the application's own code may be waiting for
- * the application, which is inside a release; the device goes at a later release, or at its
- * own teardown once they return. A function that has returned is waited for as work is (it
- * signals right after: the application may see that and make its last release). */
+ * its queue. A settle waits for them only so long (GPUHAL__SETTLE_HOST_FUNCTION_NS): the
+ * application's own code may be waiting for the application, which is inside a release;
+ * the device then goes at a later release, or at its own teardown once they return. A
+ * function that has returned is waited for as work is (it signals right after: the
+ * application may see that and make its last release). */
 static uint64_t gpuhal__queue_running_host_calls_locked(gpuhal__queue_state_t* state) {
   uint64_t n = 0;
   uint32_t q;
@@ -457,6 +458,7 @@ static uint64_t gpuhal__queue_running_host_calls_locked(gpuhal__queue_state_t* s
 
 GPUHAL__PRIVATE void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeout_t timeout) {
   gpuhal__queue_state_t* state = gpuhal__queue_state(device);
+  int64_t functions_due = gpuhal_now_ns() + GPUHAL__SETTLE_HOST_FUNCTION_NS;
   uint32_t begun;
   if (!state) return;
   begun = gpuhal__atomic_load(&state->passes_begun);
@@ -471,7 +473,7 @@ GPUHAL__PRIVATE void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeou
       blocked += gpuhal__atomic_load(&state->gpu_blocked);
     gpuhal__mutex_lock(&state->mutex);
     outstanding = gpuhal__atomic_load(&state->outstanding);
-    blocked += gpuhal__queue_running_host_calls_locked(state);
+    if (gpuhal_now_ns() >= functions_due) blocked += gpuhal__queue_running_host_calls_locked(state);
     gpuhal__mutex_unlock(&state->mutex);
     if (outstanding <= blocked || gpuhal__timeout_expired(timeout)) return;
     gpuhal__sleep_ns(50000);

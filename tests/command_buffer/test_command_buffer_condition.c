@@ -414,7 +414,7 @@ TU_TEST(a_while_that_could_never_end_is_refused) {
       TU_CHECK_STATUS(gpuhal_command_buffer_end(cb), GPUHAL_STATUS_FAILED_PRECONDITION,
                       "WHILE region begun by command");
       TU_CHECK_STATUS(gpuhal_command_buffer_end(cb), GPUHAL_STATUS_FAILED_PRECONDITION,
-                      shape == 2 ? "set by a dispatch before it" : "non-zero (its default value)");
+                      shape == 2 ? "a dispatch outside it sets it" : "its default is)");
     } else {
       TU_CHECK_OK(gpuhal_command_buffer_end(cb));
       TU_CHECK_OK(tu_execute_and_wait(t.driver, t.device, cb, NULL));

@@ -12,9 +12,14 @@
  *     application still holds (memops): it returns at once (it waited 30 s), and the
  *     work runs when the application signals.
  *  5. A host function waits for the application, which first releases the device (a
- *     command buffer still holds it) and the driver: the driver release returns at once
- *     (it waited for the function, up to the 30 s bound, while the application could not
- *     get to open its gate); the device goes at the application's last release, after.
+ *     command buffer still holds it) and the driver: the driver release returns within
+ *     about a second (it waited for the function, up to the 30 s bound, while the
+ *     application could not get to open its gate); the device goes at the application's
+ *     last release, after.
+ *  6. A host function that is merely slow (300 ms), with a host call and an execute waiting
+ *     behind it, when the application makes its last release: that release waits for all
+ *     of it, so a program may exit right after (a settle that left every running function
+ *     alone let them run on after the release, and cut them short at exit).
  *
  * "Torn down" is checked by the threads: a device's worker, completion and host-call
  * threads are joined by its teardown, so once the last release returns none may be left
@@ -212,7 +217,39 @@ TU_TEST(release_does_not_wait_for_a_host_function_waiting_on_the_application) {
   TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
 }
 
+/* A host function that takes 300 ms and counts its runs. */
+static gpuhal_status_t lr_slow_fn(void* user) {
+  tu_sleep_ns(300000000);
+  __atomic_add_fetch((int*)user, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+TU_TEST(last_release_waits_for_a_slow_host_function_and_what_follows_it) {
+  lr_fixture_t f;
+  gpuhal_semaphore_t *s = NULL, *done = NULL;
+  uint64_t one = 1;
+  int runs = 0;
+  if (!lr_open(&f)) TU_SKIP("no device or test kernels");
+  TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &done));
+  TU_CHECK_OK(gpuhal_queue_host_call(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one),
+                                     lr_slow_fn, &runs));
+  TU_CHECK_OK(gpuhal_queue_host_call(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(),
+                                     lr_slow_fn, &runs));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&s, &one),
+                                   gpuhal_semaphore_list_one(&done, &one), f.cb, NULL));
+  tu_sleep_ns(50000000); /* the first function runs */
+  lr_release_work_objects(&f);
+  gpuhal_device_release(f.device);
+  gpuhal_driver_release(f.driver);
+  gpuhal_semaphore_release(s);
+  gpuhal_semaphore_release(done); /* the last release */
+  TU_CHECK_EQ_INT(__atomic_load_n(&runs, __ATOMIC_SEQ_CST), 2);
+  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+}
+
 TU_MAIN(TU_CASE(device_released_last_while_its_kernel_runs), TU_CASE(semaphore_released_last_after_its_signal),
         TU_CASE(host_function_makes_the_last_driver_release),
         TU_CASE(driver_release_leaves_work_waiting_on_the_gpu_alone),
-        TU_CASE(release_does_not_wait_for_a_host_function_waiting_on_the_application))
+        TU_CASE(release_does_not_wait_for_a_host_function_waiting_on_the_application),
+        TU_CASE(last_release_waits_for_a_slow_host_function_and_what_follows_it))
