@@ -88,18 +88,20 @@ static gpuhal_status_t gpuhal__function_query_params(gpuhal_device_t* device, gp
     size_t offset = 0, size = 0;
     CUresult r = cu->cuFuncGetParamInfo(record->function, count, &offset, &size);
     if (r == CUDA_ERROR_INVALID_VALUE) break; /* index past the last parameter */
-    if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_NOT_FOUND) {
+    if (r == CUDA_ERROR_OUT_OF_MEMORY || r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_DEINITIALIZED ||
+        r == CUDA_ERROR_NOT_INITIALIZED || gpuhal__cuda_error_is_sticky(r)) {
+      /* A failure of the moment (or of the context) fails the lookup: taken for "cannot
+       * say", it turned the checks off for good (the record is cached), and a wrong
+       * argument list reached the launch. */
+      gpuhal__free(device->allocator, offsets);
+      return gpuhal__cuda_status(cu, r, "cuFuncGetParamInfo", __FILE__, __LINE__);
+    }
+    if (r != CUDA_SUCCESS) {
       /* The driver has the entry point but cannot say for this kernel: checks are off. */
       gpuhal__log(device->logger, GPUHAL_LOG_DEBUG, "cuFuncGetParamInfo(%s, %u) returned %d: parameter checks off",
                   record->name, count, (int)r);
       gpuhal__free(device->allocator, offsets);
       return NULL;
-    }
-    if (r != CUDA_SUCCESS) {
-      /* Any other error fails the lookup: taken for "cannot say", it turned the checks off
-       * for good (the record is cached), and a wrong argument list reached the launch. */
-      gpuhal__free(device->allocator, offsets);
-      return gpuhal__cuda_status(cu, r, "cuFuncGetParamInfo", __FILE__, __LINE__);
     }
     if (count == capacity) {
       gpuhal_status_t grown = gpuhal__grow32(device->allocator, (void**)&offsets, &capacity, count + 1,

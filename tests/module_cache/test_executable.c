@@ -410,13 +410,15 @@ TU_TEST(no_param_info_turns_checks_off) {
   fixture_close(&f);
 }
 
-/* cuFuncGetParamInfo failing for another reason than "no such index" or "cannot say" (out of
- * memory, a lost context) fails the kernel lookup; the next lookup asks again. It turned the
- * checks off for good: the record was cached without them. */
+/* cuFuncGetParamInfo failing for a reason of the moment or of the context (out of memory, a
+ * lost context) fails the kernel lookup; the next lookup asks again. It turned the checks off
+ * for good: the record was cached without them. Any other answer still means the driver
+ * cannot say for this kernel: found, with the checks off. */
 static gpuhal_PFN_cuFuncGetParamInfo param_info_orig;
 static int param_info_failures;
+static CUresult param_info_error = CUDA_ERROR_OUT_OF_MEMORY;
 static CUresult CUDAAPI param_info_failing_once(CUfunction f, size_t index, size_t* offset, size_t* size) {
-  if (param_info_failures++ == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (param_info_failures++ == 0) return param_info_error;
   return param_info_orig(f, index, offset, size);
 }
 
@@ -448,6 +450,24 @@ TU_TEST(param_info_failure_fails_the_lookup) {
   if (k) {
     TU_CHECK_OK(gpuhal_kernel_info(k, &info));
     TU_CHECK_EQ_INT(info.param_count, 1); /* atomic_inc(unsigned* counter) */
+  }
+  gpuhal_executable_release(exe);
+  free(ptx);
+  /* Another answer (the driver cannot say for this kernel): found, with the checks off. */
+  exe = NULL;
+  k = NULL;
+  param_info_failures = 0;
+  param_info_error = CUDA_ERROR_INVALID_HANDLE;
+  cu->cuFuncGetParamInfo = param_info_failing_once;
+  ptx = read_kernel_file("spin_us.ptx", &size);
+  TU_REQUIRE(ptx != NULL);
+  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe));
+  TU_CHECK_OK(gpuhal_executable_kernel(exe, "spin_us", &k));
+  cu->cuFuncGetParamInfo = param_info_orig;
+  param_info_error = CUDA_ERROR_OUT_OF_MEMORY;
+  if (k) {
+    TU_CHECK_OK(gpuhal_kernel_info(k, &info));
+    TU_CHECK(info.param_count == GPUHAL_KERNEL_PARAM_COUNT_UNKNOWN);
   }
   gpuhal_executable_release(exe);
   free(ptx);
