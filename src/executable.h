@@ -57,9 +57,12 @@ typedef struct gpuhal_compile_options_t {
  *     kept, keyed by the source, headers, options, NVRTC's version and the device's
  *     compute capability: compiling the same program again, in this process or another,
  *     runs no NVRTC (gpuhal_module_cache_stats_t.source_disk_hits). Without one every
- *     call runs NVRTC. A program that reads headers from disk (-I, --include-path, -include,
- *     --pre-include) is not kept: those files are not in the key. Headers passed in the
- *     options (header_sources) are. */
+ *     call runs NVRTC. A program that may read headers from disk is not kept, as those
+ *     files are not in the key: one with -I, --include-path, -include or --pre-include, or
+ *     whose text (source or headers) has an #include of a name not in header_names (NVRTC
+ *     opens such a name next to the program name, or as an absolute path), an #include
+ *     through a macro, or __has_include. Headers passed in the options (header_sources)
+ *     are in the key. */
 GPUHAL_API gpuhal_status_t gpuhal_executable_compile(gpuhal_device_t* device, const char* source,
                                                      const gpuhal_compile_options_t* options,
                                                      gpuhal_executable_t** out_executable);

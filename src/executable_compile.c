@@ -115,10 +115,48 @@ static char* gpuhal__compile_log(gpuhal_device_t* device, const gpuhal__nvrtc_sy
   return log;
 }
 
-/* 1 when an option makes NVRTC read headers from disk (-I, --include-path, -include,
- * --pre-include): their bytes are not in the disk cache's key, so such a program is not
- * kept there (an edited header would load the old code). */
-static int gpuhal__compile_reads_files(const gpuhal_compile_options_t* o) {
+/* 1 when `text` may make NVRTC read a file: an #include of a name that is not one of the
+ * program's headers (NVRTC opens a quoted name relative to the program name's directory,
+ * and any absolute path), an #include through a macro, or __has_include. Read as text, not
+ * preprocessed: a directive inside a comment counts too, which only costs the disk cache. */
+static int gpuhal__compile_text_reads_files(const char* text, const gpuhal_compile_options_t* o) {
+  const char* p = text;
+  if (strstr(text, "__has_include")) return 1;
+  while (*p) {
+    const char *name, *end;
+    char close;
+    uint32_t i;
+    while (*p == ' ' || *p == '\t') ++p;
+    if (*p == '#') {
+      for (++p; *p == ' ' || *p == '\t'; ++p) {
+      }
+      if (strncmp(p, "include", 7) == 0) {
+        for (p += 7; *p && *p != '"' && *p != '<' && *p != '\n'; ++p)                   /* include_next, spaces */
+          if (*p != ' ' && *p != '\t' && *p != '_' && (*p < 'a' || *p > 'z')) return 1; /* a macro */
+        if (*p != '"' && *p != '<') return 1;
+        close = *p == '"' ? '"' : '>';
+        name = p + 1;
+        end = strchr(name, close);
+        if (!end) return 1;
+        for (i = 0; i < o->header_count; ++i)
+          if (o->header_names[i] && strlen(o->header_names[i]) == (size_t)(end - name) &&
+              strncmp(o->header_names[i], name, (size_t)(end - name)) == 0)
+            break;
+        if (i == o->header_count) return 1;
+      }
+    }
+    p = strchr(p, '\n');
+    if (!p) break;
+    ++p;
+  }
+  return 0;
+}
+
+/* 1 when the program may read headers from disk: an option that names files or include
+ * directories (-I, --include-path, -include, --pre-include), or an #include in the source
+ * or its headers that is not one of its headers. Those bytes are not in the disk cache's
+ * key, so such a program is not kept there (an edited header would load the old code). */
+static int gpuhal__compile_reads_files(const char* source, const gpuhal_compile_options_t* o) {
   uint32_t i;
   for (i = 0; i < o->option_count; ++i) {
     const char* option = o->options[i];
@@ -126,6 +164,9 @@ static int gpuhal__compile_reads_files(const gpuhal_compile_options_t* o) {
         strncmp(option, "-include", 8) == 0 || strncmp(option, "--pre-include", 13) == 0)
       return 1;
   }
+  if (gpuhal__compile_text_reads_files(source, o)) return 1;
+  for (i = 0; i < o->header_count; ++i)
+    if (o->header_sources[i] && gpuhal__compile_text_reads_files(o->header_sources[i], o)) return 1;
   return 0;
 }
 
@@ -438,7 +479,7 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_compile(gpuhal_device_t* device, co
   if (status) return gpuhal_status_annotate(status, "gpuhal_executable_compile");
   GPUHAL__RETURN_IF_ERROR(gpuhal__compile_argv(device, nvrtc, options, arch, sizeof(arch), &argv, &argc));
   cache = gpuhal__module_cache_of(device);
-  disk = gpuhal__atomic_load(&cache->disk.enabled) && !gpuhal__compile_reads_files(options);
+  disk = gpuhal__atomic_load(&cache->disk.enabled) && !gpuhal__compile_reads_files(source, options);
   if (disk) {
     image_size = gpuhal__compile_key_image(source, name, argv, argc, options, NULL);
     status = gpuhal__alloc_zeroed(device->allocator, image_size, "compile cache key", (void**)&image);

@@ -556,6 +556,81 @@ TU_TEST(programs_reading_headers_from_disk_are_not_kept) {
   mc_remove_dir(dir);
 }
 
+/* Compiles `source` (named `program_name`, no headers, no options) on `device` and gives
+ * the parameter count of its kernel rtc_params. */
+static gpuhal_status_t cp_param_count(gpuhal_device_t* device, const char* program_name, const char* source,
+                                      uint32_t* out_count) {
+  gpuhal_compile_options_t o;
+  gpuhal_executable_t* exe = NULL;
+  gpuhal_kernel_t* kernel = NULL;
+  gpuhal_kernel_info_t info;
+  gpuhal_status_t st;
+  memset(&o, 0, sizeof(o));
+  o.program_name = program_name;
+  st = gpuhal_executable_compile(device, source, &o, &exe);
+  if (!st) st = gpuhal_executable_kernel(exe, "rtc_params", &kernel);
+  if (!st) st = gpuhal_kernel_info(kernel, &info);
+  if (!st) *out_count = info.param_count;
+  gpuhal_executable_release(exe);
+  return st;
+}
+
+/* Writes `text` to `path`; 1 when it did. */
+static int cp_write_file(const char* path, const char* text) {
+  FILE* f = fopen(path, "w");
+  int ok = f && fputs(text, f) >= 0;
+  if (f && fclose(f) != 0) ok = 0;
+  return ok;
+}
+
+/* With no option naming a directory, NVRTC still reads a header the program does not pass
+ * in: a quoted #include opens next to the program name (and any absolute path). Such a
+ * program is not kept on disk either: after the header changes, the next compile (in this
+ * process or another) gets the new code, never the cached old one. The header changes the
+ * kernel's parameter list, which the driver reports on softcuda and on a GPU alike. */
+TU_TEST(an_include_of_a_file_on_disk_is_not_served_stale) {
+  gpuhal_driver_t* driver;
+  gpuhal_device_t* device;
+  gpuhal_device_params_t params;
+  gpuhal_module_cache_stats_t s;
+  char dir[512], header[600], program[600], absolute[1400];
+  const char* relative = "#include \"rtc_params.h\"\nextern \"C\" __global__ void rtc_params(RTC_PARAMS) {}\n";
+  uint32_t count = 0;
+  if (!cp_have_nvrtc()) TU_SKIP("no NVRTC found at configure time (GPUHAL_TEST_NVRTC unset)");
+  driver = mc_driver();
+  if (!driver) TU_SKIP("no device");
+  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  snprintf(header, sizeof(header), "%s/rtc_params.h", dir);
+  snprintf(program, sizeof(program), "%s/rtc_params.cu", dir);
+  snprintf(absolute, sizeof(absolute), "#include \"%s\"\nextern \"C\" __global__ void rtc_params(RTC_PARAMS) {}\n",
+           header);
+  params = mc_params(dir);
+  device = mc_device(driver, 0, &params);
+  TU_REQUIRE(device != NULL);
+  TU_REQUIRE(cp_write_file(header, "#define RTC_PARAMS int a\n"));
+  TU_CHECK_OK(cp_param_count(device, program, relative, &count));
+  TU_CHECK_EQ_INT(count, 1);
+  TU_CHECK_OK(cp_param_count(device, "rtc_params.cu", absolute, &count));
+  TU_CHECK_EQ_INT(count, 1);
+  TU_REQUIRE(cp_write_file(header, "#define RTC_PARAMS int a, int b\n"));
+  TU_CHECK_OK(cp_param_count(device, program, relative, &count));
+  TU_CHECK_EQ_INT(count, 2);
+  TU_CHECK_OK(cp_param_count(device, "rtc_params.cu", absolute, &count));
+  TU_CHECK_EQ_INT(count, 2);
+  s = mc_stats(device);
+  TU_CHECK_EQ_INT(s.source_compiles, 4);
+  TU_CHECK_EQ_INT(s.source_disk_hits, 0);
+  /* A header passed in by the same name is in the key: that program is kept. */
+  TU_CHECK_OK(cp_compile_run(device, NULL));
+  TU_CHECK_OK(cp_compile_run(device, NULL));
+  s = mc_stats(device);
+  TU_CHECK_EQ_INT(s.source_disk_hits, 1);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+  remove(header);
+  mc_remove_dir(dir);
+}
+
 /* On a GPU: an arch-specific target gives a cubin, which loads and runs. NVRTC makes PTX
  * for it too; the cubin is what gets loaded (PTX would go through the disk cache's PTX path:
  * a disk miss). A target of an older major version gives PTX (its cubin would not load).
@@ -608,7 +683,8 @@ int main(int argc, char** argv) {
                                     TU_CASE(threads_compile_at_once),
                                     TU_CASE(cpp_kernels_are_found_by_their_name_expressions),
                                     TU_CASE(an_sm_target_gives_a_cubin_on_a_gpu),
-                                    TU_CASE(programs_reading_headers_from_disk_are_not_kept)};
+                                    TU_CASE(programs_reading_headers_from_disk_are_not_kept),
+                                    TU_CASE(an_include_of_a_file_on_disk_is_not_served_stale)};
   mc_remember_self(argv[0]);
   if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_main(argc, argv);
   return tu_run(cases, (int)(sizeof(cases) / sizeof(cases[0])), argc, argv);
