@@ -237,9 +237,11 @@ static int gpuhal__build_from_disk(gpuhal__module_cache_t* cache, const gpuhal__
   const void* payload = NULL;
   size_t payload_size = 0;
   gpuhal_status_t st;
+  int found;
   if (!gpuhal__disk_path(&cache->disk, name, path, sizeof(path))) return 0;
   st = gpuhal__disk_lookup(&cache->disk, key, path, &file, &payload, &payload_size);
-  if (!st) {
+  found = st == NULL;
+  if (found) {
     st = gpuhal__module_load_image(cache, payload, payload_size, GPUHAL__IMAGE_CUBIN, NULL, entry);
     gpuhal__free(device->allocator, file);
     if (!st) {
@@ -253,7 +255,9 @@ static int gpuhal__build_from_disk(gpuhal__module_cache_t* cache, const gpuhal__
     }
   }
   GPUHAL__STAT_ADD(&cache->stats, disk_misses);
-  if (gpuhal_status_code(st) != GPUHAL_STATUS_NOT_FOUND) {
+  /* A file that was there and that the driver refused is a reject whatever the driver said
+   * (CUDA_ERROR_NO_BINARY_FOR_GPU reads as NOT_FOUND too). */
+  if (found || gpuhal_status_code(st) != GPUHAL_STATUS_NOT_FOUND) {
     GPUHAL__STAT_ADD(&cache->stats, disk_rejects);
     gpuhal__log(device->logger, GPUHAL_LOG_DEBUG, "module cache: ignoring disk cache file %s: %s", path,
                 gpuhal_status_message(st));

@@ -261,6 +261,38 @@ TU_TEST(bad_files_are_ignored_and_rebuilt) {
   gpuhal_driver_release(driver);
 }
 
+/* A sound file that the driver refuses is a reject too, whatever error it gives:
+ * CUDA_ERROR_NO_BINARY_FOR_GPU (NOT_FOUND as a status) as much as CUDA_ERROR_INVALID_IMAGE.
+ * The module is rebuilt and the file rewritten either way. softcuda only (its faults). */
+TU_TEST(a_file_the_driver_refuses_is_counted_as_a_reject) {
+  static const char* const faults[] = {"cuModuleLoadDataEx@1=CUDA_ERROR_INVALID_IMAGE",
+                                       "cuModuleLoadDataEx@1=CUDA_ERROR_NO_BINARY_FOR_GPU"};
+  gpuhal_driver_t* driver;
+  gpuhal_module_cache_stats_t s;
+  char dir[512];
+  unsigned i;
+  if (!tu_softcuda()) TU_SKIP("needs softcuda's fault injection");
+  driver = mc_driver();
+  if (!driver) TU_SKIP("no CUDA device");
+  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_CHECK_EQ_INT(load_range(driver, dir, 0, 3, 1, 0, &s), 0);
+  for (i = 0; i < sizeof(faults) / sizeof(faults[0]); ++i) {
+    TU_REQUIRE(tu_softcuda_faults(faults[i]) == 0);
+    mc_log_clear();
+    TU_CHECK_EQ_INT(load_range(driver, dir, 0, 3, 1, 0, &s), 0); /* the right result anyway */
+    TU_CHECK_EQ_INT(tu_softcuda_faults(NULL), 0);
+    if (s.disk_rejects != 1 || s.compiles != 1 || s.disk_writes != 1 || s.disk_hits != 0)
+      TU_FAIL_AT(__FILE__, __LINE__, "%s: rejects %llu compiles %llu writes %llu hits %llu", faults[i],
+                 (unsigned long long)s.disk_rejects, (unsigned long long)s.compiles, (unsigned long long)s.disk_writes,
+                 (unsigned long long)s.disk_hits);
+    if (!mc_log_contains("ignoring disk cache file")) TU_FAIL_AT(__FILE__, __LINE__, "%s: no debug log", faults[i]);
+    TU_CHECK_EQ_INT(load_range(driver, dir, 0, 3, 1, 0, &s), 0); /* rewritten: a hit now */
+    TU_CHECK_EQ_INT(s.disk_hits, 1);
+  }
+  mc_remove_dir(dir);
+  gpuhal_driver_release(driver);
+}
+
 TU_TEST(parser_survives_arbitrary_bytes) {
   /* A valid file made by hand (softcuda's cubin format as payload: ELF magic then text),
    * then every truncation and many random corruptions: all rejected, none crash. */
@@ -760,7 +792,7 @@ int main(int argc, char** argv) {
       TU_CASE(two_processes_fill_one_directory),      TU_CASE(disk_eviction_is_lru_with_touch_on_hit),
       TU_CASE(unusable_directory_degrades_to_memory), TU_CASE(a_bad_entry_path_leaves_the_rest_of_the_cache_working),
       TU_CASE(compile_hook_files_are_kept_apart),     TU_CASE(non_regular_files_are_refused_without_hanging),
-      TU_CASE(temporary_files_are_unique_and_fresh)};
+      TU_CASE(temporary_files_are_unique_and_fresh),  TU_CASE(a_file_the_driver_refuses_is_counted_as_a_reject)};
   mc_remember_self(argv[0]);
   if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_main(argc, argv);
   return tu_run(cases, (int)(sizeof(cases) / sizeof(cases[0])), argc, argv);
