@@ -267,8 +267,8 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_barrier(gpuhal_command_buffer_t* command_b
  * arguments, tensor maps and launch attributes included), copies, fills, updates and
  * barriers; collectives cannot go in one (UNIMPLEMENTED). A region left open, a condition
  * that controls no region, or a WHILE that could never end (no dispatch in it takes its
- * condition, which is non-zero by default or set by a dispatch outside it), at gpuhal_command_buffer_end
- * is FAILED_PRECONDITION. STREAM command buffers issue from the
+ * condition, which is non-zero by default or set by a dispatch outside it), at
+ * gpuhal_command_buffer_end is FAILED_PRECONDITION. STREAM command buffers issue from the
  * host and cannot loop on device values: condition_create, begin_if and begin_while say
  * UNIMPLEMENTED there, and on drivers before CUDA 12.3 (naming the driver's version). */
 #define GPUHAL_REGION_DEPTH_MAX 16
