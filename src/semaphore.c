@@ -421,8 +421,9 @@ static int gpuhal__semaphore_abandoned_locked(gpuhal_semaphore_t* s, uint32_t se
 static void gpuhal__semaphore_abandon_locked(gpuhal_semaphore_t* s) {
   gpuhal__semaphore_fail_locked(
       s, gpuhal_status_make(GPUHAL_STATUS_ABORTED,
-                            "semaphore%s%s%s was released by the application at value %llu while queue work still "
-                            "waited for a higher value, and nothing else can signal it: that work is abandoned",
+                            "semaphore%s%s%s was released by the application at value %llu while work (queued, or a "
+                            "host wait) still waited for a higher value, and nothing else can signal it: that "
+                            "work is abandoned",
                             GPUHAL__LABEL_ARGS(s->label), (unsigned long long)s->value));
 }
 
@@ -1093,7 +1094,7 @@ static int gpuhal__host_wait_poll(gpuhal_wait_mode_t mode, gpuhal_semaphore_list
   }
 }
 
-static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list,
+static gpuhal_status_t gpuhal__semaphores_wait_held(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list,
                                                     gpuhal_timeout_t timeout) {
   gpuhal__semaphore_waiter_t inline_nodes[GPUHAL__HOST_WAIT_INLINE_NODES];
   gpuhal__semaphore_waiter_t* nodes = inline_nodes;
@@ -1168,6 +1169,19 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
   gpuhal__cond_destroy(&hw.cond);
   gpuhal__mutex_destroy(&hw.mutex);
   if (nodes != inline_nodes) gpuhal__free(allocator, nodes);
+  return result;
+}
+
+/* The wait holds a reference on each semaphore: another thread may release the
+ * application's last one meanwhile (the wait then ends as the abandonment rule says, or at
+ * its timeout), and the semaphore must outlive the wait's look at it. */
+static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list,
+                                                    gpuhal_timeout_t timeout) {
+  gpuhal_status_t result;
+  uint32_t i;
+  for (i = 0; i < list.count; ++i) gpuhal__object_retain(&list.semaphores[i]->object);
+  result = gpuhal__semaphores_wait_held(mode, list, timeout);
+  for (i = 0; i < list.count; ++i) gpuhal__semaphore_release_ref(list.semaphores[i]);
   return result;
 }
 

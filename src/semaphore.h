@@ -30,11 +30,12 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_create(gpuhal_driver_t* driver, uint
                                                    gpuhal_semaphore_t** out_semaphore);
 GPUHAL_API void gpuhal_semaphore_retain(gpuhal_semaphore_t* semaphore);
 /* Releasing NULL is a no-op. Queue operations that wait on or signal a semaphore hold their
- * own reference until they are done, and may still signal it. Once the application's last
- * reference is gone, a semaphore that queue work waits on but nothing can advance any more
- * (no queued work signals it, or all that does waits on it itself, for a value it has not
- * reached) fails with ABORTED: that work fails with it instead of staying queued, with its
- * command buffer and device, forever. As with gpuhal_semaphore_fail, work already waiting
+ * own reference until they are done, and may still signal it; so does a host wait in
+ * progress on another thread. Once the application's last reference is gone, a semaphore
+ * that queue work or a host wait waits on but nothing can advance any more (no queued work
+ * signals it, or all that does waits on it itself, for a value it has not reached) fails
+ * with ABORTED: that work fails with it instead of staying queued, with its command buffer
+ * and device, forever. As with gpuhal_semaphore_fail, work already waiting
  * on the GPU for the value (GPUHAL_FEATURE_SEMAPHORE_MEMOPS) is let go by the failure and
  * runs, its signals failed; work still waiting on the host never runs. A semaphore shared
  * with another process is left as it is (that process may signal it). Cycles through

@@ -352,6 +352,64 @@ TU_TEST(signal_wait_from_several_threads) {
   gpuhal_driver_release(driver);
 }
 
+/* Another thread releases the application's last reference while a host wait is in
+ * progress (asleep, or still in its first looks): the wait holds its own reference, so it
+ * ends cleanly, with ABORTED as nothing can advance the semaphore any more, and the
+ * semaphore goes when the wait is over. Before, the release destroyed it under the waiter. */
+typedef struct {
+  gpuhal_semaphore_t* semaphores[2];
+  gpuhal_wait_mode_t mode;
+  uint32_t count;
+  gpuhal_status_t result;
+  int64_t took_ms;
+} release_waiter_t;
+
+static void* release_waiter_main(void* p) {
+  release_waiter_t* w = (release_waiter_t*)p;
+  static const uint64_t values[2] = {1, 1};
+  gpuhal_semaphore_list_t list;
+  int64_t start = gpuhal_now_ns();
+  list.count = w->count;
+  list.semaphores = w->semaphores;
+  list.values = values;
+  w->result = gpuhal_semaphores_wait(w->mode, list, gpuhal_timeout_relative_ns(20ll * 1000000000ll));
+  w->took_ms = ms_since(start);
+  return NULL;
+}
+
+TU_TEST(release_while_another_thread_waits) {
+  gpuhal_driver_t* driver = open_driver();
+  int round;
+  TU_REQUIRE(driver);
+  for (round = 0; round < 6; ++round) {
+    release_waiter_t w;
+    gpuhal_semaphore_t* other = NULL;
+    pthread_t t;
+    memset(&w, 0, sizeof(w));
+    TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &w.semaphores[0]));
+    w.count = 1;
+    w.mode = GPUHAL_WAIT_ALL;
+    if (round >= 2) { /* ANY and ALL over it and a semaphore kept alive */
+      TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &other));
+      w.semaphores[1] = other;
+      w.count = 2;
+      w.mode = round % 2 ? GPUHAL_WAIT_ANY : GPUHAL_WAIT_ALL;
+    }
+    TU_REQUIRE(pthread_create(&t, NULL, release_waiter_main, &w) == 0);
+    sleep_ms(round % 2 ? 1 : 300); /* in its first looks, or asleep */
+    gpuhal_semaphore_release(w.semaphores[0]);
+    pthread_join(t, NULL);
+    /* A short sleep may let the release come before the call: a released handle. */
+    if (!(round % 2 && gpuhal_status_code(w.result) == GPUHAL_STATUS_INVALID_ARGUMENT))
+      TU_CHECK_EQ_INT(gpuhal_status_code(w.result), GPUHAL_STATUS_ABORTED);
+    TU_CHECK(w.took_ms < 10000);
+    gpuhal_status_free(w.result);
+    gpuhal_semaphore_release(other);
+  }
+  gpuhal_driver_release(driver);
+}
+
 TU_MAIN(TU_CASE(create_query_signal), TU_CASE(argument_checks), TU_CASE(fail_keeps_first_cause),
         TU_CASE(wait_before_signal), TU_CASE(timeouts), TU_CASE(wait_any_returns_on_first),
-        TU_CASE(wait_all_waits_for_every_one), TU_CASE(wait_all_long_list), TU_CASE(signal_wait_from_several_threads))
+        TU_CASE(wait_all_waits_for_every_one), TU_CASE(wait_all_long_list), TU_CASE(signal_wait_from_several_threads),
+        TU_CASE(release_while_another_thread_waits))
