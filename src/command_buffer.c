@@ -361,7 +361,9 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_check_copy_ref(gpuhal_command_buffer_
                                                           gpuhal__ref_t* out) {
   gpuhal_buffer_t* buffer = ref.buffer;
   int peer = 0;
-  if (!gpuhal__object_is_live(buffer, GPUHAL__MAGIC_BUFFER) || buffer->device == cb->device ||
+  /* Held, not just alive: a buffer the application released is refused even while queued
+   * work still holds it (gpuhal__cb_check_ref says so). */
+  if (!gpuhal__object_is_held(buffer, GPUHAL__MAGIC_BUFFER) || buffer->device == cb->device ||
       buffer->device->driver != cb->device->driver || buffer->kind != GPUHAL_MEMORY_DEVICE)
     return gpuhal__cb_check_ref(cb, ref, size, func, what, out); /* its messages for everything else */
   memset(out, 0, sizeof(*out));

@@ -103,6 +103,23 @@ static void md_peer_copy_body(uint32_t mode) {
   TU_CHECK_OK(gpuhal_cmd_copy(cb, gpuhal_ref_buffer(mid1, 0), gpuhal_ref_buffer(dst0, 0), sizeof(in)));
   TU_CHECK_STATUS(gpuhal_cmd_copy(cb, gpuhal_ref_buffer(src0, 0), gpuhal_ref_buffer(dst0, 4000), 200),
                   GPUHAL_STATUS_OUT_OF_RANGE, "dst");
+  /* A peer buffer the application released is refused, even while a command buffer still
+   * holds it (as a buffer of the command buffer's own device is). */
+  {
+    gpuhal_buffer_t* gone = NULL;
+    gpuhal_command_buffer_t* holder = NULL;
+    uint32_t word = 5;
+    TU_CHECK_OK(gpuhal_buffer_allocate(f.devices[0], GPUHAL_MEMORY_DEVICE, 256, &gone));
+    TU_CHECK_OK(gpuhal_command_buffer_create(f.devices[0], GPUHAL_COMMAND_BUFFER_ONE_SHOT, 0, &holder));
+    TU_CHECK_OK(gpuhal_command_buffer_begin(holder));
+    TU_CHECK_OK(gpuhal_cmd_fill(holder, gpuhal_ref_buffer(gone, 0), 256, &word, 4));
+    gpuhal_buffer_release(gone);
+    TU_CHECK_STATUS(gpuhal_cmd_copy(cb, gpuhal_ref_buffer(gone, 0), gpuhal_ref_buffer(mid1, 0), 16),
+                    GPUHAL_STATUS_INVALID_ARGUMENT, "'src' was already released");
+    TU_CHECK_STATUS(gpuhal_cmd_copy(cb, gpuhal_ref_buffer(mid1, 0), gpuhal_ref_buffer(gone, 0), 16),
+                    GPUHAL_STATUS_INVALID_ARGUMENT, "'dst' was already released");
+    gpuhal_command_buffer_release(holder);
+  }
   TU_CHECK_OK(gpuhal_command_buffer_end(cb));
   TU_CHECK_OK(gpuhal_queue_execute(f.devices[1], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one),
                                    cb, NULL));
