@@ -133,8 +133,10 @@ GPUHAL__PRIVATE int gpuhal__ref_is_late(const gpuhal__ref_t* ref) {
 
 GPUHAL__PRIVATE void gpuhal__cb_note_slot(gpuhal_command_buffer_t* cb, const gpuhal__ref_t* ref, uint64_t size) {
   if (ref->kind != GPUHAL__REF_SLOT) return;
+  uint64_t end =
+      ref->offset > UINT64_MAX - size ? UINT64_MAX : ref->offset + size; /* saturated: no buffer is that big */
   cb->slot_used[ref->slot] = 1;
-  if (ref->offset + size > cb->slot_extent[ref->slot]) cb->slot_extent[ref->slot] = ref->offset + size;
+  if (end > cb->slot_extent[ref->slot]) cb->slot_extent[ref->slot] = end;
 }
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_retain_buffer(gpuhal_command_buffer_t* cb, gpuhal_buffer_t* buffer) {

@@ -78,16 +78,17 @@ static gpuhal_status_t gpuhal__tensor_map_dims_check(const gpuhal_tensor_map_t* 
   }
   for (i = 1; i < m->rank; ++i) {
     uint64_t stride = gpuhal__tensor_stride(m, i), below = gpuhal__tensor_stride(m, i - 1);
+    uint64_t spans = below > UINT64_MAX / m->dims[i - 1] ? UINT64_MAX : below * m->dims[i - 1]; /* saturated */
     if (stride % align || stride >= (1ull << 40))
       GPUHAL__TMAP_BAD(
           "%s: argument '%s.tensor_map->strides[%u]' is %llu bytes%s: must be a multiple of %llu below "
           "2^40%s",
           func, what, (unsigned)(i - 1), (unsigned long long)stride, m->strides[i - 1] ? "" : " (0: packed)",
           (unsigned long long)align, m->strides[i - 1] ? "" : "; give a padded stride");
-    if (m->strides[i - 1] && below != UINT64_MAX && stride < below * m->dims[i - 1])
-      GPUHAL__TMAP_BAD("%s: argument '%s.tensor_map->strides[%u]' is %llu bytes: less than dimension %u spans (%llu)",
+    if (m->strides[i - 1] && below != UINT64_MAX && stride < spans)
+      GPUHAL__TMAP_BAD("%s: argument '%s.tensor_map->strides[%u]' is %llu bytes: less than dimension %u spans (%s%llu)",
                        func, what, (unsigned)(i - 1), (unsigned long long)stride, (unsigned)(i - 1),
-                       (unsigned long long)(below * m->dims[i - 1]));
+                       spans == UINT64_MAX ? "at least " : "", (unsigned long long)spans);
   }
   return NULL;
 }

@@ -190,6 +190,25 @@ static void body_tile_copy_over_a_rebound_slot(uint32_t mode) {
     }
     gpuhal_buffer_release(small);
   }
+  /* A map at a slot offset whose tensor spans more than any buffer (its extent saturates):
+   * refused by the same check, not wrapped round to a small extent that any buffer passes. */
+  {
+    gpuhal_command_buffer_t* huge_cb = NULL;
+    gpuhal_tensor_map_t huge = tm_map();
+    gpuhal_binding_table_t table;
+    huge.dims[1] = 1ull << 32;
+    huge.strides[0] = (1ull << 40) - 16;
+    TU_CHECK_OK(gpuhal_command_buffer_create(t.device, GPUHAL_COMMAND_BUFFER_REUSABLE | mode, 1, &huge_cb));
+    TU_CHECK_OK(gpuhal_command_buffer_begin(huge_cb));
+    TU_CHECK_OK(tm_dispatch(&t, huge_cb, gpuhal_arg_slot(0, 16), &huge, out));
+    TU_CHECK_OK(gpuhal_command_buffer_end(huge_cb));
+    table.count = 1;
+    table.buffers = &src[0];
+    table.offsets = NULL;
+    TU_CHECK_STATUS(tu_execute_and_wait(t.driver, t.device, huge_cb, &table), GPUHAL_STATUS_OUT_OF_RANGE,
+                    "slot 0 is used up to");
+    gpuhal_command_buffer_release(huge_cb);
+  }
   /* And it still runs right afterwards. */
   {
     gpuhal_binding_table_t table;
@@ -290,6 +309,10 @@ static void body_bad_maps_name_the_field(uint32_t mode) {
   TM_BAD(m.strides[0] = 404, GPUHAL_STATUS_INVALID_ARGUMENT, "args[0].tensor_map->strides[0]");
   TM_BAD((m.strides[0] = 0, m.dims[0] = 99), GPUHAL_STATUS_INVALID_ARGUMENT, "give a padded stride"); /* 396 B */
   TM_BAD(m.strides[0] = 384, GPUHAL_STATUS_INVALID_ARGUMENT, "less than dimension 0 spans");
+  /* The span below a stride beyond 2^64 bytes is not wrapped round. */
+  TM_BAD(
+      (m.rank = 3, m.dims[1] = 1ull << 32, m.dims[2] = 1, m.box[2] = 1, m.strides[0] = 1ull << 39, m.strides[1] = 16),
+      GPUHAL_STATUS_INVALID_ARGUMENT, "less than dimension 1 spans (at least");
   TM_BAD(m.box[1] = 0, GPUHAL_STATUS_INVALID_ARGUMENT, "args[0].tensor_map->box[1]");
   TM_BAD(m.box[1] = 257, GPUHAL_STATUS_INVALID_ARGUMENT, "args[0].tensor_map->box[1]");
   TM_BAD(m.box[0] = 6, GPUHAL_STATUS_INVALID_ARGUMENT, "not a multiple of 16");
