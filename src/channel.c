@@ -344,6 +344,12 @@ static gpuhal_status_t gpuhal__collective_address(gpuhal_buffer_t* buffer, uint6
   *out = NULL;
   if (!buffer) return NULL;
   base = gpuhal__buffer_address(buffer);
+  if (!base && gpuhal__atomic_load(&buffer->state) == (int32_t)GPUHAL__BUFFER_FREED)
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                              "the %s buffer of a collective (%llu bytes, from gpuhal_queue_alloca) was deallocated "
+                              "(gpuhal_queue_dealloca) before this execute: a command buffer that names a transient "
+                              "buffer cannot run after its dealloca",
+                              what, (unsigned long long)buffer->size);
   if (!base)
     return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
                               "the %s buffer of a collective has no device address: order its gpuhal_queue_alloca "
@@ -452,6 +458,15 @@ static gpuhal_status_t gpuhal__collective_one_rank_issue(void* user, gpuhal_devi
   return NULL;
 }
 
+/* A GRAPH command buffer's capture baked the operands' addresses in: each execute checks
+ * that they still have them (a queue_alloca buffer deallocated since has none). */
+static gpuhal_status_t gpuhal__collective_check_addresses(void* user) {
+  gpuhal__collective_cmd_t* c = (gpuhal__collective_cmd_t*)user;
+  void* address = NULL;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__collective_address(c->send, c->send_offset, "send", &address));
+  return gpuhal__collective_address(c->recv, c->recv_offset, "recv", &address);
+}
+
 static gpuhal_status_t gpuhal__collective_group_begin(gpuhal_device_t* device) {
   return GPUHAL__NCCL(gpuhal__channel_nccl(device), ncclGroupStart, ());
 }
@@ -492,10 +507,12 @@ static const gpuhal__native_ops_t gpuhal__collective_ops = {"NCCL collective",
                                                             gpuhal__collective_group_begin,
                                                             gpuhal__collective_group_end,
                                                             gpuhal__collective_release,
-                                                            1};
+                                                            1,
+                                                            gpuhal__collective_check_addresses};
 /* Neither grouped nor blocking: it makes no NCCL call, so the submitting thread may issue it. */
 static const gpuhal__native_ops_t gpuhal__collective_one_rank_ops = {
-    "NCCL collective (one rank: a copy)", gpuhal__collective_one_rank_issue, NULL, NULL, gpuhal__collective_release, 0};
+    "NCCL collective (one rank: a copy)", gpuhal__collective_one_rank_issue, NULL, NULL, gpuhal__collective_release, 0,
+    gpuhal__collective_check_addresses};
 
 /* The element counts a collective reads from send and writes to recv (0: not used on this
  * rank). */

@@ -235,6 +235,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_record_native(gpuhal_command_buffer_t
   cmd->native_ops = ops;
   cmd->native_user = user;
   if (ops->may_block) cb->has_native = 1;
+  if (ops->check) cb->native_checks = 1;
   cmd->native_follower =
       (uint32_t)(prev && prev->type == GPUHAL__CMD_NATIVE && prev->native_ops == ops && ops->group_begin);
   return NULL;

@@ -472,6 +472,7 @@ struct gpuhal_command_buffer_s {
    * itself). */
   int has_native;
   int graph_deferred; /* GRAPH with NATIVE commands, not built yet */
+  int native_checks;  /* NATIVE commands with ops->check: a GRAPH execute calls each */
 
   /* GRAPH */
   CUgraph graph;
@@ -623,6 +624,9 @@ typedef struct gpuhal__native_ops_s {
   /* 1: the issue may block until other ranks join (NCCL), so the command buffer is issued
    * on the worker and a GRAPH one built there (has_native); 0: any thread may issue it. */
   int may_block;
+  /* Optional; at every execute of a GRAPH command buffer, before its launch: an error when
+   * what the capture baked in is gone (a queue_alloca buffer deallocated since). */
+  gpuhal_status_t (*check)(void* user);
 } gpuhal__native_ops_t;
 
 /* Appends a NATIVE command (the caller checked the recording state). On success the

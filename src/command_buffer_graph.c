@@ -446,6 +446,12 @@ static gpuhal_status_t gpuhal__cb_graph_issue(gpuhal_command_buffer_t* cb, const
     gpuhal__atomic_store(&cb->graph_deferred, 0);
   }
   if (!cb->node_count) return NULL; /* nothing was recorded */
+  if (cb->native_checks) {
+    uint32_t i;
+    for (i = 0; i < cb->cmd_count; ++i)
+      if (cb->cmds[i].type == GPUHAL__CMD_NATIVE && cb->cmds[i].native_ops->check)
+        GPUHAL__RETURN_IF_ERROR(cb->cmds[i].native_ops->check(cb->cmds[i].native_user));
+  }
   if (!cb->late_cmd_count) return GPUHAL__CU(cb->device->cu, cuGraphLaunch, (cb->exec, stream));
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_resolve_graph_args(cb, action));
   GPUHAL__RETURN_IF_ERROR(gpuhal__graph_instance_pick(cb, &inst));

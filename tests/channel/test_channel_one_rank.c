@@ -302,6 +302,70 @@ TU_TEST(reusable_stream_copy_waiting_on_its_next_execute) {
   or_close(&t);
 }
 
+/* A collective over a gpuhal_queue_alloca buffer, in a REUSABLE command buffer executed
+ * once, then the buffer's dealloca and a new alloca (which may get the same address): the
+ * next execute is refused (FAILED_PRECONDITION, naming the dealloca) and writes nothing,
+ * in STREAM and GRAPH alike. Before, a GRAPH one ran its captured copy into the freed
+ * address, over the new buffer. */
+static void or_transient_after_dealloca(uint32_t mode) {
+  or_t t;
+  gpuhal_buffer_t *transient = NULL, *next = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_collective_t c;
+  uint32_t* host;
+  uint64_t v;
+  size_t i;
+  if (!or_open(&t)) TU_SKIP("needs NCCL");
+  v = ++t.value;
+  TU_CHECK_OK(gpuhal_queue_alloca(t.f.devices[0], 0, gpuhal_semaphore_list_empty(),
+                                  gpuhal_semaphore_list_one(&t.sem, &v), OR_COUNT * 4, &transient));
+  TU_CHECK_OK(gpuhal_semaphore_wait(t.sem, v, md_seconds(60)));
+  c = or_collective(GPUHAL_COLLECTIVE_ALL_REDUCE, GPUHAL_REDUCTION_SUM, t.a, transient);
+  TU_CHECK_OK(gpuhal_command_buffer_create(t.f.devices[0], mode | GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  TU_CHECK_OK(gpuhal_cmd_collective(cb, t.ch, &c));
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  v = ++t.value;
+  TU_CHECK_OK(gpuhal_queue_execute(t.f.devices[0], 0, gpuhal_semaphore_list_empty(),
+                                   gpuhal_semaphore_list_one(&t.sem, &v), cb, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(t.sem, v, md_seconds(60)));
+  or_check_inputs(transient, "the transient buffer", mode);
+  v = ++t.value;
+  TU_CHECK_OK(gpuhal_queue_dealloca(t.f.devices[0], 0, gpuhal_semaphore_list_empty(),
+                                    gpuhal_semaphore_list_one(&t.sem, &v), transient));
+  TU_CHECK_OK(gpuhal_semaphore_wait(t.sem, v, md_seconds(60)));
+  v = ++t.value;
+  TU_CHECK_OK(gpuhal_queue_alloca(t.f.devices[0], 0, gpuhal_semaphore_list_empty(),
+                                  gpuhal_semaphore_list_one(&t.sem, &v), OR_COUNT * 4, &next));
+  TU_CHECK_OK(gpuhal_semaphore_wait(t.sem, v, md_seconds(60)));
+  or_poison(next);
+  v = ++t.value;
+  {
+    gpuhal_status_t st = gpuhal_queue_execute(t.f.devices[0], 0, gpuhal_semaphore_list_empty(),
+                                              gpuhal_semaphore_list_one(&t.sem, &v), cb, NULL);
+    if (!st) st = gpuhal_semaphore_wait(t.sem, v, md_seconds(60));
+    TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_FAILED_PRECONDITION);
+    if (st) TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "gpuhal_queue_dealloca");
+    gpuhal_status_free(st);
+  }
+  host = (uint32_t*)malloc(OR_COUNT * 4);
+  TU_REQUIRE(host != NULL);
+  TU_CHECK_OK(gpuhal_buffer_read(next, 0, host, OR_COUNT * 4));
+  for (i = 0; i < OR_COUNT; ++i)
+    if (host[i] != 0x7fc00001u) {
+      TU_FAIL_AT(__FILE__, __LINE__, "the new buffer was written at element %zu", i);
+      break;
+    }
+  free(host);
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(transient);
+  gpuhal_buffer_release(next); /* the device frees it when it goes */
+  or_close(&t);
+}
+TU_TEST(a_transient_buffer_after_its_dealloca_stream) { or_transient_after_dealloca(GPUHAL_COMMAND_BUFFER_STREAM); }
+TU_TEST(a_transient_buffer_after_its_dealloca_graph) { or_transient_after_dealloca(GPUHAL_COMMAND_BUFFER_GRAPH); }
+
 TU_MAIN(TU_CASE(every_kind_stream), TU_CASE(every_kind_graph), TU_CASE(send_to_itself),
         TU_CASE(reusable_stream_copy_each_execute), TU_CASE(reusable_stream_copy_in_place),
-        TU_CASE(reusable_stream_copy_waiting_on_its_next_execute))
+        TU_CASE(reusable_stream_copy_waiting_on_its_next_execute),
+        TU_CASE(a_transient_buffer_after_its_dealloca_stream), TU_CASE(a_transient_buffer_after_its_dealloca_graph))
