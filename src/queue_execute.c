@@ -181,8 +181,11 @@ static unsigned gpuhal__execute_submit_flags(gpuhal_command_buffer_t* cb) {
   /* CUDA orders each launch of a graph exec after the previous one, so a reusable GRAPH
    * command buffer is launched in dependency order (GPUHAL__SUBMIT_NOT_PROVISIONAL), and so
    * is one whose commands launch a graph exec of their own (launches_own_graph). So is a
-   * STREAM command buffer too long to wait on the GPU (GPUHAL__PARK_COMMANDS_MAX). */
-  int ordered = cb->reads_allocas || cb->launches_own_graph ||
+   * STREAM command buffer too long to wait on the GPU (GPUHAL__PARK_COMMANDS_MAX). So are
+   * collectives (has_native): issued behind a GPU wait whose semaphore then fails, one
+   * rank's collective would run and wait for ever for a peer whose execute failed on the
+   * host. */
+  int ordered = cb->reads_allocas || cb->launches_own_graph || cb->has_native ||
                 (gpuhal__cb_is_graph(cb) && (cb->flags & GPUHAL_COMMAND_BUFFER_REUSABLE)) ||
                 (!gpuhal__cb_is_graph(cb) && cb->cmd_count > GPUHAL__PARK_COMMANDS_MAX);
   unsigned flags = ordered ? (unsigned)GPUHAL__SUBMIT_NOT_PROVISIONAL : 0u;

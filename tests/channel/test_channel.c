@@ -527,6 +527,67 @@ TU_TEST(free_while_a_collective_waits_for_a_peer) {
   ct_close(&t);
 }
 
+/* Every rank's collective is queued behind a gate semaphore that is then failed (round 0)
+ * or released by the application with nothing to signal it (round 1), not signalled: every
+ * rank's signal fails with the cause, none waits for ever. Before, on the memop path, one
+ * rank's execute could already be issued behind a GPU wait (its collective then ran when the
+ * failure released that wait) while another's failed on the host: the first waited in NCCL
+ * for a peer that never came. Collectives now wait on the host until their values are
+ * reached (or failed). The channel works afterwards. */
+static void ct_failed_gate_body(uint32_t mode) {
+  ct_t t;
+  ct_reduce_case_t rc;
+  int r, round;
+  if (!ct_open(&t)) TU_SKIP("needs 2+ devices and NCCL");
+  rc.type = GPUHAL_ELEMENT_FLOAT32;
+  rc.op = GPUHAL_REDUCTION_SUM;
+  rc.count = 256;
+  TU_CHECK_OK(ct_alloc(&t, rc.count * 4, rc.count * 4));
+  for (round = 0; round < 2; ++round) {
+    gpuhal_command_buffer_t* cbs[MD_MAX_DEVICES];
+    gpuhal_semaphore_t* gate = NULL;
+    uint64_t one = 1;
+    memset(cbs, 0, sizeof(cbs));
+    TU_CHECK_OK(gpuhal_semaphore_create(t.f.driver, 0, &gate));
+    TU_CHECK_OK(ct_record_all(&t, mode, ct_make_all_reduce, &rc, 1, cbs));
+    for (r = 0; r < t.n; ++r) {
+      float host[256];
+      uint64_t v = ++t.value[r];
+      memset(host, 0, sizeof(host));
+      /* A synchronous copy between the executes, as an application's setup would do. */
+      TU_CHECK_OK(gpuhal_buffer_write(t.send[r], 0, host, sizeof(host)));
+      TU_CHECK_OK(gpuhal_queue_execute(t.f.devices[r], 0, gpuhal_semaphore_list_one(&gate, &one),
+                                       gpuhal_semaphore_list_one(&t.sem[r], &v), cbs[r], NULL));
+    }
+    if (round == 0) {
+      gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_ABORTED, "the producer failed"));
+    } else {
+      gpuhal_semaphore_release(gate);
+      gate = NULL;
+    }
+    for (r = 0; r < t.n; ++r) {
+      gpuhal_status_t st = gpuhal_semaphore_wait(t.sem[r], t.value[r], md_seconds(30));
+      if (gpuhal_status_code(st) != GPUHAL_STATUS_ABORTED)
+        TU_FAIL_AT(__FILE__, __LINE__, "%s round %d rank %d: %s", ct_mode_name(mode), round, r,
+                   st ? gpuhal_status_message(st) : "OK");
+      gpuhal_status_free(st);
+      gpuhal_command_buffer_release(cbs[r]);
+    }
+    gpuhal_semaphore_release(gate);
+    /* The failed semaphores are replaced for what follows. */
+    for (r = 0; r < t.n; ++r) {
+      gpuhal_semaphore_release(t.sem[r]);
+      t.sem[r] = NULL;
+      t.value[r] = 0;
+      TU_CHECK_OK(gpuhal_semaphore_create(t.f.driver, 0, &t.sem[r]));
+    }
+  }
+  ct_all_reduce_case(&t, mode, &rc);
+  ct_close(&t);
+}
+TU_TEST(a_failed_gate_fails_every_rank_stream) { ct_failed_gate_body(GPUHAL_COMMAND_BUFFER_STREAM); }
+TU_TEST(a_failed_gate_fails_every_rank_graph) { ct_failed_gate_body(GPUHAL_COMMAND_BUFFER_GRAPH); }
+
 /* ---- argument checks ---- */
 /* Raw NCCL, as an application drives several GPUs from one thread: every rank's first
  * collective in one ncclGroupStart/End. Real NCCL connects the ranks of a group together;
@@ -694,4 +755,5 @@ TU_TEST(unavailable_without_nccl) {
 TU_MAIN(TU_CASE(all_reduce_stream), TU_CASE(all_reduce_graph), TU_CASE(collectives_stream), TU_CASE(collectives_graph),
         TU_CASE(send_recv_ring_stream), TU_CASE(send_recv_ring_graph), TU_CASE(reusable_graph_two_steps),
         TU_CASE(reusable_stream_two_steps), TU_CASE(free_while_a_collective_waits_for_a_peer),
-        TU_CASE(raw_group_of_all_ranks_from_one_thread), TU_CASE(bad_input), TU_CASE(unavailable_without_nccl))
+        TU_CASE(raw_group_of_all_ranks_from_one_thread), TU_CASE(bad_input), TU_CASE(unavailable_without_nccl),
+        TU_CASE(a_failed_gate_fails_every_rank_stream), TU_CASE(a_failed_gate_fails_every_rank_graph))
