@@ -59,10 +59,11 @@ typedef struct gpuhal_compile_options_t {
  *     runs no NVRTC (gpuhal_module_cache_stats_t.source_disk_hits). Without one every
  *     call runs NVRTC. A program that may read headers from disk is not kept, as those
  *     files are not in the key: one with -I, --include-path, -include or --pre-include, or
- *     whose text (source or headers) has an #include of a name not in header_names (NVRTC
- *     opens such a name next to the program name, or as an absolute path), an #include
- *     through a macro, or __has_include. Headers passed in the options (header_sources)
- *     are in the key. */
+ *     whose text (source or headers) has the word "include" anywhere but in a plain
+ *     `#include "name"` (or <name>) line naming one of header_names: NVRTC opens another
+ *     name next to the program name, or as an absolute path. (The word in a comment costs
+ *     the disk cache, nothing else.) Headers passed in the options (header_sources) are in
+ *     the key. */
 GPUHAL_API gpuhal_status_t gpuhal_executable_compile(gpuhal_device_t* device, const char* source,
                                                      const gpuhal_compile_options_t* options,
                                                      gpuhal_executable_t** out_executable);

@@ -115,41 +115,61 @@ static char* gpuhal__compile_log(gpuhal_device_t* device, const gpuhal__nvrtc_sy
   return log;
 }
 
-/* 1 when `text` may make NVRTC read a file: an #include of a name that is not one of the
- * program's headers (NVRTC opens a quoted name relative to the program name's directory,
- * and any absolute path), an #include through a macro, or __has_include. Read as text, not
- * preprocessed: a directive inside a comment counts too, which only costs the disk cache. */
+/* 1 when `word` is spelled at `p`, perhaps split by line splices (backslash-newline). */
+static int gpuhal__compile_word_at(const char* p, const char* word) {
+  for (; *word; ++p, ++word) {
+    while (p[0] == '\\' && (p[1] == '\n' || (p[1] == '\r' && p[2] == '\n'))) p += p[1] == '\n' ? 2 : 3;
+    if (*p != *word) return 0;
+  }
+  return 1;
+}
+
+/* How often "include" occurs in [p, end) as plain text. */
+static uint32_t gpuhal__compile_count_include(const char* p, const char* end) {
+  uint32_t n = 0;
+  for (; p + 7 <= end; ++p)
+    if (strncmp(p, "include", 7) == 0) n++;
+  return n;
+}
+
+/* 1 when `text` may make NVRTC read a file. Every #include (and __has_include) spells the
+ * word "include", however it is written (comments around the '#', line splices, the %:
+ * digraph, a macro for the name): each occurrence of the word must belong to a plain
+ * directive, alone on its line, that names one of the program's headers. Anything else may
+ * open a file (NVRTC opens a quoted name next to the program name, and any absolute path).
+ * Read as text, not preprocessed: the word in a comment or a string counts too, which only
+ * costs the disk cache. */
 static int gpuhal__compile_text_reads_files(const char* text, const gpuhal_compile_options_t* o) {
-  const char* p = text;
-  if (strstr(text, "__has_include")) return 1;
-  while (*p) {
+  const char* p;
+  uint32_t words = 0, matched = 0;
+  for (p = text; *p; ++p)
+    if (*p == 'i' && gpuhal__compile_word_at(p, "include")) words++;
+  if (!words) return 0;
+  for (p = text; *p;) {
     const char *name, *end;
-    char close;
     uint32_t i;
-    while (*p == ' ' || *p == '\t') ++p;
+    while (*p == ' ' || *p == '\t' || *p == '\f' || *p == '\v') ++p;
     if (*p == '#') {
       for (++p; *p == ' ' || *p == '\t'; ++p) {
       }
       if (strncmp(p, "include", 7) == 0) {
-        for (p += 7; *p && *p != '"' && *p != '<' && *p != '\n'; ++p)                   /* include_next, spaces */
-          if (*p != ' ' && *p != '\t' && *p != '_' && (*p < 'a' || *p > 'z')) return 1; /* a macro */
-        if (*p != '"' && *p != '<') return 1;
-        close = *p == '"' ? '"' : '>';
-        name = p + 1;
-        end = strchr(name, close);
-        if (!end) return 1;
-        for (i = 0; i < o->header_count; ++i)
-          if (o->header_names[i] && strlen(o->header_names[i]) == (size_t)(end - name) &&
-              strncmp(o->header_names[i], name, (size_t)(end - name)) == 0)
-            break;
-        if (i == o->header_count) return 1;
+        for (p += 7; *p == ' ' || *p == '\t'; ++p) {
+        }
+        if ((*p == '"' || *p == '<') && (end = strchr(p + 1, *p == '"' ? '"' : '>')) != NULL) {
+          name = p + 1;
+          for (i = 0; i < o->header_count; ++i)
+            if (strlen(o->header_names[i]) == (size_t)(end - name) &&
+                strncmp(o->header_names[i], name, (size_t)(end - name)) == 0)
+              break;
+          if (i < o->header_count) matched += 1 + gpuhal__compile_count_include(name, end);
+        }
       }
     }
     p = strchr(p, '\n');
     if (!p) break;
     ++p;
   }
-  return 0;
+  return matched != words;
 }
 
 /* 1 when the program may read headers from disk: an option that names files or include
