@@ -550,7 +550,7 @@ static gpuhal_status_t gpuhal__collective_check_ref(gpuhal_channel_t* ch, gpuhal
                                 what);
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "gpuhal_cmd_collective: argument 'collective->%s.buffer' must not be NULL for this "
-                              "collective on rank %d",
+                              "collective on rank %d (collectives take buffers, not binding slots)",
                               what, ch->rank);
   }
   {

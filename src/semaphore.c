@@ -1175,11 +1175,18 @@ static gpuhal_status_t gpuhal__semaphores_wait_held(gpuhal_wait_mode_t mode, gpu
 /* The wait holds a reference on each semaphore: another thread may release the
  * application's last one meanwhile (the wait then ends as the abandonment rule says, or at
  * its timeout), and the semaphore must outlive the wait's look at it. */
-static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list,
-                                                    gpuhal_timeout_t timeout) {
+static gpuhal_status_t gpuhal__semaphores_wait_impl(const char* func, const char* arg, gpuhal_wait_mode_t mode,
+                                                    gpuhal_semaphore_list_t list, gpuhal_timeout_t timeout) {
   gpuhal_status_t result;
   uint32_t i;
-  for (i = 0; i < list.count; ++i) gpuhal__object_retain(&list.semaphores[i]->object);
+  for (i = 0; i < list.count; ++i) {
+    /* The last reference may have gone since the arguments were checked: then it stays
+     * gone (a plain retain would bring it back to life, and free it twice). */
+    if (!gpuhal__object_try_retain(&list.semaphores[i]->object)) {
+      while (i > 0) gpuhal__semaphore_release_ref(list.semaphores[--i]);
+      return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT, "%s: argument '%s' was already released", func, arg);
+    }
+  }
   result = gpuhal__semaphores_wait_held(mode, list, timeout);
   for (i = 0; i < list.count; ++i) gpuhal__semaphore_release_ref(list.semaphores[i]);
   return result;
@@ -1188,7 +1195,8 @@ static gpuhal_status_t gpuhal__semaphores_wait_impl(gpuhal_wait_mode_t mode, gpu
 GPUHAL_API gpuhal_status_t gpuhal_semaphore_wait(gpuhal_semaphore_t* semaphore, uint64_t value,
                                                  gpuhal_timeout_t timeout) {
   GPUHAL__CHECK_OBJECT(semaphore, GPUHAL__MAGIC_SEMAPHORE);
-  return gpuhal__semaphores_wait_impl(GPUHAL_WAIT_ALL, gpuhal_semaphore_list_one(&semaphore, &value), timeout);
+  return gpuhal__semaphores_wait_impl(__func__, "semaphore", GPUHAL_WAIT_ALL,
+                                      gpuhal_semaphore_list_one(&semaphore, &value), timeout);
 }
 
 GPUHAL_API gpuhal_status_t gpuhal_semaphores_wait(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list,
@@ -1197,5 +1205,5 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphores_wait(gpuhal_wait_mode_t mode, gpuha
                     "must be GPUHAL_WAIT_ALL or GPUHAL_WAIT_ANY");
   GPUHAL__RETURN_IF_ERROR(gpuhal__semaphore_list_check(__func__, "list", list, NULL));
   if (list.count == 0) return NULL;
-  return gpuhal__semaphores_wait_impl(mode, list, timeout);
+  return gpuhal__semaphores_wait_impl(__func__, "list", mode, list, timeout);
 }
