@@ -189,7 +189,9 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_report_pending(gpuhal_driver_t* driver,
 GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
                                                   gpuhal_semaphore_list_t signal, gpuhal_host_fn_t fn, void* user);
 /* Waits until every queue operation submitted to the device so far is done (completed or
- * failed, its resources released). Returns the loss cause if the device is lost. */
+ * failed, its resources released). Returns the loss cause if the device is lost. Called from
+ * a host function of one of the device's queues (which is itself an operation not done) it
+ * waits for nothing and says FAILED_PRECONDITION. */
 GPUHAL_API gpuhal_status_t gpuhal_device_wait_idle(gpuhal_device_t* device, gpuhal_timeout_t timeout);
 /* NULL while the device is healthy; after a sticky CUDA error, a clone of the loss cause. */
 GPUHAL_API gpuhal_status_t gpuhal_device_lost_status(gpuhal_device_t* device);

@@ -229,6 +229,12 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     CUresult r = all_done ? CUDA_SUCCESS : cu->cuEventQuery(a->event->handle);
     if (r == CUDA_ERROR_NOT_READY) {
       a->polled = 1;
+      /* Behind a wait for a value not reached (a GPU wait, or an event of work that waits
+       * for one): it, and what follows it on its stream, count as blocked. */
+      if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
+        gpuhal__list_node_t* m;
+        for (m = list->next; m != list; m = m->next) ++*blocked;
+      }
       break;
     }
     gpuhal__list_remove(&a->link);

@@ -459,22 +459,31 @@ static uint64_t gpuhal__queue_running_host_calls_locked(gpuhal__queue_state_t* s
 GPUHAL__PRIVATE void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeout_t timeout) {
   gpuhal__queue_state_t* state = gpuhal__queue_state(device);
   int64_t functions_due = gpuhal_now_ns() + GPUHAL__SETTLE_HOST_FUNCTION_NS;
-  uint32_t begun;
+  uint32_t begun = 0;
+  uint64_t last_outstanding = UINT64_MAX;
   if (!state) return;
-  begun = gpuhal__atomic_load(&state->passes_begun);
   for (;;) {
     uint64_t outstanding, blocked = 0;
     gpuhal__list_node_t* n;
-    gpuhal__mutex_lock(&state->issue_mutex);
-    for (n = state->pending.next; n != &state->pending; n = n->next) ++blocked;
-    gpuhal__mutex_unlock(&state->issue_mutex);
-    /* Waiting on the GPU for a value, as a pass that began after this settle found it. */
-    if ((int32_t)(gpuhal__atomic_load(&state->gpu_blocked_pass) - begun) > 0)
-      blocked += gpuhal__atomic_load(&state->gpu_blocked);
+    /* The count first: finished work wakes what waited for it before it stops counting,
+     * so an action that is about to move is either still behind counted work, or woken. */
     gpuhal__mutex_lock(&state->mutex);
     outstanding = gpuhal__atomic_load(&state->outstanding);
     if (gpuhal_now_ns() >= functions_due) blocked += gpuhal__queue_running_host_calls_locked(state);
     gpuhal__mutex_unlock(&state->mutex);
+    /* What the completion side found blocked on the GPU counts only from a pass that began
+     * after the count last changed: work that ended may have released the GPU wait of work
+     * an earlier pass found blocked. */
+    if (outstanding != last_outstanding) {
+      last_outstanding = outstanding;
+      begun = gpuhal__atomic_load(&state->passes_begun);
+    }
+    gpuhal__mutex_lock(&state->issue_mutex);
+    for (n = state->pending.next; n != &state->pending; n = n->next)
+      if (!gpuhal__atomic_load(&GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link)->wake)) ++blocked;
+    gpuhal__mutex_unlock(&state->issue_mutex);
+    if ((int32_t)(gpuhal__atomic_load(&state->gpu_blocked_pass) - begun) > 0)
+      blocked += gpuhal__atomic_load(&state->gpu_blocked);
     if (outstanding <= blocked || gpuhal__timeout_expired(timeout)) return;
     gpuhal__sleep_ns(50000);
   }
@@ -487,6 +496,13 @@ GPUHAL_API gpuhal_status_t gpuhal_device_wait_idle(gpuhal_device_t* device, gpuh
   GPUHAL__CHECK_OBJECT(device, GPUHAL__MAGIC_DEVICE);
   state = gpuhal__queue_state(device);
   if (!state) return NULL;
+  /* The caller's own host call is an operation of the device not done until it returns. */
+  if (gpuhal__queue_owns_thread(device))
+    return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                              "gpuhal_device_wait_idle: called from a host function of device %d: the host call "
+                              "running it is one of the operations it would wait for (order the work with a "
+                              "semaphore instead)",
+                              device->ordinal);
   watch = gpuhal__hang_watch(device->driver, gpuhal_now_ns());
   gpuhal__mutex_lock(&state->mutex);
   state->idle_waiters++;

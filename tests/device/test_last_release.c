@@ -20,6 +20,10 @@
  *     behind it, when the application makes its last release: that release waits for all
  *     of it, so a program may exit right after (a settle that left every running function
  *     alone let them run on after the release, and cut them short at exit).
+ *  7. Two chains alternating host calls and executes behind a gate, the gate's release
+ *     last: it waits for every step (it returned between two steps).
+ *  8. gpuhal_device_wait_idle from a host function of the device: FAILED_PRECONDITION at
+ *     once (an infinite wait never returned).
  *
  * "Torn down" is checked by the threads: a device's worker, completion and host-call
  * threads are joined by its teardown, so once the last release returns none may be left
@@ -248,8 +252,122 @@ TU_TEST(last_release_waits_for_a_slow_host_function_and_what_follows_it) {
   TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
 }
 
+static gpuhal_status_t lr_count_fn(void* user) {
+  __atomic_add_fetch((int*)user, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+/* A chain on each of two queues, alternating host calls and executes, every step waiting
+ * for a gate and for the step before it, all of it released before the gate is signalled;
+ * the gate's release is the last. Every step can run, so that release waits for all of it.
+ * It returned early before: between two steps, while the work that had just ended had woken
+ * the next step but not issued it yet, or while an earlier look still counted a step as
+ * waiting on the GPU that the ended work had just let go, everything seemed blocked (the
+ * host functions then never ran, and the device leaked at exit). */
+TU_TEST(last_release_waits_for_a_chain_of_host_calls_and_executes) {
+  lr_fixture_t f;
+  gpuhal_device_params_t params;
+  gpuhal_semaphore_t *gate = NULL, *chain[2] = {NULL, NULL};
+  gpuhal_command_buffer_t* fill = NULL;
+  gpuhal_buffer_t* buffer = NULL;
+  uint32_t word = 7, q;
+  int runs = 0, expected = 0, i, round;
+  for (round = 0; round < 3; ++round) {
+    if (!lr_open(&f)) TU_SKIP("no device or test kernels");
+    /* A device of two queues; the fixture's is not needed. */
+    memset(&params, 0, sizeof(params));
+    params.queue_count = 2;
+    gpuhal_device_release(f.device);
+    f.device = NULL;
+    lr_release_work_objects(&f);
+    TU_REQUIRE_OK(gpuhal_device_create(f.driver, 0, &params, &f.device));
+    TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &gate));
+    TU_REQUIRE_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 256, &buffer));
+    TU_REQUIRE_OK(gpuhal_command_buffer_create(f.device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_STREAM,
+                                               0, &fill));
+    TU_REQUIRE_OK(gpuhal_command_buffer_begin(fill));
+    TU_REQUIRE_OK(gpuhal_cmd_fill(fill, gpuhal_ref_buffer(buffer, 0), 256, &word, 4));
+    TU_REQUIRE_OK(gpuhal_command_buffer_end(fill));
+    for (q = 0; q < 2; ++q) TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &chain[q]));
+    runs = 0;
+    expected = 0;
+    for (i = 0; i < 40; ++i)
+      for (q = 0; q < 2; ++q) {
+        gpuhal_semaphore_t* ws[2];
+        uint64_t wv[2], next = (uint64_t)i + 1;
+        gpuhal_semaphore_list_t wait;
+        ws[0] = gate;
+        wv[0] = 1;
+        ws[1] = chain[q];
+        wv[1] = (uint64_t)i;
+        wait.count = i ? 2u : 1u;
+        wait.semaphores = ws;
+        wait.values = wv;
+        if (i % 2) {
+          TU_CHECK_OK(gpuhal_queue_execute(f.device, q, wait, gpuhal_semaphore_list_one(&chain[q], &next), fill, NULL));
+        } else {
+          TU_CHECK_OK(gpuhal_queue_host_call(f.device, q, wait, gpuhal_semaphore_list_one(&chain[q], &next),
+                                             lr_count_fn, &runs));
+          expected++;
+        }
+      }
+    gpuhal_command_buffer_release(fill);
+    gpuhal_buffer_release(buffer);
+    for (q = 0; q < 2; ++q) gpuhal_semaphore_release(chain[q]);
+    gpuhal_device_release(f.device);
+    gpuhal_driver_release(f.driver);
+    TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+    gpuhal_semaphore_release(gate); /* the last release */
+    TU_CHECK_EQ_INT(__atomic_load_n(&runs, __ATOMIC_SEQ_CST), expected);
+    TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+  }
+}
+
+typedef struct lr_idle_call_s {
+  gpuhal_device_t* device;
+  int code_infinite, code_immediate;
+} lr_idle_call_t;
+
+static gpuhal_status_t lr_wait_idle_fn(void* user) {
+  lr_idle_call_t* c = (lr_idle_call_t*)user;
+  gpuhal_status_t st = gpuhal_device_wait_idle(c->device, gpuhal_timeout_infinite());
+  c->code_infinite = (int)gpuhal_status_code(st);
+  gpuhal_status_free(st);
+  st = gpuhal_device_wait_idle(c->device, gpuhal_timeout_immediate());
+  c->code_immediate = (int)gpuhal_status_code(st);
+  gpuhal_status_free(st);
+  return NULL;
+}
+
+/* gpuhal_device_wait_idle from a host function of the device would wait for the host call
+ * it runs in: FAILED_PRECONDITION at once, whatever the timeout (an infinite one never
+ * returned, and the device's release then hung on that host call for ever). */
+TU_TEST(wait_idle_from_a_host_function_of_the_device_fails_at_once) {
+  lr_fixture_t f;
+  gpuhal_semaphore_t* done = NULL;
+  lr_idle_call_t call;
+  uint64_t one = 1;
+  if (!lr_open(&f)) TU_SKIP("no device or test kernels");
+  TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &done));
+  memset(&call, 0, sizeof(call));
+  call.device = f.device;
+  TU_CHECK_OK(gpuhal_queue_host_call(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&done, &one),
+                                     lr_wait_idle_fn, &call));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, lr_seconds(30)));
+  TU_CHECK_EQ_INT(call.code_infinite, GPUHAL_STATUS_FAILED_PRECONDITION);
+  TU_CHECK_EQ_INT(call.code_immediate, GPUHAL_STATUS_FAILED_PRECONDITION);
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, lr_seconds(30))); /* from the application: fine */
+  gpuhal_semaphore_release(done);
+  lr_release_work_objects(&f);
+  gpuhal_device_release(f.device);
+  gpuhal_driver_release(f.driver);
+  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+}
+
 TU_MAIN(TU_CASE(device_released_last_while_its_kernel_runs), TU_CASE(semaphore_released_last_after_its_signal),
         TU_CASE(host_function_makes_the_last_driver_release),
         TU_CASE(driver_release_leaves_work_waiting_on_the_gpu_alone),
         TU_CASE(release_does_not_wait_for_a_host_function_waiting_on_the_application),
-        TU_CASE(last_release_waits_for_a_slow_host_function_and_what_follows_it))
+        TU_CASE(last_release_waits_for_a_slow_host_function_and_what_follows_it),
+        TU_CASE(last_release_waits_for_a_chain_of_host_calls_and_executes),
+        TU_CASE(wait_idle_from_a_host_function_of_the_device_fails_at_once))
