@@ -268,8 +268,8 @@ TU_TEST(last_release_waits_for_a_chain_of_host_calls_and_executes) {
   lr_fixture_t f;
   gpuhal_device_params_t params;
   gpuhal_semaphore_t *gate = NULL, *chain[2] = {NULL, NULL};
-  gpuhal_command_buffer_t* fill = NULL;
-  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_command_buffer_t* fill[2] = {NULL, NULL};
+  gpuhal_buffer_t* buffer[2] = {NULL, NULL}; /* one per queue: their fills are not ordered */
   uint32_t word = 7, q;
   int runs = 0, expected = 0, i, round;
   for (round = 0; round < 3; ++round) {
@@ -282,13 +282,15 @@ TU_TEST(last_release_waits_for_a_chain_of_host_calls_and_executes) {
     lr_release_work_objects(&f);
     TU_REQUIRE_OK(gpuhal_device_create(f.driver, 0, &params, &f.device));
     TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &gate));
-    TU_REQUIRE_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 256, &buffer));
-    TU_REQUIRE_OK(gpuhal_command_buffer_create(f.device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_STREAM,
-                                               0, &fill));
-    TU_REQUIRE_OK(gpuhal_command_buffer_begin(fill));
-    TU_REQUIRE_OK(gpuhal_cmd_fill(fill, gpuhal_ref_buffer(buffer, 0), 256, &word, 4));
-    TU_REQUIRE_OK(gpuhal_command_buffer_end(fill));
-    for (q = 0; q < 2; ++q) TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &chain[q]));
+    for (q = 0; q < 2; ++q) {
+      TU_REQUIRE_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 256, &buffer[q]));
+      TU_REQUIRE_OK(gpuhal_command_buffer_create(
+          f.device, GPUHAL_COMMAND_BUFFER_REUSABLE | GPUHAL_COMMAND_BUFFER_STREAM, 0, &fill[q]));
+      TU_REQUIRE_OK(gpuhal_command_buffer_begin(fill[q]));
+      TU_REQUIRE_OK(gpuhal_cmd_fill(fill[q], gpuhal_ref_buffer(buffer[q], 0), 256, &word, 4));
+      TU_REQUIRE_OK(gpuhal_command_buffer_end(fill[q]));
+      TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &chain[q]));
+    }
     runs = 0;
     expected = 0;
     for (i = 0; i < 40; ++i)
@@ -304,16 +306,19 @@ TU_TEST(last_release_waits_for_a_chain_of_host_calls_and_executes) {
         wait.semaphores = ws;
         wait.values = wv;
         if (i % 2) {
-          TU_CHECK_OK(gpuhal_queue_execute(f.device, q, wait, gpuhal_semaphore_list_one(&chain[q], &next), fill, NULL));
+          TU_CHECK_OK(
+              gpuhal_queue_execute(f.device, q, wait, gpuhal_semaphore_list_one(&chain[q], &next), fill[q], NULL));
         } else {
           TU_CHECK_OK(gpuhal_queue_host_call(f.device, q, wait, gpuhal_semaphore_list_one(&chain[q], &next),
                                              lr_count_fn, &runs));
           expected++;
         }
       }
-    gpuhal_command_buffer_release(fill);
-    gpuhal_buffer_release(buffer);
-    for (q = 0; q < 2; ++q) gpuhal_semaphore_release(chain[q]);
+    for (q = 0; q < 2; ++q) {
+      gpuhal_command_buffer_release(fill[q]);
+      gpuhal_buffer_release(buffer[q]);
+      gpuhal_semaphore_release(chain[q]);
+    }
     gpuhal_device_release(f.device);
     gpuhal_driver_release(f.driver);
     TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
