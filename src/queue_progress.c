@@ -193,7 +193,9 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
       if (r != CUDA_SUCCESS && !gpuhal__cuda_error_is_sticky(r)) r = CUDA_ERROR_NOT_READY;
     }
     if (r == CUDA_ERROR_NOT_READY) {
-      if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) ++*blocked;
+      /* A failed input released only the GPU waits on its own semaphore: one on another
+       * semaphore may still hold the work. */
+      if (gpuhal__action_inputs(a, NULL) != GPUHAL__INPUTS_REACHED) ++*blocked;
       continue;
     }
     gpuhal__list_remove(&a->link);
@@ -229,12 +231,6 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     CUresult r = all_done ? CUDA_SUCCESS : cu->cuEventQuery(a->event->handle);
     if (r == CUDA_ERROR_NOT_READY) {
       a->polled = 1;
-      /* Behind a wait for a value not reached (a GPU wait, or an event of work that waits
-       * for one): it, and what follows it on its stream, count as blocked. */
-      if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
-        gpuhal__list_node_t* m;
-        for (m = list->next; m != list; m = m->next) ++*blocked;
-      }
       break;
     }
     gpuhal__list_remove(&a->link);

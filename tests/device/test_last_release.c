@@ -24,6 +24,8 @@
  *     last: it waits for every step (it returned between two steps).
  *  8. gpuhal_device_wait_idle from a host function of the device: FAILED_PRECONDITION at
  *     once (an infinite wait never returned).
+ *  9. Work held by a gate the application holds, one of its inputs failed: a release then
+ *     returns at once (it waited 30 s: the work did not count as blocked).
  *
  * "Torn down" is checked by the threads: a device's worker, completion and host-call
  * threads are joined by its teardown, so once the last release returns none may be left
@@ -369,10 +371,51 @@ TU_TEST(wait_idle_from_a_host_function_of_the_device_fails_at_once) {
   TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
 }
 
+/* Work waiting (on the GPU, on the memop path) for a gate the application still holds and
+ * for a semaphore that then fails: the failure lets go of its own wait only, and the work
+ * stays held by the gate. A release that settles then must count that work as blocked: it
+ * returns at once (it waited the whole settle bound, 30 s). The work runs, its signal
+ * failed, once the gate is signalled. */
+TU_TEST(release_counts_work_with_a_failed_input_still_held_by_a_gate_as_blocked) {
+  lr_fixture_t f;
+  gpuhal_semaphore_t *gate = NULL, *input = NULL, *done = NULL;
+  gpuhal_semaphore_t* waits[2];
+  uint64_t values[2] = {1, 1}, one = 1;
+  gpuhal_semaphore_list_t wait;
+  int64_t start;
+  gpuhal_status_t st;
+  if (!lr_open(&f)) TU_SKIP("no device or test kernels");
+  TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &gate));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &input));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(f.driver, 0, &done));
+  waits[0] = gate;
+  waits[1] = input;
+  wait.count = 2;
+  wait.semaphores = waits;
+  wait.values = values;
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, wait, gpuhal_semaphore_list_one(&done, &one), f.cb, NULL));
+  lr_release_work_objects(&f);
+  gpuhal_device_release(f.device);
+  gpuhal_driver_release(f.driver);
+  gpuhal_semaphore_fail(input, gpuhal_status_make(GPUHAL_STATUS_ABORTED, "the input's producer failed"));
+  tu_sleep_ns(20000000); /* the failure reaches the GPU wait; the completion side looks */
+  start = gpuhal_now_ns();
+  gpuhal_semaphore_release(input); /* a settle: the work is held by the gate */
+  TU_CHECK((gpuhal_now_ns() - start) < 10000000000ll);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  st = gpuhal_semaphore_wait(done, 1, lr_seconds(30));
+  TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_ABORTED);
+  gpuhal_status_free(st);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done); /* the last release */
+  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+}
+
 TU_MAIN(TU_CASE(device_released_last_while_its_kernel_runs), TU_CASE(semaphore_released_last_after_its_signal),
         TU_CASE(host_function_makes_the_last_driver_release),
         TU_CASE(driver_release_leaves_work_waiting_on_the_gpu_alone),
         TU_CASE(release_does_not_wait_for_a_host_function_waiting_on_the_application),
         TU_CASE(last_release_waits_for_a_slow_host_function_and_what_follows_it),
         TU_CASE(last_release_waits_for_a_chain_of_host_calls_and_executes),
-        TU_CASE(wait_idle_from_a_host_function_of_the_device_fails_at_once))
+        TU_CASE(wait_idle_from_a_host_function_of_the_device_fails_at_once),
+        TU_CASE(release_counts_work_with_a_failed_input_still_held_by_a_gate_as_blocked))
