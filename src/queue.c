@@ -358,9 +358,11 @@ static int gpuhal__action_signal_ref_shared(const gpuhal__action_t* a, uint32_t 
 /* Also notes, for the first 32 signals, the highest wait on the same semaphore: such work
  * cannot advance it before it reaches that value (gpuhal__semaphore_signaller_add; that
  * waiter's signals_it and the timepoint's own_wait). Only that one wait counts the action,
- * so an action with several waits on the semaphore is never counted twice. Past 32 the
- * semaphore is simply taken as signalled by work that may run, which never fails it
- * wrongly. */
+ * so an action with several waits on the semaphore is never counted twice; the others are
+ * implied by it (values only grow) and marked so, which also makes that wait the one the
+ * action blocks on: blocked on a lower one, which counts nothing, a released semaphore was
+ * never found abandoned. Past 32 the semaphore is simply taken as signalled by work that
+ * may run, which never fails it wrongly. */
 GPUHAL__PRIVATE void gpuhal__action_retain_semaphores(gpuhal__action_t* a) {
   uint32_t i, j;
   a->shared_signal_refs = 0;
@@ -373,6 +375,8 @@ GPUHAL__PRIVATE void gpuhal__action_retain_semaphores(gpuhal__action_t* a) {
         highest = &a->waits[j];
     tp->own_wait = highest ? highest->value : 0;
     if (highest) {
+      for (j = 0; j < a->wait_count; ++j)
+        if (a->waits[j].semaphore == tp->semaphore && &a->waits[j] != highest) a->waits[j].kind = GPUHAL__WAIT_NOTHING;
       highest->waiter.signals_it++;
       a->shared_signal_refs |= 1u << i;
     } else {

@@ -263,7 +263,7 @@ struct gpuhal__queue_state_s;
 /* How one wait of an action was resolved. */
 enum {
   GPUHAL__WAIT_UNRESOLVED = 0,
-  GPUHAL__WAIT_NOTHING = 1, /* reached, or submitted on the action's own stream: no GPU wait */
+  GPUHAL__WAIT_NOTHING = 1, /* reached, or implied by another wait of the action: no GPU wait */
   GPUHAL__WAIT_EVENT = 2,   /* submitted elsewhere: cuStreamWaitEvent on its event at issue */
   GPUHAL__WAIT_VALUE = 3,   /* not submitted (memops): cuStreamWaitValue64 on the word at issue */
   GPUHAL__WAIT_STREAM = 4   /* submitted on the queue's own stream: nothing there, an event wait

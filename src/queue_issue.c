@@ -54,6 +54,10 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
     gpuhal__action_wait_t* w = &a->waits[a->next_wait];
     gpuhal__wait_query_t q;
     gpuhal__wait_state_t st;
+    if (w->kind == GPUHAL__WAIT_NOTHING) { /* implied by another wait (gpuhal__action_retain_semaphores) */
+      a->next_wait++;
+      continue;
+    }
     /* A value submitted on this action's own stream needs no wait: stream order has it
      * (told without the semaphore's lock when the newest submitted value covers it). */
     if (gpuhal__semaphore_covered_on_stream(w->semaphore, w->value, stream)) {

@@ -1063,11 +1063,14 @@ static int qc_devices_gone(gpuhal_driver_t* driver) {
   }
 }
 
-enum { QC_GATE, QC_CHAIN, QC_GATE_BARRIER };
+enum { QC_GATE, QC_CHAIN, QC_GATE_BARRIER, QC_TWO_WAITS, QC_TWO_WAITS_HOST_CALL };
 
 /* `shape`: QC_GATE one execute waiting on `gate`; QC_CHAIN three executes on one timeline
  * (1 -> 2 -> 3), the first waiting for 1, which nobody signals; QC_GATE_BARRIER a barrier
- * waiting on `gate`. The last of them signals `done`, which the test keeps. */
+ * waiting on `gate`; QC_TWO_WAITS (an execute) and QC_TWO_WAITS_HOST_CALL one operation that
+ * waits for gate >= 1 and gate >= 2, the lower first, and signals gate = 3 (blocked on the
+ * lower wait, it was not counted among what blocks the gate, and stayed queued for ever).
+ * The last of them signals `done`, which the test keeps. */
 static void qc_abandoned_case(int shape) {
   qc_fixture_t f;
   gpuhal_semaphore_t *gate = NULL, *done = NULL;
@@ -1078,7 +1081,23 @@ static void qc_abandoned_case(int shape) {
   gate = qc_semaphore(&f);
   done = qc_semaphore(&f);
   TU_REQUIRE(gate && done && qc_counting_dispatch(&f, &counter, &cb));
-  if (shape == QC_CHAIN) {
+  if (shape == QC_TWO_WAITS || shape == QC_TWO_WAITS_HOST_CALL) {
+    gpuhal_semaphore_t* waits[2];
+    gpuhal_semaphore_t* signals[2];
+    uint64_t signal_values[2] = {3, 1};
+    gpuhal_semaphore_list_t wait_list, signal_list;
+    waits[0] = waits[1] = signals[0] = gate;
+    signals[1] = done;
+    wait_list.count = signal_list.count = 2;
+    wait_list.semaphores = waits;
+    wait_list.values = &v[1];
+    signal_list.semaphores = signals;
+    signal_list.values = signal_values;
+    if (shape == QC_TWO_WAITS)
+      TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, wait_list, signal_list, cb, NULL));
+    else
+      TU_CHECK_OK(gpuhal_queue_host_call(f.device, 0, wait_list, signal_list, qt_host_fn_nop, NULL));
+  } else if (shape == QC_CHAIN) {
     TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &v[1]),
                                      gpuhal_semaphore_list_one(&gate, &v[2]), cb, NULL));
     TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &v[2]),
@@ -1107,6 +1126,8 @@ static void qc_abandoned_case(int shape) {
 TU_TEST(abandoned_gate_fails_its_work) { qc_abandoned_case(QC_GATE); }
 TU_TEST(abandoned_chain_fails_its_work) { qc_abandoned_case(QC_CHAIN); }
 TU_TEST(abandoned_gate_fails_a_barrier) { qc_abandoned_case(QC_GATE_BARRIER); }
+TU_TEST(abandoned_with_two_waits_lower_first_fails_an_execute) { qc_abandoned_case(QC_TWO_WAITS); }
+TU_TEST(abandoned_with_two_waits_lower_first_fails_a_host_call) { qc_abandoned_case(QC_TWO_WAITS_HOST_CALL); }
 
 /* Work that can still run keeps its semaphore going after the application's release: a
  * signaller behind a gate the application holds, and a wait already reached. Only once the
@@ -1366,6 +1387,8 @@ TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
         TU_CASE(far_values_wait_for_the_maximum_waits), TU_CASE(far_values_fail_releases_a_far_wait),
         TU_CASE(far_values_gpu_signal_releases_a_gpu_wait), TU_CASE(abandoned_gate_fails_its_work),
         TU_CASE(abandoned_chain_fails_its_work), TU_CASE(abandoned_gate_fails_a_barrier),
+        TU_CASE(abandoned_with_two_waits_lower_first_fails_an_execute),
+        TU_CASE(abandoned_with_two_waits_lower_first_fails_a_host_call),
         TU_CASE(released_semaphore_still_signalled_by_queue_work), TU_CASE(released_semaphore_after_an_ended_host_wait),
         TU_CASE(abandoned_by_a_signaller_parked_on_it), TU_CASE(released_semaphore_with_two_waits_of_one_signaller),
         TU_CASE(lower_signal_landing_late_does_not_hold_a_gpu_wait))
