@@ -662,6 +662,8 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_collective(gpuhal_command_buffer_t* comman
   gpuhal__object_retain(&channel->header);
   gpuhal__buffer_retain_ref(rec->send);
   gpuhal__buffer_retain_ref(rec->recv);
+  /* The operands are not among the command buffer's retained buffers, which end looks at. */
+  if ((rec->send && rec->send->pending) || (rec->recv && rec->recv->pending)) cb->reads_allocas = 1;
   /* A ONE_SHOT command buffer's copy runs once: building a graph for it would cost more. */
   if (one_rank && !gpuhal__cb_is_graph(cb) && (cb->flags & GPUHAL_COMMAND_BUFFER_REUSABLE) && rec->bytes > 0 &&
       rec->bytes <= GPUHAL__GRAPH_COPY_PIECE) {

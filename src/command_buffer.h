@@ -483,7 +483,8 @@ struct gpuhal_command_buffer_s {
   uint32_t node_count;
   uint32_t* late_cmds; /* indices of dispatches with late arguments */
   uint32_t late_cmd_count;
-  int reads_allocas; /* set at end: it names binding slots or queue_alloca buffers */
+  int reads_allocas; /* it names binding slots or queue_alloca buffers: set at end, and by
+                        collectives while recording */
   /* A command launches a graph executable of its own at every execute (a one-rank
    * collective's copy in a REUSABLE STREAM command buffer, channel.c). CUDA runs the launches
    * of one graph executable in order, so its executes are issued in dependency order, as a

@@ -483,7 +483,7 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_end(gpuhal_command_buffer_t* co
     /* Its execute resolves slot and transient addresses at issue, so that issue must come
      * after the allocas it depends on were issued (GPUHAL__SUBMIT_NOT_PROVISIONAL). */
     uint32_t i;
-    cb->reads_allocas = cb->binding_slots > 0;
+    cb->reads_allocas = cb->reads_allocas || cb->binding_slots > 0;
     for (i = 0; i < cb->retained_buffer_count && !cb->reads_allocas; ++i)
       cb->reads_allocas = cb->retained_buffers[i]->pending;
   }

@@ -365,7 +365,84 @@ static void or_transient_after_dealloca(uint32_t mode) {
 TU_TEST(a_transient_buffer_after_its_dealloca_stream) { or_transient_after_dealloca(GPUHAL_COMMAND_BUFFER_STREAM); }
 TU_TEST(a_transient_buffer_after_its_dealloca_graph) { or_transient_after_dealloca(GPUHAL_COMMAND_BUFFER_GRAPH); }
 
+/* A STREAM command buffer whose only use of a gpuhal_queue_alloca buffer is a collective's
+ * operand, executed in order after the alloca's signal (through a barrier submitted after
+ * it), while the alloca itself waits on the host (both parked streams are taken): the
+ * execute must wait for the alloca's issue too. Before, nothing marked the command buffer
+ * as reading a transient buffer, so its execute was chained at once behind parked work and
+ * failed with "no device address", its signal with it (memop path). */
+static void or_collective_of_a_transient_in_order(uint32_t flags) {
+  static const gpuhal_device_params_t* saved;
+  gpuhal_device_params_t params;
+  or_t t;
+  gpuhal_semaphore_t *h = NULL, *w = NULL, *x = NULL, *y = NULL, *z = NULL;
+  gpuhal_buffer_t *transient = NULL, *scratch = NULL;
+  gpuhal_command_buffer_t *filler = NULL, *cb = NULL;
+  gpuhal_collective_t c;
+  uint64_t one = 1;
+  uint32_t pattern = 7;
+  memset(&params, 0, sizeof(params));
+  params.queue_count = 3;
+  params.tuning.gpu_parked_max = 2;
+  saved = md_device_params;
+  md_device_params = &params;
+  if (!or_open(&t)) {
+    md_device_params = saved;
+    TU_SKIP("needs a device and NCCL");
+  }
+  md_device_params = saved;
+  TU_REQUIRE_OK(gpuhal_semaphore_create(t.f.driver, 0, &h));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(t.f.driver, 0, &w));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(t.f.driver, 0, &x));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(t.f.driver, 0, &y));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(t.f.driver, 0, &z));
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(t.f.devices[0], GPUHAL_MEMORY_DEVICE, 256, &scratch));
+  TU_REQUIRE_OK(gpuhal_command_buffer_create(
+      t.f.devices[0], GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &filler));
+  TU_REQUIRE_OK(gpuhal_command_buffer_begin(filler));
+  TU_REQUIRE_OK(gpuhal_cmd_fill(filler, gpuhal_ref_buffer(scratch, 0), 256, &pattern, 4));
+  TU_REQUIRE_OK(gpuhal_command_buffer_end(filler));
+  /* Two executes waiting for the host take both parked streams. */
+  TU_CHECK_OK(gpuhal_queue_execute(t.f.devices[0], 1, gpuhal_semaphore_list_one(&h, &one),
+                                   gpuhal_semaphore_list_empty(), filler, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(t.f.devices[0], 2, gpuhal_semaphore_list_one(&y, &one),
+                                   gpuhal_semaphore_list_empty(), filler, NULL));
+  TU_CHECK_OK(gpuhal_queue_alloca(t.f.devices[0], 0, gpuhal_semaphore_list_one(&w, &one),
+                                  gpuhal_semaphore_list_one(&x, &one), OR_COUNT * 4, &transient));
+  c = or_collective(GPUHAL_COLLECTIVE_ALL_REDUCE, GPUHAL_REDUCTION_SUM, transient, t.b);
+  TU_REQUIRE_OK(gpuhal_command_buffer_create(t.f.devices[0], GPUHAL_COMMAND_BUFFER_STREAM | flags, 0, &cb));
+  TU_REQUIRE_OK(gpuhal_command_buffer_begin(cb));
+  TU_REQUIRE_OK(gpuhal_cmd_collective(cb, t.ch, &c));
+  TU_REQUIRE_OK(gpuhal_command_buffer_end(cb));
+  /* The execute waits for y, which a barrier signals once the alloca's x is reached. */
+  TU_CHECK_OK(gpuhal_queue_execute(t.f.devices[0], 2, gpuhal_semaphore_list_one(&y, &one),
+                                   gpuhal_semaphore_list_one(&z, &one), cb, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(t.f.devices[0], 0, gpuhal_semaphore_list_one(&x, &one),
+                                   gpuhal_semaphore_list_one(&y, &one), NULL, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_signal(h, 1));
+  TU_CHECK_OK(gpuhal_semaphore_signal(w, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(z, 1, md_seconds(30)));
+  TU_CHECK_OK(gpuhal_queue_dealloca(t.f.devices[0], 0, gpuhal_semaphore_list_one(&z, &one),
+                                    gpuhal_semaphore_list_empty(), transient));
+  TU_CHECK_OK(gpuhal_device_wait_idle(t.f.devices[0], md_seconds(30)));
+  gpuhal_command_buffer_release(cb);
+  gpuhal_command_buffer_release(filler);
+  gpuhal_buffer_release(transient);
+  gpuhal_buffer_release(scratch);
+  gpuhal_semaphore_release(h);
+  gpuhal_semaphore_release(w);
+  gpuhal_semaphore_release(x);
+  gpuhal_semaphore_release(y);
+  gpuhal_semaphore_release(z);
+  or_close(&t);
+}
+TU_TEST(a_collective_of_a_transient_in_order_one_shot) { or_collective_of_a_transient_in_order(0); }
+TU_TEST(a_collective_of_a_transient_in_order_reusable) {
+  or_collective_of_a_transient_in_order(GPUHAL_COMMAND_BUFFER_REUSABLE);
+}
+
 TU_MAIN(TU_CASE(every_kind_stream), TU_CASE(every_kind_graph), TU_CASE(send_to_itself),
         TU_CASE(reusable_stream_copy_each_execute), TU_CASE(reusable_stream_copy_in_place),
         TU_CASE(reusable_stream_copy_waiting_on_its_next_execute),
-        TU_CASE(a_transient_buffer_after_its_dealloca_stream), TU_CASE(a_transient_buffer_after_its_dealloca_graph))
+        TU_CASE(a_transient_buffer_after_its_dealloca_stream), TU_CASE(a_transient_buffer_after_its_dealloca_graph),
+        TU_CASE(a_collective_of_a_transient_in_order_one_shot), TU_CASE(a_collective_of_a_transient_in_order_reusable))
