@@ -113,8 +113,10 @@ typedef struct gpuhal_queue_tuning_t {
   int64_t host_wait_max_sleep_ns;
   /* Issued work ages this long before the completion thread looks at it, so it handles
    * many actions per look (0 = 100 us; < 0 = look at once); on a queue whose work has run
-   * longer, 3/4 of its usual time (at most 4 ms), then polled from 1/16 of it on. Host
-   * calls, device idle waits and release cut it short; nothing's promptness depends on it. */
+   * longer, 3/4 of its usual time (at most 4 ms), then polled from 1/16 of it on. A host
+   * call issued on any of the device's queues, device idle waits and release cut it short;
+   * nothing's promptness depends on it (a host call waiting for another device's work
+   * waits for that device's look). */
   int64_t completion_min_age_ns;
   /* The longest sleep of the completion thread between polls of unfinished work
    * (0 = 200 us); once the oldest has run 16 times that, 1/16 of its age, at most

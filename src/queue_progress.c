@@ -261,13 +261,15 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
 }
 
 /* Under the state's mutex: moves to each lane's `observing` list the issued actions old
- * enough to look at (all of a lane with a host call, and everything while someone waits for
- * idle or the device stops). Returns when the youngest action left behind ages (INT64_MAX:
- * none left). */
+ * enough to look at (everything while a host call is in flight on any queue, someone waits
+ * for idle or the device stops: a host call's function runs only once the values it waits
+ * for are seen reached, and those may come from another queue's work). Returns when the
+ * youngest action left behind ages (INT64_MAX: none left). */
 static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
   int64_t now = gpuhal_now_ns(), next_due = INT64_MAX;
   int take_all = state->threads_stop || state->idle_waiters > 0 || state->tuning.completion_min_age_ns == 0;
   uint32_t q;
+  for (q = 0; !take_all && q < state->device->queue_count; ++q) take_all = state->lanes[q].host_calls > 0;
   state->completion_first_sleep_ns = INT64_MAX;
   for (q = 0; q < state->device->queue_count; ++q) {
     gpuhal__queue_lane_t* lane = &state->lanes[q];
@@ -281,7 +283,7 @@ static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
     while (!gpuhal__list_empty(&lane->in_flight)) {
       gpuhal__action_t* a = GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
       int64_t due = (a->dispatch_ns > since ? a->dispatch_ns : since) + age;
-      if (!take_all && lane->host_calls == 0 && due > now) {
+      if (!take_all && due > now) {
         if (due < next_due) next_due = due;
         break;
       }

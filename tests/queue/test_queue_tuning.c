@@ -748,6 +748,43 @@ TU_TEST(semaphore_memops_parks_behind_provisional_work) {
   gpuhal_driver_release(driver);
 }
 
+/* completion_min_age_ns holds back the look at issued work, but a host call cuts it short:
+ * its function runs only once the values it waits for are seen reached, and with a 60 s
+ * age the work on another queue that signals them was not looked at for 60 s (the call
+ * ran once the age had passed). On the default path and on the event path. */
+static void tt_host_call_cuts_the_age_short(int path) {
+  qt_fixture_t f;
+  gpuhal_semaphore_t *s = NULL, *done = NULL;
+  qt_counter_t counter;
+  uint64_t one = 1;
+  memset(&qt_tuning, 0, sizeof(qt_tuning));
+  qt_tuning.completion_min_age_ns = 60000000000ll;
+  qt_tuning.harvest_min = -1;
+  qt_semaphore_memops = path ? -1 : 0;
+  qt_counter_init(&counter);
+  if (!qt_open(&f, 2, NULL)) {
+    TU_FAIL_AT(__FILE__, __LINE__, "the device did not open");
+    qt_semaphore_memops = 0;
+    memset(&qt_tuning, 0, sizeof(qt_tuning));
+    return;
+  }
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &done));
+  TU_CHECK_OK(qt_submit(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one),
+                        &qt_counting_ops, &counter));
+  TU_CHECK_OK(gpuhal_queue_host_call(f.device, 1, gpuhal_semaphore_list_one(&s, &one),
+                                     gpuhal_semaphore_list_one(&done, &one), qt_host_fn_nop, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(10)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(30)));
+  gpuhal_semaphore_release(done);
+  gpuhal_semaphore_release(s);
+  tt_close_to_defaults(&f);
+}
+TU_TEST(a_host_call_cuts_the_age_of_another_queue_short) {
+  tt_host_call_cuts_the_age_short(0);
+  tt_host_call_cuts_the_age_short(1);
+}
+
 TU_MAIN(TU_CASE(defaults), TU_CASE(completion_follows_the_work), TU_CASE(no_spin_short_sleeps),
         TU_CASE(host_wait_spin_adapts), TU_CASE(zero_timeout_polls_see_finished_work),
         TU_CASE(completion_looks_at_once_and_polls_often), TU_CASE(completion_ages_work_long),
@@ -755,4 +792,5 @@ TU_MAIN(TU_CASE(defaults), TU_CASE(completion_follows_the_work), TU_CASE(no_spin
         TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked),
         TU_CASE(semaphore_memops_gated_bound), TU_CASE(semaphore_memops_gated_two_devices_one_gpu),
         TU_CASE(semaphore_memops_park_headroom), TU_CASE(semaphore_memops_no_park_while_a_context_waits),
-        TU_CASE(semaphore_memops_chained_behind_one_park), TU_CASE(semaphore_memops_parks_behind_provisional_work))
+        TU_CASE(semaphore_memops_chained_behind_one_park), TU_CASE(semaphore_memops_parks_behind_provisional_work),
+        TU_CASE(a_host_call_cuts_the_age_of_another_queue_short))
