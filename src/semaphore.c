@@ -149,10 +149,11 @@ static void gpuhal__word_raise(volatile uint64_t* word, uint64_t value) {
 }
 
 /* Under the lock: the value (and, once armed, its word) becomes `value`; a shared
- * semaphore's sleepers in every process wake. */
+ * semaphore's word goes to the highest value any process reached, and its sleepers in
+ * every process wake. */
 static void gpuhal__semaphore_store_locked(gpuhal_semaphore_t* s, uint64_t value) {
   gpuhal__atomic_store(&s->value, value);
-  if (s->word) gpuhal__word_raise(s->word, gpuhal__semaphore_word_value(s, value));
+  if (s->word) gpuhal__word_raise(s->word, gpuhal__semaphore_word_value(s, gpuhal__semaphore_shared_high(s, value)));
   if (s->shared) gpuhal__semaphore_shared_wake(s);
 }
 
@@ -270,9 +271,9 @@ GPUHAL__PRIVATE void gpuhal__semaphore_advance(gpuhal_semaphore_t* s, uint64_t v
   } else if (s->word) {
     /* Work that signalled a value not above one already reached is done: its GPU write (a
      * plain store: the GPU has no maximum) may have landed after the higher value's and
-     * lowered the word, holding back GPU waits for a value reached. Raise it back: done
-     * work writes nothing more. */
-    gpuhal__word_raise(s->word, gpuhal__semaphore_word_value(s, s->value));
+     * lowered the word, holding back GPU waits for a value reached (of this process, or
+     * of another sharing it). Raise it back: done work writes nothing more. */
+    gpuhal__word_raise(s->word, gpuhal__semaphore_word_value(s, gpuhal__semaphore_shared_high(s, s->value)));
   }
   gpuhal__mutex_unlock(&s->mutex);
 }

@@ -80,10 +80,11 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphores_wait(gpuhal_wait_mode_t mode, gpuha
 #define GPUHAL_SEMAPHORE_SHARED_REASON_MAX 512
 
 /* A file descriptor another process opens the semaphore with (gpuhal_semaphore_import):
- * pass it over a Unix socket (SCM_RIGHTS) or to a child. It is the caller's to close; the
- * semaphore stays shared. Export it before queue work signals or waits on it
- * (FAILED_PRECONDITION while such work is in flight). Exporting again gives another
- * descriptor of the same semaphore. */
+ * pass it over a Unix socket (SCM_RIGHTS), or to a child: it is opened close-on-exec, so
+ * clear FD_CLOEXEC (fcntl(fd, F_SETFD, 0)) for a child that execs. It is the caller's to
+ * close; the semaphore stays shared. Export it before queue work signals or waits on it
+ * (FAILED_PRECONDITION while such work is in flight), at a value of 2^63 - 1 or less
+ * (OUT_OF_RANGE above). Exporting again gives another descriptor of the same semaphore. */
 GPUHAL_API gpuhal_status_t gpuhal_semaphore_export(gpuhal_semaphore_t* semaphore, int* out_fd);
 /* Opens a semaphore another process exported, as a semaphore of `driver` holding its
  * current value (or failure). `fd` stays the caller's to close. INVALID_ARGUMENT when `fd`
@@ -162,7 +163,12 @@ typedef struct gpuhal__signal_after_s {
 
 /* What processes sharing a semaphore map (semaphore_shared.c): a file of one page. */
 typedef struct gpuhal__semaphore_shared_s {
-  uint64_t value;  /* the semaphore's word: GPU work of every process waits on it and writes it */
+  uint64_t value; /* the semaphore's word: GPU work of every process waits on it and writes it */
+  /* The highest value a process has reached from the host (a host signal, or its own GPU
+   * work seen done); only ever raised. A GPU signal is a plain store to `value`, which may
+   * land over another process's higher value: every process raises the word to at least
+   * this when it advances, and readers take the larger of the two. */
+  uint64_t high;
   uint32_t magic;  /* GPUHAL__SHARED_MAGIC once the exporter set everything up */
   uint32_t layout; /* sizeof(gpuhal__semaphore_shared_t): the same build on both sides */
   /* Bumped by every advance or failure a process makes from the host; sleepers wait on
@@ -437,6 +443,9 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_failure_for(gpuhal_status_t ca
 GPUHAL__PRIVATE int gpuhal__semaphore_shared_pull_locked(gpuhal_semaphore_t* s);
 /* gpuhal__semaphore_shared_pull_locked under the lock; nothing for a semaphore not shared. */
 GPUHAL__PRIVATE void gpuhal__semaphore_shared_pull(gpuhal_semaphore_t* s);
+/* Raises the shared page's highest reached value to `value`; returns the larger of the two
+ * (`value` itself for a semaphore not shared). */
+GPUHAL__PRIVATE uint64_t gpuhal__semaphore_shared_high(gpuhal_semaphore_t* s, uint64_t value);
 /* Without any lock (so also under another semaphore's): the value as far as this process
  * knows, raised to the shared word while no failure is being told there. */
 GPUHAL__PRIVATE uint64_t gpuhal__semaphore_value_seen(gpuhal_semaphore_t* s);

@@ -264,11 +264,29 @@ GPUHAL__PRIVATE void gpuhal__semaphore_shared_driver_destroy(gpuhal_driver_t* dr
 
 /* ---- what semaphore.c asks of a shared semaphore ---- */
 
+/* The value the page says is reached: the word, or the highest value a process reached
+ * from the host when a GPU store has lowered the word under it since. Only meaningful
+ * while no failure is told (failure_state 0, read after this). */
+static uint64_t gpuhal__semaphore_shared_word(gpuhal__semaphore_shared_t* sh) {
+  uint64_t word = gpuhal__atomic_load(&sh->value), high = gpuhal__atomic_load(&sh->high);
+  return high > word ? high : word;
+}
+
+GPUHAL__PRIVATE uint64_t gpuhal__semaphore_shared_high(gpuhal_semaphore_t* s, uint64_t value) {
+  gpuhal__semaphore_shared_t* sh = s->shared;
+  uint64_t high;
+  if (!sh) return value;
+  high = gpuhal__atomic_load(&sh->high);
+  while (high < value && !gpuhal__atomic_cas(&sh->high, &high, value)) {
+  }
+  return high > value ? high : value;
+}
+
 GPUHAL__PRIVATE uint64_t gpuhal__semaphore_value_seen(gpuhal_semaphore_t* s) {
   uint64_t value = gpuhal__atomic_load(&s->value), word;
   gpuhal__semaphore_shared_t* sh = s->shared;
   if (!sh) return value;
-  word = gpuhal__atomic_load(&sh->value);
+  word = gpuhal__semaphore_shared_word(sh);
   /* A failure is told before the word jumps to its failed value: read after the word, a
    * quiet failure_state means the word is a real value. */
   if (gpuhal__atomic_load(&sh->failure_state) != 0) return value;
@@ -279,7 +297,7 @@ GPUHAL__PRIVATE int gpuhal__semaphore_shared_pull_locked(gpuhal_semaphore_t* s) 
   gpuhal__semaphore_shared_t* sh = s->shared;
   uint64_t word;
   if (!sh || s->failure) return 0;
-  word = gpuhal__atomic_load(&sh->value);
+  word = gpuhal__semaphore_shared_word(sh);
   if (gpuhal__atomic_load(&sh->failure_state) == 2) {
     char text[GPUHAL_SEMAPHORE_SHARED_REASON_MAX];
     int code = gpuhal__atomic_load(&sh->failure_code);
@@ -343,7 +361,7 @@ GPUHAL__PRIVATE uint32_t gpuhal__semaphore_shared_seq(gpuhal_semaphore_t* s) {
 GPUHAL__PRIVATE int gpuhal__semaphore_shared_moved(gpuhal_semaphore_t* s, uint64_t value, uint32_t seq) {
   gpuhal__semaphore_shared_t* sh = s->shared;
   return gpuhal__atomic_load_seq_cst(&sh->wake_seq) != seq || gpuhal__atomic_load(&sh->failure_state) != 0 ||
-         gpuhal__atomic_load(&sh->value) >= value;
+         gpuhal__semaphore_shared_word(sh) >= value;
 }
 
 GPUHAL__PRIVATE void gpuhal__semaphore_shared_sleep(gpuhal_semaphore_t* s, uint64_t value, uint32_t seq,
@@ -431,6 +449,7 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_export(gpuhal_semaphore_t* semaphore
   gpuhal__shared_mapping_t m;
   gpuhal_status_t status = NULL;
   int fd, busy = 0, shared;
+  uint64_t value;
   GPUHAL__CHECK_ARG(out_fd != NULL, "out_fd", "must not be NULL");
   *out_fd = -1;
   GPUHAL__CHECK_OBJECT(semaphore, GPUHAL__MAGIC_SEMAPHORE);
@@ -440,7 +459,13 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_export(gpuhal_semaphore_t* semaphore
   m.fd = -1;
   gpuhal__mutex_lock(&semaphore->mutex);
   shared = semaphore->shared != NULL;
+  value = gpuhal__atomic_load(&semaphore->value);
   gpuhal__mutex_unlock(&semaphore->mutex);
+  if (!shared && value > (uint64_t)INT64_MAX)
+    return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
+                              "gpuhal_semaphore_export: argument 'semaphore' is at %llu, above 2^63 - 1, the most a "
+                              "shared semaphore may reach",
+                              (unsigned long long)value);
   if (!shared) {
     GPUHAL__RETURN_IF_ERROR(gpuhal__shared_file_create(&m.fd));
     status = gpuhal__shared_file_map(__func__, m.fd, &m.sh);
@@ -466,7 +491,7 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_export(gpuhal_semaphore_t* semaphore
             (semaphore->word && !semaphore->failure && semaphore->armed_until > semaphore->value));
     if (!semaphore->shared && !busy) {
       gpuhal__semaphore_shared_t* sh = m.sh;
-      sh->value = semaphore->value;
+      sh->value = sh->high = semaphore->value;
       gpuhal__atomic_store(&sh->magic, GPUHAL__SHARED_MAGIC);
       gpuhal__semaphore_share_locked(semaphore, &m);
       if (semaphore->failure) { /* told there as a later failure would be */

@@ -263,6 +263,54 @@ static void sh_host_ping_pong_b(sh_proc_t* p) { sh_host_ping_pong(p, 0); }
 
 TU_TEST(host_ping_pong_wakes_waiters_of_the_other_process) { sh_run(sh_host_ping_pong_a, sh_host_ping_pong_b, 0); }
 
+/* A timeline keeps its highest value across processes. Each round A's GPU work signals
+ * 10r + 5 (held by a gate of A's own) and B host-signals 10r + 10 before A opens the gate;
+ * both then wait for 10r + 10. A GPU signal is a plain store to the shared word: A's landed
+ * over B's higher value, A had not seen B's value yet, and nothing remembered it: A's wait
+ * timed out (within a few rounds) and a fresh import read 10r + 5. */
+#define SH_INTERLEAVE_ROUNDS 60
+static void sh_interleave_a(sh_proc_t* p) {
+  gpuhal_semaphore_t* s = sh_share_semaphore(p, 1, "interleaved");
+  gpuhal_semaphore_t* gate = NULL;
+  uint64_t r;
+  TU_REQUIRE(s);
+  TU_REQUIRE_OK(gpuhal_semaphore_create(p->driver, 0, &gate));
+  for (r = 1; r <= SH_INTERLEAVE_ROUNDS && !tu_state.failed; ++r) {
+    uint64_t low = 10 * r + 5;
+    gpuhal_status_t st;
+    TU_CHECK_OK(gpuhal_queue_execute(p->device, 0, gpuhal_semaphore_list_one(&gate, &r),
+                                     gpuhal_semaphore_list_one(&s, &low), NULL, NULL));
+    TU_CHECK(ts_note(p->sock, 'q') && ts_expect(p->sock, 's'));
+    TU_CHECK_OK(gpuhal_semaphore_signal(gate, r));
+    st = gpuhal_semaphore_wait(s, 10 * r + 10, sh_seconds(SH_WAIT_S));
+    if (st) TU_FAIL_AT(__FILE__, __LINE__, "round %u: %s", (unsigned)r, gpuhal_status_message(st));
+    gpuhal_status_free(st);
+    TU_CHECK(ts_note(p->sock, tu_state.failed ? 'x' : 'w') && ts_expect(p->sock, 'w'));
+  }
+  TU_CHECK_OK(gpuhal_device_wait_idle(p->device, sh_seconds(SH_WAIT_S)));
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(s);
+}
+static void sh_interleave_b(sh_proc_t* p) {
+  gpuhal_semaphore_t* s = sh_share_semaphore(p, 0, "interleaved");
+  uint64_t r;
+  TU_REQUIRE(s);
+  for (r = 1; r <= SH_INTERLEAVE_ROUNDS; ++r) {
+    char c = 0;
+    TU_CHECK(ts_expect(p->sock, 'q'));
+    TU_CHECK_OK(gpuhal_semaphore_signal(s, 10 * r + 10));
+    TU_CHECK(ts_note(p->sock, 's'));
+    TU_CHECK_OK(gpuhal_semaphore_wait(s, 10 * r + 10, sh_seconds(SH_WAIT_S)));
+    TU_CHECK(ts_recv(p->sock, &c, 1, NULL) && ts_note(p->sock, 'w'));
+    if (c != 'w') break; /* A failed: it reports the round */
+  }
+  gpuhal_semaphore_release(s);
+}
+
+TU_TEST(a_lower_gpu_signal_of_one_process_does_not_lose_the_others_higher_value) {
+  sh_run(sh_interleave_a, sh_interleave_b, 0);
+}
+
 /* A fails the semaphore; B's host wait and B's queued GPU work fail with A's code and
  * reason. */
 static void sh_fail_a(sh_proc_t* p) {
@@ -532,6 +580,14 @@ static void sh_bad_a(sh_proc_t* p) {
                   "header does not match");
   close(junk);
   TU_CHECK(got == NULL);
+  {
+    /* A value above what a shared semaphore may hold: refused, not exported stuck. */
+    gpuhal_semaphore_t* far = NULL;
+    TU_REQUIRE_OK(gpuhal_semaphore_create(p->driver, (1ull << 63) + 7, &far));
+    TU_CHECK_STATUS(gpuhal_semaphore_export(far, &fd), GPUHAL_STATUS_OUT_OF_RANGE, "above 2^63 - 1");
+    TU_CHECK(fd == -1);
+    gpuhal_semaphore_release(far);
+  }
   /* Work in flight on it: export refuses until that work is done. */
   TU_REQUIRE_OK(gpuhal_semaphore_create(p->driver, 0, &gate));
   TU_CHECK_OK(gpuhal_queue_execute(p->device, 0, gpuhal_semaphore_list_one(&gate, &one),
@@ -787,4 +843,5 @@ TU_MAIN(TU_CASE(gpu_ping_pong_orders_work_of_two_processes_on_the_gpu),
         TU_CASE(bad_input_gets_a_status_naming_the_argument), TU_CASE(thousands_of_shared_objects_leave_nothing_behind),
         TU_CASE(a_host_call_releases_shared_objects_while_work_is_parked),
         TU_CASE(an_exportable_buffer_out_of_memory_fails_and_recovers),
-        TU_CASE(without_stream_memory_operations_sharing_is_unavailable))
+        TU_CASE(without_stream_memory_operations_sharing_is_unavailable),
+        TU_CASE(a_lower_gpu_signal_of_one_process_does_not_lose_the_others_higher_value))
