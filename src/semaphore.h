@@ -45,7 +45,10 @@ GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore);
 /* The current (completed) value; a failed semaphore returns a clone of its failure status. */
 GPUHAL_API gpuhal_status_t gpuhal_semaphore_query(gpuhal_semaphore_t* semaphore, uint64_t* out_value);
 /* Host signal: sets the value to `value`, which must be above the current one
- * (FAILED_PRECONDITION otherwise). Wakes every waiter it satisfies. */
+ * (FAILED_PRECONDITION otherwise). Wakes every waiter it satisfies. A queue operation's
+ * signal is not checked so (its value is known only when its work ends, and queues may
+ * finish out of order): one that is not above the value then reached leaves the value as
+ * it is, and the operation succeeds. */
 GPUHAL_API gpuhal_status_t gpuhal_semaphore_signal(gpuhal_semaphore_t* semaphore, uint64_t value);
 /* Names the semaphore in reports (gpuhal_driver_report_pending) and messages; `label` is
  * copied (at most GPUHAL_LABEL_MAX - 1 bytes, cut between UTF-8 characters; control

@@ -1316,6 +1316,48 @@ TU_TEST(released_semaphore_with_two_waits_of_one_signaller) {
   qc_fixture_close(&f);
 }
 
+/* A queue signal that is not above the value reached leaves the value as it is, and the
+ * operation succeeds (header, gpuhal_semaphore_signal): an execute signalling 5 of a
+ * semaphore at 10, and a host call signalling it at its value, both end with their other
+ * signal reached. */
+TU_TEST(a_queue_signal_not_above_the_value_leaves_it) {
+  qc_fixture_t f;
+  gpuhal_semaphore_t *s = NULL, *done = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_buffer_t* counter = NULL;
+  gpuhal_semaphore_t* signals[2];
+  uint64_t values[2];
+  gpuhal_semaphore_list_t list;
+  uint64_t value = 0;
+  if (!qc_fixture_open(&f, 1)) TU_SKIP("no device or test kernels");
+  s = qc_semaphore(&f);
+  done = qc_semaphore(&f);
+  TU_REQUIRE(s && done && qc_counting_dispatch(&f, &counter, &cb));
+  TU_CHECK_OK(gpuhal_semaphore_signal(s, 10));
+  signals[0] = s;
+  signals[1] = done;
+  list.count = 2;
+  list.semaphores = signals;
+  list.values = values;
+  values[0] = 5;
+  values[1] = 1;
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), list, cb, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(QC_WAIT_S)));
+  values[0] = 10;
+  values[1] = 2;
+  TU_CHECK_OK(gpuhal_queue_host_call(f.device, 0, gpuhal_semaphore_list_empty(), list, qt_host_fn_nop, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 2, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_OK(gpuhal_semaphore_query(s, &value));
+  TU_CHECK_EQ_INT(value, 10);
+  TU_CHECK_STATUS(gpuhal_semaphore_signal(s, 10), GPUHAL_STATUS_FAILED_PRECONDITION, "above");
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(counter);
+  gpuhal_semaphore_release(s);
+  gpuhal_semaphore_release(done);
+  qc_fixture_close(&f);
+}
+
 /* ---- 9. a lower signal that lands late ---- */
 
 /* GPU signals write the value's word with a plain store. Work signalling s = 3 that ran
@@ -1389,6 +1431,7 @@ TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
         TU_CASE(abandoned_chain_fails_its_work), TU_CASE(abandoned_gate_fails_a_barrier),
         TU_CASE(abandoned_with_two_waits_lower_first_fails_an_execute),
         TU_CASE(abandoned_with_two_waits_lower_first_fails_a_host_call),
+        TU_CASE(a_queue_signal_not_above_the_value_leaves_it),
         TU_CASE(released_semaphore_still_signalled_by_queue_work), TU_CASE(released_semaphore_after_an_ended_host_wait),
         TU_CASE(abandoned_by_a_signaller_parked_on_it), TU_CASE(released_semaphore_with_two_waits_of_one_signaller),
         TU_CASE(lower_signal_landing_late_does_not_hold_a_gpu_wait))
