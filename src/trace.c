@@ -890,14 +890,70 @@ static FILE* gpuhal__trace_open_temp(const char* path, char* tmp, size_t tmp_siz
   return f;
 }
 
-static gpuhal_status_t gpuhal__trace_write_file(gpuhal__trace_t* trace, const gpuhal__trace_snapshot_t* s) {
+/* Opens `path` to write the trace in place (it is not a regular file, see
+ * gpuhal__trace_write_file). Non-blocking open: a FIFO nobody reads fails at once (ENXIO)
+ * instead of hanging the driver; the writes then block as usual. NULL and *status when
+ * it cannot. */
+static FILE* gpuhal__trace_open_in_place(const char* path, gpuhal_status_t* status) {
+  FILE* f = NULL;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    int flags = fcntl(fd, F_GETFL);
+    if (flags != -1) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    f = fdopen(fd, "w");
+    if (!f) {
+      int err = errno;
+      close(fd);
+      errno = err;
+    }
+  }
+  *status = f ? NULL
+              : gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "writing the trace: cannot open '%s': %s%s", path,
+                                   strerror(errno), errno == ENXIO ? " (a FIFO with no reader)" : "");
+  return f;
+}
+
+/* Follows the symlinks at `path` (32 at most) into `target`, each relative one from its
+ * link's directory. 0, or -1 when a link cannot be read or the result does not fit. */
+static int gpuhal__trace_follow_links(const char* path, char* target, size_t size) {
+  char link[GPUHAL__PATH_MAX];
+  struct stat st;
+  int hops;
+  if (snprintf(target, size, "%s", path) >= (int)size) return -1;
+  for (hops = 0; hops < 32; ++hops) {
+    const char* slash = strrchr(target, '/');
+    size_t dir = 0;
+    ssize_t n;
+    if (lstat(target, &st) != 0 || !S_ISLNK(st.st_mode)) return 0;
+    n = readlink(target, link, sizeof(link) - 1);
+    if (n < 0) return -1;
+    link[n] = 0;
+    if (link[0] != '/' && slash) dir = (size_t)(slash - target) + 1;
+    if (dir + (size_t)n >= size) return -1;
+    memcpy(target + dir, link, (size_t)n + 1);
+  }
+  return -1;
+}
+
+/* The trace is written whole to a temporary file, then renamed over its path, only where
+ * that path is a regular file or nothing: a rename replaces whatever is there, so a device
+ * node (GPUHAL_TRACE=/dev/null, which as root would lose /dev/null), a FIFO or a symlink
+ * would become a regular file. A symlink is followed: its final target, when a regular file
+ * or nothing, is replaced (named in `target`). Anything else is opened and written in
+ * place. Returns 1 when the trace goes through a temporary file renamed to `target`, 0
+ * when it is written to `path` in place. */
+static int gpuhal__trace_replaces(const char* path, char* target, size_t target_size) {
+  struct stat st;
+  snprintf(target, target_size, "%s", path);
+  if (lstat(path, &st) != 0 || S_ISREG(st.st_mode)) return 1;
+  if (!S_ISLNK(st.st_mode) || gpuhal__trace_follow_links(path, target, target_size) != 0) return 0;
+  return lstat(target, &st) != 0 || S_ISREG(st.st_mode);
+}
+
+static void gpuhal__trace_write_json(gpuhal__trace_t* trace, const gpuhal__trace_snapshot_t* s, FILE* f) {
   gpuhal__trace_writer_t w;
-  char tmp[GPUHAL__LIBRARY_PATH_MAX + 64];
-  gpuhal_status_t status;
   size_t i;
-  int err = 0;
-  w.f = gpuhal__trace_open_temp(trace->driver->trace_path, tmp, sizeof(tmp), &status);
-  if (!w.f) return status;
+  w.f = f;
   w.first = 1;
   w.origin = trace->start_ns;
   fprintf(w.f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"gpuhal_version\":\"%s\",\"cuda_library\":",
@@ -909,16 +965,27 @@ static gpuhal_status_t gpuhal__trace_write_file(gpuhal__trace_t* trace, const gp
   for (i = 0; i < s->span_count; ++i) gpuhal__trace_write_span(&w, s->by_ts[i]);
   gpuhal__trace_write_flows(&w, s);
   fprintf(w.f, "\n]}\n");
-  if (ferror(w.f)) err = errno ? errno : EIO;
-  if (fclose(w.f) != 0 && !err) err = errno ? errno : EIO;
+}
+
+static gpuhal_status_t gpuhal__trace_write_file(gpuhal__trace_t* trace, const gpuhal__trace_snapshot_t* s) {
+  char target[GPUHAL__PATH_MAX], tmp[GPUHAL__PATH_MAX + 64];
+  const char* path = trace->driver->trace_path;
+  int replace = gpuhal__trace_replaces(path, target, sizeof(target));
+  gpuhal_status_t status;
+  FILE* f;
+  int err = 0;
+  f = replace ? gpuhal__trace_open_temp(target, tmp, sizeof(tmp), &status) : gpuhal__trace_open_in_place(path, &status);
+  if (!f) return status;
+  gpuhal__trace_write_json(trace, s, f);
+  if (ferror(f)) err = errno ? errno : EIO;
+  if (fclose(f) != 0 && !err) err = errno ? errno : EIO;
   /* Written whole, then renamed: a reader never sees half a file, and concurrent writers
    * (other drivers, other processes) each replace it with a whole one. No fsync: a trace
    * is a diagnostic; what a crash of the machine loses is not worth a disk flush each time. */
-  if (!err && rename(tmp, trace->driver->trace_path) != 0) err = errno;
+  if (replace && !err && rename(tmp, target) != 0) err = errno;
   if (err) {
-    unlink(tmp);
-    return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "writing the trace '%s' failed: %s", trace->driver->trace_path,
-                              strerror(err));
+    if (replace) unlink(tmp);
+    return gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "writing the trace '%s' failed: %s", path, strerror(err));
   }
   return NULL;
 }

@@ -21,7 +21,10 @@
  * (an empty trace), when it is released (after its devices) and by
  * gpuhal_driver_trace_flush; always whole, to a temporary file of its own renamed over the
  * path, so a reader, other threads' flushes, other drivers and other processes tracing to
- * the same path only ever see a complete file (the last one written).
+ * the same path only ever see a complete file (the last one written). Only a regular file
+ * (or nothing) is replaced: a symlink is followed to its target, and a FIFO or a device
+ * node is written in place, never turned into a regular file (a FIFO must have a reader
+ * when the file is written, else that write fails at once).
  *
  * NVTX: when $NVTX_INJECTION64_PATH is set (Nsight Systems / Compute set it) or
  * $GPUHAL_NVTX=1, gpuhal loads $GPUHAL_NVTX_LIBRARY (default libnvToolsExt.so.1) at run

@@ -4,11 +4,17 @@
  * order that nest on every track, commands of STREAM executes inside their execute,
  * semaphore flow arrows whose ends bind to spans, stages of a batch in order, and the GPU
  * spans of neighbouring batches really overlapping. Runs on softcuda and on a real GPU. */
+#define _DEFAULT_SOURCE 1 /* mknod, for a device node at the trace path */
 #include "gpuhal.h"
 
 #include "test_util.h"
 #include "test_trace_json.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 static const char spin_us_ptx[] =
@@ -429,5 +435,86 @@ TU_TEST(host_calls_allocas_and_flush) {
   remove(path);
 }
 
+/* Reads what is in the FIFO `fd` (opened non-blocking) into `buf`; the byte count. */
+static size_t tt_drain_fifo(int fd, char* buf, size_t size) {
+  size_t got = 0;
+  ssize_t n;
+  while (got + 1 < size && (n = read(fd, buf + got, size - 1 - got)) > 0) got += (size_t)n;
+  buf[got] = 0;
+  return got;
+}
+
+static int tt_is_trace_text(const char* text) {
+  return strncmp(text, "{\"displayTimeUnit\"", 18) == 0 && strstr(text, "\"traceEvents\"") != NULL;
+}
+
+/* A trace path that is not a regular file is never replaced by one (a flush used to write a
+ * temporary file and rename it over the path: a FIFO, a device node or a symlink became a
+ * regular file, and as root GPUHAL_TRACE=/dev/null replaced /dev/null). A FIFO is written
+ * in place (and a FIFO with no reader fails at once instead of blocking), a symlink's target
+ * is written, a character device (made here when root may) is written in place. Only nodes
+ * made in a fresh temporary directory are used, never the system's. */
+TU_TEST(special_paths_are_not_replaced) {
+  char dir[64], fifo[128], real[128], link[128], node[128], text[1 << 16];
+  gpuhal_driver_t* driver = NULL;
+  struct stat st;
+  tt_trace t;
+  const char* why;
+  int fd;
+  snprintf(dir, sizeof(dir), "/tmp/gpuhal_test_trace_special_XXXXXX");
+  TU_REQUIRE(mkdtemp(dir) != NULL);
+  snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+  snprintf(real, sizeof(real), "%s/real.json", dir);
+  snprintf(link, sizeof(link), "%s/link", dir);
+  snprintf(node, sizeof(node), "%s/null", dir);
+  TU_REQUIRE(mkfifo(fifo, 0600) == 0);
+  /* FIFO with a reader: each write is a whole trace, the FIFO stays a FIFO. */
+  fd = open(fifo, O_RDONLY | O_NONBLOCK);
+  TU_REQUIRE(fd >= 0);
+  TU_CHECK_OK(tt_driver(fifo, &driver));
+  if (driver) {
+    TU_CHECK(tt_drain_fifo(fd, text, sizeof(text)) > 0 && tt_is_trace_text(text));
+    TU_CHECK_OK(gpuhal_driver_trace_flush(driver));
+    TU_CHECK(tt_drain_fifo(fd, text, sizeof(text)) > 0 && tt_is_trace_text(text));
+    close(fd);
+    fd = -1;
+    /* No reader: the flush fails now, it does not block. */
+    TU_CHECK_STATUS(gpuhal_driver_trace_flush(driver), GPUHAL_STATUS_UNAVAILABLE, "no reader");
+    fd = open(fifo, O_RDONLY | O_NONBLOCK);
+    gpuhal_driver_release(driver);
+    driver = NULL;
+  }
+  if (fd >= 0) close(fd);
+  TU_CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+  TU_CHECK_STATUS(tt_driver(fifo, &driver), GPUHAL_STATUS_INVALID_ARGUMENT, "no reader");
+  TU_CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+  /* Symlink: stays a link, its target gets the trace. */
+  fd = open(real, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  TU_REQUIRE(fd >= 0);
+  close(fd);
+  TU_REQUIRE(symlink("real.json", link) == 0);
+  TU_CHECK_OK(tt_driver(link, &driver));
+  gpuhal_driver_release(driver);
+  driver = NULL;
+  TU_CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+  why = tt_load(real, &t);
+  if (why) TU_FAIL_AT(__FILE__, __LINE__, "the link's target: %s", why);
+  tt_free(&t);
+  /* Character device (1,3 is null): only where this process may make one. */
+  if (mknod(node, S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    TU_CHECK_OK(tt_driver(node, &driver));
+    gpuhal_driver_release(driver);
+    driver = NULL;
+    TU_CHECK(lstat(node, &st) == 0 && S_ISCHR(st.st_mode));
+    remove(node);
+  } else {
+    fprintf(stderr, "  (no device node: mknod: %s)\n", strerror(errno));
+  }
+  remove(link);
+  remove(real);
+  remove(fifo);
+  TU_CHECK(rmdir(dir) == 0); /* nothing else (no temporary file) was left there */
+}
+
 TU_MAIN(TU_CASE(pipeline_timeline), TU_CASE(off_by_default_and_bad_input), TU_CASE(unwritable_path_fails_early),
-        TU_CASE(host_calls_allocas_and_flush))
+        TU_CASE(host_calls_allocas_and_flush), TU_CASE(special_paths_are_not_replaced))
