@@ -343,6 +343,23 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
   gpuhal__driver_free(driver);
 }
 
+/* An owned copy of the path `dir`, made absolute: a relative one is taken from the working
+ * directory now, not at each access (a later chdir would split the module cache, or send
+ * the trace elsewhere). "" stays "". */
+static char* gpuhal__absolute_path_copy(const gpuhal_allocator_t* allocator, const char* dir) {
+  char cwd[4096];
+  size_t cwd_length, length = strlen(dir);
+  char* copy;
+  if (dir[0] == '/' || dir[0] == 0 || !getcwd(cwd, sizeof(cwd))) return gpuhal__strdup(allocator, dir);
+  cwd_length = strlen(cwd);
+  copy = (char*)gpuhal__alloc(allocator, cwd_length + 1 + length + 1);
+  if (!copy) return NULL;
+  memcpy(copy, cwd, cwd_length);
+  copy[cwd_length] = '/';
+  memcpy(copy + cwd_length + 1, dir, length + 1);
+  return copy;
+}
+
 GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* options, gpuhal_driver_t** out_driver) {
   gpuhal_driver_options_t defaults;
   gpuhal_allocator_t allocator;
@@ -403,14 +420,22 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   }
   driver->features = gpuhal__driver_features(driver);
   trace = options->trace_path ? options->trace_path : gpuhal__getenv("GPUHAL_TRACE");
-  if (trace && strlen(trace) >= sizeof(driver->trace_path)) {
-    gpuhal__driver_destroy(driver);
-    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
-                              "gpuhal_driver_create: the trace path in $GPUHAL_TRACE must be shorter than 512 bytes "
-                              "(it has %zu)",
-                              strlen(trace));
+  if (trace) {
+    char* absolute = gpuhal__absolute_path_copy(&driver->allocator, trace);
+    size_t length = absolute ? strlen(absolute) : 0;
+    if (absolute && length < sizeof(driver->trace_path))
+      snprintf(driver->trace_path, sizeof(driver->trace_path), "%s", absolute);
+    gpuhal__free(&driver->allocator, absolute);
+    if (!absolute || length >= sizeof(driver->trace_path)) {
+      gpuhal__driver_destroy(driver);
+      if (!absolute) return gpuhal__status_oom("trace path", strlen(trace) + 1);
+      return gpuhal_status_make(
+          GPUHAL_STATUS_INVALID_ARGUMENT,
+          "gpuhal_driver_create: the trace path ('%s', from options->trace_path or $GPUHAL_TRACE) "
+          "must be shorter than 512 bytes once made absolute (it has %zu)",
+          trace, length);
+    }
   }
-  if (trace) snprintf(driver->trace_path, sizeof(driver->trace_path), "%s", trace);
   status = gpuhal__hooks()->trace_create(driver); /* trace hook */
   if (status) {
     gpuhal__driver_destroy(driver);
@@ -703,22 +728,6 @@ static gpuhal_status_t gpuhal__device_check_params(const gpuhal_device_params_t*
   return NULL;
 }
 
-/* An owned copy of the cache directory `dir`, made absolute: a relative one is taken from
- * the working directory now, not at each access (a later chdir would split the cache). */
-static char* gpuhal__device_cache_dir_copy(const gpuhal_allocator_t* allocator, const char* dir) {
-  char cwd[4096];
-  size_t cwd_length, length = strlen(dir);
-  char* copy;
-  if (dir[0] == '/' || dir[0] == 0 || !getcwd(cwd, sizeof(cwd))) return gpuhal__strdup(allocator, dir);
-  cwd_length = strlen(cwd);
-  copy = (char*)gpuhal__alloc(allocator, cwd_length + 1 + length + 1);
-  if (!copy) return NULL;
-  memcpy(copy, cwd, cwd_length);
-  copy[cwd_length] = '/';
-  memcpy(copy + cwd_length + 1, dir, length + 1);
-  return copy;
-}
-
 /* Copies `params` with the defaults filled in; module_cache_dir becomes an owned, absolute
  * copy. */
 static gpuhal_status_t gpuhal__device_resolve_params(gpuhal_device_t* device, const gpuhal_device_params_t* params) {
@@ -729,7 +738,7 @@ static gpuhal_status_t gpuhal__device_resolve_params(gpuhal_device_t* device, co
   cache_dir = device->params.module_cache_dir ? device->params.module_cache_dir : gpuhal__getenv("GPUHAL_CACHE_DIR");
   device->params.module_cache_dir = NULL;
   if (cache_dir) {
-    char* copy = gpuhal__device_cache_dir_copy(device->allocator, cache_dir);
+    char* copy = gpuhal__absolute_path_copy(device->allocator, cache_dir);
     if (!copy) return gpuhal__status_oom("module_cache_dir", strlen(cache_dir) + 1);
     device->params.module_cache_dir = copy;
   }

@@ -1,7 +1,8 @@
 /* trace: a Chrome-trace JSON timeline of what gpuhal did, for Perfetto (ui.perfetto.dev)
  * and chrome://tracing; and NVTX ranges for Nsight Systems.
  *
- * Turn it on with $GPUHAL_TRACE=file.json or gpuhal_driver_options_t.trace_path. The
+ * Turn it on with $GPUHAL_TRACE=file.json or gpuhal_driver_options_t.trace_path (a relative
+ * path is made absolute when the driver is created: a later chdir does not move it). The
  * timeline has
  *   - one track per device queue (a "process" per GPU) with a GPU span for every queue
  *     operation that ran there (execute, alloca, dealloca, barrier), timed on the GPU by

@@ -516,5 +516,37 @@ TU_TEST(special_paths_are_not_replaced) {
   TU_CHECK(rmdir(dir) == 0); /* nothing else (no temporary file) was left there */
 }
 
+/* A relative trace path is taken from the working directory when the driver is created:
+ * a later chdir does not move the trace (each write used to resolve it again). */
+TU_TEST(relative_path_survives_chdir) {
+  char first[64], second[64], cwd[4096], at_first[128], at_second[128];
+  gpuhal_driver_t* driver = NULL;
+  tt_trace t;
+  const char* why;
+  TU_REQUIRE(getcwd(cwd, sizeof(cwd)) != NULL);
+  snprintf(first, sizeof(first), "/tmp/gpuhal_test_trace_cwd1_XXXXXX");
+  snprintf(second, sizeof(second), "/tmp/gpuhal_test_trace_cwd2_XXXXXX");
+  TU_REQUIRE(mkdtemp(first) != NULL && mkdtemp(second) != NULL);
+  snprintf(at_first, sizeof(at_first), "%s/rel.json", first);
+  snprintf(at_second, sizeof(at_second), "%s/rel.json", second);
+  TU_REQUIRE(chdir(first) == 0);
+  TU_CHECK_OK(tt_driver("rel.json", &driver));
+  TU_CHECK(chdir(second) == 0);
+  if (driver) {
+    TU_CHECK_OK(gpuhal_driver_trace_flush(driver));
+    gpuhal_driver_release(driver);
+  }
+  TU_CHECK(chdir(cwd) == 0);
+  TU_CHECK(access(at_second, F_OK) != 0);
+  why = tt_load(at_first, &t);
+  if (why) TU_FAIL_AT(__FILE__, __LINE__, "%s", why);
+  tt_free(&t);
+  remove(at_first);
+  remove(at_second);
+  TU_CHECK(rmdir(first) == 0);
+  TU_CHECK(rmdir(second) == 0);
+}
+
 TU_MAIN(TU_CASE(pipeline_timeline), TU_CASE(off_by_default_and_bad_input), TU_CASE(unwritable_path_fails_early),
-        TU_CASE(host_calls_allocas_and_flush), TU_CASE(special_paths_are_not_replaced))
+        TU_CASE(host_calls_allocas_and_flush), TU_CASE(special_paths_are_not_replaced),
+        TU_CASE(relative_path_survives_chdir))
