@@ -645,14 +645,30 @@ GPUHAL__PRIVATE const char* gpuhal__getenv(const char* name) {
   return (v && v[0]) ? v : NULL;
 }
 
-GPUHAL__PRIVATE gpuhal_log_level_t gpuhal__log_level_parse(const char* s, gpuhal_log_level_t fallback) {
-  if (!s) return fallback;
-  if (!strcmp(s, "none") || !strcmp(s, "off")) return GPUHAL_LOG_NONE;
-  if (!strcmp(s, "error")) return GPUHAL_LOG_ERROR;
-  if (!strcmp(s, "warn") || !strcmp(s, "warning")) return GPUHAL_LOG_WARN;
-  if (!strcmp(s, "info")) return GPUHAL_LOG_INFO;
-  if (!strcmp(s, "debug")) return GPUHAL_LOG_DEBUG;
-  return fallback;
+/* 1 when `a` and `b` are equal but for the case of ASCII letters. */
+static int gpuhal__equal_nocase(const char* a, const char* b) {
+  for (; *a && *b; ++a, ++b) {
+    char x = (char)(*a >= 'A' && *a <= 'Z' ? *a - 'A' + 'a' : *a);
+    char y = (char)(*b >= 'A' && *b <= 'Z' ? *b - 'A' + 'a' : *b);
+    if (x != y) return 0;
+  }
+  return *a == *b;
+}
+
+GPUHAL__PRIVATE int gpuhal__log_level_parse(const char* s, gpuhal_log_level_t* level) {
+  static const struct {
+    const char* name;
+    gpuhal_log_level_t level;
+  } names[] = {{"none", GPUHAL_LOG_NONE},  {"off", GPUHAL_LOG_NONE},     {"error", GPUHAL_LOG_ERROR},
+               {"warn", GPUHAL_LOG_WARN},  {"warning", GPUHAL_LOG_WARN}, {"info", GPUHAL_LOG_INFO},
+               {"debug", GPUHAL_LOG_DEBUG}};
+  size_t i;
+  for (i = 0; s && i < sizeof(names) / sizeof(names[0]); ++i)
+    if (gpuhal__equal_nocase(s, names[i].name)) {
+      *level = names[i].level;
+      return 1;
+    }
+  return 0;
 }
 static const char* gpuhal__log_level_name(gpuhal_log_level_t level) {
   switch (level) {

@@ -235,6 +235,13 @@ static int gpuhal__driver_supports_memops(gpuhal_driver_t* driver, const gpuhal_
   const char* env = gpuhal__getenv("GPUHAL_SEMAPHORE_MEMOPS");
   int ordinal;
   int wanted = options->semaphore_memops > 0 || (options->semaphore_memops == 0 && !(env && strcmp(env, "0") == 0));
+  /* Anything but 0 or 1 is ignored; say so, or a misspelt 0 (false, off) silently keeps
+   * GPU-resident values. */
+  if (options->semaphore_memops == 0 && env && strcmp(env, "0") != 0 && strcmp(env, "1") != 0)
+    gpuhal__log(&driver->logger, GPUHAL_LOG_WARN,
+                "GPUHAL_SEMAPHORE_MEMOPS='%s' is neither 0 nor 1: ignored (GPU-resident semaphore values where the "
+                "devices support them, as with 1)",
+                env);
   if (!wanted || driver->device_count == 0) return 0;
   if (!cu->cuStreamWaitValue64 || !cu->cuStreamWriteValue64 || !cu->cuMemHostAlloc || !cu->cuMemFreeHost ||
       !cu->cuMemHostGetDevicePointer)
@@ -254,11 +261,14 @@ static int gpuhal__driver_supports_memops(gpuhal_driver_t* driver, const gpuhal_
 
 static gpuhal__logger_t gpuhal__logger_from_options(const gpuhal_driver_options_t* options) {
   gpuhal__logger_t logger;
-  logger.level = options->log_level;
-  if (logger.level == GPUHAL_LOG_NONE)
-    logger.level = gpuhal__log_level_parse(gpuhal__getenv("GPUHAL_LOG"), GPUHAL_LOG_WARN);
+  const char* env = options->log_level == GPUHAL_LOG_NONE ? gpuhal__getenv("GPUHAL_LOG") : NULL;
+  logger.level = options->log_level == GPUHAL_LOG_NONE ? GPUHAL_LOG_WARN : options->log_level;
   logger.fn = options->log_fn;
   logger.user = options->log_user;
+  /* A misspelt level would otherwise silently leave the log at its default. */
+  if (env && !gpuhal__log_level_parse(env, &logger.level))
+    gpuhal__log(&logger, GPUHAL_LOG_WARN,
+                "GPUHAL_LOG='%s' is not a log level (none, error, warn, info or debug, any case): using warn", env);
   return logger;
 }
 

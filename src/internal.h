@@ -288,7 +288,9 @@ GPUHAL__PRIVATE gpuhal__list_node_t* gpuhal__list_pop_front(gpuhal__list_node_t*
 
 /* ---- environment ---- */
 GPUHAL__PRIVATE const char* gpuhal__getenv(const char* name);
-GPUHAL__PRIVATE gpuhal_log_level_t gpuhal__log_level_parse(const char* s, gpuhal_log_level_t fallback);
+/* Sets *level to the level `s` names (none/off, error, warn/warning, info, debug; any case)
+ * and returns 1; 0, *level untouched, when `s` is NULL or names none. */
+GPUHAL__PRIVATE int gpuhal__log_level_parse(const char* s, gpuhal_log_level_t* level);
 
 /* A logger: a sink and a level. Drivers own one; modules log through their driver's. */
 typedef struct gpuhal__logger_s {

@@ -56,14 +56,15 @@
  * ENVIRONMENT VARIABLES
  *   name, what it does - default. Read when a driver or device is created; an empty value
  *   counts as unset; a matching gpuhal_driver_options_t or gpuhal_device_params_t field,
- *   when set (non-zero), wins over the variable.
+ *   when set (non-zero), wins over the variable. A value gpuhal does not recognise is
+ *   logged (a warning naming the variable and what is used instead) and ignored.
  *   GPUHAL_CUDA_LIBRARY      the only driver library tried - libcuda.so.1, then libcuda.so
  *   GPUHAL_NCCL_LIBRARY      the only NCCL library tried - libnccl.so.2, then libnccl.so
  *   GPUHAL_NVRTC_LIBRARY     the only NVRTC library tried - libnvrtc.so.13, .so.12, .so
- *   GPUHAL_LOG               none|off|error|warn|info|debug: log from that level - warn
+ *   GPUHAL_LOG               none|off|error|warn|info|debug (any case): log from that level - warn
  *   GPUHAL_CACHE_DIR         directory of the persistent kernel cache - none (memory only)
  *   GPUHAL_TRACE             file to write a Chrome-trace (Perfetto) JSON timeline to - none
- *   GPUHAL_SEMAPHORE_MEMOPS  0: timeline values never in device memory - on where supported
+ *   GPUHAL_SEMAPHORE_MEMOPS  0: timeline values never in device memory; 1: on - on where supported
  *   GPUHAL_HANG_REPORT       seconds: a host wait (or device_wait_idle) this long logs
  *                            gpuhal_driver_report_pending once - off
  *   GPUHAL_NVTX              0: no NVTX ranges; other: ranges without Nsight - on under Nsight

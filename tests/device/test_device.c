@@ -503,6 +503,59 @@ TU_TEST(log_level_from_environment) {
   }
 }
 
+/* Environment values gpuhal does not recognise are logged, naming the variable, the value
+ * and what is used instead (they used to be ignored silently); level names are taken in
+ * any case. */
+static char env_warning[512];
+static void collect_env_warning(gpuhal_log_level_t level, const char* message, void* user) {
+  (void)user;
+  if (level == GPUHAL_LOG_WARN && strstr(message, "GPUHAL_")) snprintf(env_warning, sizeof(env_warning), "%s", message);
+}
+
+TU_TEST(unrecognised_environment_values_warn) {
+  gpuhal_driver_options_t o;
+  gpuhal_driver_t* driver = NULL;
+  const char* saved_log = getenv("GPUHAL_LOG");
+  const char* saved_memops = getenv("GPUHAL_SEMAPHORE_MEMOPS");
+  char* copy_log = saved_log ? strdup(saved_log) : NULL;
+  char* copy_memops = saved_memops ? strdup(saved_memops) : NULL;
+  memset(&o, 0, sizeof(o));
+  o.log_fn = collect_env_warning;
+  setenv("GPUHAL_LOG", "verbose", 1);
+  env_warning[0] = 0;
+  TU_REQUIRE_OK(gpuhal_driver_create(&o, &driver));
+  TU_CHECK_EQ_INT(driver->logger.level, GPUHAL_LOG_WARN);
+  TU_CHECK_STR_CONTAINS(env_warning, "GPUHAL_LOG='verbose'");
+  TU_CHECK_STR_CONTAINS(env_warning, "using warn");
+  gpuhal_driver_release(driver);
+  setenv("GPUHAL_LOG", "DEBUG", 1);
+  env_warning[0] = 0;
+  TU_REQUIRE_OK(gpuhal_driver_create(&o, &driver));
+  TU_CHECK_EQ_INT(driver->logger.level, GPUHAL_LOG_DEBUG);
+  TU_CHECK_EQ_INT((int)strlen(env_warning), 0);
+  gpuhal_driver_release(driver);
+  unsetenv("GPUHAL_LOG");
+  setenv("GPUHAL_SEMAPHORE_MEMOPS", "off", 1);
+  env_warning[0] = 0;
+  TU_REQUIRE_OK(gpuhal_driver_create(&o, &driver));
+  TU_CHECK_STR_CONTAINS(env_warning, "GPUHAL_SEMAPHORE_MEMOPS='off'");
+  TU_CHECK_STR_CONTAINS(env_warning, "ignored");
+  gpuhal_driver_release(driver);
+  setenv("GPUHAL_SEMAPHORE_MEMOPS", "0", 1);
+  env_warning[0] = 0;
+  TU_REQUIRE_OK(gpuhal_driver_create(&o, &driver));
+  TU_CHECK_EQ_INT((int)strlen(env_warning), 0);
+  TU_CHECK_EQ_INT(gpuhal_driver_has_feature(driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS), 0);
+  gpuhal_driver_release(driver);
+  if (copy_memops)
+    setenv("GPUHAL_SEMAPHORE_MEMOPS", copy_memops, 1);
+  else
+    unsetenv("GPUHAL_SEMAPHORE_MEMOPS");
+  if (copy_log) setenv("GPUHAL_LOG", copy_log, 1);
+  free(copy_memops);
+  free(copy_log);
+}
+
 /* A user allocator sees every allocation gpuhal makes for the driver and its devices. */
 static long live_allocations;
 static void* counting_alloc(size_t size, void* user) {
@@ -579,4 +632,5 @@ TU_TEST(creation_failures_clean_up) {
 TU_MAIN(TU_CASE(count_and_info), TU_CASE(create_and_release_each_device), TU_CASE(caller_context_is_never_changed),
         TU_CASE(worker_runs_tasks_in_order_on_the_context), TU_CASE(context_scope), TU_CASE(last_release_on_the_worker),
         TU_CASE(logger_callback_receives_messages), TU_CASE(failed_stream_destroy_is_logged),
-        TU_CASE(log_level_from_environment), TU_CASE(user_allocator), TU_CASE(creation_failures_clean_up))
+        TU_CASE(log_level_from_environment), TU_CASE(unrecognised_environment_values_warn), TU_CASE(user_allocator),
+        TU_CASE(creation_failures_clean_up))
