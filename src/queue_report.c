@@ -455,17 +455,45 @@ static void gpuhal__report_free(gpuhal__report_t* r) {
   gpuhal__free(r->allocator, r->signals);
 }
 
+/* gpuhal__log formats into a buffer of 1024 bytes: a longer report goes out in several
+ * warnings, each of whole lines where it can (a longer line is split). */
+#define GPUHAL__HANG_REPORT_PIECE 800
+static void gpuhal__queue_hang_report_log(gpuhal_driver_t* driver, int64_t waited_ns, const char* text, int cut) {
+  size_t length = strlen(text), at = 0;
+  int part = 0;
+  do {
+    size_t n = length - at;
+    if (n > GPUHAL__HANG_REPORT_PIECE) {
+      size_t end = GPUHAL__HANG_REPORT_PIECE;
+      while (end > 0 && text[at + end - 1] != '\n') --end;
+      n = end ? end : GPUHAL__HANG_REPORT_PIECE;
+    }
+    if (++part == 1)
+      gpuhal__log(&driver->logger, GPUHAL_LOG_WARN, "a host wait has waited %.1f s (GPUHAL_HANG_REPORT)%s; %.*s",
+                  (double)waited_ns / 1e9, cut ? " (the report kept growing: cut short)" : "", (int)n, text + at);
+    else
+      gpuhal__log(&driver->logger, GPUHAL_LOG_WARN, "(hang report, part %d) %.*s", part, (int)n, text + at);
+    at += n;
+  } while (at < length);
+}
+
 GPUHAL__PRIVATE void gpuhal__queue_hang_report(gpuhal_driver_t* driver, int64_t waited_ns) {
-  size_t length = 0;
+  size_t capacity = 4096, length = 0;
   char* text = NULL;
-  gpuhal_status_t status = gpuhal_driver_report_pending(driver, NULL, 0, &length);
-  if (!status) {
-    text = (char*)gpuhal__alloc(&driver->allocator, length + 1);
-    if (text) status = gpuhal_driver_report_pending(driver, text, length + 1, NULL);
+  gpuhal_status_t status = NULL;
+  int attempt;
+  /* Each call writes what fits and measures the whole report; work submitted meanwhile
+   * may make the next one longer, so a larger buffer is tried until one holds it all. */
+  for (attempt = 0; attempt < 8; ++attempt) {
+    gpuhal__free(&driver->allocator, text);
+    text = (char*)gpuhal__alloc(&driver->allocator, capacity);
+    if (!text) break;
+    status = gpuhal_driver_report_pending(driver, text, capacity, &length);
+    if (status || length < capacity) break;
+    capacity = length + length / 2 + 1;
   }
   if (text && !status)
-    gpuhal__log(&driver->logger, GPUHAL_LOG_WARN, "a host wait has waited %.1f s (GPUHAL_HANG_REPORT); %s",
-                (double)waited_ns / 1e9, text);
+    gpuhal__queue_hang_report_log(driver, waited_ns, text, length >= capacity);
   else
     gpuhal__log(&driver->logger, GPUHAL_LOG_WARN, "a host wait has waited %.1f s; no pending report: %s",
                 (double)waited_ns / 1e9, status ? gpuhal_status_message(status) : "out of memory");

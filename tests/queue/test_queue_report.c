@@ -78,10 +78,14 @@ static void qr_close(qr_fixture_t* f) {
   qc_watchdog_disarm();
 }
 
-static gpuhal_semaphore_t* qr_semaphore(qr_fixture_t* f, const char* label) {
-  gpuhal_semaphore_t* s = qc_semaphore_new(f->driver);
+static gpuhal_semaphore_t* qr_semaphore_of(gpuhal_driver_t* driver, const char* label) {
+  gpuhal_semaphore_t* s = qc_semaphore_new(driver);
   if (s) TU_CHECK_OK(gpuhal_semaphore_set_label(s, label));
   return s;
+}
+
+static gpuhal_semaphore_t* qr_semaphore(qr_fixture_t* f, const char* label) {
+  return qr_semaphore_of(f->driver, label);
 }
 
 typedef struct qr_stall_s {
@@ -273,6 +277,84 @@ static void qr_hang_report_case(int idle) {
 TU_TEST(hang_report_logs_once) { qr_hang_report_case(0); }
 TU_TEST(hang_report_covers_device_wait_idle) { qr_hang_report_case(1); }
 
+/* A hang report longer than one log message (gpuhal__log's 1024 bytes) is logged whole, in
+ * parts of whole lines: joined they are exactly the pending report. (It was measured in one
+ * pass and written in another, into a buffer of the first length, and the log cut it at
+ * 1024 bytes.) */
+#define QR_LONG 40u
+typedef struct qr_parts_s {
+  pthread_mutex_t mutex;
+  int parts;
+  char text[65536];
+} qr_parts_t;
+
+static void qr_parts_fn(gpuhal_log_level_t level, const char* message, void* user) {
+  qr_parts_t* log = (qr_parts_t*)user;
+  const char* body = NULL;
+  if (level != GPUHAL_LOG_WARN) return;
+  if (strstr(message, "(GPUHAL_HANG_REPORT)"))
+    body = strstr(message, "gpuhal pending report");
+  else if (strncmp(message, "(hang report, part ", 19) == 0)
+    body = strstr(message, ") ") + 2;
+  if (!body) return;
+  pthread_mutex_lock(&log->mutex);
+  log->parts++;
+  snprintf(log->text + strlen(log->text), sizeof(log->text) - strlen(log->text), "%s", body);
+  pthread_mutex_unlock(&log->mutex);
+}
+
+TU_TEST(hang_report_is_logged_whole) {
+  gpuhal_driver_options_t options;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal_semaphore_t *gate = NULL, *done = NULL;
+  qr_parts_t* log = (qr_parts_t*)calloc(1, sizeof(qr_parts_t));
+  char* report = (char*)calloc(1, sizeof(log->text));
+  gpuhal_status_t st;
+  uint64_t value;
+  uint32_t i;
+  TU_REQUIRE(log && report);
+  pthread_mutex_init(&log->mutex, NULL);
+  memset(&options, 0, sizeof(options));
+  options.semaphore_memops = -1;
+  options.log_fn = qr_parts_fn;
+  options.log_user = log;
+  setenv("GPUHAL_HANG_REPORT", "0.05", 1);
+  st = gpuhal_driver_create(&options, &driver);
+  unsetenv("GPUHAL_HANG_REPORT");
+  TU_REQUIRE_OK(st);
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, NULL, &device));
+  gate = qr_semaphore_of(driver, "gate");
+  done = qr_semaphore_of(driver, "done");
+  TU_REQUIRE(gate && done);
+  for (i = 0; i < QR_LONG; ++i) {
+    value = i + 1;
+    TU_CHECK_OK(gpuhal_queue_host_call(device, 0, gpuhal_semaphore_list_one(&gate, &qr_one),
+                                       gpuhal_semaphore_list_one(&done, &value), qt_host_fn_nop, NULL));
+  }
+  qc_sleep_ms(20); /* the worker has taken them in */
+  st = gpuhal_semaphore_wait(done, 1, gpuhal_timeout_relative_ns(300000000ll));
+  TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_DEADLINE_EXCEEDED);
+  gpuhal_status_free(st);
+  TU_CHECK_OK(gpuhal_driver_report_pending(driver, report, sizeof(log->text), NULL));
+  TU_CHECK(strlen(report) > 2048);
+  pthread_mutex_lock(&log->mutex);
+  TU_CHECK(log->parts > 1);
+  TU_CHECK_STR_EQ(log->text, report);
+  pthread_mutex_unlock(&log->mutex);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, QR_LONG, qt_seconds(QR_WAIT_S)));
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done);
+  qc_watchdog_arm(30, "gpuhal_device_release");
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+  qc_watchdog_disarm();
+  pthread_mutex_destroy(&log->mutex);
+  free(report);
+  free(log);
+}
+
 /* Thousands of operations waiting: every one is listed, in submission order per queue, and
  * each cross-queue wait names the operation that signals it (the report's copy grows as
  * needed and finds signallers through a sorted index). */
@@ -337,4 +419,5 @@ TU_TEST(report_lists_thousands_of_operations) {
 
 TU_MAIN(TU_CASE(report_of_a_stall_event_path), TU_CASE(report_of_a_stall_default_path),
         TU_CASE(report_rejects_bad_arguments), TU_CASE(hang_report_logs_once),
-        TU_CASE(hang_report_covers_device_wait_idle), TU_CASE(report_lists_thousands_of_operations))
+        TU_CASE(hang_report_covers_device_wait_idle), TU_CASE(hang_report_is_logged_whole),
+        TU_CASE(report_lists_thousands_of_operations))
