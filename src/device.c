@@ -779,8 +779,15 @@ static int32_t gpuhal__device_room_headroom(const gpuhal_device_t* device) {
 static void gpuhal__device_room_grow(gpuhal_device_t* device, gpuhal__ordinal_t* o, int32_t target) {
   CUstream* held = NULL;
   int32_t n = target - gpuhal__atomic_load(&o->room_live), made = 0, live, i;
-  if (n <= 0 || gpuhal__alloc_zeroed(device->allocator, sizeof(CUstream) * (size_t)n, "room streams", (void**)&held))
+  gpuhal_status_t status;
+  if (n <= 0) return;
+  status = gpuhal__alloc_zeroed(device->allocator, sizeof(CUstream) * (size_t)n, "room streams", (void**)&held);
+  if (status) { /* best effort, like a stream that cannot be made: the store stays as it is */
+    gpuhal__log(device->logger, GPUHAL_LOG_WARN, "device %d: growing the context's store: %s", device->ordinal,
+                gpuhal_status_message(status));
+    gpuhal_status_free(status);
     return;
+  }
   while (made < n && device->cu->cuStreamCreate(&held[made], CU_STREAM_NON_BLOCKING) == 0) made++;
   live = gpuhal__atomic_load(&o->room_live);
   for (i = 0; i < made; ++i) {

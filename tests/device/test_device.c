@@ -588,6 +588,51 @@ TU_TEST(user_allocator) {
   TU_CHECK_EQ_INT(live_allocations, 0);
 }
 
+/* Growing the context's store is best effort: when its array of streams cannot be
+ * allocated it says so and frees the status (which leaked). The allocator fails only
+ * that array, picked by its size (QD_ROOM_STREAMS streams). */
+#define QD_ROOM_STREAMS 777
+static int room_grow_warned;
+static void collect_room_log(gpuhal_log_level_t level, const char* message, void* user) {
+  (void)user;
+  if (level == GPUHAL_LOG_WARN && strstr(message, "growing the context's store") && strstr(message, "room streams"))
+    room_grow_warned++;
+}
+static void* room_failing_alloc(size_t size, void* user) {
+  (void)user;
+  return size == sizeof(CUstream) * QD_ROOM_STREAMS ? NULL : malloc(size);
+}
+static void room_failing_free(void* p, void* user) {
+  (void)user;
+  free(p);
+}
+TU_TEST(room_grow_out_of_memory_frees_its_status) {
+  gpuhal_driver_options_t o;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal__context_scope_t scope;
+  gpuhal__ordinal_t* ordinal;
+  int32_t room;
+  memset(&o, 0, sizeof(o));
+  o.allocator.alloc = room_failing_alloc;
+  o.allocator.free = room_failing_free;
+  o.log_fn = collect_room_log;
+  TU_REQUIRE_OK(gpuhal_driver_create(&o, &driver));
+  TU_CHECK_OK(gpuhal_device_create(driver, 0, NULL, &device));
+  if (device) {
+    ordinal = &driver->ordinals[device->ordinal];
+    room = gpuhal__atomic_load(&ordinal->room);
+    room_grow_warned = 0;
+    TU_CHECK_OK(gpuhal__context_enter(device, &scope));
+    gpuhal__device_room_grow(device, ordinal, gpuhal__atomic_load(&ordinal->room_live) + QD_ROOM_STREAMS);
+    gpuhal__context_leave(device, &scope);
+    TU_CHECK_EQ_INT(room_grow_warned, 1);
+    TU_CHECK_EQ_INT(gpuhal__atomic_load(&ordinal->room), room);
+    gpuhal_device_release(device);
+  }
+  gpuhal_driver_release(driver);
+}
+
 /* Driver errors during creation name the call and leave nothing behind (softcuda only). */
 TU_TEST(creation_failures_clean_up) {
   raw_cuda_t raw;
@@ -633,4 +678,4 @@ TU_MAIN(TU_CASE(count_and_info), TU_CASE(create_and_release_each_device), TU_CAS
         TU_CASE(worker_runs_tasks_in_order_on_the_context), TU_CASE(context_scope), TU_CASE(last_release_on_the_worker),
         TU_CASE(logger_callback_receives_messages), TU_CASE(failed_stream_destroy_is_logged),
         TU_CASE(log_level_from_environment), TU_CASE(unrecognised_environment_values_warn), TU_CASE(user_allocator),
-        TU_CASE(creation_failures_clean_up))
+        TU_CASE(room_grow_out_of_memory_frees_its_status), TU_CASE(creation_failures_clean_up))
