@@ -729,12 +729,44 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_device_info(gpuhal_driver_t* driver, in
 
 /* ---- device ---- */
 
+/* A tuning time above GPUHAL_TUNING_TIME_MAX_NS is refused: the queue adds these to clock
+ * readings (a spin's end, an action's age), which would overflow near INT64_MAX. */
+static gpuhal_status_t gpuhal__device_check_tuning_time(const char* field, int64_t value) {
+  if (value <= GPUHAL_TUNING_TIME_MAX_NS) return NULL;
+  return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
+                            "gpuhal_device_create: argument 'params->tuning.%s' is %lld, must be at most "
+                            "GPUHAL_TUNING_TIME_MAX_NS (%lld ns, 60 s)",
+                            field, (long long)value, (long long)GPUHAL_TUNING_TIME_MAX_NS);
+}
+
+/* A tuning count above GPUHAL_TUNING_COUNT_MAX is refused: park_headroom makes twice that
+ * many streams at once (and overflows doubled near 2^30), the others are compared with
+ * counts that never come near it. */
+static gpuhal_status_t gpuhal__device_check_tuning_count(const char* field, int32_t value) {
+  if (value <= GPUHAL_TUNING_COUNT_MAX) return NULL;
+  return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
+                            "gpuhal_device_create: argument 'params->tuning.%s' is %ld, must be at most "
+                            "GPUHAL_TUNING_COUNT_MAX (%d)",
+                            field, (long)value, GPUHAL_TUNING_COUNT_MAX);
+}
+
 static gpuhal_status_t gpuhal__device_check_params(const gpuhal_device_params_t* params) {
+  const gpuhal_queue_tuning_t* t;
   if (!params) return NULL;
+  t = &params->tuning;
   if (params->queue_count > GPUHAL_MAX_QUEUES)
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
                               "gpuhal_device_create: argument 'params->queue_count' is %u, must be at most %d",
                               (unsigned)params->queue_count, GPUHAL_MAX_QUEUES);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_tuning_time("host_wait_spin_ns", t->host_wait_spin_ns));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_tuning_time("host_wait_max_sleep_ns", t->host_wait_max_sleep_ns));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_tuning_time("completion_min_age_ns", t->completion_min_age_ns));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_tuning_time("completion_max_sleep_ns", t->completion_max_sleep_ns));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_tuning_time("load_parked_wait_ns", t->load_parked_wait_ns));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_tuning_count("harvest_min", t->harvest_min));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_tuning_count("gpu_parked_max", t->gpu_parked_max));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_tuning_count("park_headroom", t->park_headroom));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_tuning_count("graph_instances_max", t->graph_instances_max));
   return NULL;
 }
 

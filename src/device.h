@@ -102,7 +102,12 @@ typedef gpuhal_status_t (*gpuhal_compile_fn_t)(void* user, const void* ptx, size
 typedef void (*gpuhal_compile_free_fn_t)(void* user, void* cubin);
 
 /* Run-time tuning of the queue (gpuhal_device_params_t.tuning). Zero in any field means its
- * documented default; a negative time means "none" where that is allowed. */
+ * documented default; a negative time means "none" where that is allowed. Every time (an
+ * _ns field) is at most GPUHAL_TUNING_TIME_MAX_NS (60 s) and every count (harvest_min,
+ * gpu_parked_max, park_headroom, graph_instances_max) at most GPUHAL_TUNING_COUNT_MAX
+ * (4096): gpuhal_device_create refuses a larger one with OUT_OF_RANGE. */
+#define GPUHAL_TUNING_TIME_MAX_NS ((int64_t)60 * 1000000000)
+#define GPUHAL_TUNING_COUNT_MAX 4096
 typedef struct gpuhal_queue_tuning_t {
   /* A host wait polls its value's event this long before it sleeps between polls
    * (0 = 200 us; < 0 = do not spin). Halved for each wait on the same semaphore in a row

@@ -633,6 +633,72 @@ TU_TEST(room_grow_out_of_memory_frees_its_status) {
   gpuhal_driver_release(driver);
 }
 
+/* Tuning fields past their documented bounds are refused, naming the field (they were
+ * taken: a host wait spin of INT64_MAX overflowed its end time, a completion age of
+ * INT64_MAX the action's deadline, park_headroom 2^30 doubled to a negative count, and a
+ * large one made twice that many streams). A time of exactly the bound is taken. */
+static gpuhal_status_t tuning_create(gpuhal_driver_t* driver, const gpuhal_queue_tuning_t* tuning) {
+  gpuhal_device_params_t params;
+  gpuhal_device_t* device = NULL;
+  gpuhal_status_t status;
+  memset(&params, 0, sizeof(params));
+  params.tuning = *tuning;
+  status = gpuhal_device_create(driver, 0, &params, &device);
+  gpuhal_device_release(device);
+  return status;
+}
+
+TU_TEST(tuning_bounds_are_checked) {
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_queue_tuning_t t;
+  char buffer[96];
+  const char* needle = buffer;
+  int i;
+  static const char* const times[] = {"host_wait_spin_ns", "host_wait_max_sleep_ns", "completion_min_age_ns",
+                                      "completion_max_sleep_ns", "load_parked_wait_ns"};
+  static const char* const counts[] = {"harvest_min", "gpu_parked_max", "park_headroom", "graph_instances_max"};
+  TU_REQUIRE_OK(gpuhal_driver_create(NULL, &driver));
+  for (i = 0; i < 5; ++i) {
+    int64_t* field[5];
+    memset(&t, 0, sizeof(t));
+    field[0] = &t.host_wait_spin_ns;
+    field[1] = &t.host_wait_max_sleep_ns;
+    field[2] = &t.completion_min_age_ns;
+    field[3] = &t.completion_max_sleep_ns;
+    field[4] = &t.load_parked_wait_ns;
+    snprintf(buffer, sizeof(buffer), "params->tuning.%s", times[i]);
+    *field[i] = INT64_MAX;
+    TU_CHECK_STATUS(tuning_create(driver, &t), GPUHAL_STATUS_OUT_OF_RANGE, needle);
+    *field[i] = GPUHAL_TUNING_TIME_MAX_NS + 1;
+    TU_CHECK_STATUS(tuning_create(driver, &t), GPUHAL_STATUS_OUT_OF_RANGE, needle);
+  }
+  for (i = 0; i < 4; ++i) {
+    int32_t* field[4];
+    memset(&t, 0, sizeof(t));
+    field[0] = &t.harvest_min;
+    field[1] = &t.gpu_parked_max;
+    field[2] = &t.park_headroom;
+    field[3] = &t.graph_instances_max;
+    snprintf(buffer, sizeof(buffer), "params->tuning.%s", counts[i]);
+    *field[i] = 1 << 30;
+    TU_CHECK_STATUS(tuning_create(driver, &t), GPUHAL_STATUS_OUT_OF_RANGE, needle);
+    *field[i] = INT32_MAX;
+    TU_CHECK_STATUS(tuning_create(driver, &t), GPUHAL_STATUS_OUT_OF_RANGE, needle);
+  }
+  /* At the bounds (times; the counts at a modest value: 4096 of park_headroom is 8192
+   * streams), and negative ("none"), a device is made. */
+  memset(&t, 0, sizeof(t));
+  t.host_wait_max_sleep_ns = GPUHAL_TUNING_TIME_MAX_NS;
+  t.completion_min_age_ns = GPUHAL_TUNING_TIME_MAX_NS;
+  t.load_parked_wait_ns = GPUHAL_TUNING_TIME_MAX_NS;
+  t.host_wait_spin_ns = -1;
+  t.harvest_min = GPUHAL_TUNING_COUNT_MAX;
+  t.graph_instances_max = GPUHAL_TUNING_COUNT_MAX;
+  t.park_headroom = 8;
+  TU_CHECK_OK(tuning_create(driver, &t));
+  gpuhal_driver_release(driver);
+}
+
 /* Driver errors during creation name the call and leave nothing behind (softcuda only). */
 TU_TEST(creation_failures_clean_up) {
   raw_cuda_t raw;
@@ -678,4 +744,5 @@ TU_MAIN(TU_CASE(count_and_info), TU_CASE(create_and_release_each_device), TU_CAS
         TU_CASE(worker_runs_tasks_in_order_on_the_context), TU_CASE(context_scope), TU_CASE(last_release_on_the_worker),
         TU_CASE(logger_callback_receives_messages), TU_CASE(failed_stream_destroy_is_logged),
         TU_CASE(log_level_from_environment), TU_CASE(unrecognised_environment_values_warn), TU_CASE(user_allocator),
-        TU_CASE(room_grow_out_of_memory_frees_its_status), TU_CASE(creation_failures_clean_up))
+        TU_CASE(room_grow_out_of_memory_frees_its_status), TU_CASE(tuning_bounds_are_checked),
+        TU_CASE(creation_failures_clean_up))
