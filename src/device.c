@@ -36,6 +36,24 @@ typedef struct gpuhal__worker_call_s {
   int done;
 } gpuhal__worker_call_t;
 
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_check_process(const gpuhal_driver_t* driver, const char* what) {
+  if ((long)getpid() == driver->creator_pid) return NULL;
+  return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                            "%s: the driver was created in another process (fork): a child must create its own "
+                            "driver",
+                            what);
+}
+
+/* A release in a forked child (gpuhal__driver_check_process) must not wait for threads
+ * that do not exist there: it leaves the object alone, says so, and returns 1. */
+static int gpuhal__release_in_other_process(const gpuhal_driver_t* driver, const char* what) {
+  gpuhal_status_t status = gpuhal__driver_check_process(driver, what);
+  if (!status) return 0;
+  gpuhal__log(&driver->logger, GPUHAL_LOG_ERROR, "%s; it is left as it is (a leak)", gpuhal_status_message(status));
+  gpuhal_status_free(status);
+  return 1;
+}
+
 static void gpuhal__worker_call_run(gpuhal__task_t* task) {
   gpuhal__worker_call_t* call = GPUHAL__CONTAINER_OF(task, gpuhal__worker_call_t, task);
   gpuhal__worker_t* w = &call->device->worker;
@@ -52,6 +70,9 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__worker_call(gpuhal_device_t* device, gpu
   gpuhal__worker_call_t call;
   gpuhal__worker_t* w = &device->worker;
   if (gpuhal__on_worker(device)) return fn(arg);
+  /* In a forked child the worker does not exist: the call would wait forever. */
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__driver_check_process(device->driver, "a call that runs on the device's worker thread"));
   memset(&call, 0, sizeof(call));
   gpuhal__list_init(&call.task.node);
   call.task.fn = gpuhal__worker_call_run;
@@ -394,6 +415,7 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   GPUHAL__RETURN_IF_ERROR(gpuhal__driver_alloc(&driver));
   gpuhal__object_init(&driver->header, GPUHAL__MAGIC_DRIVER);
   driver->header.lent = 1; /* gpuhal_device_driver hands it out */
+  driver->creator_pid = (long)getpid();
   gpuhal__object_pool_init(&driver->objects, &allocator);
   gpuhal__mutex_init(&driver->devices_mutex);
   gpuhal__mutex_init(&driver->words_mutex);
@@ -468,7 +490,10 @@ GPUHAL_API void gpuhal_driver_retain(gpuhal_driver_t* driver) {
 GPUHAL__PRIVATE void gpuhal__driver_retain_ref(gpuhal_driver_t* driver) { gpuhal__object_retain(&driver->header); }
 
 GPUHAL__PRIVATE void gpuhal__driver_release_ref(gpuhal_driver_t* driver) {
-  if (gpuhal__object_release(&driver->header)) gpuhal__driver_destroy(driver);
+  if (!gpuhal__object_release(&driver->header)) return;
+  /* the teardown joins the driver's threads, which a forked child does not have */
+  if (gpuhal__release_in_other_process(driver, "releasing the driver's last reference")) return;
+  gpuhal__driver_destroy(driver);
 }
 
 /* How long the application's driver release waits for released devices to settle. */
@@ -585,6 +610,7 @@ static void gpuhal__driver_warn_live_objects(gpuhal_driver_t* driver) {
 
 GPUHAL_API void gpuhal_driver_release(gpuhal_driver_t* driver) {
   if (!gpuhal__object_is_live(driver, GPUHAL__MAGIC_DRIVER)) return;
+  if (gpuhal__release_in_other_process(driver, "gpuhal_driver_release")) return;
   if (!gpuhal__object_user_release(&driver->header)) {
     gpuhal__log_extra_release(&driver->logger, __func__, "the driver");
     return;
@@ -1124,6 +1150,8 @@ GPUHAL__PRIVATE void gpuhal__device_release_ref(gpuhal_device_t* device) {
   gpuhal_driver_t* driver = device->driver;
   gpuhal_status_t status;
   if (!gpuhal__object_release(&device->header)) return;
+  /* the teardown joins the device's threads, which a forked child does not have */
+  if (gpuhal__release_in_other_process(driver, "releasing the device's last reference")) return;
   gpuhal__mutex_lock(&driver->devices_mutex);
   driver->teardowns++;
   gpuhal__mutex_unlock(&driver->devices_mutex);
@@ -1153,6 +1181,7 @@ GPUHAL_API void gpuhal_device_release(gpuhal_device_t* device) {
   int settle;
   if (!gpuhal__object_is_live(device, GPUHAL__MAGIC_DEVICE)) return;
   driver = device->driver;
+  if (gpuhal__release_in_other_process(driver, "gpuhal_device_release")) return;
   if (!gpuhal__object_user_release(&device->header)) {
     gpuhal__log(device->logger, GPUHAL_LOG_ERROR,
                 "gpuhal_device_release: device %d was released more times than it was created and retained; "

@@ -32,7 +32,12 @@ typedef struct gpuhal_driver_options_t {
 
 /* Loads the CUDA driver (and NCCL when present) and counts the devices. `options` may be
  * NULL for defaults. A library that will not load, or lacks a required symbol, gives
- * UNAVAILABLE saying what was tried or what is missing. No devices is not an error. */
+ * UNAVAILABLE saying what was tried or what is missing. No devices is not an error.
+ * Fork: a driver and its objects belong to the process that created the driver. A child
+ * forked from it has none of gpuhal's threads, so it must create its own driver: a call
+ * there that would wait for one of those threads fails with FAILED_PRECONDITION ("created
+ * in another process"), and gpuhal_device_release / gpuhal_driver_release there return at
+ * once, leaving the object to the child's exit (a leak, not a hang). */
 GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* options, gpuhal_driver_t** out_driver);
 GPUHAL_API void gpuhal_driver_retain(gpuhal_driver_t* driver);
 /* Releasing NULL is a no-op. The libraries stay loaded for the life of the process. */
@@ -277,6 +282,7 @@ struct gpuhal_driver_s {
   gpuhal__cond_t devices_cond;
   gpuhal__list_node_t devices; /* gpuhal_device_s.driver_link */
   int teardowns;               /* device teardowns under way, on any thread */
+  long creator_pid;            /* getpid() at creation: a forked child has none of its threads */
   uint64_t settles;            /* settles of released devices begun (under devices_mutex) */
   /* Semaphore value words (semaphore.h): slabs of pinned, device-mapped memory, made on
    * first use in the primary context of the device that needed one; the driver keeps that
@@ -433,6 +439,11 @@ GPUHAL__PRIVATE int gpuhal__on_other_worker(gpuhal_device_t* device);
 
 /* Queues `task` to run on the worker (FIFO); a task already queued is not queued twice. */
 GPUHAL__PRIVATE void gpuhal__worker_post(gpuhal_device_t* device, gpuhal__task_t* task);
+
+/* NULL in the process that created the driver; in another one (a child forked after the
+ * driver was made, where none of gpuhal's threads exist) FAILED_PRECONDITION naming
+ * `what`. A syscall: only on paths that wait for a gpuhal thread, never per submission. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_check_process(const gpuhal_driver_t* driver, const char* what);
 
 /* Runs fn(arg) on the worker, waits, and returns its status. Called on the worker itself
  * it runs fn at once (waiting for itself would never end). */

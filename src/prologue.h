@@ -76,7 +76,8 @@
  *   Every gpuhal object may be used from any thread. No gpuhal call changes the calling
  *   thread's current CUDA context: context-dependent work runs on the device's worker
  *   thread or inside a push/pop that restores the caller's context. Queue operations
- *   never block their caller.
+ *   never block their caller. A forked child must create its own driver: one inherited
+ *   from the parent has none of its threads there (see gpuhal_driver_create).
  *
  * LICENCE: MIT, at the end of this file.
  */

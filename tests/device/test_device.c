@@ -4,6 +4,10 @@
 #include "test_internals.h"
 #include "test_util.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 /* ---- the raw driver, for what gpuhal must not disturb ---- */
 typedef struct raw_cuda_s {
   void* lib;
@@ -699,6 +703,60 @@ TU_TEST(tuning_bounds_are_checked) {
   gpuhal_driver_release(driver);
 }
 
+/* A child forked after the driver was made has none of gpuhal's threads: a call that would
+ * wait for the device's worker fails there (FAILED_PRECONDITION, "created in another
+ * process") and the releases return at once, leaving the objects (they waited forever for
+ * the worker). The parent's driver and device are untouched and work on. */
+static void fork_quiet_log(gpuhal_log_level_t level, const char* message, void* user) {
+  (void)level;
+  (void)message;
+  (void)user;
+}
+static gpuhal_status_t fork_noop(void* arg) {
+  (void)arg;
+  return NULL;
+}
+static int fork_child(gpuhal_driver_t* driver, gpuhal_device_t* device) {
+  gpuhal_status_t status;
+  int ok;
+  alarm(10); /* a hang ends the child, which the parent sees */
+  status = gpuhal__worker_call(device, fork_noop, NULL);
+  ok = gpuhal_status_code(status) == GPUHAL_STATUS_FAILED_PRECONDITION &&
+       strstr(gpuhal_status_message(status), "created in another process (fork)") != NULL;
+  gpuhal_status_free(status);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+  return ok ? 0 : 1;
+}
+TU_TEST(forked_child_does_not_wait_for_gpuhal_threads) {
+  gpuhal_driver_options_t o;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  int64_t deadline;
+  int wstatus = 0, code = -1;
+  pid_t child, r;
+  memset(&o, 0, sizeof(o));
+  o.log_fn = fork_quiet_log; /* the child's releases log errors: kept quiet */
+  TU_REQUIRE_OK(gpuhal_driver_create(&o, &driver));
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, NULL, &device));
+  fflush(stdout);
+  fflush(stderr);
+  child = fork();
+  TU_REQUIRE(child >= 0);
+  if (child == 0) _exit(fork_child(driver, device));
+  deadline = gpuhal_now_ns() + 30ll * 1000000000ll;
+  while ((r = waitpid(child, &wstatus, WNOHANG)) == 0 && gpuhal_now_ns() < deadline) tu_sleep_ns(5000000);
+  if (r == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &wstatus, 0);
+  }
+  if (r == child) code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+  TU_CHECK_EQ_INT(code, 0);
+  TU_CHECK_OK(gpuhal__worker_call(device, fork_noop, NULL)); /* the parent's worker is there */
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+}
+
 /* Driver errors during creation name the call and leave nothing behind (softcuda only). */
 TU_TEST(creation_failures_clean_up) {
   raw_cuda_t raw;
@@ -745,4 +803,4 @@ TU_MAIN(TU_CASE(count_and_info), TU_CASE(create_and_release_each_device), TU_CAS
         TU_CASE(logger_callback_receives_messages), TU_CASE(failed_stream_destroy_is_logged),
         TU_CASE(log_level_from_environment), TU_CASE(unrecognised_environment_values_warn), TU_CASE(user_allocator),
         TU_CASE(room_grow_out_of_memory_frees_its_status), TU_CASE(tuning_bounds_are_checked),
-        TU_CASE(creation_failures_clean_up))
+        TU_CASE(forked_child_does_not_wait_for_gpuhal_threads), TU_CASE(creation_failures_clean_up))
