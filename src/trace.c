@@ -592,12 +592,15 @@ static int gpuhal__trace_span_cmp(const void* pa, const void* pb) {
 
 /* GPU spans of one track come from timestamps that float rounding can nudge: make every
  * operation start at or after the previous one's end, and every command lie inside its
- * operation, after the previous command, so the track nests exactly. */
+ * operation, after the previous command, so the track nests exactly. Host spans keep their
+ * clock's times: one thread's spans nest as its calls do (a submit's issue inside the
+ * submit), which the format allows, and moving them would squash the inner ones. */
 static void gpuhal__trace_fix_nesting(gpuhal__trace_out_span_t* s, size_t n) {
   size_t i;
   int64_t op_end = INT64_MIN, cmd_end = INT64_MIN, parent_ts = 0, parent_end = 0;
   for (i = 0; i < n; ++i) {
     int64_t end;
+    if (s[i].r->kind != GPUHAL__TRACE_GPU_SPAN) continue; /* a host span: kept as recorded */
     if (i == 0 || s[i].pid != s[i - 1].pid || s[i].tid != s[i - 1].tid) op_end = INT64_MIN;
     end = s[i].ts + s[i].dur;
     if (s[i].r->command == 0) {

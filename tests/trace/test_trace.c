@@ -547,6 +547,55 @@ TU_TEST(relative_path_survives_chdir) {
   TU_CHECK(rmdir(second) == 0);
 }
 
+/* A host span inside another on the same thread keeps its own times: the fast path's
+ * "issue" runs inside its "submit" on the submitting thread, and must show there with its
+ * length, not pushed to the submit's end with none (only GPU tracks are fixed up). */
+TU_TEST(nested_host_spans_keep_their_times) {
+  char path[256];
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal_semaphore_t* sem = NULL;
+  tt_trace t;
+  const char* why;
+  uint64_t v;
+  size_t i, j, nested = 0;
+  tt_path(path, sizeof(path), "nested");
+  TU_REQUIRE_OK(tt_driver(path, &driver));
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, NULL, &device));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(driver, 0, &sem));
+  for (v = 1; v <= 20; ++v) { /* idle queue, nothing to wait for: the submitter issues */
+    TU_CHECK_OK(gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&sem, &v),
+                                     NULL, NULL));
+    TU_CHECK_OK(gpuhal_semaphore_wait(sem, v, gpuhal_timeout_relative_ns(10ll * 1000000000)));
+  }
+  gpuhal_semaphore_release(sem);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+  why = tt_load(path, &t);
+  if (why) TU_FAIL_AT(__FILE__, __LINE__, "%s", why);
+  TU_REQUIRE(!why);
+  for (i = 0; i < t.span_count; ++i) {
+    const tt_span* issue = &t.spans[i];
+    if (strcmp(issue->cat, "host") || strncmp(issue->name, "issue", 5)) continue;
+    for (j = 0; j < t.span_count; ++j) {
+      const tt_span* submit = &t.spans[j];
+      if (strcmp(submit->cat, "host") || strncmp(submit->name, "submit", 6) || submit->pid != issue->pid ||
+          submit->tid != issue->tid || issue->ts < submit->ts || issue->ts > submit->ts + submit->dur)
+        continue;
+      ++nested;
+      /* the issue did work (it launched a barrier), inside the submit that made it */
+      TU_CHECK(issue->dur > 0);
+      TU_CHECK(issue->ts < submit->ts + submit->dur);
+      TU_CHECK(issue->ts + issue->dur <= submit->ts + submit->dur + 0.0015);
+    }
+  }
+  TU_CHECK(nested > 0);
+  why = tt_check_order_and_nesting(&t);
+  if (why) TU_FAIL_AT(__FILE__, __LINE__, "%s", why);
+  tt_free(&t);
+  remove(path);
+}
+
 TU_MAIN(TU_CASE(pipeline_timeline), TU_CASE(off_by_default_and_bad_input), TU_CASE(unwritable_path_fails_early),
         TU_CASE(host_calls_allocas_and_flush), TU_CASE(special_paths_are_not_replaced),
-        TU_CASE(relative_path_survives_chdir))
+        TU_CASE(relative_path_survives_chdir), TU_CASE(nested_host_spans_keep_their_times))
