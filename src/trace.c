@@ -594,33 +594,50 @@ static int gpuhal__trace_span_cmp(const void* pa, const void* pb) {
  * operation start at or after the previous one's end, and every command lie inside its
  * operation, after the previous command, so the track nests exactly. Host spans keep their
  * clock's times: one thread's spans nest as its calls do (a submit's issue inside the
- * submit), which the format allows, and moving them would squash the inner ones. */
-static void gpuhal__trace_fix_nesting(gpuhal__trace_out_span_t* s, size_t n) {
-  size_t i;
+ * submit), which the format allows, and moving them would squash the inner ones. A command
+ * whose operation the ring dropped (written first, it goes first) is dropped too: it has
+ * nothing to nest in, and clamped into whatever came before it would show work where none
+ * ran. Returns how many spans are left, in order at the front of `s`. */
+static size_t gpuhal__trace_fix_nesting(gpuhal__trace_out_span_t* s, size_t n) {
+  size_t i, kept = 0;
+  int pid = -1, tid = -1, have_parent = 0;
+  uint64_t parent_span = 0;
   int64_t op_end = INT64_MIN, cmd_end = INT64_MIN, parent_ts = 0, parent_end = 0;
   for (i = 0; i < n; ++i) {
-    int64_t end;
-    if (s[i].r->kind != GPUHAL__TRACE_GPU_SPAN) continue; /* a host span: kept as recorded */
-    if (i == 0 || s[i].pid != s[i - 1].pid || s[i].tid != s[i - 1].tid) op_end = INT64_MIN;
-    end = s[i].ts + s[i].dur;
-    if (s[i].r->command == 0) {
-      if (s[i].ts < op_end) s[i].ts = op_end;
-      if (end < s[i].ts) end = s[i].ts;
-      s[i].dur = end - s[i].ts;
+    gpuhal__trace_out_span_t o = s[i];
+    int64_t end = o.ts + o.dur;
+    if (o.r->kind == GPUHAL__TRACE_GPU_SPAN && (o.pid != pid || o.tid != tid)) {
+      /* a new track: nothing of the last one bounds it */
+      pid = o.pid;
+      tid = o.tid;
+      op_end = INT64_MIN;
+      have_parent = 0;
+    }
+    if (o.r->kind != GPUHAL__TRACE_GPU_SPAN) {
+      /* a host span: kept as recorded */
+    } else if (o.r->command == 0) {
+      if (o.ts < op_end) o.ts = op_end;
+      if (end < o.ts) end = o.ts;
+      o.dur = end - o.ts;
       op_end = end;
-      parent_ts = s[i].ts;
+      have_parent = 1;
+      parent_span = o.r->span;
+      parent_ts = o.ts;
       parent_end = end;
       cmd_end = parent_ts;
     } else {
-      if (s[i].ts < cmd_end) s[i].ts = cmd_end;
-      if (s[i].ts < parent_ts) s[i].ts = parent_ts;
-      if (s[i].ts > parent_end) s[i].ts = parent_end;
+      if (!have_parent || o.r->span != parent_span) continue;
+      if (o.ts < cmd_end) o.ts = cmd_end;
+      if (o.ts < parent_ts) o.ts = parent_ts;
+      if (o.ts > parent_end) o.ts = parent_end;
       if (end > parent_end) end = parent_end;
-      if (end < s[i].ts) end = s[i].ts;
-      s[i].dur = end - s[i].ts;
+      if (end < o.ts) end = o.ts;
+      o.dur = end - o.ts;
       cmd_end = end;
     }
+    s[kept++] = o;
   }
+  return kept;
 }
 
 typedef struct gpuhal__trace_signal_s {
@@ -815,7 +832,7 @@ static gpuhal_status_t gpuhal__trace_snapshot(gpuhal__trace_t* trace, gpuhal__tr
     }
   }
   qsort(s->spans, s->span_count, sizeof(*s->spans), gpuhal__trace_span_cmp);
-  gpuhal__trace_fix_nesting(s->spans, s->span_count);
+  s->span_count = gpuhal__trace_fix_nesting(s->spans, s->span_count);
   for (i = 0; i < s->span_count; ++i) {
     gpuhal__trace_out_span_t* o = &s->spans[i];
     s->by_ts[i] = o;
