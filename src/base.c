@@ -213,6 +213,30 @@ GPUHAL__PRIVATE void gpuhal__label_copy(char* out, const char* label) {
   out[n] = '\0';
 }
 
+GPUHAL__PRIVATE size_t gpuhal__utf8_char_len(const char* s) {
+  const unsigned char* u = (const unsigned char*)s;
+  unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range (RFC 3629's table) */
+  size_t n, i;
+  if (u[0] < 0x80) return 1;
+  if (u[0] < 0xC2) return 0; /* a continuation byte, or the lead of an overlong pair */
+  if (u[0] < 0xE0) {
+    n = 2;
+  } else if (u[0] < 0xF0) {
+    n = 3;
+    if (u[0] == 0xE0) lo = 0xA0; /* overlong */
+    if (u[0] == 0xED) hi = 0x9F; /* surrogates */
+  } else if (u[0] < 0xF5) {
+    n = 4;
+    if (u[0] == 0xF0) lo = 0x90; /* overlong */
+    if (u[0] == 0xF4) hi = 0x8F; /* past U+10FFFF */
+  } else {
+    return 0;
+  }
+  for (i = 1; i < n; ++i, lo = 0x80, hi = 0xBF)
+    if (u[i] < lo || u[i] > hi) return 0;
+  return n;
+}
+
 GPUHAL__PRIVATE void gpuhal__sleep_ns(int64_t ns) {
   struct timespec ts;
   if (ns <= 0) return;

@@ -65,6 +65,10 @@ GPUHAL__PRIVATE void gpuhal__sleep_ns(int64_t ns);
 /* Copies `label` into `out` (GPUHAL_LABEL_MAX bytes), cut to fit (not inside a UTF-8
  * character), control characters as '?'; NULL gives "". */
 GPUHAL__PRIVATE void gpuhal__label_copy(char* out, const char* label);
+/* The length (1 to 4) of the well-formed UTF-8 character that starts `s`, 0 when its bytes
+ * are not one (a stray or missing continuation byte, an overlong form, a surrogate, past
+ * U+10FFFF); a NUL ends a character early, so it never reads past the string. */
+GPUHAL__PRIVATE size_t gpuhal__utf8_char_len(const char* s);
 /* The three arguments of a "%s%s%s" that prints ` 'label'` when `label` is set, nothing
  * when it is "" (messages and reports name labelled objects this way). */
 #define GPUHAL__LABEL_ARGS(label) (label)[0] ? " '" : "", (label), (label)[0] ? "'" : ""

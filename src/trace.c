@@ -540,16 +540,23 @@ typedef struct gpuhal__trace_writer_s {
   int64_t origin;
 } gpuhal__trace_writer_t;
 
+/* JSON must be UTF-8, and names and paths need not be (a library path is any bytes, a name
+ * cut to fit can end inside a character): each byte that starts no well-formed character
+ * becomes U+FFFD, so parsers take the file and the rest of the text stays readable. */
 static void gpuhal__trace_json_string(FILE* f, const char* s) {
   fputc('"', f);
-  for (; *s; ++s) {
+  while (*s) {
     unsigned char c = (unsigned char)*s;
+    size_t n = gpuhal__utf8_char_len(s);
     if (c == '"' || c == '\\')
       fprintf(f, "\\%c", c);
     else if (c < 0x20)
       fprintf(f, "\\u%04x", c);
+    else if (n == 0)
+      fputs("\\ufffd", f);
     else
-      fputc(c, f);
+      fwrite(s, 1, n, f);
+    s += n ? n : 1;
   }
   fputc('"', f);
 }

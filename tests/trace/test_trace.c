@@ -596,6 +596,41 @@ TU_TEST(nested_host_spans_keep_their_times) {
   remove(path);
 }
 
+/* JSON is UTF-8 and paths need not be: a CUDA library path with bytes that are no UTF-8
+ * character still gives a file parsers take, each bad byte as U+FFFD, and the well-formed
+ * characters around them as they were. */
+TU_TEST(invalid_utf8_is_replaced) {
+  char path[256], link[256];
+  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
+  gpuhal_driver_options_t options;
+  gpuhal_driver_t* driver = NULL;
+  tt_trace t;
+  const char* why;
+  const char* written;
+  if (!lib || !lib[0]) TU_SKIP("needs GPUHAL_CUDA_LIBRARY to link to");
+  tt_path(path, sizeof(path), "utf8");
+  /* a stray 0xff, a well-formed e-acute, a 3-byte character cut after 2 bytes */
+  snprintf(link, sizeof(link), "/tmp/gpuhal_test_trace_%ld_lib\xff-\xc3\xa9-\xe2\x82.so", (long)getpid());
+  remove(link);
+  TU_REQUIRE(symlink(lib, link) == 0);
+  memset(&options, 0, sizeof(options));
+  options.trace_path = path;
+  options.cuda_library = link;
+  TU_CHECK_OK(gpuhal_driver_create(&options, &driver));
+  gpuhal_driver_release(driver);
+  remove(link);
+  why = tt_load(path, &t);
+  if (why) TU_FAIL_AT(__FILE__, __LINE__, "%s", why);
+  TU_REQUIRE(!why);
+  written = tj_str(tj_get(t.root, "otherData"), "cuda_library");
+  TU_REQUIRE(written != NULL);
+  /* the test parser reads U+FFFD (like any escape past ASCII) as '?' */
+  TU_CHECK_STR_CONTAINS(written, "_lib?-\xc3\xa9-??.so");
+  tt_free(&t);
+  remove(path);
+}
+
 TU_MAIN(TU_CASE(pipeline_timeline), TU_CASE(off_by_default_and_bad_input), TU_CASE(unwritable_path_fails_early),
         TU_CASE(host_calls_allocas_and_flush), TU_CASE(special_paths_are_not_replaced),
-        TU_CASE(relative_path_survives_chdir), TU_CASE(nested_host_spans_keep_their_times))
+        TU_CASE(relative_path_survives_chdir), TU_CASE(nested_host_spans_keep_their_times),
+        TU_CASE(invalid_utf8_is_replaced))

@@ -195,7 +195,31 @@ TT_UNUSED static tj_value* tj_parse_value(tj_parser* ps) {
   return NULL;
 }
 
-/* Parses a whole file; NULL (and *error) when it is not one JSON value. */
+/* Whether `text` is well-formed UTF-8, as JSON must be (RFC 8259; Python's json.load
+ * refuses a file that is not): no stray or missing continuation bytes, overlong forms,
+ * surrogates or values past U+10FFFF. */
+TT_UNUSED static int tj_is_utf8(const unsigned char* u) {
+  while (*u) {
+    unsigned char lo = 0x80, hi = 0xBF;
+    int n, i;
+    if (u[0] < 0x80) {
+      ++u;
+      continue;
+    }
+    if (u[0] < 0xC2 || u[0] > 0xF4) return 0;
+    n = u[0] < 0xE0 ? 2 : u[0] < 0xF0 ? 3 : 4;
+    if (u[0] == 0xE0) lo = 0xA0;
+    if (u[0] == 0xED) hi = 0x9F;
+    if (u[0] == 0xF0) lo = 0x90;
+    if (u[0] == 0xF4) hi = 0x8F;
+    for (i = 1; i < n; ++i, lo = 0x80, hi = 0xBF)
+      if (u[i] < lo || u[i] > hi) return 0;
+    u += n;
+  }
+  return 1;
+}
+
+/* Parses a whole file; NULL (and *error) when it is not one JSON value in UTF-8. */
 TT_UNUSED static tj_value* tj_parse_file(const char* path, const char** error) {
   FILE* f = fopen(path, "rb");
   long size;
@@ -214,6 +238,11 @@ TT_UNUSED static tj_value* tj_parse_file(const char* path, const char** error) {
   if (fread(text, 1, (size_t)size, f) != (size_t)size) size = 0;
   text[size] = 0;
   fclose(f);
+  if (!tj_is_utf8((const unsigned char*)text)) {
+    *error = "not UTF-8";
+    free(text);
+    return NULL;
+  }
   ps.p = text;
   ps.error = NULL;
   v = tj_parse_value(&ps);
