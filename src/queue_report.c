@@ -22,6 +22,8 @@ typedef enum { GPUHAL__OP_QUEUED = 0, GPUHAL__OP_WAITING = 1, GPUHAL__OP_ISSUED 
 typedef struct gpuhal__report_entry_s {
   gpuhal_semaphore_t* semaphore; /* retained */
   uint64_t value;
+  gpuhal__wait_state_t state; /* waits: checked once all is copied (gpuhal__report_check_waits) */
+  gpuhal_status_t failure;    /* waits: owned, when FAILED */
 } gpuhal__report_entry_t;
 
 /* One operation not done, as copied. */
@@ -33,6 +35,7 @@ typedef struct gpuhal__report_op_s {
   uint32_t queue;
   uint64_t number; /* submission number on its device */
   gpuhal__op_state_t state;
+  int blocked;                       /* not issued, or issued with a wait not reached: it cannot end */
   uint32_t wait_count, signal_count; /* all of them; at most GPUHAL__REPORT_ENTRIES copied */
   gpuhal__report_entry_t waits[GPUHAL__REPORT_ENTRIES];
   gpuhal__report_entry_t signals[GPUHAL__REPORT_ENTRIES];
@@ -315,22 +318,40 @@ static void gpuhal__report_semaphore_name(gpuhal__report_t* r, gpuhal_semaphore_
     gpuhal__report_printf(r, "a semaphore without a label");
 }
 
+/* Checks every copied wait once (outside the devices' locks: a semaphore's lock may be
+ * taken) and marks the operations that cannot end: those not issued, and issued ones with a
+ * wait not reached. The latter are work parked on the GPU behind a value wait, or behind
+ * such work; a cycle can go through them (gpuhal__report_cycles). Issued work whose waits
+ * are all reached is left out: it ends by itself, so no chain of waits goes on through it. */
+static void gpuhal__report_check_waits(gpuhal__report_t* r) {
+  uint32_t i, j;
+  for (i = 0; i < r->op_count; ++i) {
+    gpuhal__report_op_t* op = &r->ops[i];
+    op->blocked = op->state != GPUHAL__OP_ISSUED;
+    for (j = 0; j < op->wait_count && j < GPUHAL__REPORT_ENTRIES; ++j) {
+      gpuhal__report_entry_t* w = &op->waits[j];
+      gpuhal__wait_query_t q;
+      memset(&q, 0, sizeof(q));
+      q.look_submitted = 1;
+      w->state = gpuhal__semaphore_check(w->semaphore, w->value, &q);
+      w->failure = q.failure;
+      if (w->state != GPUHAL__WAIT_COMPLETED && w->state != GPUHAL__WAIT_FAILED) op->blocked = 1;
+    }
+  }
+}
+
 /* One wait of `op`: the value it needs, the value now, and who is expected to reach it. */
 static void gpuhal__report_wait(gpuhal__report_t* r, gpuhal__report_op_t* op, const gpuhal__report_entry_t* w) {
   gpuhal_semaphore_t* s = w->semaphore;
-  gpuhal__wait_query_t q;
-  gpuhal__wait_state_t st;
+  gpuhal__wait_state_t st = w->state;
   int by;
-  memset(&q, 0, sizeof(q));
-  q.look_submitted = 1;
-  st = gpuhal__semaphore_check(s, w->value, &q);
   gpuhal__report_printf(r, "      waits for ");
   gpuhal__report_semaphore_name(r, s);
   gpuhal__report_printf(r, " >= %llu: now %llu; ", (unsigned long long)w->value,
                         (unsigned long long)gpuhal__atomic_load(&s->value));
   by = gpuhal__report_signaller(r, s, w->value);
   if (st == GPUHAL__WAIT_FAILED) {
-    gpuhal__report_printf(r, "failed: %s\n", gpuhal_status_message(q.failure));
+    gpuhal__report_printf(r, "failed: %s\n", gpuhal_status_message(w->failure));
   } else if (st == GPUHAL__WAIT_COMPLETED) {
     gpuhal__report_printf(r, "reached\n");
   } else if (by >= 0) {
@@ -338,13 +359,12 @@ static void gpuhal__report_wait(gpuhal__report_t* r, gpuhal__report_op_t* op, co
     gpuhal__report_printf(r, "to be signalled by ");
     gpuhal__report_op_name(r, b);
     gpuhal__report_printf(r, " (device %d queue %u, %s)\n", b->device, b->queue, gpuhal__report_state_name(b->state));
-    if (op->next < 0 && b->state != GPUHAL__OP_ISSUED) op->next = by;
+    if (op->next < 0 && b->blocked) op->next = by;
   } else if (st == GPUHAL__WAIT_SUBMITTED) {
     gpuhal__report_printf(r, "to be signalled by issued work the completion thread is watching\n");
   } else {
     gpuhal__report_printf(r, "nothing queued signals this value (only the host can: gpuhal_semaphore_signal)\n");
   }
-  gpuhal_status_free(q.failure);
 }
 
 /* ---- the text ---- */
@@ -385,8 +405,9 @@ static void gpuhal__report_queue(gpuhal__report_t* r, const gpuhal__report_devic
   if (unlisted) gpuhal__report_printf(r, "    issued, watched by the completion thread (not listed): %u\n", unlisted);
 }
 
-/* Waits between operations not yet issued that go round: each names the first operation
- * of the copy it waits for (`next`, set while the waits were written). */
+/* Waits between operations that cannot end (not issued, or parked on the GPU: `blocked`)
+ * that go round: each names the first such operation of the copy it waits for (`next`, set
+ * while the waits were written). */
 static void gpuhal__report_cycles(gpuhal__report_t* r) {
   uint32_t i, found = 0;
   for (i = 0; i < r->op_count; ++i) {
@@ -442,8 +463,10 @@ static void gpuhal__report_free(gpuhal__report_t* r) {
   uint32_t i, j;
   for (i = 0; i < r->op_count; ++i) {
     gpuhal__report_op_t* op = &r->ops[i];
-    for (j = 0; j < op->wait_count && j < GPUHAL__REPORT_ENTRIES; ++j)
+    for (j = 0; j < op->wait_count && j < GPUHAL__REPORT_ENTRIES; ++j) {
+      gpuhal_status_free(op->waits[j].failure);
       gpuhal__semaphore_release_ref(op->waits[j].semaphore);
+    }
     for (j = 0; j < op->signal_count && j < GPUHAL__REPORT_ENTRIES; ++j)
       gpuhal__semaphore_release_ref(op->signals[j].semaphore);
   }
@@ -540,6 +563,7 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_report_pending(gpuhal_driver_t* driver,
                                 (unsigned long long)outstanding);
   for (i = 0; !status && i < r->device_count; ++i) gpuhal__report_copy_device(r, &r->devices[i]);
   if (!status) status = gpuhal__report_index(r);
+  if (!status) gpuhal__report_check_waits(r);
   if (!status) gpuhal__report_write(r);
   if (!status && out_length) *out_length = r->length;
   gpuhal__report_free(r);

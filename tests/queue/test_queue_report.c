@@ -417,7 +417,86 @@ TU_TEST(report_lists_thousands_of_operations) {
   qr_close(&f);
 }
 
+/* Two barriers on the two queues, each waiting for what the other signals: on the default
+ * path both are issued at once, parked on the GPU behind value waits, yet it is a deadlock
+ * all the same, and the report names it on both paths. */
+static void qr_cycle_case(int memops) {
+  qr_fixture_t f;
+  gpuhal_semaphore_t *s, *t;
+  char text[4096];
+  gpuhal_status_t st;
+  if (!qr_open(&f, memops, NULL)) TU_SKIP("no device or test kernels");
+  s = qr_semaphore(&f, "S");
+  t = qr_semaphore(&f, "T");
+  TU_REQUIRE(s && t);
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 1, gpuhal_semaphore_list_one(&t, &qr_one),
+                                   gpuhal_semaphore_list_one(&s, &qr_one), NULL, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&s, &qr_one),
+                                   gpuhal_semaphore_list_one(&t, &qr_one), NULL, NULL));
+  qc_sleep_ms(20); /* the worker has taken them in (and issued them, on the default path) */
+  TU_CHECK_OK(gpuhal_driver_report_pending(f.driver, text, sizeof(text), NULL));
+  TU_CHECK_STR_CONTAINS(text,
+                        "cycle: #1 barrier (device 0 queue 1) waits for #2 barrier (device 0 queue 0) "
+                        "waits for #1 barrier\n");
+  /* Both failed: a parked wait ends on its own semaphore's failure (the other may wait on
+   * an event of the first). */
+  gpuhal_semaphore_fail(s, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "the test ends the cycle"));
+  gpuhal_semaphore_fail(t, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "the test ends the cycle"));
+  st = gpuhal_semaphore_wait(s, 1, qt_seconds(QR_WAIT_S));
+  TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_CANCELLED);
+  gpuhal_status_free(st);
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QR_WAIT_S)));
+  gpuhal_semaphore_release(s);
+  gpuhal_semaphore_release(t);
+  qr_close(&f);
+}
+
+TU_TEST(report_names_a_cycle_of_parked_work) {
+  qr_cycle_case(0);
+  qr_cycle_case(-1);
+}
+
+/* A chain that only waits for the host: #1 (queue 0) waits for 'gate', #2 (queue 1) for
+ * #1's signal, #3 (queue 0) for #2's. Parked on the default path, but no cycle: the gate
+ * releases it all. */
+static void qr_chain_case(int memops) {
+  qr_fixture_t f;
+  gpuhal_semaphore_t *gate, *s, *t, *done;
+  char text[4096];
+  if (!qr_open(&f, memops, NULL)) TU_SKIP("no device or test kernels");
+  gate = qr_semaphore(&f, "gate");
+  s = qr_semaphore(&f, "S");
+  t = qr_semaphore(&f, "T");
+  done = qr_semaphore(&f, "done");
+  TU_REQUIRE(gate && s && t && done);
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &qr_one),
+                                   gpuhal_semaphore_list_one(&s, &qr_one), NULL, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 1, gpuhal_semaphore_list_one(&s, &qr_one),
+                                   gpuhal_semaphore_list_one(&t, &qr_one), NULL, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&t, &qr_one),
+                                   gpuhal_semaphore_list_one(&done, &qr_one), NULL, NULL));
+  qc_sleep_ms(20);
+  TU_CHECK_OK(gpuhal_driver_report_pending(f.driver, text, sizeof(text), NULL));
+  TU_CHECK_STR_CONTAINS(text, "gpuhal pending report: 3 operations not done\n");
+  TU_CHECK_STR_CONTAINS(text, "waits for semaphore 'gate' >= 1: now 0; nothing queued signals this value");
+  TU_CHECK_STR_CONTAINS(text, "no cycle among the operations waiting\n");
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(QR_WAIT_S)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QR_WAIT_S)));
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(s);
+  gpuhal_semaphore_release(t);
+  gpuhal_semaphore_release(done);
+  qr_close(&f);
+}
+
+TU_TEST(report_finds_no_cycle_in_a_parked_chain) {
+  qr_chain_case(0);
+  qr_chain_case(-1);
+}
+
 TU_MAIN(TU_CASE(report_of_a_stall_event_path), TU_CASE(report_of_a_stall_default_path),
         TU_CASE(report_rejects_bad_arguments), TU_CASE(hang_report_logs_once),
         TU_CASE(hang_report_covers_device_wait_idle), TU_CASE(hang_report_is_logged_whole),
-        TU_CASE(report_lists_thousands_of_operations))
+        TU_CASE(report_lists_thousands_of_operations), TU_CASE(report_names_a_cycle_of_parked_work),
+        TU_CASE(report_finds_no_cycle_in_a_parked_chain))
