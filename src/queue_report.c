@@ -37,6 +37,7 @@ typedef struct gpuhal__report_op_s {
   gpuhal__op_state_t state;
   int blocked;                       /* not issued, or issued with a wait not reached: it cannot end */
   uint32_t wait_count, signal_count; /* all of them; at most GPUHAL__REPORT_ENTRIES copied */
+  uint32_t unmet_count;              /* waits not reached when copied (listed first) */
   gpuhal__report_entry_t waits[GPUHAL__REPORT_ENTRIES];
   gpuhal__report_entry_t signals[GPUHAL__REPORT_ENTRIES];
   int mark; /* cycle search: 0 new, 1 on the path, 2 done */
@@ -90,6 +91,22 @@ static void gpuhal__report_copy_entry(gpuhal__report_entry_t* out, gpuhal_semaph
   out->value = value;
 }
 
+/* Copies the waits of `a` not reached first, then the reached ones, up to
+ * GPUHAL__REPORT_ENTRIES: a wait that holds the operation up is named (with its blocker)
+ * however many waits it has. Reached or not is only a first look here (atomic loads, under
+ * the device's locks): gpuhal__report_check_waits decides what the report says. */
+static void gpuhal__report_copy_waits(gpuhal__report_op_t* op, const gpuhal__action_t* a) {
+  uint32_t i, n = 0;
+  int reached;
+  for (reached = 0; reached <= 1; ++reached)
+    for (i = 0; i < a->wait_count; ++i) {
+      const gpuhal__action_wait_t* w = &a->waits[i];
+      if ((gpuhal__atomic_load(&w->semaphore->value) >= w->value) != reached) continue;
+      op->unmet_count += !reached;
+      if (n < GPUHAL__REPORT_ENTRIES) gpuhal__report_copy_entry(&op->waits[n++], w->semaphore, w->value);
+    }
+}
+
 /* Makes room for at least `want` operations (doubling, from GPUHAL__REPORT_OPS_FIRST, up
  * to GPUHAL__REPORT_OPS_MAX); 0 when it cannot. Runs under a device's locks: only the
  * allocator is called. */
@@ -129,8 +146,7 @@ static void gpuhal__report_copy_op(gpuhal__report_t* r, gpuhal__report_device_t*
   op->wait_count = a->wait_count;
   op->signal_count = a->signal_count;
   op->next = -1;
-  for (i = 0; i < a->wait_count && i < GPUHAL__REPORT_ENTRIES; ++i)
-    gpuhal__report_copy_entry(&op->waits[i], a->waits[i].semaphore, a->waits[i].value);
+  gpuhal__report_copy_waits(op, a);
   for (i = 0; i < a->signal_count && i < GPUHAL__REPORT_ENTRIES; ++i)
     gpuhal__report_copy_entry(&op->signals[i], a->signals[i].semaphore, a->signals[i].value);
 }
@@ -375,8 +391,11 @@ static void gpuhal__report_op(gpuhal__report_t* r, gpuhal__report_op_t* op) {
   gpuhal__report_op_name(r, op);
   gpuhal__report_printf(r, ": %s\n", gpuhal__report_state_name(op->state));
   for (i = 0; i < op->wait_count && i < GPUHAL__REPORT_ENTRIES; ++i) gpuhal__report_wait(r, op, &op->waits[i]);
-  if (op->wait_count > GPUHAL__REPORT_ENTRIES)
-    gpuhal__report_printf(r, "      and %u more waits\n", op->wait_count - GPUHAL__REPORT_ENTRIES);
+  if (op->unmet_count > GPUHAL__REPORT_ENTRIES) /* those not reached were listed first */
+    gpuhal__report_printf(r, "      and %u more waits, %u of them not reached\n",
+                          op->wait_count - GPUHAL__REPORT_ENTRIES, op->unmet_count - GPUHAL__REPORT_ENTRIES);
+  else if (op->wait_count > GPUHAL__REPORT_ENTRIES)
+    gpuhal__report_printf(r, "      and %u more waits, reached\n", op->wait_count - GPUHAL__REPORT_ENTRIES);
   for (i = 0; i < op->signal_count && i < GPUHAL__REPORT_ENTRIES; ++i) {
     gpuhal__report_printf(r, "      signals ");
     gpuhal__report_semaphore_name(r, op->signals[i].semaphore);

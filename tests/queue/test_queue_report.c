@@ -495,8 +495,56 @@ TU_TEST(report_finds_no_cycle_in_a_parked_chain) {
   qr_chain_case(-1);
 }
 
+/* An operation with 9 waits, only the 9th not reached: the report lists at most 8, those
+ * not reached first, so the one holding it up is named with its blocker (#1, a host call
+ * on queue 1 behind 'gate'), and the 8 reached ones past the limit are counted. */
+static void qr_many_waits_case(int memops) {
+  qr_fixture_t f;
+  gpuhal_semaphore_t *gate, *reached, *late, *done, *waits[9];
+  uint64_t values[9];
+  gpuhal_semaphore_list_t wait_list;
+  char text[4096];
+  uint32_t i;
+  if (!qr_open(&f, memops, NULL)) TU_SKIP("no device or test kernels");
+  gate = qr_semaphore(&f, "gate");
+  reached = qr_semaphore(&f, "reached");
+  late = qr_semaphore(&f, "late");
+  done = qr_semaphore(&f, "done");
+  TU_REQUIRE(gate && reached && late && done);
+  TU_CHECK_OK(gpuhal_semaphore_signal(reached, 1));
+  for (i = 0; i < 9; ++i) {
+    waits[i] = i < 8 ? reached : late;
+    values[i] = 1;
+  }
+  wait_list.count = 9;
+  wait_list.semaphores = waits;
+  wait_list.values = values;
+  TU_CHECK_OK(gpuhal_queue_host_call(f.device, 1, gpuhal_semaphore_list_one(&gate, &qr_one),
+                                     gpuhal_semaphore_list_one(&late, &qr_one), qt_host_fn_nop, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, wait_list, gpuhal_semaphore_list_one(&done, &qr_one), NULL, NULL));
+  qc_sleep_ms(20);
+  TU_CHECK_OK(gpuhal_driver_report_pending(f.driver, text, sizeof(text), NULL));
+  TU_CHECK_STR_CONTAINS(text,
+                        "waits for semaphore 'late' >= 1: now 0; to be signalled by #1 host_call (device 0 "
+                        "queue 1, waiting)\n");
+  TU_CHECK_STR_CONTAINS(text, "      and 1 more waits, reached\n");
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(QR_WAIT_S)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QR_WAIT_S)));
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(reached);
+  gpuhal_semaphore_release(late);
+  gpuhal_semaphore_release(done);
+  qr_close(&f);
+}
+
+TU_TEST(report_lists_waits_not_reached_first) {
+  qr_many_waits_case(0);
+  qr_many_waits_case(-1);
+}
+
 TU_MAIN(TU_CASE(report_of_a_stall_event_path), TU_CASE(report_of_a_stall_default_path),
         TU_CASE(report_rejects_bad_arguments), TU_CASE(hang_report_logs_once),
         TU_CASE(hang_report_covers_device_wait_idle), TU_CASE(hang_report_is_logged_whole),
         TU_CASE(report_lists_thousands_of_operations), TU_CASE(report_names_a_cycle_of_parked_work),
-        TU_CASE(report_finds_no_cycle_in_a_parked_chain))
+        TU_CASE(report_finds_no_cycle_in_a_parked_chain), TU_CASE(report_lists_waits_not_reached_first))
