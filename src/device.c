@@ -329,23 +329,9 @@ static void gpuhal__driver_free(gpuhal_driver_t* driver) {
   gpuhal__object_free(gpuhal__process_object_pool(), GPUHAL__MAGIC_DRIVER, driver);
 }
 
-static gpuhal__mutex_t gpuhal__process_drivers_mutex = GPUHAL__MUTEX_INITIALIZER;
-static gpuhal__list_node_t gpuhal__process_drivers = {&gpuhal__process_drivers, &gpuhal__process_drivers};
-
-GPUHAL__PRIVATE gpuhal__list_node_t* gpuhal__process_drivers_lock(void) {
-  gpuhal__mutex_lock(&gpuhal__process_drivers_mutex);
-  return &gpuhal__process_drivers;
-}
-
-GPUHAL__PRIVATE void gpuhal__process_drivers_unlock(void) { gpuhal__mutex_unlock(&gpuhal__process_drivers_mutex); }
-
 static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
-  /* Out of the list first: once out, no other driver's thread runs this one's put-off calls. */
-  gpuhal__process_drivers_lock();
-  gpuhal__list_remove(&driver->process_link);
-  gpuhal__process_drivers_unlock();
-  gpuhal__hooks()->trace_destroy(driver);          /* trace hook: writes the file */
-  gpuhal__hooks()->driver_finish_deferred(driver); /* no device of its own is left */
+  gpuhal__hooks()->trace_destroy(driver);         /* trace hook: writes the file */
+  gpuhal__hooks()->driver_flush_deferred(driver); /* no device is left: nothing waits on the GPU */
   /* Before parked_mutex goes: giving back kept shared mappings is a put-off call. */
   gpuhal__hooks()->semaphore_driver_destroy(driver);
   gpuhal__mutex_destroy(&driver->parked_mutex);
@@ -423,7 +409,6 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
   gpuhal__cond_init(&driver->shared_cond);
   gpuhal__list_init(&driver->shared_semaphores);
   gpuhal__mutex_init(&driver->parked_mutex);
-  gpuhal__list_init(&driver->process_link);
   gpuhal__cond_init(&driver->devices_cond);
   gpuhal__list_init(&driver->devices);
   gpuhal__mutex_init(&driver->nvrtc_mutex);
@@ -477,8 +462,6 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* o
               driver->driver_version / 1000, (driver->driver_version % 1000) / 10, driver->device_count,
               driver->device_count == 1 ? "" : "s", driver->nccl.loaded ? ", NCCL " : ", no NCCL",
               driver->nccl_library);
-  gpuhal__list_push_back(gpuhal__process_drivers_lock(), &driver->process_link);
-  gpuhal__process_drivers_unlock();
   *out_driver = driver;
   return NULL;
 }

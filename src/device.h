@@ -294,10 +294,6 @@ struct gpuhal_driver_s {
    * Driver-wide: gpuhal devices of one ordinal share its primary context. */
   gpuhal__mutex_t parked_mutex;
   int32_t gpu_waits;
-  /* In the process's list of live drivers (gpuhal__process_drivers_lock): the primary
-   * context is the process's, so what one driver parks there holds up another's calls
-   * that wait for the whole context, and the end of that work runs them (memory.c). */
-  gpuhal__list_node_t process_link;
   /* Such calls running now (under parked_mutex, which they do not hold while they wait):
    * no queue work starts to wait on the GPU meanwhile (gpuhal__memory_gpu_wait_claim). */
   int32_t sync_calls;
@@ -391,7 +387,7 @@ typedef struct gpuhal__hooks_s {
   /* the driver's */
   gpuhal_status_t (*trace_create)(gpuhal_driver_t* driver);
   void (*trace_destroy)(gpuhal_driver_t* driver);            /* writes the trace file */
-  void (*driver_finish_deferred)(gpuhal_driver_t* driver);   /* memory.h */
+  void (*driver_flush_deferred)(gpuhal_driver_t* driver);    /* memory.h */
   void (*semaphore_driver_destroy)(gpuhal_driver_t* driver); /* semaphore.h: words, shared watch */
   /* each device's subsystems; every destroy accepts one whose create never ran or failed */
   gpuhal_status_t (*trace_device_create)(gpuhal_device_t* device);
@@ -480,11 +476,6 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_call_current(gpuhal_device_t* dev
 
 /* gpuhal's own driver references (devices, semaphores): no waiting. */
 GPUHAL__PRIVATE void gpuhal__driver_retain_ref(gpuhal_driver_t* driver);
-/* The process's live drivers (gpuhal_driver_s.process_link), under one process-wide mutex:
- * a driver in the list stays alive while it is held. Taken before any driver's
- * parked_mutex, never under one. */
-GPUHAL__PRIVATE gpuhal__list_node_t* gpuhal__process_drivers_lock(void);
-GPUHAL__PRIVATE void gpuhal__process_drivers_unlock(void);
 GPUHAL__PRIVATE void gpuhal__driver_release_ref(gpuhal_driver_t* driver);
 /* Around an application release made after the application released the driver: the last
  * release then settles released devices as gpuhal_driver_release does (their finished work

@@ -202,7 +202,6 @@ GPUHAL__PRIVATE int gpuhal__object_is_live(const void* object, uint32_t magic);
 
 /* ---- threads ---- */
 typedef pthread_mutex_t gpuhal__mutex_t;
-#define GPUHAL__MUTEX_INITIALIZER PTHREAD_MUTEX_INITIALIZER /* a process-wide mutex, ready before main */
 typedef struct gpuhal__cond_s {
   pthread_cond_t cond;
 } gpuhal__cond_t;

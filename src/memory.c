@@ -6,7 +6,7 @@
 
 #include <sys/mman.h>
 
-static void gpuhal__driver_flush_deferred_locked(gpuhal_driver_t* driver, int all);
+static void gpuhal__driver_flush_deferred_locked(gpuhal_driver_t* driver);
 
 /* ---- the device pool ---- */
 
@@ -94,24 +94,6 @@ static gpuhal_status_t gpuhal__pool_destroy(void* arg) {
   return status;
 }
 
-/* Queue work that may wait on the GPU for a value (gpu_waits) and calls that wait for a
- * whole context running now (sync_calls; sync_all: calls that wait for every context), per
- * CUDA device, summed over every driver of the process: the drivers share the device's
- * primary context, so one driver's cuMemFree waits for another's parked stream as well as
- * its own. Each driver's counts under its parked_mutex stay the sums of its own devices';
- * these are atomic (sequentially consistent): a claim adds to gpu_waits then reads
- * sync_calls, a sync call adds to sync_calls then reads gpu_waits, so two at once in
- * different drivers never both go ahead. Devices past the last slot share it. */
-#define GPUHAL__CONTEXT_SLOTS 64
-static int32_t gpuhal__context_gpu_waits[GPUHAL__CONTEXT_SLOTS];
-static int32_t gpuhal__context_sync_calls[GPUHAL__CONTEXT_SLOTS];
-static int32_t gpuhal__context_sync_all;
-static int32_t gpuhal__deferred_calls; /* on any driver's `deferred` list */
-
-static int gpuhal__context_slot(CUdevice cu_device) {
-  return cu_device >= 0 && cu_device < GPUHAL__CONTEXT_SLOTS ? (int)cu_device : GPUHAL__CONTEXT_SLOTS - 1;
-}
-
 static void gpuhal__memory_flush_task(gpuhal__task_t* task);
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device) {
@@ -119,6 +101,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* dev
                                                (void**)&device->memory));
   gpuhal__list_init(&device->memory->flush_task.node);
   device->memory->flush_task.fn = gpuhal__memory_flush_task;
+  device->memory->flush_device = device;
   if (!device->info.memory_pools_supported && device->params.pool_max_bytes)
     return gpuhal_status_make(GPUHAL_STATUS_UNIMPLEMENTED,
                               "gpuhal_device_create: argument 'params->pool_max_bytes' needs stream-ordered pools, "
@@ -142,7 +125,6 @@ GPUHAL__PRIVATE void gpuhal__memory_state_destroy(gpuhal_device_t* device) {
    * runs once no other device's work does (on this thread, or a flush task of theirs). */
   gpuhal__mutex_lock(&device->driver->parked_mutex);
   device->driver->gpu_waits -= memory->gpu_waits;
-  gpuhal__atomic_sub_seq_cst(&gpuhal__context_gpu_waits[gpuhal__context_slot(device->cu_device)], memory->gpu_waits);
   memory->gpu_waits = 0;
   gpuhal__mutex_unlock(&device->driver->parked_mutex);
   /* On the worker, after any flush task still queued there. */
@@ -534,56 +516,20 @@ static GPUHAL__THREAD_LOCAL int gpuhal__put_off_depth = 0;
 GPUHAL__PRIVATE void gpuhal__put_off_begin(void) { gpuhal__put_off_depth++; }
 GPUHAL__PRIVATE void gpuhal__put_off_end(void) { gpuhal__put_off_depth--; }
 
-/* Queue work of any driver that may wait on the GPU in the context of `slot` (-1: any). */
-static int gpuhal__context_parked(int slot) {
-  int i;
-  if (slot >= 0) return gpuhal__atomic_load_seq_cst(&gpuhal__context_gpu_waits[slot]) > 0;
-  for (i = 0; i < GPUHAL__CONTEXT_SLOTS; ++i)
-    if (gpuhal__atomic_load_seq_cst(&gpuhal__context_gpu_waits[i]) > 0) return 1;
-  return 0;
-}
-
-static int32_t* gpuhal__context_sync_count(int slot) {
-  return slot >= 0 ? &gpuhal__context_sync_calls[slot] : &gpuhal__context_sync_all;
-}
-
-/* Under parked_mutex: counts a call that waits for the whole context of `slot` (-1: every
- * context) as running, so that no queue work of any driver parks there until it returns
- * (gpuhal__driver_run_unparked_locked, gpuhal__memory_gpu_wait_claim); 1 if it may run, 0 (nothing
- * counted) while queue work of this driver anywhere, or of any driver there, may wait on
- * the GPU. `force` counts it whatever waits (a driver's last flush). */
-static int gpuhal__sync_call_begin(gpuhal_driver_t* driver, int slot, int force) {
-  if (!force && driver->gpu_waits > 0) return 0;
-  driver->sync_calls++;
-  gpuhal__atomic_add_seq_cst(gpuhal__context_sync_count(slot), 1);
-  if (force || !gpuhal__context_parked(slot)) return 1;
-  gpuhal__atomic_sub_seq_cst(gpuhal__context_sync_count(slot), 1);
-  driver->sync_calls--;
-  return 0;
-}
-
-/* Under parked_mutex after gpuhal__sync_call_begin: runs fn(arg) with the mutex let go (the
- * call may wait for this device's GPU work, and that for another device's issue, a
- * collective's peer, which may need the mutex for its own free or park); returns with the
- * mutex held again and the call no longer counted. */
-static gpuhal_status_t gpuhal__driver_run_unparked_locked(gpuhal_driver_t* driver, int slot,
-                                                          gpuhal_status_t (*fn)(void*), void* arg) {
+/* Under parked_mutex with no GPU wait counted: runs fn(arg) with the mutex let go, counted in
+ * sync_calls so that no queue work parks on the GPU until it returns (gpuhal__memory_gpu_wait_claim);
+ * returns with the mutex held again. The mutex is not held across the call: the call may wait
+ * for this device's GPU work, and that for another device's issue (a collective's peer), which
+ * may need the mutex (its own free, its own park). */
+static gpuhal_status_t gpuhal__driver_run_unparked_locked(gpuhal_driver_t* driver, gpuhal_status_t (*fn)(void*),
+                                                          void* arg) {
   gpuhal_status_t status;
+  driver->sync_calls++;
   gpuhal__mutex_unlock(&driver->parked_mutex);
   status = fn(arg);
   gpuhal__mutex_lock(&driver->parked_mutex);
-  gpuhal__atomic_sub_seq_cst(gpuhal__context_sync_count(slot), 1);
   driver->sync_calls--;
   return status;
-}
-
-/* Under parked_mutex: puts `d` on the driver's list; 1 if nothing holds it up any more (a
- * wait that ended meanwhile saw no put-off call), so the caller flushes. */
-static int gpuhal__defer_locked(gpuhal_driver_t* driver, gpuhal__deferred_call_t* d) {
-  d->next = driver->deferred;
-  driver->deferred = d;
-  gpuhal__atomic_add_seq_cst(&gpuhal__deferred_calls, 1);
-  return driver->gpu_waits == 0 && !gpuhal__context_parked(gpuhal__context_slot(d->cu_device));
 }
 
 /* A call run in its own context where it names one (a put-off call), else in the current one. */
@@ -604,30 +550,22 @@ static gpuhal_status_t gpuhal__deferred_run(void* arg) {
   return status;
 }
 
-static void gpuhal__process_flush_deferred(void);
-
 /* Runs `call` (cuMemFree, cuMemFreeHost, cuModuleUnload or cuLibraryUnload) with the device's context
- * current, or puts it off: while queue work of any device of the driver, or of any driver
- * of the process in this device's context, may wait on the GPU for a value (these calls
- * wait until the whole context is idle, tools/probe/park_probe.c, and the value may only
- * come from the calling thread later), and inside a queue call's harvest
- * (gpuhal__put_off_begin: the call must not wait for the GPU; the worker runs it soon). The
- * call is counted as running while it waits for the context (gpuhal__sync_call_begin), so
- * no queue work parks meanwhile. */
+ * current, or puts it off: while queue work of any device of the driver may wait on the GPU
+ * for a value (these calls wait until the whole context is idle, tools/probe/park_probe.c,
+ * and the value may only come from the calling thread later), and inside a queue call's
+ * harvest (gpuhal__put_off_begin: the call must not wait for the GPU; the worker runs it
+ * soon). The check shares driver->parked_mutex with the count of such work, and the call
+ * is counted in sync_calls while it runs, so none is enqueued while it waits for the
+ * context. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device, const gpuhal__deferred_call_t* call) {
   gpuhal_driver_t* driver = device->driver;
   gpuhal_status_t status = NULL;
-  int slot = gpuhal__context_slot(device->cu_device);
   int put_off = gpuhal__put_off_depth > 0 && device->memory != NULL;
   int flush = 0;
-  /* No shortcut for a driver without memops: another driver of the process may park. */
+  if (!driver->memops && !put_off) return gpuhal__deferred_call_run(device->cu, call); /* nothing ever parks */
   gpuhal__mutex_lock(&driver->parked_mutex);
-  if (!put_off && gpuhal__sync_call_begin(driver, slot, 0)) {
-    gpuhal__deferred_run_t run;
-    run.cu = device->cu;
-    run.call = call; /* names no context: the device's is current */
-    status = gpuhal__driver_run_unparked_locked(driver, slot, gpuhal__deferred_run, &run);
-  } else {
+  if (driver->gpu_waits > 0 || put_off) {
     gpuhal__deferred_call_t* d = NULL;
     status = gpuhal__alloc_zeroed(device->allocator, sizeof(*d), "a call put off", (void**)&d);
     if (!status) {
@@ -636,14 +574,20 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device
       status = GPUHAL__CU(device->cu, cuDevicePrimaryCtxRetain, (&d->context, device->cu_device));
     }
     if (!status) {
-      flush = gpuhal__defer_locked(driver, d); /* else the last GPU wait's end flushes */
+      d->next = driver->deferred;
+      driver->deferred = d;
+      flush = driver->gpu_waits == 0; /* else the last GPU wait's end flushes */
     } else {
       gpuhal__free(device->allocator, d);
     }
+  } else {
+    gpuhal__deferred_run_t run;
+    run.cu = device->cu;
+    run.call = call; /* names no context: the device's is current */
+    status = gpuhal__driver_run_unparked_locked(driver, gpuhal__deferred_run, &run);
   }
   gpuhal__mutex_unlock(&driver->parked_mutex);
-  if (flush && device->memory) gpuhal__worker_post(device, &device->memory->flush_task);
-  if (flush && !device->memory) gpuhal__process_flush_deferred();
+  if (flush) gpuhal__worker_post(device, &device->memory->flush_task);
   return status;
 }
 
@@ -659,9 +603,10 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_sync_call(gpuhal_driver_t* driver
     d->cu_device = cu_device;
     d->context = context;
     /* Run now by the flush when nothing waits on the GPU; else the last GPU wait's end
-     * flushes it (another driver's, for its work in this context). */
-    gpuhal__defer_locked(driver, d);
-    gpuhal__driver_flush_deferred_locked(driver, 0);
+     * flushes it. */
+    d->next = driver->deferred;
+    driver->deferred = d;
+    gpuhal__driver_flush_deferred_locked(driver);
   } else {
     cu->cuDevicePrimaryCtxRelease(cu_device);
   }
@@ -673,14 +618,13 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_call_unparked(gpuhal_driver_t* dr
                                                              gpuhal_status_t (*fn)(void*), void* arg) {
   gpuhal_status_t status;
   gpuhal__mutex_lock(&driver->parked_mutex);
-  /* The mapping goes into every context (-1): work parked in any holds it up. */
-  status = gpuhal__sync_call_begin(driver, -1, 0)
-               ? gpuhal__driver_run_unparked_locked(driver, -1, fn, arg)
-               : gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
-                                    "%s: queue work of this process that waits on the GPU for a semaphore value is "
-                                    "in flight, and mapping shared memory into the devices (cuMemHostRegister) may "
+  status = driver->gpu_waits > 0
+               ? gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                                    "%s: queue work of this driver that waits on the GPU for a semaphore value is in "
+                                    "flight, and mapping shared memory into the devices (cuMemHostRegister) may "
                                     "wait for it; call it before such work is queued, or once it is done",
-                                    func);
+                                    func)
+               : gpuhal__driver_run_unparked_locked(driver, fn, arg);
   gpuhal__mutex_unlock(&driver->parked_mutex);
   return status;
 }
@@ -708,26 +652,18 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_library(gpuhal_device_t* d
 }
 
 /* Under parked_mutex: runs what was put off, each in its context, unless queue work may wait
- * on the GPU again (of this driver anywhere, or of any driver in the call's context; `all`:
- * whatever waits, the driver's last flush). Any thread; several may flush at once (each
- * call is taken off the list under the mutex, which is let go while it runs). */
-static void gpuhal__driver_flush_deferred_locked(gpuhal_driver_t* driver, int all) {
+ * on the GPU again. Any thread; several may flush at once (each call is taken off the list
+ * under the mutex, which is let go while it runs). */
+static void gpuhal__driver_flush_deferred_locked(gpuhal_driver_t* driver) {
   const gpuhal__cuda_symbols_t* cu = &driver->cu;
-  gpuhal__deferred_call_t** link = &driver->deferred;
-  while (*link) {
-    gpuhal__deferred_call_t* d = *link;
-    int slot = gpuhal__context_slot(d->cu_device);
+  while (driver->gpu_waits == 0 && driver->deferred) {
+    gpuhal__deferred_call_t* d = driver->deferred;
     gpuhal__deferred_run_t run;
     gpuhal_status_t status;
-    if (!gpuhal__sync_call_begin(driver, slot, all)) {
-      link = &d->next; /* held up by another driver's work in its context, or this driver's */
-      continue;
-    }
-    *link = d->next;
-    gpuhal__atomic_sub_seq_cst(&gpuhal__deferred_calls, 1);
+    driver->deferred = d->next;
     run.cu = cu;
     run.call = d;
-    status = gpuhal__driver_run_unparked_locked(driver, slot, gpuhal__deferred_run, &run);
+    status = gpuhal__driver_run_unparked_locked(driver, gpuhal__deferred_run, &run);
     if (status) {
       gpuhal__log(&driver->logger, GPUHAL_LOG_ERROR, "a call put off while work waited on the GPU: %s",
                   gpuhal_status_message(status));
@@ -735,45 +671,23 @@ static void gpuhal__driver_flush_deferred_locked(gpuhal_driver_t* driver, int al
     }
     cu->cuDevicePrimaryCtxRelease(d->cu_device);
     gpuhal__free(&driver->allocator, d);
-    link = &driver->deferred; /* the list may have changed while the mutex was let go */
   }
 }
 
 GPUHAL__PRIVATE void gpuhal__driver_flush_deferred(gpuhal_driver_t* driver) {
   gpuhal__mutex_lock(&driver->parked_mutex);
-  gpuhal__driver_flush_deferred_locked(driver, 0);
+  gpuhal__driver_flush_deferred_locked(driver);
   gpuhal__mutex_unlock(&driver->parked_mutex);
-}
-
-/* The driver is going and has no device left: what it put off runs now, also what another
- * driver's work parked in the same context still holds up (the driver's symbols and
- * allocator go with it; releasing a driver while another's work waits on the GPU for a
- * value this thread would signal is not supported). */
-GPUHAL__PRIVATE void gpuhal__driver_finish_deferred(gpuhal_driver_t* driver) {
-  gpuhal__mutex_lock(&driver->parked_mutex);
-  gpuhal__driver_flush_deferred_locked(driver, 1);
-  gpuhal__mutex_unlock(&driver->parked_mutex);
-}
-
-/* Flushes every driver of the process: the end of one driver's GPU waits may let another's
- * put-off calls run. */
-static void gpuhal__process_flush_deferred(void) {
-  gpuhal__list_node_t* drivers = gpuhal__process_drivers_lock();
-  gpuhal__list_node_t* n;
-  for (n = drivers->next; n != drivers; n = n->next)
-    gpuhal__driver_flush_deferred(GPUHAL__CONTAINER_OF(n, gpuhal_driver_t, process_link));
-  gpuhal__process_drivers_unlock();
 }
 
 static gpuhal_status_t gpuhal__memory_flush_call(void* driver) {
-  (void)driver;
-  gpuhal__process_flush_deferred();
+  gpuhal__driver_flush_deferred((gpuhal_driver_t*)driver);
   return NULL;
 }
 
 static void gpuhal__memory_flush_task(gpuhal__task_t* task) {
-  (void)task;
-  gpuhal__process_flush_deferred();
+  gpuhal__memory_state_t* memory = GPUHAL__CONTAINER_OF(task, gpuhal__memory_state_t, flush_task);
+  gpuhal__driver_flush_deferred(memory->flush_device->driver);
 }
 
 GPUHAL__PRIVATE int gpuhal__memory_gpu_wait_claim(gpuhal_device_t* device) {
@@ -781,26 +695,13 @@ GPUHAL__PRIVATE int gpuhal__memory_gpu_wait_claim(gpuhal_device_t* device) {
   gpuhal_driver_t* driver = device->driver;
   int claimed;
   if (!memory) return 1; /* nothing is put off for such a device (gpuhal__memory_gpu_waits_add) */
-  int slot = gpuhal__context_slot(device->cu_device);
-  int flush = 0;
   gpuhal__mutex_lock(&driver->parked_mutex);
   claimed = driver->sync_calls == 0;
-  if (claimed) {
-    gpuhal__atomic_add_seq_cst(&gpuhal__context_gpu_waits[slot], 1);
-    claimed = gpuhal__atomic_load_seq_cst(&gpuhal__context_sync_calls[slot]) == 0 &&
-              gpuhal__atomic_load_seq_cst(&gpuhal__context_sync_all) == 0;
-    /* Another driver's call waits for the context: back off, and flush what a call that
-     * saw this count meanwhile put off. */
-    if (!claimed)
-      flush = gpuhal__atomic_sub_seq_cst(&gpuhal__context_gpu_waits[slot], 1) == 0 &&
-              gpuhal__atomic_load_seq_cst(&gpuhal__deferred_calls) > 0;
-  }
   if (claimed) {
     memory->gpu_waits++;
     driver->gpu_waits++;
   }
   gpuhal__mutex_unlock(&driver->parked_mutex);
-  if (flush) gpuhal__worker_post(device, &memory->flush_task);
   return claimed;
 }
 
@@ -809,14 +710,10 @@ GPUHAL__PRIVATE void gpuhal__memory_gpu_waits_add(gpuhal_device_t* device, int32
   gpuhal_driver_t* driver = device->driver;
   int flush;
   if (!memory) return;
-  int32_t in_context;
   gpuhal__mutex_lock(&driver->parked_mutex);
   memory->gpu_waits += delta;
   driver->gpu_waits += delta;
-  /* The hot path's cost of the process-wide count: one atomic add. */
-  in_context = gpuhal__atomic_add_seq_cst(&gpuhal__context_gpu_waits[gpuhal__context_slot(device->cu_device)], delta);
-  flush = (driver->gpu_waits == 0 && driver->deferred != NULL) ||
-          (in_context == 0 && gpuhal__atomic_load_seq_cst(&gpuhal__deferred_calls) > 0);
+  flush = driver->gpu_waits == 0 && driver->deferred != NULL;
   gpuhal__mutex_unlock(&driver->parked_mutex);
   if (flush) gpuhal__worker_post(device, &memory->flush_task);
 }

@@ -161,10 +161,10 @@ typedef struct gpuhal__memory_state_s {
   uint32_t free_settled_seq[GPUHAL_MAX_QUEUES];
   uint64_t buffers_allocated; /* bytes of live gpuhal_buffer_allocate device memory (atomic) */
   /* This device's share of driver->gpu_waits (under driver->parked_mutex): queue work in
-   * flight that may wait on the GPU for a value. See gpuhal__device_sync_call; memory.c
-   * also counts it per CUDA device over every driver of the process. */
+   * flight that may wait on the GPU for a value. See gpuhal__device_sync_call. */
   int32_t gpu_waits;
-  gpuhal__task_t flush_task; /* flushes every driver when GPU waits that held calls up end */
+  gpuhal__task_t flush_task; /* posted when driver->gpu_waits drops to zero with calls put off */
+  gpuhal_device_t* flush_device;
 } gpuhal__memory_state_t;
 
 /* A call that waits for a whole context, put off (see gpuhal__device_sync_call). It keeps
@@ -215,14 +215,14 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_pending_allocate(gpuhal_buffer_t*
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device, const gpuhal__deferred_call_t* call);
 
 /* For calls that wait for a whole context without a gpuhal device at hand: runs `call` in
- * the primary context of `cu_device` now, or puts it off while queue work of the driver,
- * or of any driver in that context, may wait on the GPU for a value. Takes over the reference to that primary context the
+ * the primary context of `cu_device` now, or puts it off while queue work of the driver
+ * may wait on the GPU for a value. Takes over the reference to that primary context the
  * caller retained (`context`): released once the call has run, whatever happened (so
  * nothing here needs a retain of its own, which could fail). */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_sync_call(gpuhal_driver_t* driver, CUdevice cu_device, CUcontext context,
                                                          const gpuhal__deferred_call_t* call);
-/* Runs fn(arg) (which makes calls that wait for a whole context) while no queue work of any
- * driver of the process waits on the GPU for a value, none being enqueued meanwhile; FAILED_PRECONDITION,
+/* Runs fn(arg) (which makes calls that wait for a whole context) while no queue work of the
+ * driver waits on the GPU for a value, none being enqueued meanwhile; FAILED_PRECONDITION,
  * naming `func`, while some does (the call would wait for that work, which may wait for
  * the caller). */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_call_unparked(gpuhal_driver_t* driver, const char* func,
@@ -264,8 +264,6 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_library(gpuhal_device_t* d
 GPUHAL__PRIVATE void gpuhal__put_off_begin(void);
 GPUHAL__PRIVATE void gpuhal__put_off_end(void);
 GPUHAL__PRIVATE void gpuhal__driver_flush_deferred(gpuhal_driver_t* driver);
-/* A going driver's last flush: runs all it put off, whatever still waits on the GPU. */
-GPUHAL__PRIVATE void gpuhal__driver_finish_deferred(gpuhal_driver_t* driver);
 
 /* The queue is about to enqueue (+1), or has seen the end of (-1), work that may wait on the
  * GPU for a value. When no such work is left, what was put off runs on this device's

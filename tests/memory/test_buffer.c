@@ -1,11 +1,8 @@
 /* Buffers: device, pinned-host and managed memory; synchronous read/write round trips at
  * odd offsets and sizes; retain/release; the pending (queue_alloca) buffer internals and
- * the device pool; a release in one driver while another driver's queue work waits on
- * the GPU. Runs on softcuda and unchanged on a real GPU. */
+ * the device pool. Runs on softcuda and unchanged on a real GPU. */
 #include "test_internals.h"
 #include "test_util.h"
-
-#include <unistd.h> /* close */
 
 typedef struct fixture_s {
   gpuhal_driver_t* driver;
@@ -250,92 +247,5 @@ TU_TEST(driver_errors_are_translated) {
   fixture_close(&f);
 }
 
-/* What a release runs on its own thread; `done` is set (atomically) once it returned. */
-typedef struct release_job_s {
-  gpuhal_buffer_t* buffer;
-  gpuhal_semaphore_t* semaphores[2];
-  int done;
-} release_job_t;
-
-static void* release_job_run(void* arg) {
-  release_job_t* job = (release_job_t*)arg;
-  gpuhal_buffer_release(job->buffer);
-  gpuhal_semaphore_release(job->semaphores[0]);
-  gpuhal_semaphore_release(job->semaphores[1]);
-  __atomic_store_n(&job->done, 1, __ATOMIC_SEQ_CST);
-  return NULL;
-}
-
-/* Runs the job and says whether it returned within 5 s, while `gate` (which the parked work
- * waits for) is still unsignalled; then signals it, so a release stuck behind that work
- * finishes and the case fails instead of hanging. */
-static int release_returns_while_parked(release_job_t* job, gpuhal_semaphore_t* gate) {
-  gpuhal__thread_t thread;
-  int64_t deadline = gpuhal_now_ns() + 5000000000ll;
-  int returned;
-  TU_CHECK_OK(gpuhal__thread_create(&thread, release_job_run, job, "tu-release"));
-  while (!__atomic_load_n(&job->done, __ATOMIC_SEQ_CST) && gpuhal_now_ns() < deadline) tu_sleep_ns(1000000);
-  returned = __atomic_load_n(&job->done, __ATOMIC_SEQ_CST);
-  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
-  gpuhal__thread_join(thread);
-  return returned;
-}
-
-/* 1 once nothing of `driver` is put off any more (within 5 s). */
-static int deferred_drain(gpuhal_driver_t* driver) {
-  int64_t deadline = gpuhal_now_ns() + 5000000000ll;
-  for (;;) {
-    int empty;
-    gpuhal__mutex_lock(&driver->parked_mutex);
-    empty = driver->deferred == NULL;
-    gpuhal__mutex_unlock(&driver->parked_mutex);
-    if (empty || gpuhal_now_ns() >= deadline) return empty;
-    tu_sleep_ns(1000000);
-  }
-}
-
-/* Two drivers on device 0 share its primary context. The first parks an execute on the GPU
- * (a value wait for a semaphore this thread signals later); the second releases a buffer,
- * or a shared semaphore (exported and imported, where it can). The release must not wait
- * for the parked work: its cuMemFree / cuMemHostUnregister, which wait for the whole
- * context, are put off as for the first driver's own frees, and run once the work ends. */
-static void release_in_one_driver_while_another_parks(int shared) {
-  fixture_t f, g;
-  gpuhal_semaphore_t *gate = NULL, *done = NULL;
-  release_job_t job;
-  uint64_t one = 1;
-  int fd = -1;
-  if (!fixture_open(&f)) TU_SKIP("no device");
-  TU_REQUIRE(fixture_open(&g));
-  memset(&job, 0, sizeof(job));
-  if (!shared) {
-    TU_CHECK_OK(gpuhal_buffer_allocate(g.device, GPUHAL_MEMORY_DEVICE, 4096, &job.buffer));
-  } else if (gpuhal_driver_has_feature(g.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
-    /* Shared semaphores need stream memory operations; without them nothing parks either. */
-    TU_CHECK_OK(gpuhal_semaphore_create(g.driver, 0, &job.semaphores[0]));
-    TU_CHECK_OK(gpuhal_semaphore_export(job.semaphores[0], &fd));
-    TU_CHECK_OK(gpuhal_semaphore_import(g.driver, fd, &job.semaphores[1]));
-    close(fd);
-  }
-  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &gate));
-  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &done));
-  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &one),
-                                   gpuhal_semaphore_list_one(&done, &one), NULL, NULL));
-  tu_sleep_ns(200000000); /* the execute is issued (parked on the GPU, with memops) */
-  TU_CHECK(release_returns_while_parked(&job, gate));
-  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, gpuhal_timeout_relative_ns(30000000000ll)));
-  /* What was put off runs once the parked work ended (the first driver's worker flushes
-   * the second's list), not only when the second driver goes. */
-  TU_CHECK(deferred_drain(g.driver));
-  gpuhal_semaphore_release(gate);
-  gpuhal_semaphore_release(done);
-  fixture_close(&g);
-  fixture_close(&f);
-}
-
-TU_TEST(buffer_release_in_one_driver_while_another_parks) { release_in_one_driver_while_another_parks(0); }
-TU_TEST(shared_semaphore_release_in_one_driver_while_another_parks) { release_in_one_driver_while_another_parks(1); }
-
 TU_MAIN(TU_CASE(round_trips_of_every_kind), TU_CASE(retain_and_release), TU_CASE(pending_buffers), TU_CASE(device_pool),
-        TU_CASE(driver_errors_are_translated), TU_CASE(buffer_release_in_one_driver_while_another_parks),
-        TU_CASE(shared_semaphore_release_in_one_driver_while_another_parks))
+        TU_CASE(driver_errors_are_translated))
