@@ -183,10 +183,9 @@ GPUHAL__PRIVATE void gpuhal__action_make_pending(gpuhal__queue_state_t* state, g
   gpuhal__list_push_back(&state->pending, &a->link);
 }
 
-GPUHAL__PRIVATE void gpuhal__action_wait_notify(gpuhal__semaphore_waiter_t* waiter) {
-  gpuhal__action_t* a = (gpuhal__action_t*)waiter->user;
+/* A wait's semaphore (`s`, locked) changed so that the action may go on, or must fail. */
+static void gpuhal__action_wait_changed(gpuhal__action_t* a, gpuhal_semaphore_t* s) {
   gpuhal__queue_state_t* state = a->state;
-  gpuhal_semaphore_t* s = GPUHAL__CONTAINER_OF(waiter, gpuhal__action_wait_t, waiter)->semaphore;
   gpuhal__action_wake(a);
   if (gpuhal__semaphore_after_has(s, gpuhal__queue_issue_woken, state)) return;
   if (gpuhal__semaphore_after_room(s)) {
@@ -199,6 +198,16 @@ GPUHAL__PRIVATE void gpuhal__action_wait_notify(gpuhal__semaphore_waiter_t* wait
     gpuhal__atomic_sub_seq_cst(&state->signal_runs, 1);
   }
   gpuhal__queue_kick_issue(state);
+}
+
+GPUHAL__PRIVATE void gpuhal__action_wait_notify(gpuhal__semaphore_waiter_t* waiter) {
+  gpuhal__action_wait_changed((gpuhal__action_t*)waiter->user,
+                              GPUHAL__CONTAINER_OF(waiter, gpuhal__action_wait_t, waiter)->semaphore);
+}
+
+GPUHAL__PRIVATE void gpuhal__action_fail_watch_notify(gpuhal__semaphore_waiter_t* watch) {
+  gpuhal__action_wait_changed((gpuhal__action_t*)watch->user,
+                              GPUHAL__CONTAINER_OF(watch, gpuhal__action_wait_t, fail_watch)->semaphore);
 }
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__action_acquire_locked(gpuhal__queue_state_t* state, gpuhal__action_t** out) {
@@ -411,6 +420,8 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
    * goes before its signals, which then no longer count it as blocked. */
   if (!a->event && a->next_wait < a->wait_count)
     gpuhal__semaphore_unregister(a->waits[a->next_wait].semaphore, &a->waits[a->next_wait].waiter);
+  for (i = 0; a->fail_watching && i < a->wait_count; ++i)
+    gpuhal__semaphore_unregister(a->waits[i].semaphore, &a->waits[i].fail_watch);
   for (i = 0; a->value_waits && i < a->wait_count; ++i) /* and its waits on the GPU */
     if (a->waits[i].kind == GPUHAL__WAIT_VALUE)
       gpuhal__semaphore_unregister(a->waits[i].semaphore, &a->waits[i].waiter);

@@ -122,7 +122,8 @@
  *
  * Failure: a CUDA error fails the action's signal semaphores with the original error (then
  * the operation: gpuhal__action_describe, kind, label, #number, device, queue); an
- * action waiting on a failed semaphore fails with that cause in its message; a queue call
+ * action waiting on a failed semaphore fails with that cause in its message (one blocked on
+ * an earlier wait watches its later ones: gpuhal__semaphore_watch_failure); a queue call
  * that fails after its arguments were accepted fails its signal semaphores; a sticky error
  * marks the device lost and every pending and later action fails fast with it; a
  * semaphore the application released that nothing left can advance fails with ABORTED
@@ -273,7 +274,10 @@ enum {
 /* One wait of an action. */
 typedef struct gpuhal__action_wait_s {
   gpuhal__semaphore_waiter_t waiter; /* registered while the action is blocked on this wait */
-  gpuhal_semaphore_t* semaphore;     /* retained */
+  /* Linked while the action is blocked on an earlier wait (gpuhal__semaphore_watch_failure):
+   * this one failing fails the action then, not once the earlier value comes. */
+  gpuhal__semaphore_waiter_t fail_watch;
+  gpuhal_semaphore_t* semaphore; /* retained */
   uint64_t value;
   int kind;               /* GPUHAL__WAIT_* above */
   gpuhal__event_t* event; /* EVENT: retained only between resolving and issuing at once */
@@ -307,6 +311,7 @@ typedef struct gpuhal__action_s {
   int not_provisional;         /* GPUHAL__SUBMIT_NOT_PROVISIONAL */
   int caller_may_issue;        /* GPUHAL__SUBMIT_CALLER_MAY_ISSUE: an application thread may issue it */
   int polled;                  /* the completion thread found it not done once (lane typical_ns) */
+  int fail_watching;           /* its waits' fail_watch nodes are in use (set up once blocked) */
   int park_reserved;           /* holds one of its ordinal's parked streams (gpuhal__action_park_reserve) */
   int park_denied;             /* pending because no parked stream was free: woken when one frees */
   uint32_t side;               /* 1 + index of its side stream in state->sides (0: none); set at issue, or
@@ -536,6 +541,8 @@ GPUHAL__PRIVATE void gpuhal__queue_issue_woken(void* arg);
  * thread issues what became ready once it released the semaphore (no worker wake-up between
  * a host signal and its GPU work); otherwise the pump is kicked. */
 GPUHAL__PRIVATE void gpuhal__action_wait_notify(gpuhal__semaphore_waiter_t* waiter);
+/* The same for a failure watch (gpuhal__action_wait_t.fail_watch): a later wait failed. */
+GPUHAL__PRIVATE void gpuhal__action_fail_watch_notify(gpuhal__semaphore_waiter_t* watch);
 
 /* ---- the action pool ---- */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__action_acquire_locked(gpuhal__queue_state_t* state, gpuhal__action_t** out);

@@ -40,6 +40,32 @@ static void gpuhal__action_wait_take_event(gpuhal__action_wait_t* w, const gpuha
   w->cover_seq = q->event_seq;
 }
 
+/* Blocked on wait `a->next_wait`: its later waits are watched for failure (set up on the
+ * first block), since one failing fails the action whatever the blocking wait does. 1 with
+ * *out_failure when one has failed already. */
+static int gpuhal__action_watch_failures(gpuhal__action_t* a, gpuhal_status_t* out_failure) {
+  uint32_t i;
+  if (!a->fail_watching) {
+    for (i = 0; i < a->wait_count; ++i) {
+      gpuhal__semaphore_waiter_init(&a->waits[i].fail_watch);
+      a->waits[i].fail_watch.notify = gpuhal__action_fail_watch_notify;
+      a->waits[i].fail_watch.user = a;
+    }
+    a->fail_watching = 1;
+  }
+  for (i = a->next_wait + 1; i < a->wait_count; ++i) {
+    gpuhal__action_wait_t* w = &a->waits[i];
+    gpuhal_status_t failure;
+    if (w->kind == GPUHAL__WAIT_NOTHING) continue;
+    failure = gpuhal__semaphore_watch_failure(w->semaphore, &w->fail_watch);
+    if (failure) {
+      *out_failure = gpuhal__action_wait_failure(a, failure, w->semaphore, w->value);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* Resolves the waits in order; stops at the first one that can be neither skipped, turned
  * into an event wait nor (memops) a value wait, registering on its semaphore so that its
  * change kicks the pump. With `take_events` (the action will be issued right away if
@@ -98,6 +124,7 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
     }
     if (st == GPUHAL__WAIT_PENDING) {
       gpuhal__action_drop_wait_events(a);
+      if (gpuhal__action_watch_failures(a, out_failure)) return GPUHAL__RESOLVE_FAILED;
       gpuhal__action_park_denied(a, denied); /* then a freed parked stream wakes it to ask again */
       return GPUHAL__RESOLVE_BLOCKED;
     }

@@ -182,6 +182,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   a->not_provisional = (flags & GPUHAL__SUBMIT_NOT_PROVISIONAL) != 0;
   a->caller_may_issue = (flags & GPUHAL__SUBMIT_CALLER_MAY_ISSUE) != 0;
   a->polled = 0;
+  a->fail_watching = 0;
   a->stream = NULL;
   a->gpu_wait_counted = 0;
   a->submit_number = gpuhal__atomic_add(&state->submit_count, 1);

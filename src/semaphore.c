@@ -491,6 +491,11 @@ GPUHAL__PRIVATE void gpuhal__semaphore_fail_locked(gpuhal_semaphore_t* s, gpuhal
   while (!gpuhal__list_empty(&s->timepoints)) gpuhal__list_pop_front(&s->timepoints);
   gpuhal__semaphore_publish_newest_locked(s);
   gpuhal__semaphore_notify_locked(s, 0);
+  while (!gpuhal__list_empty(&s->fail_watchers)) {
+    gpuhal__semaphore_waiter_t* w =
+        GPUHAL__CONTAINER_OF(gpuhal__list_pop_front(&s->fail_watchers), gpuhal__semaphore_waiter_t, link);
+    w->notify(w);
+  }
 }
 
 GPUHAL__PRIVATE void gpuhal__semaphore_signaller_add(gpuhal_semaphore_t* s) { gpuhal__atomic_add(&s->signallers, 1u); }
@@ -610,6 +615,19 @@ GPUHAL__PRIVATE void gpuhal__semaphore_unregister(gpuhal_semaphore_t* s, gpuhal_
   gpuhal__mutex_unlock(&s->mutex);
 }
 
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_watch_failure(gpuhal_semaphore_t* s,
+                                                                gpuhal__semaphore_waiter_t* watch) {
+  gpuhal_status_t failure = NULL;
+  gpuhal__mutex_lock(&s->mutex);
+  if (s->shared) gpuhal__semaphore_shared_pull_locked(s);
+  if (s->failure)
+    failure = gpuhal_status_clone(s->failure);
+  else if (!gpuhal__semaphore_waiter_registered(watch))
+    gpuhal__list_push_back(&s->fail_watchers, &watch->link);
+  gpuhal__mutex_unlock(&s->mutex);
+  return failure;
+}
+
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_failure_for(gpuhal_status_t cause_clone, const char* who,
                                                               const gpuhal_semaphore_t* s, uint64_t value) {
   return gpuhal_status_annotate(cause_clone, "while %s waited for semaphore%s%s%s to reach %llu", who,
@@ -636,6 +654,7 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphore_create(gpuhal_driver_t* driver, uint
   gpuhal__list_init(&s->timepoints);
   gpuhal__list_init(&s->waiters);
   gpuhal__list_init(&s->parked);
+  gpuhal__list_init(&s->fail_watchers);
   gpuhal__list_init(&s->shared_link);
   *out_semaphore = s;
   return NULL;

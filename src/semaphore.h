@@ -202,6 +202,10 @@ struct gpuhal_semaphore_s {
    * from the arming until their action is dropped: what still waits for a value on the GPU
    * (gpuhal__semaphore_abandoned_locked). Never notified: the word releases them. */
   gpuhal__list_node_t parked;
+  /* Failure watches (gpuhal__semaphore_watch_failure): queue work blocked on another of its
+   * waits, which must fail as soon as this semaphore does. Notified, and unlinked, only by
+   * a failure. */
+  gpuhal__list_node_t fail_watchers;
   char label[GPUHAL_LABEL_MAX]; /* gpuhal_semaphore_set_label; "" without one */
   /* The newest submitted timepoint, readable without the mutex (a sequence lock: written
    * under the mutex, `newest_seq` odd while it changes): lets a queue action whose wait is
@@ -433,6 +437,12 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
                                                              gpuhal__wait_query_t* q);
 
 GPUHAL__PRIVATE void gpuhal__semaphore_unregister(gpuhal_semaphore_t* s, gpuhal__semaphore_waiter_t* waiter);
+/* Queue work blocked on one wait learns at once that another of its waits failed: the
+ * failure (a clone) when `s` has failed, else `watch` is linked (once) into its failure
+ * watches and notified (under the lock, unlinked first) when it fails. Unlinked by
+ * gpuhal__semaphore_unregister. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_watch_failure(gpuhal_semaphore_t* s,
+                                                                gpuhal__semaphore_waiter_t* watch);
 
 /* A failure status for a waiter of failed `s`: the cause first, then who waited for which
  * semaphore (its label) and value. */

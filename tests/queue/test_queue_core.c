@@ -1416,6 +1416,68 @@ TU_TEST(lower_signal_landing_late_does_not_hold_a_gpu_wait) {
   qc_fixture_close(&f);
 }
 
+static gpuhal_status_t qc_host_fn_count(void* user) {
+  __atomic_add_fetch((int*)user, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+/* An operation waits for gate >= 1 (which never comes) and then for `b` >= 1; `b` fails:
+ * the operation fails at once with b's cause, its signal with it, whether `b` failed
+ * before it blocked or after (it was blocked on the gate, registered only there, and
+ * stayed queued until the gate came). A host call on both paths; a barrier on the event
+ * path (on the default path it waits on the GPU, and fails when the gate comes). */
+static void qc_later_wait_fails_case(int barrier, int fail_first) {
+  qc_fixture_t f;
+  gpuhal_semaphore_t *gate, *b, *done, *waits[2];
+  uint64_t ones[2] = {1, 1};
+  gpuhal_semaphore_list_t wait_list;
+  int ran = 0;
+  gpuhal_status_t st;
+  if (!qc_fixture_open(&f, 1)) TU_SKIP("no device or test kernels");
+  if (barrier && f.driver->memops) {
+    qc_fixture_close(&f);
+    return;
+  }
+  gate = qc_semaphore(&f);
+  b = qc_semaphore(&f);
+  done = qc_semaphore(&f);
+  TU_REQUIRE(gate && b && done);
+  waits[0] = gate;
+  waits[1] = b;
+  wait_list.count = 2;
+  wait_list.semaphores = waits;
+  wait_list.values = ones;
+  if (fail_first) gpuhal_semaphore_fail(b, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "b failed"));
+  if (barrier)
+    TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, wait_list, gpuhal_semaphore_list_one(&done, &ones[0]), NULL, NULL));
+  else
+    TU_CHECK_OK(gpuhal_queue_host_call(f.device, 0, wait_list, gpuhal_semaphore_list_one(&done, &ones[0]),
+                                       qc_host_fn_count, &ran));
+  qc_sleep_ms(20);
+  if (!fail_first) gpuhal_semaphore_fail(b, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "b failed"));
+  st = gpuhal_semaphore_wait(done, 1, qt_seconds(QC_WAIT_S));
+  TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_CANCELLED);
+  if (st) TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "b failed");
+  gpuhal_status_free(st);
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_EQ_INT(__atomic_load_n(&ran, __ATOMIC_SEQ_CST), 0);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1)); /* nothing waits any more */
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(b);
+  gpuhal_semaphore_release(done);
+  qc_fixture_close(&f);
+}
+
+TU_TEST(a_later_wait_failing_fails_a_blocked_host_call) {
+  qc_later_wait_fails_case(0, 0);
+  qc_later_wait_fails_case(0, 1);
+}
+
+TU_TEST(a_later_wait_failing_fails_a_blocked_barrier) {
+  qc_later_wait_fails_case(1, 0);
+  qc_later_wait_fails_case(1, 1);
+}
+
 /* The polls case last: on a core with the defect its release hangs and the watchdog ends the
  * process, which would keep the cases after it from running. */
 TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
@@ -1434,4 +1496,5 @@ TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
         TU_CASE(a_queue_signal_not_above_the_value_leaves_it),
         TU_CASE(released_semaphore_still_signalled_by_queue_work), TU_CASE(released_semaphore_after_an_ended_host_wait),
         TU_CASE(abandoned_by_a_signaller_parked_on_it), TU_CASE(released_semaphore_with_two_waits_of_one_signaller),
-        TU_CASE(lower_signal_landing_late_does_not_hold_a_gpu_wait))
+        TU_CASE(lower_signal_landing_late_does_not_hold_a_gpu_wait),
+        TU_CASE(a_later_wait_failing_fails_a_blocked_host_call), TU_CASE(a_later_wait_failing_fails_a_blocked_barrier))
