@@ -14,7 +14,8 @@ enum {
   GPUHAL__REPORT_OPS_FIRST = 256,   /* operations room at first; it doubles as needed */
   GPUHAL__REPORT_OPS_MAX = 1 << 18, /* operations copied in all (the rest are counted) */
   GPUHAL__REPORT_DEVICES = 64,      /* devices reported */
-  GPUHAL__REPORT_CYCLE_MAX = 16     /* operations named in a cycle */
+  GPUHAL__REPORT_CYCLE_MAX = 16,    /* operations named in a cycle */
+  GPUHAL__REPORT_CYCLES_MAX = 16    /* cycles named */
 };
 
 typedef enum { GPUHAL__OP_QUEUED = 0, GPUHAL__OP_WAITING = 1, GPUHAL__OP_ISSUED = 2 } gpuhal__op_state_t;
@@ -24,6 +25,7 @@ typedef struct gpuhal__report_entry_s {
   uint64_t value;
   gpuhal__wait_state_t state; /* waits: checked once all is copied (gpuhal__report_check_waits) */
   gpuhal_status_t failure;    /* waits: owned, when FAILED */
+  int32_t by;                 /* waits: the operation of the copy that signals it (-1: none) */
 } gpuhal__report_entry_t;
 
 /* One operation not done, as copied. */
@@ -40,9 +42,29 @@ typedef struct gpuhal__report_op_s {
   uint32_t unmet_count;              /* waits not reached when copied (listed first) */
   gpuhal__report_entry_t waits[GPUHAL__REPORT_ENTRIES];
   gpuhal__report_entry_t signals[GPUHAL__REPORT_ENTRIES];
-  int mark; /* cycle search: 0 new, 1 on the path, 2 done */
-  int next; /* cycle search: the operation it waits for (-1: none) */
+  /* Past GPUHAL__REPORT_ENTRIES, not printed but followed: the waits not reached (a cycle
+   * may go through any of them) and the signals (any may be the one another waits for). */
+  gpuhal__report_entry_t* more_waits;
+  gpuhal__report_entry_t* more_signals;
+  uint32_t more_wait_count, more_signal_count;
+  int mark;        /* cycle search: 0 new, 1 on the path, 2 done */
+  int parent;      /* cycle search: the operation the path came from */
+  uint32_t cursor; /* cycle search: its next wait to follow */
+  int next;        /* a cycle being named: the operation it waits for in it */
 } gpuhal__report_op_t;
+
+/* An operation's copied waits (or signals): the printed ones, then the `more` ones. */
+static uint32_t gpuhal__report_entry_count(uint32_t count, uint32_t more_count) {
+  return (count < GPUHAL__REPORT_ENTRIES ? count : (uint32_t)GPUHAL__REPORT_ENTRIES) + more_count;
+}
+
+static gpuhal__report_entry_t* gpuhal__report_wait_at(gpuhal__report_op_t* op, uint32_t k) {
+  return k < GPUHAL__REPORT_ENTRIES ? &op->waits[k] : &op->more_waits[k - GPUHAL__REPORT_ENTRIES];
+}
+
+static gpuhal__report_entry_t* gpuhal__report_signal_at(gpuhal__report_op_t* op, uint32_t k) {
+  return k < GPUHAL__REPORT_ENTRIES ? &op->signals[k] : &op->more_signals[k - GPUHAL__REPORT_ENTRIES];
+}
 
 typedef struct gpuhal__report_queue_s {
   uint64_t last_done; /* submission number of the last completed operation (0: none) */
@@ -95,16 +117,40 @@ static void gpuhal__report_copy_entry(gpuhal__report_entry_t* out, gpuhal_semaph
  * GPUHAL__REPORT_ENTRIES: a wait that holds the operation up is named (with its blocker)
  * however many waits it has. Reached or not is only a first look here (atomic loads, under
  * the device's locks): gpuhal__report_check_waits decides what the report says. */
-static void gpuhal__report_copy_waits(gpuhal__report_op_t* op, const gpuhal__action_t* a) {
-  uint32_t i, n = 0;
+static void gpuhal__report_copy_waits(gpuhal__report_t* r, gpuhal__report_op_t* op, const gpuhal__action_t* a) {
+  uint32_t i, n = 0, more_room = 0;
   int reached;
+  if (a->wait_count > GPUHAL__REPORT_ENTRIES) {
+    for (i = 0; i < a->wait_count; ++i)
+      more_room += gpuhal__atomic_load(&a->waits[i].semaphore->value) < a->waits[i].value;
+    more_room = more_room > GPUHAL__REPORT_ENTRIES ? more_room - GPUHAL__REPORT_ENTRIES : 0;
+    if (more_room)
+      op->more_waits = (gpuhal__report_entry_t*)gpuhal__calloc(r->allocator, sizeof(*op->more_waits) * more_room);
+  }
   for (reached = 0; reached <= 1; ++reached)
     for (i = 0; i < a->wait_count; ++i) {
       const gpuhal__action_wait_t* w = &a->waits[i];
       if ((gpuhal__atomic_load(&w->semaphore->value) >= w->value) != reached) continue;
       op->unmet_count += !reached;
-      if (n < GPUHAL__REPORT_ENTRIES) gpuhal__report_copy_entry(&op->waits[n++], w->semaphore, w->value);
+      if (n < GPUHAL__REPORT_ENTRIES)
+        gpuhal__report_copy_entry(&op->waits[n++], w->semaphore, w->value);
+      else if (!reached && op->more_waits && op->more_wait_count < more_room)
+        gpuhal__report_copy_entry(&op->more_waits[op->more_wait_count++], w->semaphore, w->value);
     }
+}
+
+/* Every signal of `a`: the first GPUHAL__REPORT_ENTRIES printed, the rest only indexed. */
+static void gpuhal__report_copy_signals(gpuhal__report_t* r, gpuhal__report_op_t* op, const gpuhal__action_t* a) {
+  uint32_t i;
+  if (a->signal_count > GPUHAL__REPORT_ENTRIES)
+    op->more_signals = (gpuhal__report_entry_t*)gpuhal__calloc(
+        r->allocator, sizeof(*op->more_signals) * (a->signal_count - GPUHAL__REPORT_ENTRIES));
+  for (i = 0; i < a->signal_count; ++i)
+    if (i < GPUHAL__REPORT_ENTRIES)
+      gpuhal__report_copy_entry(&op->signals[i], a->signals[i].semaphore, a->signals[i].value);
+    else if (op->more_signals)
+      gpuhal__report_copy_entry(&op->more_signals[op->more_signal_count++], a->signals[i].semaphore,
+                                a->signals[i].value);
 }
 
 /* Makes room for at least `want` operations (doubling, from GPUHAL__REPORT_OPS_FIRST, up
@@ -129,7 +175,6 @@ static int gpuhal__report_reserve(gpuhal__report_t* r, uint64_t want) {
 static void gpuhal__report_copy_op(gpuhal__report_t* r, gpuhal__report_device_t* d, const gpuhal__action_t* a,
                                    gpuhal__op_state_t state) {
   gpuhal__report_op_t* op;
-  uint32_t i;
   if (r->op_count == r->op_capacity && !gpuhal__report_reserve(r, (uint64_t)r->op_count + 1)) {
     d->dropped++;
     return;
@@ -146,9 +191,8 @@ static void gpuhal__report_copy_op(gpuhal__report_t* r, gpuhal__report_device_t*
   op->wait_count = a->wait_count;
   op->signal_count = a->signal_count;
   op->next = -1;
-  gpuhal__report_copy_waits(op, a);
-  for (i = 0; i < a->signal_count && i < GPUHAL__REPORT_ENTRIES; ++i)
-    gpuhal__report_copy_entry(&op->signals[i], a->signals[i].semaphore, a->signals[i].value);
+  gpuhal__report_copy_waits(r, op, a);
+  gpuhal__report_copy_signals(r, op, a);
 }
 
 static void gpuhal__report_copy_list(gpuhal__report_t* r, gpuhal__report_device_t* d, gpuhal__list_node_t* list,
@@ -280,16 +324,17 @@ static gpuhal_status_t gpuhal__report_index(gpuhal__report_t* r) {
     if (!q->listed) q->first = i;
     q->listed++;
     q->issued += op->state == GPUHAL__OP_ISSUED;
-    n += op->signal_count < GPUHAL__REPORT_ENTRIES ? op->signal_count : (uint32_t)GPUHAL__REPORT_ENTRIES;
+    n += gpuhal__report_entry_count(op->signal_count, op->more_signal_count);
   }
   if (!n) return NULL;
   GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(r->allocator, sizeof(*r->signals) * n, "a pending report's signal index",
                                                (void**)&r->signals));
   for (i = 0; i < r->op_count; ++i)
-    for (j = 0; j < r->ops[i].signal_count && j < GPUHAL__REPORT_ENTRIES; ++j) {
+    for (j = 0; j < gpuhal__report_entry_count(r->ops[i].signal_count, r->ops[i].more_signal_count); ++j) {
       gpuhal__report_signal_t* e = &r->signals[r->signal_count++];
-      e->semaphore = (uintptr_t)r->ops[i].signals[j].semaphore;
-      e->value = r->ops[i].signals[j].value;
+      const gpuhal__report_entry_t* signal = gpuhal__report_signal_at(&r->ops[i], j);
+      e->semaphore = (uintptr_t)signal->semaphore;
+      e->value = signal->value;
       e->op = (int32_t)i;
     }
   qsort(r->signals, r->signal_count, sizeof(*r->signals), gpuhal__report_signal_order);
@@ -344,28 +389,31 @@ static void gpuhal__report_check_waits(gpuhal__report_t* r) {
   for (i = 0; i < r->op_count; ++i) {
     gpuhal__report_op_t* op = &r->ops[i];
     op->blocked = op->state != GPUHAL__OP_ISSUED;
-    for (j = 0; j < op->wait_count && j < GPUHAL__REPORT_ENTRIES; ++j) {
-      gpuhal__report_entry_t* w = &op->waits[j];
+    for (j = 0; j < gpuhal__report_entry_count(op->wait_count, op->more_wait_count); ++j) {
+      gpuhal__report_entry_t* w = gpuhal__report_wait_at(op, j);
       gpuhal__wait_query_t q;
       memset(&q, 0, sizeof(q));
       q.look_submitted = 1;
       w->state = gpuhal__semaphore_check(w->semaphore, w->value, &q);
       w->failure = q.failure;
-      if (w->state != GPUHAL__WAIT_COMPLETED && w->state != GPUHAL__WAIT_FAILED) op->blocked = 1;
+      w->by = -1;
+      if (w->state != GPUHAL__WAIT_COMPLETED && w->state != GPUHAL__WAIT_FAILED) {
+        op->blocked = 1;
+        w->by = gpuhal__report_signaller(r, w->semaphore, w->value);
+      }
     }
   }
 }
 
 /* One wait of `op`: the value it needs, the value now, and who is expected to reach it. */
-static void gpuhal__report_wait(gpuhal__report_t* r, gpuhal__report_op_t* op, const gpuhal__report_entry_t* w) {
+static void gpuhal__report_wait(gpuhal__report_t* r, const gpuhal__report_entry_t* w) {
   gpuhal_semaphore_t* s = w->semaphore;
   gpuhal__wait_state_t st = w->state;
-  int by;
+  int by = w->by;
   gpuhal__report_printf(r, "      waits for ");
   gpuhal__report_semaphore_name(r, s);
   gpuhal__report_printf(r, " >= %llu: now %llu; ", (unsigned long long)w->value,
                         (unsigned long long)gpuhal__atomic_load(&s->value));
-  by = gpuhal__report_signaller(r, s, w->value);
   if (st == GPUHAL__WAIT_FAILED) {
     gpuhal__report_printf(r, "failed: %s\n", gpuhal_status_message(w->failure));
   } else if (st == GPUHAL__WAIT_COMPLETED) {
@@ -375,7 +423,6 @@ static void gpuhal__report_wait(gpuhal__report_t* r, gpuhal__report_op_t* op, co
     gpuhal__report_printf(r, "to be signalled by ");
     gpuhal__report_op_name(r, b);
     gpuhal__report_printf(r, " (device %d queue %u, %s)\n", b->device, b->queue, gpuhal__report_state_name(b->state));
-    if (op->next < 0 && b->blocked) op->next = by;
   } else if (st == GPUHAL__WAIT_SUBMITTED) {
     gpuhal__report_printf(r, "to be signalled by issued work the completion thread is watching\n");
   } else {
@@ -390,7 +437,7 @@ static void gpuhal__report_op(gpuhal__report_t* r, gpuhal__report_op_t* op) {
   gpuhal__report_printf(r, "    ");
   gpuhal__report_op_name(r, op);
   gpuhal__report_printf(r, ": %s\n", gpuhal__report_state_name(op->state));
-  for (i = 0; i < op->wait_count && i < GPUHAL__REPORT_ENTRIES; ++i) gpuhal__report_wait(r, op, &op->waits[i]);
+  for (i = 0; i < op->wait_count && i < GPUHAL__REPORT_ENTRIES; ++i) gpuhal__report_wait(r, &op->waits[i]);
   if (op->unmet_count > GPUHAL__REPORT_ENTRIES) /* those not reached were listed first */
     gpuhal__report_printf(r, "      and %u more waits, %u of them not reached\n",
                           op->wait_count - GPUHAL__REPORT_ENTRIES, op->unmet_count - GPUHAL__REPORT_ENTRIES);
@@ -424,41 +471,61 @@ static void gpuhal__report_queue(gpuhal__report_t* r, const gpuhal__report_devic
   if (unlisted) gpuhal__report_printf(r, "    issued, watched by the completion thread (not listed): %u\n", unlisted);
 }
 
+/* Names the cycle closed by a wait of `from` on `to`, which is on the search's path: from
+ * `to` along the path to `from`, written from its first submitted operation. */
+static void gpuhal__report_cycle(gpuhal__report_t* r, int from, int to) {
+  int at = from, start = to, steps = 0;
+  r->ops[from].next = to;
+  while (at != to) { /* the path's links, forward */
+    int parent = r->ops[at].parent;
+    const gpuhal__report_op_t *o = &r->ops[at], *f = &r->ops[start];
+    if (o->device_index < f->device_index || (o->device_index == f->device_index && o->number < f->number)) start = at;
+    r->ops[parent].next = at;
+    at = parent;
+  }
+  gpuhal__report_printf(r, "cycle: ");
+  at = start;
+  do {
+    gpuhal__report_op_name(r, &r->ops[at]);
+    gpuhal__report_printf(r, " (device %d queue %u) waits for ", r->ops[at].device, r->ops[at].queue);
+    at = r->ops[at].next;
+  } while (at != start && ++steps < GPUHAL__REPORT_CYCLE_MAX);
+  if (at != start) gpuhal__report_printf(r, "... ");
+  gpuhal__report_op_name(r, &r->ops[at]);
+  gpuhal__report_printf(r, "\n");
+}
+
 /* Waits between operations that cannot end (not issued, or parked on the GPU: `blocked`)
- * that go round: each names the first such operation of the copy it waits for (`next`, set
- * while the waits were written). */
+ * that go round. A depth-first search over every copied wait not reached whose signaller
+ * cannot end either; each wait back onto the search's path closes a cycle. */
 static void gpuhal__report_cycles(gpuhal__report_t* r) {
   uint32_t i, found = 0;
   for (i = 0; i < r->op_count; ++i) {
-    int at = (int)i, steps = 0;
-    if (r->ops[i].mark) continue;
-    while (at >= 0 && r->ops[at].mark == 0) {
-      r->ops[at].mark = 1;
-      at = r->ops[at].next;
+    int at = (int)i;
+    if (r->ops[i].mark || !r->ops[i].blocked) continue;
+    r->ops[i].mark = 1;
+    r->ops[i].parent = -1;
+    while (at >= 0) {
+      gpuhal__report_op_t* op = &r->ops[at];
+      int to;
+      if (op->cursor == gpuhal__report_entry_count(op->wait_count, op->more_wait_count)) {
+        op->mark = 2;
+        at = op->parent;
+        continue;
+      }
+      to = gpuhal__report_wait_at(op, op->cursor++)->by;
+      if (to < 0 || !r->ops[to].blocked) continue;
+      if (r->ops[to].mark == 0) {
+        r->ops[to].mark = 1;
+        r->ops[to].parent = at;
+        at = to;
+      } else if (r->ops[to].mark == 1 && found++ < GPUHAL__REPORT_CYCLES_MAX) {
+        gpuhal__report_cycle(r, at, to);
+      }
     }
-    if (at >= 0 && r->ops[at].mark == 1) {
-      int start = at, entry = at;
-      do { /* named from its first submitted operation, whichever the search came in by */
-        const gpuhal__report_op_t *o = &r->ops[at], *f = &r->ops[start];
-        if (o->device_index < f->device_index || (o->device_index == f->device_index && o->number < f->number))
-          start = at;
-        at = r->ops[at].next;
-      } while (at != entry && ++steps < GPUHAL__REPORT_CYCLE_MAX);
-      at = start;
-      steps = 0;
-      found++;
-      gpuhal__report_printf(r, "cycle: ");
-      do {
-        gpuhal__report_op_name(r, &r->ops[at]);
-        gpuhal__report_printf(r, " (device %d queue %u) waits for ", r->ops[at].device, r->ops[at].queue);
-        at = r->ops[at].next;
-        steps++;
-      } while (at != start && steps < GPUHAL__REPORT_CYCLE_MAX);
-      gpuhal__report_op_name(r, &r->ops[at]);
-      gpuhal__report_printf(r, "\n");
-    }
-    for (at = (int)i; at >= 0 && r->ops[at].mark == 1; at = r->ops[at].next) r->ops[at].mark = 2;
   }
+  if (found > GPUHAL__REPORT_CYCLES_MAX)
+    gpuhal__report_printf(r, "and %u more cycles\n", found - GPUHAL__REPORT_CYCLES_MAX);
   if (!found) gpuhal__report_printf(r, "no cycle among the operations waiting\n");
 }
 
@@ -482,12 +549,14 @@ static void gpuhal__report_free(gpuhal__report_t* r) {
   uint32_t i, j;
   for (i = 0; i < r->op_count; ++i) {
     gpuhal__report_op_t* op = &r->ops[i];
-    for (j = 0; j < op->wait_count && j < GPUHAL__REPORT_ENTRIES; ++j) {
-      gpuhal_status_free(op->waits[j].failure);
-      gpuhal__semaphore_release_ref(op->waits[j].semaphore);
+    for (j = 0; j < gpuhal__report_entry_count(op->wait_count, op->more_wait_count); ++j) {
+      gpuhal_status_free(gpuhal__report_wait_at(op, j)->failure);
+      gpuhal__semaphore_release_ref(gpuhal__report_wait_at(op, j)->semaphore);
     }
-    for (j = 0; j < op->signal_count && j < GPUHAL__REPORT_ENTRIES; ++j)
-      gpuhal__semaphore_release_ref(op->signals[j].semaphore);
+    for (j = 0; j < gpuhal__report_entry_count(op->signal_count, op->more_signal_count); ++j)
+      gpuhal__semaphore_release_ref(gpuhal__report_signal_at(op, j)->semaphore);
+    gpuhal__free(r->allocator, op->more_waits);
+    gpuhal__free(r->allocator, op->more_signals);
   }
   for (i = 0; i < r->device_count; ++i) {
     gpuhal__free(r->allocator, r->devices[i].queues);

@@ -543,8 +543,90 @@ TU_TEST(report_lists_waits_not_reached_first) {
   qr_many_waits_case(-1);
 }
 
+/* A cycle behind an operation's second wait: #2 (queue 0) waits for 'X', which #1 (queue 1)
+ * signals once the host opens 'gate', and for 'T', which #3 (queue 0) signals after #2's
+ * 'S'. #2 and #3 wait for each other whatever the gate does; the report names that cycle
+ * though the first blocker of #2 is #1. `shape` 1: the cycle's wait of #2 is its 9th wait
+ * not reached (8 waits on 'X' before it); 2: #2's wait is on the 9th signal of #3. */
+static void qr_second_wait_cycle_case(int memops, int shape) {
+  qr_fixture_t f;
+  gpuhal_semaphore_t *gate, *x, *s, *t, *waits[9], *signals[9], *pads[8];
+  uint64_t values[9];
+  gpuhal_semaphore_list_t wait_list, signal_list;
+  char text[8192];
+  gpuhal_status_t st;
+  uint32_t i;
+  if (!qr_open(&f, memops, NULL)) TU_SKIP("no device or test kernels");
+  gate = qr_semaphore(&f, "gate");
+  x = qr_semaphore(&f, "X");
+  s = qr_semaphore(&f, "S");
+  t = qr_semaphore(&f, "T");
+  TU_REQUIRE(gate && x && s && t);
+  for (i = 0; i < 8; ++i) {
+    pads[i] = qr_semaphore(&f, "pad");
+    TU_REQUIRE(pads[i]);
+    signals[i] = pads[i];
+  }
+  signals[8] = t;
+  for (i = 0; i < 9; ++i) { /* shape 1: X >= 1..8, then T; else X, T */
+    waits[i] = shape == 1 ? (i < 8 ? x : t) : (i == 0 ? x : t);
+    values[i] = shape == 1 && i < 8 ? i + 1 : 1;
+  }
+  wait_list.count = shape == 1 ? 9 : 2;
+  wait_list.semaphores = waits;
+  wait_list.values = values;
+  signal_list.count = 9;
+  signal_list.semaphores = signals;
+  signal_list.values = values;
+  TU_CHECK_OK(gpuhal_queue_host_call(f.device, 1, gpuhal_semaphore_list_one(&gate, &qr_one),
+                                     gpuhal_semaphore_list_one(&x, &qr_one), qt_host_fn_nop, NULL));
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, wait_list, gpuhal_semaphore_list_one(&s, &qr_one), NULL, NULL));
+  if (shape == 2) { /* #3 signals 8 other semaphores, then 'T' */
+    for (i = 0; i < 9; ++i) values[i] = 1;
+    TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&s, &qr_one), signal_list, NULL, NULL));
+  } else {
+    TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&s, &qr_one),
+                                     gpuhal_semaphore_list_one(&t, &qr_one), NULL, NULL));
+  }
+  qc_sleep_ms(20);
+  TU_CHECK_OK(gpuhal_driver_report_pending(f.driver, text, sizeof(text), NULL));
+  TU_CHECK_STR_CONTAINS(text,
+                        "cycle: #2 barrier (device 0 queue 0) waits for #3 barrier (device 0 queue 0) "
+                        "waits for #2 barrier\n");
+  /* 'T' failing fails #2 at once, though its first wait is not reached (on the event path:
+   * on the default path #2 waits on the GPU, and ends when 'X' comes). */
+  gpuhal_semaphore_fail(t, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "the test ends the cycle"));
+  if (memops < 0) {
+    st = gpuhal_semaphore_wait(s, 1, qt_seconds(QR_WAIT_S));
+    TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_CANCELLED);
+    gpuhal_status_free(st);
+  }
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(x, 1, qt_seconds(QR_WAIT_S)));
+  TU_CHECK_OK(gpuhal_semaphore_signal(x, 8));
+  st = gpuhal_semaphore_wait(s, 1, qt_seconds(QR_WAIT_S));
+  TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_CANCELLED);
+  gpuhal_status_free(st);
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QR_WAIT_S)));
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(x);
+  gpuhal_semaphore_release(s);
+  gpuhal_semaphore_release(t);
+  for (i = 0; i < 8; ++i) gpuhal_semaphore_release(pads[i]);
+  qr_close(&f);
+}
+
+TU_TEST(report_names_a_cycle_behind_a_second_wait) {
+  int shape;
+  for (shape = 0; shape <= 2; ++shape) {
+    qr_second_wait_cycle_case(0, shape);
+    qr_second_wait_cycle_case(-1, shape);
+  }
+}
+
 TU_MAIN(TU_CASE(report_of_a_stall_event_path), TU_CASE(report_of_a_stall_default_path),
         TU_CASE(report_rejects_bad_arguments), TU_CASE(hang_report_logs_once),
         TU_CASE(hang_report_covers_device_wait_idle), TU_CASE(hang_report_is_logged_whole),
         TU_CASE(report_lists_thousands_of_operations), TU_CASE(report_names_a_cycle_of_parked_work),
-        TU_CASE(report_finds_no_cycle_in_a_parked_chain), TU_CASE(report_lists_waits_not_reached_first))
+        TU_CASE(report_finds_no_cycle_in_a_parked_chain), TU_CASE(report_lists_waits_not_reached_first),
+        TU_CASE(report_names_a_cycle_behind_a_second_wait))
