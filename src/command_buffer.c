@@ -38,6 +38,9 @@ GPUHAL_API gpuhal_arg_t gpuhal_arg_bytes(const void* data, uint32_t size) {
   gpuhal_arg_t a = gpuhal__arg_zero(GPUHAL_ARG_BYTES);
   a.data = data;
   a.size = size;
+  /* NULL data would read as "the value is inline" (all zeros): mark it so the dispatch that
+   * takes it refuses it, naming the argument. */
+  a.slot = data == NULL && size > 0;
   return a;
 }
 static gpuhal_arg_t gpuhal__arg_inline(const void* value, uint32_t size) {

@@ -113,10 +113,10 @@ typedef enum gpuhal_arg_kind_e {
 } gpuhal_arg_kind_t;
 typedef struct gpuhal_arg_t {
   gpuhal_arg_kind_t kind;
-  uint32_t slot;           /* SLOT */
+  uint32_t slot;           /* SLOT; BYTES: nonzero when gpuhal_arg_bytes got NULL data (refused) */
   gpuhal_buffer_t* buffer; /* BUFFER */
   uint64_t offset;         /* BUFFER, SLOT: bytes added to the address */
-  const void* data;        /* BYTES: the value; NULL: the value is in inline_value */
+  const void* data;        /* BYTES: the value; NULL: the value is in inline_value (u32..f64) */
   uint32_t size;           /* BYTES: bytes of the value */
   uint64_t inline_value[2];
   gpuhal_arg_kind_t memory;              /* TENSOR_MAP: BUFFER or SLOT (buffer/slot/offset say which) */

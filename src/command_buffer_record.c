@@ -122,6 +122,11 @@ static gpuhal_status_t gpuhal__dispatch_check_arg(gpuhal_command_buffer_t* cb, c
         return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                                   "%s: argument '%s' has %u bytes; a kernel's parameters hold at most %u bytes", func,
                                   what, arg->size, (unsigned)GPUHAL__KERNEL_PARAM_BYTES_MAX);
+      if (!arg->data && arg->slot != 0)
+        return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                                  "%s: argument '%s' was made by gpuhal_arg_bytes with NULL data and %u bytes: "
+                                  "data must point at the value",
+                                  func, what, arg->size);
       if (!arg->data && arg->size > sizeof(arg->inline_value))
         return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                                   "%s: argument '%s' has no data pointer and %u bytes (inline values "

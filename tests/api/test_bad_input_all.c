@@ -217,6 +217,14 @@ ROW(dispatch_bytes_too_big, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(buffer, 
 ROW(dispatch_bytes_over_launch_limit, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(buffer, 0);
     a[1] = gpuhal_arg_bytes(host, 0xFFFFFFF9u); a[2] = gpuhal_arg_u32(1);
     return gpuhal_cmd_dispatch(recording, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, a);)
+/* gpuhal_arg_bytes(NULL, n): once read as an inline value (the kernel got zeros for n <= 16,
+ * and a larger n was refused as "no data pointer ... make it with gpuhal_arg_bytes"). */
+ROW(dispatch_bytes_null_data, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(buffer, 0); a[1] = gpuhal_arg_bytes(NULL, 4);
+    a[2] = gpuhal_arg_u32(1);
+    return gpuhal_cmd_dispatch(recording, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, a);)
+ROW(dispatch_ex_bytes_null_data, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(buffer, 0); a[1] = gpuhal_arg_u32(1);
+    a[2] = gpuhal_arg_bytes(NULL, 32);
+    return gpuhal_cmd_dispatch_ex(recording, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, NULL, 3, a);)
 ROW(dispatch_wrong_device_buffer, gpuhal_arg_t a[3]; a[0] = gpuhal_arg_buffer(buffer1, 0); a[1] = gpuhal_arg_u32(1);
     a[2] = gpuhal_arg_u32(1);
     return gpuhal_cmd_dispatch(recording, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, a);)
@@ -352,6 +360,10 @@ static const row_t rows[] = {
     {"cmd_dispatch(300 bytes for a u32)", row_dispatch_bytes_too_big, INVALID, "args[1]", 0, NULL},
     {"cmd_dispatch(4 GiB - 7 bytes)", row_dispatch_bytes_over_launch_limit, INVALID, "'args[1]' has 4294967289 bytes",
      0, NULL},
+    {"cmd_dispatch(gpuhal_arg_bytes(NULL, 4))", row_dispatch_bytes_null_data, INVALID,
+     "'args[1]' was made by gpuhal_arg_bytes with NULL data", 0, NULL},
+    {"cmd_dispatch_ex(gpuhal_arg_bytes(NULL, 32))", row_dispatch_ex_bytes_null_data, INVALID,
+     "'args[2]' was made by gpuhal_arg_bytes with NULL data", 0, NULL},
     {"cmd_dispatch(buffer of another device)", row_dispatch_wrong_device_buffer, INVALID, "args[0]", 1, NULL},
     {"cmd_dispatch(kernel of another device)", row_dispatch_wrong_device_kernel, INVALID, "kernel", 1, NULL},
     {"command_buffer_native_graph(NULL)", row_native_graph_null, INVALID, "'command_buffer'", 0, NULL},
