@@ -195,22 +195,37 @@ GPUHAL__PRIVATE int gpuhal__context_push_any(const gpuhal__cuda_symbols_t* cu, C
   return scope->pushed || cu->cuCtxSetCurrent(context) == CUDA_SUCCESS;
 }
 
-GPUHAL__PRIVATE void gpuhal__context_pop_any(const gpuhal__cuda_symbols_t* cu, gpuhal__context_scope_t* scope) {
+/* Pops the context this thread pushed, trying once more when the pop fails. Only a pop
+ * removes a stack entry: cuCtxSetCurrent(saved) in its place would replace the top, leaving
+ * the caller's context twice on its stack ([A] becomes [A, A]) with no error, so that its
+ * own later pop finds A again instead of what was below. When both pops fail the stack is
+ * left as it is (one entry deeper, the pushed context on top), which is no worse than what
+ * the failed pop found: nothing else restores the caller's depth. */
+static CUresult gpuhal__context_pop_pushed(const gpuhal__cuda_symbols_t* cu) {
   CUcontext popped = NULL;
-  if (!scope->pushed || cu->cuCtxPopCurrent(&popped) != CUDA_SUCCESS) cu->cuCtxSetCurrent(scope->saved);
+  CUresult r = cu->cuCtxPopCurrent(&popped);
+  if (r != CUDA_SUCCESS) r = cu->cuCtxPopCurrent(&popped);
+  return r;
+}
+
+GPUHAL__PRIVATE void gpuhal__context_pop_any(const gpuhal__cuda_symbols_t* cu, gpuhal__context_scope_t* scope) {
+  /* Not pushed: push_any set the context over the caller's, so set the caller's back. */
+  if (!scope->pushed)
+    cu->cuCtxSetCurrent(scope->saved);
+  else
+    (void)gpuhal__context_pop_pushed(cu); /* a cleanup path: nothing to report it to */
 }
 
 GPUHAL__PRIVATE void gpuhal__context_leave(gpuhal_device_t* device, gpuhal__context_scope_t* scope) {
-  CUcontext popped = NULL;
-  gpuhal_status_t status;
+  CUresult r;
   if (!scope->pushed) return;
   scope->pushed = 0;
-  status = GPUHAL__CU(device->cu, cuCtxPopCurrent, (&popped));
-  if (status) {
-    /* The caller's current context must come back even so: set it directly. */
-    CUresult set = device->cu->cuCtxSetCurrent(scope->saved);
-    if (set == CUDA_SUCCESS) status = gpuhal_status_annotate(status, "the caller's context was set back instead");
-    gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "restoring the caller's context: %s", gpuhal_status_message(status));
+  r = gpuhal__context_pop_pushed(device->cu);
+  if (r != CUDA_SUCCESS) {
+    gpuhal_status_t status = gpuhal__cuda_status(device->cu, r, "cuCtxPopCurrent", __FILE__, __LINE__);
+    gpuhal__log(device->logger, GPUHAL_LOG_ERROR,
+                "restoring the caller's context (failed twice; device %d's context stays pushed on this thread): %s",
+                device->ordinal, gpuhal_status_message(status));
     gpuhal_status_free(status);
   }
 }

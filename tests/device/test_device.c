@@ -15,6 +15,8 @@ typedef struct raw_cuda_s {
   CUresult (*cuDeviceGet)(CUdevice*, int);
   CUresult (*cuCtxGetCurrent)(CUcontext*);
   CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxPushCurrent)(CUcontext);
+  CUresult (*cuCtxPopCurrent)(CUcontext*);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
 } raw_cuda_t;
@@ -29,6 +31,8 @@ static int raw_open(raw_cuda_t* raw) {
   RAW_SYM(raw, cuDeviceGet, "cuDeviceGet");
   RAW_SYM(raw, cuCtxGetCurrent, "cuCtxGetCurrent");
   RAW_SYM(raw, cuCtxSetCurrent, "cuCtxSetCurrent");
+  RAW_SYM(raw, cuCtxPushCurrent, "cuCtxPushCurrent_v2");
+  RAW_SYM(raw, cuCtxPopCurrent, "cuCtxPopCurrent_v2");
   RAW_SYM(raw, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
   RAW_SYM(raw, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
   return raw->cuInit && raw->cuCtxGetCurrent && raw->cuInit(0) == CUDA_SUCCESS;
@@ -227,6 +231,47 @@ TU_TEST(caller_context_is_never_changed) {
   TU_CHECK(raw.cuCtxSetCurrent(NULL) == CUDA_SUCCESS);
   TU_CHECK(raw.cuDevicePrimaryCtxRelease(dev) == CUDA_SUCCESS);
   TU_CHECK_EQ_INT(softcuda_violations(), 0);
+}
+
+/* A failed cuCtxPopCurrent as gpuhal leaves its context: the pop is tried again, never
+ * replaced by cuCtxSetCurrent(the caller's), which once left an application's stack [A] as
+ * [A, A] (its own pop then found A again instead of nothing). */
+TU_TEST(failed_pop_keeps_the_callers_stack_depth) {
+  raw_cuda_t raw;
+  CUdevice dev = 0;
+  CUcontext mine = NULL, popped = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal_buffer_t* buffer = NULL;
+  int count = 0;
+  uint32_t data[4] = {1, 2, 3, 4};
+  gpuhal_driver_t* driver = open_driver();
+  if (!tu_softcuda() || !driver || !raw_open(&raw)) {
+    gpuhal_driver_release(driver);
+    TU_SKIP("needs softcuda's fault injection");
+  }
+  TU_CHECK_OK(gpuhal_driver_device_count(driver, &count));
+  if (count < 2) {
+    gpuhal_driver_release(driver);
+    TU_SKIP("needs 2 devices (the application's context is device 1's)");
+  }
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, NULL, &device));
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, sizeof(data), &buffer));
+  TU_REQUIRE(raw.cuDeviceGet(&dev, 1) == CUDA_SUCCESS);
+  TU_REQUIRE(raw.cuDevicePrimaryCtxRetain(&mine, dev) == CUDA_SUCCESS);
+  TU_REQUIRE(raw.cuCtxSetCurrent(NULL) == CUDA_SUCCESS);
+  TU_REQUIRE(raw_current(&raw) == NULL);
+  TU_REQUIRE(raw.cuCtxPushCurrent(mine) == CUDA_SUCCESS); /* the application's stack: [mine] */
+  TU_REQUIRE(tu_softcuda_faults("cuCtxPopCurrent@1=CUDA_ERROR_INVALID_CONTEXT") == 0);
+  TU_CHECK_OK(gpuhal_buffer_write(buffer, 0, data, sizeof(data)));
+  tu_softcuda_faults(NULL);
+  TU_CHECK(raw_current(&raw) == mine);
+  TU_CHECK(raw.cuCtxPopCurrent(&popped) == CUDA_SUCCESS && popped == mine);
+  TU_CHECK(raw_current(&raw) == NULL); /* [mine, mine] before: mine again */
+  TU_CHECK(raw.cuCtxSetCurrent(NULL) == CUDA_SUCCESS);
+  gpuhal_buffer_release(buffer);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+  TU_CHECK(raw.cuDevicePrimaryCtxRelease(dev) == CUDA_SUCCESS);
 }
 
 /* ---- the worker ---- */
@@ -803,4 +848,5 @@ TU_MAIN(TU_CASE(count_and_info), TU_CASE(create_and_release_each_device), TU_CAS
         TU_CASE(logger_callback_receives_messages), TU_CASE(failed_stream_destroy_is_logged),
         TU_CASE(log_level_from_environment), TU_CASE(unrecognised_environment_values_warn), TU_CASE(user_allocator),
         TU_CASE(room_grow_out_of_memory_frees_its_status), TU_CASE(tuning_bounds_are_checked),
-        TU_CASE(forked_child_does_not_wait_for_gpuhal_threads), TU_CASE(creation_failures_clean_up))
+        TU_CASE(forked_child_does_not_wait_for_gpuhal_threads), TU_CASE(creation_failures_clean_up),
+        TU_CASE(failed_pop_keeps_the_callers_stack_depth))
