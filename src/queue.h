@@ -186,7 +186,12 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_report_pending(gpuhal_driver_t* driver,
  * on the queue before it has completed, then signals `signal` (or fails it with fn's error).
  * Work of the queue still waiting for its own semaphores is not issued yet and does not
  * hold the call up (no queue operation does): order the call after it with a semaphore.
- * The queue's first host call starts the thread; if that fails, so does the call. */
+ * The queue's first host call starts the thread; if that fails, so does the call.
+ * CUDA context: fn may call the CUDA driver and gpuhal (gpuhal enters the device's context
+ * itself for its own calls). The thread starts with no context current, and gpuhal does
+ * not reset what a function leaves current: a function sees no context current unless an
+ * earlier function on the same queue left one. A function that calls CUDA itself should
+ * push the context it needs (cuCtxPushCurrent) and pop it before it returns. */
 GPUHAL_API gpuhal_status_t gpuhal_queue_host_call(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
                                                   gpuhal_semaphore_list_t signal, gpuhal_host_fn_t fn, void* user);
 /* Waits until every queue operation submitted to the device so far is done (completed or
