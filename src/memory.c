@@ -99,6 +99,7 @@ static void gpuhal__memory_flush_task(gpuhal__task_t* task);
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device) {
   GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(device->allocator, sizeof(gpuhal__memory_state_t), "device memory state",
                                                (void**)&device->memory));
+  gpuhal__mutex_init(&device->memory->copy_mutex);
   gpuhal__list_init(&device->memory->flush_task.node);
   device->memory->flush_task.fn = gpuhal__memory_flush_task;
   device->memory->flush_device = device;
@@ -117,6 +118,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* dev
 }
 
 static gpuhal_status_t gpuhal__memory_flush_call(void* driver);
+static gpuhal_status_t gpuhal__copy_streams_destroy(void* arg);
 
 GPUHAL__PRIVATE void gpuhal__memory_state_destroy(gpuhal_device_t* device) {
   gpuhal__memory_state_t* memory = device->memory;
@@ -129,6 +131,7 @@ GPUHAL__PRIVATE void gpuhal__memory_state_destroy(gpuhal_device_t* device) {
   gpuhal__mutex_unlock(&device->driver->parked_mutex);
   /* On the worker, after any flush task still queued there. */
   gpuhal_status_free(gpuhal__worker_call(device, gpuhal__memory_flush_call, device->driver));
+  gpuhal_status_free(gpuhal__worker_call(device, gpuhal__copy_streams_destroy, device));
   if (device->memory->pool) {
     gpuhal_status_t status = gpuhal__worker_call(device, gpuhal__pool_destroy, device);
     if (status) {
@@ -136,6 +139,7 @@ GPUHAL__PRIVATE void gpuhal__memory_state_destroy(gpuhal_device_t* device) {
       gpuhal_status_free(status);
     }
   }
+  gpuhal__mutex_destroy(&memory->copy_mutex);
   gpuhal__free(device->allocator, device->memory);
   device->memory = NULL;
 }
@@ -899,30 +903,93 @@ static void gpuhal__host_copy(void* dst, const void* src, uint64_t size) {
   if (size <= (uint64_t)PTRDIFF_MAX) memcpy(dst, src, (size_t)size);
 }
 
-/* cuMemcpyHtoD from pageable memory may return before the DMA lands (it is staged on the
- * legacy stream). Our queues are non-blocking streams, which do not wait for the legacy
- * stream, so the write is only complete once that stream is synchronized. */
-static gpuhal_status_t gpuhal__buffer_copy_to_device(gpuhal_buffer_t* buffer, uint64_t offset, const void* src,
-                                                     uint64_t size) {
+/* ---- copy streams: gpuhal_buffer_read / _write ----
+ * The synchronous copies (cuMemcpyHtoD, cuMemcpyDtoH) and cuStreamSynchronize(NULL) use the
+ * legacy default stream of the primary context, which the application shares: it waits for
+ * all prior work of the context's blocking streams (the application's, the CUDA runtime's)
+ * and makes their later work wait for it, so a buffer write would wait for unrelated work
+ * of the application, forever if that work waits for something the caller does after the
+ * write. So each copy runs on a non-blocking stream of gpuhal's own, taken for that copy
+ * alone: an async copy, then a synchronize of that stream only. A copy in flight holds its
+ * stream, so concurrent callers never wait for each other's copies; up to
+ * GPUHAL__COPY_STREAMS_IDLE_MAX streams are kept for the next ones (a copy finding none
+ * makes one; a stream given back to a full store is destroyed). The calls need the
+ * device's context current. */
+
+static gpuhal_status_t gpuhal__copy_stream_take(gpuhal_device_t* device, CUstream* out) {
+  gpuhal__memory_state_t* memory = device->memory;
+  *out = NULL;
+  gpuhal__mutex_lock(&memory->copy_mutex);
+  if (memory->copy_stream_count > 0) *out = memory->copy_streams[--memory->copy_stream_count];
+  gpuhal__mutex_unlock(&memory->copy_mutex);
+  return *out ? NULL : gpuhal__device_stream_create(device, out);
+}
+
+/* `healthy`: 0 after a failed copy, whose stream is not kept. */
+static void gpuhal__copy_stream_give(gpuhal_device_t* device, CUstream stream, int healthy) {
+  gpuhal__memory_state_t* memory = device->memory;
+  gpuhal_status_t status;
+  gpuhal__mutex_lock(&memory->copy_mutex);
+  if (healthy && memory->copy_stream_count < GPUHAL__COPY_STREAMS_IDLE_MAX) {
+    memory->copy_streams[memory->copy_stream_count++] = stream;
+    stream = NULL;
+  }
+  gpuhal__mutex_unlock(&memory->copy_mutex);
+  if (!stream) return;
+  status = gpuhal__device_stream_destroy(device, stream);
+  if (status) {
+    gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: destroying a copy stream: %s", device->ordinal,
+                gpuhal_status_message(status));
+    gpuhal_status_free(status);
+  }
+}
+
+/* Destroys the idle copy streams (on the worker, at device teardown: no copy is in flight,
+ * each buffer holds its device). */
+static gpuhal_status_t gpuhal__copy_streams_destroy(void* arg) {
+  gpuhal_device_t* device = (gpuhal_device_t*)arg;
+  gpuhal__memory_state_t* memory = device->memory;
+  while (memory->copy_stream_count > 0) {
+    gpuhal_status_t status = gpuhal__device_stream_destroy(device, memory->copy_streams[--memory->copy_stream_count]);
+    if (status) {
+      gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: destroying a copy stream: %s", device->ordinal,
+                  gpuhal_status_message(status));
+      gpuhal_status_free(status);
+    }
+  }
+  return NULL;
+}
+
+/* A host-synchronous copy on a copy stream: from pageable memory cuMemcpyHtoDAsync may
+ * return before the DMA lands (it is staged), so the copy is complete only once its stream
+ * is synchronized; pinned memory is copied in stream order, and synchronizing covers it too. */
+static gpuhal_status_t gpuhal__buffer_copy(gpuhal_buffer_t* buffer, uint64_t offset, void* dst, const void* src,
+                                           uint64_t size) {
   gpuhal_device_t* device = buffer->device;
   gpuhal__context_scope_t scope;
   gpuhal_status_t status;
+  CUstream stream = NULL;
+  CUdeviceptr address = buffer->address + (CUdeviceptr)offset;
   GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
-  status = GPUHAL__CU(device->cu, cuMemcpyHtoD, (buffer->address + (CUdeviceptr)offset, src, (size_t)size));
-  if (!status) status = GPUHAL__CU(device->cu, cuStreamSynchronize, ((CUstream)NULL));
+  status = gpuhal__copy_stream_take(device, &stream);
+  if (!status && src)
+    status = GPUHAL__CU(device->cu, cuMemcpyHtoDAsync, (address, src, (size_t)size, stream));
+  else if (!status)
+    status = GPUHAL__CU(device->cu, cuMemcpyDtoHAsync, (dst, address, (size_t)size, stream));
+  if (!status) status = GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
+  if (stream) gpuhal__copy_stream_give(device, stream, status == NULL);
   gpuhal__context_leave(device, &scope);
   return status;
 }
 
+static gpuhal_status_t gpuhal__buffer_copy_to_device(gpuhal_buffer_t* buffer, uint64_t offset, const void* src,
+                                                     uint64_t size) {
+  return gpuhal__buffer_copy(buffer, offset, NULL, src, size);
+}
+
 static gpuhal_status_t gpuhal__buffer_copy_from_device(gpuhal_buffer_t* buffer, uint64_t offset, void* dst,
                                                        uint64_t size) {
-  gpuhal_device_t* device = buffer->device;
-  gpuhal__context_scope_t scope;
-  gpuhal_status_t status;
-  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
-  status = GPUHAL__CU(device->cu, cuMemcpyDtoH, (dst, buffer->address + (CUdeviceptr)offset, (size_t)size));
-  gpuhal__context_leave(device, &scope);
-  return status;
+  return gpuhal__buffer_copy(buffer, offset, dst, NULL, size);
 }
 
 GPUHAL_API gpuhal_status_t gpuhal_buffer_read(gpuhal_buffer_t* buffer, uint64_t offset, void* dst, uint64_t size) {

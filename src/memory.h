@@ -141,6 +141,9 @@ typedef enum gpuhal__buffer_share_e {
   GPUHAL__SHARE_IPC_IMPORTED = 3  /* cuIpcOpenMemHandle'd at `address` */
 } gpuhal__buffer_share_t;
 
+/* At most this many idle copy streams are kept per device; a copy finding none makes one. */
+#define GPUHAL__COPY_STREAMS_IDLE_MAX 4
+
 /* The stream-ordered pool of one device. */
 typedef struct gpuhal__memory_state_s {
   CUmemoryPool pool; /* NULL: no pool support; pool allocations fall back to cuMemAlloc */
@@ -165,6 +168,11 @@ typedef struct gpuhal__memory_state_s {
   int32_t gpu_waits;
   gpuhal__task_t flush_task; /* posted when driver->gpu_waits drops to zero with calls put off */
   gpuhal_device_t* flush_device;
+  /* Idle streams for gpuhal_buffer_read / _write (gpuhal__copy_stream_take), under
+   * copy_mutex: non-blocking streams of gpuhal's own, one per copy in flight. */
+  gpuhal__mutex_t copy_mutex;
+  CUstream copy_streams[GPUHAL__COPY_STREAMS_IDLE_MAX];
+  uint32_t copy_stream_count;
 } gpuhal__memory_state_t;
 
 /* A call that waits for a whole context, put off (see gpuhal__device_sync_call). It keeps

@@ -4,6 +4,8 @@
 #include "test_internals.h"
 #include "test_util.h"
 
+#include <pthread.h>
+
 typedef struct fixture_s {
   gpuhal_driver_t* driver;
   gpuhal_device_t* device;
@@ -247,5 +249,151 @@ TU_TEST(driver_errors_are_translated) {
   fixture_close(&f);
 }
 
+/* ---- copies and the application's blocking streams ----
+ * gpuhal_buffer_read / _write must not use the legacy default stream of the primary
+ * context, which waits for every blocking stream of the application: here one waits for
+ * a value the test writes only after the copies return. The copies run on a thread; the
+ * test waits for them at most a few seconds, then releases the application's wait anyway,
+ * so a regression fails instead of hanging. */
+/* 1 for success; prints and frees a failure. */
+static int copy_ok(gpuhal_status_t s) {
+  if (s) fprintf(stderr, "  copy: %s\n", gpuhal_status_message(s));
+  gpuhal_status_free(s);
+  return s == NULL;
+}
+
+typedef struct copy_job_s {
+  gpuhal_buffer_t* device_buffer;
+  gpuhal_buffer_t* pinned; /* a pinned source / destination of the copies */
+  int ok;
+  int done; /* atomic */
+} copy_job_t;
+
+static void* copy_job_main(void* arg) {
+  copy_job_t* job = (copy_job_t*)arg;
+  unsigned char data[256], back[256];
+  unsigned char* host = (unsigned char*)gpuhal_buffer_host_pointer(job->pinned);
+  int ok = 1;
+  fill_random(data, sizeof(data));
+  /* pageable, both ways */
+  ok &= copy_ok(gpuhal_buffer_write(job->device_buffer, 8, data, sizeof(data)));
+  ok &= copy_ok(gpuhal_buffer_read(job->device_buffer, 8, back, sizeof(back)));
+  ok &= memcmp(data, back, sizeof(data)) == 0;
+  /* pinned, both ways */
+  fill_random(host, 256);
+  memcpy(data, host, sizeof(data));
+  ok &= copy_ok(gpuhal_buffer_write(job->device_buffer, 300, host, 256));
+  memset(host, 0, 256);
+  ok &= copy_ok(gpuhal_buffer_read(job->device_buffer, 300, host, 256));
+  ok &= memcmp(data, host, sizeof(data)) == 0;
+  job->ok = ok;
+  __atomic_store_n(&job->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+TU_TEST(copies_ignore_application_blocking_streams) {
+  fixture_t f;
+  const gpuhal__cuda_symbols_t* cu;
+  gpuhal_buffer_t *pinned = NULL, *device_buffer = NULL;
+  void* flag_memory = NULL;
+  volatile uint32_t* flag_host;
+  CUdeviceptr flag_address = 0;
+  CUcontext ctx = NULL, popped = NULL;
+  CUstream app = NULL;
+  copy_job_t job;
+  pthread_t thread;
+  int64_t deadline;
+  int in_time;
+  if (!fixture_open(&f)) TU_SKIP("no device");
+  cu = f.device->cu;
+  if (!cu->cuStreamWaitValue32) {
+    fixture_close(&f);
+    TU_SKIP("no stream memory operations");
+  }
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_HOST_PINNED, 256, &pinned));
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 1024, &device_buffer));
+  /* The application: a blocking stream of the primary context, held up by a flag in
+   * mapped pinned memory. */
+  TU_REQUIRE(cu->cuDevicePrimaryCtxRetain(&ctx, f.device->cu_device) == CUDA_SUCCESS);
+  TU_REQUIRE(cu->cuCtxPushCurrent(ctx) == CUDA_SUCCESS);
+  TU_REQUIRE(cu->cuMemHostAlloc(&flag_memory, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) ==
+             CUDA_SUCCESS);
+  flag_host = (volatile uint32_t*)flag_memory;
+  *flag_host = 0;
+  TU_REQUIRE(cu->cuMemHostGetDevicePointer(&flag_address, flag_memory, 0) == CUDA_SUCCESS);
+  TU_REQUIRE(cu->cuStreamCreate(&app, 0) == CUDA_SUCCESS);
+  TU_REQUIRE(cu->cuStreamWaitValue32(app, flag_address, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS);
+  TU_REQUIRE(cu->cuCtxPopCurrent(&popped) == CUDA_SUCCESS);
+
+  memset(&job, 0, sizeof(job));
+  job.device_buffer = device_buffer;
+  job.pinned = pinned;
+  TU_REQUIRE(pthread_create(&thread, NULL, copy_job_main, &job) == 0);
+  deadline = gpuhal_now_ns() + 5000000000ll;
+  while (!__atomic_load_n(&job.done, __ATOMIC_ACQUIRE) && gpuhal_now_ns() < deadline) tu_sleep_ns(1000000);
+  in_time = __atomic_load_n(&job.done, __ATOMIC_ACQUIRE);
+  if (!in_time) fprintf(stderr, "  the copies waited for the application's blocking stream\n");
+  __atomic_store_n(flag_host, 1u, __ATOMIC_RELEASE); /* releases the application's stream */
+  pthread_join(thread, NULL);
+  TU_CHECK(in_time);
+  TU_CHECK(job.ok);
+
+  TU_CHECK(cu->cuCtxPushCurrent(ctx) == CUDA_SUCCESS);
+  TU_CHECK(cu->cuStreamSynchronize(app) == CUDA_SUCCESS);
+  TU_CHECK(cu->cuStreamDestroy(app) == CUDA_SUCCESS);
+  TU_CHECK(cu->cuMemFreeHost(flag_memory) == CUDA_SUCCESS);
+  TU_CHECK(cu->cuCtxPopCurrent(&popped) == CUDA_SUCCESS);
+  TU_CHECK(cu->cuDevicePrimaryCtxRelease(f.device->cu_device) == CUDA_SUCCESS);
+  gpuhal_buffer_release(device_buffer);
+  gpuhal_buffer_release(pinned);
+  fixture_close(&f);
+}
+
+/* Several threads copy at once, each on its own range: every round trip reads back what
+ * its thread wrote. */
+typedef struct copy_worker_s {
+  gpuhal_buffer_t* buffer;
+  uint64_t offset;
+  int ok;
+} copy_worker_t;
+
+static void* copy_worker_main(void* arg) {
+  copy_worker_t* w = (copy_worker_t*)arg;
+  unsigned char data[512], back[512];
+  int i, j, ok = 1;
+  for (i = 0; i < 50; ++i) {
+    for (j = 0; j < (int)sizeof(data); ++j) data[j] = (unsigned char)(w->offset + (uint64_t)(i * 7 + j));
+    ok &= copy_ok(gpuhal_buffer_write(w->buffer, w->offset, data, sizeof(data)));
+    ok &= copy_ok(gpuhal_buffer_read(w->buffer, w->offset, back, sizeof(back)));
+    ok &= memcmp(data, back, sizeof(data)) == 0;
+  }
+  w->ok = ok;
+  return NULL;
+}
+
+TU_TEST(concurrent_copies) {
+  enum { THREADS = 6 };
+  fixture_t f;
+  gpuhal_buffer_t* buffer = NULL;
+  copy_worker_t workers[THREADS];
+  pthread_t threads[THREADS];
+  int i;
+  if (!fixture_open(&f)) TU_SKIP("no device");
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 512 * THREADS, &buffer));
+  for (i = 0; i < THREADS; ++i) {
+    workers[i].buffer = buffer;
+    workers[i].offset = 512u * (uint64_t)i;
+    workers[i].ok = 0;
+    TU_REQUIRE(pthread_create(&threads[i], NULL, copy_worker_main, &workers[i]) == 0);
+  }
+  for (i = 0; i < THREADS; ++i) {
+    pthread_join(threads[i], NULL);
+    TU_CHECK(workers[i].ok);
+  }
+  gpuhal_buffer_release(buffer);
+  fixture_close(&f);
+}
+
 TU_MAIN(TU_CASE(round_trips_of_every_kind), TU_CASE(retain_and_release), TU_CASE(pending_buffers), TU_CASE(device_pool),
-        TU_CASE(driver_errors_are_translated))
+        TU_CASE(driver_errors_are_translated), TU_CASE(copies_ignore_application_blocking_streams),
+        TU_CASE(concurrent_copies))
