@@ -36,7 +36,10 @@ static void gpuhal__pool_forbid_hidden_waits(gpuhal_device_t* device) {
 }
 
 /* Our own pool (device-located, pinned, release threshold from the params); the device's
- * default pool when creating one fails. Runs on the worker. */
+ * default pool when creating one fails. The default pool is process-wide, shared with the
+ * application's own cuMemAllocAsync, and outlives the device: none of its attributes are
+ * changed (its release threshold stays what the application made it, so
+ * pool_release_threshold does not apply to it). Runs on the worker. */
 static gpuhal_status_t gpuhal__pool_create(void* arg) {
   gpuhal_device_t* device = (gpuhal_device_t*)arg;
   const gpuhal__cuda_symbols_t* cu = device->cu;
@@ -65,6 +68,7 @@ static gpuhal_status_t gpuhal__pool_create(void* arg) {
     gpuhal_status_free(status);
     memory->pool = NULL;
     GPUHAL__CU_RETURN(cu, cuDeviceGetDefaultMemPool, (&memory->pool, device->cu_device));
+    return NULL;
   } else {
     return status;
   }
@@ -225,6 +229,9 @@ static int gpuhal__status_is_oom(gpuhal_status_t status) {
 }
 
 /* Gives the pool's unused memory back to the device (no pool: nothing to do). */
+/* Also on the default pool when gpuhal uses it: a trim gives back only memory no
+ * allocation holds, so the application's live allocations are untouched, and what it
+ * would keep cached is what the application's own release threshold allows anyway. */
 static gpuhal_status_t gpuhal__pool_trim_current(gpuhal_device_t* device) {
   if (!device->memory || !device->memory->pool) return NULL;
   return GPUHAL__CU(device->cu, cuMemPoolTrimTo, (device->memory->pool, 0));

@@ -249,6 +249,59 @@ TU_TEST(driver_errors_are_translated) {
   fixture_close(&f);
 }
 
+/* The device's default pool is the whole process's: when gpuhal falls back to it (no pool
+ * of its own can be made), it must leave its release threshold as the application set it,
+ * while the device lives and after (softcuda only: a failing cuMemPoolCreate). */
+static uint64_t default_pool_threshold(const gpuhal__cuda_symbols_t* cu, CUdevice dev) {
+  CUmemoryPool pool = NULL;
+  cuuint64_t value = 12345;
+  if (cu->cuDeviceGetDefaultMemPool(&pool, dev) != CUDA_SUCCESS) return 12345;
+  if (cu->cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &value) != CUDA_SUCCESS) return 12345;
+  return (uint64_t)value;
+}
+
+TU_TEST(default_pool_left_as_it_is) {
+  fixture_t f;
+  const gpuhal__cuda_symbols_t* cu;
+  CUdevice dev;
+  CUmemoryPool pool = NULL;
+  cuuint64_t mine = 1 << 20, original;
+  gpuhal_buffer_t* buffer = NULL;
+  if (!tu_softcuda()) TU_SKIP("needs softcuda's fault injection");
+  if (!fixture_open(&f)) TU_SKIP("no device");
+  if (!f.device->info.memory_pools_supported) {
+    fixture_close(&f);
+    TU_SKIP("no stream-ordered pools");
+  }
+  cu = f.device->cu;
+  dev = f.device->cu_device;
+  gpuhal_device_release(f.device);
+  f.device = NULL;
+  TU_REQUIRE(cu->cuDeviceGetDefaultMemPool(&pool, dev) == CUDA_SUCCESS);
+  original = default_pool_threshold(cu, dev);
+  TU_CHECK_EQ_INT(original, 0); /* CUDA's default */
+  /* The application's own threshold. */
+  TU_REQUIRE(cu->cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &mine) == CUDA_SUCCESS);
+
+  TU_REQUIRE(tu_softcuda_faults("cuMemPoolCreate@*=CUDA_ERROR_NOT_SUPPORTED") == 0);
+  TU_CHECK_OK(gpuhal_device_create(f.driver, 0, NULL, &f.device));
+  tu_softcuda_faults(NULL);
+  TU_REQUIRE(f.device != NULL);
+  TU_CHECK(f.device->memory->pool == pool);
+  TU_CHECK(!f.device->memory->owns_pool);
+  TU_CHECK_EQ_INT(default_pool_threshold(cu, dev), mine);
+  /* Used and trimmed all the same. */
+  TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 4096, &buffer));
+  gpuhal_buffer_release(buffer);
+  TU_CHECK_OK(gpuhal_device_trim(f.device));
+  TU_CHECK_EQ_INT(default_pool_threshold(cu, dev), mine);
+  gpuhal_device_release(f.device);
+  f.device = NULL;
+  TU_CHECK_EQ_INT(default_pool_threshold(cu, dev), mine);
+  TU_CHECK(cu->cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &original) == CUDA_SUCCESS);
+  gpuhal_driver_release(f.driver);
+}
+
 /* ---- copies and the application's blocking streams ----
  * gpuhal_buffer_read / _write must not use the legacy default stream of the primary
  * context, which waits for every blocking stream of the application: here one waits for
@@ -396,4 +449,4 @@ TU_TEST(concurrent_copies) {
 
 TU_MAIN(TU_CASE(round_trips_of_every_kind), TU_CASE(retain_and_release), TU_CASE(pending_buffers), TU_CASE(device_pool),
         TU_CASE(driver_errors_are_translated), TU_CASE(copies_ignore_application_blocking_streams),
-        TU_CASE(concurrent_copies))
+        TU_CASE(concurrent_copies), TU_CASE(default_pool_left_as_it_is))
