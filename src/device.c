@@ -198,9 +198,9 @@ GPUHAL__PRIVATE int gpuhal__context_push_any(const gpuhal__cuda_symbols_t* cu, C
 /* Pops the context this thread pushed, trying once more when the pop fails. Only a pop
  * removes a stack entry: cuCtxSetCurrent(saved) in its place would replace the top, leaving
  * the caller's context twice on its stack ([A] becomes [A, A]) with no error, so that its
- * own later pop finds A again instead of what was below. When both pops fail the stack is
- * left as it is (one entry deeper, the pushed context on top), which is no worse than what
- * the failed pop found: nothing else restores the caller's depth. */
+ * own later pop finds A again instead of what was below. When both pops fail, the caller's
+ * context is set current all the same (gpuhal__context_leave): a wrong depth shows at the
+ * caller's own pop, a wrong current context would send its next calls to gpuhal's context. */
 static CUresult gpuhal__context_pop_pushed(const gpuhal__cuda_symbols_t* cu) {
   CUcontext popped = NULL;
   CUresult r = cu->cuCtxPopCurrent(&popped);
@@ -223,9 +223,12 @@ GPUHAL__PRIVATE void gpuhal__context_leave(gpuhal_device_t* device, gpuhal__cont
   r = gpuhal__context_pop_pushed(device->cu);
   if (r != CUDA_SUCCESS) {
     gpuhal_status_t status = gpuhal__cuda_status(device->cu, r, "cuCtxPopCurrent", __FILE__, __LINE__);
+    int set = device->cu->cuCtxSetCurrent(scope->saved) == CUDA_SUCCESS;
     gpuhal__log(device->logger, GPUHAL_LOG_ERROR,
-                "restoring the caller's context (failed twice; device %d's context stays pushed on this thread): %s",
-                device->ordinal, gpuhal_status_message(status));
+                "restoring the caller's context (the pop failed twice; device %d's context %s): %s", device->ordinal,
+                set ? "was replaced by the caller's, one entry too deep on this thread's stack"
+                    : "stays current on this thread",
+                gpuhal_status_message(status));
     gpuhal_status_free(status);
   }
 }
