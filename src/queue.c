@@ -300,17 +300,21 @@ GPUHAL__PRIVATE void gpuhal__queue_fail_signals(gpuhal_semaphore_list_t signal, 
   gpuhal__fail_signals_for(signal, cause, who);
 }
 
-GPUHAL__PRIVATE void gpuhal__action_fail(gpuhal__action_t* a, gpuhal_status_t cause) {
+GPUHAL__PRIVATE void gpuhal__action_fail_signals(gpuhal__action_t* a, gpuhal_status_t cause) {
   char who[GPUHAL__ACTION_WHO_MAX];
   uint32_t i;
   gpuhal__action_describe(a, who, sizeof(who));
-  if (!cause) cause = gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "queue action failed without a cause");
   for (i = 0; i < a->signal_count; ++i) {
     gpuhal__timepoint_t* tp = &a->signals[i];
     gpuhal_semaphore_list_t one = gpuhal_semaphore_list_one(&tp->semaphore, &tp->value);
     gpuhal__semaphore_remove_timepoint(tp);
     gpuhal__fail_signals_for(one, cause, who);
   }
+}
+
+GPUHAL__PRIVATE void gpuhal__action_fail(gpuhal__action_t* a, gpuhal_status_t cause) {
+  if (!cause) cause = gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "queue action failed without a cause");
+  gpuhal__action_fail_signals(a, cause);
   if (a->ops->complete) a->ops->complete(a->user, cause);
   gpuhal_status_free(a->failure);
   a->failure = cause;

@@ -123,7 +123,9 @@
  * Failure: a CUDA error fails the action's signal semaphores with the original error (then
  * the operation: gpuhal__action_describe, kind, label, #number, device, queue); an
  * action waiting on a failed semaphore fails with that cause in its message (one blocked on
- * an earlier wait watches its later ones: gpuhal__semaphore_watch_failure); a queue call
+ * an earlier wait watches its later ones: gpuhal__semaphore_watch_failure; work parked on
+ * the GPU behind a wait not reached has its signals failed by the completion thread as soon
+ * as another input failed, and fails itself once its work ends); a queue call
  * that fails after its arguments were accepted fails its signal semaphores; a sticky error
  * marks the device lost and every pending and later action fails fast with it; a
  * semaphore the application released that nothing left can advance fails with ABORTED
@@ -317,6 +319,7 @@ typedef struct gpuhal__action_s {
   int caller_may_issue;        /* GPUHAL__SUBMIT_CALLER_MAY_ISSUE: an application thread may issue it */
   int polled;                  /* the completion thread found it not done once (lane typical_ns) */
   int fail_watching;           /* its waits' fail_watch nodes are in use (set up once blocked) */
+  int failed_early;            /* parked work with a failed input: its signals failed already */
   int park_reserved;           /* holds one of its ordinal's parked streams (gpuhal__action_park_reserve) */
   int park_denied;             /* pending because no parked stream was free: woken when one frees */
   uint32_t side;               /* 1 + index of its side stream in state->sides (0: none); set at issue, or
@@ -568,6 +571,8 @@ GPUHAL__PRIVATE void gpuhal__queue_fail_signals(gpuhal_semaphore_list_t signal, 
 
 /* Fails every signal of `a` with `cause` (owned; kept in the action) and tells its ops. */
 GPUHAL__PRIVATE void gpuhal__action_fail(gpuhal__action_t* a, gpuhal_status_t cause);
+/* The signal part of gpuhal__action_fail (`cause` is not taken): its semaphores fail with it. */
+GPUHAL__PRIVATE void gpuhal__action_fail_signals(gpuhal__action_t* a, gpuhal_status_t cause);
 
 /* The work reached its values: advance them (host calls: after their function ran). */
 GPUHAL__PRIVATE void gpuhal__action_succeed(gpuhal__action_t* a);

@@ -53,6 +53,17 @@ static gpuhal__inputs_t gpuhal__action_inputs(const gpuhal__action_t* a, gpuhal_
   return result;
 }
 
+/* Work parked on the GPU whose GPU waits do not all let it go yet: some waited value is
+ * neither reached nor failed (a failure store releases the waits on its own semaphore). */
+static int gpuhal__action_held(const gpuhal__action_t* a) {
+  uint32_t i;
+  for (i = 0; i < a->wait_count; ++i) {
+    const gpuhal__action_wait_t* w = &a->waits[i];
+    if (gpuhal__semaphore_value_seen(w->semaphore) < w->value && !gpuhal__atomic_load(&w->semaphore->failure)) return 1;
+  }
+  return 0;
+}
+
 GPUHAL__PRIVATE int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp) {
   return gpuhal__action_inputs((const gpuhal__action_t*)tp->owner, NULL) == GPUHAL__INPUTS_REACHED;
 }
@@ -194,8 +205,15 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     }
     if (r == CUDA_ERROR_NOT_READY) {
       /* A failed input released only the GPU waits on its own semaphore: one on another
-       * semaphore may still hold the work. */
-      if (gpuhal__action_inputs(a, NULL) != GPUHAL__INPUTS_REACHED) ++*blocked;
+       * semaphore may still hold the work, for ever perhaps. Its signals fail now (the
+       * action itself once its work ends, as any whose input failed). */
+      gpuhal_status_t failed = NULL;
+      if (gpuhal__action_held(a)) ++*blocked;
+      if (!a->failed_early && gpuhal__action_inputs(a, &failed) == GPUHAL__INPUTS_FAILED) {
+        a->failed_early = 1;
+        gpuhal__action_fail_signals(a, failed);
+        gpuhal_status_free(failed);
+      }
       continue;
     }
     gpuhal__list_remove(&a->link);
