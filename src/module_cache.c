@@ -123,20 +123,20 @@ static void gpuhal__cubin_free(gpuhal_device_t* device, gpuhal__cubin_t* cubin) 
   cubin->bytes = NULL;
 }
 
-/* Runs cuLinkCreate / AddData / Complete in the current context; copies the cubin out. */
-static gpuhal_status_t gpuhal__link_in_context(gpuhal_device_t* device, const gpuhal__module_entry_t* entry, char* log,
+/* Runs cuLinkCreate / AddData / Complete on one input in the current context; copies the
+ * cubin out. `jit`: the code-changing options (PTX), or NULL. */
+static gpuhal_status_t gpuhal__link_in_context(gpuhal_device_t* device, CUjitInputType type, const void* image,
+                                               size_t size, const gpuhal__jit_options_t* jit, char* log,
                                                gpuhal__cubin_t* out) {
   const gpuhal__cuda_symbols_t* cu = device->cu;
   CUjit_option options[4];
   void* values[4];
-  unsigned count = gpuhal__jit_options_fill(&entry->jit, log, options, values);
+  unsigned count = gpuhal__jit_options_fill(jit, log, options, values);
   CUlinkState link = NULL;
   void* linked = NULL;
   size_t linked_size = 0;
   gpuhal_status_t st = GPUHAL__CU(cu, cuLinkCreate, (count, options, values, &link));
-  if (!st)
-    st = GPUHAL__CU(cu, cuLinkAddData,
-                    (link, CU_JIT_INPUT_PTX, entry->image, entry->size + 1, "gpuhal_module", 0, NULL, NULL));
+  if (!st) st = GPUHAL__CU(cu, cuLinkAddData, (link, type, (void*)image, size, "gpuhal_module", 0, NULL, NULL));
   if (!st) st = GPUHAL__CU(cu, cuLinkComplete, (link, &linked, &linked_size));
   if (!st && (!linked || linked_size == 0))
     st = gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "cuLinkComplete returned an empty cubin");
@@ -156,19 +156,23 @@ static gpuhal_status_t gpuhal__link_in_context(gpuhal_device_t* device, const gp
   return st;
 }
 
-/* PTX -> cubin with the driver's linker (cuLink*), in the device's context. */
+/* The entry's image (PTX, or a relocatable cubin) -> an executable cubin with the
+ * driver's linker (cuLink*), in the device's context. */
 static gpuhal_status_t gpuhal__compile_with_driver(gpuhal_device_t* device, const gpuhal__module_entry_t* entry,
                                                    gpuhal__cubin_t* out) {
   char* log = (char*)gpuhal__calloc(device->allocator, GPUHAL__JIT_LOG_BYTES);
+  int ptx = entry->format == GPUHAL__IMAGE_PTX;
   gpuhal__context_scope_t scope;
   gpuhal_status_t st = gpuhal__context_enter(device, &scope);
   if (!st) {
-    st = gpuhal__link_in_context(device, entry, log, out);
+    st = ptx ? gpuhal__link_in_context(device, CU_JIT_INPUT_PTX, entry->image, entry->size + 1, &entry->jit, log, out)
+             : gpuhal__link_in_context(device, CU_JIT_INPUT_CUBIN, entry->image, entry->size, NULL, log, out);
     gpuhal__context_leave(device, &scope);
   }
   if (st) {
     gpuhal__cubin_free(device, out);
-    st = gpuhal__jit_annotate(st, log, "PTX (cuLink)", entry->size);
+    st = gpuhal__jit_annotate(st, log, ptx ? "PTX (cuLink)" : "relocatable cubin (nvcc -rdc; linked with cuLink)",
+                              entry->size);
   }
   gpuhal__free(device->allocator, log);
   return st;
@@ -292,9 +296,20 @@ static gpuhal_status_t gpuhal__build_via_cubin(gpuhal__module_cache_t* cache, gp
 }
 
 /* Builds entry->module. PTX goes through a cubin when there is a disk cache or a compile
- * hook; otherwise the driver compiles it directly (and may use its own JIT cache). */
+ * hook; otherwise the driver compiles it directly (and may use its own JIT cache). A
+ * relocatable cubin is linked first (the compile hook takes PTX only). */
 static gpuhal_status_t gpuhal__module_build(gpuhal__module_cache_t* cache, gpuhal__module_entry_t* entry) {
   gpuhal_device_t* device = cache->device;
+  if (entry->format == GPUHAL__IMAGE_CUBIN && gpuhal__image_is_relocatable_cubin(entry->image, entry->size)) {
+    gpuhal__cubin_t cubin;
+    gpuhal_status_t st;
+    memset(&cubin, 0, sizeof(cubin));
+    GPUHAL__STAT_ADD(&cache->stats, compiles);
+    st = gpuhal__compile_with_driver(device, entry, &cubin);
+    if (!st) st = gpuhal__module_load_image(cache, cubin.bytes, cubin.size, GPUHAL__IMAGE_CUBIN, NULL, entry);
+    gpuhal__cubin_free(device, &cubin);
+    return st;
+  }
   if (entry->format == GPUHAL__IMAGE_PTX && (device->params.compile_fn || gpuhal__atomic_load(&cache->disk.enabled)))
     return gpuhal__build_via_cubin(cache, entry);
   GPUHAL__STAT_ADD(&cache->stats, compiles);

@@ -152,6 +152,12 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__image_detect(const void* image, size_t s
   return gpuhal__image_check_ptx(p, size, func, out_size);
 }
 
+GPUHAL__PRIVATE int gpuhal__image_is_relocatable_cubin(const void* image, size_t size) {
+  const unsigned char* p = (const unsigned char*)image;
+  return size >= 52 && p[0] == 0x7F && p[1] == 'E' && p[2] == 'L' && p[3] == 'F' && (p[4] == 1 || p[4] == 2) &&
+         gpuhal__le16(p + 16) == 1; /* e_type ET_REL */
+}
+
 GPUHAL__PRIVATE void gpuhal__image_sniff(const void* image, size_t size, gpuhal__image_format_t* out_format,
                                          size_t* out_size) {
   const unsigned char* p = (const unsigned char*)image;

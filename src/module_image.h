@@ -23,6 +23,11 @@ GPUHAL__PRIVATE const char* gpuhal__image_format_name(gpuhal__image_format_t f);
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__image_detect(const void* image, size_t size, const char* func,
                                                      gpuhal__image_format_t* out_format, size_t* out_size);
 
+/* 1 for an ELF cubin of type ET_REL: relocatable device code (nvcc -rdc=true, -dc), meant
+ * for a device link. The driver loads some of it as it is and fails its kernels one by one
+ * (CUDA_ERROR_INVALID_IMAGE at their lookup), so gpuhal links it first. */
+GPUHAL__PRIVATE int gpuhal__image_is_relocatable_cubin(const void* image, size_t size);
+
 /* The format and key size of an image from its first bytes alone (O(1)): enough to look
  * it up, since a hit compares every byte with an image that was fully checked when its
  * entry was made. A miss runs gpuhal__image_detect, which agrees with this on valid images. */

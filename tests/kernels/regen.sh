@@ -16,3 +16,6 @@ for cu in *.cu; do
   "$NVCC" -ptx "${arch:--arch=compute_75}" "$cu" -o "${cu%.cu}.ptx"
   sed -i 's/^\.version .*/.version 8.0/' "${cu%.cu}.ptx"
 done
+# A relocatable cubin (nvcc -rdc=true: ELF type REL), which gpuhal links before loading
+# (test_executable relocatable_cubin_is_linked; it runs only on sm_90).
+"$NVCC" -rdc=true -cubin -arch=sm_90 fill_u32.cu -o fill_u32_rdc_sm90.cubin
