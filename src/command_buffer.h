@@ -130,7 +130,9 @@ GPUHAL_API gpuhal_arg_t gpuhal_arg_slot(uint32_t slot, uint64_t offset);
  * that takes the argument returns; gpuhal keeps a copy. */
 GPUHAL_API gpuhal_arg_t gpuhal_arg_tensor_map(gpuhal_arg_t memory, const gpuhal_tensor_map_t* map);
 /* `data` must stay valid until the gpuhal_cmd_dispatch that takes the argument returns;
- * `size` is 1 to 32764 bytes (the most a launch's parameters hold). */
+ * `size` is 1 to 32764 bytes (the most a launch's parameters hold). NULL `data` is refused
+ * at dispatch (INVALID_ARGUMENT naming args[i]); for a value held in inline_value use the
+ * constructors below, or a struct whose `slot` is 0. */
 GPUHAL_API gpuhal_arg_t gpuhal_arg_bytes(const void* data, uint32_t size);
 GPUHAL_API gpuhal_arg_t gpuhal_arg_u32(uint32_t value);
 GPUHAL_API gpuhal_arg_t gpuhal_arg_i32(int32_t value);

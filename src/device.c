@@ -209,11 +209,9 @@ static CUresult gpuhal__context_pop_pushed(const gpuhal__cuda_symbols_t* cu) {
 }
 
 GPUHAL__PRIVATE void gpuhal__context_pop_any(const gpuhal__cuda_symbols_t* cu, gpuhal__context_scope_t* scope) {
-  /* Not pushed: push_any set the context over the caller's, so set the caller's back. */
-  if (!scope->pushed)
-    cu->cuCtxSetCurrent(scope->saved);
-  else
-    (void)gpuhal__context_pop_pushed(cu); /* a cleanup path: nothing to report it to */
+  /* Not pushed: push_any set the context over the caller's, so set the caller's back; and
+   * when both pops failed (a cleanup path: nothing to report it to). */
+  if (!scope->pushed || gpuhal__context_pop_pushed(cu) != CUDA_SUCCESS) cu->cuCtxSetCurrent(scope->saved);
 }
 
 GPUHAL__PRIVATE void gpuhal__context_leave(gpuhal_device_t* device, gpuhal__context_scope_t* scope) {

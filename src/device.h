@@ -462,14 +462,15 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__context_enter(gpuhal_device_t* device, g
 GPUHAL__PRIVATE int gpuhal__context_push_any(const gpuhal__cuda_symbols_t* cu, CUcontext context,
                                              gpuhal__context_scope_t* scope);
 
-/* Undoes gpuhal__context_push_any: pops what it pushed (retrying a failed pop once), or sets
- * back the caller's context where it set instead of pushing. */
+/* Undoes gpuhal__context_push_any: pops what it pushed (retrying a failed pop once, then
+ * setting the caller's context as gpuhal__context_leave does), or sets back the caller's
+ * context where it set instead of pushing. */
 GPUHAL__PRIVATE void gpuhal__context_pop_any(const gpuhal__cuda_symbols_t* cu, gpuhal__context_scope_t* scope);
 
-/* Restores exactly what context_enter found: pops what it pushed, retrying a failed pop
- * once. When both fail it logs an error and leaves the stack as it is (never
- * cuCtxSetCurrent, which would replace the top and leave the caller's context twice on its
- * stack). */
+/* Restores what context_enter found: pops what it pushed, retrying a failed pop once.
+ * When both fail it logs an error and sets the caller's context current again
+ * (cuCtxSetCurrent replaces the top: the stack stays one entry too deep, but the caller's
+ * next calls go to its own context). */
 GPUHAL__PRIVATE void gpuhal__context_leave(gpuhal_device_t* device, gpuhal__context_scope_t* scope);
 
 /* Runs fn(arg) with the device's context current: on the calling thread inside a push/pop,

@@ -33,7 +33,9 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_device_address(gpuhal_buffer_t* buffer,
 /* The host pointer of pinned and managed memory; NULL for device memory (and bad input). */
 GPUHAL_API void* gpuhal_buffer_host_pointer(gpuhal_buffer_t* buffer);
 /* Synchronous copies between the buffer and host memory. They are not ordered with queue
- * work: wait on the semaphore that work signals first. */
+ * work (wait on the semaphore that work signals first), nor with the application's own
+ * work in the same context: they run on streams of gpuhal's own, which do not wait for
+ * the legacy default stream or blocking streams (the CUDA runtime's). Any thread. */
 GPUHAL_API gpuhal_status_t gpuhal_buffer_read(gpuhal_buffer_t* buffer, uint64_t offset, void* dst, uint64_t size);
 GPUHAL_API gpuhal_status_t gpuhal_buffer_write(gpuhal_buffer_t* buffer, uint64_t offset, const void* src,
                                                uint64_t size);

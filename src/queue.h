@@ -44,6 +44,9 @@
  *    the issue lock free, never on a thread of their device; else the worker).
  *  - a host waiter (gpuhal_semaphore_wait, gpuhal_semaphores_wait, gpuhal_semaphore_query):
  *    cuEventQuery.
+ *  - a thread in gpuhal_buffer_read / _write (memory.c, not the queue): in a push/pop, a copy
+ *    stream of gpuhal's own (cuStreamCreate/Destroy through the counted store), cuMemcpy*Async
+ *    and cuStreamSynchronize of that stream.
  *  - the worker (device.h; cuCtxSetCurrent: context current for life): the pump issues what
  *    became ready (only woken actions are looked at, in the order they became pending; on a
  *    lost device all, to fail them; GPUHAL__PUMP_ISSUE_BATCH per hold of the issue lock,

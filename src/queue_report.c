@@ -525,7 +525,7 @@ static void gpuhal__report_cycles(gpuhal__report_t* r) {
     }
   }
   if (found > GPUHAL__REPORT_CYCLES_MAX)
-    gpuhal__report_printf(r, "and %u more cycles\n", found - GPUHAL__REPORT_CYCLES_MAX);
+    gpuhal__report_printf(r, "and %u more waits that close a cycle\n", found - GPUHAL__REPORT_CYCLES_MAX);
   if (!found) gpuhal__report_printf(r, "no cycle among the operations waiting\n");
 }
 

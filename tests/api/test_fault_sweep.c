@@ -602,8 +602,8 @@ static void sw_check_disk_stats(sw_run_t* r, gpuhal_device_t* device, int warm) 
  *                          context_enter on a user thread failed: the call runs on the
  *                          device's worker thread instead
  *   cuCtxPopCurrent        context_leave failed: the pop is tried once more, which restores
- *                          the caller's stack exactly (never cuCtxSetCurrent: it would
- *                          leave the caller's context twice on its stack)
+ *                          the caller's stack exactly (cuCtxSetCurrent, which would leave
+ *                          the caller's context twice on its stack, only if that fails too)
  *   cuCtxSetCurrent (the even calls: a worker unbinding its context as it exits),
  *   cuStreamSynchronize (a stream drained at device release), cuMemPoolDestroy,
  *   cuDevicePrimaryCtxRelease
