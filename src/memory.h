@@ -26,9 +26,8 @@ GPUHAL_API uint64_t gpuhal_buffer_size(gpuhal_buffer_t* buffer);
 GPUHAL_API gpuhal_memory_kind_t gpuhal_buffer_kind(gpuhal_buffer_t* buffer);
 GPUHAL_API gpuhal_device_t* gpuhal_buffer_device(gpuhal_buffer_t* buffer);
 /* The address kernels use. FAILED_PRECONDITION while a queue_alloca buffer is not yet
- * issued (with GPUHAL_FEATURE_SEMAPHORE_MEMOPS, an alloca that waits for a value is issued
- * at once, behind a GPU wait: its address is there before the memory is), or after it was
- * deallocated. */
+ * issued (an alloca waits on the host until what it waits for is submitted), or after it
+ * was deallocated. */
 GPUHAL_API gpuhal_status_t gpuhal_buffer_device_address(gpuhal_buffer_t* buffer, uint64_t* out_address);
 /* The host pointer of pinned and managed memory; NULL for device memory (and bad input). */
 GPUHAL_API void* gpuhal_buffer_host_pointer(gpuhal_buffer_t* buffer);

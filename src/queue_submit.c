@@ -399,8 +399,11 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_alloca(gpuhal_device_t* device, uint32_t
     return NULL;
   }
   gpuhal__buffer_retain_ref(buffer); /* the action's reference */
+  /* Never behind a GPU wait: its memory is taken from the pool when it is issued, so issued
+   * ahead of a dealloca still waiting on the host (a dealloca never parks) it could run out
+   * of the memory that dealloca gives back, though the program orders the two. */
   status = gpuhal__queue_submit_impl(__func__, device, queue, wait, signal, &gpuhal__alloca_ops, buffer, NULL, NULL,
-                                     gpuhal__pool_submit_flags(device));
+                                     gpuhal__pool_submit_flags(device) | GPUHAL__SUBMIT_NOT_PROVISIONAL);
   if (status) {
     gpuhal__buffer_release_ref(buffer);
     gpuhal_buffer_release(buffer);

@@ -498,6 +498,57 @@ TU_TEST(eight_threads_mixed_submissions) {
 }
 
 /* ---- steady state: no heap allocation per submission ---- */
+/* A dealloca waiting for X, then an alloca of as much again waiting for Y, which comes after
+ * X: the program orders the alloca after the free, and the pool (capped at a little more
+ * than one buffer) must serve it from what the dealloca gave back. On the memop path the
+ * alloca was issued at once behind a GPU wait, taking its memory before the dealloca was
+ * issued: RESOURCE_EXHAUSTED. Both paths. */
+static void qt_alloca_after_waiting_dealloca_case(int memops) {
+  gpuhal_driver_options_t options;
+  gpuhal_device_params_t params;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal_semaphore_t *a = NULL, *x = NULL, *y = NULL, *b = NULL;
+  gpuhal_buffer_t *b1 = NULL, *b2 = NULL;
+  const uint64_t size = 8u << 20;
+  uint64_t one = 1;
+  memset(&options, 0, sizeof(options));
+  memset(&params, 0, sizeof(params));
+  options.semaphore_memops = memops;
+  params.pool_max_bytes = size + (size >> 1);
+  TU_REQUIRE_OK(gpuhal_driver_create(&options, &driver));
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &device));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &a));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &x));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &y));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &b));
+  TU_CHECK_OK(
+      gpuhal_queue_alloca(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&a, &one), size, &b1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(a, 1, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_queue_dealloca(device, 0, gpuhal_semaphore_list_one(&x, &one), gpuhal_semaphore_list_empty(), b1));
+  TU_CHECK_OK(gpuhal_queue_alloca(device, 0, gpuhal_semaphore_list_one(&y, &one), gpuhal_semaphore_list_one(&b, &one),
+                                  size, &b2));
+  TU_CHECK_OK(gpuhal_semaphore_signal(x, 1));
+  TU_CHECK_OK(gpuhal_semaphore_signal(y, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(b, 1, qt_seconds(30)));
+  if (b2)
+    TU_CHECK_OK(gpuhal_queue_dealloca(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), b2));
+  TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(30)));
+  gpuhal_buffer_release(b1);
+  gpuhal_buffer_release(b2);
+  gpuhal_semaphore_release(a);
+  gpuhal_semaphore_release(x);
+  gpuhal_semaphore_release(y);
+  gpuhal_semaphore_release(b);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+}
+
+TU_TEST(alloca_ordered_after_a_waiting_dealloca_reuses_its_memory) {
+  qt_alloca_after_waiting_dealloca_case(0);
+  qt_alloca_after_waiting_dealloca_case(-1);
+}
+
 TU_TEST(steady_state_allocates_nothing) {
   qt_fixture_t f;
   gpuhal_semaphore_t* s[2] = {NULL, NULL};
@@ -707,5 +758,6 @@ TU_MAIN(TU_CASE(barrier_signals), TU_CASE(argument_checks), TU_CASE(waiter_submi
         TU_CASE(host_call_error_fails_signal), TU_CASE(alloca_execute_dealloca),
         TU_CASE(chain_of_100_issues_without_host_waits), TU_CASE(release_with_work_in_flight),
         TU_CASE(eight_threads_mixed_submissions), TU_CASE(steady_state_allocates_nothing),
-        TU_CASE(alloca_buffer_objects_are_recycled), TU_CASE(long_wait_sleeps_between_polls),
-        TU_CASE(failing_event_queries_wait_for_the_work), TU_CASE(event_pool_reuses_the_events_returned_last))
+        TU_CASE(alloca_buffer_objects_are_recycled), TU_CASE(alloca_ordered_after_a_waiting_dealloca_reuses_its_memory),
+        TU_CASE(long_wait_sleeps_between_polls), TU_CASE(failing_event_queries_wait_for_the_work),
+        TU_CASE(event_pool_reuses_the_events_returned_last))
