@@ -426,6 +426,8 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
     gpuhal__semaphore_unregister(a->waits[a->next_wait].semaphore, &a->waits[a->next_wait].waiter);
   for (i = 0; a->fail_watching && i < a->wait_count; ++i)
     gpuhal__semaphore_unregister(a->waits[i].semaphore, &a->waits[i].fail_watch);
+  if (a->input_watched) gpuhal__semaphore_unregister(a->input_watched, &a->input_watch);
+  a->input_watched = NULL;
   for (i = 0; a->value_waits && i < a->wait_count; ++i) /* and its waits on the GPU */
     if (a->waits[i].kind == GPUHAL__WAIT_VALUE)
       gpuhal__semaphore_unregister(a->waits[i].semaphore, &a->waits[i].waiter);

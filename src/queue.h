@@ -314,15 +314,19 @@ typedef struct gpuhal__action_s {
   int32_t wake;       /* 1: new, or a semaphore it is blocked on changed: resolve it again */
   int32_t on_woken;   /* on state->woken or in a pump's batch: woken_next is in use (atomic) */
   struct gpuhal__action_s* woken_next;
-  int in_pending;              /* in state->pending (issue_mutex) */
-  uint64_t pending_seq;        /* when it entered pending: woken actions are resolved in this order */
-  int completed_ok;            /* the work completed and its values were advanced */
-  int value_waits;             /* some wait is GPUHAL__WAIT_VALUE */
-  int not_provisional;         /* GPUHAL__SUBMIT_NOT_PROVISIONAL */
-  int caller_may_issue;        /* GPUHAL__SUBMIT_CALLER_MAY_ISSUE: an application thread may issue it */
-  int polled;                  /* the completion thread found it not done once (lane typical_ns) */
-  int fail_watching;           /* its waits' fail_watch nodes are in use (set up once blocked) */
-  int failed_early;            /* parked work with a failed input: its signals failed already */
+  int in_pending;       /* in state->pending (issue_mutex) */
+  uint64_t pending_seq; /* when it entered pending: woken actions are resolved in this order */
+  int completed_ok;     /* the work completed and its values were advanced */
+  int value_waits;      /* some wait is GPUHAL__WAIT_VALUE */
+  int not_provisional;  /* GPUHAL__SUBMIT_NOT_PROVISIONAL */
+  int caller_may_issue; /* GPUHAL__SUBMIT_CALLER_MAY_ISSUE: an application thread may issue it */
+  int polled;           /* the completion thread found it not done once (lane typical_ns) */
+  int fail_watching;    /* its waits' fail_watch nodes are in use (set up once blocked) */
+  int failed_early;     /* parked work with a failed input: its signals failed already */
+  /* Work done whose inputs are not all seen reached yet (a lane's `deferred`): registered on
+   * one of them (input_watched), whose advance or failure wakes the completion thread. */
+  gpuhal__semaphore_waiter_t input_watch;
+  gpuhal_semaphore_t* input_watched;
   int park_reserved;           /* holds one of its ordinal's parked streams (gpuhal__action_park_reserve) */
   int park_denied;             /* pending because no parked stream was free: woken when one frees */
   uint32_t side;               /* 1 + index of its side stream in state->sides (0: none); set at issue, or
@@ -442,18 +446,19 @@ typedef struct gpuhal__queue_state_s {
   uint32_t gpu_blocked;
   uint32_t passes_begun;
   uint32_t gpu_blocked_pass;
-  uint32_t incoming_count;           /* length of incoming (atomic; changes under mutex) */
-  uint32_t retired_unkicked;         /* retired since the worker was last kicked */
-  int64_t retired_since_ns;          /* when the first of those was retired */
-  gpuhal_status_t lost;              /* the loss cause after a sticky error */
-  int32_t lost_flag;                 /* lost != NULL, readable without the mutex */
-  int32_t issue_needed;              /* new submissions, woken or to-be-failed actions: the pump must look */
-  int32_t stopping;                  /* device release has begun: no new submissions (atomic) */
-  int32_t park_denied;               /* pending actions with park_denied set (atomic) */
-  int32_t park_retry;                /* a parked stream freed while some were: wake them (atomic) */
-  int32_t signal_runs;               /* gpuhal__queue_issue_woken calls due on signalling threads (atomic) */
-  int completion_sleeping;           /* the completion thread waits untimed: dispatch must wake it */
-  int completion_napping;            /* it waits timed: only host calls and idle waiters wake it */
+  uint32_t incoming_count;   /* length of incoming (atomic; changes under mutex) */
+  uint32_t retired_unkicked; /* retired since the worker was last kicked */
+  int64_t retired_since_ns;  /* when the first of those was retired */
+  gpuhal_status_t lost;      /* the loss cause after a sticky error */
+  int32_t lost_flag;         /* lost != NULL, readable without the mutex */
+  int32_t issue_needed;      /* new submissions, woken or to-be-failed actions: the pump must look */
+  int32_t stopping;          /* device release has begun: no new submissions (atomic) */
+  int32_t park_denied;       /* pending actions with park_denied set (atomic) */
+  int32_t park_retry;        /* a parked stream freed while some were: wake them (atomic) */
+  int32_t signal_runs;       /* gpuhal__queue_issue_woken calls due on signalling threads (atomic) */
+  int completion_sleeping;   /* the completion thread waits untimed: dispatch must wake it */
+  int completion_napping;    /* it waits timed: only host calls and idle waiters wake it */
+  int inputs_changed;        /* atomic: an input deferred work watches advanced or failed: look again before sleeping */
   int64_t completion_first_sleep_ns; /* its first sleep between polls of the work it took (its own) */
   uint32_t idle_waiters;             /* threads in gpuhal_device_wait_idle: no aging while there are any */
   int abandon_value_waits;           /* release: fail what GPU value waits still wait for */

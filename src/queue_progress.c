@@ -64,6 +64,51 @@ static int gpuhal__action_held(const gpuhal__action_t* a) {
   return 0;
 }
 
+/* Under the semaphore's lock (a waiter's notify): an input that deferred work watches
+ * advanced or failed. The completion thread looks again before it sleeps; the signal is
+ * sent without state->mutex (no lock is taken under a semaphore's but the worker's), so one
+ * that comes just before it waits is lost, and the wait ends at its poll bound instead. */
+static void gpuhal__action_input_notify(gpuhal__semaphore_waiter_t* watch) {
+  gpuhal__queue_state_t* state = ((gpuhal__action_t*)watch->user)->state;
+  gpuhal__atomic_store(&state->inputs_changed, 1);
+  gpuhal__cond_signal(&state->completion_cond);
+}
+
+/* Deferred work (done, an input not seen reached): watches its first such input, so that
+ * the thread that advances it (another lane's or device's completion, a host signal) wakes
+ * this completion thread. Without it, a chain that alternates devices was seen done one hop
+ * per poll of each completion thread (bench_multi_gpu's hop). */
+static void gpuhal__action_watch_inputs(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+  uint32_t i;
+  for (i = 0; i < a->wait_count; ++i) {
+    const gpuhal__action_wait_t* w = &a->waits[i];
+    gpuhal__wait_query_t q;
+    if (gpuhal__semaphore_value_seen(w->semaphore) >= w->value || gpuhal__atomic_load(&w->semaphore->failure)) continue;
+    /* Registered (or just notified: inputs_changed says so). */
+    if (a->input_watched == w->semaphore && a->input_watch.value == w->value) return;
+    if (a->input_watched) gpuhal__semaphore_unregister(a->input_watched, &a->input_watch);
+    gpuhal__semaphore_waiter_init(&a->input_watch);
+    a->input_watch.wants_submitted = 0;
+    a->input_watch.notify = gpuhal__action_input_notify;
+    a->input_watch.user = a;
+    a->input_watched = w->semaphore;
+    memset(&q, 0, sizeof(q));
+    q.waiter = &a->input_watch;
+    if (gpuhal__semaphore_check(w->semaphore, w->value, &q) != GPUHAL__WAIT_PENDING) {
+      a->input_watched = NULL; /* reached or failed meanwhile: not registered */
+      gpuhal__atomic_store(&state->inputs_changed, 1);
+    }
+    gpuhal_status_free(q.failure);
+    return;
+  }
+}
+
+/* `a` is done, on inputs not known good yet: it waits on the lane's `deferred` list. */
+static void gpuhal__action_defer(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane, gpuhal__action_t* a) {
+  gpuhal__list_push_back(&lane->deferred, &a->link);
+  gpuhal__action_watch_inputs(state, a);
+}
+
 GPUHAL__PRIVATE int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp) {
   return gpuhal__action_inputs((const gpuhal__action_t*)tp->owner, NULL) == GPUHAL__INPUTS_REACHED;
 }
@@ -181,6 +226,7 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     n = n->next;
     if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
       ++*blocked;
+      gpuhal__action_watch_inputs(state, a);
       continue;
     }
     gpuhal__list_remove(&a->link);
@@ -227,7 +273,7 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     gpuhal__queue_park_freed(state);
     if (r == CUDA_SUCCESS) {
       if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
-        gpuhal__list_push_back(&lane->deferred, &a->link);
+        gpuhal__action_defer(state, lane, a);
         ++*blocked;
         continue;
       }
@@ -255,7 +301,7 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     /* Done, but on inputs not known good yet: other lanes will tell (perhaps only once this
      * lane's later work is observed, so the lane goes on without it). */
     if (r == CUDA_SUCCESS && gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
-      gpuhal__list_push_back(&lane->deferred, &a->link);
+      gpuhal__action_defer(state, lane, a);
       continue;
     }
     /* `a` may leave its advance to `next` only when `next` will make it now: a `next` that
@@ -518,7 +564,8 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
       if (poll_sleep_ns > max_sleep_ns) poll_sleep_ns = max_sleep_ns;
       if (next_due > now + poll_sleep_ns) next_due = now + poll_sleep_ns;
       next_due = gpuhal__completion_retire_due_locked(state, next_due);
-      if (!state->threads_stop && state->idle_waiters == 0 && !gpuhal__completion_abandon_due_locked(state))
+      if (!state->threads_stop && state->idle_waiters == 0 && !gpuhal__completion_abandon_due_locked(state) &&
+          !gpuhal__atomic_exchange(&state->inputs_changed, 0))
         gpuhal__completion_sleep_locked(state, next_due);
     }
     gpuhal__mutex_unlock(&state->mutex);
