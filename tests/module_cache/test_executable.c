@@ -488,6 +488,7 @@ TU_TEST(relocatable_cubin_is_linked) {
   size_t size = 0;
   char* cubin;
   OPEN_OR_SKIP(&f);
+  memset(&info, 0, sizeof(info));
   memset(header, 0, sizeof(header));
   memcpy(header, "\177ELF\002\001\001", 7);
   header[16] = 1;    /* ET_REL */
