@@ -923,6 +923,15 @@ static void gpuhal__host_copy(void* dst, const void* src, uint64_t size) {
  * makes one; a stream given back to a full store is destroyed). The calls need the
  * device's context current. */
 
+/* A copy stream's destruction has no caller to report to: its failure is logged. */
+static void gpuhal__copy_stream_destroy(gpuhal_device_t* device, CUstream stream) {
+  gpuhal_status_t status = gpuhal__device_stream_destroy(device, stream);
+  if (!status) return;
+  gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: destroying a copy stream: %s", device->ordinal,
+              gpuhal_status_message(status));
+  gpuhal_status_free(status);
+}
+
 static gpuhal_status_t gpuhal__copy_stream_take(gpuhal_device_t* device, CUstream* out) {
   gpuhal__memory_state_t* memory = device->memory;
   *out = NULL;
@@ -935,20 +944,13 @@ static gpuhal_status_t gpuhal__copy_stream_take(gpuhal_device_t* device, CUstrea
 /* `healthy`: 0 after a failed copy, whose stream is not kept. */
 static void gpuhal__copy_stream_give(gpuhal_device_t* device, CUstream stream, int healthy) {
   gpuhal__memory_state_t* memory = device->memory;
-  gpuhal_status_t status;
   gpuhal__mutex_lock(&memory->copy_mutex);
   if (healthy && memory->copy_stream_count < GPUHAL__COPY_STREAMS_IDLE_MAX) {
     memory->copy_streams[memory->copy_stream_count++] = stream;
     stream = NULL;
   }
   gpuhal__mutex_unlock(&memory->copy_mutex);
-  if (!stream) return;
-  status = gpuhal__device_stream_destroy(device, stream);
-  if (status) {
-    gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: destroying a copy stream: %s", device->ordinal,
-                gpuhal_status_message(status));
-    gpuhal_status_free(status);
-  }
+  if (stream) gpuhal__copy_stream_destroy(device, stream);
 }
 
 /* Destroys the idle copy streams (on the worker, at device teardown: no copy is in flight,
@@ -956,14 +958,8 @@ static void gpuhal__copy_stream_give(gpuhal_device_t* device, CUstream stream, i
 static gpuhal_status_t gpuhal__copy_streams_destroy(void* arg) {
   gpuhal_device_t* device = (gpuhal_device_t*)arg;
   gpuhal__memory_state_t* memory = device->memory;
-  while (memory->copy_stream_count > 0) {
-    gpuhal_status_t status = gpuhal__device_stream_destroy(device, memory->copy_streams[--memory->copy_stream_count]);
-    if (status) {
-      gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: destroying a copy stream: %s", device->ordinal,
-                  gpuhal_status_message(status));
-      gpuhal_status_free(status);
-    }
-  }
+  while (memory->copy_stream_count > 0)
+    gpuhal__copy_stream_destroy(device, memory->copy_streams[--memory->copy_stream_count]);
   return NULL;
 }
 
