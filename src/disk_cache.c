@@ -13,7 +13,7 @@
  *    12  4  header size (128)
  *    16  8  image hash (the module cache's fast hash; it names the file)
  *    24  8  image size (the image's bytes follow the header)
- *    32  4  image format (1: PTX, 16: CUDA C source and options)
+ *    32  4  image format (1: PTX, 2: relocatable cubin, 16: CUDA C source and options)
  *    36  4  compute capability major     40  4  minor
  *    44  4  driver version (e.g. 13000)
  *    48  4  JIT optimization level       52  4  JIT max registers

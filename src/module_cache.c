@@ -214,7 +214,8 @@ GPUHAL__PRIVATE uint64_t gpuhal__module_image_hash(const void* image, size_t siz
                                  ((uint64_t)(uint32_t)jit->max_registers << 40));
 }
 
-static void gpuhal__disk_key_make(gpuhal_device_t* device, const gpuhal__module_entry_t* entry,
+/* `hook`: the user's compile hook makes the cubin (else the driver's linker). */
+static void gpuhal__disk_key_make(gpuhal_device_t* device, const gpuhal__module_entry_t* entry, int hook,
                                   gpuhal__disk_key_t* key) {
   memset(key, 0, sizeof(*key));
   key->image_hash = entry->hash;
@@ -226,7 +227,7 @@ static void gpuhal__disk_key_make(gpuhal_device_t* device, const gpuhal__module_
   key->driver_version = device->info.driver_version;
   key->optimization_level = entry->jit.optimization_level < 0 ? 4 : entry->jit.optimization_level;
   key->max_registers = entry->jit.max_registers;
-  key->compiler = device->params.compile_fn ? GPUHAL__COMPILER_HOOK : GPUHAL__COMPILER_DRIVER;
+  key->compiler = hook ? GPUHAL__COMPILER_HOOK : GPUHAL__COMPILER_DRIVER;
 }
 
 /* Tries the disk cache: 1 (and *out_module) when a valid file loaded. A bad file or one
@@ -270,7 +271,13 @@ static int gpuhal__build_from_disk(gpuhal__module_cache_t* cache, const gpuhal__
   return 0;
 }
 
-/* PTX through a cubin: from disk, else compiled (driver linker or hook), loaded, stored. */
+/* A relocatable cubin (nvcc -rdc) is linked by the driver: the compile hook takes PTX only. */
+static int gpuhal__entry_needs_link(const gpuhal__module_entry_t* entry) {
+  return entry->format == GPUHAL__IMAGE_CUBIN && gpuhal__image_is_relocatable_cubin(entry->image, entry->size);
+}
+
+/* PTX or a relocatable cubin through an executable cubin: from disk, else compiled (driver
+ * linker or hook), loaded, stored. */
 static gpuhal_status_t gpuhal__build_via_cubin(gpuhal__module_cache_t* cache, gpuhal__module_entry_t* entry) {
   gpuhal_device_t* device = cache->device;
   gpuhal__disk_key_t key;
@@ -278,17 +285,17 @@ static gpuhal_status_t gpuhal__build_via_cubin(gpuhal__module_cache_t* cache, gp
   gpuhal__cubin_t cubin;
   gpuhal_status_t st;
   int disk = gpuhal__atomic_load(&cache->disk.enabled);
+  int hook = device->params.compile_fn && !gpuhal__entry_needs_link(entry);
   memset(&cubin, 0, sizeof(cubin));
   if (disk) {
-    gpuhal__disk_key_make(device, entry, &key);
-    gpuhal__disk_file_name(&key, name, sizeof(name));
     gpuhal_status_t failure = NULL;
+    gpuhal__disk_key_make(device, entry, hook, &key);
+    gpuhal__disk_file_name(&key, name, sizeof(name));
     if (gpuhal__build_from_disk(cache, &key, name, entry, &failure)) return NULL;
     if (failure) return failure;
   }
   GPUHAL__STAT_ADD(&cache->stats, compiles);
-  st = device->params.compile_fn ? gpuhal__compile_with_hook(device, entry, &cubin)
-                                 : gpuhal__compile_with_driver(device, entry, &cubin);
+  st = hook ? gpuhal__compile_with_hook(device, entry, &cubin) : gpuhal__compile_with_driver(device, entry, &cubin);
   if (!st) st = gpuhal__module_load_image(cache, cubin.bytes, cubin.size, GPUHAL__IMAGE_CUBIN, NULL, entry);
   if (!st && disk) gpuhal__disk_store(&cache->disk, &key, name, cubin.bytes, cubin.size);
   gpuhal__cubin_free(device, &cubin);
@@ -297,20 +304,11 @@ static gpuhal_status_t gpuhal__build_via_cubin(gpuhal__module_cache_t* cache, gp
 
 /* Builds entry->module. PTX goes through a cubin when there is a disk cache or a compile
  * hook; otherwise the driver compiles it directly (and may use its own JIT cache). A
- * relocatable cubin is linked first (the compile hook takes PTX only). */
+ * relocatable cubin always goes through a linked one. */
 static gpuhal_status_t gpuhal__module_build(gpuhal__module_cache_t* cache, gpuhal__module_entry_t* entry) {
   gpuhal_device_t* device = cache->device;
-  if (entry->format == GPUHAL__IMAGE_CUBIN && gpuhal__image_is_relocatable_cubin(entry->image, entry->size)) {
-    gpuhal__cubin_t cubin;
-    gpuhal_status_t st;
-    memset(&cubin, 0, sizeof(cubin));
-    GPUHAL__STAT_ADD(&cache->stats, compiles);
-    st = gpuhal__compile_with_driver(device, entry, &cubin);
-    if (!st) st = gpuhal__module_load_image(cache, cubin.bytes, cubin.size, GPUHAL__IMAGE_CUBIN, NULL, entry);
-    gpuhal__cubin_free(device, &cubin);
-    return st;
-  }
-  if (entry->format == GPUHAL__IMAGE_PTX && (device->params.compile_fn || gpuhal__atomic_load(&cache->disk.enabled)))
+  if (gpuhal__entry_needs_link(entry) ||
+      (entry->format == GPUHAL__IMAGE_PTX && (device->params.compile_fn || gpuhal__atomic_load(&cache->disk.enabled))))
     return gpuhal__build_via_cubin(cache, entry);
   GPUHAL__STAT_ADD(&cache->stats, compiles);
   return gpuhal__module_load_image(cache, entry->image, entry->size, entry->format,

@@ -217,6 +217,35 @@ tu_read_kernel_file(const char* file, size_t* size) {
   return tu_read_file(path, size);
 }
 
+/* A relocatable cubin of fill_u32 (nvcc -rdc=true), malloc'ed: on a GPU the checked-in
+ * sm_90 one (NULL elsewhere: *size is 0), on softcuda its stand-in (tests/softcuda/README.md,
+ * Modules) around fill_u32.ptx. */
+#if defined(__GNUC__)
+__attribute__((unused))
+#endif
+static char*
+tu_rdc_fill_image(int softcuda, int cc_major, int cc_minor, size_t* size) {
+  static const char marker[] = "SOFTCUDA-RELOCATABLE 1\n";
+  size_t ptx_size = 0;
+  char *ptx, *image;
+  *size = 0;
+  if (!softcuda) return cc_major == 9 && cc_minor == 0 ? tu_read_kernel_file("fill_u32_rdc_sm90.cubin", size) : NULL;
+  ptx = tu_read_kernel_file("fill_u32.ptx", &ptx_size);
+  if (!ptx) return NULL;
+  image = (char*)calloc(1, 64 + sizeof(marker) + ptx_size);
+  if (image) {
+    memcpy(image, "\177ELF\002\001\001", 7);
+    image[16] = 1;         /* ET_REL */
+    image[18] = (char)190; /* EM_CUDA */
+    image[0x34] = 64;      /* e_ehsize */
+    memcpy(image + 64, marker, sizeof(marker) - 1);
+    memcpy(image + 64 + sizeof(marker) - 1, ptx, ptx_size + 1);
+    *size = 64 + sizeof(marker) - 1 + ptx_size + 1;
+  }
+  free(ptx);
+  return image;
+}
+
 #ifdef GPUHAL_H /* gpuhal.h came first: helpers over its API */
 /* Loads tests/kernels/NAME.ptx on `device` and looks up kernel NAME (*out_kernel may be
  * NULL when only the executable is wanted). */
@@ -292,6 +321,39 @@ tu_execute_and_wait(gpuhal_driver_t* driver, gpuhal_device_t* device, gpuhal_com
                               table);
   if (!st) st = gpuhal_semaphore_wait(sem, 1, gpuhal_timeout_relative_ns(30000000000ll));
   gpuhal_semaphore_release(sem);
+  return st;
+}
+
+/* Runs `exe`'s fill_u32 (tests/kernels/fill_u32.cu) over four words with `value` and checks
+ * them; returns the first failure. */
+#if defined(__GNUC__)
+__attribute__((unused))
+#endif
+static gpuhal_status_t
+tu_check_fill_u32(gpuhal_driver_t* driver, gpuhal_device_t* device, gpuhal_executable_t* exe, uint32_t value) {
+  gpuhal_kernel_t* kernel = NULL;
+  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_arg_t args[3];
+  uint32_t got[4] = {0, 0, 0, 0};
+  int i;
+  gpuhal_status_t st = gpuhal_executable_kernel(exe, "fill_u32", &kernel);
+  if (!st) st = gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, sizeof(got), &buffer);
+  if (!st) st = gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_ONE_SHOT, 0, &cb);
+  if (!st) st = gpuhal_command_buffer_begin(cb);
+  args[0] = gpuhal_arg_buffer(buffer, 0);
+  args[1] = gpuhal_arg_u32(value);
+  args[2] = gpuhal_arg_u32(4);
+  if (!st) st = gpuhal_cmd_dispatch(cb, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(4, 1, 1), 0, 3, args);
+  if (!st) st = gpuhal_command_buffer_end(cb);
+  if (!st) st = tu_execute_and_wait(driver, device, cb, NULL);
+  if (!st) st = gpuhal_buffer_read(buffer, 0, got, sizeof(got));
+  for (i = 0; !st && i < 4; ++i)
+    if (got[i] != value)
+      st = gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "fill_u32: word %d is 0x%x, not 0x%x", i, (unsigned)got[i],
+                              (unsigned)value);
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(buffer);
   return st;
 }
 #endif /* GPUHAL_H */

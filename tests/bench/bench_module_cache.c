@@ -138,7 +138,7 @@ static int breakdown_main(const char* dir) {
   entry.image = copy;
   entry.size = checked;
   entry.format = format;
-  gpuhal__disk_key_make(device, &entry, &key); /* the disk key: no digest, the name from entry.hash */
+  gpuhal__disk_key_make(device, &entry, 0, &key); /* the disk key: no digest, the name from entry.hash */
   gpuhal__disk_file_name(&key, name, sizeof(name));
   if (!gpuhal__disk_path(&cache->disk, name, path, sizeof(path)))
     die("disk path", gpuhal_status_make(GPUHAL_STATUS_INTERNAL, "%s", name));

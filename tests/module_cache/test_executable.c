@@ -482,11 +482,10 @@ TU_TEST(relocatable_cubin_is_linked) {
   fixture f;
   unsigned char header[64];
   gpuhal_executable_t* exe = NULL;
-  gpuhal_kernel_t* kernel = NULL;
   gpuhal_device_info_t info;
   gpuhal_status_t st;
   size_t size = 0;
-  char* cubin;
+  char* image;
   OPEN_OR_SKIP(&f);
   memset(&info, 0, sizeof(info));
   memset(header, 0, sizeof(header));
@@ -499,43 +498,20 @@ TU_TEST(relocatable_cubin_is_linked) {
   if (st) TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "relocatable cubin");
   gpuhal_status_free(st);
   TU_CHECK_OK(gpuhal_device_info(f.device, &info));
-  cubin = read_kernel_file("fill_u32_rdc_sm90.cubin", &size);
-  TU_REQUIRE(cubin != NULL);
-  if (!tu_softcuda() && info.compute_capability_major == 9 && info.compute_capability_minor == 0) {
-    gpuhal_buffer_t* buffer = NULL;
-    gpuhal_command_buffer_t* cb = NULL;
-    gpuhal_semaphore_t* done = NULL;
-    gpuhal_arg_t args[3];
-    uint32_t got[4] = {0, 0, 0, 0};
-    uint64_t one = 1;
-    TU_CHECK_OK(gpuhal_executable_load(f.device, cubin, size, &exe));
-    if (exe) TU_CHECK_OK(gpuhal_executable_kernel(exe, "fill_u32", &kernel));
-    TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, sizeof(got), &buffer));
-    TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &done));
-    args[0] = gpuhal_arg_buffer(buffer, 0);
-    args[1] = gpuhal_arg_u32(0xC0FFEEu);
-    args[2] = gpuhal_arg_u32(4);
-    TU_CHECK_OK(gpuhal_command_buffer_create(f.device, GPUHAL_COMMAND_BUFFER_ONE_SHOT, 0, &cb));
-    TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
-    if (kernel) TU_CHECK_OK(gpuhal_cmd_dispatch(cb, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(4, 1, 1), 0, 3, args));
-    TU_CHECK_OK(gpuhal_command_buffer_end(cb));
-    TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&done, &one),
-                                     cb, NULL));
-    TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, gpuhal_timeout_relative_ns(30000000000ll)));
-    TU_CHECK_OK(gpuhal_buffer_read(buffer, 0, got, sizeof(got)));
-    TU_CHECK_EQ_INT(got[0], 0xC0FFEE);
-    TU_CHECK_EQ_INT(got[3], 0xC0FFEE);
-    gpuhal_command_buffer_release(cb);
-    gpuhal_semaphore_release(done);
-    gpuhal_buffer_release(buffer);
+  image = tu_rdc_fill_image(tu_softcuda(), info.compute_capability_major, info.compute_capability_minor, &size);
+  if (image) {
+    TU_CHECK_OK(gpuhal_executable_load(f.device, image, size, &exe));
+    if (exe) TU_CHECK_OK(tu_check_fill_u32(f.driver, f.device, exe, 0xC0FFEEu));
     gpuhal_executable_release(exe);
-  } else {
-    st = gpuhal_executable_load(f.device, cubin, size, &exe);
+  } else { /* a GPU other than sm_90: the sm_90 cubin does not link for it */
+    image = read_kernel_file("fill_u32_rdc_sm90.cubin", &size);
+    TU_REQUIRE(image != NULL);
+    st = gpuhal_executable_load(f.device, image, size, &exe);
     TU_CHECK(st != NULL);
     if (st) TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), "relocatable cubin");
     gpuhal_status_free(st);
   }
-  free(cubin);
+  free(image);
   fixture_close(&f);
 }
 

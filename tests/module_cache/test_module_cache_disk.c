@@ -5,7 +5,8 @@
  * without eviction racing); LRU eviction by mtime with touch on hit; an unusable
  * directory degrading to memory with a warning; the compile hook's files kept apart; a
  * FIFO, socket, device or symbolic link at an entry's path refused without hanging (the
- * loads are bounded in time) and replaced by a regular file. Child processes are this
+ * loads are bounded in time) and replaced by a regular file; a relocatable cubin linked
+ * once. Child processes are this
  * binary run as `--child load ...` (see main). */
 #define _DEFAULT_SOURCE 1 /* mknod, for a device node at an entry's path */
 #include "test_internals.h"
@@ -397,7 +398,7 @@ static void path_of_module(const char* dir, unsigned k, gpuhal_device_t* device,
   entry.format = GPUHAL__IMAGE_PTX;
   entry.jit = gpuhal__jit_options_default();
   entry.hash = gpuhal__module_image_hash(entry.image, entry.size, entry.format, &entry.jit);
-  gpuhal__disk_key_make(device, &entry, &key);
+  gpuhal__disk_key_make(device, &entry, device->params.compile_fn != NULL, &key);
   gpuhal__disk_file_name(&key, name, sizeof(name));
   snprintf(path, path_size, "%s/%s", dir, name);
 }
@@ -696,6 +697,59 @@ static int plant(int kind, const char* dir, const char* path, const char* good_f
   }
 }
 
+/* A relocatable cubin (nvcc -rdc) is linked by the driver once: later devices (and later
+ * processes) load the linked cubin from disk. A compile hook, which takes PTX only, is not
+ * called for it, and the driver's file serves a device that has one. */
+TU_TEST(relocatable_cubin_is_linked_once) {
+  gpuhal_driver_t* driver = mc_driver();
+  gpuhal_device_params_t params;
+  gpuhal_device_info_t info;
+  gpuhal_module_cache_stats_t s;
+  char dir[512], first[4096];
+  size_t size = 0;
+  char* image = NULL;
+  int round, calls_before = hook_calls;
+  if (!driver) TU_SKIP("no CUDA device");
+  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  params = mc_params(dir);
+  for (round = 0; round < 3; ++round) {
+    gpuhal_executable_t* exe = NULL;
+    if (round == 2) {
+      params.compile_fn = link_hook;
+      params.compile_free_fn = link_hook_free;
+    }
+    hook_device = mc_device(driver, 0, &params);
+    TU_REQUIRE(hook_device != NULL);
+    if (!image) {
+      memset(&info, 0, sizeof(info));
+      TU_CHECK_OK(gpuhal_device_info(hook_device, &info));
+      image = tu_rdc_fill_image(tu_softcuda(), info.compute_capability_major, info.compute_capability_minor, &size);
+      if (!image) {
+        gpuhal_device_release(hook_device);
+        mc_remove_dir(dir);
+        gpuhal_driver_release(driver);
+        TU_SKIP("the relocatable cubin fixture is for sm_90");
+      }
+    }
+    TU_CHECK_OK(gpuhal_executable_load(hook_device, image, size, &exe));
+    if (exe) TU_CHECK_OK(tu_check_fill_u32(driver, hook_device, exe, 0xAB000000u + (unsigned)round));
+    gpuhal_executable_release(exe);
+    s = mc_stats(hook_device);
+    TU_CHECK_EQ_INT(s.compiles, round == 0 ? 1 : 0);
+    TU_CHECK_EQ_INT(s.disk_writes, round == 0 ? 1 : 0);
+    TU_CHECK_EQ_INT(s.disk_hits, round == 0 ? 0 : 1);
+    TU_CHECK_EQ_INT(s.disk_rejects, 0);
+    TU_CHECK_OK(gpuhal_device_wait_idle(hook_device, gpuhal_timeout_relative_ns(60ll * 1000000000ll)));
+    gpuhal_device_release(hook_device);
+  }
+  TU_CHECK_EQ_INT(hook_calls, calls_before);
+  TU_CHECK_EQ_INT(mc_dir_files(dir, NULL, first, sizeof(first)), 1);
+  TU_CHECK_STR_CONTAINS(first, "-driver.gpuhal");
+  free(image);
+  mc_remove_dir(dir);
+  gpuhal_driver_release(driver);
+}
+
 TU_TEST(non_regular_files_are_refused_without_hanging) {
   gpuhal_driver_t* driver = mc_driver();
   gpuhal_device_params_t params;
@@ -792,7 +846,8 @@ int main(int argc, char** argv) {
       TU_CASE(two_processes_fill_one_directory),      TU_CASE(disk_eviction_is_lru_with_touch_on_hit),
       TU_CASE(unusable_directory_degrades_to_memory), TU_CASE(a_bad_entry_path_leaves_the_rest_of_the_cache_working),
       TU_CASE(compile_hook_files_are_kept_apart),     TU_CASE(non_regular_files_are_refused_without_hanging),
-      TU_CASE(temporary_files_are_unique_and_fresh),  TU_CASE(a_file_the_driver_refuses_is_counted_as_a_reject)};
+      TU_CASE(temporary_files_are_unique_and_fresh),  TU_CASE(a_file_the_driver_refuses_is_counted_as_a_reject),
+      TU_CASE(relocatable_cubin_is_linked_once)};
   mc_remember_self(argv[0]);
   if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_main(argc, argv);
   return tu_run(cases, (int)(sizeof(cases) / sizeof(cases[0])), argc, argv);

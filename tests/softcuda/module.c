@@ -246,6 +246,23 @@ bad:
 static const char sc_cubin_magic[] = "\177ELF\nSOFTCUDA-CUBIN 1\n";
 #define SC_CUBIN_MAGIC_LEN (sizeof sc_cubin_magic - 1)
 
+/* softcuda's relocatable cubin (a stand-in for `nvcc -rdc=true -cubin`): a 64-byte ELF64
+ * header with e_type ET_REL and e_machine EM_CUDA (no sections), the marker line, then PTX,
+ * NUL-terminated. Only cuLinkAddData(CU_JIT_INPUT_CUBIN) takes it, as only the linker takes
+ * a real one; loaded as a module it is CUDA_ERROR_INVALID_IMAGE. */
+static const char sc_reloc_marker[] = "SOFTCUDA-RELOCATABLE 1\n";
+#define SC_RELOC_HEADER 64u
+#define SC_RELOC_MARKER_LEN (sizeof sc_reloc_marker - 1)
+
+static const char* sc_reloc_ptx(const void* data, size_t size) {
+  const unsigned char* b = (const unsigned char*)data;
+  if (size < SC_RELOC_HEADER + SC_RELOC_MARKER_LEN || memcmp(b, "\177ELF\002\001", 6) != 0 || b[16] != 1 ||
+      b[17] != 0 || b[18] != 190 || b[19] != 0 ||
+      memcmp(b + SC_RELOC_HEADER, sc_reloc_marker, SC_RELOC_MARKER_LEN) != 0)
+    return NULL;
+  return (const char*)b + SC_RELOC_HEADER + SC_RELOC_MARKER_LEN;
+}
+
 static void sc_jit_delay(void) {
   if (sc.jit_delay_ms > 0) {
     struct timespec ts;
@@ -1038,6 +1055,8 @@ CUresult CUDAAPI sc_cuLinkAddData(CUlinkState state, CUjitInputType type, void* 
     ptx = (const char*)data;
     len = strnlen(ptx, size);
     sc_jit_delay();
+  } else if (type == CU_JIT_INPUT_CUBIN && (ptx = sc_reloc_ptx(data, size)) != NULL) {
+    len = strnlen(ptx, size - SC_RELOC_HEADER - SC_RELOC_MARKER_LEN);
   } else if (type == CU_JIT_INPUT_CUBIN) {
     if (size < SC_CUBIN_MAGIC_LEN || memcmp(data, sc_cubin_magic, SC_CUBIN_MAGIC_LEN) != 0)
       return CUDA_ERROR_INVALID_IMAGE;
