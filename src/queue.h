@@ -167,12 +167,16 @@ typedef gpuhal_status_t (*gpuhal_host_fn_t)(void* user);
 /* Allocates `size` bytes from the device's stream-ordered pool once `wait` is reached, then
  * signals `signal`. *out_buffer is returned at once; its device address is assigned when the
  * allocation is issued (use it only in queue work ordered after `signal`). Devices without
- * memory pool support allocate synchronously on the worker thread. */
+ * memory pool support allocate synchronously on the worker thread. A `size` over the
+ * device's total memory is an argument error (OUT_OF_RANGE, `signal` untouched, as for any
+ * invalid argument); one the pool cannot serve when the alloca runs fails `signal` with
+ * RESOURCE_EXHAUSTED. */
 GPUHAL_API gpuhal_status_t gpuhal_queue_alloca(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
                                                gpuhal_semaphore_list_t signal, uint64_t size,
                                                gpuhal_buffer_t** out_buffer);
 /* Frees `buffer` (from gpuhal_queue_alloca) in stream order once `wait` is reached, then
- * signals `signal`. The call holds a reference to the buffer until then. */
+ * signals `signal`. The call holds a reference to the buffer until then. A second dealloca
+ * of one buffer is refused with FAILED_PRECONDITION and fails its `signal`. */
 GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32_t queue, gpuhal_semaphore_list_t wait,
                                                  gpuhal_semaphore_list_t signal, gpuhal_buffer_t* buffer);
 /* Writes a report of every queue operation of `driver` not done yet, for hangs: per device

@@ -428,9 +428,14 @@ GPUHAL_API gpuhal_status_t gpuhal_queue_dealloca(gpuhal_device_t* device, uint32
   {
     /* One dealloca per buffer: the queue's per-buffer word records that it was submitted. */
     void* expected = NULL;
-    if (!gpuhal__atomic_cas(&buffer->queue_data, &expected, (void*)buffer))
-      return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
-                                "gpuhal_queue_dealloca: argument 'buffer' already has a dealloca queued");
+    if (!gpuhal__atomic_cas(&buffer->queue_data, &expected, (void*)buffer)) {
+      /* A state refusal after valid arguments, as a ONE_SHOT's second execute: waiters on
+       * the signals learn it. */
+      status = gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION,
+                                  "gpuhal_queue_dealloca: argument 'buffer' already has a dealloca queued");
+      gpuhal__queue_fail_signals(signal, status, "dealloca", device->ordinal, queue);
+      return status;
+    }
   }
   if (gpuhal__queue_issue_at_once(device, queue, wait, signal, gpuhal__dealloca_issue_at_once, buffer)) return NULL;
   gpuhal__buffer_retain_ref(buffer);

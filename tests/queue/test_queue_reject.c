@@ -288,6 +288,40 @@ TU_TEST(one_shot_executed_twice) {
   gpuhal_driver_release(driver);
 }
 
+/* ---- a buffer deallocated twice ---- */
+
+TU_TEST(dealloca_twice) {
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_semaphore_t *done = NULL, *s = NULL;
+  uint64_t two = 2;
+  qr_waiter_t waiter;
+  TU_REQUIRE_OK(gpuhal_driver_create(NULL, &driver));
+  TU_CHECK_OK(gpuhal_device_create(driver, 0, NULL, &device));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &done));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &s));
+  if (device && done && s) {
+    TU_CHECK_OK(gpuhal_queue_alloca(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&done, &qr_one),
+                                    4096, &buffer));
+    TU_CHECK_OK(gpuhal_queue_dealloca(device, 0, gpuhal_semaphore_list_one(&done, &qr_one),
+                                      gpuhal_semaphore_list_one(&done, &two), buffer));
+    qr_waiter_start(&waiter, s);
+    qr_waiter_check(&waiter,
+                    gpuhal_queue_dealloca(device, 1 % gpuhal_device_queue_count(device), gpuhal_semaphore_list_empty(),
+                                          gpuhal_semaphore_list_one(&s, &qr_one), buffer),
+                    "a second dealloca of one buffer", "already has a dealloca queued");
+    TU_CHECK_OK(gpuhal_semaphore_wait(done, 2, qt_seconds(QR_WAIT_S)));
+  }
+  gpuhal_buffer_release(buffer);
+  gpuhal_semaphore_release(done);
+  gpuhal_semaphore_release(s);
+  qc_watchdog_arm(30, "gpuhal_device_release");
+  gpuhal_device_release(device);
+  qc_watchdog_disarm();
+  gpuhal_driver_release(driver);
+}
+
 /* ---- the device is lost ---- */
 
 TU_TEST(calls_on_a_lost_device) {
@@ -356,4 +390,5 @@ TU_TEST(calls_on_a_lost_device) {
 
 TU_MAIN(TU_CASE(out_of_host_memory_host_call), TU_CASE(out_of_host_memory_execute), TU_CASE(out_of_host_memory_alloca),
         TU_CASE(out_of_host_memory_execute_with_bindings), TU_CASE(launch_fails_stream), TU_CASE(launch_fails_graph),
-        TU_CASE(alloca_out_of_device_memory), TU_CASE(one_shot_executed_twice), TU_CASE(calls_on_a_lost_device))
+        TU_CASE(alloca_out_of_device_memory), TU_CASE(one_shot_executed_twice), TU_CASE(dealloca_twice),
+        TU_CASE(calls_on_a_lost_device))
