@@ -1367,6 +1367,8 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
     X(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", 12000,                                                  \
       (CUmemoryPool pool, CUmemPool_attribute attr, void* value))                                             \
     X(cuMemPoolTrimTo, "cuMemPoolTrimTo", 12000, (CUmemoryPool pool, size_t minBytesToKeep))                  \
+    X(cuMemPoolSetAccess, "cuMemPoolSetAccess", 12000,                                                        \
+      (CUmemoryPool pool, const CUmemAccessDesc* map, size_t count))                                          \
     X(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", 12000, (CUmemoryPool* poolOut, CUdevice dev))   \
     X(cuMemAllocAsync, "cuMemAllocAsync", 12000, (CUdeviceptr* dptr, size_t bytesize, CUstream hStream))      \
     X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 12000,                                              \

@@ -120,6 +120,7 @@ GPUHAL__PRIVATE char* gpuhal__strdup(const gpuhal_allocator_t* a, const char* s)
 #define gpuhal__atomic_cas(p, expected_ptr, desired) \
   __atomic_compare_exchange_n((p), (expected_ptr), (desired), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
 #define gpuhal__atomic_exchange(p, v) __atomic_exchange_n((p), (v), __ATOMIC_ACQ_REL)
+#define gpuhal__atomic_or(p, v) __atomic_or_fetch((p), (v), __ATOMIC_ACQ_REL)
 /* Counters and hints nothing else is ordered by (statistics, "is anything there" peeks). */
 #define gpuhal__atomic_load_relaxed(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define gpuhal__atomic_store_relaxed(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)

@@ -75,6 +75,30 @@ static gpuhal_status_t gpuhal__pool_create(void* arg) {
   return gpuhal__pool_set_threshold(device, memory->pool);
 }
 
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__pool_grant_peer(gpuhal_device_t* device, gpuhal_device_t* peer) {
+  gpuhal__memory_state_t* memory = device->memory;
+  uint64_t bit = peer->ordinal < 64 ? (uint64_t)1 << peer->ordinal : 0;
+  CUmemAccessDesc desc;
+  if (!memory || !memory->pool || !memory->owns_pool || peer->cu_device == device->cu_device) return NULL;
+  if (bit && (gpuhal__atomic_load(&memory->pool_peers) & bit)) return NULL;
+  if (!device->cu->cuMemPoolSetAccess)
+    return gpuhal_status_make(GPUHAL_STATUS_UNIMPLEMENTED,
+                              "device %d's memory pool cannot be opened to device %d: the driver has no "
+                              "cuMemPoolSetAccess",
+                              device->ordinal, peer->ordinal);
+  memset(&desc, 0, sizeof(desc));
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = peer->ordinal;
+  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  GPUHAL__CU_RETURN(device->cu, cuMemPoolSetAccess, (memory->pool, &desc, 1));
+  if (bit) gpuhal__atomic_or(&memory->pool_peers, bit);
+  return NULL;
+}
+
+GPUHAL__PRIVATE int gpuhal__pool_is_shared_default(const gpuhal_device_t* device) {
+  return device->memory && device->memory->pool && !device->memory->owns_pool;
+}
+
 static gpuhal_status_t gpuhal__pool_destroy(void* arg) {
   gpuhal_device_t* device = (gpuhal_device_t*)arg;
   gpuhal__memory_state_t* memory = device->memory;

@@ -149,6 +149,9 @@ typedef enum gpuhal__buffer_share_e {
 typedef struct gpuhal__memory_state_s {
   CUmemoryPool pool; /* NULL: no pool support; pool allocations fall back to cuMemAlloc */
   int owns_pool;     /* 1: created by us (destroyed with the device); 0: the device's default pool */
+  /* Ordinals (below 64) whose contexts were given access to the pool's memory
+   * (gpuhal__pool_grant_peer; atomic): peer access between contexts does not cover it. */
+  uint64_t pool_peers;
   /* 1: an allocation never makes its stream wait for another stream's free
    * (gpuhal__pool_forbid_hidden_waits), so one on an idle stream is done when issued */
   int no_hidden_waits;
@@ -196,6 +199,15 @@ typedef struct gpuhal__deferred_call_s {
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device);
 
 GPUHAL__PRIVATE void gpuhal__memory_state_destroy(gpuhal_device_t* device);
+
+/* Lets `peer`'s context reach the memory of `device`'s own pool (its transient buffers):
+ * enabling peer access between two contexts does not cover stream-ordered pools, whose
+ * access is set per pool (cuMemPoolSetAccess). Once per pair; nothing for the default pool,
+ * which is the application's too (see gpuhal__pool_is_shared_default). */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__pool_grant_peer(gpuhal_device_t* device, gpuhal_device_t* peer);
+/* 1 when the device's transient buffers come from its default pool (gpuhal's own could not
+ * be made): no other device is given access to it. */
+GPUHAL__PRIVATE int gpuhal__pool_is_shared_default(const gpuhal_device_t* device);
 
 /* gpuhal__pool_free_async with the device's context already current (the queue's issue). */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__pool_free_current(gpuhal_device_t* device, CUstream stream, CUdeviceptr ptr);

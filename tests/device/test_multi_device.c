@@ -259,6 +259,57 @@ TU_TEST(peer_alloca_freed_without_waiting_for_its_worker) {
   md_close(&f);
 }
 
+/* A GRAPH command buffer of device 0 copies from and into device 1's transient buffers
+ * (gpuhal_queue_alloca): their memory comes from device 1's own pool, which context peer
+ * access does not open to device 0 (on a GPU, an illegal address that lost both devices). */
+TU_TEST(graph_copies_reach_a_peers_transient_buffers) {
+  md_fixture_t f;
+  gpuhal_buffer_t *from1 = NULL, *into1 = NULL, *mid0 = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_semaphore_t *s0 = NULL, *s1 = NULL;
+  unsigned char in[8192], out[8192];
+  uint64_t one = 1, two = 2, three = 3;
+  size_t i;
+  if (!md_open(&f, 2, 2, NULL)) TU_SKIP("needs 2 devices");
+  for (i = 0; i < sizeof(in); ++i) in[i] = (unsigned char)(i * 7 + 3);
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s0));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s1));
+  TU_CHECK_OK(gpuhal_queue_alloca(f.devices[1], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s1, &one),
+                                  sizeof(in), &from1));
+  TU_CHECK_OK(gpuhal_queue_alloca(f.devices[1], 0, gpuhal_semaphore_list_one(&s1, &one),
+                                  gpuhal_semaphore_list_one(&s1, &two), sizeof(in), &into1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(s1, 2, md_seconds(30)));
+  if (from1) TU_CHECK_OK(gpuhal_buffer_write(from1, 0, in, sizeof(in)));
+  TU_CHECK_OK(gpuhal_buffer_allocate(f.devices[0], GPUHAL_MEMORY_DEVICE, sizeof(in), &mid0));
+  TU_REQUIRE(from1 && into1 && mid0 && !tu_state.failed);
+  TU_CHECK_OK(gpuhal_command_buffer_create(f.devices[0], GPUHAL_COMMAND_BUFFER_GRAPH, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  TU_CHECK_OK(gpuhal_cmd_copy(cb, gpuhal_ref_buffer(from1, 0), gpuhal_ref_buffer(mid0, 0), sizeof(in)));
+  TU_CHECK_OK(gpuhal_cmd_barrier(cb));
+  TU_CHECK_OK(gpuhal_cmd_copy(cb, gpuhal_ref_buffer(mid0, 0), gpuhal_ref_buffer(into1, 0), sizeof(in)));
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  TU_CHECK_OK(gpuhal_queue_execute(f.devices[0], 0, gpuhal_semaphore_list_one(&s1, &two),
+                                   gpuhal_semaphore_list_one(&s0, &one), cb, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(s0, 1, md_seconds(30)));
+  memset(out, 0, sizeof(out));
+  TU_CHECK_OK(gpuhal_buffer_read(into1, 0, out, sizeof(out)));
+  TU_CHECK(memcmp(in, out, sizeof(in)) == 0);
+  TU_CHECK_OK(gpuhal_device_lost_status(f.devices[0]));
+  TU_CHECK_OK(gpuhal_device_lost_status(f.devices[1]));
+  TU_CHECK_OK(gpuhal_queue_dealloca(f.devices[1], 0, gpuhal_semaphore_list_one(&s0, &one),
+                                    gpuhal_semaphore_list_empty(), from1));
+  TU_CHECK_OK(gpuhal_queue_dealloca(f.devices[1], 0, gpuhal_semaphore_list_one(&s0, &one),
+                                    gpuhal_semaphore_list_one(&s1, &three), into1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(s1, 3, md_seconds(30)));
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(from1);
+  gpuhal_buffer_release(into1);
+  gpuhal_buffer_release(mid0);
+  gpuhal_semaphore_release(s0);
+  gpuhal_semaphore_release(s1);
+  md_close(&f);
+}
+
 /* ---- no gpuhal call changes the calling thread's current context ---- */
 typedef struct md_ctx_test_s {
   const gpuhal__cuda_symbols_t* cu;
@@ -502,5 +553,6 @@ TU_TEST(devices_run_concurrently) {
 
 TU_MAIN(TU_CASE(pipeline_two_devices_stream), TU_CASE(pipeline_two_devices_graph), TU_CASE(peer_copy_stream),
         TU_CASE(same_ordinal_copy_stream), TU_CASE(same_ordinal_copy_graph), TU_CASE(peer_copy_graph),
-        TU_CASE(peer_alloca_freed_without_waiting_for_its_worker), TU_CASE(context_unchanged_by_every_function),
+        TU_CASE(peer_alloca_freed_without_waiting_for_its_worker),
+        TU_CASE(graph_copies_reach_a_peers_transient_buffers), TU_CASE(context_unchanged_by_every_function),
         TU_CASE(devices_run_concurrently))

@@ -452,12 +452,24 @@ static CUresult sc_run_copy3d(sc_op* op) {
   CUresult r;
   SC_LOCK(); /* the memory may have been freed since the node was made */
   r = sc_copy3d_check(p);
-  SC_UNLOCK();
-  if (r != CUDA_SUCCESS) return CUDA_ERROR_ILLEGAL_ADDRESS;
   sc_copy3d_side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch,
                  p->srcHeight, p, &s, &ss);
   sc_copy3d_side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch,
                  p->dstHeight, p, &d, &ds);
+  /* A copy node runs on its launch's device: another device's pool memory needs that pool's
+   * access (cuMemPoolSetAccess), which context peer access does not give (on a GPU: an
+   * illegal address). */
+  if (r == CUDA_SUCCESS && op->stream &&
+      (!sc_pool_reaches(sc_alloc_find(s), op->stream->ctx->dev) ||
+       !sc_pool_reaches(sc_alloc_find(d), op->stream->ctx->dev))) {
+    sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_ILLEGAL_ADDRESS,
+                 "graph memcpy on device %d: pool memory of another device that its pool was not opened to "
+                 "(cuMemPoolSetAccess)",
+                 op->stream->ctx->dev);
+    r = CUDA_ERROR_ILLEGAL_ADDRESS;
+  }
+  SC_UNLOCK();
+  if (r != CUDA_SUCCESS) return CUDA_ERROR_ILLEGAL_ADDRESS;
   for (z = 0; z < p->Depth; ++z)
     for (y = 0; y < p->Height; ++y)
       memmove((char*)d + (z * p->dstHeight + y) * p->dstPitch, (const char*)s + (z * p->srcHeight + y) * p->srcPitch,

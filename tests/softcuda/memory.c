@@ -129,6 +129,12 @@ static int sc_vmm_continues(const sc_alloc* a, uintptr_t p, size_t bytes) {
   return 0;
 }
 
+/* Under sc.mu: 0 when `a` is pool memory that device `dev` was not given access to
+ * (cuMemPoolSetAccess; peer access between contexts does not cover pools). */
+static int sc_pool_reaches(const sc_alloc* a, int dev) {
+  return !a || !a->pool || a->pool->dev == dev || (a->pool->peer_access >> dev) & 1;
+}
+
 /* 1 when [p, p+bytes) lies in a record of the allocation containing p, the newest or an
  * older one sharing its base (work ordered before a handed-over block's free still runs
  * on the old record's extent), or in adjacent VMM mappings. */

@@ -715,6 +715,26 @@ typedef struct sc_launch_attrs {
   int cooperative, programmatic, priority;
 } sc_launch_attrs;
 
+/* A kernel's 8-byte parameters that point into another device's pool memory need that pool
+ * opened to the launching device (on a GPU the access is an illegal address). */
+static CUresult sc_kernel_pool_check(const sc_func* f, void** params, int dev) {
+  CUresult r = CUDA_SUCCESS;
+  int i;
+  SC_LOCK();
+  for (i = 0; i < f->nparams && r == CUDA_SUCCESS; ++i) {
+    uint64_t v;
+    if (f->params[i].size != 8) continue;
+    memcpy(&v, params[i], 8);
+    if (!sc_pool_reaches(sc_alloc_find((uintptr_t)v), dev))
+      r = sc_violation(SOFTCUDA_VIOLATION_RANGE, CUDA_ERROR_ILLEGAL_ADDRESS,
+                       "kernel '%s' on device %d: parameter %d (0x%llx) is pool memory of another device that its "
+                       "pool was not opened to (cuMemPoolSetAccess)",
+                       f->name, dev, i, (unsigned long long)v);
+  }
+  SC_UNLOCK();
+  return r;
+}
+
 static CUresult sc_run_kernel(sc_op* op) {
   sc_func* f = (sc_func*)op->a;
   sc_launch* L = (sc_launch*)op->c;
@@ -730,6 +750,7 @@ static CUresult sc_run_kernel(sc_op* op) {
     twin = t.fn;
     grid_twin = t.grid;
   }
+  if (sc_kernel_pool_check(f, params, op->stream->ctx->dev) != CUDA_SUCCESS) return CUDA_ERROR_ILLEGAL_ADDRESS;
   if (grid_twin) {
     softcuda_grid g;
     g.grid_dim = L->grid;

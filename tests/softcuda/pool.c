@@ -171,6 +171,38 @@ CUresult CUDAAPI sc_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
   return r;
 }
 
+/* Access of other devices to a pool's memory: as in CUDA, peer access between contexts does
+ * not cover it; each device is given it here (READ counts as READWRITE). The owner's own
+ * access cannot be changed. */
+CUresult CUDAAPI sc_cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count) {
+  sc_pool* p;
+  CUresult r;
+  size_t i;
+  SC_ENTER(cuMemPoolSetAccess);
+  if (!map || !count) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  r = sc_get_pool(pool, &p);
+  for (i = 0; r == CUDA_SUCCESS && i < count; ++i) {
+    const CUmemAccessDesc* d = &map[i];
+    if (d->location.type != CU_MEM_LOCATION_TYPE_DEVICE || d->location.id < 0 || d->location.id >= sc.ndev ||
+        (d->flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && d->flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+         d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
+      r = CUDA_ERROR_INVALID_VALUE;
+    else if (d->location.id == p->dev && d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+      r = CUDA_ERROR_INVALID_DEVICE;
+  }
+  for (i = 0; r == CUDA_SUCCESS && i < count; ++i) {
+    uint64_t bit = (uint64_t)1 << map[i].location.id;
+    if (map[i].location.id == p->dev) continue;
+    if (map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE)
+      p->peer_access &= ~bit;
+    else
+      p->peer_access |= bit;
+  }
+  SC_UNLOCK();
+  return r;
+}
+
 /* Allocation granularity of pools: CUDA rounds to at least 512 bytes (really 2 MiB
  * chunks); softcuda rounds to 256 so that overruns are still caught. */
 static size_t sc_pool_round(size_t n) { return (n + 255) & ~(size_t)255; }

@@ -245,6 +245,7 @@ struct sc_pool {
   uint64_t reserved, reserved_high, used, used_high;
   int live_allocs;
   sc_block* free_blocks;
+  uint64_t peer_access; /* devices (bits) given READWRITE access by cuMemPoolSetAccess */
 };
 
 typedef struct sc_device {
