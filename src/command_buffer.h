@@ -289,7 +289,10 @@ GPUHAL_API gpuhal_status_t gpuhal_cmd_end_region(gpuhal_command_buffer_t* comman
 /* The CUgraph of an ended GRAPH command buffer (as void*: gpuhal's public header carries
  * no CUDA types), owned by the command buffer: for inspection (cuGraphGetNodes, ...) and
  * for embedding as a child graph. Nodes with late-bound arguments hold those of the last
- * execute that made an instantiation (placeholders before the first). FAILED_PRECONDITION
+ * execute that made an instantiation (placeholders before the first). The graph, and any
+ * graph made from it (a clone, a child-graph node, its instantiations), uses memory the
+ * command buffer owns (its staged update bytes, its executables' modules, its buffers):
+ * it is valid only while the command buffer, and the device, live. FAILED_PRECONDITION
  * for STREAM or before end. */
 GPUHAL_API gpuhal_status_t gpuhal_command_buffer_native_graph(gpuhal_command_buffer_t* command_buffer,
                                                               void** out_cu_graph);
