@@ -353,8 +353,17 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
   gpuhal__mutex_destroy(&driver->parked_mutex);
   if (driver->ordinals) {
     int i;
-    for (i = 0; i < driver->device_count; ++i)
-      GPUHAL_ASSERT(driver->ordinals[i].parked == 0 && driver->ordinals[i].room_live == 0);
+    for (i = 0; i < driver->device_count; ++i) {
+      const gpuhal__ordinal_t* o = &driver->ordinals[i];
+      if (o->parked == 0 && o->room_live == 0) continue;
+      /* Counting mistakes are caught here in tests; after a loss (on a GPU every context
+       * of the process may go at once, and teardown calls fail) they are only reported:
+       * aborting a program that is shutting down over a lost GPU helps nobody. */
+      GPUHAL_ASSERT(o->lost);
+      gpuhal__log(&driver->logger, GPUHAL_LOG_DEBUG,
+                  "driver: device %d was lost: %d parked steps and %d streams or graph executables not accounted for",
+                  i, (int)o->parked, (int)o->room_live);
+    }
   }
   gpuhal__free(&driver->allocator, driver->ordinals);
   gpuhal__mutex_destroy(&driver->words_mutex);

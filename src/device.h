@@ -245,6 +245,9 @@ typedef struct gpuhal__ordinal_s {
   /* Threads about to load a module into the context: nothing parks while one waits for
    * the parked streams to drain (gpuhal__device_park_pause). */
   int32_t park_paused;
+  /* A device of the ordinal was lost (gpuhal__queue_mark_lost): work abandoned with it may
+   * leave the counts above behind, and driver teardown then only reports them. */
+  int32_t lost;
 } gpuhal__ordinal_t;
 
 struct gpuhal_driver_s {

@@ -344,6 +344,8 @@ GPUHAL__PRIVATE void gpuhal__queue_mark_lost(gpuhal__queue_state_t* state, gpuha
     first = 1;
   }
   gpuhal__atomic_store(&state->device->lost, 1);
+  if (state->device->driver->ordinals)
+    gpuhal__atomic_store(&state->device->driver->ordinals[state->device->ordinal].lost, 1);
   gpuhal__mutex_unlock(&state->mutex);
   if (first) {
     gpuhal__log(state->device->logger, GPUHAL_LOG_ERROR, "device %d lost: %s", state->device->ordinal,
