@@ -1209,7 +1209,10 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
 
 /* Entry points gpuhal cannot run without; a missing one fails driver creation.
  * cuGetErrorName / cuGetErrorString are plain too: they need no cuInit, so status
- * translation works even when initialisation itself failed. */
+ * translation works even when initialisation itself failed.
+ * cuThreadExchangeStreamCaptureMode (CUDA 10.1, pinned at its 12.0 ABI like the rest) puts
+ * gpuhal's threads, and its calls on the application's, in relaxed stream-capture mode:
+ * an application's capture in global mode would otherwise refuse them (device.h). */
 #define GPUHAL_CUDA_REQUIRED_SYMBOLS(X)                                                                       \
     X(cuGetErrorName, "cuGetErrorName", 12000, (CUresult error, const char** pStr))                           \
     X(cuGetErrorString, "cuGetErrorString", 12000, (CUresult error, const char** pStr))                       \
@@ -1339,6 +1342,8 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
     X(cuStreamEndCapture, "cuStreamEndCapture", 12000, (CUstream hStream, CUgraph* phGraph))                  \
     X(cuStreamIsCapturing, "cuStreamIsCapturing", 12000,                                                      \
       (CUstream hStream, CUstreamCaptureStatus* captureStatus))                                               \
+    X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", 12000,                          \
+      (CUstreamCaptureMode* mode))                                                                            \
     X(cuLaunchHostFunc, "cuLaunchHostFunc", 12000, (CUstream hStream, CUhostFn fn, void* userData))
 
 /* Entry points behind a feature; a missing one turns off only that feature.

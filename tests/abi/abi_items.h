@@ -940,6 +940,7 @@ typedef struct abi_item_t {
     FUNC(cuStreamBeginCapture, PFN_cuStreamBeginCapture_v10010) \
     FUNC(cuStreamEndCapture, PFN_cuStreamEndCapture_v10000) \
     FUNC(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000) \
+    FUNC(cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010) \
     FUNC(cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000) \
     FUNC(cuMemPoolCreate, PFN_cuMemPoolCreate_v11020) \
     FUNC(cuMemPoolDestroy, PFN_cuMemPoolDestroy_v11020) \

@@ -616,6 +616,7 @@ CUresult CUDAAPI sc_cuCtxSynchronize(void) {
   sc_ctx* c;
   CUresult r;
   SC_ENTER(cuCtxSynchronize);
+  SC_UNSAFE_CALL();
   sc_thread()->round_trips++;
   SC_LOCK();
   r = sc_current_ctx(&c);

@@ -38,9 +38,12 @@
  *   - cuGraphLaunch into a capturing stream, and stream-ordered allocation inside a
  *     capture, are refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; the capture is
  *     invalidated).
- *   - The capture modes are recorded and checked by cuStreamEndCapture (thread rule); the
- *     "unsafe call" prohibition of global/thread-local modes is available as
- *     sc_graph_unsafe_call() for the entry points that should enforce it.
+ *   - The capture modes are recorded and checked by cuStreamEndCapture (thread rule). Each
+ *     thread has an interaction mode (cuThreadExchangeStreamCaptureMode; GLOBAL by default),
+ *     and the "potentially unsafe" entry points (SC_UNSAFE_CALL) follow CUDA's rule with it:
+ *     GLOBAL refuses them while the thread has a non-relaxed capture of its own or any
+ *     thread a global one, THREAD_LOCAL only for its own, RELAXED never. A refused call
+ *     returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture it offends.
  */
 
 /* ---- parameters ------------------------------------------------------------------------ */
@@ -2047,19 +2050,37 @@ static CUresult sc_graph_capture_sync_refused(sc_stream* s) {
 }
 
 /* For entry points CUDA calls "potentially unsafe" during capture (cuMemAlloc, synchronous
- * copies, ...): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED when the calling thread has a
- * non-relaxed capture going, or any thread a global one (the default thread mode).
- * Under sc.mu. */
-__attribute__((unused)) static CUresult sc_graph_unsafe_call(void) {
+ * copies, queries, ...), by the calling thread's mode (cuThreadExchangeStreamCaptureMode's
+ * rule): GLOBAL is refused while this thread has a non-relaxed capture going or any thread
+ * a global one, THREAD_LOCAL only for this thread's own non-relaxed capture, RELAXED never.
+ * Every capture that refuses the call is invalidated. Under sc.mu. */
+static CUresult sc_graph_unsafe_call(void) {
   sc_tls* t = sc_thread();
   sc_capture* c = NULL;
+  CUresult r = CUDA_SUCCESS;
+  if (t->capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
   for (c = sc_captures; c; c = c->next) {
-    if (c->mode == CU_STREAM_CAPTURE_MODE_RELAXED) continue;
-    if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL || c->thread == t) {
-      if (c->invalid == CUDA_SUCCESS) c->invalid = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
+    int own = c->thread == t && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+    int other =
+        t->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c->thread != t && c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    if (!own && !other) continue;
+    if (c->invalid == CUDA_SUCCESS) c->invalid = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
+  return r;
+}
+
+CUresult CUDAAPI sc_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  sc_tls* t;
+  CUstreamCaptureMode old;
+  SC_ENTER(cuThreadExchangeStreamCaptureMode);
+  if (!mode || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+                *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
+    return CUDA_ERROR_INVALID_VALUE;
+  t = sc_thread(); /* the thread's own: no lock */
+  old = t->capture_mode;
+  t->capture_mode = *mode;
+  *mode = old;
   return CUDA_SUCCESS;
 }
 

@@ -274,6 +274,7 @@ CUresult CUDAAPI sc_cuMemAlloc(CUdeviceptr* dptr, size_t bytesize) {
   uintptr_t p;
   CUresult r;
   SC_ENTER(cuMemAlloc);
+  SC_UNSAFE_CALL();
   if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   r = sc_alloc_entry(SC_MEM_DEVICE, bytesize, 0, &p);
   if (r == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
@@ -284,6 +285,7 @@ CUresult CUDAAPI sc_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsign
   uintptr_t p;
   CUresult r;
   SC_ENTER(cuMemAllocManaged);
+  SC_UNSAFE_CALL();
   if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
   r = sc_alloc_entry(SC_MEM_MANAGED, bytesize, flags, &p);
@@ -295,6 +297,7 @@ CUresult CUDAAPI sc_cuMemAllocHost(void** pp, size_t bytesize) {
   uintptr_t p;
   CUresult r;
   SC_ENTER(cuMemAllocHost);
+  SC_UNSAFE_CALL();
   if (!pp || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   r = sc_alloc_entry(SC_MEM_HOST, bytesize, 0, &p);
   if (r == CUDA_SUCCESS) *pp = (void*)p;
@@ -305,6 +308,7 @@ CUresult CUDAAPI sc_cuMemHostAlloc(void** pp, size_t bytesize, unsigned int flag
   uintptr_t p;
   CUresult r;
   SC_ENTER(cuMemHostAlloc);
+  SC_UNSAFE_CALL();
   if (!pp || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   if (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
     return CUDA_ERROR_INVALID_VALUE;
@@ -339,11 +343,13 @@ static CUresult sc_free_entry(uintptr_t p, int host) {
 
 CUresult CUDAAPI sc_cuMemFree(CUdeviceptr dptr) {
   SC_ENTER(cuMemFree);
+  SC_UNSAFE_CALL();
   return sc_free_entry((uintptr_t)dptr, 0);
 }
 
 CUresult CUDAAPI sc_cuMemFreeHost(void* p) {
   SC_ENTER(cuMemFreeHost);
+  SC_UNSAFE_CALL();
   return sc_free_entry((uintptr_t)p, 1);
 }
 
@@ -444,6 +450,7 @@ static CUresult sc_copy(uintptr_t dst, sc_side dside, uintptr_t src, sc_side ssi
 
 CUresult CUDAAPI sc_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t byteCount) {
   SC_ENTER(cuMemcpy);
+  SC_UNSAFE_CALL();
   return sc_copy((uintptr_t)dst, SC_SIDE_UNIFIED, (uintptr_t)src, SC_SIDE_UNIFIED, byteCount, NULL, 1, NULL, NULL);
 }
 CUresult CUDAAPI sc_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t byteCount, CUstream hStream) {
@@ -452,16 +459,19 @@ CUresult CUDAAPI sc_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t byteC
 }
 CUresult CUDAAPI sc_cuMemcpyHtoD(CUdeviceptr dstDevice, const void* srcHost, size_t byteCount) {
   SC_ENTER(cuMemcpyHtoD);
+  SC_UNSAFE_CALL();
   return sc_copy((uintptr_t)dstDevice, SC_SIDE_DEVICE, (uintptr_t)srcHost, SC_SIDE_HOST, byteCount, NULL, 1, NULL,
                  NULL);
 }
 CUresult CUDAAPI sc_cuMemcpyDtoH(void* dstHost, CUdeviceptr srcDevice, size_t byteCount) {
   SC_ENTER(cuMemcpyDtoH);
+  SC_UNSAFE_CALL();
   return sc_copy((uintptr_t)dstHost, SC_SIDE_HOST, (uintptr_t)srcDevice, SC_SIDE_DEVICE, byteCount, NULL, 1, NULL,
                  NULL);
 }
 CUresult CUDAAPI sc_cuMemcpyDtoD(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t byteCount) {
   SC_ENTER(cuMemcpyDtoD);
+  SC_UNSAFE_CALL();
   return sc_copy((uintptr_t)dstDevice, SC_SIDE_DEVICE, (uintptr_t)srcDevice, SC_SIDE_DEVICE, byteCount, NULL, 1, NULL,
                  NULL);
 }
@@ -491,6 +501,7 @@ CUresult CUDAAPI sc_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContex
 CUresult CUDAAPI sc_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
                                  CUcontext srcContext, size_t byteCount) {
   SC_ENTER(cuMemcpyPeer);
+  SC_UNSAFE_CALL();
   if (!dstContext || !srcContext) return CUDA_ERROR_INVALID_CONTEXT;
   return sc_copy((uintptr_t)dstDevice, SC_SIDE_DEVICE, (uintptr_t)srcDevice, SC_SIDE_DEVICE, byteCount, NULL, 1,
                  dstContext, srcContext);
@@ -527,14 +538,17 @@ static CUresult sc_fill(uintptr_t dst, unsigned value, size_t n, unsigned elem, 
 
 CUresult CUDAAPI sc_cuMemsetD8(CUdeviceptr dstDevice, unsigned char uc, size_t n) {
   SC_ENTER(cuMemsetD8);
+  SC_UNSAFE_CALL();
   return sc_fill((uintptr_t)dstDevice, uc, n, 1, NULL, 1);
 }
 CUresult CUDAAPI sc_cuMemsetD16(CUdeviceptr dstDevice, unsigned short us, size_t n) {
   SC_ENTER(cuMemsetD16);
+  SC_UNSAFE_CALL();
   return sc_fill((uintptr_t)dstDevice, us, n, 2, NULL, 1);
 }
 CUresult CUDAAPI sc_cuMemsetD32(CUdeviceptr dstDevice, unsigned int ui, size_t n) {
   SC_ENTER(cuMemsetD32);
+  SC_UNSAFE_CALL();
   return sc_fill((uintptr_t)dstDevice, ui, n, 4, NULL, 1);
 }
 CUresult CUDAAPI sc_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t n, CUstream hStream) {

@@ -423,12 +423,14 @@ static CUresult sc_module_load(CUmodule* module, const void* image, unsigned n, 
 
 CUresult CUDAAPI sc_cuModuleLoadData(CUmodule* module, const void* image) {
   SC_ENTER(cuModuleLoadData);
+  SC_UNSAFE_CALL();
   return sc_module_load(module, image, 0, NULL, NULL);
 }
 
 CUresult CUDAAPI sc_cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int numOptions,
                                        CUjit_option* options, void** optionValues) {
   SC_ENTER(cuModuleLoadDataEx);
+  SC_UNSAFE_CALL();
   return sc_module_load(module, image, numOptions, options, optionValues);
 }
 
@@ -485,6 +487,7 @@ CUresult CUDAAPI sc_cuLibraryLoadData(CUlibrary* library, const void* code, CUji
   CUresult r;
   int64_t t0 = sc_now_ns();
   SC_ENTER(cuLibraryLoadData);
+  SC_UNSAFE_CALL();
   unsigned i;
   if (!library || !code || (numLibraryOptions && (!libraryOptions || !libraryOptionValues)))
     return CUDA_ERROR_INVALID_VALUE;

@@ -263,6 +263,7 @@ typedef struct sc_tls {
   int in_callback;
   unsigned long long ctx_switches;
   unsigned long long round_trips;
+  CUstreamCaptureMode capture_mode; /* cuThreadExchangeStreamCaptureMode; 0 (calloc): GLOBAL, CUDA's default */
   struct sc_tls* next;
 } sc_tls;
 
@@ -388,5 +389,19 @@ static int sc_graph_capture_wait(sc_stream* s, sc_event* e, CUresult* r);
 static void sc_memop_teardown_locked(sc_ctx* c);
 static size_t sc_memop_report_parked_locked(FILE* f);
 static CUresult sc_graph_capture_sync_refused(sc_stream* s);
+/* graph.c: for the entry points CUDA calls "potentially unsafe" during a stream capture
+ * (synchronizes, queries, plain allocations and frees, synchronous copies and fills, module
+ * loads): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, invalidating the capture it offends, when
+ * the calling thread's capture mode forbids them (under sc.mu). SC_UNSAFE_CALL() follows
+ * SC_ENTER in each of them. */
+static CUresult sc_graph_unsafe_call(void);
+#define SC_UNSAFE_CALL()                                   \
+  do {                                                     \
+    CUresult sc_unsafe_r_;                                 \
+    SC_LOCK();                                             \
+    sc_unsafe_r_ = sc_graph_unsafe_call();                 \
+    SC_UNLOCK();                                           \
+    if (sc_unsafe_r_ != CUDA_SUCCESS) return sc_unsafe_r_; \
+  } while (0)
 
 #endif /* SC_INTERNAL_H */

@@ -292,6 +292,7 @@ CUresult CUDAAPI sc_cuStreamSynchronize(CUstream hStream) {
   sc_stream* s;
   CUresult r;
   SC_ENTER(cuStreamSynchronize);
+  SC_UNSAFE_CALL();
   sc_thread()->round_trips++;
   SC_LOCK();
   r = sc_get_stream(hStream, &s);
@@ -305,6 +306,7 @@ CUresult CUDAAPI sc_cuStreamQuery(CUstream hStream) {
   sc_stream* s;
   CUresult r;
   SC_ENTER(cuStreamQuery);
+  SC_UNSAFE_CALL();
   SC_LOCK();
   r = sc_get_stream(hStream, &s);
   if (r == CUDA_SUCCESS && s->capture) r = sc_graph_capture_sync_refused(s); /* graph.c hook */
@@ -419,6 +421,7 @@ CUresult CUDAAPI sc_cuEventQuery(CUevent hEvent) {
   sc_event* e;
   CUresult r;
   SC_ENTER(cuEventQuery);
+  SC_UNSAFE_CALL();
   SC_LOCK();
   r = sc_get_event(hEvent, &e);
   if (r == CUDA_SUCCESS && e->recorded) {
@@ -435,6 +438,7 @@ CUresult CUDAAPI sc_cuEventSynchronize(CUevent hEvent) {
   sc_event* e;
   CUresult r;
   SC_ENTER(cuEventSynchronize);
+  SC_UNSAFE_CALL();
   sc_thread()->round_trips++;
   SC_LOCK();
   r = sc_get_event(hEvent, &e);

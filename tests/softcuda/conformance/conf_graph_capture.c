@@ -2,6 +2,8 @@
  * instead of running; forks and joins through events; the rules around capture. */
 #include "conf.h"
 
+#include <pthread.h>
+
 #define N 256
 
 static CUmodule g_mod_fill;
@@ -403,6 +405,83 @@ TU_TEST(captured_nodes_take_exec_updates) {
   teardown();
 }
 
+/* Capture modes (cuThreadExchangeStreamCaptureMode): while a thread captures in global mode,
+ * a potentially unsafe call (cuMemAlloc) on another thread in global mode (the default) is
+ * refused and invalidates the capture; one in relaxed or thread-local mode is not. The
+ * capturing thread itself is refused in global and thread-local mode, not in relaxed. */
+typedef struct mode_probe {
+  CUcontext ctx;
+  CUstreamCaptureMode mode;
+  CUresult alloc, exchange;
+} mode_probe;
+
+static void* mode_probe_main(void* arg) {
+  mode_probe* p = (mode_probe*)arg;
+  CUstreamCaptureMode mode = p->mode;
+  CUdeviceptr d = 0;
+  cu.cuCtxSetCurrent(p->ctx);
+  p->exchange = cu.cuThreadExchangeStreamCaptureMode(&mode); /* mode: the thread's default */
+  p->alloc = cu.cuMemAlloc(&d, 256);
+  if (p->alloc == CUDA_SUCCESS) cu.cuMemFree(d);
+  cu.cuCtxSetCurrent(NULL);
+  return NULL;
+}
+
+static CUresult mode_probe_run(CUcontext ctx, CUstreamCaptureMode mode) {
+  mode_probe p;
+  pthread_t t;
+  p.ctx = ctx;
+  p.mode = mode;
+  p.alloc = p.exchange = CUDA_ERROR_UNKNOWN;
+  if (pthread_create(&t, NULL, mode_probe_main, &p) != 0) return CUDA_ERROR_UNKNOWN;
+  pthread_join(t, NULL);
+  return p.exchange != CUDA_SUCCESS ? p.exchange : p.alloc;
+}
+
+TU_TEST(capture_modes_refuse_unsafe_calls) {
+  static const CUstreamCaptureMode others[3] = {CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                                                CU_STREAM_CAPTURE_MODE_RELAXED};
+  CUstream s;
+  CUcontext ctx = NULL;
+  CUdeviceptr A, d = 0;
+  CUgraph g = NULL;
+  int k;
+  CONF_BEGIN();
+  TU_REQUIRE(setup());
+  A = dalloc();
+  TU_REQUIRE(A);
+  CONF_OK(cu.cuCtxGetCurrent(&ctx));
+  CONF_OK(cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  for (k = 0; k < 3; ++k) { /* another thread, in each mode */
+    CONF_OK(cu.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CONF_OK(cu.cuMemsetD32Async(A, 1, N, s));
+    CONF_EQ(mode_probe_run(ctx, others[k]), k == 0 ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS);
+    CONF_EQ(cu.cuStreamEndCapture(s, &g), k == 0 ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS);
+    if (g) CONF_OK(cu.cuGraphDestroy(g));
+    g = NULL;
+  }
+  for (k = 0; k < 3; ++k) { /* the capturing thread itself */
+    CUstreamCaptureMode mode = others[k], back;
+    CONF_OK(cu.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CONF_OK(cu.cuThreadExchangeStreamCaptureMode(&mode));
+    TU_CHECK_EQ_INT(mode, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    CONF_EQ(cu.cuMemAlloc(&d, 256), k < 2 ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS);
+    back = mode;
+    CONF_OK(cu.cuThreadExchangeStreamCaptureMode(&back));
+    TU_CHECK_EQ_INT(back, others[k]);
+    CONF_EQ(cu.cuStreamEndCapture(s, &g), k < 2 ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS);
+    if (g) CONF_OK(cu.cuGraphDestroy(g));
+    g = NULL;
+    if (d) CONF_OK(cu.cuMemFree(d));
+    d = 0;
+  }
+  TU_CHECK(all_eq(A, 0, N)); /* nothing captured ran */
+  CONF_OK(cu.cuStreamDestroy(s));
+  cu.cuMemFree(A);
+  teardown();
+}
+
 TU_MAIN(TU_CASE(capture_records_instead_of_running), TU_CASE(capture_fork_and_join),
         TU_CASE(capture_unjoined_fork_fails), TU_CASE(capture_sync_is_refused_and_invalidates), TU_CASE(capture_rules),
-        TU_CASE(captured_graph_as_child), TU_CASE(captured_nodes_take_exec_updates))
+        TU_CASE(captured_graph_as_child), TU_CASE(captured_nodes_take_exec_updates),
+        TU_CASE(capture_modes_refuse_unsafe_calls))
