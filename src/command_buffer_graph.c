@@ -286,6 +286,31 @@ static int gpuhal__graph_instance_differs(const gpuhal_command_buffer_t* cb, con
   return 0;
 }
 
+/* The first instance from instance_next on whose launch has run, or none. Its event queries
+ * run in relaxed capture mode: the caller-issue path does not relax its scope (device.h). */
+static gpuhal_status_t gpuhal__graph_instance_idle(gpuhal_command_buffer_t* cb, uint32_t count,
+                                                   gpuhal__graph_instance_t** out) {
+  const gpuhal__cuda_symbols_t* cu = cb->device->cu;
+  gpuhal__capture_scope_t capture;
+  gpuhal_status_t st = NULL;
+  uint32_t k;
+  for (k = 0; k < count && !*out; ++k)
+    if (!cb->instances[(cb->instance_next + k) % count].launched)
+      *out = &cb->instances[(cb->instance_next + k) % count];
+  if (*out) return NULL;
+  gpuhal__capture_relax(cu, &capture);
+  for (k = 0; k < count && !*out && !st; ++k) {
+    gpuhal__graph_instance_t* inst = &cb->instances[(cb->instance_next + k) % count];
+    CUresult r = cu->cuEventQuery(inst->done);
+    if (r == CUDA_SUCCESS)
+      *out = inst;
+    else if (r != CUDA_ERROR_NOT_READY)
+      st = gpuhal__cuda_status(cu, r, "cuEventQuery", __FILE__, __LINE__);
+  }
+  gpuhal__capture_restore(cu, &capture);
+  return st;
+}
+
 /* The instance an execute launches, its late arguments resolved into cb->values: one whose
  * nodes hold them already (launching it patches nothing, in flight or not); else a new one,
  * made with them, while fewer than the bound exist (the first at the first execute); else
@@ -314,14 +339,7 @@ static gpuhal_status_t gpuhal__graph_instance_pick(gpuhal_command_buffer_t* cb, 
       gpuhal_status_free(st);
     }
   }
-  for (k = 0; k < count && !*out; ++k) {
-    gpuhal__graph_instance_t* inst = &cb->instances[(cb->instance_next + k) % count];
-    CUresult r = inst->launched ? cb->device->cu->cuEventQuery(inst->done) : CUDA_SUCCESS;
-    if (r == CUDA_SUCCESS)
-      *out = inst;
-    else if (r != CUDA_ERROR_NOT_READY)
-      return gpuhal__cuda_status(cb->device->cu, r, "cuEventQuery", __FILE__, __LINE__);
-  }
+  if (!*out) GPUHAL__RETURN_IF_ERROR(gpuhal__graph_instance_idle(cb, count, out));
   if (!*out) *out = &cb->instances[cb->instance_next % count];
   cb->instance_next = (uint32_t)(*out - cb->instances + 1) % cb->instance_count;
   return NULL;

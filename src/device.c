@@ -118,7 +118,9 @@ GPUHAL__PRIVATE void gpuhal__driver_thread_begin(gpuhal_driver_t* driver) { gpuh
 static void* gpuhal__worker_main(void* arg) {
   gpuhal_device_t* device = (gpuhal_device_t*)arg;
   gpuhal__worker_t* w = &device->worker;
-  gpuhal_status_t status = GPUHAL__CU(device->cu, cuCtxSetCurrent, (device->context));
+  gpuhal_status_t status;
+  gpuhal__capture_relax_thread(device->cu); /* an application's capture must not refuse its calls */
+  status = GPUHAL__CU(device->cu, cuCtxSetCurrent, (device->context));
   gpuhal__driver_thread_begin(device->driver);
   gpuhal__mutex_lock(&w->mutex);
   w->start_status = status;
@@ -176,10 +178,41 @@ static void gpuhal__worker_deinit(gpuhal__worker_t* w) {
   gpuhal__mutex_destroy(&w->mutex);
 }
 
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__context_enter(gpuhal_device_t* device, gpuhal__context_scope_t* scope) {
+/* ---- stream capture mode (device.h) ---- */
+
+/* 1 while the calling thread's capture mode is RELAXED by gpuhal's doing: for life on a
+ * gpuhal thread, for the outermost relaxing scope on the application's. */
+static GPUHAL__THREAD_LOCAL int gpuhal__capture_relaxed = 0;
+
+GPUHAL__PRIVATE void gpuhal__capture_relax(const gpuhal__cuda_symbols_t* cu, gpuhal__capture_scope_t* scope) {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  scope->changed = 0;
+  if (gpuhal__capture_relaxed || cu->cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS) return;
+  scope->saved = mode;
+  scope->changed = 1;
+  gpuhal__capture_relaxed = 1;
+}
+
+GPUHAL__PRIVATE void gpuhal__capture_restore(const gpuhal__cuda_symbols_t* cu, gpuhal__capture_scope_t* scope) {
+  if (!scope->changed) return;
+  scope->changed = 0;
+  gpuhal__capture_relaxed = 0;
+  /* A caller in RELAXED mode already needs nothing given back. */
+  if (scope->saved != CU_STREAM_CAPTURE_MODE_RELAXED) cu->cuThreadExchangeStreamCaptureMode(&scope->saved);
+}
+
+GPUHAL__PRIVATE void gpuhal__capture_relax_thread(const gpuhal__cuda_symbols_t* cu) {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (cu->cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS) gpuhal__capture_relaxed = 1;
+}
+
+/* ---- context scopes ---- */
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__context_enter_enqueue(gpuhal_device_t* device, gpuhal__context_scope_t* scope) {
   CUcontext current = NULL;
   scope->saved = NULL;
   scope->pushed = 0;
+  scope->capture.changed = 0;
   GPUHAL__CU_RETURN(device->cu, cuCtxGetCurrent, (&current));
   scope->saved = current;
   if (current == device->context) return NULL;
@@ -188,8 +221,22 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__context_enter(gpuhal_device_t* device, g
   return NULL;
 }
 
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__context_enter(gpuhal_device_t* device, gpuhal__context_scope_t* scope) {
+  gpuhal__capture_scope_t capture;
+  gpuhal_status_t status;
+  gpuhal__capture_relax(device->cu, &capture);
+  status = gpuhal__context_enter_enqueue(device, scope);
+  if (status) {
+    gpuhal__capture_restore(device->cu, &capture);
+    return status;
+  }
+  scope->capture = capture;
+  return NULL;
+}
+
 GPUHAL__PRIVATE int gpuhal__context_push_any(const gpuhal__cuda_symbols_t* cu, CUcontext context,
                                              gpuhal__context_scope_t* scope) {
+  gpuhal__capture_relax(cu, &scope->capture);
   if (cu->cuCtxGetCurrent(&scope->saved) != CUDA_SUCCESS) scope->saved = NULL;
   scope->pushed = cu->cuCtxPushCurrent(context) == CUDA_SUCCESS;
   return scope->pushed || cu->cuCtxSetCurrent(context) == CUDA_SUCCESS;
@@ -212,9 +259,10 @@ GPUHAL__PRIVATE void gpuhal__context_pop_any(const gpuhal__cuda_symbols_t* cu, g
   /* Not pushed: push_any set the context over the caller's, so set the caller's back; and
    * when both pops failed (a cleanup path: nothing to report it to). */
   if (!scope->pushed || gpuhal__context_pop_pushed(cu) != CUDA_SUCCESS) cu->cuCtxSetCurrent(scope->saved);
+  gpuhal__capture_restore(cu, &scope->capture);
 }
 
-GPUHAL__PRIVATE void gpuhal__context_leave(gpuhal_device_t* device, gpuhal__context_scope_t* scope) {
+static void gpuhal__context_pop(gpuhal_device_t* device, gpuhal__context_scope_t* scope) {
   CUresult r;
   if (!scope->pushed) return;
   scope->pushed = 0;
@@ -229,6 +277,11 @@ GPUHAL__PRIVATE void gpuhal__context_leave(gpuhal_device_t* device, gpuhal__cont
                 gpuhal_status_message(status));
     gpuhal_status_free(status);
   }
+}
+
+GPUHAL__PRIVATE void gpuhal__context_leave(gpuhal_device_t* device, gpuhal__context_scope_t* scope) {
+  gpuhal__context_pop(device, scope);
+  gpuhal__capture_restore(device->cu, &scope->capture);
 }
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_call_current(gpuhal_device_t* device, gpuhal_status_t (*fn)(void* arg),
@@ -965,9 +1018,13 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_stream_destroy(gpuhal_device_t* d
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_graph_instantiate(gpuhal_device_t* device, CUgraphExec* out,
                                                                  CUgraph graph, unsigned long long flags) {
+  gpuhal__capture_scope_t capture;
   gpuhal_status_t status;
   gpuhal__device_room_take(device);
+  /* Relaxed: the caller-issue path instantiates without relaxing its scope (device.h). */
+  gpuhal__capture_relax(device->cu, &capture);
   status = GPUHAL__CU(device->cu, cuGraphInstantiateWithFlags, (out, graph, flags));
+  gpuhal__capture_restore(device->cu, &capture);
   if (status)
     gpuhal__device_room_give(device);
   else
@@ -1149,6 +1206,7 @@ static void* gpuhal__device_reaper_main(void* arg) {
   gpuhal_device_t* device = (gpuhal_device_t*)arg;
   gpuhal_driver_t* driver = device->driver;
   gpuhal__thread_name_self("gpuhal-reaper");
+  gpuhal__capture_relax_thread(device->cu);
   gpuhal__device_destroy(device);
   gpuhal__device_teardown_done(driver);
   return NULL;

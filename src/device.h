@@ -449,19 +449,56 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_check_process(const gpuhal_driver
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__worker_call(gpuhal_device_t* device, gpuhal_status_t (*fn)(void* arg),
                                                     void* arg);
 
+/* ---- stream capture: gpuhal's calls run in relaxed mode ----
+ * CUDA gives each thread a stream-capture interaction mode (GLOBAL by default): while any
+ * thread has a GLOBAL capture going (PyTorch's CUDA graphs, ...), or the thread itself a
+ * non-relaxed one, a GLOBAL thread's "potentially unsafe" calls (queries, synchronizes,
+ * plain allocations and frees, synchronous copies, module loads, graph instantiation) fail
+ * with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the application's capture.
+ * gpuhal never captures the application's streams, so none of its calls can break a
+ * capture: they run in RELAXED mode. gpuhal's own threads switch once at start
+ * (gpuhal__capture_relax_thread); on the application's threads, every context scope
+ * (gpuhal__context_enter, gpuhal__context_push_any) relaxes the mode for its length and
+ * gives the caller's back, and code outside one wraps its unsafe calls in
+ * gpuhal__capture_relax / gpuhal__capture_restore. A thread-local flag says the mode is
+ * relaxed already (a gpuhal thread, an enclosing scope): then these make no driver call.
+ * The queue's caller-issue path makes only asynchronous stream calls (launches, records,
+ * waits, memops), which no mode refuses, so it enters with gpuhal__context_enter_enqueue
+ * and wraps the few unsafe calls it may make (an event query, an instantiation). */
+typedef struct gpuhal__capture_scope_s {
+  CUstreamCaptureMode saved; /* the caller's mode */
+  int changed;               /* 1: relax changed the mode (restore gives `saved` back) */
+} gpuhal__capture_scope_t;
+
+/* Relaxes the calling thread's mode unless it is relaxed already; best effort (a failed
+ * exchange leaves the mode, and the unsafe call then reports what CUDA says). */
+GPUHAL__PRIVATE void gpuhal__capture_relax(const gpuhal__cuda_symbols_t* cu, gpuhal__capture_scope_t* scope);
+
+/* Undoes gpuhal__capture_relax (scopes nest: only the one that changed the mode restores). */
+GPUHAL__PRIVATE void gpuhal__capture_restore(const gpuhal__cuda_symbols_t* cu, gpuhal__capture_scope_t* scope);
+
+/* First thing on each gpuhal thread that makes CUDA calls: RELAXED for the thread's life. */
+GPUHAL__PRIVATE void gpuhal__capture_relax_thread(const gpuhal__cuda_symbols_t* cu);
+
 /* ---- running on the device's context from any thread ---- */
 typedef struct gpuhal__context_scope_s {
-  CUcontext saved; /* what was current before */
-  int pushed;      /* 1 when enter pushed the device's context */
+  CUcontext saved;                 /* what was current before */
+  int pushed;                      /* 1 when enter pushed the device's context */
+  gpuhal__capture_scope_t capture; /* the caller's capture mode, while the scope relaxes it */
 } gpuhal__context_scope_t;
 
 /* Makes the device's context current on the calling thread, pushing it only when it is
- * not already current (so the worker, and nested scopes, pay one cuCtxGetCurrent). */
+ * not already current (so the worker, and nested scopes, pay one cuCtxGetCurrent), and
+ * relaxes the thread's capture mode for the scope (see above). */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__context_enter(gpuhal_device_t* device, gpuhal__context_scope_t* scope);
+
+/* gpuhal__context_enter without the capture mode: for the queue's caller-issue path, whose
+ * calls are asynchronous stream work, and which wraps any unsafe call itself. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__context_enter_enqueue(gpuhal_device_t* device, gpuhal__context_scope_t* scope);
 
 /* Makes `context` current for a cleanup that must happen even when a push fails: pushes
  * it, or else sets it (gpuhal__context_pop_any then sets the caller's back). 0 when neither
- * worked. Any thread. */
+ * worked (the capture mode is relaxed all the same: pop_any gives it back). Any thread. */
 GPUHAL__PRIVATE int gpuhal__context_push_any(const gpuhal__cuda_symbols_t* cu, CUcontext context,
                                              gpuhal__context_scope_t* scope);
 

@@ -108,7 +108,14 @@ GPUHAL__PRIVATE void gpuhal__event_release(gpuhal__event_t* e) {
 }
 
 GPUHAL__PRIVATE int gpuhal__event_query(gpuhal__event_t* e) {
-  CUresult r = e->pool->device->cu->cuEventQuery(e->handle);
+  const gpuhal__cuda_symbols_t* cu = e->pool->device->cu;
+  gpuhal__capture_scope_t capture;
+  CUresult r;
+  /* Relaxed: harvests, polls and host waits query on the application's threads, where a
+   * stream capture in global mode would refuse the query (device.h). */
+  gpuhal__capture_relax(cu, &capture);
+  r = cu->cuEventQuery(e->handle);
+  gpuhal__capture_restore(cu, &capture);
   if (r == CUDA_SUCCESS) return 0;
   if (r == CUDA_ERROR_NOT_READY) return 1;
   return -1;

@@ -344,16 +344,11 @@ static gpuhal_status_t gpuhal__pool_wait_for_frees(gpuhal_device_t* device, CUst
   return NULL;
 }
 
-/* A queue_alloca's allocation on `stream` (context current, issues serialized). Out of
- * memory, it waits for the frees of deallocas that already signalled (at once), trims the
- * pool and tries again; then, if other queues have pool frees in flight, waits for them on
- * the GPU, trims again when some had run meanwhile, and tries a last time. */
-static gpuhal_status_t gpuhal__pool_alloc_or_recover(gpuhal_device_t* device, CUstream stream, uint64_t size,
-                                                     CUdeviceptr* out_ptr) {
-  gpuhal_status_t status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
+/* gpuhal__pool_alloc_or_recover's recovery from `status`, the first attempt's shortage. */
+static gpuhal_status_t gpuhal__pool_recover(gpuhal_device_t* device, CUstream stream, uint64_t size,
+                                            CUdeviceptr* out_ptr, gpuhal_status_t status) {
   gpuhal_status_t step;
   int waited = 0, ran = 0;
-  if (!gpuhal__status_is_oom(status)) return status;
   step = gpuhal__pool_settle_marked_current(device);
   if (!step) step = gpuhal__pool_trim_current(device);
   if (!step) {
@@ -369,6 +364,23 @@ static gpuhal_status_t gpuhal__pool_alloc_or_recover(gpuhal_device_t* device, CU
     status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
   }
   return gpuhal__status_is_oom(status) ? gpuhal__oom_describe(device, status, "queue_alloca", size) : status;
+}
+
+/* A queue_alloca's allocation on `stream` (context current, issues serialized). Out of
+ * memory, it waits for the frees of deallocas that already signalled (at once), trims the
+ * pool and tries again; then, if other queues have pool frees in flight, waits for them on
+ * the GPU, trims again when some had run meanwhile, and tries a last time. */
+static gpuhal_status_t gpuhal__pool_alloc_or_recover(gpuhal_device_t* device, CUstream stream, uint64_t size,
+                                                     CUdeviceptr* out_ptr) {
+  gpuhal_status_t status = gpuhal__pool_alloc_current(device, stream, size, out_ptr);
+  gpuhal__capture_scope_t capture;
+  if (!gpuhal__status_is_oom(status)) return status;
+  /* Its synchronizes and queries in relaxed capture mode: this may be the caller-issue path,
+   * which does not relax its scope (device.h). */
+  gpuhal__capture_relax(device->cu, &capture);
+  status = gpuhal__pool_recover(device, stream, size, out_ptr, status);
+  gpuhal__capture_restore(device->cu, &capture);
+  return status;
 }
 
 /* Frees `ptr` in stream order; without pool support, waits for `stream` then cuMemFree.

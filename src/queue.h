@@ -69,6 +69,12 @@
  *  - the host-call threads (one per queue, started by its first host call): run
  *    gpuhal_queue_host_call functions in the order they became due; no CUDA call of their own
  *    (a function's gpuhal calls make theirs, a submit's fast path included).
+ *  Stream capture (device.h): gpuhal's threads run in CU_STREAM_CAPTURE_MODE_RELAXED for life;
+ *  on an application's thread every push/pop relaxes the mode for its length and gives the
+ *  caller's back, except the issues above (submitter, signaller), which enqueue only and
+ *  relax just around their unsafe calls (event queries, instantiation, the pool's
+ *  out-of-memory recovery); the host waiter's queries and the harvest's likewise. So an
+ *  application's capture in global mode neither refuses gpuhal's calls nor is invalidated.
  *  No CUDA call is made inside a CUDA callback (gpuhal never uses cuLaunchHostFunc). No
  *  gpuhal thread joins or waits for itself: a device's teardown runs where its last reference
  *  goes, but on a teardown thread if that is one of its own (a host function releasing it).

@@ -359,8 +359,12 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
 static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t status) {
   gpuhal__queue_state_t* state = a->state;
   char who[GPUHAL__ACTION_WHO_MAX];
-  CUresult r = state->device->cu->cuStreamQuery(a->stream);
+  gpuhal__capture_scope_t capture;
+  CUresult r;
   uint32_t i;
+  gpuhal__capture_relax(state->device->cu, &capture); /* perhaps the caller-issue path (device.h) */
+  r = state->device->cu->cuStreamQuery(a->stream);
+  gpuhal__capture_restore(state->device->cu, &capture);
   /* Its GPU value waits may be enqueued already, and stay on the side stream until their
    * values come: their words must outlive their semaphores. */
   for (i = 0; i < a->wait_count; ++i)
@@ -543,7 +547,7 @@ GPUHAL__PRIVATE void gpuhal__queue_issue_woken(void* arg) {
   if (!state->tuning.no_caller_issue && !gpuhal__on_worker(device) && !gpuhal__queue_owns_thread(device) &&
       gpuhal__mutex_trylock(&state->issue_mutex)) {
     gpuhal__context_scope_t scope;
-    gpuhal_status_t status = gpuhal__context_enter(device, &scope);
+    gpuhal_status_t status = gpuhal__context_enter_enqueue(device, &scope); /* issues only (device.h) */
     if (!status) {
       left = gpuhal__queue_issue_ready(state, GPUHAL__SIGNAL_ISSUE_MAX, 1);
       gpuhal__context_leave(device, &scope);

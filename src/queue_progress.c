@@ -502,8 +502,12 @@ static void gpuhal__completion_note_blocked(gpuhal__queue_state_t* state, uint32
 GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
   gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
   gpuhal__context_scope_t scope;
+  gpuhal_status_t status;
+  /* Its cuEventQuery calls must not fail (nor break the capture) while an application
+   * captures a stream in global mode. */
+  gpuhal__capture_relax_thread(state->device->cu);
   /* cuEventQuery needs no current context on CUDA, but a gpuhal thread may hold it. */
-  gpuhal_status_t status = gpuhal__context_enter(state->device, &scope);
+  status = gpuhal__context_enter(state->device, &scope);
   int64_t last_work_ns = gpuhal_now_ns();
   gpuhal__driver_thread_begin(state->device->driver);
   int64_t poll_sleep_ns = 0;
@@ -597,6 +601,8 @@ GPUHAL__PRIVATE void* gpuhal__host_call_main(void* arg) {
   gpuhal__queue_lane_t* lane = (gpuhal__queue_lane_t*)arg;
   gpuhal__queue_state_t* state = lane->state;
   gpuhal__driver_thread_begin(state->device->driver);
+  /* Its releases make CUDA calls; the application's function runs in relaxed mode too. */
+  gpuhal__capture_relax_thread(state->device->cu);
   for (;;) {
     gpuhal__action_t* a;
     gpuhal_status_t status;

@@ -12,10 +12,12 @@
 
 /* The fast path: when nothing is queued ahead and no one else is issuing, the submitting
  * thread resolves and issues the action itself inside a push/pop of the device's context,
- * saving the worker's wake-up. The caller holds issue_mutex (taken with a trylock before
- * the action was acquired, so that "nothing queued ahead" is checked in the same critical
- * section of state->mutex as the acquisition) and releases it after. Returns when the
- * action was handed to the completion side (0: not issued here). */
+ * saving the worker's wake-up (gpuhal__context_enter_enqueue: an issue is asynchronous stream
+ * work, and wraps its few unsafe calls in relaxed capture mode itself, device.h). The caller
+ * holds issue_mutex (taken with a trylock before the action was acquired, so that "nothing
+ * queued ahead" is checked in the same critical section of state->mutex as the acquisition)
+ * and releases it after. Returns when the action was handed to the completion side (0: not
+ * issued here). */
 static int64_t gpuhal__queue_issue_here(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
   gpuhal__context_scope_t scope;
   gpuhal_status_t failure = NULL;
@@ -29,7 +31,7 @@ static int64_t gpuhal__queue_issue_here(gpuhal__queue_state_t* state, gpuhal__ac
   } else if (r == GPUHAL__RESOLVE_FAILED) {
     gpuhal__action_fail(a, failure);
     gpuhal__action_retire(a);
-  } else if ((failure = gpuhal__context_enter(state->device, &scope)) != NULL) {
+  } else if ((failure = gpuhal__context_enter_enqueue(state->device, &scope)) != NULL) {
     gpuhal_status_free(failure); /* the worker will do it */
     gpuhal__action_drop_wait_events(a);
     gpuhal__action_make_pending(state, a);

@@ -962,6 +962,8 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
                                 ? gpuhal__atomic_load(&s->word)
                                 : NULL;
   int r, advanced = 0;
+  gpuhal__capture_scope_t capture; /* relaxed at the first query, for the loop (device.h) */
+  capture.changed = 0;
   for (;;) {
     int64_t now;
     if (word && !gpuhal__atomic_load(&s->failure) && gpuhal__atomic_load(word) >= event_value) {
@@ -972,6 +974,7 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
         break;
       }
     }
+    if (!word && !capture.changed) gpuhal__capture_relax(event->pool->device->cu, &capture);
     r = word ? 1 : gpuhal__event_query(event);
     if (r != 1) break;
     if (gpuhal__atomic_load(&s->value) >= value || gpuhal__atomic_load(&s->failure) != NULL) break;
@@ -982,6 +985,7 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
       gpuhal__sleep_ns(gpuhal__host_wait_sleep_ns(start, first_poll, tuning->host_wait_max_sleep_ns, timeout));
     gpuhal__hang_watch_check(watch);
   }
+  gpuhal__capture_restore(event->pool->device->cu, &capture);
   if (r == 0 && !advanced && !gpuhal__semaphore_advance_from_event(s, event, event_value)) r = 1;
   /* However it ended (here, or by the completion side advancing the value first). */
   if (may_sleep && (r == 0 || gpuhal__atomic_load(&s->value) >= value)) {

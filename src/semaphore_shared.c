@@ -201,6 +201,7 @@ static void gpuhal__shared_mapping_drop(gpuhal_driver_t* driver, gpuhal__shared_
 static void* gpuhal__shared_watch_main(void* arg) {
   gpuhal_driver_t* driver = (gpuhal_driver_t*)arg;
   int64_t nap = GPUHAL__SHARED_WATCH_MIN_NS;
+  gpuhal__capture_relax_thread(&driver->cu);
   gpuhal__mutex_lock(&driver->shared_mutex);
   while (!driver->shared_stop) {
     gpuhal__list_node_t* n;
