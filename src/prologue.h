@@ -75,9 +75,13 @@
  * THREADS
  *   Every gpuhal object may be used from any thread. No gpuhal call changes the calling
  *   thread's current CUDA context: context-dependent work runs on the device's worker
- *   thread or inside a push/pop that restores the caller's context. Queue operations
- *   never block their caller. A forked child must create its own driver: one inherited
- *   from the parent has none of its threads there (see gpuhal_driver_create).
+ *   thread or inside a push/pop that restores the caller's context. gpuhal's own CUDA
+ *   calls run in relaxed stream-capture mode (its threads for life; on yours for the call,
+ *   giving your thread's mode back), and gpuhal never captures your streams: your stream
+ *   capture in any mode (CUDA's default global one included) neither fails gpuhal's work
+ *   nor is invalidated by it. Queue operations never block their caller. A forked child
+ *   must create its own driver: one inherited from the parent has none of its threads
+ *   there (see gpuhal_driver_create).
  *
  * LICENCE: MIT, at the end of this file.
  */
