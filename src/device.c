@@ -854,6 +854,7 @@ static gpuhal_status_t gpuhal__device_check_params(const gpuhal_device_params_t*
   GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_tuning_count("gpu_parked_max", t->gpu_parked_max));
   GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_tuning_count("park_headroom", t->park_headroom));
   GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_tuning_count("graph_instances_max", t->graph_instances_max));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__device_check_tuning_count("queue_entries_max", t->queue_entries_max));
   return NULL;
 }
 

@@ -109,8 +109,9 @@ typedef void (*gpuhal_compile_free_fn_t)(void* user, void* cubin);
 /* Run-time tuning of the queue (gpuhal_device_params_t.tuning). Zero in any field means its
  * documented default; a negative time means "none" where that is allowed. Every time (an
  * _ns field) is at most GPUHAL_TUNING_TIME_MAX_NS (60 s) and every count (harvest_min,
- * gpu_parked_max, park_headroom, graph_instances_max) at most GPUHAL_TUNING_COUNT_MAX
- * (4096): gpuhal_device_create refuses a larger one with OUT_OF_RANGE. */
+ * gpu_parked_max, park_headroom, graph_instances_max, queue_entries_max) at most
+ * GPUHAL_TUNING_COUNT_MAX (4096): gpuhal_device_create refuses a larger one with
+ * OUT_OF_RANGE. */
 #define GPUHAL_TUNING_TIME_MAX_NS ((int64_t)60 * 1000000000)
 #define GPUHAL_TUNING_COUNT_MAX 4096
 typedef struct gpuhal_queue_tuning_t {
@@ -167,6 +168,16 @@ typedef struct gpuhal_queue_tuning_t {
    * patch nothing: on an H200 that took the host's patching (0.28 us a node) off each
    * execute (tests/bench/RESULTS.md); each instance costs an instantiation once. */
   int32_t graph_instances_max;
+  /* How much of a queue's work may be in flight on its stream, in CUDA stream entries
+   * (launches, copies, fills, event records and waits, value writes; counted from above: a
+   * STREAM command buffer's execute counts 2 a command) not yet seen complete (0 = 512;
+   * < 0 = no bound). A GPU holds only about 1,020 entries a stream, then CUDA blocks the
+   * thread that enqueues more until the stream drains (for the whole run of a long kernel);
+   * gpuhal's issue lock is held there, so every queue of the device would wait. Work beyond
+   * the bound waits in its queue, in order, and is issued as the queue's earlier work is
+   * seen complete. Work larger than the bound goes alone, once the queue's stream has
+   * nothing of its own in flight. */
+  int32_t queue_entries_max;
 } gpuhal_queue_tuning_t;
 
 typedef struct gpuhal_device_params_t {

@@ -25,6 +25,8 @@ GPUHAL__PRIVATE gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_
   if (t.gpu_parked_max < 0) t.gpu_parked_max = 0; /* none */
   if (t.graph_instances_max <= 0) t.graph_instances_max = 2;
   if (t.graph_instances_max > GPUHAL__GRAPH_INSTANCES_MAX) t.graph_instances_max = GPUHAL__GRAPH_INSTANCES_MAX;
+  if (t.queue_entries_max == 0) t.queue_entries_max = GPUHAL__QUEUE_ENTRIES_DEFAULT;
+  if (t.queue_entries_max < 0) t.queue_entries_max = -1; /* no bound */
   /* park_headroom: gpuhal__device_room_headroom (device.h) reads it */
   return t;
 }
@@ -64,6 +66,21 @@ GPUHAL__PRIVATE int gpuhal__action_park_reserve(gpuhal__action_t* a) {
 GPUHAL__PRIVATE uint32_t gpuhal__action_side_entries(const gpuhal__action_t* a) {
   uint32_t work = a->ops->stream_entries ? a->ops->stream_entries(a->user) : 1u;
   return a->wait_count + 1u + work + a->signal_count + 1u;
+}
+
+GPUHAL__PRIVATE uint32_t gpuhal__action_lane_entries(const gpuhal__action_t* a) {
+  uint32_t work;
+  if (a->provisional) return 1u; /* the rest goes on its side stream (GPUHAL__PARK_CHAIN_ENTRIES) */
+  work = a->ops->stream_entries ? a->ops->stream_entries(a->user) : 1u;
+  return a->wait_count + work + a->signal_count + 1u + (a->state->device->trace ? 2u : 0u);
+}
+
+GPUHAL__PRIVATE void gpuhal__lane_done_locked(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane, uint64_t mark) {
+  if (mark <= gpuhal__atomic_load_relaxed(&lane->entries_done)) return;
+  gpuhal__atomic_store(&lane->entries_done, mark);
+  if (!lane->held_waiting) return;
+  lane->held_waiting = 0;
+  state->held_kick = 1;
 }
 
 /* 1 when every wait of `earlier` that was not reached when it was resolved is implied by a

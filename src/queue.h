@@ -144,6 +144,20 @@
  * that ran behind such a wait ("provisional") counts as done only once every value it
  * waited on is known reached on the host side, else it fails with the cause.
  *
+ * A queue's own stream holds at most tuning.queue_entries_max stream entries (counted from
+ * above: gpuhal__action_lane_entries) of work not seen complete, half of what a GPU holds:
+ * past about 1,020 CUDA blocks the enqueueing thread until the stream drains, and that
+ * thread holds the issue lock, so a long kernel on one queue would hold up every queue's
+ * issues, and the submitter's call, for its whole run. Ready work beyond the bound waits
+ * on its lane's `held` list (still pending, in the order it became ready: later ready work
+ * of the queue, the fast path's too, goes behind it), holding no event, and is issued from
+ * there when the completion thread or a harvester sees the queue's work complete and kicks
+ * the pump (held_waiting; the completion thread then looks at that queue's work without
+ * letting it age). No thread waits for room; work larger than the bound goes alone once
+ * nothing of the queue's own is in flight on its stream. A device's release issues held
+ * work as room comes before it aborts what still waits for semaphores; a lost device
+ * fails it as all pending work.
+ *
  * Harvesting: a thread that keeps submitting on the fast path retires the completed head of
  * its queue's lane itself (one cuEventQuery per look, backing off while the GPU is behind),
  * so a busy steady state needs neither the completion thread nor the worker; so does the
@@ -278,6 +292,7 @@ enum {
 #define GPUHAL__HARVEST_MAX_RUN 512       /* actions looked at per look: bounds the time under the lock */
 #define GPUHAL__PARK_COMMANDS_MAX 256     /* a longer STREAM command buffer never waits on the GPU (see top) */
 #define GPUHAL__PARK_CHAIN_ENTRIES 512    /* stream entries at most behind one parked stream's waits (see top) */
+#define GPUHAL__QUEUE_ENTRIES_DEFAULT 512 /* tuning.queue_entries_max: half of what a stream holds (see top) */
 
 struct gpuhal__queue_state_s;
 
@@ -337,6 +352,11 @@ typedef struct gpuhal__action_s {
    * one of them (input_watched), whose advance or failure wakes the completion thread. */
   gpuhal__semaphore_waiter_t input_watch;
   gpuhal_semaphore_t* input_watched;
+  /* Ready, but its queue's stream holds tuning.queue_entries_max entries: it waits, still in
+   * `pending`, on its lane's `held` list (issue_mutex), and is issued from there in order. */
+  int held;
+  gpuhal__list_node_t held_link;
+  uint64_t entries_mark;       /* its lane's entries_issued once it was issued: seen complete, that many are */
   int park_reserved;           /* holds one of its ordinal's parked streams (gpuhal__action_park_reserve) */
   int park_denied;             /* pending because no parked stream was free: woken when one frees */
   uint32_t side;               /* 1 + index of its side stream in state->sides (0: none); set at issue, or
@@ -413,6 +433,21 @@ typedef struct gpuhal__queue_lane_s {
   uint64_t last_done;      /* submit_number of the last operation that completed (atomic; reports) */
   const char* last_kind;   /* and its kind (atomic) */
   int32_t at_once; /* a call done at once went on the stream since gpuhal_device_wait_idle last saw it run (atomic) */
+  /* The bound on the queue's stream (tuning.queue_entries_max). Entries are counted from
+   * above when issued (gpuhal__action_lane_entries): entries_issued and stream_mark (its
+   * value after the last action issued on the queue's own stream, not a side stream) under
+   * issue_mutex; entries_done, the highest entries_mark of its work seen complete, is raised
+   * under the mutex and read atomically. Side work counts its follow of the queue's stream
+   * (one entry, which its completion proves). Once entries_done reaches stream_mark, nothing
+   * of the lane's own is in flight there: the stream is free whatever the count says. */
+  uint64_t entries_issued;
+  uint64_t stream_mark;
+  uint64_t entries_done;
+  uint64_t done_seen;       /* the completion thread's own: raised in a pass, published at its end */
+  gpuhal__list_node_t held; /* ready actions waiting for room, in the order they became ready (issue_mutex) */
+  /* Held actions wait for room (mutex): whoever raises entries_done clears it and kicks the
+   * pump (gpuhal__lane_done_locked), so the completion thread and harvesters issue nothing. */
+  int held_waiting;
   /* How long its actions have taken, from dispatch to seen done (a running average of
    * those the completion thread saw finish; halved by one it found done at its first look;
    * the completion thread's only): it looks at the lane's work once 3/4 of that passed (at
@@ -478,6 +513,7 @@ typedef struct gpuhal__queue_state_s {
    * than the one queried (harvest_covered). */
   uint64_t harvest_looks, harvest_misses, harvested, harvest_covered;
   int threads_stop;
+  int held_kick; /* a lane's held work got room: kick the pump once the mutex is let go (mutex) */
   gpuhal__action_t* free_actions;
   gpuhal__action_block_t* action_blocks;
   /* Under issue_mutex. */
@@ -525,6 +561,14 @@ GPUHAL__PRIVATE int gpuhal__action_park_chain(gpuhal__action_t* a);
 /* The stream entries `a` puts on a side stream: its waits, the follow of its queue's
  * stream, its work (ops->stream_entries), its signals' value writes and its event. */
 GPUHAL__PRIVATE uint32_t gpuhal__action_side_entries(const gpuhal__action_t* a);
+/* The entries `a` puts on its queue's stream (tuning.queue_entries_max), counted from above:
+ * its waits, its work (ops->stream_entries), its signals' value writes and its event (and
+ * a trace's timing events); for side work, its follow of the queue's stream. */
+GPUHAL__PRIVATE uint32_t gpuhal__action_lane_entries(const gpuhal__action_t* a);
+/* Under the state's mutex: `lane`'s work up to `mark` (an entries_mark) was seen complete.
+ * Sets state->held_kick when held work waits for that room (the caller kicks the pump with
+ * gpuhal__queue_kick_issue once the mutex is let go). */
+GPUHAL__PRIVATE void gpuhal__lane_done_locked(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane, uint64_t mark);
 /* Gives back a claim of gpuhal__action_park_chain that was not issued. */
 GPUHAL__PRIVATE void gpuhal__action_chain_unclaim(gpuhal__action_t* a);
 /* Side work `a` is seen complete (`ok`) or failed: it leaves its side stream, which is free
@@ -653,6 +697,14 @@ GPUHAL__PRIVATE int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp);
 /* Issues a ready action and puts it on its lane (or fails it). Under issue_mutex with the
  * device's context current. Returns when it was issued (0: it failed). */
 GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a);
+
+/* A submitter's fast path: issues ready `a` (not in `pending`), or, when its queue's stream
+ * has no room or earlier ready work of the queue waits for room, puts it in `pending` on
+ * its lane's `held` list (tuning.queue_entries_max). Under issue_mutex with the device's
+ * context current. Returns when it was issued (0: held, or it failed). */
+GPUHAL__PRIVATE int64_t gpuhal__action_issue_or_hold(gpuhal__queue_state_t* state, gpuhal__action_t* a);
+/* 1 when some lane holds ready work waiting for room. Under issue_mutex. */
+GPUHAL__PRIVATE int gpuhal__queue_holds(gpuhal__queue_state_t* state);
 
 /* Issues whatever became ready, until a pass finds nothing more or `budget` actions left
  * the pending list (`caller`: see gpuhal__queue_pump_pass); returns 0 when nothing woken is

@@ -380,13 +380,17 @@ static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t sta
 }
 
 GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
-  gpuhal_status_t status = gpuhal__action_issue(a);
   gpuhal__queue_lane_t* lane = &state->lanes[a->queue_index];
+  uint32_t entries = gpuhal__action_lane_entries(a); /* before the issue: a failed one may have enqueued some */
+  gpuhal_status_t status = gpuhal__action_issue(a);
   int64_t now;
+  lane->entries_issued += entries;
   if (status) {
     gpuhal__action_issue_failed(a, status);
     return 0;
   }
+  a->entries_mark = lane->entries_issued;
+  if (a->stream == state->device->streams[a->queue_index]) lane->stream_mark = lane->entries_issued;
   a->dispatch_ns = now = gpuhal_now_ns();
   gpuhal__mutex_lock(&state->mutex);
   if (a->stream != state->device->streams[a->queue_index]) {
@@ -430,13 +434,118 @@ static gpuhal__action_t* gpuhal__woken_sort(gpuhal__action_t* list) {
   return out;
 }
 
-/* Resolves a pending action again and issues or fails it when it is no longer blocked;
- * returns 1 when it left the pending list. */
+/* ---- the bound on a queue's stream (tuning.queue_entries_max) ----
+ * CUDA blocks a thread that enqueues on a stream holding about 1,020 entries until the
+ * stream drains; an issuer holds issue_mutex, so every queue of the device would wait for
+ * one queue's long kernel. Ready work beyond the bound waits on its lane's `held` list (in
+ * `pending`, in the order it became ready: later ready work of the lane goes behind it, on
+ * the fast path too) and is issued as the lane's work is seen complete: the completion
+ * thread or a harvester raises entries_done and kicks the pump when held work asked for it
+ * (held_waiting). Nothing waits for room on any thread. */
+
+/* 1 when `need` more entries may go on `lane`'s stream now. Under issue_mutex (room only
+ * grows meanwhile: entries_done rises, entries_issued and stream_mark are ours). */
+static int gpuhal__lane_room(const gpuhal__queue_state_t* state, const gpuhal__queue_lane_t* lane, uint32_t need) {
+  uint64_t done = gpuhal__atomic_load(&lane->entries_done);
+  if (state->tuning.queue_entries_max < 0 || done >= lane->stream_mark) return 1; /* nothing of its own in flight */
+  return lane->entries_issued - done + need <= (uint64_t)state->tuning.queue_entries_max;
+}
+
+/* 1 when ready `a` must wait for room: earlier ready work of its lane waits, or it does not fit. */
+static int gpuhal__action_must_hold(const gpuhal__queue_state_t* state, const gpuhal__action_t* a) {
+  const gpuhal__queue_lane_t* lane = &state->lanes[a->queue_index];
+  return !gpuhal__list_empty(&lane->held) || !gpuhal__lane_room(state, lane, gpuhal__action_lane_entries(a));
+}
+
+/* Ready `a` (in `pending`) waits for room. It holds no event meanwhile (an event wait takes
+ * its event again at issue, gpuhal__action_wait_event; a device's release must not wait for
+ * another's). */
+static void gpuhal__action_hold(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+  gpuhal__action_drop_wait_events(a);
+  a->held = 1;
+  gpuhal__list_push_back(&state->lanes[a->queue_index].held, &a->held_link);
+}
+
+static void gpuhal__action_unhold(gpuhal__action_t* a) {
+  if (!a->held) return;
+  a->held = 0;
+  gpuhal__list_remove(&a->held_link);
+}
+
+/* No room for `need` on `lane`: asks whoever sees its work complete to kick the pump
+ * (held_waiting), unless room came meanwhile (1). Under issue_mutex. */
+static int gpuhal__lane_wait_room(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane, uint32_t need) {
+  int room;
+  if (gpuhal__atomic_load(&lane->held_waiting)) return 0; /* asked already: whoever clears it kicks */
+  gpuhal__mutex_lock(&state->mutex);                      /* as gpuhal__lane_done_locked: no kick is lost */
+  room = gpuhal__lane_room(state, lane, need);
+  if (!room) {
+    gpuhal__atomic_store(&lane->held_waiting, 1);
+    /* The completion thread then looks at the lane's work without letting it age. */
+    if (state->completion_sleeping || state->completion_napping) gpuhal__cond_signal(&state->completion_cond);
+  }
+  gpuhal__mutex_unlock(&state->mutex);
+  return room;
+}
+
+/* Issues `lane`'s held actions in order while they fit, at most *budget of them; on an
+ * application thread (`caller`) only what a submitter may issue (the worker is kicked for
+ * the rest). What does not fit waits for room. Under issue_mutex with the device's context
+ * current. */
+static void gpuhal__lane_issue_held(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane, int* budget, int caller) {
+  while (!gpuhal__list_empty(&lane->held)) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(lane->held.next, gpuhal__action_t, held_link);
+    uint32_t need = gpuhal__action_lane_entries(a);
+    if (!gpuhal__lane_room(state, lane, need) && !gpuhal__lane_wait_room(state, lane, need)) return;
+    if (*budget <= 0 || (caller && !a->caller_may_issue)) {
+      gpuhal__queue_kick_issue(state);
+      return;
+    }
+    gpuhal__action_unhold(a);
+    gpuhal__list_remove(&a->link);
+    a->in_pending = 0;
+    (*budget)--;
+    gpuhal__action_dispatch(state, a);
+  }
+}
+
+/* gpuhal__lane_issue_held for every lane that holds work (none on a lost device: the pump's
+ * pass fails it). */
+static void gpuhal__queue_issue_held(gpuhal__queue_state_t* state, int* budget, int caller) {
+  uint32_t q;
+  if (gpuhal__atomic_load(&state->lost_flag)) return;
+  for (q = 0; q < state->device->queue_count; ++q)
+    if (!gpuhal__list_empty(&state->lanes[q].held)) gpuhal__lane_issue_held(state, &state->lanes[q], budget, caller);
+}
+
+GPUHAL__PRIVATE int gpuhal__queue_holds(gpuhal__queue_state_t* state) {
+  uint32_t q;
+  for (q = 0; q < state->device->queue_count; ++q)
+    if (!gpuhal__list_empty(&state->lanes[q].held)) return 1;
+  return 0;
+}
+
+GPUHAL__PRIVATE int64_t gpuhal__action_issue_or_hold(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+  int budget = GPUHAL__SIGNAL_ISSUE_MAX;
+  if (!gpuhal__action_must_hold(state, a)) return gpuhal__action_dispatch(state, a);
+  gpuhal__action_make_pending(state, a);
+  gpuhal__action_hold(state, a);
+  gpuhal__lane_issue_held(state, &state->lanes[a->queue_index], &budget, 1);
+  return 0;
+}
+
+/* Resolves a pending action again and issues or fails it when it is no longer blocked (or
+ * holds it when its lane's stream has no room); returns 1 when it left the pending list. */
 static int gpuhal__queue_pump_one(gpuhal__queue_state_t* state, gpuhal__action_t* a, gpuhal_status_t failure) {
   gpuhal__resolve_t r = failure ? GPUHAL__RESOLVE_FAILED : gpuhal__action_resolve(a, 1, &failure);
   if (r == GPUHAL__RESOLVE_BLOCKED) return 0;
+  if (r == GPUHAL__RESOLVE_READY && gpuhal__action_must_hold(state, a)) {
+    gpuhal__action_hold(state, a);
+    return 0;
+  }
   gpuhal__list_remove(&a->link);
   a->in_pending = 0;
+  gpuhal__action_unhold(a);
   if (r == GPUHAL__RESOLVE_FAILED) {
     gpuhal__action_fail(a, failure);
     gpuhal__action_retire(a);
@@ -491,6 +600,7 @@ static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state, int* budget, in
      * entry may be stale (woken while it was being issued on a submitter's fast path). */
     gpuhal__atomic_store_seq_cst(&a->on_woken, 0);
     if (!a->in_pending || !gpuhal__atomic_exchange_seq_cst(&a->wake, 0)) continue;
+    if (a->held) continue; /* ready: its lane's `held` list issues it (woken by a failure watch) */
     if (gpuhal__queue_pump_one(state, a, NULL)) {
       progress++;
       (*budget)--;
@@ -535,8 +645,10 @@ GPUHAL__PRIVATE int gpuhal__queue_issue_ready(gpuhal__queue_state_t* state, int 
   gpuhal__queue_take_incoming(state);
   if (gpuhal__atomic_load(&state->park_retry) && gpuhal__atomic_exchange(&state->park_retry, 0))
     gpuhal__queue_wake_park_denied(state);
+  gpuhal__queue_issue_held(state, &budget, caller); /* what became ready first goes first */
   while (gpuhal__queue_pump_pass(state, &budget, caller) > 0 && budget > 0) {
   }
+  gpuhal__queue_issue_held(state, &budget, caller); /* what the passes held waits for room */
   return budget <= 0 && gpuhal__atomic_load(&state->woken) != NULL;
 }
 

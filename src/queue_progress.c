@@ -210,6 +210,12 @@ static void gpuhal__action_observe(gpuhal__queue_state_t* state, gpuhal__action_
   (*done_count)++;
 }
 
+/* `a`'s work left its lane's stream (complete, or its query failed): so did what was issued
+ * before it there. Published at the end of the pass (gpuhal__completion_uncount_locked). */
+static void gpuhal__completion_seen(gpuhal__queue_lane_t* lane, const gpuhal__action_t* a) {
+  if (a->entries_mark > lane->done_seen) lane->done_seen = a->entries_mark;
+}
+
 /* Observes a lane's taken actions in order without blocking: stops at the first whose work
  * is not done. One query of the newest covers every older one (a stream runs in order).
  * Returns how many were observed. */
@@ -264,6 +270,7 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     }
     gpuhal__list_remove(&a->link);
     gpuhal__action_gpu_wait_count(a, 0);
+    gpuhal__completion_seen(lane, a);
     /* It leaves its side stream, which is free once nothing else is on it (after an error
      * it is not used again); a pending action denied a parked stream may now have one, or
      * room behind this stream's tail. */
@@ -298,6 +305,7 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
       break;
     }
     gpuhal__list_remove(&a->link);
+    gpuhal__completion_seen(lane, a);
     /* Done, but on inputs not known good yet: other lanes will tell (perhaps only once this
      * lane's later work is observed, so the lane goes on without it). */
     if (r == CUDA_SUCCESS && gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
@@ -327,7 +335,8 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
 /* Under the state's mutex: moves to each lane's `observing` list the issued actions old
  * enough to look at (everything while a host call is in flight on any queue, someone waits
  * for idle or the device stops: a host call's function runs only once the values it waits
- * for are seen reached, and those may come from another queue's work). Returns when the
+ * for are seen reached, and those may come from another queue's work; all of a lane's
+ * while ready work waits for room on its stream, held_waiting). Returns when the
  * youngest action left behind ages (INT64_MAX: none left). */
 static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
   int64_t now = gpuhal_now_ns(), next_due = INT64_MAX;
@@ -344,10 +353,12 @@ static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
     int64_t look = lane->typical_ns / 4 * 3 < GPUHAL__COMPLETION_LOOK_MAX_NS ? lane->typical_ns / 4 * 3
                                                                              : GPUHAL__COMPLETION_LOOK_MAX_NS;
     int64_t age = look > state->tuning.completion_min_age_ns ? look : state->tuning.completion_min_age_ns;
+    /* Work held for room on the lane's stream waits for this look: no aging then. */
+    int take = take_all || gpuhal__atomic_load(&lane->held_waiting);
     while (!gpuhal__list_empty(&lane->in_flight)) {
       gpuhal__action_t* a = GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
       int64_t due = (a->dispatch_ns > since ? a->dispatch_ns : since) + age;
-      if (!take_all && due > now) {
+      if (!take && due > now) {
         if (due < next_due) next_due = due;
         break;
       }
@@ -445,15 +456,27 @@ static int64_t gpuhal__completion_max_sleep_ns(gpuhal__queue_state_t* state, int
   return cap;
 }
 
-/* Under the state's mutex: takes what this pass observed off the lanes' counts. */
+/* Under the state's mutex, which it lets go around the kick: held work got room. */
+static void gpuhal__queue_kick_held_locked(gpuhal__queue_state_t* state) {
+  if (!state->held_kick) return;
+  state->held_kick = 0;
+  gpuhal__mutex_unlock(&state->mutex);
+  gpuhal__queue_kick_issue(state);
+  gpuhal__mutex_lock(&state->mutex);
+}
+
+/* Under the state's mutex: takes what this pass observed off the lanes' counts, and what
+ * left their streams off their bounds (then held work goes: the pump is kicked). */
 static void gpuhal__completion_uncount_locked(gpuhal__queue_state_t* state) {
   uint32_t q;
   for (q = 0; q < state->device->queue_count; ++q) {
     gpuhal__queue_lane_t* lane = &state->lanes[q];
+    gpuhal__lane_done_locked(state, lane, lane->done_seen);
     if (!lane->uncounted) continue;
     gpuhal__atomic_store(&lane->count, gpuhal__atomic_load_relaxed(&lane->count) - lane->uncounted);
     lane->uncounted = 0;
   }
+  gpuhal__queue_kick_held_locked(state);
 }
 
 /* No lane has issued work not yet observed (the lanes' counts are the only tally: a
@@ -689,6 +712,7 @@ static uint32_t gpuhal__harvest_take(gpuhal__queue_lane_t* lane, uint64_t seq, g
     if (a->seq > seq || a->host_fn || a->provisional || a->foreign_waits) break;
     gpuhal__list_remove(&a->link);
     gpuhal__list_push_back(taken, &a->link);
+    gpuhal__lane_done_locked(lane->state, lane, a->entries_mark);
     n++;
   }
   if (n) {
@@ -785,6 +809,7 @@ static uint32_t gpuhal__harvest_look(gpuhal__queue_state_t* state, gpuhal__queue
   gpuhal__mutex_lock(&state->mutex);
   n = gpuhal__harvest_take(lane, seq, taken);
   covered = n ? gpuhal__harvest_take_covered(state, taken) : 0;
+  gpuhal__queue_kick_held_locked(state); /* room for held work: the pump issues it */
   gpuhal__mutex_unlock(&state->mutex);
   gpuhal__atomic_add_relaxed(&state->harvested, n + covered);
   gpuhal__atomic_add_relaxed(&state->harvest_covered, covered);

@@ -18,7 +18,13 @@ enum {
   GPUHAL__REPORT_CYCLES_MAX = 16    /* cycles named */
 };
 
-typedef enum { GPUHAL__OP_QUEUED = 0, GPUHAL__OP_WAITING = 1, GPUHAL__OP_ISSUED = 2 } gpuhal__op_state_t;
+/* HELD: ready, waiting for room on its queue's stream (tuning.queue_entries_max). */
+typedef enum {
+  GPUHAL__OP_QUEUED = 0,
+  GPUHAL__OP_WAITING = 1,
+  GPUHAL__OP_ISSUED = 2,
+  GPUHAL__OP_HELD = 3
+} gpuhal__op_state_t;
 
 typedef struct gpuhal__report_entry_s {
   gpuhal_semaphore_t* semaphore; /* retained */
@@ -198,8 +204,10 @@ static void gpuhal__report_copy_op(gpuhal__report_t* r, gpuhal__report_device_t*
 static void gpuhal__report_copy_list(gpuhal__report_t* r, gpuhal__report_device_t* d, gpuhal__list_node_t* list,
                                      gpuhal__op_state_t state) {
   gpuhal__list_node_t* n;
-  for (n = list->next; n != list; n = n->next)
-    gpuhal__report_copy_op(r, d, GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link), state);
+  for (n = list->next; n != list; n = n->next) {
+    const gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+    gpuhal__report_copy_op(r, d, a, state == GPUHAL__OP_WAITING && a->held ? GPUHAL__OP_HELD : state);
+  }
 }
 
 /* What a report asks of a device's completion thread (state->report_request). */
@@ -364,7 +372,10 @@ static int gpuhal__report_signaller(const gpuhal__report_t* r, const gpuhal_sema
 }
 
 static const char* gpuhal__report_state_name(gpuhal__op_state_t state) {
-  return state == GPUHAL__OP_ISSUED ? "issued, not done" : state == GPUHAL__OP_WAITING ? "waiting" : "queued";
+  return state == GPUHAL__OP_ISSUED    ? "issued, not done"
+         : state == GPUHAL__OP_WAITING ? "waiting"
+         : state == GPUHAL__OP_HELD    ? "ready, waiting for room on its queue's stream"
+                                       : "queued";
 }
 
 static void gpuhal__report_op_name(gpuhal__report_t* r, const gpuhal__report_op_t* op) {
@@ -388,7 +399,7 @@ static void gpuhal__report_check_waits(gpuhal__report_t* r) {
   uint32_t i, j;
   for (i = 0; i < r->op_count; ++i) {
     gpuhal__report_op_t* op = &r->ops[i];
-    op->blocked = op->state != GPUHAL__OP_ISSUED;
+    op->blocked = op->state != GPUHAL__OP_ISSUED && op->state != GPUHAL__OP_HELD; /* held work goes by itself */
     for (j = 0; j < gpuhal__report_entry_count(op->wait_count, op->more_wait_count); ++j) {
       gpuhal__report_entry_t* w = gpuhal__report_wait_at(op, j);
       gpuhal__wait_query_t q;

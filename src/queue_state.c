@@ -32,6 +32,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* devi
     gpuhal__list_init(&state->lanes[i].side);
     gpuhal__list_init(&state->lanes[i].side_observing);
     gpuhal__list_init(&state->lanes[i].host_calls_due);
+    gpuhal__list_init(&state->lanes[i].held);
     gpuhal__cond_init(&state->lanes[i].host_call_cond);
     state->lanes[i].state = state;
   }
@@ -63,10 +64,18 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_state_create(gpuhal_device_t* devi
 /* On the worker: fails what is still waiting for its semaphores (it would never run). */
 static gpuhal_status_t gpuhal__queue_abort_pending(void* arg) {
   gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
+  gpuhal__backoff_t backoff = gpuhal__backoff(10000, 1000000);
   gpuhal__list_node_t* n;
-  gpuhal__mutex_lock(&state->issue_mutex);
-  /* Whatever can run now still runs; the rest is aborted. */
-  gpuhal__queue_issue_ready(state, INT_MAX, 0);
+  /* Whatever can run now still runs; the rest is aborted. Ready work held for room on its
+   * queue's stream (tuning.queue_entries_max) goes as that stream's work is seen complete,
+   * which needs no thread of ours (the kicks this worker gets meanwhile find nothing). */
+  for (;;) {
+    gpuhal__mutex_lock(&state->issue_mutex);
+    gpuhal__queue_issue_ready(state, INT_MAX, 0);
+    if (!gpuhal__queue_holds(state)) break;
+    gpuhal__mutex_unlock(&state->issue_mutex);
+    gpuhal__backoff_sleep(&backoff);
+  }
   while ((n = gpuhal__list_pop_front(&state->pending)) != NULL) {
     gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
     a->in_pending = 0;

@@ -38,7 +38,7 @@ static int64_t gpuhal__queue_issue_here(gpuhal__queue_state_t* state, gpuhal__ac
     gpuhal__action_wake(a);
     gpuhal__queue_kick_issue(state);
   } else {
-    dispatched = gpuhal__action_dispatch(state, a);
+    dispatched = gpuhal__action_issue_or_hold(state, a); /* held when its queue's stream is full */
     gpuhal__context_leave(state->device, &scope);
   }
   return dispatched;
@@ -181,6 +181,7 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   a->park_reserved = 0;
   a->side = 0;
   a->chain_claim = 0;
+  a->held = 0;
   a->not_provisional = (flags & GPUHAL__SUBMIT_NOT_PROVISIONAL) != 0;
   a->caller_may_issue = (flags & GPUHAL__SUBMIT_CALLER_MAY_ISSUE) != 0;
   a->polled = 0;
@@ -289,7 +290,8 @@ static int gpuhal__queue_issue_at_once(gpuhal_device_t* device, uint32_t queue_i
   if (!gpuhal__mutex_trylock(&state->issue_mutex)) return 0;
   /* Issues are serialized by issue_mutex: under it, an empty lane stays empty. */
   if (gpuhal__atomic_load(&state->stopping) || gpuhal__atomic_load(&state->incoming_count) ||
-      gpuhal__atomic_load(&state->lost_flag) || gpuhal__atomic_load(&state->lanes[queue_index].count)) {
+      gpuhal__atomic_load(&state->lost_flag) || gpuhal__atomic_load(&state->lanes[queue_index].count) ||
+      !gpuhal__list_empty(&state->lanes[queue_index].held)) {
     gpuhal__mutex_unlock(&state->issue_mutex);
     return 0;
   }
@@ -492,8 +494,10 @@ GPUHAL__PRIVATE void gpuhal__queue_settle(gpuhal_device_t* device, gpuhal_timeou
       begun = gpuhal__atomic_load(&state->passes_begun);
     }
     gpuhal__mutex_lock(&state->issue_mutex);
-    for (n = state->pending.next; n != &state->pending; n = n->next)
-      if (!gpuhal__atomic_load(&GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link)->wake)) ++blocked;
+    for (n = state->pending.next; n != &state->pending; n = n->next) {
+      const gpuhal__action_t* a = GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link);
+      if (!gpuhal__atomic_load(&a->wake) && !a->held) ++blocked; /* held work is ready: it goes on */
+    }
     gpuhal__mutex_unlock(&state->issue_mutex);
     if ((int32_t)(gpuhal__atomic_load(&state->gpu_blocked_pass) - begun) > 0)
       blocked += gpuhal__atomic_load(&state->gpu_blocked);

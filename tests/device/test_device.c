@@ -705,7 +705,8 @@ TU_TEST(tuning_bounds_are_checked) {
   int i;
   static const char* const times[] = {"host_wait_spin_ns", "host_wait_max_sleep_ns", "completion_min_age_ns",
                                       "completion_max_sleep_ns", "load_parked_wait_ns"};
-  static const char* const counts[] = {"harvest_min", "gpu_parked_max", "park_headroom", "graph_instances_max"};
+  static const char* const counts[] = {"harvest_min", "gpu_parked_max", "park_headroom", "graph_instances_max",
+                                       "queue_entries_max"};
   TU_REQUIRE_OK(gpuhal_driver_create(NULL, &driver));
   for (i = 0; i < 5; ++i) {
     int64_t* field[5];
@@ -721,13 +722,14 @@ TU_TEST(tuning_bounds_are_checked) {
     *field[i] = GPUHAL_TUNING_TIME_MAX_NS + 1;
     TU_CHECK_STATUS(tuning_create(driver, &t), GPUHAL_STATUS_OUT_OF_RANGE, needle);
   }
-  for (i = 0; i < 4; ++i) {
-    int32_t* field[4];
+  for (i = 0; i < 5; ++i) {
+    int32_t* field[5];
     memset(&t, 0, sizeof(t));
     field[0] = &t.harvest_min;
     field[1] = &t.gpu_parked_max;
     field[2] = &t.park_headroom;
     field[3] = &t.graph_instances_max;
+    field[4] = &t.queue_entries_max;
     snprintf(buffer, sizeof(buffer), "params->tuning.%s", counts[i]);
     *field[i] = 1 << 30;
     TU_CHECK_STATUS(tuning_create(driver, &t), GPUHAL_STATUS_OUT_OF_RANGE, needle);
@@ -743,6 +745,7 @@ TU_TEST(tuning_bounds_are_checked) {
   t.host_wait_spin_ns = -1;
   t.harvest_min = GPUHAL_TUNING_COUNT_MAX;
   t.graph_instances_max = GPUHAL_TUNING_COUNT_MAX;
+  t.queue_entries_max = GPUHAL_TUNING_COUNT_MAX;
   t.park_headroom = 8;
   TU_CHECK_OK(tuning_create(driver, &t));
   gpuhal_driver_release(driver);
