@@ -21,7 +21,11 @@
  *     (a gate, the head of a chain on one timeline), fails instead of holding its command
  *     buffer and device forever; work that can still be signalled is left alone.
  *  9. a queue signal of a lower value whose work runs after a higher one's (the GPU writes
- *     the word with a plain store) does not hold back a GPU wait for a value reached.
+ *     the word with a plain store) does not hold back a GPU wait for a value reached;
+ * 10. a queue's stream holds only so much (CUDA blocks the enqueueing thread past about
+ *     1,020 entries): with a long kernel in flight, thousands of operations queued behind it
+ *     return at once, another queue's ready work runs meanwhile, and all of them run, in
+ *     order, once the kernel ends, also when the device is released while they wait.
  *
  * CTest runs this twice: on the memop path, and with GPUHAL_SEMAPHORE_MEMOPS=0 (and
  * SOFTCUDA_NO_MEMOPS=1) on the event path (tests/cmake/queue_core.cmake). Every wait has a timeout; calls without one run
@@ -64,13 +68,15 @@ static void qc_fixture_close(qc_fixture_t* f) {
   memset(f, 0, sizeof(*f));
 }
 
-/* 0 (and a message) when the device or the test kernels are not available. */
-static int qc_fixture_open(qc_fixture_t* f, uint32_t queues) {
+/* 0 (and a message) when the device or the test kernels are not available.
+ * `queue_entries_max`: the tuning field (0: the default). */
+static int qc_fixture_open_ex(qc_fixture_t* f, uint32_t queues, int32_t queue_entries_max) {
   gpuhal_device_params_t params;
   gpuhal_status_t st;
   memset(f, 0, sizeof(*f));
   memset(&params, 0, sizeof(params));
   params.queue_count = queues;
+  params.tuning.queue_entries_max = queue_entries_max;
   st = gpuhal_driver_create(NULL, &f->driver);
   if (!st) st = gpuhal_device_create(f->driver, 0, &params, &f->device);
   if (!st) st = qc_load_kernel(f->device, "spin_flag", &f->spin_exe, &f->spin_flag);
@@ -84,6 +90,8 @@ static int qc_fixture_open(qc_fixture_t* f, uint32_t queues) {
   }
   return 1;
 }
+
+static int qc_fixture_open(qc_fixture_t* f, uint32_t queues) { return qc_fixture_open_ex(f, queues, 0); }
 
 static gpuhal_semaphore_t* qc_semaphore(qc_fixture_t* f) { return qc_semaphore_new(f->driver); }
 
@@ -1475,6 +1483,148 @@ TU_TEST(a_later_wait_failing_fails_a_blocked_barrier) {
   qc_later_wait_fails_case(1, 1);
 }
 
+/* ---- 10. a full stream holds up neither its submitter nor other queues ---- */
+
+/* More operations than a stream holds (CUDA: about 1,020 entries, softcuda likewise). */
+#define QC_FULL_OPS 2000
+/* The bound the cases set (tuning.queue_entries_max): a barrier counts 3 entries. */
+#define QC_FULL_ENTRIES 64
+/* Commands of the STREAM command buffer queued among them: more entries than the bound. */
+#define QC_FULL_COMMANDS 40
+
+typedef struct qc_full_s {
+  gpuhal_device_t* device;
+  gpuhal_semaphore_t* timeline;  /* barrier i signals i + 1 */
+  gpuhal_command_buffer_t* incs; /* QC_FULL_COMMANDS atomic_inc dispatches, executed halfway */
+  int failures;
+} qc_full_t;
+
+/* Queues QC_FULL_OPS barriers (and the long execute halfway) on queue 0: each must return
+ * at once, whatever is in flight there. */
+static void qc_full_submit_fn(void* arg) {
+  qc_full_t* q = (qc_full_t*)arg;
+  uint64_t i;
+  for (i = 1; i <= QC_FULL_OPS; ++i) {
+    gpuhal_status_t st = gpuhal_queue_execute(q->device, 0, gpuhal_semaphore_list_empty(),
+                                              gpuhal_semaphore_list_one(&q->timeline, &i), NULL, NULL);
+    if (!st && i == QC_FULL_OPS / 2 && q->incs)
+      st = gpuhal_queue_execute(q->device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), q->incs,
+                                NULL);
+    if (st) {
+      fprintf(stderr, "  submit %llu: %s\n", (unsigned long long)i, gpuhal_status_message(st));
+      gpuhal_status_free(st);
+      q->failures++;
+    }
+  }
+}
+
+/* A STREAM command buffer of `n` atomic_inc dispatches on `counter`. */
+static gpuhal_status_t qc_record_incs(qc_fixture_t* f, gpuhal_buffer_t* counter, int n, gpuhal_command_buffer_t** out) {
+  gpuhal_arg_t arg = gpuhal_arg_buffer(counter, 0);
+  gpuhal_status_t st = gpuhal_command_buffer_create(f->device, GPUHAL_COMMAND_BUFFER_STREAM, 0, out);
+  int i;
+  if (!st) st = gpuhal_command_buffer_begin(*out);
+  for (i = 0; i < n && !st; ++i)
+    st = gpuhal_cmd_dispatch(*out, f->atomic_inc, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg);
+  if (!st) st = gpuhal_command_buffer_end(*out);
+  return st;
+}
+
+TU_TEST(a_full_stream_blocks_neither_its_submitter_nor_other_queues) {
+  qc_fixture_t f;
+  qc_blocker_t blocker;
+  qc_full_t q;
+  qc_async_t submitter;
+  gpuhal_semaphore_t *l = NULL, *gate = NULL, *done = NULL;
+  gpuhal_buffer_t* counter = NULL;
+  uint32_t zero = 0, incs = 0;
+  int returned;
+  if (!qc_fixture_open_ex(&f, 2, QC_FULL_ENTRIES)) TU_SKIP("no device or test kernels");
+  memset(&q, 0, sizeof(q));
+  q.device = f.device;
+  q.timeline = qc_semaphore(&f);
+  l = qc_semaphore(&f);
+  gate = qc_semaphore(&f);
+  done = qc_semaphore(&f);
+  TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 4, &counter));
+  if (counter) TU_CHECK_OK(gpuhal_buffer_write(counter, 0, &zero, 4));
+  if (counter) TU_CHECK_OK(qc_record_incs(&f, counter, QC_FULL_COMMANDS, &q.incs));
+  TU_REQUIRE(q.timeline && l && gate && done && q.incs);
+  TU_REQUIRE(qc_blocker_start(&f, &blocker, 0, l));
+  TU_REQUIRE(qc_async_start(&submitter, qc_full_submit_fn, &q));
+  /* Every call returns while the kernel runs (with the defect, the call that finds the
+   * stream full waits inside CUDA until the kernel ends). */
+  returned = qc_async_wait(&submitter, QC_WAIT_S * 2 * 1000);
+  TU_CHECK(returned);
+  /* Queue 1's work, ready once the host signals, runs while queue 0 is full. */
+  TU_CHECK_OK(gpuhal_queue_execute(f.device, 1, gpuhal_semaphore_list_one(&gate, &one_value),
+                                   gpuhal_semaphore_list_one(&done, &one_value), NULL, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(QC_WAIT_S)));
+  /* all of that while the kernel still runs */
+  TU_CHECK_EQ_INT(qc_query(l), 0);
+  TU_CHECK_EQ_INT(qc_flag_out(blocker.words), 0);
+  TU_CHECK(qc_query(q.timeline) < QC_FULL_OPS);
+  qc_blocker_finish(&blocker, l);
+  qc_async_join(&submitter, "queue 0's submitter");
+  TU_CHECK_EQ_INT(q.failures, 0);
+  TU_CHECK_OK(gpuhal_semaphore_wait(q.timeline, QC_FULL_OPS, qt_seconds(QC_WAIT_S * 3)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
+  TU_CHECK_EQ_INT(qc_query(q.timeline), QC_FULL_OPS);
+  if (counter) TU_CHECK_OK(gpuhal_buffer_read(counter, 0, &incs, 4));
+  TU_CHECK_EQ_INT(incs, QC_FULL_COMMANDS); /* the execute larger than the bound ran, alone */
+  gpuhal_command_buffer_release(q.incs);
+  gpuhal_buffer_release(counter);
+  gpuhal_semaphore_release(q.timeline);
+  gpuhal_semaphore_release(l);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done);
+  qc_fixture_close(&f);
+}
+
+/* The device is released while work waits for room on its full stream: its teardown (when
+ * the running kernel's execute, which holds it, is done) issues that work as room comes,
+ * and all of it runs: every value is reached, none fails ABORTED. */
+TU_TEST(a_full_stream_drains_at_device_release) {
+  qc_fixture_t f;
+  qc_blocker_t blocker;
+  gpuhal_semaphore_t *l = NULL, *timeline = NULL;
+  uint32_t* flag;
+  uint64_t i;
+  int failures = 0;
+  if (!qc_fixture_open_ex(&f, 1, QC_FULL_ENTRIES)) TU_SKIP("no device or test kernels");
+  l = qc_semaphore(&f);
+  timeline = qc_semaphore(&f);
+  TU_REQUIRE(l && timeline);
+  TU_REQUIRE(qc_blocker_start(&f, &blocker, 0, l));
+  for (i = 1; i <= QC_FULL_OPS / 4; ++i) {
+    gpuhal_status_t st = gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(),
+                                              gpuhal_semaphore_list_one(&timeline, &i), NULL, NULL);
+    failures += st != NULL;
+    gpuhal_status_free(st);
+  }
+  TU_CHECK_EQ_INT(failures, 0);
+  TU_CHECK(qc_query(timeline) < QC_FULL_OPS / 4);
+  /* The kernel's execute holds its command buffer, its words and so the device: the
+   * device's teardown comes once that execute is done, on a thread of gpuhal's. */
+  flag = (uint32_t*)gpuhal_buffer_host_pointer(blocker.words);
+  gpuhal_command_buffer_release(blocker.cb);
+  gpuhal_buffer_release(blocker.words);
+  qc_fixture_release_kernels(&f);
+  qc_watchdog_arm(30, "gpuhal_device_release (a full stream)");
+  gpuhal_device_release(f.device);
+  qc_watchdog_disarm();
+  __atomic_store_n(flag, 1u, __ATOMIC_SEQ_CST);
+  TU_CHECK_OK(gpuhal_semaphore_wait(timeline, QC_FULL_OPS / 4, qt_seconds(QC_WAIT_S * 3)));
+  TU_CHECK_EQ_INT(qc_query(timeline), QC_FULL_OPS / 4);
+  TU_CHECK_OK(gpuhal_semaphore_wait(l, 1, qt_seconds(QC_WAIT_S)));
+  gpuhal_semaphore_release(timeline);
+  gpuhal_semaphore_release(l);
+  qc_watchdog_arm(30, "gpuhal_driver_release (a full stream)");
+  gpuhal_driver_release(f.driver);
+  qc_watchdog_disarm();
+}
+
 /* The polls case last: on a core with the defect its release hangs and the watchdog ends the
  * process, which would keep the cases after it from running. */
 TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
@@ -1494,4 +1644,6 @@ TU_MAIN(TU_CASE(wait_before_signal_stream), TU_CASE(wait_before_signal_graph),
         TU_CASE(released_semaphore_still_signalled_by_queue_work), TU_CASE(released_semaphore_after_an_ended_host_wait),
         TU_CASE(abandoned_by_a_signaller_parked_on_it), TU_CASE(released_semaphore_with_two_waits_of_one_signaller),
         TU_CASE(lower_signal_landing_late_does_not_hold_a_gpu_wait),
-        TU_CASE(a_later_wait_failing_fails_a_blocked_host_call), TU_CASE(a_later_wait_failing_fails_a_blocked_barrier))
+        TU_CASE(a_later_wait_failing_fails_a_blocked_host_call), TU_CASE(a_later_wait_failing_fails_a_blocked_barrier),
+        TU_CASE(a_full_stream_blocks_neither_its_submitter_nor_other_queues),
+        TU_CASE(a_full_stream_drains_at_device_release))
