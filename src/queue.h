@@ -25,7 +25,9 @@
  *  - a submitting thread (any application thread): with the issue lock and the device's
  *    context pushed, it issues an action whose waits are resolved when nothing is queued
  *    ahead ("fast path"; only what a submitter may issue: no NCCL call, no GRAPH build, no
- *    alloca/dealloca without a pool); it may also harvest (below): cuEventQuery, then
+ *    alloca/dealloca without a pool); while any queue's ready work waits for room on its
+ *    stream (below), it then issues what became ready as a signalling thread does (up to
+ *    GPUHAL__SIGNAL_ISSUE_MAX); it may also harvest (below): cuEventQuery, then
  *    releases, each in a push/pop of its own (cuGraphExecDestroy, cuGraphDestroy; a free,
  *    which waits for the whole device, is put off to the worker: cuDevicePrimaryCtxRetain,
  *    gpuhal__put_off_begin; so is the free of queue_alloca memory never deallocated, as a
@@ -152,8 +154,9 @@
  * on its lane's `held` list (still pending, in the order it became ready: later ready work
  * of the queue, the fast path's too, goes behind it), holding no event, and is issued from
  * there when the completion thread or a harvester sees the queue's work complete and kicks
- * the pump (held_waiting; the completion thread then looks at that queue's work without
- * letting it age). No thread waits for room; work larger than the bound goes alone once
+ * the pump (held_waiting; the completion thread then lets that queue's work age only
+ * GPUHAL__HARVEST_MAX_WAIT_NS), or by the next submitter's fast path. No thread waits for
+ * room; work larger than the bound goes alone once
  * nothing of the queue's own is in flight on its stream. A device's release issues held
  * work as room comes before it aborts what still waits for semaphores; a lost device
  * fails it as all pending work.
@@ -700,11 +703,12 @@ GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gp
 
 /* A submitter's fast path: issues ready `a` (not in `pending`), or, when its queue's stream
  * has no room or earlier ready work of the queue waits for room, puts it in `pending` on
- * its lane's `held` list (tuning.queue_entries_max). Under issue_mutex with the device's
+ * its lane's `held` list (tuning.queue_entries_max; the caller then runs
+ * gpuhal__queue_issue_ready, which asks for room). Under issue_mutex with the device's
  * context current. Returns when it was issued (0: held, or it failed). */
 GPUHAL__PRIVATE int64_t gpuhal__action_issue_or_hold(gpuhal__queue_state_t* state, gpuhal__action_t* a);
 /* 1 when some lane holds ready work waiting for room. Under issue_mutex. */
-GPUHAL__PRIVATE int gpuhal__queue_holds(gpuhal__queue_state_t* state);
+GPUHAL__PRIVATE int gpuhal__queue_holds(const gpuhal__queue_state_t* state);
 
 /* Issues whatever became ready, until a pass finds nothing more or `budget` actions left
  * the pending list (`caller`: see gpuhal__queue_pump_pass); returns 0 when nothing woken is

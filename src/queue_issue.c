@@ -518,7 +518,7 @@ static void gpuhal__queue_issue_held(gpuhal__queue_state_t* state, int* budget, 
     if (!gpuhal__list_empty(&state->lanes[q].held)) gpuhal__lane_issue_held(state, &state->lanes[q], budget, caller);
 }
 
-GPUHAL__PRIVATE int gpuhal__queue_holds(gpuhal__queue_state_t* state) {
+GPUHAL__PRIVATE int gpuhal__queue_holds(const gpuhal__queue_state_t* state) {
   uint32_t q;
   for (q = 0; q < state->device->queue_count; ++q)
     if (!gpuhal__list_empty(&state->lanes[q].held)) return 1;
@@ -526,11 +526,9 @@ GPUHAL__PRIVATE int gpuhal__queue_holds(gpuhal__queue_state_t* state) {
 }
 
 GPUHAL__PRIVATE int64_t gpuhal__action_issue_or_hold(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
-  int budget = GPUHAL__SIGNAL_ISSUE_MAX;
   if (!gpuhal__action_must_hold(state, a)) return gpuhal__action_dispatch(state, a);
   gpuhal__action_make_pending(state, a);
   gpuhal__action_hold(state, a);
-  gpuhal__lane_issue_held(state, &state->lanes[a->queue_index], &budget, 1);
   return 0;
 }
 

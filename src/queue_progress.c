@@ -335,8 +335,9 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
 /* Under the state's mutex: moves to each lane's `observing` list the issued actions old
  * enough to look at (everything while a host call is in flight on any queue, someone waits
  * for idle or the device stops: a host call's function runs only once the values it waits
- * for are seen reached, and those may come from another queue's work; all of a lane's
- * while ready work waits for room on its stream, held_waiting). Returns when the
+ * for are seen reached, and those may come from another queue's work; a lane's at
+ * GPUHAL__HARVEST_MAX_WAIT_NS of age while ready work waits for room on its stream,
+ * held_waiting). Returns when the
  * youngest action left behind ages (INT64_MAX: none left). */
 static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
   int64_t now = gpuhal_now_ns(), next_due = INT64_MAX;
@@ -353,12 +354,14 @@ static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
     int64_t look = lane->typical_ns / 4 * 3 < GPUHAL__COMPLETION_LOOK_MAX_NS ? lane->typical_ns / 4 * 3
                                                                              : GPUHAL__COMPLETION_LOOK_MAX_NS;
     int64_t age = look > state->tuning.completion_min_age_ns ? look : state->tuning.completion_min_age_ns;
-    /* Work held for room on the lane's stream waits for this look: no aging then. */
-    int take = take_all || gpuhal__atomic_load(&lane->held_waiting);
+    /* Work held for room on the lane's stream waits for this look: the work ages only as
+     * long as a harvest would let it (a busy submitter still retires it itself). */
+    if (gpuhal__atomic_load(&lane->held_waiting) && age > GPUHAL__HARVEST_MAX_WAIT_NS)
+      age = GPUHAL__HARVEST_MAX_WAIT_NS;
     while (!gpuhal__list_empty(&lane->in_flight)) {
       gpuhal__action_t* a = GPUHAL__CONTAINER_OF(lane->in_flight.next, gpuhal__action_t, link);
       int64_t due = (a->dispatch_ns > since ? a->dispatch_ns : since) + age;
-      if (!take && due > now) {
+      if (!take_all && due > now) {
         if (due < next_due) next_due = due;
         break;
       }

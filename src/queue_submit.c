@@ -25,22 +25,33 @@ static int64_t gpuhal__queue_issue_here(gpuhal__queue_state_t* state, gpuhal__ac
   int64_t dispatched = 0;
   gpuhal__atomic_store(&a->wake, 0);
   r = gpuhal__action_resolve(a, 1, &failure);
+  if (r == GPUHAL__RESOLVE_FAILED) {
+    gpuhal__action_fail(a, failure);
+    gpuhal__action_retire(a);
+    return 0;
+  }
   if (r == GPUHAL__RESOLVE_BLOCKED) {
     /* Registered on the semaphore it waits for; its change kicks the pump. */
     gpuhal__action_make_pending(state, a);
-  } else if (r == GPUHAL__RESOLVE_FAILED) {
-    gpuhal__action_fail(a, failure);
-    gpuhal__action_retire(a);
-  } else if ((failure = gpuhal__context_enter_enqueue(state->device, &scope)) != NULL) {
-    gpuhal_status_free(failure); /* the worker will do it */
-    gpuhal__action_drop_wait_events(a);
-    gpuhal__action_make_pending(state, a);
-    gpuhal__action_wake(a);
-    gpuhal__queue_kick_issue(state);
-  } else {
-    dispatched = gpuhal__action_issue_or_hold(state, a); /* held when its queue's stream is full */
-    gpuhal__context_leave(state->device, &scope);
+    if (!gpuhal__queue_holds(state)) return 0;
   }
+  if ((failure = gpuhal__context_enter_enqueue(state->device, &scope)) != NULL) {
+    gpuhal_status_free(failure); /* the worker will do it */
+    if (r == GPUHAL__RESOLVE_READY) {
+      gpuhal__action_drop_wait_events(a);
+      gpuhal__action_make_pending(state, a);
+      gpuhal__action_wake(a);
+    }
+    gpuhal__queue_kick_issue(state);
+    return 0;
+  }
+  if (r == GPUHAL__RESOLVE_READY) dispatched = gpuhal__action_issue_or_hold(state, a);
+  /* Work held for room on a full stream goes as room comes, and so does what its issue lets
+   * go (a chain on the queue): here too, as a signalling thread does, so that a submitter
+   * keeps its queue going while the worker is busy. */
+  if (gpuhal__queue_holds(state) && gpuhal__queue_issue_ready(state, GPUHAL__SIGNAL_ISSUE_MAX, 1))
+    gpuhal__queue_kick_issue(state);
+  gpuhal__context_leave(state->device, &scope);
   return dispatched;
 }
 
