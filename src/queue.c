@@ -78,8 +78,8 @@ GPUHAL__PRIVATE uint32_t gpuhal__action_lane_entries(const gpuhal__action_t* a) 
 GPUHAL__PRIVATE void gpuhal__lane_done_locked(gpuhal__queue_state_t* state, gpuhal__queue_lane_t* lane, uint64_t mark) {
   if (mark <= gpuhal__atomic_load_relaxed(&lane->entries_done)) return;
   gpuhal__atomic_store(&lane->entries_done, mark);
-  if (!lane->held_waiting) return;
-  lane->held_waiting = 0;
+  if (!gpuhal__atomic_load(&lane->held_waiting)) return; /* atomic: gpuhal__lane_wait_room reads it unlocked */
+  gpuhal__atomic_store(&lane->held_waiting, 0);
   state->held_kick = 1;
 }
 

@@ -448,8 +448,9 @@ typedef struct gpuhal__queue_lane_s {
   uint64_t entries_done;
   uint64_t done_seen;       /* the completion thread's own: raised in a pass, published at its end */
   gpuhal__list_node_t held; /* ready actions waiting for room, in the order they became ready (issue_mutex) */
-  /* Held actions wait for room (mutex): whoever raises entries_done clears it and kicks the
-   * pump (gpuhal__lane_done_locked), so the completion thread and harvesters issue nothing. */
+  /* Held actions wait for room (written under the mutex, read atomically): whoever raises
+   * entries_done clears it and kicks the pump (gpuhal__lane_done_locked), so the completion
+   * thread and harvesters issue nothing. */
   int held_waiting;
   /* How long its actions have taken, from dispatch to seen done (a running average of
    * those the completion thread saw finish; halved by one it found done at its first look;
