@@ -664,6 +664,58 @@ GPUHAL__PRIVATE gpuhal__list_node_t* gpuhal__list_pop_front(gpuhal__list_node_t*
   return n;
 }
 
+/* Links two roots: the larger becomes the first child of the smaller, which is returned
+ * (its `next` and `prev` are left to the caller). */
+static gpuhal__heap_node_t* gpuhal__heap_meld(gpuhal__heap_node_t* a, gpuhal__heap_node_t* b) {
+  GPUHAL__COUNT(order_compare);
+  if (b->key < a->key) {
+    gpuhal__heap_node_t* t = a;
+    a = b;
+    b = t;
+  }
+  b->prev = a;
+  b->next = a->child;
+  if (a->child) a->child->prev = b;
+  a->child = b;
+  return a;
+}
+
+/* Melds a list of siblings into one root: pairs left to right, then the pairs right to
+ * left (the two passes are what make taking the smallest amortized O(log n)). */
+static gpuhal__heap_node_t* gpuhal__heap_meld_siblings(gpuhal__heap_node_t* first) {
+  gpuhal__heap_node_t *pairs = NULL, *root;
+  while (first) { /* pairs end up in reverse order, linked by `next` */
+    gpuhal__heap_node_t *a = first, *b = first->next, *m = a;
+    first = b ? b->next : NULL;
+    if (b) m = gpuhal__heap_meld(a, b);
+    m->next = pairs;
+    pairs = m;
+  }
+  root = pairs;
+  pairs = pairs ? pairs->next : NULL;
+  while (pairs) {
+    gpuhal__heap_node_t* next = pairs->next;
+    root = gpuhal__heap_meld(root, pairs);
+    pairs = next;
+  }
+  if (root) root->next = root->prev = NULL;
+  return root;
+}
+
+GPUHAL__PRIVATE void gpuhal__heap_push(gpuhal__heap_t* heap, gpuhal__heap_node_t* node) {
+  node->child = node->next = node->prev = NULL;
+  heap->root = heap->root ? gpuhal__heap_meld(heap->root, node) : node;
+  heap->root->next = heap->root->prev = NULL;
+}
+
+GPUHAL__PRIVATE gpuhal__heap_node_t* gpuhal__heap_pop(gpuhal__heap_t* heap) {
+  gpuhal__heap_node_t* min = heap->root;
+  if (!min) return NULL;
+  heap->root = gpuhal__heap_meld_siblings(min->child);
+  min->child = NULL;
+  return min;
+}
+
 GPUHAL__PRIVATE const char* gpuhal__getenv(const char* name) {
   const char* v = getenv(name);
   return (v && v[0]) ? v : NULL;

@@ -39,6 +39,12 @@
 #define GPUHAL_ASSERT(c) assert(c)
 #endif
 
+/* Marks one step of work whose number must stay near-linear in what it serves (a key
+ * comparison, a lock taken per entry): a test defines it to count them (tests/test_internals.h,
+ * TU_COUNT_WORK), so a path that turns quadratic fails a test by count, not by time. */
+#ifndef GPUHAL__COUNT
+#define GPUHAL__COUNT(what) ((void)0)
+#endif
 #define GPUHAL__UNUSED(x) ((void)(x))
 #define GPUHAL__MIN(a, b) ((a) < (b) ? (a) : (b))
 #define GPUHAL__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -289,6 +295,23 @@ GPUHAL__PRIVATE void gpuhal__list_insert_after(gpuhal__list_node_t* at, gpuhal__
 GPUHAL__PRIVATE void gpuhal__list_remove(gpuhal__list_node_t* node);
 GPUHAL__PRIVATE gpuhal__list_node_t* gpuhal__list_pop_front(gpuhal__list_node_t* head);
 #define GPUHAL__CONTAINER_OF(ptr, type, member) ((type*)(void*)((char*)(ptr)-offsetof(type, member)))
+
+/* ---- intrusive pairing heap ---- */
+/* A min-heap by `key` for what must come out smallest first however it went in: pushing is
+ * O(1) and taking the smallest amortized O(log n), where a sorted list costs a search per
+ * insert out of order. Keys that compare equal come out in no particular order. */
+typedef struct gpuhal__heap_node_s {
+  struct gpuhal__heap_node_s* child; /* the first of its children */
+  struct gpuhal__heap_node_s* next;  /* its next sibling */
+  struct gpuhal__heap_node_s* prev;  /* its previous sibling, or its parent when it is a first child; NULL: a root */
+  uint64_t key;
+} gpuhal__heap_node_t;
+typedef struct gpuhal__heap_s {
+  gpuhal__heap_node_t* root; /* the smallest; NULL when empty */
+} gpuhal__heap_t;
+GPUHAL__PRIVATE void gpuhal__heap_push(gpuhal__heap_t* heap, gpuhal__heap_node_t* node);
+/* Takes the smallest node out (NULL when empty). */
+GPUHAL__PRIVATE gpuhal__heap_node_t* gpuhal__heap_pop(gpuhal__heap_t* heap);
 
 /* ---- environment ---- */
 GPUHAL__PRIVATE const char* gpuhal__getenv(const char* name);

@@ -340,7 +340,7 @@ typedef struct gpuhal__action_s {
   uint32_t signal_count;
   uint32_t next_wait; /* waits before this one are resolved */
   int32_t wake;       /* 1: new, or a semaphore it is blocked on changed: resolve it again */
-  int32_t on_woken;   /* on state->woken or in a pump's batch: woken_next is in use (atomic) */
+  int32_t on_woken;   /* on state->woken or in state->woken_order: woken_next / woken_node are in use (atomic) */
   struct gpuhal__action_s* woken_next;
   int in_pending;       /* in state->pending (issue_mutex) */
   uint64_t pending_seq; /* when it entered pending: woken actions are resolved in this order */
@@ -351,6 +351,8 @@ typedef struct gpuhal__action_s {
   int polled;           /* the completion thread found it not done once (lane typical_ns) */
   int fail_watching;    /* its waits' fail_watch nodes are in use (set up once blocked) */
   int failed_early;     /* parked work with a failed input: its signals failed already */
+  /* In state->woken_order, keyed by the pending_seq it had when it went in. */
+  gpuhal__heap_node_t woken_node;
   /* Work done whose inputs are not all seen reached yet (a lane's `deferred`): registered on
    * one of them (input_watched), whose advance or failure wakes the completion thread. */
   gpuhal__semaphore_waiter_t input_watch;
@@ -526,6 +528,10 @@ typedef struct gpuhal__queue_state_s {
   gpuhal__action_t* woken;      /* a stack of woken pending actions (pushed by any thread, atomic) */
   gpuhal__action_t* issue_free; /* free actions taken in bulk by the fast path (see below) */
   gpuhal__task_t pump_task;     /* posted whenever something changed; the worker dedups it */
+  /* The woken actions a pump pass took off the stack and has not resolved yet, by
+   * pending_seq: a pass issues GPUHAL__PUMP_ISSUE_BATCH of them, and the rest wait here in
+   * order, so that releasing N actions at once costs O(N log N), not a sort per pass. */
+  gpuhal__heap_t woken_order;
   gpuhal__event_pool_t events;
   /* Side streams (memops): provisional work runs on one of its own, so that a GPU wait on
    * a value not submitted yet holds up nothing else of its queue (or behind parked work of

@@ -408,32 +408,6 @@ GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gp
   return now;
 }
 
-/* Merge sort of a woken batch (linked by woken_next) by pending_seq: woken actions are
- * resolved in the order they became pending, as one pass over the list would. */
-static gpuhal__action_t* gpuhal__woken_sort(gpuhal__action_t* list) {
-  gpuhal__action_t *a = NULL, *b = NULL, *out = NULL, **tail = &out;
-  int side = 0;
-  if (!list || !list->woken_next) return list;
-  while (list) { /* split alternately */
-    gpuhal__action_t* next = list->woken_next;
-    gpuhal__action_t** into = side ? &b : &a;
-    list->woken_next = *into;
-    *into = list;
-    side = !side;
-    list = next;
-  }
-  a = gpuhal__woken_sort(a);
-  b = gpuhal__woken_sort(b);
-  while (a && b) {
-    gpuhal__action_t** from = a->pending_seq <= b->pending_seq ? &a : &b;
-    *tail = *from;
-    *from = (*from)->woken_next;
-    tail = &(*tail)->woken_next;
-  }
-  *tail = a ? a : b;
-  return out;
-}
-
 /* ---- the bound on a queue's stream (tuning.queue_entries_max) ----
  * CUDA blocks a thread that enqueues on a stream holding about 1,020 entries until the
  * stream drains; an issuer holds issue_mutex, so every queue of the device would wait for
@@ -553,21 +527,13 @@ static int gpuhal__queue_pump_one(gpuhal__queue_state_t* state, gpuhal__action_t
   return 1;
 }
 
-/* Puts a batch's actions back on the woken stack (they stay on_woken: ours to link). */
-static void gpuhal__woken_push_back(gpuhal__queue_state_t* state, gpuhal__action_t* batch) {
-  while (batch) {
-    gpuhal__action_t* a = batch;
-    batch = a->woken_next;
-    gpuhal__woken_push(state, a);
-  }
-}
-
 /* One pass over the woken pending actions (on a lost device, over all of them), issuing or
  * failing at most *budget of them (the rest stay woken); returns how many left the list.
  * On an application thread (`caller`), an action that only the worker may issue ends the
  * pass with *budget at 0. Under issue_mutex with the device's context current. */
 static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state, int* budget, int caller) {
   gpuhal__action_t* batch;
+  gpuhal__heap_node_t* top;
   int progress = 0;
   batch = gpuhal__atomic_exchange_acquire(&state->woken, NULL);
   if (gpuhal__atomic_load(&state->lost_flag)) {
@@ -577,6 +543,8 @@ static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state, int* budget, in
       batch = a->woken_next; /* read before on_woken is cleared: then a notify may reuse it */
       gpuhal__atomic_store_seq_cst(&a->on_woken, 0);
     }
+    while ((top = gpuhal__heap_pop(&state->woken_order)) != NULL)
+      gpuhal__atomic_store_seq_cst(&GPUHAL__CONTAINER_OF(top, gpuhal__action_t, woken_node)->on_woken, 0);
     while (n != &state->pending) {
       gpuhal__list_node_t* next = n->next;
       progress += gpuhal__queue_pump_one(state, GPUHAL__CONTAINER_OF(n, gpuhal__action_t, link),
@@ -585,16 +553,28 @@ static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state, int* budget, in
     }
     return progress;
   }
-  batch = gpuhal__woken_sort(batch);
   while (batch) {
     gpuhal__action_t* a = batch;
+    batch = a->woken_next;
+    a->woken_node.key = a->pending_seq;
+    gpuhal__heap_push(&state->woken_order, &a->woken_node);
+  }
+  while ((top = state->woken_order.root) != NULL) {
+    gpuhal__action_t* a = GPUHAL__CONTAINER_OF(top, gpuhal__action_t, woken_node);
+    gpuhal__heap_pop(&state->woken_order);
+    if (top->key != a->pending_seq) {
+      /* Left over from an earlier pass, and pending again since (issued on a submitter's
+       * fast path, released and reused meanwhile): its place is its new pending_seq. */
+      top->key = a->pending_seq;
+      gpuhal__heap_push(&state->woken_order, top);
+      continue;
+    }
     if (*budget <= 0 || (caller && !a->caller_may_issue)) {
       *budget = 0;
-      gpuhal__woken_push_back(state, batch);
+      gpuhal__heap_push(&state->woken_order, top); /* still woken: the next pass starts here */
       break;
     }
-    batch = a->woken_next;
-    /* Off the stack first, then take the wake: a notify in between pushes it again. An
+    /* Out of the order first, then take the wake: a notify in between pushes it again. An
      * entry may be stale (woken while it was being issued on a submitter's fast path). */
     gpuhal__atomic_store_seq_cst(&a->on_woken, 0);
     if (!a->in_pending || !gpuhal__atomic_exchange_seq_cst(&a->wake, 0)) continue;
@@ -647,7 +627,7 @@ GPUHAL__PRIVATE int gpuhal__queue_issue_ready(gpuhal__queue_state_t* state, int 
   while (gpuhal__queue_pump_pass(state, &budget, caller) > 0 && budget > 0) {
   }
   gpuhal__queue_issue_held(state, &budget, caller); /* what the passes held waits for room */
-  return budget <= 0 && gpuhal__atomic_load(&state->woken) != NULL;
+  return budget <= 0 && (state->woken_order.root != NULL || gpuhal__atomic_load(&state->woken) != NULL);
 }
 
 GPUHAL__PRIVATE void gpuhal__queue_issue_woken(void* arg) {

@@ -7,6 +7,30 @@
 #ifndef GPUHAL_TEST_INTERNALS_H
 #define GPUHAL_TEST_INTERNALS_H
 
+#ifdef TU_COUNT_WORK
+/* Counts the steps of work src/ marks with GPUHAL__COUNT(name) (src/internal.h) under the
+ * name the test watches, on any thread: a scaling test bounds a count, never a time (CI
+ * machines are noisy). Defined before gpuhal.h, which no system header may precede. */
+static const char* tu_count_watched;
+static unsigned long long tu_count_total;
+static int tu_count_same(const char* a, const char* b) {
+  while (*a && *a == *b) ++a, ++b;
+  return *a == *b;
+}
+static void tu_count(const char* what) {
+  const char* watched = __atomic_load_n(&tu_count_watched, __ATOMIC_ACQUIRE);
+  if (watched && tu_count_same(what, watched)) __atomic_add_fetch(&tu_count_total, 1ull, __ATOMIC_RELAXED);
+}
+/* Starts counting `what` (NULL: stop) from zero. */
+static void tu_count_watch(const char* what) {
+  __atomic_store_n(&tu_count_watched, (const char*)0, __ATOMIC_RELEASE);
+  __atomic_store_n(&tu_count_total, 0ull, __ATOMIC_RELAXED);
+  __atomic_store_n(&tu_count_watched, what, __ATOMIC_RELEASE);
+}
+static unsigned long long tu_counted(void) { return __atomic_load_n(&tu_count_total, __ATOMIC_RELAXED); }
+#define GPUHAL__COUNT(what) tu_count(#what)
+#endif
+
 #define GPUHAL_IMPLEMENTATION
 #include "gpuhal.h"
 

@@ -7,7 +7,7 @@
 # Options: GPUHAL_RANDOM_OPS (operations per thread of test_queue_random).
 set(GPUHAL_RANDOM_OPS "300" CACHE STRING "test_queue_random: operations per thread")
 
-foreach(t test_queue_core test_queue_reject test_queue_random test_queue_wake)
+foreach(t test_queue_core test_queue_reject test_queue_random test_queue_wake test_queue_scaling)
   if(TARGET ${t})
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "GPUHAL_SEMAPHORE_MEMOPS=1")
     add_test(NAME ${t}_events COMMAND ${t})
