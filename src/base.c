@@ -716,6 +716,24 @@ GPUHAL__PRIVATE gpuhal__heap_node_t* gpuhal__heap_pop(gpuhal__heap_t* heap) {
   return min;
 }
 
+GPUHAL__PRIVATE void gpuhal__heap_remove(gpuhal__heap_t* heap, gpuhal__heap_node_t* node) {
+  gpuhal__heap_node_t* below;
+  if (node == heap->root) {
+    gpuhal__heap_pop(heap);
+    return;
+  }
+  if (node->prev->child == node) { /* a first child: prev is its parent */
+    node->prev->child = node->next;
+  } else {
+    node->prev->next = node->next;
+  }
+  if (node->next) node->next->prev = node->prev;
+  below = gpuhal__heap_meld_siblings(node->child); /* its children were never smaller than it */
+  node->child = node->next = node->prev = NULL;
+  if (below) heap->root = gpuhal__heap_meld(heap->root, below);
+  heap->root->next = heap->root->prev = NULL;
+}
+
 GPUHAL__PRIVATE const char* gpuhal__getenv(const char* name) {
   const char* v = getenv(name);
   return (v && v[0]) ? v : NULL;

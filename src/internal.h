@@ -312,6 +312,8 @@ typedef struct gpuhal__heap_s {
 GPUHAL__PRIVATE void gpuhal__heap_push(gpuhal__heap_t* heap, gpuhal__heap_node_t* node);
 /* Takes the smallest node out (NULL when empty). */
 GPUHAL__PRIVATE gpuhal__heap_node_t* gpuhal__heap_pop(gpuhal__heap_t* heap);
+/* Takes `node`, which is in `heap`, out wherever it is. */
+GPUHAL__PRIVATE void gpuhal__heap_remove(gpuhal__heap_t* heap, gpuhal__heap_node_t* node);
 
 /* ---- environment ---- */
 GPUHAL__PRIVATE const char* gpuhal__getenv(const char* name);

@@ -159,25 +159,26 @@ static void gpuhal__semaphore_store_locked(gpuhal_semaphore_t* s, uint64_t value
 
 GPUHAL__PRIVATE void gpuhal__semaphore_waiter_init(gpuhal__semaphore_waiter_t* w) {
   gpuhal__list_init(&w->link);
+  w->by_value = 0;
   w->signals_it = 0;
 }
 static int gpuhal__semaphore_waiter_registered(const gpuhal__semaphore_waiter_t* w) {
   return !gpuhal__list_empty(&w->link);
 }
 
-/* Under the lock: links `w` into the waiters, which are kept sorted by value so that a
- * notification stops at the first value beyond what changed (a chain of thousands of
- * blocked actions costs nothing per change). Values registered in either order insert at
- * an end without a search. */
+/* Under the lock: registers `w` for its value (see semaphore->waiting). */
 static void gpuhal__semaphore_waiter_link_locked(gpuhal_semaphore_t* s, gpuhal__semaphore_waiter_t* w) {
-  gpuhal__list_node_t* n = s->waiters.prev;
-  if (!gpuhal__list_empty(&s->waiters) &&
-      GPUHAL__CONTAINER_OF(s->waiters.next, gpuhal__semaphore_waiter_t, link)->value >= w->value) {
-    n = &s->waiters;
-  } else {
-    while (n != &s->waiters && GPUHAL__CONTAINER_OF(n, gpuhal__semaphore_waiter_t, link)->value > w->value) n = n->prev;
-  }
-  gpuhal__list_insert_after(n, &w->link);
+  gpuhal__list_push_back(&s->waiters, &w->link);
+  w->order.key = w->value;
+  gpuhal__heap_push(&s->waiting, &w->order);
+  w->by_value = 1;
+}
+
+/* Under the lock: takes `w` out of whichever of the semaphore's lists holds it (none: nothing). */
+static void gpuhal__semaphore_waiter_unlink_locked(gpuhal_semaphore_t* s, gpuhal__semaphore_waiter_t* w) {
+  if (w->by_value) gpuhal__heap_remove(&s->waiting, &w->order);
+  w->by_value = 0;
+  gpuhal__list_remove(&w->link);
 }
 
 GPUHAL__PRIVATE int gpuhal__semaphore_after_has(const gpuhal_semaphore_t* s, void (*run)(void*), const void* arg) {
@@ -200,18 +201,25 @@ GPUHAL__PRIVATE void gpuhal__semaphore_after_add(gpuhal_semaphore_t* s, void (*r
 /* Under the lock: the waiters satisfied by (value, submitted_value, failed) are unlinked and
  * notified. `submitted_value` is the value of a newly submitted timepoint (0: none). */
 static void gpuhal__semaphore_notify_locked(gpuhal_semaphore_t* s, uint64_t submitted_value) {
-  gpuhal__list_node_t* n = s->waiters.next;
   uint64_t highest = s->value > submitted_value ? s->value : submitted_value;
-  while (n != &s->waiters) {
-    gpuhal__list_node_t* next = n->next;
-    gpuhal__semaphore_waiter_t* w = GPUHAL__CONTAINER_OF(n, gpuhal__semaphore_waiter_t, link);
-    int hit = s->failure != NULL || s->value >= w->value || (w->wants_submitted && submitted_value >= w->value);
-    if (!s->failure && w->value > highest) break; /* sorted: no later waiter is satisfied */
-    if (hit) {
-      gpuhal__list_remove(&w->link);
-      w->notify(w);
+  gpuhal__heap_node_t* unmet = NULL; /* taken out but not satisfied: back in afterwards */
+  gpuhal__heap_node_t* top;
+  while ((top = s->waiting.root) != NULL && (s->failure != NULL || top->key <= highest)) {
+    gpuhal__semaphore_waiter_t* w = GPUHAL__CONTAINER_OF(top, gpuhal__semaphore_waiter_t, order);
+    gpuhal__heap_pop(&s->waiting);
+    if (s->failure == NULL && s->value < w->value && !(w->wants_submitted && submitted_value >= w->value)) {
+      top->next = unmet; /* waits for the value itself, which is only submitted */
+      unmet = top;
+      continue;
     }
-    n = next;
+    w->by_value = 0;
+    gpuhal__list_remove(&w->link);
+    w->notify(w);
+  }
+  while (unmet) {
+    top = unmet;
+    unmet = top->next;
+    gpuhal__heap_push(&s->waiting, top);
   }
 }
 
@@ -588,7 +596,7 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
       gpuhal__semaphore_arm_locked(s, value);
       if (q->waiter) {
         /* Still registered from a try that could not park (no stream free): on the GPU now. */
-        gpuhal__list_remove(&q->waiter->link);
+        gpuhal__semaphore_waiter_unlink_locked(s, q->waiter);
         q->waiter->value = value;
         gpuhal__list_push_back(&s->parked, &q->waiter->link);
       }
@@ -611,7 +619,7 @@ GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t*
 
 GPUHAL__PRIVATE void gpuhal__semaphore_unregister(gpuhal_semaphore_t* s, gpuhal__semaphore_waiter_t* waiter) {
   gpuhal__mutex_lock(&s->mutex);
-  gpuhal__list_remove(&waiter->link);
+  gpuhal__semaphore_waiter_unlink_locked(s, waiter);
   gpuhal__mutex_unlock(&s->mutex);
 }
 
@@ -673,7 +681,8 @@ GPUHAL__PRIVATE void gpuhal__semaphore_release_ref(gpuhal_semaphore_t* semaphore
     semaphore->word = semaphore->unshared_word;
   }
   /* Nothing can be registered now: waiters and actions hold references. */
-  GPUHAL_ASSERT(gpuhal__list_empty(&semaphore->waiters) && gpuhal__list_empty(&semaphore->parked));
+  GPUHAL_ASSERT(gpuhal__list_empty(&semaphore->waiters) && !semaphore->waiting.root &&
+                gpuhal__list_empty(&semaphore->parked));
   gpuhal_status_free(semaphore->failure);
   semaphore->failure = NULL;
   /* No GPU work refers to the word now: every action that used it held a reference. */

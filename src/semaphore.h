@@ -109,7 +109,9 @@ GPUHAL_API gpuhal_semaphore_list_t gpuhal_semaphore_list_one(gpuhal_semaphore_t*
  * at or above `value` appears (only if `wants_submitted`), or when the semaphore fails.
  * The registration is removed before `notify` runs. */
 typedef struct gpuhal__semaphore_waiter_s {
-  gpuhal__list_node_t link; /* in semaphore->waiters; self-linked while not registered */
+  gpuhal__list_node_t link;  /* in semaphore->waiters (or parked, fail_watchers); self-linked while not registered */
+  gpuhal__heap_node_t order; /* in semaphore->waiting (keyed by `value`) while in semaphore->waiters */
+  int by_value;              /* in semaphore->waiters, so in semaphore->waiting too */
   uint64_t value;
   int wants_submitted;
   /* How many signals of this same semaphore the waiting queue work makes: work blocked on
@@ -197,7 +199,12 @@ struct gpuhal_semaphore_s {
   uint64_t value;          /* completed value; written under mutex, read atomically */
   gpuhal_status_t failure; /* NULL while healthy; first cause wins */
   gpuhal__list_node_t timepoints;
+  /* Registered waiters (gpuhal__semaphore_check), in no order, and the same by value: a
+   * notification takes them out smallest first and stops at the first value beyond what
+   * changed (a chain of thousands of blocked actions costs nothing per change), and a
+   * registration costs O(1), a removal O(log n), in whatever order values come. */
   gpuhal__list_node_t waiters;
+  gpuhal__heap_t waiting;
   /* Queue waits put on the GPU (armed: a cuStreamWaitValue64 on the word), by waiter node,
    * from the arming until their action is dropped: what still waits for a value on the GPU
    * (gpuhal__semaphore_abandoned_locked). Never notified: the word releases them. */
