@@ -535,6 +535,7 @@ GPUHAL__PRIVATE void gpuhal__semaphore_advance_locked(gpuhal_semaphore_t* s, uin
 GPUHAL__PRIVATE gpuhal__wait_state_t gpuhal__semaphore_check(gpuhal_semaphore_t* s, uint64_t value,
                                                              gpuhal__wait_query_t* q) {
   gpuhal__wait_state_t state = GPUHAL__WAIT_PENDING;
+  GPUHAL__COUNT(semaphore_check);
   gpuhal__mutex_lock(&s->mutex);
   if (s->shared) gpuhal__semaphore_shared_pull_locked(s);
   if (s->failure) {
@@ -1006,61 +1007,66 @@ static int gpuhal__semaphore_await_event(gpuhal_semaphore_t* s, uint64_t value, 
   return r == 0;
 }
 
-/* The outcome of the entries: 1 when the wait is over for `mode` (satisfied, or failed with
- * *out_status: for ALL any failed entry; for ANY a failed entry while none is reached), 0
- * when not. With `nodes`, entries not reached register their node. With `out`, the first
- * entry from out->from on whose value is submitted hands over its event (retained; the
- * caller must release it), which entry that was, and what its timepoint said. */
-typedef struct gpuhal__host_wait_event_s {
-  gpuhal__event_t* event;
-  uint64_t value; /* the submitted value the event stands for */
-  uint32_t from;  /* in: only entries from this index on hand over their event */
-  uint32_t index;
-  int word_written;
-} gpuhal__host_wait_event_t;
+/* What a host wait has seen of its entries so far. */
+typedef struct gpuhal__host_wait_tally_s {
+  uint32_t completed;
+  gpuhal_status_t first_failure; /* the first failed entry's, as its waiter reports it */
+} gpuhal__host_wait_tally_t;
+
+/* Counts entry `i`'s state (`q`: what gpuhal__semaphore_check said) into `t`; 1 when that
+ * ends the look early for `mode` (ANY: an entry reached; ALL: an entry failed). */
+static int gpuhal__host_wait_tally(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list, uint32_t i,
+                                   gpuhal__wait_state_t st, gpuhal__wait_query_t* q, gpuhal__host_wait_tally_t* t) {
+  if (st == GPUHAL__WAIT_COMPLETED) {
+    t->completed++;
+    return mode == GPUHAL_WAIT_ANY;
+  }
+  if (st != GPUHAL__WAIT_FAILED) return 0;
+  if (!t->first_failure) {
+    t->first_failure = gpuhal__semaphore_failure_for(q->failure, "a host wait", list.semaphores[i], list.values[i]);
+  } else {
+    gpuhal_status_free(q->failure);
+  }
+  return mode == GPUHAL_WAIT_ALL;
+}
+
+/* The outcome of a look at the entries: 1 when the wait is over for `mode` (satisfied, or
+ * failed with *out_status: for ALL any failed entry; for ANY a failed entry while none is
+ * reached), 0 when not. Takes t->first_failure either way. */
+static int gpuhal__host_wait_outcome(gpuhal_wait_mode_t mode, uint32_t count, gpuhal__host_wait_tally_t* t,
+                                     gpuhal_status_t* out_status) {
+  gpuhal_status_t failure = t->first_failure;
+  t->first_failure = NULL;
+  if ((mode == GPUHAL_WAIT_ALL && t->completed == count) || (mode == GPUHAL_WAIT_ANY && t->completed > 0)) {
+    gpuhal_status_free(failure);
+    return 1;
+  }
+  if (failure) {
+    *out_status = failure;
+    return 1;
+  }
+  return 0;
+}
+
+/* One look at every entry (gpuhal__host_wait_outcome says what it returns). With `nodes`,
+ * entries not reached register their node. */
 static int gpuhal__host_wait_evaluate(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list,
-                                      gpuhal__semaphore_waiter_t* nodes, gpuhal_status_t* out_status,
-                                      gpuhal__host_wait_event_t* out) {
-  uint32_t i, completed = 0;
-  gpuhal_status_t first_failure = NULL;
+                                      gpuhal__semaphore_waiter_t* nodes, gpuhal_status_t* out_status) {
+  gpuhal__host_wait_tally_t t;
+  uint32_t i;
+  memset(&t, 0, sizeof(t));
   for (i = 0; i < list.count; ++i) {
     gpuhal__wait_query_t q;
-    gpuhal__wait_state_t st;
     memset(&q, 0, sizeof(q));
     q.waiter = nodes ? &nodes[i] : NULL;
-    q.look_submitted = out != NULL;
-    q.take_event = out != NULL && out->event == NULL && i >= out->from;
     /* Registering on a value not submitted yet (memops): its signal's work will write the
      * word, which this thread reads once the value is submitted (cheaper and sooner than
      * querying the event; tests/bench/RESULTS.md). */
     q.host_arm = nodes && list.semaphores[i]->driver->memops; /* on registering: see gpuhal__semaphore_check */
-    st = gpuhal__semaphore_check(list.semaphores[i], list.values[i], &q);
-    if (st == GPUHAL__WAIT_COMPLETED) {
-      completed++;
-      if (mode == GPUHAL_WAIT_ANY) break;
-    } else if (st == GPUHAL__WAIT_FAILED) {
-      if (!first_failure) {
-        first_failure = gpuhal__semaphore_failure_for(q.failure, "a host wait", list.semaphores[i], list.values[i]);
-      } else {
-        gpuhal_status_free(q.failure);
-      }
-      if (mode == GPUHAL_WAIT_ALL) break;
-    } else if (st == GPUHAL__WAIT_SUBMITTED && q.event) {
-      out->event = q.event;
-      out->value = q.event_value;
-      out->index = i;
-      out->word_written = q.word_written;
-    }
+    if (gpuhal__host_wait_tally(mode, list, i, gpuhal__semaphore_check(list.semaphores[i], list.values[i], &q), &q, &t))
+      break;
   }
-  if ((mode == GPUHAL_WAIT_ALL && completed == list.count) || (mode == GPUHAL_WAIT_ANY && completed > 0)) {
-    gpuhal_status_free(first_failure);
-    return 1;
-  }
-  if (first_failure) {
-    *out_status = first_failure;
-    return 1;
-  }
-  return 0;
+  return gpuhal__host_wait_outcome(mode, list.count, &t, out_status);
 }
 
 static gpuhal_status_t gpuhal__host_wait_deadline(void) {
@@ -1103,28 +1109,43 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_list_check(const char* func, c
  * immediate timeout still looks at each submitted entry's work once (one query, or a read
  * of its word), as gpuhal_semaphore_query does: a polling loop of zero-timeout waits sees
  * work end as soon as it ends, not when the completion side gets to it (bench_queue case 8).
- * 1 when the wait is over (*out_status says how), 0 to go on registered. */
+ * One look at all entries first (an outcome already decided ends the wait before any work
+ * is polled), then one pass that polls each submitted entry's work and looks at that entry
+ * again when its work ended or its semaphore failed: O(n) looks in all. A change to an entry
+ * the pass went by is seen by the caller's next look. 1 when the wait is over (*out_status
+ * says how), 0 to go on registered. */
 static int gpuhal__host_wait_poll(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list, gpuhal_timeout_t timeout,
                                   gpuhal_status_t* out_status, gpuhal__hang_watch_t* watch) {
   int immediate = gpuhal__timeout_is_immediate(timeout);
-  uint32_t from = 0;
-  for (;;) {
-    gpuhal__host_wait_event_t found;
-    int want_event = from < list.count;
-    memset(&found, 0, sizeof(found));
-    found.from = from;
-    if (gpuhal__host_wait_evaluate(mode, list, NULL, out_status, want_event ? &found : NULL)) {
-      if (found.event) gpuhal__event_release(found.event);
-      return 1;
+  gpuhal__host_wait_tally_t t;
+  uint32_t i;
+  if (gpuhal__host_wait_evaluate(mode, list, NULL, out_status)) return 1;
+  memset(&t, 0, sizeof(t));
+  for (i = 0; i < list.count; ++i) {
+    gpuhal_semaphore_t* s = list.semaphores[i];
+    gpuhal__wait_query_t q;
+    gpuhal__wait_state_t st;
+    memset(&q, 0, sizeof(q));
+    /* For ANY, once an entry failed only a reached one can save the wait: no more polling. */
+    q.look_submitted = q.take_event = mode == GPUHAL_WAIT_ALL || !t.first_failure;
+    st = gpuhal__semaphore_check(s, list.values[i], &q);
+    if (st == GPUHAL__WAIT_SUBMITTED && q.event) {
+      /* Only a wait on this one value may sleep here: with more entries, another one's
+       * failure (or, for ANY, its completion) must end the wait, which the registered phase
+       * sees. */
+      int ended = gpuhal__semaphore_await_event(s, list.values[i], q.event, q.event_value, q.word_written, timeout,
+                                                list.count == 1, watch);
+      if (!immediate && gpuhal__timeout_expired(timeout)) {
+        gpuhal_status_free(t.first_failure);
+        return 0;
+      }
+      if (!ended && !gpuhal__atomic_load(&s->failure)) continue;
+      memset(&q, 0, sizeof(q));
+      st = gpuhal__semaphore_check(s, list.values[i], &q);
     }
-    if (!found.event) return 0;
-    from = found.index + 1;
-    /* Only a wait on this one value may sleep here: with more entries, another one's failure
-     * (or, for ANY, its completion) must end the wait, which the registered phase sees. */
-    gpuhal__semaphore_await_event(list.semaphores[found.index], list.values[found.index], found.event, found.value,
-                                  found.word_written, timeout, list.count == 1, watch);
-    if (!immediate && gpuhal__timeout_expired(timeout)) return 0;
+    if (gpuhal__host_wait_tally(mode, list, i, st, &q, &t)) break;
   }
+  return gpuhal__host_wait_outcome(mode, list.count, &t, out_status);
 }
 
 static gpuhal_status_t gpuhal__semaphores_wait_held(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t list,
@@ -1145,7 +1166,7 @@ static gpuhal_status_t gpuhal__semaphores_wait_held(gpuhal_wait_mode_t mode, gpu
   if (gpuhal__host_wait_poll(mode, list, timeout, &result, &watch)) return result;
   if (gpuhal__timeout_expired(timeout)) {
     /* One last look, so a value reached during the poll's last sleep still counts. */
-    if (gpuhal__host_wait_evaluate(mode, list, NULL, &result, NULL)) return result;
+    if (gpuhal__host_wait_evaluate(mode, list, NULL, &result)) return result;
     return gpuhal__host_wait_deadline();
   }
   if (list.count > GPUHAL__HOST_WAIT_INLINE_NODES) {
@@ -1170,7 +1191,7 @@ static gpuhal_status_t gpuhal__semaphores_wait_held(gpuhal_wait_mode_t mode, gpu
     int64_t spin_end = start + GPUHAL__HOST_WAIT_UNSUBMITTED_SPIN_NS;
     if (spin_end > timeout.deadline_ns) spin_end = timeout.deadline_ns; /* INT64_MAX when infinite */
     /* Registers the nodes not registered yet (notified ones were unlinked) and checks. */
-    if (gpuhal__host_wait_evaluate(mode, list, nodes, &result, NULL)) break;
+    if (gpuhal__host_wait_evaluate(mode, list, nodes, &result)) break;
     if (gpuhal__timeout_expired(timeout)) {
       result = gpuhal__host_wait_deadline();
       break;

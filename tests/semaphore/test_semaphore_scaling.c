@@ -7,6 +7,9 @@
  *     runs only once its value is reached;
  *  2. a host wait on thousands of distinct values of one semaphore that times out: its
  *     registrations and their removal stay O(n log n) too;
+ *  3. a zero-timeout wait (ALL, ANY) over hundreds of entries whose work is in flight looks
+ *     at each entry a bounded number of times (a look over the whole list per submitted entry
+ *     made it O(n^2) lock acquisitions).
  *
  * CTest runs it on the memop path and, as test_semaphore_scaling_events, on the event path. */
 #define TU_COUNT_WORK 1
@@ -132,4 +135,115 @@ TU_TEST(host_wait_on_many_values_times_out) {
   free(values);
 }
 
-TU_MAIN(TU_CASE(queued_waits_in_shuffled_order), TU_CASE(host_wait_on_many_values_times_out))
+/* ---- 3. zero-timeout waits over entries in flight ---- */
+enum { SS_ENTRIES = 512 };
+
+/* Zero-timeout waits (`mode`) over `all`, whose work is all in flight: each must time out
+ * after a bounded number of looks per entry. */
+static void ss_poll_in_flight(gpuhal_wait_mode_t mode, gpuhal_semaphore_list_t all) {
+  unsigned long long looks;
+  int k;
+  tu_count_watch("semaphore_check");
+  for (k = 0; k < 4; ++k)
+    TU_CHECK_STATUS(gpuhal_semaphores_wait(mode, all, gpuhal_timeout_immediate()), GPUHAL_STATUS_DEADLINE_EXCEEDED,
+                    "timeout");
+  looks = tu_counted() / 4;
+  tu_count_watch(NULL);
+  /* Today 3 per entry (a look, a look that takes its event, and one after the poll); a look
+   * over the whole list per entry in flight made it about n^2/2 (131 thousand here). */
+  fprintf(stderr, "  %s over %u in flight: %llu looks per wait\n", mode == GPUHAL_WAIT_ALL ? "ALL" : "ANY",
+          (unsigned)all.count, looks);
+  TU_CHECK(looks >= all.count); /* the count is live */
+  TU_CHECK(looks <= 4ull * all.count);
+}
+
+/* What waits over `all` (in flight) and one more entry decide: a failed one fails ALL and,
+ * while none is reached, ANY, with its cause; a reached one satisfies ANY; a timed wait
+ * runs out. */
+static void ss_in_flight_outcomes(gpuhal_driver_t* driver, gpuhal_semaphore_list_t all) {
+  gpuhal_semaphore_t** more = (gpuhal_semaphore_t**)malloc(sizeof(*more) * (all.count + 1));
+  uint64_t* values = (uint64_t*)malloc(sizeof(uint64_t) * (all.count + 1));
+  gpuhal_semaphore_t *bad = NULL, *reached = NULL;
+  gpuhal_semaphore_list_t l;
+  TU_REQUIRE(more && values);
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &bad));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 1, &reached));
+  gpuhal_semaphore_fail(bad, gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, "scaling test cause"));
+  memcpy(more, all.semaphores, sizeof(*more) * all.count);
+  memcpy(values, all.values, sizeof(uint64_t) * all.count);
+  values[all.count] = 1;
+  l.count = all.count + 1;
+  l.semaphores = more;
+  l.values = values;
+  more[all.count] = bad;
+  TU_CHECK_STATUS(gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, l, gpuhal_timeout_immediate()), GPUHAL_STATUS_DATA_LOSS,
+                  "scaling test cause");
+  TU_CHECK_STATUS(gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, l, gpuhal_timeout_immediate()), GPUHAL_STATUS_DATA_LOSS,
+                  "scaling test cause");
+  TU_CHECK_STATUS(gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, l, gpuhal_timeout_relative_ns(20000000)),
+                  GPUHAL_STATUS_DATA_LOSS, "scaling test cause");
+  more[all.count] = reached;
+  TU_CHECK_OK(gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, l, gpuhal_timeout_immediate()));
+  TU_CHECK_STATUS(gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, l, gpuhal_timeout_relative_ns(20000000)),
+                  GPUHAL_STATUS_DEADLINE_EXCEEDED, "timeout");
+  gpuhal_semaphore_release(bad);
+  gpuhal_semaphore_release(reached);
+  free(more);
+  free(values);
+}
+
+TU_TEST(immediate_waits_over_work_in_flight) {
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal_executable_t* exe = NULL;
+  gpuhal_kernel_t* spin_flag = NULL;
+  gpuhal_buffer_t* words = NULL;
+  gpuhal_command_buffer_t* spin = NULL;
+  gpuhal_semaphore_t* done[SS_ENTRIES];
+  uint64_t ones[SS_ENTRIES];
+  gpuhal_semaphore_list_t all;
+  gpuhal_arg_t args[3];
+  uint32_t i, *p;
+  if (!tu_open_device(&driver, &device, 0, NULL)) return;
+  TU_CHECK_OK(tu_load_kernel(device, "spin_flag", &exe, &spin_flag));
+  TU_CHECK_OK(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_HOST_PINNED, 8, &words));
+  TU_REQUIRE(spin_flag && words);
+  p = (uint32_t*)gpuhal_buffer_host_pointer(words);
+  p[0] = p[1] = 0;
+  args[0] = gpuhal_arg_buffer(words, 0);
+  args[1] = gpuhal_arg_buffer(words, 4);
+  args[2] = gpuhal_arg_u64(60000000); /* bound: 60 s */
+  TU_CHECK_OK(gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_STREAM, 0, &spin));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(spin));
+  TU_CHECK_OK(gpuhal_cmd_dispatch(spin, spin_flag, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args));
+  TU_CHECK_OK(gpuhal_command_buffer_end(spin));
+  /* The spin holds the queue; the signals behind it are submitted (issued, in flight). */
+  TU_CHECK_OK(
+      gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), spin, NULL));
+  for (i = 0; i < SS_ENTRIES; ++i) {
+    ones[i] = 1;
+    done[i] = NULL;
+    TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &done[i]));
+    TU_CHECK_OK(gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(),
+                                     gpuhal_semaphore_list_one(&done[i], &ones[i]), NULL, NULL));
+  }
+  all.count = SS_ENTRIES;
+  all.semaphores = done;
+  all.values = ones;
+  ss_poll_in_flight(GPUHAL_WAIT_ALL, all);
+  ss_poll_in_flight(GPUHAL_WAIT_ANY, all);
+  ss_in_flight_outcomes(driver, all);
+  __atomic_store_n(&p[0], 1u, __ATOMIC_SEQ_CST);
+  TU_CHECK_OK(gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, all, ss_seconds(SS_WAIT_S)));
+  TU_CHECK_EQ_INT(__atomic_load_n(&p[1], __ATOMIC_SEQ_CST), 1); /* let go, not timed out */
+  TU_CHECK_OK(gpuhal_device_wait_idle(device, ss_seconds(SS_WAIT_S)));
+  for (i = 0; i < SS_ENTRIES; ++i) gpuhal_semaphore_release(done[i]);
+  gpuhal_command_buffer_release(spin);
+  gpuhal_buffer_release(words);
+  gpuhal_executable_release(exe);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+}
+
+TU_MAIN(TU_CASE(queued_waits_in_shuffled_order), TU_CASE(host_wait_on_many_values_times_out),
+        TU_CASE(immediate_waits_over_work_in_flight))
