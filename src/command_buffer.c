@@ -335,7 +335,10 @@ static gpuhal_status_t gpuhal__peer_enable_on_worker(void* arg) {
   CUresult r = p->device->cu->cuCtxEnablePeerAccess(p->peer->context, 0);
   if (r != CUDA_SUCCESS && (int)r != 704 /* CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED */)
     return gpuhal__cuda_status(p->device->cu, r, "cuCtxEnablePeerAccess", __FILE__, __LINE__);
-  return gpuhal__pool_grant_peer(p->peer, p->device); /* and the peer's transient buffers */
+  /* and the peer's transient buffers: a refusal only keeps them out of GRAPH copies
+   * (gpuhal__pool_opened_to), as the default pool's are */
+  gpuhal__pool_grant_peer(p->peer, p->device);
+  return NULL;
 }
 
 /* 1 when the two devices can reach each other's memory (access then enabled both ways, or
@@ -379,11 +382,11 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__cb_check_copy_ref(gpuhal_command_buffer_
         GPUHAL_STATUS_OUT_OF_RANGE, "%s: argument '%s': range [%llu, +%llu) is outside the buffer's %llu bytes", func,
         what, (unsigned long long)ref.offset, (unsigned long long)size, (unsigned long long)buffer->size);
   GPUHAL__RETURN_IF_ERROR(gpuhal__peer_prepare(cb->device, buffer->device, &peer));
-  if (peer && buffer->pending && gpuhal__cb_is_graph(cb) && gpuhal__pool_is_shared_default(buffer->device))
+  if (peer && buffer->pending && gpuhal__cb_is_graph(cb) && !gpuhal__pool_opened_to(buffer->device, cb->device))
     return gpuhal_status_make(GPUHAL_STATUS_UNIMPLEMENTED,
                               "%s: argument '%s' is a transient buffer (gpuhal_queue_alloca) of device %d, whose "
-                              "allocations come from its default memory pool, which gpuhal does not open to device "
-                              "%d: copy it in a STREAM command buffer",
+                              "memory pool is not open to device %d (the device's default pool, which gpuhal leaves "
+                              "alone, or cuMemPoolSetAccess refused: see the log): copy it in a STREAM command buffer",
                               func, what, buffer->device->ordinal, cb->device->ordinal);
   if (!peer) {
     if (gpuhal__cb_is_graph(cb))

@@ -239,7 +239,9 @@ GPUHAL__PRIVATE int gpuhal__context_push_any(const gpuhal__cuda_symbols_t* cu, C
   gpuhal__capture_relax(cu, &scope->capture);
   if (cu->cuCtxGetCurrent(&scope->saved) != CUDA_SUCCESS) scope->saved = NULL;
   scope->pushed = cu->cuCtxPushCurrent(context) == CUDA_SUCCESS;
-  return scope->pushed || cu->cuCtxSetCurrent(context) == CUDA_SUCCESS;
+  if (scope->pushed || cu->cuCtxSetCurrent(context) == CUDA_SUCCESS) return 1;
+  gpuhal__capture_restore(cu, &scope->capture); /* the caller skips pop_any */
+  return 0;
 }
 
 /* Pops the context this thread pushed, trying once more when the pop fails. Only a pop
@@ -398,6 +400,15 @@ static void gpuhal__driver_free(gpuhal_driver_t* driver) {
   gpuhal__object_free(gpuhal__process_object_pool(), GPUHAL__MAGIC_DRIVER, driver);
 }
 
+/* 1 when a device of any ordinal was lost: a GPU fault can take every context of the
+ * process, including those of devices that saw no sticky error themselves. */
+static int gpuhal__driver_lost_any(const gpuhal_driver_t* driver) {
+  int i;
+  for (i = 0; i < driver->device_count; ++i)
+    if (gpuhal__atomic_load(&driver->ordinals[i].lost)) return 1;
+  return 0;
+}
+
 static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
   gpuhal__hooks()->trace_destroy(driver);         /* trace hook: writes the file */
   gpuhal__hooks()->driver_flush_deferred(driver); /* no device is left: nothing waits on the GPU */
@@ -412,7 +423,7 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
       /* Counting mistakes are caught here in tests; after a loss (on a GPU every context
        * of the process may go at once, and teardown calls fail) they are only reported:
        * aborting a program that is shutting down over a lost GPU helps nobody. */
-      GPUHAL_ASSERT(o->lost);
+      GPUHAL_ASSERT(gpuhal__driver_lost_any(driver));
       gpuhal__log(&driver->logger, GPUHAL_LOG_DEBUG,
                   "driver: device %d was lost: %d parked steps and %d streams or graph executables not accounted for",
                   i, (int)o->parked, (int)o->room_live);

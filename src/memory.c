@@ -75,28 +75,35 @@ static gpuhal_status_t gpuhal__pool_create(void* arg) {
   return gpuhal__pool_set_threshold(device, memory->pool);
 }
 
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__pool_grant_peer(gpuhal_device_t* device, gpuhal_device_t* peer) {
+GPUHAL__PRIVATE void gpuhal__pool_grant_peer(gpuhal_device_t* device, gpuhal_device_t* peer) {
   gpuhal__memory_state_t* memory = device->memory;
   uint64_t bit = peer->ordinal < 64 ? (uint64_t)1 << peer->ordinal : 0;
   CUmemAccessDesc desc;
-  if (!memory || !memory->pool || !memory->owns_pool || peer->cu_device == device->cu_device) return NULL;
-  if (bit && (gpuhal__atomic_load(&memory->pool_peers) & bit)) return NULL;
-  if (!device->cu->cuMemPoolSetAccess)
-    return gpuhal_status_make(GPUHAL_STATUS_UNIMPLEMENTED,
-                              "device %d's memory pool cannot be opened to device %d: the driver has no "
-                              "cuMemPoolSetAccess",
-                              device->ordinal, peer->ordinal);
+  gpuhal_status_t status;
+  if (!memory || !memory->pool || !memory->owns_pool || peer->cu_device == device->cu_device) return;
+  if (bit && (gpuhal__atomic_load(&memory->pool_peers) & bit)) return;
+  if (!device->cu->cuMemPoolSetAccess) return;
   memset(&desc, 0, sizeof(desc));
   desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  desc.location.id = peer->ordinal;
+  desc.location.id = (int)peer->cu_device;
   desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  GPUHAL__CU_RETURN(device->cu, cuMemPoolSetAccess, (memory->pool, &desc, 1));
-  if (bit) gpuhal__atomic_or(&memory->pool_peers, bit);
-  return NULL;
+  status = GPUHAL__CU(device->cu, cuMemPoolSetAccess, (memory->pool, &desc, 1));
+  if (!status) {
+    if (bit) gpuhal__atomic_or(&memory->pool_peers, bit);
+    return;
+  }
+  gpuhal__log(device->logger, GPUHAL_LOG_WARN,
+              "device %d: its memory pool stays closed to device %d (GRAPH command buffers of that device cannot "
+              "copy its transient buffers): %s",
+              device->ordinal, peer->ordinal, gpuhal_status_message(status));
+  gpuhal_status_free(status);
 }
 
-GPUHAL__PRIVATE int gpuhal__pool_is_shared_default(const gpuhal_device_t* device) {
-  return device->memory && device->memory->pool && !device->memory->owns_pool;
+GPUHAL__PRIVATE int gpuhal__pool_opened_to(const gpuhal_device_t* device, const gpuhal_device_t* peer) {
+  const gpuhal__memory_state_t* memory = device->memory;
+  if (!memory || !memory->pool || peer->cu_device == device->cu_device) return 1; /* no pool: plain memory */
+  if (!memory->owns_pool) return 0;
+  return peer->ordinal >= 64 || ((gpuhal__atomic_load(&memory->pool_peers) >> peer->ordinal) & 1);
 }
 
 static gpuhal_status_t gpuhal__pool_destroy(void* arg) {
@@ -174,16 +181,24 @@ GPUHAL__PRIVATE void gpuhal__memory_state_destroy(gpuhal_device_t* device) {
 
 /* Allocates `size` bytes in stream order on `stream` from the device pool; without pool
  * support, a synchronous cuMemAlloc. The _current form needs the device's context current
- * (the queue's issue); the _async form enters it (any thread). */
+ * (the queue's issue); the _async form enters it (any thread). Allocations and frees,
+ * stream-ordered ones too, are calls CUDA refuses during another thread's global stream
+ * capture: they run in relaxed mode (this may be the caller-issue path, device.h). */
 static gpuhal_status_t gpuhal__pool_alloc_current(gpuhal_device_t* device, CUstream stream, uint64_t size,
                                                   CUdeviceptr* out_ptr) {
+  gpuhal__capture_scope_t capture;
+  gpuhal_status_t status;
   *out_ptr = 0;
   if (size > (uint64_t)SIZE_MAX)
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE, "allocation of %llu bytes exceeds the address space",
                               (unsigned long long)size);
+  gpuhal__capture_relax(device->cu, &capture);
   if (device->memory && device->memory->pool)
-    return GPUHAL__CU(device->cu, cuMemAllocFromPoolAsync, (out_ptr, (size_t)size, device->memory->pool, stream));
-  return GPUHAL__CU(device->cu, cuMemAlloc, (out_ptr, (size_t)size));
+    status = GPUHAL__CU(device->cu, cuMemAllocFromPoolAsync, (out_ptr, (size_t)size, device->memory->pool, stream));
+  else
+    status = GPUHAL__CU(device->cu, cuMemAlloc, (out_ptr, (size_t)size));
+  gpuhal__capture_restore(device->cu, &capture);
+  return status;
 }
 
 /* The index of the queue whose stream is `stream`, or -1. */
@@ -195,15 +210,20 @@ static int gpuhal__stream_queue_index(gpuhal_device_t* device, CUstream stream) 
 }
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__pool_free_current(gpuhal_device_t* device, CUstream stream, CUdeviceptr ptr) {
+  gpuhal__capture_scope_t capture;
   gpuhal_status_t status;
   if (!ptr) return NULL;
+  gpuhal__capture_relax(device->cu, &capture); /* as gpuhal__pool_alloc_current */
   if (device->memory && device->memory->pool) {
     int queue = gpuhal__stream_queue_index(device, stream);
     if (queue >= 0) gpuhal__atomic_store(&device->memory->frees_issued[queue], 1);
-    return GPUHAL__CU(device->cu, cuMemFreeAsync, (ptr, stream));
+    status = GPUHAL__CU(device->cu, cuMemFreeAsync, (ptr, stream));
+  } else {
+    status = GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
+    if (!status) status = GPUHAL__CU(device->cu, cuMemFree, (ptr));
   }
-  status = GPUHAL__CU(device->cu, cuStreamSynchronize, (stream));
-  return status ? status : GPUHAL__CU(device->cu, cuMemFree, (ptr));
+  gpuhal__capture_restore(device->cu, &capture);
+  return status;
 }
 
 GPUHAL__PRIVATE void gpuhal__pool_mark_free(gpuhal_device_t* device, CUstream stream) {

@@ -203,11 +203,12 @@ GPUHAL__PRIVATE void gpuhal__memory_state_destroy(gpuhal_device_t* device);
 /* Lets `peer`'s context reach the memory of `device`'s own pool (its transient buffers):
  * enabling peer access between two contexts does not cover stream-ordered pools, whose
  * access is set per pool (cuMemPoolSetAccess). Once per pair; nothing for the default pool,
- * which is the application's too (see gpuhal__pool_is_shared_default). */
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__pool_grant_peer(gpuhal_device_t* device, gpuhal_device_t* peer);
-/* 1 when the device's transient buffers come from its default pool (gpuhal's own could not
- * be made): no other device is given access to it. */
-GPUHAL__PRIVATE int gpuhal__pool_is_shared_default(const gpuhal_device_t* device);
+ * which is the application's too. A refusal is logged: it only closes the pool to GRAPH
+ * copies (gpuhal__pool_opened_to); a STREAM copy (cuMemcpyPeerAsync) needs no access. */
+GPUHAL__PRIVATE void gpuhal__pool_grant_peer(gpuhal_device_t* device, gpuhal_device_t* peer);
+/* 1 when `peer`'s work may touch `device`'s transient buffers directly (a kernel or a graph
+ * copy of `peer`): same GPU, no pool (plain allocations), or its own pool opened to `peer`. */
+GPUHAL__PRIVATE int gpuhal__pool_opened_to(const gpuhal_device_t* device, const gpuhal_device_t* peer);
 
 /* gpuhal__pool_free_async with the device's context already current (the queue's issue). */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__pool_free_current(gpuhal_device_t* device, CUstream stream, CUdeviceptr ptr);

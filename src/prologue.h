@@ -78,8 +78,10 @@
  *   thread or inside a push/pop that restores the caller's context. gpuhal's own CUDA
  *   calls run in relaxed stream-capture mode (its threads for life; on yours for the call,
  *   giving your thread's mode back), and gpuhal never captures your streams: your stream
- *   capture in any mode (CUDA's default global one included) neither fails gpuhal's work
- *   nor is invalidated by it. Queue operations never block their caller. A forked child
+ *   capture in any mode (CUDA's default global one included) does not make CUDA refuse
+ *   gpuhal's calls, nor do they invalidate it under the capture-mode rule. (Releases that
+ *   free memory or unload a module wait for the whole context: leave them until a capture
+ *   in that context ends.) Queue operations never block their caller. A forked child
  *   must create its own driver: one inherited from the parent has none of its threads
  *   there (see gpuhal_driver_create).
  *
