@@ -504,6 +504,8 @@ int main(int argc, char** argv) {
    * a wait that slept between polls would add its wake-up to each run (up to 1/16 of it). */
   memset(&params, 0, sizeof(params));
   params.tuning.host_wait_spin_ns = 1000000000;
+  /* BM_QUEUE_ENTRIES_MAX: tuning.queue_entries_max (e.g. -1: no bound on a queue's stream) */
+  if (getenv("BM_QUEUE_ENTRIES_MAX")) params.tuning.queue_entries_max = atoi(getenv("BM_QUEUE_ENTRIES_MAX"));
   md_device_params = &params;
   if (!md_open(&f, MD_MAX_DEVICES, 1, NULL)) {
     fprintf(stderr, "bench_multi_gpu needs a device\n");
