@@ -425,7 +425,8 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
        * aborting a program that is shutting down over a lost GPU helps nobody. */
       GPUHAL_ASSERT(gpuhal__driver_lost_any(driver));
       gpuhal__log(&driver->logger, GPUHAL_LOG_DEBUG,
-                  "driver: device %d was lost: %d parked steps and %d streams or graph executables not accounted for",
+                  "driver: device %d: %d parked steps and %d streams or graph executables not accounted for after "
+                  "a device loss",
                   i, (int)o->parked, (int)o->room_live);
     }
   }
