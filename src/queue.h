@@ -527,6 +527,7 @@ typedef struct gpuhal__queue_state_s {
   uint64_t pending_seq;         /* the last pending_seq given */
   gpuhal__action_t* woken;      /* a stack of woken pending actions (pushed by any thread, atomic) */
   gpuhal__action_t* issue_free; /* free actions taken in bulk by the fast path (see below) */
+  uint32_t held_count;          /* actions on the lanes' `held` lists (issue_mutex) */
   gpuhal__task_t pump_task;     /* posted whenever something changed; the worker dedups it */
   /* The woken actions a pump pass took off the stack and has not resolved yet, by
    * pending_seq: a pass issues GPUHAL__PUMP_ISSUE_BATCH of them, and the rest wait here in
@@ -706,7 +707,7 @@ GPUHAL__PRIVATE int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp);
 
 /* Issues a ready action and puts it on its lane (or fails it). Under issue_mutex with the
  * device's context current. Returns when it was issued (0: it failed). */
-GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a);
+GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a, uint32_t entries);
 
 /* A submitter's fast path: issues ready `a` (not in `pending`), or, when its queue's stream
  * has no room or earlier ready work of the queue waits for room, puts it in `pending` on

@@ -379,9 +379,8 @@ static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t sta
   gpuhal__action_retire(a);
 }
 
-GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a, uint32_t entries) {
   gpuhal__queue_lane_t* lane = &state->lanes[a->queue_index];
-  uint32_t entries = gpuhal__action_lane_entries(a); /* before the issue: a failed one may have enqueued some */
   gpuhal_status_t status = gpuhal__action_issue(a);
   int64_t now;
   lane->entries_issued += entries;
@@ -425,10 +424,14 @@ static int gpuhal__lane_room(const gpuhal__queue_state_t* state, const gpuhal__q
   return lane->entries_issued - done + need <= (uint64_t)state->tuning.queue_entries_max;
 }
 
-/* 1 when ready `a` must wait for room: earlier ready work of its lane waits, or it does not fit. */
-static int gpuhal__action_must_hold(const gpuhal__queue_state_t* state, const gpuhal__action_t* a) {
+/* 1 when ready `a` must wait for room: earlier ready work of its lane waits, or it does not fit.
+ * *out_entries: the entries its issue will put on the lane (gpuhal__action_dispatch counts
+ * them; taken before the issue, as a failed issue may have enqueued some). */
+static int gpuhal__action_must_hold(const gpuhal__queue_state_t* state, const gpuhal__action_t* a,
+                                    uint32_t* out_entries) {
   const gpuhal__queue_lane_t* lane = &state->lanes[a->queue_index];
-  return !gpuhal__list_empty(&lane->held) || !gpuhal__lane_room(state, lane, gpuhal__action_lane_entries(a));
+  *out_entries = gpuhal__action_lane_entries(a);
+  return !gpuhal__list_empty(&lane->held) || !gpuhal__lane_room(state, lane, *out_entries);
 }
 
 /* Ready `a` (in `pending`) waits for room. It holds no event meanwhile (an event wait takes
@@ -437,12 +440,14 @@ static int gpuhal__action_must_hold(const gpuhal__queue_state_t* state, const gp
 static void gpuhal__action_hold(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
   gpuhal__action_drop_wait_events(a);
   a->held = 1;
+  state->held_count++;
   gpuhal__list_push_back(&state->lanes[a->queue_index].held, &a->held_link);
 }
 
-static void gpuhal__action_unhold(gpuhal__action_t* a) {
+static void gpuhal__action_unhold(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
   if (!a->held) return;
   a->held = 0;
+  state->held_count--;
   gpuhal__list_remove(&a->held_link);
 }
 
@@ -475,11 +480,11 @@ static void gpuhal__lane_issue_held(gpuhal__queue_state_t* state, gpuhal__queue_
       gpuhal__queue_kick_issue(state);
       return;
     }
-    gpuhal__action_unhold(a);
+    gpuhal__action_unhold(state, a);
     gpuhal__list_remove(&a->link);
     a->in_pending = 0;
     (*budget)--;
-    gpuhal__action_dispatch(state, a);
+    gpuhal__action_dispatch(state, a, need);
   }
 }
 
@@ -492,15 +497,11 @@ static void gpuhal__queue_issue_held(gpuhal__queue_state_t* state, int* budget, 
     if (!gpuhal__list_empty(&state->lanes[q].held)) gpuhal__lane_issue_held(state, &state->lanes[q], budget, caller);
 }
 
-GPUHAL__PRIVATE int gpuhal__queue_holds(const gpuhal__queue_state_t* state) {
-  uint32_t q;
-  for (q = 0; q < state->device->queue_count; ++q)
-    if (!gpuhal__list_empty(&state->lanes[q].held)) return 1;
-  return 0;
-}
+GPUHAL__PRIVATE int gpuhal__queue_holds(const gpuhal__queue_state_t* state) { return state->held_count != 0; }
 
 GPUHAL__PRIVATE int64_t gpuhal__action_issue_or_hold(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
-  if (!gpuhal__action_must_hold(state, a)) return gpuhal__action_dispatch(state, a);
+  uint32_t entries;
+  if (!gpuhal__action_must_hold(state, a, &entries)) return gpuhal__action_dispatch(state, a, entries);
   gpuhal__action_make_pending(state, a);
   gpuhal__action_hold(state, a);
   return 0;
@@ -510,19 +511,20 @@ GPUHAL__PRIVATE int64_t gpuhal__action_issue_or_hold(gpuhal__queue_state_t* stat
  * holds it when its lane's stream has no room); returns 1 when it left the pending list. */
 static int gpuhal__queue_pump_one(gpuhal__queue_state_t* state, gpuhal__action_t* a, gpuhal_status_t failure) {
   gpuhal__resolve_t r = failure ? GPUHAL__RESOLVE_FAILED : gpuhal__action_resolve(a, 1, &failure);
+  uint32_t entries = 0;
   if (r == GPUHAL__RESOLVE_BLOCKED) return 0;
-  if (r == GPUHAL__RESOLVE_READY && gpuhal__action_must_hold(state, a)) {
+  if (r == GPUHAL__RESOLVE_READY && gpuhal__action_must_hold(state, a, &entries)) {
     gpuhal__action_hold(state, a);
     return 0;
   }
   gpuhal__list_remove(&a->link);
   a->in_pending = 0;
-  gpuhal__action_unhold(a);
+  gpuhal__action_unhold(state, a);
   if (r == GPUHAL__RESOLVE_FAILED) {
     gpuhal__action_fail(a, failure);
     gpuhal__action_retire(a);
   } else {
-    gpuhal__action_dispatch(state, a);
+    gpuhal__action_dispatch(state, a, entries);
   }
   return 1;
 }

@@ -62,8 +62,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__queue_validate(const char* func, gpuhal_
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
                               "%s: argument 'queue' (%u) must be below the device's queue count (%u)", func,
                               queue_index, device->queue_count);
-  GPUHAL__RETURN_IF_ERROR(gpuhal__semaphore_list_check(func, "wait", wait, device->driver));
-  GPUHAL__RETURN_IF_ERROR(gpuhal__semaphore_list_check(func, "signal", signal, device->driver));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__semaphore_list_check(func, "wait", wait, device->driver, 0));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__semaphore_list_check(func, "signal", signal, device->driver, 1));
   if (!gpuhal__queue_state(device))
     return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "%s: the device has no queues", func);
   return NULL;

@@ -1075,7 +1075,7 @@ static gpuhal_status_t gpuhal__host_wait_deadline(void) {
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_list_check(const char* func, const char* arg,
                                                              gpuhal_semaphore_list_t list,
-                                                             const gpuhal_driver_t* driver) {
+                                                             const gpuhal_driver_t* driver, int signals) {
   uint32_t i;
   if (list.count == 0) return NULL;
   if (!list.semaphores || !list.values)
@@ -1089,7 +1089,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_list_check(const char* func, c
       return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                                 "%s: argument '%s' entry %u is a semaphore of another driver than the device's", func,
                                 arg, i);
-    if (strcmp(arg, "signal") == 0) {
+    if (signals) {
       bad = gpuhal__semaphore_check_shared_value(s, list.values[i], func, arg);
       if (bad) return gpuhal_status_annotate(bad, "at index %u", i);
     }
@@ -1257,7 +1257,7 @@ GPUHAL_API gpuhal_status_t gpuhal_semaphores_wait(gpuhal_wait_mode_t mode, gpuha
                                                   gpuhal_timeout_t timeout) {
   GPUHAL__CHECK_ARG(mode == GPUHAL_WAIT_ALL || mode == GPUHAL_WAIT_ANY, "mode",
                     "must be GPUHAL_WAIT_ALL or GPUHAL_WAIT_ANY");
-  GPUHAL__RETURN_IF_ERROR(gpuhal__semaphore_list_check(__func__, "list", list, NULL));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__semaphore_list_check(__func__, "list", list, NULL, 0));
   if (list.count == 0) return NULL;
   return gpuhal__semaphores_wait_impl(__func__, "list", mode, list, timeout);
 }

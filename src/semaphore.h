@@ -496,10 +496,11 @@ GPUHAL__PRIVATE void gpuhal__semaphore_driver_destroy(gpuhal_driver_t* driver);
 GPUHAL__PRIVATE void gpuhal__semaphore_release_ref(gpuhal_semaphore_t* semaphore);
 
 /* The one check of a gpuhal_semaphore_list_t argument (named `arg` in messages): NULL
- * arrays with a count, a bad or released handle (with its index), and, when `driver` is
- * given, a semaphore of another driver. */
+ * arrays with a count, a bad or released handle (with its index), when `driver` is given,
+ * a semaphore of another driver, and with `signals` (a list of values to signal), a value
+ * its sharing rules refuse. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__semaphore_list_check(const char* func, const char* arg,
                                                              gpuhal_semaphore_list_t list,
-                                                             const gpuhal_driver_t* driver);
+                                                             const gpuhal_driver_t* driver, int signals);
 
 #endif /* GPUHAL_SRC_SEMAPHORE_H */
