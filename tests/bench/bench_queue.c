@@ -48,6 +48,14 @@
  * 8. polling with zero timeouts: case 1 with the host polling gpuhal_semaphore_wait(T,
  *    immediate) in a loop instead of blocking in the wait
  *      vs cuLaunchKernel + cuEventRecord + a cuEventQuery loop               target <= 1.1x
+ * 9. a host call behind GPU work: execute(signal T), host_call(wait T, signal H) of a
+ *    function that does nothing, host waits for H
+ *      vs cuLaunchKernel + cuLaunchHostFunc of a function that raises a flag the host
+ *      spins on                                                            (reported)
+ * 10. a WAIT_ANY whose other entry nobody has signalled: execute(signal T), then
+ *    gpuhal_semaphores_wait(ANY, {G at a value never signalled, T})
+ *      vs case 1's raw round trip                                          (reported)
+ *    (select it with '0' in the cases argument)
  *
  * The tiny dispatch is spin_us(0) from tests/kernels. Numbers mean something only on a real
  * GPU; on softcuda this is a smoke test. */
@@ -71,6 +79,8 @@ typedef struct bench_s {
   gpuhal_semaphore_t* s;
   gpuhal_semaphore_t* gate; /* cases 5 and 7: the host-signalled semaphore work waits on */
   uint64_t gate_value;
+  gpuhal_semaphore_t* host; /* case 9: signalled by the host calls */
+  uint64_t host_value;
   uint64_t value; /* the timeline's last value */
   CUstream raw_streams[2];
   CUevent raw_events[4];
@@ -525,6 +535,85 @@ static double gpuhal_reverse_chain(bench_t* b, int n) {
   return us_per(start, n);
 }
 
+/* ---- 9. a host call behind GPU work ---- */
+static gpuhal_status_t bench_host_noop(void* user) {
+  (void)user;
+  return NULL;
+}
+
+static double gpuhal_host_call(bench_t* b, int n) {
+  int64_t start = gpuhal_now_ns();
+  int i;
+  for (i = 0; i < n; ++i) {
+    uint64_t next = ++b->value, host = ++b->host_value;
+    if (!check(b,
+               gpuhal_queue_execute(b->f.device, 0, gpuhal_semaphore_list_empty(), one(&b->s, &next),
+                                    b->graph->stream_cb, NULL),
+               "host call execute") ||
+        !check(b,
+               gpuhal_queue_host_call(b->f.device, 0, one(&b->s, &next), one(&b->host, &host), bench_host_noop, NULL),
+               "host call") ||
+        !check(b, gpuhal_semaphore_wait(b->host, host, qt_seconds(10)), "host call wait"))
+      return 0;
+  }
+  return us_per(start, n);
+}
+
+static uint64_t bench_raw_host_flag;
+static void CUDA_CB bench_raw_host_fn(void* user) { __atomic_add_fetch((uint64_t*)user, 1, __ATOMIC_SEQ_CST); }
+
+static double raw_host_call(bench_t* b, int n) {
+  const gpuhal__cuda_symbols_t* cu = b->f.device->cu;
+  unsigned long long us = 0;
+  void* params[1];
+  uint64_t base = __atomic_load_n(&bench_raw_host_flag, __ATOMIC_SEQ_CST);
+  int64_t start;
+  int i;
+  params[0] = &us;
+  start = gpuhal_now_ns();
+  for (i = 1; i <= n; ++i) {
+    int64_t began = gpuhal_now_ns();
+    if (!check_cu(b, cu->cuLaunchKernel(b->f.spin, 1, 1, 1, 1, 1, 1, 0, b->raw_streams[0], params, NULL), "launch") ||
+        !check_cu(b, cu->cuLaunchHostFunc(b->raw_streams[0], bench_raw_host_fn, &bench_raw_host_flag),
+                  "cuLaunchHostFunc"))
+      return 0;
+    while (__atomic_load_n(&bench_raw_host_flag, __ATOMIC_SEQ_CST) < base + (uint64_t)i) {
+      if (gpuhal_now_ns() - began > 10000000000ll) {
+        fprintf(stderr, "bench_queue: raw host call: the host function never ran\n");
+        b->failures++;
+        return 0;
+      }
+    }
+  }
+  return us_per(start, n);
+}
+
+/* ---- 10. WAIT_ANY with an entry nobody signals ---- */
+static double gpuhal_any_unsignalled(bench_t* b, int n) {
+  int64_t start = gpuhal_now_ns();
+  int i;
+  for (i = 0; i < n; ++i) {
+    gpuhal_semaphore_t* sems[2];
+    uint64_t values[2];
+    gpuhal_semaphore_list_t list;
+    uint64_t next = ++b->value;
+    sems[0] = b->gate;
+    values[0] = b->gate_value + 1; /* never signalled in this case */
+    sems[1] = b->s;
+    values[1] = next;
+    list.count = 2;
+    list.semaphores = sems;
+    list.values = values;
+    if (!check(b,
+               gpuhal_queue_execute(b->f.device, 0, gpuhal_semaphore_list_empty(), one(&b->s, &next),
+                                    b->graph->stream_cb, NULL),
+               "any execute") ||
+        !check(b, gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, list, qt_seconds(10)), "any wait"))
+      return 0;
+  }
+  return us_per(start, n);
+}
+
 /* ---- diagnostics: CUDA calls per operation ----
  * Counting wrappers replace entries of the driver's function table (which gpuhal and the
  * raw side both call through) while one case runs: calls and time inside each entry, on the
@@ -685,7 +774,7 @@ int main(int argc, char** argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2000;
   int reps = argc > 2 ? atoi(argv[2]) : 5;
   int diagnostics = argc > 3 ? atoi(argv[3]) : 1;
-  const char* only = argc > 4 ? argv[4] : "12345678"; /* the cases to run, by number */
+  const char* only = argc > 4 ? argv[4] : "1234567890"; /* the cases to run, by number (0: case 10) */
   int i, have_graph;
   if (n < 1) n = 1;
   if (reps < 1) reps = 1;
@@ -699,7 +788,8 @@ int main(int argc, char** argv) {
   }
   cu = b.f.device->cu;
   if (!check(&b, gpuhal_semaphore_create(b.f.driver, 0, &b.s), "semaphore") ||
-      !check(&b, gpuhal_semaphore_create(b.f.driver, 0, &b.gate), "semaphore"))
+      !check(&b, gpuhal_semaphore_create(b.f.driver, 0, &b.gate), "semaphore") ||
+      !check(&b, gpuhal_semaphore_create(b.f.driver, 0, &b.host), "semaphore"))
     return 1;
   /* The raw side runs on this thread with the device's context pushed, as a raw user would. */
   if (!check(&b, gpuhal__context_enter(b.f.device, &scope), "context")) return 1;
@@ -735,6 +825,10 @@ int main(int argc, char** argv) {
   if (strchr(only, '8'))
     run_case(&b, "8 zero-timeout poll loop round trip", 1.1, gpuhal_poll_round_trip, raw_poll_round_trip, n, reps,
              NULL);
+  if (have_graph && strchr(only, '9'))
+    run_case(&b, "9 host call behind a dispatch", 0, gpuhal_host_call, raw_host_call, n, reps, NULL);
+  if (have_graph && strchr(only, '0'))
+    run_case(&b, "10 ANY with an unsignalled entry", 0, gpuhal_any_unsignalled, raw_round_trip, n, reps, NULL);
   check(&b, gpuhal_device_wait_idle(b.f.device, gpuhal_timeout_infinite()), "idle");
 
   if (diagnostics) {
@@ -753,6 +847,8 @@ int main(int argc, char** argv) {
     if (have_graph && strchr(only, '6')) diagnose(&b, "6 early waiter gpuhal", gpuhal_early_waiter, n);
     if (have_graph && strchr(only, '7')) diagnose(&b, "7 reverse chain gpuhal", gpuhal_reverse_chain, n);
     if (strchr(only, '8')) diagnose(&b, "8 poll loop gpuhal", gpuhal_poll_round_trip, n);
+    if (have_graph && strchr(only, '9')) diagnose(&b, "9 host call gpuhal", gpuhal_host_call, n);
+    if (have_graph && strchr(only, '0')) diagnose(&b, "10 ANY wait gpuhal", gpuhal_any_unsignalled, n);
   }
 
   check(&b, gpuhal_device_wait_idle(b.f.device, gpuhal_timeout_infinite()), "idle");
@@ -762,6 +858,7 @@ int main(int argc, char** argv) {
   gpuhal__context_leave(b.f.device, &scope);
   gpuhal_semaphore_release(b.s);
   gpuhal_semaphore_release(b.gate);
+  gpuhal_semaphore_release(b.host);
   qt_close(&b.f);
   return b.failures ? 1 : 0;
 }
