@@ -160,30 +160,34 @@ static void gpuhal__report_copy_signals(gpuhal__report_t* r, gpuhal__report_op_t
 }
 
 /* Makes room for at least `want` operations (doubling, from GPUHAL__REPORT_OPS_FIRST, up
- * to GPUHAL__REPORT_OPS_MAX); 0 when it cannot. Runs under a device's locks: only the
- * allocator is called. */
-static int gpuhal__report_reserve(gpuhal__report_t* r, uint64_t want) {
+ * to GPUHAL__REPORT_OPS_MAX); RESOURCE_EXHAUSTED naming the room when it cannot. Runs
+ * under a device's locks: only the allocator is called (and a status made). */
+static gpuhal_status_t gpuhal__report_reserve(gpuhal__report_t* r, uint64_t want) {
   uint32_t capacity = r->op_capacity ? r->op_capacity : (uint32_t)GPUHAL__REPORT_OPS_FIRST;
   gpuhal__report_op_t* ops;
   if (want > GPUHAL__REPORT_OPS_MAX) want = GPUHAL__REPORT_OPS_MAX;
-  if (want <= r->op_capacity) return 1;
+  if (want <= r->op_capacity) return NULL;
   while (capacity < want) capacity *= 2;
   ops = (gpuhal__report_op_t*)gpuhal__alloc(r->allocator, sizeof(*ops) * capacity);
-  if (!ops) return 0;
+  if (!ops) return gpuhal__status_oom("a pending report's operations", sizeof(*ops) * capacity);
   if (r->op_count) memcpy(ops, r->ops, sizeof(*ops) * r->op_count);
   gpuhal__free(r->allocator, r->ops);
   r->ops = ops;
   r->op_capacity = capacity;
-  return 1;
+  return NULL;
 }
 
 /* Copies `a` (its device's locks held: it cannot be released meanwhile). */
 static void gpuhal__report_copy_op(gpuhal__report_t* r, gpuhal__report_device_t* d, const gpuhal__action_t* a,
                                    gpuhal__op_state_t state) {
   gpuhal__report_op_t* op;
-  if (r->op_count == r->op_capacity && !gpuhal__report_reserve(r, (uint64_t)r->op_count + 1)) {
-    d->dropped++;
-    return;
+  if (r->op_count == r->op_capacity) {
+    gpuhal_status_t status = gpuhal__report_reserve(r, (uint64_t)r->op_count + 1);
+    if (status) { /* the report says how many operations it left out */
+      gpuhal_status_free(status);
+      d->dropped++;
+      return;
+    }
   }
   op = &r->ops[r->op_count++];
   memset(op, 0, sizeof(*op));
@@ -656,10 +660,7 @@ GPUHAL_API gpuhal_status_t gpuhal_driver_report_pending(gpuhal_driver_t* driver,
   /* Room for what is outstanding now (more is added as needed while copying). */
   for (i = 0; i < r->device_count; ++i)
     outstanding += gpuhal__atomic_load(&gpuhal__queue_state(r->devices[i].device)->outstanding);
-  if (!status && !gpuhal__report_reserve(r, outstanding + 1))
-    status = gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED,
-                                "gpuhal_driver_report_pending: out of memory for %llu operations",
-                                (unsigned long long)outstanding);
+  if (!status) status = gpuhal__report_reserve(r, outstanding + 1);
   for (i = 0; !status && i < r->device_count; ++i) gpuhal__report_copy_device(r, &r->devices[i]);
   if (!status) status = gpuhal__report_index(r);
   if (!status) gpuhal__report_check_waits(r);
