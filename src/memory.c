@@ -428,8 +428,8 @@ static void gpuhal__buffer_init(gpuhal_buffer_t* buffer, gpuhal_device_t* device
   buffer->state = GPUHAL__BUFFER_UNALLOCATED;
 }
 
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_new(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
-                                                   gpuhal_buffer_t** out_buffer) {
+static gpuhal_status_t gpuhal__buffer_object_new(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
+                                                 gpuhal_buffer_t** out_buffer) {
   gpuhal_buffer_t* buffer = NULL;
   GPUHAL__RETURN_IF_ERROR(gpuhal__object_alloc(&device->driver->objects, GPUHAL__MAGIC_BUFFER, sizeof(*buffer),
                                                "gpuhal_buffer_t", (void**)&buffer));
@@ -438,9 +438,24 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_new(gpuhal_device_t* device, gpuh
   return NULL;
 }
 
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_new(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
+                                                   gpuhal_buffer_t** out_buffer) {
+  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_status_t status;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_object_new(device, kind, size, &buffer));
+  status = gpuhal__alloc_zeroed(device->allocator, sizeof(*buffer->put_off), "a buffer's free put off",
+                                (void**)&buffer->put_off);
+  if (status) {
+    gpuhal__buffer_discard(buffer);
+    return status;
+  }
+  *out_buffer = buffer;
+  return NULL;
+}
+
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_create_pending(gpuhal_device_t* device, uint64_t size,
                                                               gpuhal_buffer_t** out_buffer) {
-  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_new(device, GPUHAL_MEMORY_DEVICE, size, out_buffer));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_object_new(device, GPUHAL_MEMORY_DEVICE, size, out_buffer));
   (*out_buffer)->pending = 1;
   return NULL;
 }
@@ -630,13 +645,18 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device
   gpuhal_status_t status = NULL;
   int put_off = gpuhal__put_off_depth > 0 && device->memory != NULL;
   int flush = 0;
-  if (!driver->memops && !put_off) return gpuhal__deferred_call_run(device->cu, call); /* nothing ever parks */
+  if (!driver->memops && !put_off) { /* nothing ever parks */
+    status = gpuhal__deferred_call_run(device->cu, call);
+    gpuhal__free(device->allocator, call->reserved);
+    return status;
+  }
   gpuhal__mutex_lock(&driver->parked_mutex);
   if (driver->gpu_waits > 0 || put_off) {
-    gpuhal__deferred_call_t* d = NULL;
-    status = gpuhal__alloc_zeroed(device->allocator, sizeof(*d), "a call put off", (void**)&d);
+    gpuhal__deferred_call_t* d = call->reserved;
+    if (!d) status = gpuhal__alloc_zeroed(device->allocator, sizeof(*d), "a call put off", (void**)&d);
     if (!status) {
       *d = *call;
+      d->reserved = NULL;
       d->cu_device = device->cu_device;
       status = GPUHAL__CU(device->cu, cuDevicePrimaryCtxRetain, (&d->context, device->cu_device));
     }
@@ -652,6 +672,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device
     run.cu = device->cu;
     run.call = call; /* names no context: the device's is current */
     status = gpuhal__driver_run_unparked_locked(driver, gpuhal__deferred_run, &run);
+    gpuhal__free(device->allocator, call->reserved); /* not needed: the call ran */
   }
   gpuhal__mutex_unlock(&driver->parked_mutex);
   if (flush) gpuhal__worker_post(device, &device->memory->flush_task);
@@ -785,20 +806,25 @@ GPUHAL__PRIVATE void gpuhal__memory_gpu_waits_add(gpuhal_device_t* device, int32
   if (flush) gpuhal__worker_post(device, &memory->flush_task);
 }
 
-/* Frees a (non-pending) buffer's memory; the device's context is current. */
+/* Frees a (non-pending) buffer's memory; the device's context is current. The free takes
+ * the record the buffer reserved, so putting it off needs no allocation. */
 static gpuhal_status_t gpuhal__buffer_free_current(void* arg) {
   gpuhal_buffer_t* buffer = (gpuhal_buffer_t*)arg;
+  gpuhal__deferred_call_t call;
+  memset(&call, 0, sizeof(call));
   if (buffer->share) {
-    gpuhal__deferred_call_t call;
-    memset(&call, 0, sizeof(call));
     call.address = buffer->address;
     call.share = buffer->share;
     call.vmm_handle = buffer->vmm_handle;
     call.vmm_size = buffer->vmm_size;
-    return gpuhal__device_sync_call(buffer->device, &call);
+  } else if (buffer->kind == GPUHAL_MEMORY_HOST_PINNED) {
+    call.host = buffer->host_pointer;
+  } else {
+    call.address = buffer->address;
   }
-  if (buffer->kind == GPUHAL_MEMORY_HOST_PINNED) return gpuhal__device_free(buffer->device, buffer->host_pointer, 0);
-  return gpuhal__device_free(buffer->device, NULL, buffer->address);
+  call.reserved = buffer->put_off;
+  buffer->put_off = NULL;
+  return gpuhal__device_sync_call(buffer->device, &call);
 }
 
 static gpuhal_status_t gpuhal__buffer_free_memory(gpuhal_buffer_t* buffer) {
@@ -840,8 +866,7 @@ static void gpuhal__buffer_destroy(gpuhal_buffer_t* buffer) {
     gpuhal_status_free(status);
   }
   gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_FREED);
-  gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_BUFFER, buffer);
-  gpuhal__device_release_ref(device);
+  gpuhal__buffer_discard(buffer);
 }
 
 GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate(gpuhal_device_t* device, gpuhal_memory_kind_t kind, uint64_t size,
@@ -877,6 +902,7 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate(gpuhal_device_t* device, gpuha
 
 GPUHAL__PRIVATE void gpuhal__buffer_discard(gpuhal_buffer_t* buffer) {
   gpuhal_device_t* device = buffer->device;
+  gpuhal__free(device->allocator, buffer->put_off); /* unless its free took it */
   gpuhal__object_free(&device->driver->objects, GPUHAL__MAGIC_BUFFER, buffer);
   gpuhal__device_release_ref(device);
 }

@@ -133,6 +133,10 @@ struct gpuhal_buffer_s {
   unsigned long long vmm_handle; /* GPUHAL__SHARE_VMM_*: the CUmemGenericAllocationHandle */
   uint64_t vmm_size;             /* GPUHAL__SHARE_VMM_*: the mapped (granularity-rounded) size */
   void* queue_data;              /* the queue's own per-buffer state */
+  /* The record its free takes when it must be put off (gpuhal__device_sync_call), reserved
+   * when the buffer is made (not for a pending buffer, whose memory goes back to the pool):
+   * a release cannot report that it ran out of host memory, so it must need none. */
+  struct gpuhal__deferred_call_s* put_off;
 };
 
 typedef enum gpuhal__buffer_share_e {
@@ -194,6 +198,9 @@ typedef struct gpuhal__deferred_call_s {
   uint64_t vmm_size;
   void* unregister;        /* cuMemHostUnregister, then munmap of unregister_bytes */
   size_t unregister_bytes; /* (a shared semaphore's file, semaphore_shared.c) */
+  /* A record reserved by the call's owner when it was made, which gpuhal__device_sync_call
+   * takes (uses, or frees when the call runs at once); NULL: one is allocated if needed. */
+  struct gpuhal__deferred_call_s* reserved;
 } gpuhal__deferred_call_t;
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* device);
