@@ -7,7 +7,7 @@
 set(GPUHAL_SWEEP_DEPTH "2" CACHE STRING "test_fault_sweep: inject at calls 1..N of each entry point (plus the last)")
 set(GPUHAL_STRESS_OPS "4000" CACHE STRING "test_stress: total operations of the 16 threads")
 
-set(gpuhal_reliability_tests test_fault_sweep test_stress test_device_loss test_bad_input_all test_bad_input_foundation)
+set(gpuhal_reliability_tests test_fault_sweep test_alloc_sweep test_stress test_device_loss test_bad_input_all test_bad_input_foundation)
 foreach(t ${gpuhal_reliability_tests})
   if(TARGET ${t})
     set_property(TEST ${t} APPEND PROPERTY LABELS reliability)
@@ -30,4 +30,14 @@ if(TARGET test_stress)
   set_tests_properties(test_stress PROPERTIES TIMEOUT 900)
   set_property(TEST test_stress APPEND PROPERTY ENVIRONMENT ${gpuhal_reliability_env}
                "GPUHAL_STRESS_OPS=${GPUHAL_STRESS_OPS}")
+endif()
+# The host-allocation sweep runs on both semaphore paths, as the queue core tests do
+# (queue_core.cmake): memory operations, and recorded events as test_alloc_sweep_events.
+if(TARGET test_alloc_sweep)
+  set_property(TEST test_alloc_sweep APPEND PROPERTY ENVIRONMENT "GPUHAL_SEMAPHORE_MEMOPS=1")
+  add_test(NAME test_alloc_sweep_events COMMAND test_alloc_sweep)
+  set_tests_properties(test_alloc_sweep_events PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  set_property(TEST test_alloc_sweep_events APPEND PROPERTY ENVIRONMENT ${GPUHAL_TEST_ENV} "SOFTCUDA_NO_MEMOPS=1"
+               "GPUHAL_SEMAPHORE_MEMOPS=0")
+  set_property(TEST test_alloc_sweep_events APPEND PROPERTY LABELS reliability api)
 endif()

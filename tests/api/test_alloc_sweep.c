@@ -1,0 +1,602 @@
+/* Host-allocation failure sweep: what happens when the application's allocator fails.
+ *
+ * The driver is given a counting allocator (gpuhal_driver_options_t.allocator) that can
+ * fail the Nth allocation it is asked for (mode "one"), or every allocation from the Nth
+ * on for a window of AS_WINDOW allocations, after which it recovers (mode "window": the
+ * window reaches into the scenario's releases and into allocations made on gpuhal's own
+ * threads). One scenario drives the whole API: driver and device create; semaphores;
+ * buffers; executable load and kernel; GRAPH and STREAM command buffers, reusable and
+ * one-shot, recorded and executed with their waits submitted before their signals; queue
+ * alloca and dealloca; a host call; host waits ANY and ALL; a second execute of a
+ * reusable command buffer; wait idle; device and driver release.
+ *
+ * For each N from 1 until a run no longer reaches its Nth allocation, the scenario runs in
+ * this process and must end so:
+ *   - every step that fails returns RESOURCE_EXHAUSTED naming what could not be
+ *     allocated ("out of host memory allocating ..."), and a wait on work that failed on a
+ *     gpuhal thread fails with that status: nothing else may fail;
+ *   - no wait times out (every wait has a timeout: a hang is a timeout), and every signal
+ *     that accepted work promised has been reached or failed at the end;
+ *   - a run whose steps all succeeded computed the right data;
+ *   - once the driver is released, every allocation was freed (no leak) and softcuda
+ *     holds no CUDA object of it;
+ *   - the scenario then runs again with the allocator healthy, in the same process, and
+ *     succeeds (the failure left nothing behind that breaks later use).
+ * A run that takes longer than AS_RUN_LIMIT_S aborts the test naming the mode and N.
+ *
+ * Environment: GPUHAL_ALLOC_SWEEP_STRIDE (sweep every Nth allocation, default 1; a slow
+ * build such as valgrind raises it), GPUHAL_ALLOC_SWEEP_VERBOSE=1 (a line per run),
+ * GPUHAL_ALLOC_SWEEP_N (only the run that fails from the Nth allocation, to debug it).
+ * Needs softcuda (its leak counters): on a real driver it skips (77).
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "gpuhal.h"
+#include "test_util.h"
+
+#define AS_WAIT_NS 10000000000ll /* any wait in the scenario: 10 s, far above its run time */
+#define AS_RUN_LIMIT_S 60        /* a run that takes longer hangs */
+#define AS_WINDOW 24             /* mode "window": allocations failed in a row */
+#define AS_MAX_PENDING 16
+
+/* ============================================================ the allocator ===== */
+static long as_calls;     /* allocations asked for since the last as_arm */
+static long as_live;      /* allocations not freed yet */
+static long as_fail_from; /* calls as_fail_from..as_fail_to fail; 0: none does */
+static long as_fail_to;
+static long as_failed; /* allocations failed since the last as_arm */
+static size_t as_failed_size; /* the size of the first of them (for messages) */
+
+/* Where a failure is injected: a debugger's breakpoint. */
+__attribute__((noinline)) static void as_alloc_failed(size_t size) {
+  if (__atomic_add_fetch(&as_failed, 1, __ATOMIC_ACQ_REL) == 1) __atomic_store_n(&as_failed_size, size, __ATOMIC_RELEASE);
+}
+
+static void* as_alloc(size_t size, void* user) {
+  long n = __atomic_add_fetch(&as_calls, 1, __ATOMIC_ACQ_REL);
+  long from = __atomic_load_n(&as_fail_from, __ATOMIC_ACQUIRE);
+  void* p;
+  (void)user;
+  if (from && n >= from && n <= __atomic_load_n(&as_fail_to, __ATOMIC_ACQUIRE)) {
+    as_alloc_failed(size);
+    return NULL;
+  }
+  p = malloc(size);
+  if (p) __atomic_add_fetch(&as_live, 1, __ATOMIC_ACQ_REL);
+  return p;
+}
+
+static void as_free(void* p, void* user) {
+  (void)user;
+  if (!p) return;
+  __atomic_sub_fetch(&as_live, 1, __ATOMIC_ACQ_REL);
+  free(p);
+}
+
+/* Counts from zero again; fails calls from..to (from 0: none). */
+static void as_arm(long from, long to) {
+  __atomic_store_n(&as_fail_from, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&as_calls, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&as_failed, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&as_fail_to, to, __ATOMIC_RELEASE);
+  __atomic_store_n(&as_fail_from, from, __ATOMIC_RELEASE);
+}
+
+/* ============================================================ softcuda ========== */
+static unsigned long long (*as_query_leaks)(void);
+static size_t (*as_leak_report)(int);
+
+static int as_softcuda_bind(void) {
+  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
+  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW);
+  void* p;
+  if (!h) return 0;
+  p = dlsym(h, "softcuda_query_leaks");
+  memcpy(&as_query_leaks, &p, sizeof(p));
+  p = dlsym(h, "softcuda_leak_report");
+  memcpy(&as_leak_report, &p, sizeof(p));
+  return as_query_leaks && as_leak_report;
+}
+
+/* ============================================================ a run ============= */
+typedef struct as_run_s {
+  gpuhal_status_t first; /* the first error a step saw (owned) */
+  int bad;               /* a step failed with something other than host memory */
+  char bad_what[400];
+  int stuck; /* a wait timed out */
+  char stuck_what[200];
+  int wrong; /* every step succeeded but the data is wrong */
+  char wrong_what[200];
+  int pending_count; /* signals that accepted work promised */
+  gpuhal_semaphore_t* pending_sem[AS_MAX_PENDING];
+  uint64_t pending_value[AS_MAX_PENDING];
+} as_run_t;
+
+/* A failure is acceptable only when it says that host memory ran out, and what for. */
+static int as_names_host_memory(gpuhal_status_t s) {
+  return gpuhal_status_code(s) == GPUHAL_STATUS_RESOURCE_EXHAUSTED &&
+         strstr(gpuhal_status_message(s), "out of host memory allocating ") != NULL;
+}
+
+/* Takes a step's status: 1 if OK; else checks and keeps the first error, returns 0. */
+static int as_ok(as_run_t* r, gpuhal_status_t s, const char* step) {
+  if (!s) return 1;
+  if (gpuhal_status_code(s) == GPUHAL_STATUS_DEADLINE_EXCEEDED) {
+    if (!r->stuck) snprintf(r->stuck_what, sizeof(r->stuck_what), "%s: %s", step, gpuhal_status_message(s));
+    r->stuck = 1;
+  } else if (!as_names_host_memory(s) && !r->bad) {
+    snprintf(r->bad_what, sizeof(r->bad_what), "%s: %s: %s", step, gpuhal_status_code_string(gpuhal_status_code(s)),
+             gpuhal_status_message(s));
+    r->bad = 1;
+  }
+  if (!r->first) {
+    r->first = gpuhal_status_annotate(s, "[step: %s]", step);
+  } else {
+    gpuhal_status_free(s);
+  }
+  return 0;
+}
+
+static void as_expect(as_run_t* r, gpuhal_semaphore_t* s, uint64_t value) {
+  TU_CHECK(r->pending_count < AS_MAX_PENDING);
+  if (r->pending_count >= AS_MAX_PENDING) return;
+  r->pending_sem[r->pending_count] = s;
+  r->pending_value[r->pending_count] = value;
+  r->pending_count++;
+}
+
+static int as_wait(as_run_t* r, gpuhal_semaphore_t* s, uint64_t value, const char* step) {
+  return as_ok(r, gpuhal_semaphore_wait(s, value, gpuhal_timeout_relative_ns(AS_WAIT_NS)), step);
+}
+
+/* Every promised signal must have been reached or have failed. */
+static void as_settle(as_run_t* r) {
+  int i;
+  for (i = 0; i < r->pending_count; ++i) as_wait(r, r->pending_sem[i], r->pending_value[i], "settle");
+  r->pending_count = 0;
+}
+
+static void as_mark_wrong(as_run_t* r, const char* what) {
+  if (!r->wrong) snprintf(r->wrong_what, sizeof(r->wrong_what), "%s", what);
+  r->wrong = 1;
+}
+
+/* ============================================================ the scenario ====== */
+#define AS_SEMS 9
+#define AS_CBS 4
+typedef struct as_objs_s {
+  gpuhal_driver_t* driver;
+  gpuhal_device_t* device;
+  gpuhal_executable_t* exe;
+  gpuhal_command_buffer_t* cb[AS_CBS];
+  gpuhal_buffer_t* buf[4];
+  gpuhal_buffer_t* scratch; /* the alloca's buffer (its memory goes with the dealloca) */
+  gpuhal_semaphore_t* sem[AS_SEMS];
+} as_objs_t;
+
+static const uint64_t V1 = 1, V2 = 2, V3 = 3;
+
+static gpuhal_status_t as_host_fn(void* user) {
+  __atomic_add_fetch((int*)user, 1, __ATOMIC_ACQ_REL);
+  return NULL;
+}
+
+/* fill_u32 over buf[0..1023], fills, an update and a copy of it all into `b`. */
+static int as_record(as_run_t* r, as_objs_t* o, gpuhal_kernel_t* fill, gpuhal_command_buffer_flags_t flags,
+                     gpuhal_buffer_t* a, gpuhal_buffer_t* b, gpuhal_command_buffer_t** out) {
+  gpuhal_arg_t args[3];
+  uint32_t four = 0x44444444u, update[16];
+  uint64_t eight = 0x8888888888888888ull;
+  int i;
+  for (i = 0; i < 16; ++i) update[i] = 0x55555555u;
+  args[0] = gpuhal_arg_buffer(a, 0);
+  args[1] = gpuhal_arg_u32(0x11111111u);
+  args[2] = gpuhal_arg_u32(64);
+  return as_ok(r, gpuhal_command_buffer_create(o->device, flags, 0, out), "command_buffer_create") &&
+         as_ok(r, gpuhal_command_buffer_begin(*out), "command_buffer_begin") &&
+         as_ok(r, gpuhal_cmd_dispatch(*out, fill, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 3, args),
+               "cmd_dispatch") &&
+         as_ok(r, gpuhal_cmd_fill(*out, gpuhal_ref_buffer(a, 256), 256, &four, 4), "cmd_fill 4") &&
+         as_ok(r, gpuhal_cmd_fill(*out, gpuhal_ref_buffer(a, 512), 256, &eight, 8), "cmd_fill 8") &&
+         as_ok(r, gpuhal_cmd_update(*out, update, gpuhal_ref_buffer(a, 768), sizeof(update)), "cmd_update") &&
+         as_ok(r, gpuhal_cmd_barrier(*out), "cmd_barrier") &&
+         as_ok(r, gpuhal_cmd_copy(*out, gpuhal_ref_buffer(a, 0), gpuhal_ref_buffer(b, 0), 1024), "cmd_copy") &&
+         as_ok(r, gpuhal_command_buffer_end(*out), "command_buffer_end");
+}
+
+static int as_check_words(as_run_t* r, gpuhal_buffer_t* b, uint64_t offset, uint32_t count, uint32_t expected,
+                          const char* what) {
+  uint32_t data[64];
+  uint32_t i;
+  if (!as_ok(r, gpuhal_buffer_read(b, offset, data, (uint64_t)count * 4), "buffer_read")) return 0;
+  for (i = 0; i < count; ++i) {
+    if (data[i] != expected) {
+      char msg[200];
+      snprintf(msg, sizeof(msg), "%s: word %u is 0x%x, expected 0x%x", what, i, data[i], expected);
+      as_mark_wrong(r, msg);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static int as_check_recorded(as_run_t* r, gpuhal_buffer_t* b) {
+  return as_check_words(r, b, 0, 64, 0x11111111u, "dispatch") && as_check_words(r, b, 256, 64, 0x44444444u, "fill 4") &&
+         as_check_words(r, b, 512, 64, 0x88888888u, "fill 8") && as_check_words(r, b, 768, 16, 0x55555555u, "update");
+}
+
+static int as_open(as_run_t* r, as_objs_t* o) {
+  gpuhal_driver_options_t options;
+  gpuhal_device_params_t params;
+  int i, count = 0;
+  memset(o, 0, sizeof(*o));
+  memset(&options, 0, sizeof(options));
+  options.allocator.alloc = as_alloc;
+  options.allocator.free = as_free;
+  if (!as_ok(r, gpuhal_driver_create(&options, &o->driver), "driver_create") ||
+      !as_ok(r, gpuhal_driver_device_count(o->driver, &count), "driver_device_count"))
+    return 0;
+  if (count < 1) return as_ok(r, gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "no device"), "device_count");
+  memset(&params, 0, sizeof(params));
+  params.queue_count = 2;
+  if (!as_ok(r, gpuhal_device_create(o->driver, 0, &params, &o->device), "device_create")) return 0;
+  for (i = 0; i < AS_SEMS; ++i)
+    if (!as_ok(r, gpuhal_semaphore_create(o->driver, 0, &o->sem[i]), "semaphore_create")) return 0;
+  for (i = 0; i < 4; ++i)
+    if (!as_ok(r, gpuhal_buffer_allocate(o->device, GPUHAL_MEMORY_DEVICE, 1024, &o->buf[i]), "buffer_allocate"))
+      return 0;
+  return 1;
+}
+
+static void as_close(as_run_t* r, as_objs_t* o) {
+  int i;
+  if (o->device)
+    as_ok(r, gpuhal_device_wait_idle(o->device, gpuhal_timeout_relative_ns(AS_WAIT_NS)), "device_wait_idle");
+  for (i = 0; i < AS_CBS; ++i) gpuhal_command_buffer_release(o->cb[i]);
+  for (i = 0; i < 4; ++i) gpuhal_buffer_release(o->buf[i]);
+  gpuhal_buffer_release(o->scratch);
+  gpuhal_executable_release(o->exe);
+  for (i = 0; i < AS_SEMS; ++i) gpuhal_semaphore_release(o->sem[i]);
+  gpuhal_device_release(o->device);
+  gpuhal_driver_release(o->driver);
+  memset(o, 0, sizeof(*o));
+}
+
+static gpuhal_status_t as_load(gpuhal_device_t* device, gpuhal_executable_t** exe, gpuhal_kernel_t** kernel) {
+  size_t size = 0;
+  char* ptx = tu_read_kernel_file("fill_u32.ptx", &size);
+  gpuhal_status_t st;
+  if (!ptx) return gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "cannot read fill_u32.ptx");
+  st = gpuhal_executable_load(device, ptx, size, exe);
+  free(ptx);
+  return st ? st : gpuhal_executable_kernel(*exe, "fill_u32", kernel);
+}
+
+/* The chain, every wait submitted before its signal (the gate is signalled last):
+ *   q0: gate=1 -> GRAPH reusable (buf0 -> buf1)        -> s=1
+ *   q1: s=1    -> STREAM reusable (buf1 -> buf2)       -> s=2
+ *   q0: s=2    -> GRAPH one-shot (buf2 -> buf3)        -> s=3
+ *   q1: s=3    -> STREAM one-shot (buf3 -> buf0)       -> t=1
+ *   q0: gate=1 -> alloca scratch                       -> a=1
+ *   q0: t=1, a=1 -> dealloca scratch                   -> d=1
+ *   q1: t=1    -> host call                            -> h=1
+ * then host waits ANY(t=1, h=1) and ALL(t=1, h=1, d=1), the data, and the reusable GRAPH
+ * command buffer once more (s=4). */
+static void as_scenario_chain(as_run_t* r) {
+  as_objs_t o;
+  gpuhal_kernel_t* fill = NULL;
+  gpuhal_semaphore_t *gate, *s, *t, *a, *d, *h;
+  gpuhal_semaphore_t* list[3];
+  gpuhal_semaphore_t* ta[2];
+  uint64_t values[3] = {1, 1, 1}, four = 4, ta_values[2] = {1, 1};
+  gpuhal_semaphore_list_t wait_list;
+  gpuhal_buffer_t* spare = NULL;
+  int gate_signalled = 0, calls = 0;
+  if (as_open(r, &o) && as_ok(r, as_load(o.device, &o.exe, &fill), "executable_load") &&
+      as_record(r, &o, fill, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, o.buf[0], o.buf[1],
+                &o.cb[0]) &&
+      as_record(r, &o, fill, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, o.buf[1], o.buf[2],
+                &o.cb[1]) &&
+      as_record(r, &o, fill, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_ONE_SHOT, o.buf[2], o.buf[3],
+                &o.cb[2]) &&
+      as_record(r, &o, fill, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_ONE_SHOT, o.buf[3], o.buf[0],
+                &o.cb[3])) {
+    gate = o.sem[0];
+    s = o.sem[1];
+    t = o.sem[2];
+    a = o.sem[3];
+    d = o.sem[4];
+    h = o.sem[5];
+    ta[0] = t;
+    ta[1] = a;
+    if (as_ok(r,
+              gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&gate, &V1),
+                                   gpuhal_semaphore_list_one(&s, &V1), o.cb[0], NULL),
+              "queue_execute GRAPH reusable") &&
+        (as_expect(r, s, 1), 1) &&
+        as_ok(r,
+              gpuhal_queue_execute(o.device, 1, gpuhal_semaphore_list_one(&s, &V1),
+                                   gpuhal_semaphore_list_one(&s, &V2), o.cb[1], NULL),
+              "queue_execute STREAM reusable") &&
+        (as_expect(r, s, 2), 1) &&
+        as_ok(r,
+              gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&s, &V2),
+                                   gpuhal_semaphore_list_one(&s, &V3), o.cb[2], NULL),
+              "queue_execute GRAPH one-shot") &&
+        (as_expect(r, s, 3), 1) &&
+        as_ok(r,
+              gpuhal_queue_execute(o.device, 1, gpuhal_semaphore_list_one(&s, &V3),
+                                   gpuhal_semaphore_list_one(&t, &V1), o.cb[3], NULL),
+              "queue_execute STREAM one-shot") &&
+        (as_expect(r, t, 1), 1) &&
+        as_ok(r,
+              gpuhal_queue_alloca(o.device, 0, gpuhal_semaphore_list_one(&gate, &V1),
+                                  gpuhal_semaphore_list_one(&a, &V1), 4096, &o.scratch),
+              "queue_alloca") &&
+        (as_expect(r, a, 1), 1)) {
+      wait_list.count = 2;
+      wait_list.semaphores = ta;
+      wait_list.values = ta_values;
+      if (as_ok(r,
+                gpuhal_queue_dealloca(o.device, 0, wait_list, gpuhal_semaphore_list_one(&d, &V1), o.scratch),
+                "queue_dealloca")) {
+        as_expect(r, d, 1);
+        if (as_ok(r,
+                  gpuhal_queue_host_call(o.device, 1, gpuhal_semaphore_list_one(&t, &V1),
+                                         gpuhal_semaphore_list_one(&h, &V1), as_host_fn, &calls),
+                  "queue_host_call"))
+          as_expect(r, h, 1);
+      }
+    }
+    /* A release while the work waits for the gate (on the GPU, with memops): the free is
+     * put off until no work waits on the GPU. */
+    if (!r->first && as_ok(r, gpuhal_buffer_allocate(o.device, GPUHAL_MEMORY_DEVICE, 4096, &spare), "buffer_allocate"))
+      gpuhal_buffer_release(spare);
+    gate_signalled = as_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
+    list[0] = t;
+    list[1] = h;
+    list[2] = d;
+    wait_list.semaphores = list;
+    wait_list.values = values;
+    wait_list.count = 2;
+    if (!r->first &&
+        as_ok(r, gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, wait_list, gpuhal_timeout_relative_ns(AS_WAIT_NS)),
+              "semaphores_wait ANY") &&
+        (wait_list.count = 3,
+         as_ok(r, gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, wait_list, gpuhal_timeout_relative_ns(AS_WAIT_NS)),
+               "semaphores_wait ALL")) &&
+        as_check_recorded(r, o.buf[0])) {
+      if (__atomic_load_n(&calls, __ATOMIC_ACQUIRE) != 1) as_mark_wrong(r, "the host call did not run once");
+      if (as_ok(r, gpuhal_buffer_write(o.buf[1], 0, values, sizeof(values)), "buffer_write") &&
+          as_ok(r,
+                gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&s, &V3),
+                                     gpuhal_semaphore_list_one(&s, &four), o.cb[0], NULL),
+                "queue_execute GRAPH reusable again")) {
+        as_expect(r, s, 4);
+        if (as_wait(r, s, 4, "wait s=4")) as_check_recorded(r, o.buf[1]);
+      }
+    }
+    if (!gate_signalled) gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
+  }
+  as_settle(r);
+  as_close(r, &o);
+}
+
+/* Signals `gate` once the scenario's thread has gone to sleep in its host wait (so that the
+ * wait registers with every semaphore of its list instead of finding them reached). */
+static void* as_late_signal_main(void* arg) {
+  gpuhal_semaphore_t* gate = (gpuhal_semaphore_t*)arg;
+  tu_sleep_ns(3000000);
+  gpuhal_status_free(gpuhal_semaphore_signal(gate, 1));
+  return NULL;
+}
+
+/* Late-bound arguments, long wait lists, a release while work waits, a report:
+ *   q0: w[0..5]=1 -> GRAPH reusable over slot 0 bound to buf0 -> x[0]=1
+ *   q1: w[0..5]=1 -> the same, slot 0 bound to buf1            -> x[1]=1
+ *   q0: x[0..1]=1, h=1 -> host call ...                         -> x[2]=1
+ * w[1..5] and h are signalled by the host at once, w[0] (the gate) by another thread while
+ * this one waits for all nine values of w and x; a spare buffer is released and the pending
+ * work reported while the work waits for the gate. */
+#define AS_W 6
+static void as_scenario_bound(as_run_t* r) {
+  as_objs_t o;
+  gpuhal_kernel_t* fill = NULL;
+  gpuhal_semaphore_t* w[AS_W + 3];
+  uint64_t ones[AS_W + 3];
+  gpuhal_semaphore_list_t waits, all;
+  gpuhal_binding_table_t bindings;
+  gpuhal_arg_t args[3];
+  gpuhal_buffer_t* spare = NULL;
+  pthread_t signaller;
+  int signaller_started = 0, calls = 0, i;
+  uint32_t value = 0x2468ACE0u;
+  char report[4096];
+  for (i = 0; i < AS_W + 3; ++i) ones[i] = 1;
+  args[0] = gpuhal_arg_slot(0, 0);
+  args[1] = gpuhal_arg_u32(0x11111111u);
+  args[2] = gpuhal_arg_u32(64);
+  if (as_open(r, &o) && as_ok(r, as_load(o.device, &o.exe, &fill), "executable_load") &&
+      as_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 1,
+                                            &o.cb[0]),
+            "command_buffer_create") &&
+      as_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
+      as_ok(r, gpuhal_cmd_dispatch(o.cb[0], fill, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 3, args),
+            "cmd_dispatch") &&
+      as_ok(r, gpuhal_cmd_fill(o.cb[0], gpuhal_ref_slot(0, 256), 256, &value, 4), "cmd_fill") &&
+      as_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end")) {
+    for (i = 0; i < AS_W + 3; ++i) w[i] = o.sem[i];
+    waits.count = AS_W;
+    waits.semaphores = w;
+    waits.values = ones;
+    bindings.count = 1;
+    bindings.offsets = NULL;
+    bindings.buffers = &o.buf[0];
+    if (as_ok(r, gpuhal_queue_execute(o.device, 0, waits, gpuhal_semaphore_list_one(&w[AS_W], &V1), o.cb[0], &bindings),
+              "queue_execute bound to buf0")) {
+      as_expect(r, w[AS_W], 1);
+      bindings.buffers = &o.buf[1];
+      if (as_ok(r,
+                gpuhal_queue_execute(o.device, 1, waits, gpuhal_semaphore_list_one(&w[AS_W + 1], &V1), o.cb[0],
+                                     &bindings),
+                "queue_execute bound to buf1")) {
+        as_expect(r, w[AS_W + 1], 1);
+        waits.semaphores = &w[AS_W];
+        waits.count = 2;
+        if (as_ok(r,
+                  gpuhal_queue_host_call(o.device, 0, waits, gpuhal_semaphore_list_one(&w[AS_W + 2], &V1), as_host_fn,
+                                         &calls),
+                  "queue_host_call"))
+          as_expect(r, w[AS_W + 2], 1);
+      }
+    }
+    if (as_ok(r, gpuhal_buffer_allocate(o.device, GPUHAL_MEMORY_DEVICE, 4096, &spare), "buffer_allocate spare"))
+      gpuhal_buffer_release(spare); /* while work waits for the gate */
+    as_ok(r, gpuhal_driver_report_pending(o.driver, report, sizeof(report), NULL), "driver_report_pending");
+    for (i = 1; i < AS_W; ++i) as_ok(r, gpuhal_semaphore_signal(w[i], 1), "semaphore_signal");
+    signaller_started = pthread_create(&signaller, NULL, as_late_signal_main, w[0]) == 0;
+    if (!signaller_started) gpuhal_semaphore_fail(w[0], gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "no thread"));
+    all.count = AS_W + 3;
+    all.semaphores = w;
+    all.values = ones;
+    if (as_ok(r, gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, all, gpuhal_timeout_relative_ns(AS_WAIT_NS)),
+              "semaphores_wait ALL of 9") &&
+        as_check_words(r, o.buf[0], 0, 64, 0x11111111u, "dispatch bound to buf0") &&
+        as_check_words(r, o.buf[0], 256, 64, value, "fill bound to buf0") &&
+        as_check_words(r, o.buf[1], 0, 64, 0x11111111u, "dispatch bound to buf1") &&
+        as_check_words(r, o.buf[1], 256, 64, value, "fill bound to buf1") &&
+        __atomic_load_n(&calls, __ATOMIC_ACQUIRE) != 1)
+      as_mark_wrong(r, "the host call did not run once");
+    if (signaller_started) pthread_join(signaller, NULL);
+  }
+  as_settle(r);
+  as_close(r, &o);
+}
+
+/* ============================================================ the sweep ========= */
+typedef void (*as_scenario_fn)(as_run_t* r);
+static const char* as_mode_name;
+static as_scenario_fn as_scenario_now;
+static char as_alarm_msg[160]; /* what as_on_alarm says: the run that hung */
+
+static void as_on_alarm(int sig) {
+  (void)sig;
+  if (write(2, as_alarm_msg, strlen(as_alarm_msg)) < 0) {
+  }
+  _exit(1);
+}
+
+/* Runs the scenario once and checks it; `healthy`: nothing may fail. Returns the
+ * allocations the run asked for; *injected: how many of them failed. */
+static long as_run_once(long from, long to, int healthy, long* injected) {
+  as_run_t r;
+  unsigned long long leaks_before = as_query_leaks();
+  long calls, live;
+  size_t objects;
+  int verbose = getenv("GPUHAL_ALLOC_SWEEP_VERBOSE") != NULL;
+  memset(&r, 0, sizeof(r));
+  snprintf(as_alarm_msg, sizeof(as_alarm_msg), "test_alloc_sweep: HANG: %s N=%ld%s ran past %d s\n", as_mode_name,
+           from, healthy ? " (healthy rerun)" : "", AS_RUN_LIMIT_S);
+  as_arm(from, to);
+  alarm(AS_RUN_LIMIT_S);
+  as_scenario_now(&r);
+  alarm(0);
+  calls = __atomic_load_n(&as_calls, __ATOMIC_ACQUIRE);
+  *injected = __atomic_load_n(&as_failed, __ATOMIC_ACQUIRE);
+  as_arm(0, 0);
+  live = __atomic_load_n(&as_live, __ATOMIC_ACQUIRE);
+  objects = as_leak_report(0);
+  if (verbose || r.bad || r.stuck || r.wrong || live || objects || as_query_leaks() != leaks_before ||
+      (healthy && r.first) || (!*injected && r.first))
+    fprintf(stderr, "  run %s N=%ld%s: %ld allocations, %ld failed (the first of %zu bytes); first error: %s\n",
+            as_mode_name, from, healthy ? " (healthy rerun)" : "", calls, *injected,
+            *injected ? __atomic_load_n(&as_failed_size, __ATOMIC_ACQUIRE) : (size_t)0,
+            r.first ? gpuhal_status_message(r.first) : "none");
+  if (healthy) TU_CHECK(r.first == NULL);
+  if (!*injected) TU_CHECK(r.first == NULL); /* nothing failed: nothing may report an error */
+  if (r.bad) TU_FAIL_AT(__FILE__, __LINE__, "%s N=%ld: not a host-memory failure: %s", as_mode_name, from, r.bad_what);
+  if (r.stuck) TU_FAIL_AT(__FILE__, __LINE__, "%s N=%ld: HANG: %s", as_mode_name, from, r.stuck_what);
+  if (r.wrong) TU_FAIL_AT(__FILE__, __LINE__, "%s N=%ld: wrong data after OK: %s", as_mode_name, from, r.wrong_what);
+  if (live) TU_FAIL_AT(__FILE__, __LINE__, "%s N=%ld: LEAK: %ld allocations not freed", as_mode_name, from, live);
+  if (objects || as_query_leaks() != leaks_before) {
+    TU_FAIL_AT(__FILE__, __LINE__, "%s N=%ld: softcuda: %zu CUDA objects still live", as_mode_name, from, objects);
+    as_leak_report(1);
+  }
+  __atomic_store_n(&as_live, 0, __ATOMIC_RELEASE); /* one leak is reported once */
+  gpuhal_status_free(r.first);
+  return calls;
+}
+
+static int as_stride(void) {
+  const char* s = getenv("GPUHAL_ALLOC_SWEEP_STRIDE");
+  int n = s ? atoi(s) : 1;
+  return n > 0 ? n : 1;
+}
+
+/* For N = 1, 1 + stride, ...: a run failing allocations N..N+window-1, then a healthy
+ * rerun; until N is past every run's allocations. */
+static void as_sweep(const char* mode, as_scenario_fn scenario, long window) {
+  long n, injected, total, most, runs = 0, failed_runs = 0;
+  int stride = as_stride();
+  int failures_before = tu_state.failed;
+  as_mode_name = mode;
+  as_scenario_now = scenario;
+  total = most = as_run_once(0, 0, 1, &injected);
+  TU_REQUIRE(tu_state.failed == failures_before);
+  /* gpuhal's threads allocate too, so a run's count varies a little: the sweep ends past
+   * the most any run asked for. */
+  if (getenv("GPUHAL_ALLOC_SWEEP_N")) { /* one run, to look at (a debugger: break in as_alloc_failed) */
+    as_run_once(atol(getenv("GPUHAL_ALLOC_SWEEP_N")), atol(getenv("GPUHAL_ALLOC_SWEEP_N")) + window - 1, 0, &injected);
+    return;
+  }
+  for (n = 1; n <= most; n += stride) {
+    long calls = as_run_once(n, n + window - 1, 0, &injected);
+    if (calls > most) most = calls;
+    runs++;
+    if (!injected) continue;
+    failed_runs++;
+    calls = as_run_once(0, 0, 1, &injected);
+    if (calls > most) most = calls;
+    if (tu_state.failed - failures_before > 20) {
+      fprintf(stderr, "  %s: stopping after 20 failures\n", mode);
+      break;
+    }
+  }
+  fprintf(stderr, "  %s: %ld allocations in a healthy run, %ld runs (%ld with a failed allocation)\n", mode, total,
+          runs, failed_runs);
+}
+
+static int as_setup(void) {
+  struct sigaction sa;
+  if (!tu_softcuda() || !as_softcuda_bind()) return 0;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = as_on_alarm;
+  sigaction(SIGALRM, &sa, NULL);
+  return 1;
+}
+
+TU_TEST(chain_fail_one_allocation) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep("chain/one", as_scenario_chain, 1);
+}
+
+TU_TEST(chain_fail_a_window_of_allocations) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep("chain/window", as_scenario_chain, AS_WINDOW);
+}
+
+TU_TEST(bound_fail_one_allocation) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep("bound/one", as_scenario_bound, 1);
+}
+
+TU_TEST(bound_fail_a_window_of_allocations) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep("bound/window", as_scenario_bound, AS_WINDOW);
+}
+
+TU_MAIN(TU_CASE(chain_fail_one_allocation), TU_CASE(chain_fail_a_window_of_allocations),
+        TU_CASE(bound_fail_one_allocation), TU_CASE(bound_fail_a_window_of_allocations))
