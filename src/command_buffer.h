@@ -495,7 +495,8 @@ struct gpuhal_command_buffer_s {
    * of one graph executable in order, so its executes are issued in dependency order, as a
    * REUSABLE GRAPH command buffer's are (queue_execute.c). */
   int launches_own_graph;
-  CUdeviceptr staging; /* device copy of update_data (cuMemAlloc'ed at end) */
+  CUdeviceptr staging;                             /* device copy of update_data (cuMemAlloc'ed at end) */
+  struct gpuhal__deferred_call_s* staging_put_off; /* the record its free takes (gpuhal__deferred_call_reserve) */
 
   gpuhal__mutex_t action_mutex;
   gpuhal__execute_action_t* free_actions;

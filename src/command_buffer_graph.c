@@ -27,7 +27,11 @@ static gpuhal_status_t gpuhal__cb_destroy_graph_current(void* arg) {
     memset(inst, 0, sizeof(*inst));
   }
   if (cb->graph) st = gpuhal__status_first(st, GPUHAL__CU(cu, cuGraphDestroy, (cb->graph)));
-  if (cb->staging) st = gpuhal__status_first(st, gpuhal__device_free(device, NULL, cb->staging)); /* may be put off */
+  if (cb->staging) /* may be put off */
+    st = gpuhal__status_first(st, gpuhal__device_free(device, NULL, cb->staging, cb->staging_put_off));
+  else
+    gpuhal__free(device->allocator, cb->staging_put_off);
+  cb->staging_put_off = NULL;
   gpuhal__free(device->allocator, cb->graph_values);
   cb->graph_values = NULL;
   cb->instance_count = cb->instance_next = 0;
@@ -53,8 +57,16 @@ static void gpuhal__cb_destroy_graph(gpuhal_command_buffer_t* cb) {
  * read them on every launch. */
 static gpuhal_status_t gpuhal__cb_upload_staging(gpuhal_command_buffer_t* cb) {
   gpuhal_device_t* device = cb->device;
+  gpuhal_status_t st;
   if (!cb->update_size) return NULL;
-  GPUHAL__CU_RETURN(device->cu, cuMemAlloc, (&cb->staging, cb->update_size));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__deferred_call_reserve(device->allocator, "a command buffer's staging free put off",
+                                                        &cb->staging_put_off));
+  st = GPUHAL__CU(device->cu, cuMemAlloc, (&cb->staging, cb->update_size));
+  if (st) {
+    gpuhal__free(device->allocator, cb->staging_put_off);
+    cb->staging_put_off = NULL;
+    return st;
+  }
   GPUHAL__CU_RETURN(device->cu, cuMemcpyHtoD, (cb->staging, cb->update_data, cb->update_size));
   return NULL;
 }

@@ -443,8 +443,7 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_new(gpuhal_device_t* device, gpuh
   gpuhal_buffer_t* buffer = NULL;
   gpuhal_status_t status;
   GPUHAL__RETURN_IF_ERROR(gpuhal__buffer_object_new(device, kind, size, &buffer));
-  status = gpuhal__alloc_zeroed(device->allocator, sizeof(*buffer->put_off), "a buffer's free put off",
-                                (void**)&buffer->put_off);
+  status = gpuhal__deferred_call_reserve(device->allocator, "a buffer's free put off", &buffer->put_off);
   if (status) {
     gpuhal__buffer_discard(buffer);
     return status;
@@ -717,25 +716,36 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_call_unparked(gpuhal_driver_t* dr
   return status;
 }
 
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_free(gpuhal_device_t* device, void* host, CUdeviceptr address) {
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__deferred_call_reserve(const gpuhal_allocator_t* allocator, const char* what,
+                                                              gpuhal__deferred_call_t** out) {
+  return gpuhal__alloc_zeroed(allocator, sizeof(**out), what, (void**)out);
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_free(gpuhal_device_t* device, void* host, CUdeviceptr address,
+                                                    gpuhal__deferred_call_t* reserved) {
   gpuhal__deferred_call_t call;
   memset(&call, 0, sizeof(call));
   call.host = host;
   call.address = address;
+  call.reserved = reserved;
   return gpuhal__device_sync_call(device, &call);
 }
 
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_module(gpuhal_device_t* device, CUmodule module) {
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_module(gpuhal_device_t* device, CUmodule module,
+                                                             gpuhal__deferred_call_t* reserved) {
   gpuhal__deferred_call_t call;
   memset(&call, 0, sizeof(call));
   call.module = module;
+  call.reserved = reserved;
   return gpuhal__device_sync_call(device, &call);
 }
 
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_library(gpuhal_device_t* device, CUlibrary library) {
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_library(gpuhal_device_t* device, CUlibrary library,
+                                                              gpuhal__deferred_call_t* reserved) {
   gpuhal__deferred_call_t call;
   memset(&call, 0, sizeof(call));
   call.library = library;
+  call.reserved = reserved;
   return gpuhal__device_sync_call(device, &call);
 }
 

@@ -276,15 +276,25 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_allocate_memory(gpuhal_buffer_t* 
 /* memory_shared.c: cuMemCreate'd, mapped memory for a GPUHAL__SHARE_VMM_OWN buffer. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__shared_memory_allocate_current(gpuhal_buffer_t* buffer);
 
+/* The record a call that may be put off takes (gpuhal__device_sync_call), reserved by the
+ * owner of what the call frees when it makes that: a release cannot report that it ran out
+ * of host memory, so it must need none. The helpers below take it (`reserved`: uses or
+ * frees it); NULL: one is allocated if the call is put off. */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__deferred_call_reserve(const gpuhal_allocator_t* allocator, const char* what,
+                                                              gpuhal__deferred_call_t** out);
+
 /* Frees `host` (cuMemFreeHost) or `address` (cuMemFree); see gpuhal__device_sync_call. */
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_free(gpuhal_device_t* device, void* host, CUdeviceptr address);
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_free(gpuhal_device_t* device, void* host, CUdeviceptr address,
+                                                    gpuhal__deferred_call_t* reserved);
 
 /* cuModuleUnload; see gpuhal__device_sync_call. */
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_module(gpuhal_device_t* device, CUmodule module);
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_module(gpuhal_device_t* device, CUmodule module,
+                                                             gpuhal__deferred_call_t* reserved);
 
 /* cuLibraryUnload (it unloads the library's module from every context, which waits as
  * cuModuleUnload does); see gpuhal__device_sync_call. */
-GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_library(gpuhal_device_t* device, CUlibrary library);
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_unload_library(gpuhal_device_t* device, CUlibrary library,
+                                                              gpuhal__deferred_call_t* reserved);
 
 /* Between these (nested), the calling thread is an application thread inside a queue call
  * that releases what it retired (a harvest): gpuhal__device_free and

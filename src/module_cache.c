@@ -326,6 +326,7 @@ static void gpuhal__module_entry_free(gpuhal_device_t* device, gpuhal__module_en
     record = next;
   }
   gpuhal_status_free(entry->failure);
+  gpuhal__free(device->allocator, entry->put_off); /* unless its unload took it */
   gpuhal__mutex_destroy(&entry->functions_mutex);
   gpuhal__free(device->allocator, entry->image);
   gpuhal__free(device->allocator, entry);
@@ -347,7 +348,8 @@ static gpuhal_status_t gpuhal__module_cache_unload_on_worker(void* arg) {
     if (entry->library) {
       gpuhal__module_library_release(device, entry->library); /* its module goes with the library */
     } else if (entry->module) {
-      gpuhal_status_t st = gpuhal__device_unload_module(device, entry->module);
+      gpuhal_status_t st = gpuhal__device_unload_module(device, entry->module, entry->put_off);
+      entry->put_off = NULL;
       if (st) {
         gpuhal__log(device->logger, GPUHAL_LOG_WARN, "module unload failed: %s", gpuhal_status_message(st));
         gpuhal_status_free(st);
@@ -539,6 +541,14 @@ static gpuhal_status_t gpuhal__module_entry_create(gpuhal_device_t* device, cons
   if (!entry->image) {
     gpuhal__free(device->allocator, entry);
     return gpuhal__status_oom("a copy of a kernel image", key->size + 1);
+  }
+  {
+    gpuhal_status_t st = gpuhal__deferred_call_reserve(device->allocator, "a module's unload put off", &entry->put_off);
+    if (st) {
+      gpuhal__free(device->allocator, entry->image);
+      gpuhal__free(device->allocator, entry);
+      return st;
+    }
   }
   memcpy(entry->image, key->image, key->size);
   ((char*)entry->image)[key->size] = 0;

@@ -20,6 +20,7 @@ struct gpuhal__library_s {
   gpuhal__jit_options_t jit;
   void* image; /* a NUL-terminated copy: the exact key */
   CUlibrary library;
+  gpuhal__deferred_call_t* put_off; /* the record its unload takes (gpuhal__deferred_call_reserve) */
   int32_t refcount;
   int loading;             /* its first holder is loading it; the others wait on library_cond */
   gpuhal_status_t failure; /* the load failed: every holder gets a copy */
@@ -34,6 +35,7 @@ GPUHAL__PRIVATE CUlibrary gpuhal__module_library_handle(const gpuhal__library_t*
 
 static void gpuhal__library_free(const gpuhal_allocator_t* allocator, gpuhal__library_t* l) {
   gpuhal_status_free(l->failure);
+  gpuhal__free(allocator, l->put_off); /* unless its unload took it */
   gpuhal__free(allocator, l->image);
   gpuhal__free(allocator, l);
 }
@@ -90,6 +92,12 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__module_library_acquire(gpuhal_device_t* 
     if (l) gpuhal__free(device->allocator, l);
     return gpuhal__status_oom("a library's key", size + 1);
   }
+  st = gpuhal__deferred_call_reserve(device->allocator, "a library's unload put off", &l->put_off);
+  if (st) {
+    gpuhal__mutex_unlock(&driver->library_mutex);
+    gpuhal__library_free(device->allocator, l);
+    return st;
+  }
   memcpy(l->image, image, size);
   ((char*)l->image)[size] = 0;
   l->hash = hash;
@@ -137,7 +145,8 @@ GPUHAL__PRIVATE void gpuhal__module_library_release(gpuhal_device_t* device, gpu
   gpuhal__mutex_unlock(&driver->library_mutex);
   if (!last) return;
   if (library->library) {
-    gpuhal_status_t st = gpuhal__device_unload_library(device, library->library);
+    gpuhal_status_t st = gpuhal__device_unload_library(device, library->library, library->put_off);
+    library->put_off = NULL;
     if (st) {
       gpuhal__log(device->logger, GPUHAL_LOG_WARN, "library unload failed: %s", gpuhal_status_message(st));
       gpuhal_status_free(st);

@@ -47,12 +47,13 @@ static long as_calls;     /* allocations asked for since the last as_arm */
 static long as_live;      /* allocations not freed yet */
 static long as_fail_from; /* calls as_fail_from..as_fail_to fail; 0: none does */
 static long as_fail_to;
-static long as_failed; /* allocations failed since the last as_arm */
+static long as_failed;        /* allocations failed since the last as_arm */
 static size_t as_failed_size; /* the size of the first of them (for messages) */
 
 /* Where a failure is injected: a debugger's breakpoint. */
 __attribute__((noinline)) static void as_alloc_failed(size_t size) {
-  if (__atomic_add_fetch(&as_failed, 1, __ATOMIC_ACQ_REL) == 1) __atomic_store_n(&as_failed_size, size, __ATOMIC_RELEASE);
+  if (__atomic_add_fetch(&as_failed, 1, __ATOMIC_ACQ_REL) == 1)
+    __atomic_store_n(&as_failed_size, size, __ATOMIC_RELEASE);
 }
 
 static void* as_alloc(size_t size, void* user) {
@@ -294,6 +295,7 @@ static void as_scenario_chain(as_run_t* r) {
   uint64_t values[3] = {1, 1, 1}, four = 4, ta_values[2] = {1, 1};
   gpuhal_semaphore_list_t wait_list;
   gpuhal_buffer_t* spare = NULL;
+  gpuhal_command_buffer_t* spare_cb = NULL;
   int gate_signalled = 0, calls = 0;
   if (as_open(r, &o) && as_ok(r, as_load(o.device, &o.exe, &fill), "executable_load") &&
       as_record(r, &o, fill, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, o.buf[0], o.buf[1],
@@ -318,18 +320,18 @@ static void as_scenario_chain(as_run_t* r) {
               "queue_execute GRAPH reusable") &&
         (as_expect(r, s, 1), 1) &&
         as_ok(r,
-              gpuhal_queue_execute(o.device, 1, gpuhal_semaphore_list_one(&s, &V1),
-                                   gpuhal_semaphore_list_one(&s, &V2), o.cb[1], NULL),
+              gpuhal_queue_execute(o.device, 1, gpuhal_semaphore_list_one(&s, &V1), gpuhal_semaphore_list_one(&s, &V2),
+                                   o.cb[1], NULL),
               "queue_execute STREAM reusable") &&
         (as_expect(r, s, 2), 1) &&
         as_ok(r,
-              gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&s, &V2),
-                                   gpuhal_semaphore_list_one(&s, &V3), o.cb[2], NULL),
+              gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&s, &V2), gpuhal_semaphore_list_one(&s, &V3),
+                                   o.cb[2], NULL),
               "queue_execute GRAPH one-shot") &&
         (as_expect(r, s, 3), 1) &&
         as_ok(r,
-              gpuhal_queue_execute(o.device, 1, gpuhal_semaphore_list_one(&s, &V3),
-                                   gpuhal_semaphore_list_one(&t, &V1), o.cb[3], NULL),
+              gpuhal_queue_execute(o.device, 1, gpuhal_semaphore_list_one(&s, &V3), gpuhal_semaphore_list_one(&t, &V1),
+                                   o.cb[3], NULL),
               "queue_execute STREAM one-shot") &&
         (as_expect(r, t, 1), 1) &&
         as_ok(r,
@@ -340,8 +342,7 @@ static void as_scenario_chain(as_run_t* r) {
       wait_list.count = 2;
       wait_list.semaphores = ta;
       wait_list.values = ta_values;
-      if (as_ok(r,
-                gpuhal_queue_dealloca(o.device, 0, wait_list, gpuhal_semaphore_list_one(&d, &V1), o.scratch),
+      if (as_ok(r, gpuhal_queue_dealloca(o.device, 0, wait_list, gpuhal_semaphore_list_one(&d, &V1), o.scratch),
                 "queue_dealloca")) {
         as_expect(r, d, 1);
         if (as_ok(r,
@@ -351,10 +352,16 @@ static void as_scenario_chain(as_run_t* r) {
           as_expect(r, h, 1);
       }
     }
-    /* A release while the work waits for the gate (on the GPU, with memops): the free is
-     * put off until no work waits on the GPU. */
+    /* Releases while the work waits for the gate (on the GPU, with memops): the frees (a
+     * buffer's, a GRAPH command buffer's staging memory) are put off until no work waits on
+     * the GPU, and must not need an allocation then. */
     if (!r->first && as_ok(r, gpuhal_buffer_allocate(o.device, GPUHAL_MEMORY_DEVICE, 4096, &spare), "buffer_allocate"))
       gpuhal_buffer_release(spare);
+    if (!r->first) {
+      as_record(r, &o, fill, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, o.buf[0], o.buf[1],
+                &spare_cb);
+      if (spare_cb) gpuhal_command_buffer_release(spare_cb);
+    }
     gate_signalled = as_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
     list[0] = t;
     list[1] = h;
@@ -420,8 +427,9 @@ static void as_scenario_bound(as_run_t* r) {
   args[1] = gpuhal_arg_u32(0x11111111u);
   args[2] = gpuhal_arg_u32(64);
   if (as_open(r, &o) && as_ok(r, as_load(o.device, &o.exe, &fill), "executable_load") &&
-      as_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 1,
-                                            &o.cb[0]),
+      as_ok(r,
+            gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 1,
+                                         &o.cb[0]),
             "command_buffer_create") &&
       as_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
       as_ok(r, gpuhal_cmd_dispatch(o.cb[0], fill, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 3, args),
@@ -498,8 +506,8 @@ static long as_run_once(long from, long to, int healthy, long* injected) {
   size_t objects;
   int verbose = getenv("GPUHAL_ALLOC_SWEEP_VERBOSE") != NULL;
   memset(&r, 0, sizeof(r));
-  snprintf(as_alarm_msg, sizeof(as_alarm_msg), "test_alloc_sweep: HANG: %s N=%ld%s ran past %d s\n", as_mode_name,
-           from, healthy ? " (healthy rerun)" : "", AS_RUN_LIMIT_S);
+  snprintf(as_alarm_msg, sizeof(as_alarm_msg), "test_alloc_sweep: HANG: %s N=%ld%s ran past %d s\n", as_mode_name, from,
+           healthy ? " (healthy rerun)" : "", AS_RUN_LIMIT_S);
   as_arm(from, to);
   alarm(AS_RUN_LIMIT_S);
   as_scenario_now(&r);
