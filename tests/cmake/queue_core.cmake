@@ -7,7 +7,7 @@
 # Options: GPUHAL_RANDOM_OPS (operations per thread of test_queue_random).
 set(GPUHAL_RANDOM_OPS "300" CACHE STRING "test_queue_random: operations per thread")
 
-foreach(t test_queue_core test_queue_reject test_queue_random test_queue_wake test_queue_scaling)
+foreach(t test_queue_core test_queue_bound test_queue_reject test_queue_random test_queue_wake test_queue_scaling)
   if(TARGET ${t})
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "GPUHAL_SEMAPHORE_MEMOPS=1")
     add_test(NAME ${t}_events COMMAND ${t})
@@ -24,6 +24,10 @@ endif()
 if(TARGET test_queue_random)
   set_property(TEST test_queue_random test_queue_random_events APPEND PROPERTY ENVIRONMENT
                "GPUHAL_RANDOM_OPS=${GPUHAL_RANDOM_OPS}")
+endif()
+# test_queue_bound's cross-device case waits on a second device (skipped without one).
+if(TARGET test_queue_bound)
+  set_property(TEST test_queue_bound test_queue_bound_events APPEND PROPERTY ENVIRONMENT "SOFTCUDA_DEVICES=2")
 endif()
 # test_queue_reject loses a device on purpose (a sticky illegal address): alone, as
 # test_device_loss (see tests/CMakeLists.txt).
