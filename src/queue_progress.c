@@ -383,8 +383,25 @@ static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
   return next_due;
 }
 
-/* At device release, for GPU value waits whose values nobody reached: fails those
- * semaphores (the failure store releases the waits), so the streams drain. */
+/* 1 when work that is not provisional is issued to reach `value` of `s` and writes its word:
+ * it runs on its queue's stream without waiting for a value not submitted, and ends a GPU
+ * wait on the word by itself. Work that was held for room on its stream at release (tuning.queue_entries_max)
+ * is issued only then, after the waits on its values went to the GPU. */
+static int gpuhal__value_submitted(gpuhal_semaphore_t* s, uint64_t value) {
+  gpuhal__wait_query_t q;
+  gpuhal__wait_state_t st;
+  memset(&q, 0, sizeof(q));
+  q.look_submitted = 1;
+  q.skip_provisional = 1;
+  st = gpuhal__semaphore_check(s, value, &q);
+  gpuhal_status_free(q.failure);
+  return st == GPUHAL__WAIT_COMPLETED || (st == GPUHAL__WAIT_SUBMITTED && q.word_written);
+}
+
+/* At device release, for GPU value waits whose values nobody reached or is to reach:
+ * fails those semaphores (the failure store releases the waits), so the streams drain.
+ * (Release looks again every few milliseconds while work is outstanding: a value that was
+ * submitted, and whose work failed instead, is abandoned then.) */
 static void gpuhal__completion_abandon_value_waits(gpuhal__queue_state_t* state) {
   uint32_t q;
   for (q = 0; q < state->device->queue_count; ++q) {
@@ -394,7 +411,9 @@ static void gpuhal__completion_abandon_value_waits(gpuhal__queue_state_t* state)
       uint32_t i;
       for (i = 0; a->value_waits && i < a->wait_count; ++i) {
         gpuhal__action_wait_t* w = &a->waits[i];
-        if (w->kind != GPUHAL__WAIT_VALUE || gpuhal__atomic_load(&w->semaphore->value) >= w->value) continue;
+        if (w->kind != GPUHAL__WAIT_VALUE || gpuhal__atomic_load(&w->semaphore->value) >= w->value ||
+            gpuhal__value_submitted(w->semaphore, w->value))
+          continue;
         gpuhal__semaphore_fail_owned(
             w->semaphore,
             gpuhal_status_make(GPUHAL_STATUS_ABORTED,
