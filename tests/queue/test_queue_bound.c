@@ -384,16 +384,18 @@ TU_TEST(polls_on_held_values_see_progress) {
     gpuhal_status_t st;
     values[0] = n / 2;
     values[1] = 1;
-    st = gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, qb_list(sems, values, 2),
-                                gpuhal_timeout_immediate());
-    if (!st) any_done = 1;
-    else TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_DEADLINE_EXCEEDED);
+    st = gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, qb_list(sems, values, 2), gpuhal_timeout_immediate());
+    if (!st)
+      any_done = 1;
+    else
+      TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_DEADLINE_EXCEEDED);
     gpuhal_status_free(st);
     values[0] = n;
-    st = gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, qb_list(sems, values, 2),
-                                gpuhal_timeout_relative_ns(0));
-    if (!st) all_done = 1;
-    else TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_DEADLINE_EXCEEDED);
+    st = gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, qb_list(sems, values, 2), gpuhal_timeout_relative_ns(0));
+    if (!st)
+      all_done = 1;
+    else
+      TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_DEADLINE_EXCEEDED);
     gpuhal_status_free(st);
     st = gpuhal_semaphore_wait(t, n, gpuhal_timeout_immediate());
     if (!st) one_done = 1;
@@ -415,13 +417,13 @@ TU_TEST(polls_on_held_values_see_progress) {
 
 typedef struct qb_host_s {
   gpuhal_device_t* device;
-  gpuhal_semaphore_t* t;  /* the queue's timeline */
-  gpuhal_semaphore_t* x;  /* released by the function (the test keeps none) */
+  gpuhal_semaphore_t* t;       /* the queue's timeline */
+  gpuhal_semaphore_t* x;       /* released by the function (the test keeps none) */
   gpuhal_command_buffer_t* cb; /* released by the function */
-  uint64_t base;          /* t's value before the function's own barriers */
+  uint64_t base;               /* t's value before the function's own barriers */
   int submitted;
-  int polled_ok;          /* a zero-timeout wait for its own earlier work returned */
-  gpuhal_status_t idle;   /* gpuhal_device_wait_idle from the function */
+  int polled_ok;        /* a zero-timeout wait for its own earlier work returned */
+  gpuhal_status_t idle; /* gpuhal_device_wait_idle from the function */
 } qb_host_t;
 
 static gpuhal_status_t qb_host_fn(void* user) {
@@ -470,8 +472,8 @@ TU_TEST(host_calls_among_held_work) {
     h.base = 10;
     TU_REQUIRE(qb_blocker_start(&f, &blocker, 0));
     for (i = 1; i <= 10; ++i) TU_CHECK_OK(qb_barrier(f.device, 0, NULL, 0, t, i));
-    TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), h.cb,
-                                     NULL));
+    TU_CHECK_OK(
+        gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_empty(), h.cb, NULL));
     TU_CHECK_OK(gpuhal_queue_host_call(f.device, 0, gpuhal_semaphore_list_one(&t, &h.base),
                                        gpuhal_semaphore_list_one(&hs, &qb_one), qb_host_fn, &h));
     qc_sleep_ms(10);
@@ -524,8 +526,8 @@ static void qb_mixed_case(int32_t bound, gpuhal_command_buffer_flags_t flags) {
   }
   for (round = 0; round < 4; ++round) {
     uint64_t w = v, s = ++v;
-    TU_CHECK_OK(gpuhal_queue_dealloca(f.device, 0, gpuhal_semaphore_list_one(&t, &w),
-                                      gpuhal_semaphore_list_one(&t, &s), scratch[round]));
+    TU_CHECK_OK(gpuhal_queue_dealloca(f.device, 0, gpuhal_semaphore_list_one(&t, &w), gpuhal_semaphore_list_one(&t, &s),
+                                      scratch[round]));
   }
   qc_sleep_ms(10);
   TU_CHECK_EQ_INT(qc_query(t), 0); /* everything is behind the kernel on queue 0 */
@@ -616,8 +618,10 @@ static void qb_submitter_fn(void* arg) {
   int i;
   for (i = 1; i <= s->n; ++i) {
     gpuhal_status_t st = qb_barrier(s->device, 0, NULL, 0, s->t, (uint64_t)i);
-    if (st) s->refused++;
-    else s->ok++;
+    if (st)
+      s->refused++;
+    else
+      s->ok++;
     gpuhal_status_free(st);
   }
   gpuhal_device_release(s->device); /* its own reference */
