@@ -512,9 +512,9 @@ typedef struct gpuhal__queue_state_s {
   int inputs_changed;        /* atomic: an input deferred work watches advanced or failed: look again before sleeping */
   int64_t completion_first_sleep_ns; /* its first sleep between polls of the work it took (its own) */
   uint32_t idle_waiters;             /* threads in gpuhal_device_wait_idle: no aging while there are any */
-  int abandon_value_waits;           /* release: fail what GPU value waits still wait for */
-  uint64_t dispatch_seq;             /* actions issued so far, each numbered when its issue begins (issue_mutex) */
-  uint64_t submit_count;             /* actions submitted so far (atomic) */
+  int abandon_value_waits; /* release: fail what GPU value waits still wait for (and nothing issued here reaches) */
+  uint64_t dispatch_seq;   /* actions issued so far, each numbered when its issue begins (issue_mutex) */
+  uint64_t submit_count;   /* actions submitted so far (atomic) */
   /* Statistics (atomic): queries, fruitless ones, actions, of those taken from lanes other
    * than the one queried (harvest_covered). */
   uint64_t harvest_looks, harvest_misses, harvested, harvest_covered;

@@ -383,19 +383,23 @@ static int64_t gpuhal__completion_take_locked(gpuhal__queue_state_t* state) {
   return next_due;
 }
 
-/* 1 when work that is not provisional is issued to reach `value` of `s` and writes its word:
- * it runs on its queue's stream without waiting for a value not submitted, and ends a GPU
- * wait on the word by itself. Work that was held for room on its stream at release (tuning.queue_entries_max)
- * is issued only then, after the waits on its values went to the GPU. */
-static int gpuhal__value_submitted(gpuhal_semaphore_t* s, uint64_t value) {
+/* 1 when `value` of `s` is reached, or is to be reached by work of this device that is
+ * issued, not provisional, with its inputs known, and that writes the word: such work waits
+ * for nothing that is not submitted on this device, so it ends a GPU wait on the word by
+ * itself. (At release, work held for room on its stream, tuning.queue_entries_max, is issued
+ * only after the waits on its values went to the GPU.) Another device's work is not followed:
+ * it may never end (its collective's peer part was just aborted here), and this release must
+ * not wait for it. */
+static int gpuhal__value_submitted(gpuhal__queue_state_t* state, gpuhal_semaphore_t* s, uint64_t value) {
   gpuhal__wait_query_t q;
   gpuhal__wait_state_t st;
   memset(&q, 0, sizeof(q));
   q.look_submitted = 1;
   q.skip_provisional = 1;
+  q.local_events = &state->events;
   st = gpuhal__semaphore_check(s, value, &q);
   gpuhal_status_free(q.failure);
-  return st == GPUHAL__WAIT_COMPLETED || (st == GPUHAL__WAIT_SUBMITTED && q.word_written);
+  return st == GPUHAL__WAIT_COMPLETED || (st == GPUHAL__WAIT_SUBMITTED && q.word_written && !q.foreign);
 }
 
 /* At device release, for GPU value waits whose values nobody reached or is to reach:
@@ -412,7 +416,7 @@ static void gpuhal__completion_abandon_value_waits(gpuhal__queue_state_t* state)
       for (i = 0; a->value_waits && i < a->wait_count; ++i) {
         gpuhal__action_wait_t* w = &a->waits[i];
         if (w->kind != GPUHAL__WAIT_VALUE || gpuhal__atomic_load(&w->semaphore->value) >= w->value ||
-            gpuhal__value_submitted(w->semaphore, w->value))
+            gpuhal__value_submitted(state, w->semaphore, w->value))
           continue;
         gpuhal__semaphore_fail_owned(
             w->semaphore,

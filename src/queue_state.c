@@ -72,7 +72,13 @@ static gpuhal_status_t gpuhal__queue_abort_pending(void* arg) {
   for (;;) {
     gpuhal__mutex_lock(&state->issue_mutex);
     gpuhal__queue_issue_ready(state, INT_MAX, 0);
-    if (!gpuhal__queue_holds(state)) break;
+    if (!gpuhal__queue_holds(state)) {
+      /* Held work issued last may have let pending work go (woken, not resolved yet): that
+       * runs too. A pass empties the woken set, so this ends. */
+      if (!state->woken_order.root && !gpuhal__atomic_load(&state->woken)) break;
+      gpuhal__mutex_unlock(&state->issue_mutex);
+      continue;
+    }
     gpuhal__mutex_unlock(&state->issue_mutex);
     gpuhal__backoff_sleep(&backoff);
   }
@@ -129,8 +135,9 @@ GPUHAL__PRIVATE void gpuhal__queue_state_destroy(gpuhal_device_t* device) {
   while (gpuhal__atomic_load_seq_cst(&state->signal_runs) > 0) gpuhal__sleep_ns(10000);
   gpuhal_status_free(gpuhal__worker_call(device, gpuhal__queue_abort_pending, state));
   /* Issued work completes (or fails) on the completion and host-call threads and comes
-   * back through the pump, which releases it. GPU value waits that nothing reached would
-   * keep their streams blocked forever: the completion thread fails those semaphores. */
+   * back through the pump, which releases it. GPU value waits that nothing reached, and
+   * that no issued work of this device is to reach, would keep their streams blocked
+   * forever: the completion thread fails those semaphores. */
   gpuhal__mutex_lock(&state->mutex);
   state->idle_waiters++;
   state->abandon_value_waits = 1;
