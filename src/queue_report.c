@@ -9,13 +9,18 @@
 
 #include <stdarg.h>
 
+/* Operations a report copies in all (the rest are counted); a test may set it lower (at
+ * least GPUHAL__REPORT_OPS_FIRST) before it compiles the implementation. */
+#ifndef GPUHAL__REPORT_OPS_MAX
+#define GPUHAL__REPORT_OPS_MAX (1 << 18)
+#endif
+
 enum {
-  GPUHAL__REPORT_ENTRIES = 8,       /* waits and signals shown per operation */
-  GPUHAL__REPORT_OPS_FIRST = 256,   /* operations room at first; it doubles as needed */
-  GPUHAL__REPORT_OPS_MAX = 1 << 18, /* operations copied in all (the rest are counted) */
-  GPUHAL__REPORT_DEVICES = 64,      /* devices reported */
-  GPUHAL__REPORT_CYCLE_MAX = 16,    /* operations named in a cycle */
-  GPUHAL__REPORT_CYCLES_MAX = 16    /* cycles named */
+  GPUHAL__REPORT_ENTRIES = 8,     /* waits and signals shown per operation */
+  GPUHAL__REPORT_OPS_FIRST = 256, /* operations room at first; it doubles as needed */
+  GPUHAL__REPORT_DEVICES = 64,    /* devices reported */
+  GPUHAL__REPORT_CYCLE_MAX = 16,  /* operations named in a cycle */
+  GPUHAL__REPORT_CYCLES_MAX = 16  /* cycles named */
 };
 
 /* HELD: ready, waiting for room on its queue's stream (tuning.queue_entries_max). */
@@ -168,6 +173,7 @@ static gpuhal_status_t gpuhal__report_reserve(gpuhal__report_t* r, uint64_t want
   if (want > GPUHAL__REPORT_OPS_MAX) want = GPUHAL__REPORT_OPS_MAX;
   if (want <= r->op_capacity) return NULL;
   while (capacity < want) capacity *= 2;
+  if (capacity > GPUHAL__REPORT_OPS_MAX) capacity = GPUHAL__REPORT_OPS_MAX;
   ops = (gpuhal__report_op_t*)gpuhal__alloc(r->allocator, sizeof(*ops) * capacity);
   if (!ops) return gpuhal__status_oom("a pending report's operations", sizeof(*ops) * capacity);
   if (r->op_count) memcpy(ops, r->ops, sizeof(*ops) * r->op_count);
@@ -181,6 +187,10 @@ static gpuhal_status_t gpuhal__report_reserve(gpuhal__report_t* r, uint64_t want
 static void gpuhal__report_copy_op(gpuhal__report_t* r, gpuhal__report_device_t* d, const gpuhal__action_t* a,
                                    gpuhal__op_state_t state) {
   gpuhal__report_op_t* op;
+  if (r->op_count >= GPUHAL__REPORT_OPS_MAX) { /* as many as a report holds: the rest is counted */
+    d->dropped++;
+    return;
+  }
   if (r->op_count == r->op_capacity) {
     gpuhal_status_t status = gpuhal__report_reserve(r, (uint64_t)r->op_count + 1);
     if (status) { /* the report says how many operations it left out */
