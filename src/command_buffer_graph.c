@@ -422,6 +422,8 @@ static gpuhal_status_t gpuhal__cb_finish_graph(gpuhal_command_buffer_t* cb) {
     gpuhal__cb_bind_staging_args(cb);
     st = gpuhal__cb_build_graph(cb);
   }
+  /* What the attempt made goes: a later try (a deferred graph's next execute) starts afresh. */
+  if (st) gpuhal_status_free(gpuhal__cb_destroy_graph_current(cb));
   gpuhal__context_leave(cb->device, &scope);
   return st;
 }
