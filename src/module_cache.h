@@ -143,8 +143,9 @@ typedef struct gpuhal__module_entry_s {
   size_t size;   /* bytes of image (PTX: without NUL) */
   void* image;   /* a NUL-terminated copy: the exact key */
   CUmodule module;
-  struct gpuhal__library_s* library;       /* the library `module` comes from (module_library.c); NULL: a module of
-                                        this context alone (cuModuleLoadDataEx) */
+  /* The library `module` comes from (module_library.c); NULL: a module of this context
+   * alone (cuModuleLoadDataEx). */
+  struct gpuhal__library_s* library;
   CUcontext context;                       /* the context the module lives in (the device's) */
   struct gpuhal__deferred_call_s* put_off; /* the record its unload takes (gpuhal__deferred_call_reserve) */
   gpuhal__mutex_t functions_mutex;

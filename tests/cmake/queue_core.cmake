@@ -29,17 +29,20 @@ endif()
 if(TARGET test_queue_bound)
   set_property(TEST test_queue_bound test_queue_bound_events APPEND PROPERTY ENVIRONMENT "SOFTCUDA_DEVICES=2")
 endif()
-# test_queue_reject loses a device on purpose (a sticky illegal address): alone, as
-# test_device_loss (see tests/CMakeLists.txt).
+# test_queue_reject and test_queue_bound (its last case) lose a device on purpose (a sticky
+# illegal address): alone, as test_device_loss (see tests/CMakeLists.txt).
 if(TARGET test_queue_reject)
   set_tests_properties(test_queue_reject test_queue_reject_events PROPERTIES RUN_SERIAL TRUE)
+endif()
+if(TARGET test_queue_bound)
+  set_tests_properties(test_queue_bound test_queue_bound_events PROPERTIES RUN_SERIAL TRUE)
 endif()
 
 # bench_queue as a smoke test on softcuda: a few iterations of every case, no timing claims.
 # (The bench target is defined after this file is included, so it is named by path.)
 if(GPUHAL_TEST_DRIVER STREQUAL "softcuda" AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/bench/bench_queue.c)
   foreach(variant "" "_events")
-    add_test(NAME bench_queue_smoke${variant} COMMAND ${CMAKE_BINARY_DIR}/bench/bench_queue 5 1 0 1234567)
+    add_test(NAME bench_queue_smoke${variant} COMMAND ${CMAKE_BINARY_DIR}/bench/bench_queue 5 1 0 1234567890)
     set_tests_properties(bench_queue_smoke${variant} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS queue_core)
     set_property(TEST bench_queue_smoke${variant} APPEND PROPERTY ENVIRONMENT ${GPUHAL_TEST_ENV})
   endforeach()

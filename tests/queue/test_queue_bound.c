@@ -719,11 +719,20 @@ TU_TEST(held_work_with_tracing_on) {
   gpuhal_semaphore_t* t = NULL;
   char path[256];
   uint64_t i;
+  int started;
   snprintf(path, sizeof(path), "/tmp/gpuhal_test_queue_bound_%d.json", (int)getpid());
-  if (!qb_open_ex(&f, 2, 3, 0, path)) TU_SKIP("no device or test kernels");
+  if (!qb_open_ex(&f, 2, 3, 0, path)) {
+    remove(path); /* a device opened and failed later may have begun the file */
+    TU_SKIP("no device or test kernels");
+  }
   t = qb_semaphore(&f);
-  TU_REQUIRE(t);
-  TU_REQUIRE(qb_blocker_start(&f, &blocker, 0));
+  started = t != NULL && qb_blocker_start(&f, &blocker, 0);
+  if (!started) {
+    gpuhal_semaphore_release(t);
+    qb_close(&f);
+    remove(path);
+  }
+  TU_REQUIRE(started);
   for (i = 1; i <= 60; ++i) TU_CHECK_OK(qb_barrier(f.device, (uint32_t)(i % 3 == 0), i > 1 ? t : NULL, i - 1, t, i));
   qc_sleep_ms(10);
   qb_blocker_finish(&blocker);
