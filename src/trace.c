@@ -146,6 +146,11 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__trace_create(gpuhal_driver_t* driver) {
    * trace from the start instead of the truncated file another driver or process
    * tracing to the same path would otherwise see. */
   status = json ? gpuhal__trace_write(trace) : NULL;
+  if (status && gpuhal_status_code(status) == GPUHAL_STATUS_RESOURCE_EXHAUSTED) {
+    /* Out of host memory (the snapshot): nothing is wrong with the path, so say what ran out. */
+    gpuhal__trace_free(driver, trace);
+    return gpuhal_status_annotate(status, "gpuhal_driver_create: writing the trace file '%s'", driver->trace_path);
+  }
   if (status) {
     gpuhal_status_t invalid = gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                                                  "gpuhal_driver_create: the trace file '%s' (GPUHAL_TRACE or "
@@ -808,7 +813,9 @@ static gpuhal_status_t gpuhal__trace_snapshot(gpuhal__trace_t* trace, gpuhal__tr
   s->by_ts = (gpuhal__trace_out_span_t**)gpuhal__calloc(a, (n ? n : 1) * sizeof(*s->by_ts));
   s->signals = (gpuhal__trace_signal_t*)gpuhal__calloc(a, (n ? n : 1) * sizeof(*s->signals));
   if (!s->spans || !s->threads || !s->anchors || !s->by_ts || !s->signals)
-    return gpuhal__status_oom("trace snapshot", n);
+    return gpuhal__status_oom("trace snapshot",
+                              (n ? n : 1) * (sizeof(*s->spans) + sizeof(*s->threads) + sizeof(*s->anchors) +
+                                             sizeof(*s->by_ts) + sizeof(*s->signals)));
   for (i = 0; i < n; ++i) {
     const gpuhal__trace_record_t* r = &s->records[i];
     gpuhal__trace_out_span_t* o;
