@@ -681,12 +681,13 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_sync_call(gpuhal_driver_t* driver, CUdevice cu_device, CUcontext context,
                                                          const gpuhal__deferred_call_t* call) {
   const gpuhal__cuda_symbols_t* cu = &driver->cu;
-  gpuhal__deferred_call_t* d = NULL;
-  gpuhal_status_t status;
+  gpuhal__deferred_call_t* d = call->reserved;
+  gpuhal_status_t status = NULL;
   gpuhal__mutex_lock(&driver->parked_mutex);
-  status = gpuhal__alloc_zeroed(&driver->allocator, sizeof(*d), "a call put off", (void**)&d);
+  if (!d) status = gpuhal__alloc_zeroed(&driver->allocator, sizeof(*d), "a call put off", (void**)&d);
   if (!status) {
     *d = *call;
+    d->reserved = NULL;
     d->cu_device = cu_device;
     d->context = context;
     /* Run now by the flush when nothing waits on the GPU; else the last GPU wait's end

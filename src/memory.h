@@ -247,7 +247,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device
  * the primary context of `cu_device` now, or puts it off while queue work of the driver
  * may wait on the GPU for a value. Takes over the reference to that primary context the
  * caller retained (`context`): released once the call has run, whatever happened (so
- * nothing here needs a retain of its own, which could fail). */
+ * nothing here needs a retain of its own, which could fail). Takes `call->reserved` as
+ * gpuhal__device_sync_call does: with it, this allocates nothing. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_sync_call(gpuhal_driver_t* driver, CUdevice cu_device, CUcontext context,
                                                          const gpuhal__deferred_call_t* call);
 /* Runs fn(arg) (which makes calls that wait for a whole context) while no queue work of the

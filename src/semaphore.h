@@ -280,6 +280,11 @@ struct gpuhal_semaphore_s {
   int shared_fd;             /* the shared file, kept to export again; closed at destruction */
   CUdevice shared_cu_device; /* whose primary context registered the mapping (retained) */
   CUcontext shared_context;
+  /* Reserved with the mapping (gpuhal__shared_register), so that giving it back at
+   * destruction needs no memory: the record its put-off unregistering takes, and the record
+   * that keeps it until the driver goes when a GPU write may still land. */
+  struct gpuhal__deferred_call_s* shared_put_off;
+  struct gpuhal__shared_kept_s* shared_kept;
   volatile uint64_t* unshared_word; /* the slab word it had before export: returned at destruction */
   gpuhal__list_node_t shared_link;  /* in driver->shared_semaphores */
 };

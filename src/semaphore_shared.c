@@ -116,6 +116,10 @@ typedef struct gpuhal__shared_mapping_s {
   CUdevice cu_device; /* whose primary context registered it (retained) */
   CUcontext context;  /* NULL: not registered */
   CUdeviceptr address;
+  /* Reserved before registering (gpuhal__shared_reserve): giving the mapping back happens
+   * in releases, which cannot report that host memory ran out, so they must need none. */
+  gpuhal__deferred_call_t* put_off;   /* the record its unregistering takes, put off */
+  struct gpuhal__shared_kept_s* kept; /* the record that keeps it (gpuhal__semaphore_shared_destroy) */
 } gpuhal__shared_mapping_t;
 
 /* A mapping a destroyed semaphore could not give back yet (driver->shared_kept). */
@@ -123,6 +127,14 @@ typedef struct gpuhal__shared_kept_s {
   struct gpuhal__shared_kept_s* next;
   gpuhal__shared_mapping_t m;
 } gpuhal__shared_kept_t;
+
+/* Reserves what giving `m` back may take (see gpuhal__shared_mapping_t.put_off). */
+static gpuhal_status_t gpuhal__shared_reserve(gpuhal_driver_t* driver, gpuhal__shared_mapping_t* m) {
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__deferred_call_reserve(&driver->allocator, "a shared semaphore's unregistering put off", &m->put_off));
+  return gpuhal__alloc_zeroed(&driver->allocator, sizeof(*m->kept), "a shared semaphore's kept mapping",
+                              (void**)&m->kept);
+}
 
 /* With no GPU wait in flight and none starting (gpuhal__driver_call_unparked).
  * tools/probe/park_probe.c found register + unregister waiting for a stream parked on a
@@ -168,6 +180,7 @@ static gpuhal_status_t gpuhal__shared_register(gpuhal_driver_t* driver, const ch
   gpuhal__shared_register_t r;
   r.driver = driver;
   r.m = m;
+  GPUHAL__RETURN_IF_ERROR(gpuhal__shared_reserve(driver, m));
   return gpuhal__driver_call_unparked(driver, func, gpuhal__shared_register_unparked, &r);
 }
 
@@ -175,13 +188,18 @@ static gpuhal_status_t gpuhal__shared_register(gpuhal_driver_t* driver, const ch
  * unregistering (and the unmapping after it) is put off like a cuMemFree while queue work
  * waits on the GPU. */
 static void gpuhal__shared_mapping_drop(gpuhal_driver_t* driver, gpuhal__shared_mapping_t* m) {
+  gpuhal__free(&driver->allocator, m->kept); /* not kept: given back now */
+  m->kept = NULL;
   if (m->context) {
     gpuhal__deferred_call_t call;
     gpuhal_status_t status;
     memset(&call, 0, sizeof(call));
     call.unregister = (void*)m->sh;
     call.unregister_bytes = GPUHAL__SHARED_FILE_BYTES;
-    status = gpuhal__driver_sync_call(driver, m->cu_device, m->context, &call); /* takes m->context */
+    call.reserved = m->put_off;
+    m->put_off = NULL;
+    /* takes m->context and the reserved record */
+    status = gpuhal__driver_sync_call(driver, m->cu_device, m->context, &call);
     if (status) {
       gpuhal__log(&driver->logger, GPUHAL_LOG_ERROR, "unsharing a semaphore: %s", gpuhal_status_message(status));
       gpuhal_status_free(status);
@@ -190,6 +208,8 @@ static void gpuhal__shared_mapping_drop(gpuhal_driver_t* driver, gpuhal__shared_
     }
     m->context = NULL;
   }
+  gpuhal__free(&driver->allocator, m->put_off); /* never registered */
+  m->put_off = NULL;
   if (m->sh) munmap((void*)m->sh, GPUHAL__SHARED_FILE_BYTES);
   m->sh = NULL;
   if (m->fd >= 0) close(m->fd);
@@ -394,10 +414,15 @@ GPUHAL__PRIVATE void gpuhal__semaphore_shared_destroy(gpuhal_semaphore_t* s) {
   m.fd = s->shared_fd;
   m.cu_device = s->shared_cu_device;
   m.context = s->shared_context;
+  m.put_off = s->shared_put_off;
+  m.kept = s->shared_kept;
   /* A GPU write that may still land keeps the mapping until the driver goes, when no
-   * device is left to write it (as a slab word is kept). */
-  if (s->word_unsafe) kept = (gpuhal__shared_kept_t*)gpuhal__calloc(&driver->allocator, sizeof(*kept));
-  if (kept) kept->m = m;
+   * device is left to write it (as a slab word is kept), in the record reserved for that. */
+  if (s->word_unsafe && m.kept) {
+    kept = m.kept;
+    m.kept = NULL;
+    kept->m = m;
+  }
   gpuhal__mutex_lock(&driver->shared_mutex);
   gpuhal__list_remove(&s->shared_link);
   if (kept) {
@@ -405,13 +430,11 @@ GPUHAL__PRIVATE void gpuhal__semaphore_shared_destroy(gpuhal_semaphore_t* s) {
     driver->shared_kept = kept;
   }
   gpuhal__mutex_unlock(&driver->shared_mutex);
-  if (!s->word_unsafe) {
-    gpuhal__shared_mapping_drop(driver, &m);
-  } else if (!kept) {
-    close(s->shared_fd); /* no memory to remember it: the mapping stays for the process */
-  }
+  if (!kept) gpuhal__shared_mapping_drop(driver, &m);
   s->shared = NULL;
   s->shared_fd = -1;
+  s->shared_put_off = NULL;
+  s->shared_kept = NULL;
 }
 
 /* ---- export and import ---- */
@@ -423,11 +446,15 @@ static void gpuhal__semaphore_share_locked(gpuhal_semaphore_t* s, gpuhal__shared
   s->shared_fd = m->fd;
   s->shared_cu_device = m->cu_device;
   s->shared_context = m->context;
+  s->shared_put_off = m->put_off;
+  s->shared_kept = m->kept;
   s->word_address = m->address;
   gpuhal__atomic_store(&s->word, (volatile uint64_t*)&m->sh->value);
   m->sh = NULL;
   m->fd = -1;
   m->context = NULL;
+  m->put_off = NULL;
+  m->kept = NULL;
   /* Another process may wait on any value: every signal writes the word, and every wait
    * goes to it (never to the host until this process's work is submitted). */
   gpuhal__atomic_store(&s->armed_until, UINT64_MAX);
