@@ -405,6 +405,11 @@ typedef struct gpuhal__side_stream_s {
   gpuhal__action_t* tail;  /* the last action issued on it, until it is seen complete (NULL: none) */
   gpuhal__action_t* claim; /* resolved to go behind `tail`, not issued yet: nothing else may meanwhile */
   int broken;              /* an issue on it failed, or its work: never used again */
+  /* A failed issue left GPU value waits on it (gpuhal__action_issue_failed): they stay until
+   * their values come, and calls that wait for an idle context would wait for them, so the
+   * stream keeps one GPU wait counted (gpuhal__memory_gpu_wait_claim) until the completion
+   * thread sees it drained, or the device's release destroys it. */
+  int gpu_wait_held;
 } gpuhal__side_stream_t;
 
 typedef struct gpuhal__action_block_s {
@@ -541,6 +546,7 @@ typedef struct gpuhal__queue_state_s {
   gpuhal__side_stream_t* sides;
   uint32_t* side_free; /* indices into sides */
   uint32_t side_count, side_free_count, side_capacity;
+  uint32_t sides_held; /* side streams with gpu_wait_held (mutex) */
   gpuhal__thread_t completion_thread;
   int threads_started;
 } gpuhal__queue_state_t;

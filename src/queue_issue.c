@@ -370,6 +370,17 @@ static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t sta
   for (i = 0; i < a->wait_count; ++i)
     if (a->waits[i].kind == GPUHAL__WAIT_VALUE) gpuhal__semaphore_word_keep(a->waits[i].semaphore);
   gpuhal__mutex_lock(&state->mutex); /* what it enqueued may never run: the stream is not used again */
+  if (a->side && a->gpu_wait_counted) {
+    /* Those waits still hold the stream: its count goes to the stream, not away with the
+     * action (a free or an unregistering run now would wait for a value that may only come
+     * from the thread running it). */
+    gpuhal__side_stream_t* side = &state->sides[a->side - 1];
+    if (!side->gpu_wait_held) {
+      side->gpu_wait_held = 1;
+      state->sides_held++;
+      a->gpu_wait_counted = 0; /* handed over, still counted */
+    }
+  }
   gpuhal__side_stream_leave_locked(state, a, 0);
   gpuhal__mutex_unlock(&state->mutex);
   gpuhal__action_describe(a, who, sizeof(who));

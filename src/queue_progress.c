@@ -527,6 +527,30 @@ static void gpuhal__completion_kick_if_due_locked(gpuhal__queue_state_t* state) 
   gpuhal__queue_kick_retired_locked(state);
 }
 
+/* Side streams a failed issue left GPU value waits on (gpuhal__side_stream_t.gpu_wait_held):
+ * each gives its GPU wait back once CUDA says it drained. Only this thread clears the mark
+ * (and the release, once it stopped). No lock held. */
+static void gpuhal__completion_check_held_sides(gpuhal__queue_state_t* state) {
+  const gpuhal__cuda_symbols_t* cu = state->device->cu;
+  uint32_t i;
+  int32_t drained = 0;
+  gpuhal__mutex_lock(&state->mutex);
+  for (i = 0; state->sides_held && i < state->side_count; ++i) {
+    CUstream stream = state->sides[i].stream;
+    CUresult r;
+    if (!state->sides[i].gpu_wait_held) continue;
+    gpuhal__mutex_unlock(&state->mutex); /* `sides` may grow meanwhile: indexed again after */
+    r = cu->cuStreamQuery(stream);
+    gpuhal__mutex_lock(&state->mutex);
+    if (r == CUDA_ERROR_NOT_READY) continue;
+    state->sides[i].gpu_wait_held = 0;
+    state->sides_held--;
+    drained++;
+  }
+  gpuhal__mutex_unlock(&state->mutex);
+  if (drained) gpuhal__memory_gpu_waits_add(state->device, -drained);
+}
+
 /* Under the state's mutex: `due`, or sooner when retired actions wait for their kick. */
 static int64_t gpuhal__completion_retire_due_locked(gpuhal__queue_state_t* state, int64_t due) {
   int64_t kick = state->retired_since_ns + GPUHAL__RETIRE_MAX_DELAY_NS;
@@ -535,6 +559,7 @@ static int64_t gpuhal__completion_retire_due_locked(gpuhal__queue_state_t* state
 
 static int gpuhal__completion_observing(gpuhal__queue_state_t* state) {
   uint32_t q;
+  if (state->sides_held && !state->threads_stop) return 1; /* until they drain (the release destroys them) */
   for (q = 0; q < state->device->queue_count; ++q)
     if (!gpuhal__list_empty(&state->lanes[q].observing) || !gpuhal__list_empty(&state->lanes[q].deferred) ||
         !gpuhal__list_empty(&state->lanes[q].side_observing))
@@ -594,6 +619,7 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
       continue;
     }
     gpuhal__mutex_unlock(&state->mutex);
+    gpuhal__completion_check_held_sides(state);
     gpuhal__list_init(&done);
     blocked = 0;
     pass = gpuhal__atomic_add(&state->passes_begun, 1u);

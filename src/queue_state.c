@@ -114,6 +114,9 @@ static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
     }
   }
   gpuhal__park_release(state, (int32_t)(state->side_count - state->side_free_count)); /* left by failed issues */
+  /* and the GPU waits those kept counted (gpuhal__side_stream_t.gpu_wait_held): destroyed */
+  if (state->sides_held) gpuhal__memory_gpu_waits_add(state->device, -(int32_t)state->sides_held);
+  state->sides_held = 0;
   gpuhal__free(state->device->allocator, state->sides);
   gpuhal__free(state->device->allocator, state->side_free);
   state->sides = NULL;
