@@ -4,11 +4,17 @@
  * fail the Nth allocation it is asked for (mode "one"), or every allocation from the Nth
  * on for a window of AS_WINDOW allocations, after which it recovers (mode "window": the
  * window reaches into the scenario's releases and into allocations made on gpuhal's own
- * threads). One scenario drives the whole API: driver and device create; semaphores;
- * buffers; executable load and kernel; GRAPH and STREAM command buffers, reusable and
- * one-shot, recorded and executed with their waits submitted before their signals; queue
- * alloca and dealloca; a host call; host waits ANY and ALL; a second execute of a
- * reusable command buffer; wait idle; device and driver release.
+ * threads). One scenario ("chain") drives the whole API: driver and device create;
+ * semaphores; buffers; executable load and kernel; GRAPH and STREAM command buffers,
+ * reusable and one-shot, recorded and executed with their waits submitted before their
+ * signals; queue alloca and dealloca; a host call; host waits ANY and ALL; a second execute
+ * of a reusable command buffer; wait idle; device and driver release. The others: "bound"
+ * (late-bound arguments, long wait lists, a report), "peer" (two devices: peer copies,
+ * cross-device waits, one device released before the other), "collective" (a channel over
+ * two devices, an all-reduce in STREAM and GRAPH command buffers; softnccl), "share" (a
+ * semaphore exported and imported, exportable buffers, releases while work waits on the
+ * GPU for the shared word), "regions" (conditional command buffers, tensor maps) and
+ * "traced" (the chain with a trace file).
  *
  * For each N from 1 until a run no longer reaches its Nth allocation, the scenario runs in
  * this process and must end so:
@@ -26,8 +32,9 @@
  *
  * Environment: GPUHAL_ALLOC_SWEEP_STRIDE (sweep every Nth allocation, default 1; a slow
  * build such as valgrind raises it), GPUHAL_ALLOC_SWEEP_VERBOSE=1 (a line per run),
- * GPUHAL_ALLOC_SWEEP_N (only the run that fails from the Nth allocation, to debug it).
- * Needs softcuda (its leak counters): on a real driver it skips (77).
+ * GPUHAL_ALLOC_SWEEP_N (only the run that fails from the Nth allocation, to debug it);
+ * test names as arguments run only those. Needs softcuda (its leak counters): on a real
+ * driver it skips (77). GPUHAL_NCCL_LIBRARY defaults to softnccl beside softcuda.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -122,13 +129,20 @@ static int as_names_host_memory(gpuhal_status_t s) {
          strstr(gpuhal_status_message(s), "out of host memory allocating ") != NULL;
 }
 
+/* The scenario fails its gate itself once a step failed (so that no work waits for a
+ * signal that is not coming): work behind the gate fails with that. */
+static int as_is_gate_failure(const as_run_t* r, gpuhal_status_t s) {
+  return r->first && gpuhal_status_code(s) == GPUHAL_STATUS_CANCELLED &&
+         strstr(gpuhal_status_message(s), "sweep: gate") != NULL;
+}
+
 /* Takes a step's status: 1 if OK; else checks and keeps the first error, returns 0. */
 static int as_ok(as_run_t* r, gpuhal_status_t s, const char* step) {
   if (!s) return 1;
   if (gpuhal_status_code(s) == GPUHAL_STATUS_DEADLINE_EXCEEDED) {
     if (!r->stuck) snprintf(r->stuck_what, sizeof(r->stuck_what), "%s: %s", step, gpuhal_status_message(s));
     r->stuck = 1;
-  } else if (!as_names_host_memory(s) && !r->bad) {
+  } else if (!as_names_host_memory(s) && !as_is_gate_failure(r, s) && !r->bad) {
     snprintf(r->bad_what, sizeof(r->bad_what), "%s: %s: %s", step, gpuhal_status_code_string(gpuhal_status_code(s)),
              gpuhal_status_message(s));
     r->bad = 1;
@@ -171,7 +185,9 @@ static void as_mark_wrong(as_run_t* r, const char* what) {
 typedef struct as_objs_s {
   gpuhal_driver_t* driver;
   gpuhal_device_t* device;
+  gpuhal_device_t* peer; /* a second device (as_open_peer), released after `device` */
   gpuhal_executable_t* exe;
+  gpuhal_executable_t* exe2;
   gpuhal_command_buffer_t* cb[AS_CBS];
   gpuhal_buffer_t* buf[4];
   gpuhal_buffer_t* scratch; /* the alloca's buffer (its memory goes with the dealloca) */
@@ -229,7 +245,10 @@ static int as_check_recorded(as_run_t* r, gpuhal_buffer_t* b) {
          as_check_words(r, b, 512, 64, 0x88888888u, "fill 8") && as_check_words(r, b, 768, 16, 0x55555555u, "update");
 }
 
-static int as_open(as_run_t* r, as_objs_t* o) {
+static const char* as_trace_path; /* the driver's trace file (as_scenario_traced), or NULL */
+
+/* The driver and `devices` (1 or 2) devices of two queues, semaphores, buffers of device 0. */
+static int as_open_devices(as_run_t* r, as_objs_t* o, int devices) {
   gpuhal_driver_options_t options;
   gpuhal_device_params_t params;
   int i, count = 0;
@@ -237,13 +256,15 @@ static int as_open(as_run_t* r, as_objs_t* o) {
   memset(&options, 0, sizeof(options));
   options.allocator.alloc = as_alloc;
   options.allocator.free = as_free;
+  options.trace_path = as_trace_path;
   if (!as_ok(r, gpuhal_driver_create(&options, &o->driver), "driver_create") ||
       !as_ok(r, gpuhal_driver_device_count(o->driver, &count), "driver_device_count"))
     return 0;
-  if (count < 1) return as_ok(r, gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "no device"), "device_count");
+  if (count < devices) return as_ok(r, gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "no device"), "device_count");
   memset(&params, 0, sizeof(params));
   params.queue_count = 2;
   if (!as_ok(r, gpuhal_device_create(o->driver, 0, &params, &o->device), "device_create")) return 0;
+  if (devices > 1 && !as_ok(r, gpuhal_device_create(o->driver, 1, &params, &o->peer), "device_create 1")) return 0;
   for (i = 0; i < AS_SEMS; ++i)
     if (!as_ok(r, gpuhal_semaphore_create(o->driver, 0, &o->sem[i]), "semaphore_create")) return 0;
   for (i = 0; i < 4; ++i)
@@ -252,28 +273,42 @@ static int as_open(as_run_t* r, as_objs_t* o) {
   return 1;
 }
 
+static int as_open(as_run_t* r, as_objs_t* o) { return as_open_devices(r, o, 1); }
+
 static void as_close(as_run_t* r, as_objs_t* o) {
   int i;
   if (o->device)
     as_ok(r, gpuhal_device_wait_idle(o->device, gpuhal_timeout_relative_ns(AS_WAIT_NS)), "device_wait_idle");
+  if (o->peer) as_ok(r, gpuhal_device_wait_idle(o->peer, gpuhal_timeout_relative_ns(AS_WAIT_NS)), "device_wait_idle 1");
   for (i = 0; i < AS_CBS; ++i) gpuhal_command_buffer_release(o->cb[i]);
   for (i = 0; i < 4; ++i) gpuhal_buffer_release(o->buf[i]);
   gpuhal_buffer_release(o->scratch);
   gpuhal_executable_release(o->exe);
+  gpuhal_executable_release(o->exe2);
   for (i = 0; i < AS_SEMS; ++i) gpuhal_semaphore_release(o->sem[i]);
   gpuhal_device_release(o->device);
+  gpuhal_device_release(o->peer);
   gpuhal_driver_release(o->driver);
   memset(o, 0, sizeof(*o));
 }
 
-static gpuhal_status_t as_load(gpuhal_device_t* device, gpuhal_executable_t** exe, gpuhal_kernel_t** kernel) {
+/* Loads tests/kernels/<name>.ptx and, with `kernel`, looks up the kernel `name`. */
+static gpuhal_status_t as_load_named(gpuhal_device_t* device, const char* name, gpuhal_executable_t** exe,
+                                     gpuhal_kernel_t** kernel) {
   size_t size = 0;
-  char* ptx = tu_read_kernel_file("fill_u32.ptx", &size);
+  char file[64];
+  char* ptx;
   gpuhal_status_t st;
-  if (!ptx) return gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "cannot read fill_u32.ptx");
+  snprintf(file, sizeof(file), "%s.ptx", name);
+  ptx = tu_read_kernel_file(file, &size);
+  if (!ptx) return gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "cannot read %s", file);
   st = gpuhal_executable_load(device, ptx, size, exe);
   free(ptx);
-  return st ? st : gpuhal_executable_kernel(*exe, "fill_u32", kernel);
+  return st || !kernel ? st : gpuhal_executable_kernel(*exe, name, kernel);
+}
+
+static gpuhal_status_t as_load(gpuhal_device_t* device, gpuhal_executable_t** exe, gpuhal_kernel_t** kernel) {
+  return as_load_named(device, "fill_u32", exe, kernel);
 }
 
 /* The chain, every wait submitted before its signal (the gate is signalled last):
@@ -484,6 +519,372 @@ static void as_scenario_bound(as_run_t* r) {
   as_close(r, &o);
 }
 
+/* Two devices, every wait submitted before its signal (the gate last):
+ *   peer q0:   gate=1 -> GRAPH: peer copy buf0 (device 0) -> p, barrier, p -> buf1 (device 0) -> s=1
+ *   device q1: s=1    -> STREAM: peer copy p -> buf2, fill buf3                                -> s=2
+ *   peer q1:   s=2    -> host call                                                              -> h=1
+ * The waits of the second and third cross devices (on the GPU with memops). Then device 0 and
+ * its buffers are released while the peer's GRAPH command buffer still holds buf0 and buf1:
+ * its release, after device 0's, frees them and ends device 0. */
+static void as_scenario_peer(as_run_t* r) {
+  as_objs_t o;
+  gpuhal_buffer_t* p = NULL;
+  gpuhal_command_buffer_t *pull = NULL, *push = NULL;
+  gpuhal_semaphore_t *gate, *s, *h;
+  uint32_t words[256], nine = 0x99999999u;
+  int gate_signalled = 0, calls = 0, i;
+  for (i = 0; i < 256; ++i) words[i] = 0x13579BDFu;
+  if (as_open_devices(r, &o, 2) &&
+      as_ok(r, gpuhal_buffer_allocate(o.peer, GPUHAL_MEMORY_DEVICE, 1024, &p), "buffer_allocate peer") &&
+      as_ok(r, gpuhal_buffer_write(o.buf[0], 0, words, sizeof(words)), "buffer_write") &&
+      as_ok(r, gpuhal_command_buffer_create(o.peer, GPUHAL_COMMAND_BUFFER_GRAPH, 0, &pull), "command_buffer_create") &&
+      as_ok(r, gpuhal_command_buffer_begin(pull), "command_buffer_begin") &&
+      as_ok(r, gpuhal_cmd_copy(pull, gpuhal_ref_buffer(o.buf[0], 0), gpuhal_ref_buffer(p, 0), 1024), "cmd_copy pull") &&
+      as_ok(r, gpuhal_cmd_barrier(pull), "cmd_barrier") &&
+      as_ok(r, gpuhal_cmd_copy(pull, gpuhal_ref_buffer(p, 0), gpuhal_ref_buffer(o.buf[1], 0), 1024), "cmd_copy push") &&
+      as_ok(r, gpuhal_command_buffer_end(pull), "command_buffer_end") &&
+      as_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_STREAM, 0, &push),
+            "command_buffer_create") &&
+      as_ok(r, gpuhal_command_buffer_begin(push), "command_buffer_begin") &&
+      as_ok(r, gpuhal_cmd_copy(push, gpuhal_ref_buffer(p, 0), gpuhal_ref_buffer(o.buf[2], 0), 1024), "cmd_copy peer") &&
+      as_ok(r, gpuhal_cmd_fill(push, gpuhal_ref_buffer(o.buf[3], 0), 1024, &nine, 4), "cmd_fill") &&
+      as_ok(r, gpuhal_command_buffer_end(push), "command_buffer_end")) {
+    gate = o.sem[0];
+    s = o.sem[1];
+    h = o.sem[2];
+    if (as_ok(r,
+              gpuhal_queue_execute(o.peer, 0, gpuhal_semaphore_list_one(&gate, &V1), gpuhal_semaphore_list_one(&s, &V1),
+                                   pull, NULL),
+              "queue_execute peer GRAPH") &&
+        (as_expect(r, s, 1), 1) &&
+        as_ok(r,
+              gpuhal_queue_execute(o.device, 1, gpuhal_semaphore_list_one(&s, &V1), gpuhal_semaphore_list_one(&s, &V2),
+                                   push, NULL),
+              "queue_execute device STREAM") &&
+        (as_expect(r, s, 2), 1) &&
+        as_ok(r,
+              gpuhal_queue_host_call(o.peer, 1, gpuhal_semaphore_list_one(&s, &V2), gpuhal_semaphore_list_one(&h, &V1),
+                                     as_host_fn, &calls),
+              "queue_host_call peer"))
+      as_expect(r, h, 1);
+    gate_signalled = as_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
+    if (!r->first && as_wait(r, h, 1, "wait h=1") && as_check_words(r, o.buf[1], 0, 64, words[0], "pulled back") &&
+        as_check_words(r, o.buf[2], 768, 64, words[0], "peer copy") &&
+        as_check_words(r, o.buf[3], 0, 64, nine, "fill") && __atomic_load_n(&calls, __ATOMIC_ACQUIRE) != 1)
+      as_mark_wrong(r, "the host call did not run once");
+    if (!gate_signalled) gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
+  }
+  as_settle(r);
+  gpuhal_command_buffer_release(push);
+  if (o.device) { /* device 0 goes first; `pull` holds two of its buffers */
+    as_ok(r, gpuhal_device_wait_idle(o.device, gpuhal_timeout_relative_ns(AS_WAIT_NS)), "device_wait_idle");
+    for (i = 0; i < 4; ++i) gpuhal_buffer_release(o.buf[i]);
+    memset(o.buf, 0, sizeof(o.buf));
+    gpuhal_device_release(o.device);
+    o.device = NULL;
+  }
+  if (o.peer) as_ok(r, gpuhal_device_wait_idle(o.peer, gpuhal_timeout_relative_ns(AS_WAIT_NS)), "device_wait_idle 1");
+  gpuhal_command_buffer_release(pull);
+  gpuhal_buffer_release(p);
+  as_close(r, &o);
+}
+
+/* softnccl's wait for a peer that never comes (a rank whose issue failed): short, and
+ * longer under the sanitizers. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define AS_PEER_TIMEOUT_MS "1000"
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define AS_PEER_TIMEOUT_MS "1000"
+#endif
+#endif
+#ifndef AS_PEER_TIMEOUT_MS
+#define AS_PEER_TIMEOUT_MS "300"
+#endif
+
+/* softnccl's failure of a rank whose peer did not come (test_fault_sweep's sw_is_peer_timeout). */
+static int as_is_peer_timeout(gpuhal_status_t s) {
+  const char* msg = gpuhal_status_message(s);
+  return strstr(msg, "CUDA_ERROR_LAUNCH_TIMEOUT") != NULL ||
+         (strstr(msg, "ncclSystemError") != NULL && strstr(msg, "in ncclGroupEnd") != NULL);
+}
+
+/* The ranks' waits: a rank whose peer failed fails after softnccl's peer timeout, which is
+ * acceptable only when the run's first error (or the other rank's) says why. */
+static void as_wait_ranks(as_run_t* r, gpuhal_semaphore_t** done) {
+  gpuhal_status_t st[2];
+  int i, pass;
+  for (i = 0; i < 2; ++i) st[i] = gpuhal_semaphore_wait(done[i], 1, gpuhal_timeout_relative_ns(AS_WAIT_NS));
+  for (pass = 0; pass < 2; ++pass) {
+    for (i = 0; i < 2; ++i) {
+      if (!st[i] || (pass == 0 && as_is_peer_timeout(st[i]))) continue;
+      if (pass == 1 && r->first && !r->bad) {
+        gpuhal_status_free(st[i]); /* the peer of a rank that failed for want of memory */
+      } else {
+        as_ok(r, st[i], i == 0 ? "wait rank 0" : "wait rank 1");
+      }
+      st[i] = NULL;
+    }
+  }
+}
+
+/* A channel over the two devices (ncclCommInitAll) and an all-reduce (sum of u32): rank 0
+ * records it in a STREAM command buffer, rank 1 in a GRAPH one (captured at its first
+ * execute). Both executions wait on one host gate, signalled only once both are submitted;
+ * a submit that fails fails the gate instead, so no rank waits for a peer that is not
+ * coming. A rank whose issue fails on gpuhal's threads leaves the other to softnccl's
+ * peer timeout (as_wait_ranks). */
+static void as_scenario_collective(as_run_t* r) {
+  as_objs_t o;
+  gpuhal_device_t* devices[2];
+  gpuhal_channel_t* ch[2] = {NULL, NULL};
+  gpuhal_buffer_t* b[4] = {NULL, NULL, NULL, NULL};
+  gpuhal_semaphore_t *gate = NULL, *done[2];
+  uint32_t words[64];
+  int i, j, submitted = 0, gate_signalled = 0;
+  if (as_open_devices(r, &o, 2)) {
+    devices[0] = o.device;
+    devices[1] = o.peer;
+    gate = o.sem[0];
+    done[0] = o.sem[1];
+    done[1] = o.sem[2];
+    if (!gpuhal_driver_has_feature(o.driver, GPUHAL_FEATURE_NCCL)) {
+      as_ok(r, gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "NCCL is not loaded: set GPUHAL_NCCL_LIBRARY to softnccl"),
+            "driver_has_feature NCCL");
+    } else if (as_ok(r, gpuhal_channel_create_local(o.driver, 2, devices, ch), "channel_create_local")) {
+      for (i = 0; i < 2; ++i) {
+        gpuhal_collective_t c;
+        for (j = 0; j < 64; ++j) words[j] = (uint32_t)(i + 1) * 0x10101u;
+        if (!as_ok(r, gpuhal_buffer_allocate(devices[i], GPUHAL_MEMORY_DEVICE, sizeof(words), &b[2 * i]),
+                   "buffer_allocate") ||
+            !as_ok(r, gpuhal_buffer_allocate(devices[i], GPUHAL_MEMORY_DEVICE, sizeof(words), &b[2 * i + 1]),
+                   "buffer_allocate") ||
+            !as_ok(r, gpuhal_buffer_write(b[2 * i], 0, words, sizeof(words)), "buffer_write"))
+          break;
+        memset(&c, 0, sizeof(c));
+        c.kind = GPUHAL_COLLECTIVE_ALL_REDUCE;
+        c.type = GPUHAL_ELEMENT_UINT32;
+        c.op = GPUHAL_REDUCTION_SUM;
+        c.send = gpuhal_ref_buffer(b[2 * i], 0);
+        c.recv = gpuhal_ref_buffer(b[2 * i + 1], 0);
+        c.count = 64;
+        if (!as_ok(r,
+                   gpuhal_command_buffer_create(
+                       devices[i], i == 0 ? GPUHAL_COMMAND_BUFFER_STREAM : GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[i]),
+                   "command_buffer_create") ||
+            !as_ok(r, gpuhal_command_buffer_begin(o.cb[i]), "command_buffer_begin") ||
+            !as_ok(r, gpuhal_cmd_collective(o.cb[i], ch[i], &c), "cmd_collective") ||
+            !as_ok(r, gpuhal_command_buffer_end(o.cb[i]), "command_buffer_end"))
+          break;
+      }
+      for (i = 0; i < 2 && !r->first; ++i) {
+        if (!as_ok(r,
+                   gpuhal_queue_execute(devices[i], 0, gpuhal_semaphore_list_one(&gate, &V1),
+                                        gpuhal_semaphore_list_one(&done[i], &V1), o.cb[i], NULL),
+                   i == 0 ? "queue_execute rank 0 (STREAM)" : "queue_execute rank 1 (GRAPH)"))
+          break;
+        submitted++;
+      }
+      if (submitted == 2) gate_signalled = as_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
+      if (!gate_signalled) gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
+      if (submitted) {
+        as_wait_ranks(r, done);
+        for (i = 0; i < 2 && !r->first && !r->stuck; ++i)
+          if (!as_check_words(r, b[2 * i + 1], 0, 64, 3 * 0x10101u, i == 0 ? "all-reduce rank 0" : "all-reduce rank 1"))
+            break;
+      }
+    }
+    if (gate && !gate_signalled)
+      gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
+  }
+  as_settle(r);
+  if (o.device) as_ok(r, gpuhal_device_wait_idle(o.device, gpuhal_timeout_relative_ns(AS_WAIT_NS)), "device_wait_idle");
+  if (o.peer) as_ok(r, gpuhal_device_wait_idle(o.peer, gpuhal_timeout_relative_ns(AS_WAIT_NS)), "device_wait_idle 1");
+  /* Command buffers hold their channel; the channels go before the devices. */
+  for (i = 0; i < 2; ++i) {
+    gpuhal_command_buffer_release(o.cb[i]);
+    o.cb[i] = NULL;
+    gpuhal_channel_release(ch[i]);
+  }
+  for (i = 0; i < 4; ++i) gpuhal_buffer_release(b[i]);
+  as_close(r, &o);
+}
+
+/* Sharing within one process (memops only: without them export is UNAVAILABLE, which the
+ * scenario checks and stops): sem[0] exported and imported twice (`theirs`, `spare`), an
+ * exportable buffer exported and imported on the same device (`in`):
+ *   q0: theirs=1 -> STREAM fill of `in` -> s=1   (a GPU wait on the shared word: parked)
+ * While that waits: `spare` is released (its mapping's unregistering is put off), a second
+ * exportable buffer and its import are released (their frees put off), and `theirs` (the
+ * work holds it: it goes when the work retires). Then the host signals sem[0]=1, waits
+ * s=1 and reads the fill through the exporter's buffer. */
+static void as_scenario_share(as_run_t* r) {
+  as_objs_t o;
+  gpuhal_semaphore_t *theirs = NULL, *spare = NULL, *s;
+  gpuhal_buffer_t *mine = NULL, *in = NULL, *mine2 = NULL, *in2 = NULL;
+  gpuhal_buffer_handle_t h, h2;
+  uint32_t pattern = 0xB0B0B0B0u;
+  int fd = -1, signalled = 0;
+  memset(&h, 0, sizeof(h));
+  memset(&h2, 0, sizeof(h2));
+  h.fd = h2.fd = -1;
+  if (as_open(r, &o)) {
+    s = o.sem[1];
+    if (!gpuhal_driver_has_feature(o.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
+      gpuhal_status_t st = gpuhal_semaphore_export(o.sem[0], &fd);
+      if (gpuhal_status_code(st) != GPUHAL_STATUS_UNAVAILABLE)
+        as_ok(r, st, "semaphore_export without memops");
+      else
+        gpuhal_status_free(st);
+    } else if (as_ok(r, gpuhal_semaphore_export(o.sem[0], &fd), "semaphore_export") &&
+               as_ok(r, gpuhal_semaphore_import(o.driver, fd, &theirs), "semaphore_import") &&
+               as_ok(r, gpuhal_semaphore_import(o.driver, fd, &spare), "semaphore_import spare") &&
+               as_ok(r, gpuhal_buffer_allocate_exportable(o.device, 4096, &mine), "buffer_allocate_exportable") &&
+               as_ok(r, gpuhal_buffer_export(mine, &h), "buffer_export") &&
+               as_ok(r, gpuhal_buffer_import(o.device, &h, &in), "buffer_import") &&
+               as_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_STREAM, 0, &o.cb[0]),
+                     "command_buffer_create") &&
+               as_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
+               as_ok(r, gpuhal_cmd_fill(o.cb[0], gpuhal_ref_buffer(in, 0), 256, &pattern, 4), "cmd_fill") &&
+               as_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end") &&
+               as_ok(r,
+                     gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&theirs, &V1),
+                                          gpuhal_semaphore_list_one(&s, &V1), o.cb[0], NULL),
+                     "queue_execute fill")) {
+      as_expect(r, s, 1);
+      /* Releases while the work waits on the GPU for the shared word. */
+      gpuhal_semaphore_release(spare);
+      spare = NULL;
+      if (as_ok(r, gpuhal_buffer_allocate_exportable(o.device, 4096, &mine2), "buffer_allocate_exportable 2") &&
+          as_ok(r, gpuhal_buffer_export(mine2, &h2), "buffer_export 2"))
+        as_ok(r, gpuhal_buffer_import(o.device, &h2, &in2), "buffer_import 2");
+      gpuhal_buffer_release(in2);
+      gpuhal_buffer_release(mine2);
+      in2 = mine2 = NULL;
+      gpuhal_semaphore_release(theirs);
+      theirs = NULL;
+      signalled = as_ok(r, gpuhal_semaphore_signal(o.sem[0], 1), "semaphore_signal");
+      if (signalled && as_wait(r, s, 1, "wait s=1")) as_check_words(r, mine, 0, 64, pattern, "fill through the import");
+    }
+    if (!signalled) gpuhal_semaphore_fail(o.sem[0], gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
+  }
+  as_settle(r);
+  if (fd >= 0) close(fd);
+  if (h.fd >= 0) close(h.fd);
+  if (h2.fd >= 0) close(h2.fd);
+  gpuhal_buffer_release(in2);
+  gpuhal_buffer_release(mine2);
+  gpuhal_buffer_release(in);
+  gpuhal_buffer_release(mine);
+  gpuhal_semaphore_release(spare);
+  gpuhal_semaphore_release(theirs);
+  as_close(r, &o);
+}
+
+/* Device-side regions and tensor maps: a GRAPH command buffer with a WHILE
+ * (cond_count_down, 5 trips) holding an IF (cond_set_from on the trip count, then
+ * cond_add); a TMA tile copy (tma_tile_copy: one 32 x 8 tile of u32, + 1) through a map
+ * over a buffer (encoded at record) in a GRAPH command buffer and over a binding slot
+ * (encoded at execute) in a STREAM one. */
+static void as_scenario_regions(as_run_t* r) {
+  as_objs_t o;
+  gpuhal_kernel_t *count = NULL, *set = NULL, *add = NULL, *copy = NULL;
+  gpuhal_condition_t loop, odd;
+  gpuhal_tensor_map_t m;
+  gpuhal_binding_table_t table;
+  gpuhal_arg_t args[4];
+  gpuhal_buffer_t* tiles[2] = {NULL, NULL};
+  uint32_t init[3] = {5, 0, 0}, src[256], i;
+  gpuhal_semaphore_t* s;
+  for (i = 0; i < 256; ++i) src[i] = i * 7u;
+  memset(&m, 0, sizeof(m));
+  m.type = GPUHAL_TENSOR_U32;
+  m.rank = 2;
+  m.dims[0] = 32;
+  m.dims[1] = 8;
+  m.box[0] = 32;
+  m.box[1] = 8;
+  if (as_open(r, &o)) {
+    s = o.sem[0];
+    if (as_ok(r, as_load_named(o.device, "conditional", &o.exe, NULL), "executable_load conditional") &&
+        as_ok(r, gpuhal_executable_kernel(o.exe, "cond_count_down", &count), "kernel count") &&
+        as_ok(r, gpuhal_executable_kernel(o.exe, "cond_set_from", &set), "kernel set") &&
+        as_ok(r, gpuhal_executable_kernel(o.exe, "cond_add", &add), "kernel add") &&
+        as_ok(r, as_load_named(o.device, "tma_tile_copy", &o.exe2, &copy), "executable_load tma_tile_copy") &&
+        as_ok(r, gpuhal_buffer_allocate(o.device, GPUHAL_MEMORY_DEVICE, sizeof(src), &tiles[0]), "buffer_allocate") &&
+        as_ok(r, gpuhal_buffer_allocate(o.device, GPUHAL_MEMORY_DEVICE, sizeof(src), &tiles[1]), "buffer_allocate") &&
+        as_ok(r, gpuhal_buffer_write(tiles[0], 0, src, sizeof(src)), "buffer_write") &&
+        /* the regions */
+        as_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[0]), "create graph") &&
+        as_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "begin graph") &&
+        as_ok(r, gpuhal_cmd_update(o.cb[0], init, gpuhal_ref_buffer(o.buf[0], 0), sizeof(init)), "cmd_update") &&
+        as_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") &&
+        as_ok(r, gpuhal_command_buffer_condition_create(o.cb[0], 1, &loop), "condition_create loop") &&
+        as_ok(r, gpuhal_cmd_begin_while(o.cb[0], loop), "begin_while") &&
+        (args[0] = gpuhal_arg_buffer(o.buf[0], 0), args[1] = gpuhal_arg_buffer(o.buf[0], 4),
+         args[2] = gpuhal_arg_condition(loop),
+         as_ok(r, gpuhal_cmd_dispatch(o.cb[0], count, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args),
+               "cmd_dispatch count")) &&
+        as_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") &&
+        as_ok(r, gpuhal_command_buffer_condition_create(o.cb[0], 0, &odd), "condition_create odd") &&
+        (args[0] = gpuhal_arg_buffer(o.buf[0], 4), args[1] = gpuhal_arg_u32(1), args[2] = gpuhal_arg_condition(odd),
+         as_ok(r, gpuhal_cmd_dispatch(o.cb[0], set, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args),
+               "cmd_dispatch set")) &&
+        as_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") && as_ok(r, gpuhal_cmd_begin_if(o.cb[0], odd), "begin_if") &&
+        (args[0] = gpuhal_arg_buffer(o.buf[0], 8), args[1] = gpuhal_arg_u32(10),
+         as_ok(r, gpuhal_cmd_dispatch(o.cb[0], add, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 2, args),
+               "cmd_dispatch add")) &&
+        as_ok(r, gpuhal_cmd_end_region(o.cb[0]), "end IF") && as_ok(r, gpuhal_cmd_end_region(o.cb[0]), "end WHILE") &&
+        as_ok(r, gpuhal_command_buffer_end(o.cb[0]), "end graph") &&
+        /* the tensor maps */
+        (args[2] = gpuhal_arg_u32(32), args[3] = gpuhal_arg_u32(8),
+         as_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[1]), "create graph")) &&
+        as_ok(r, gpuhal_command_buffer_begin(o.cb[1]), "begin graph") &&
+        (args[0] = gpuhal_arg_tensor_map(gpuhal_arg_buffer(tiles[0], 0), &m), args[1] = gpuhal_arg_buffer(tiles[1], 0),
+         as_ok(r, gpuhal_cmd_dispatch(o.cb[1], copy, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 4, args),
+               "cmd_dispatch tensor map (buffer)")) &&
+        as_ok(r, gpuhal_command_buffer_end(o.cb[1]), "end graph") &&
+        as_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_STREAM, 1, &o.cb[2]), "create stream") &&
+        as_ok(r, gpuhal_command_buffer_begin(o.cb[2]), "begin stream") &&
+        (args[0] = gpuhal_arg_tensor_map(gpuhal_arg_slot(0, 0), &m), args[1] = gpuhal_arg_buffer(tiles[0], 0),
+         as_ok(r, gpuhal_cmd_dispatch(o.cb[2], copy, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 4, args),
+               "cmd_dispatch tensor map (slot)")) &&
+        as_ok(r, gpuhal_command_buffer_end(o.cb[2]), "end stream") &&
+        as_ok(r,
+              gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &V1),
+                                   o.cb[0], NULL),
+              "queue_execute regions") &&
+        (as_expect(r, s, 1), 1) &&
+        as_ok(r,
+              gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&s, &V1), gpuhal_semaphore_list_one(&s, &V2),
+                                   o.cb[1], NULL),
+              "queue_execute tensor map (buffer)") &&
+        (as_expect(r, s, 2), table.count = 1, table.buffers = &tiles[1], table.offsets = NULL,
+         as_ok(r,
+               gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&s, &V2), gpuhal_semaphore_list_one(&s, &V3),
+                                    o.cb[2], &table),
+               "queue_execute tensor map (slot)")) &&
+        (as_expect(r, s, 3), 1) && as_wait(r, s, 3, "wait s=3") && as_check_words(r, o.buf[0], 4, 1, 5u, "trips") &&
+        as_check_words(r, o.buf[0], 8, 1, 30u, "odd trips x 10"))
+      as_check_words(r, tiles[0], 4, 1, 7u + 2u, "tile copied twice"); /* src[1] + 1, copied back + 1 */
+  }
+  as_settle(r);
+  gpuhal_buffer_release(tiles[0]);
+  gpuhal_buffer_release(tiles[1]);
+  as_close(r, &o);
+}
+
+/* The chain with tracing on (the driver's trace file, written at its release). */
+static void as_scenario_traced(as_run_t* r) {
+  char path[256];
+  const char* tmp = getenv("TMPDIR");
+  snprintf(path, sizeof(path), "%s/gpuhal-alloc-sweep-%d.json", tmp && tmp[0] ? tmp : "/tmp", (int)getpid());
+  as_trace_path = path;
+  as_scenario_chain(r);
+  as_trace_path = NULL;
+  unlink(path);
+}
+
 /* ============================================================ the sweep ========= */
 typedef void (*as_scenario_fn)(as_run_t* r);
 static const char* as_mode_name;
@@ -530,7 +931,8 @@ static long as_run_once(long from, long to, int healthy, long* injected) {
   if (r.wrong) TU_FAIL_AT(__FILE__, __LINE__, "%s N=%ld: wrong data after OK: %s", as_mode_name, from, r.wrong_what);
   if (live) TU_FAIL_AT(__FILE__, __LINE__, "%s N=%ld: LEAK: %ld allocations not freed", as_mode_name, from, live);
   if (objects || as_query_leaks() != leaks_before) {
-    TU_FAIL_AT(__FILE__, __LINE__, "%s N=%ld: softcuda: %zu CUDA objects still live", as_mode_name, from, objects);
+    TU_FAIL_AT(__FILE__, __LINE__, "%s N=%ld: softcuda: %zu CUDA objects still live, %llu leaked at context teardown",
+               as_mode_name, from, objects, as_query_leaks() - leaks_before);
     as_leak_report(1);
   }
   __atomic_store_n(&as_live, 0, __ATOMIC_RELEASE); /* one leak is reported once */
@@ -546,9 +948,9 @@ static int as_stride(void) {
 
 /* For N = 1, 1 + stride, ...: a run failing allocations N..N+window-1, then a healthy
  * rerun; until N is past every run's allocations. */
-static void as_sweep(const char* mode, as_scenario_fn scenario, long window) {
+static void as_sweep_every(const char* mode, as_scenario_fn scenario, long window, int every) {
   long n, injected, total, most, runs = 0, failed_runs = 0;
-  int stride = as_stride();
+  int stride = as_stride() * every;
   int failures_before = tu_state.failed;
   as_mode_name = mode;
   as_scenario_now = scenario;
@@ -577,9 +979,31 @@ static void as_sweep(const char* mode, as_scenario_fn scenario, long window) {
           runs, failed_runs);
 }
 
+static void as_sweep(const char* mode, as_scenario_fn scenario, long window) {
+  as_sweep_every(mode, scenario, window, 1);
+}
+
+/* The window mode of the later scenarios starts a window at every third allocation only:
+ * their one-allocation mode fails each one, and the windows (of AS_WINDOW) still overlap;
+ * it keeps the test's run time small under the sanitizers. */
+#define AS_WINDOW_EVERY 3
+
 static int as_setup(void) {
   struct sigaction sa;
   if (!tu_softcuda() || !as_softcuda_bind()) return 0;
+  /* softnccl is built beside softcuda: the collective scenario uses it when no NCCL is
+   * named (CTest names it anyway). */
+  if (!getenv("GPUHAL_NCCL_LIBRARY") && getenv("GPUHAL_CUDA_LIBRARY")) {
+    char nccl[4096];
+    char* slash;
+    snprintf(nccl, sizeof(nccl), "%s", getenv("GPUHAL_CUDA_LIBRARY"));
+    slash = strrchr(nccl, '/');
+    if (slash && (size_t)(slash - nccl) + sizeof("/libnccl.so.2") <= sizeof(nccl)) {
+      memcpy(slash, "/libnccl.so.2", sizeof("/libnccl.so.2"));
+      if (access(nccl, R_OK) == 0) setenv("GPUHAL_NCCL_LIBRARY", nccl, 1);
+    }
+  }
+  setenv("SOFTNCCL_TIMEOUT_MS", AS_PEER_TIMEOUT_MS, 0);
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = as_on_alarm;
   sigaction(SIGALRM, &sa, NULL);
@@ -606,5 +1030,60 @@ TU_TEST(bound_fail_a_window_of_allocations) {
   as_sweep("bound/window", as_scenario_bound, AS_WINDOW);
 }
 
+TU_TEST(peer_fail_one_allocation) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep("peer/one", as_scenario_peer, 1);
+}
+
+TU_TEST(peer_fail_a_window_of_allocations) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep_every("peer/window", as_scenario_peer, AS_WINDOW, AS_WINDOW_EVERY);
+}
+
+TU_TEST(collective_fail_one_allocation) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep("collective/one", as_scenario_collective, 1);
+}
+
+TU_TEST(collective_fail_a_window_of_allocations) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep_every("collective/window", as_scenario_collective, AS_WINDOW, AS_WINDOW_EVERY);
+}
+
+TU_TEST(share_fail_one_allocation) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep("share/one", as_scenario_share, 1);
+}
+
+TU_TEST(share_fail_a_window_of_allocations) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep_every("share/window", as_scenario_share, AS_WINDOW, AS_WINDOW_EVERY);
+}
+
+TU_TEST(regions_fail_one_allocation) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep("regions/one", as_scenario_regions, 1);
+}
+
+TU_TEST(regions_fail_a_window_of_allocations) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep_every("regions/window", as_scenario_regions, AS_WINDOW, AS_WINDOW_EVERY);
+}
+
+TU_TEST(traced_fail_one_allocation) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep("traced/one", as_scenario_traced, 1);
+}
+
+TU_TEST(traced_fail_a_window_of_allocations) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep_every("traced/window", as_scenario_traced, AS_WINDOW, AS_WINDOW_EVERY);
+}
+
 TU_MAIN(TU_CASE(chain_fail_one_allocation), TU_CASE(chain_fail_a_window_of_allocations),
-        TU_CASE(bound_fail_one_allocation), TU_CASE(bound_fail_a_window_of_allocations))
+        TU_CASE(bound_fail_one_allocation), TU_CASE(bound_fail_a_window_of_allocations),
+        TU_CASE(peer_fail_one_allocation), TU_CASE(peer_fail_a_window_of_allocations),
+        TU_CASE(collective_fail_one_allocation), TU_CASE(collective_fail_a_window_of_allocations),
+        TU_CASE(share_fail_one_allocation), TU_CASE(share_fail_a_window_of_allocations),
+        TU_CASE(regions_fail_one_allocation), TU_CASE(regions_fail_a_window_of_allocations),
+        TU_CASE(traced_fail_one_allocation), TU_CASE(traced_fail_a_window_of_allocations))

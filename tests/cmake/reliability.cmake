@@ -34,12 +34,16 @@ endif()
 # The host-allocation sweep runs on both semaphore paths, as the queue core tests do
 # (queue_core.cmake): memory operations, and recorded events as test_alloc_sweep_events.
 # Several hundred driver and device lifetimes: room for the sanitizer builds.
+# Its collective scenario uses softnccl (two soft devices, softcuda's default).
 if(TARGET test_alloc_sweep)
-  set_property(TEST test_alloc_sweep APPEND PROPERTY ENVIRONMENT "GPUHAL_SEMAPHORE_MEMOPS=1")
+  set_property(TEST test_alloc_sweep APPEND PROPERTY ENVIRONMENT ${gpuhal_reliability_env} "GPUHAL_SEMAPHORE_MEMOPS=1")
   set_tests_properties(test_alloc_sweep PROPERTIES TIMEOUT 900)
   add_test(NAME test_alloc_sweep_events COMMAND test_alloc_sweep)
   set_tests_properties(test_alloc_sweep_events PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900)
-  set_property(TEST test_alloc_sweep_events APPEND PROPERTY ENVIRONMENT ${GPUHAL_TEST_ENV} "SOFTCUDA_NO_MEMOPS=1"
-               "GPUHAL_SEMAPHORE_MEMOPS=0")
+  set_property(TEST test_alloc_sweep_events APPEND PROPERTY ENVIRONMENT ${GPUHAL_TEST_ENV} ${gpuhal_reliability_env}
+               "SOFTCUDA_NO_MEMOPS=1" "GPUHAL_SEMAPHORE_MEMOPS=0")
   set_property(TEST test_alloc_sweep_events APPEND PROPERTY LABELS reliability api)
+  if(TARGET softnccl)
+    add_dependencies(test_alloc_sweep softnccl)
+  endif()
 endif()
