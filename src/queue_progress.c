@@ -590,11 +590,12 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
     gpuhal__list_node_t done;
     uint32_t done_count = 0, observed = 0, blocked, pass, q;
     int64_t next_due, now;
-    int observing;
+    int observing, sides_held;
     gpuhal__mutex_lock(&state->mutex);
     if (state->report_request) gpuhal__queue_report_answer_locked(state); /* before it takes more */
     next_due = gpuhal__completion_take_locked(state);
     observing = gpuhal__completion_observing(state);
+    sides_held = state->sides_held != 0;
     if (gpuhal__completion_abandon_due_locked(state)) {
       state->abandon_value_waits = 0;
       gpuhal__mutex_unlock(&state->mutex);
@@ -619,7 +620,7 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
       continue;
     }
     gpuhal__mutex_unlock(&state->mutex);
-    gpuhal__completion_check_held_sides(state);
+    if (sides_held) gpuhal__completion_check_held_sides(state); /* rare: no lock taken for it otherwise */
     gpuhal__list_init(&done);
     blocked = 0;
     pass = gpuhal__atomic_add(&state->passes_begun, 1u);
