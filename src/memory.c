@@ -631,6 +631,18 @@ static gpuhal_status_t gpuhal__deferred_run(void* arg) {
   return status;
 }
 
+/* A copy of `call` to put off, in the record its owner reserved (call->reserved) or, with
+ * none, a new one. */
+static gpuhal_status_t gpuhal__deferred_call_copy(const gpuhal_allocator_t* allocator,
+                                                  const gpuhal__deferred_call_t* call, gpuhal__deferred_call_t** out) {
+  gpuhal__deferred_call_t* d = call->reserved;
+  if (!d) GPUHAL__RETURN_IF_ERROR(gpuhal__alloc_zeroed(allocator, sizeof(*d), "a call put off", (void**)&d));
+  *d = *call;
+  d->reserved = NULL;
+  *out = d;
+  return NULL;
+}
+
 /* Runs `call` (cuMemFree, cuMemFreeHost, cuModuleUnload or cuLibraryUnload) with the device's context
  * current, or puts it off: while queue work of any device of the driver may wait on the GPU
  * for a value (these calls wait until the whole context is idle, tools/probe/park_probe.c,
@@ -651,11 +663,9 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device
   }
   gpuhal__mutex_lock(&driver->parked_mutex);
   if (driver->gpu_waits > 0 || put_off) {
-    gpuhal__deferred_call_t* d = call->reserved;
-    if (!d) status = gpuhal__alloc_zeroed(device->allocator, sizeof(*d), "a call put off", (void**)&d);
+    gpuhal__deferred_call_t* d = NULL;
+    status = gpuhal__deferred_call_copy(device->allocator, call, &d);
     if (!status) {
-      *d = *call;
-      d->reserved = NULL;
       d->cu_device = device->cu_device;
       status = GPUHAL__CU(device->cu, cuDevicePrimaryCtxRetain, (&d->context, device->cu_device));
     }
@@ -681,13 +691,11 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_sync_call(gpuhal_driver_t* driver, CUdevice cu_device, CUcontext context,
                                                          const gpuhal__deferred_call_t* call) {
   const gpuhal__cuda_symbols_t* cu = &driver->cu;
-  gpuhal__deferred_call_t* d = call->reserved;
-  gpuhal_status_t status = NULL;
+  gpuhal__deferred_call_t* d = NULL;
+  gpuhal_status_t status;
   gpuhal__mutex_lock(&driver->parked_mutex);
-  if (!d) status = gpuhal__alloc_zeroed(&driver->allocator, sizeof(*d), "a call put off", (void**)&d);
+  status = gpuhal__deferred_call_copy(&driver->allocator, call, &d);
   if (!status) {
-    *d = *call;
-    d->reserved = NULL;
     d->cu_device = cu_device;
     d->context = context;
     /* Run now by the flush when nothing waits on the GPU; else the last GPU wait's end
