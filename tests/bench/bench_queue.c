@@ -56,6 +56,12 @@
  *    gpuhal_semaphores_wait(ANY, {G at a value never signalled, T})
  *      vs case 1's raw round trip                                          (reported)
  *    (select it with '0' in the cases argument)
+ * 11. a round trip beside a busy queue: case 1 on queue 0 while queue 1 runs one long
+ *    dispatch (40 us per round trip, submitted before the timed loop, waited for after
+ *    it): per-queue progress means queue 1's outstanding work costs queue 0 nothing
+ *      vs case 1's raw round trip on one stream beside the same long launch on another
+ *                                                                          target <= 1.1x
+ *    (select it with 'a')
  *
  * The tiny dispatch is spin_us(0) from tests/kernels. Numbers mean something only on a real
  * GPU; on softcuda this is a smoke test. */
@@ -81,6 +87,8 @@ typedef struct bench_s {
   uint64_t gate_value;
   gpuhal_semaphore_t* host; /* case 9: signalled by the host calls */
   uint64_t host_value;
+  gpuhal_semaphore_t* busy; /* case 11: signalled by the busy queue's long dispatch */
+  uint64_t busy_value;
   uint64_t value; /* the timeline's last value */
   CUstream raw_streams[2];
   CUevent raw_events[4];
@@ -614,6 +622,39 @@ static double gpuhal_any_unsignalled(bench_t* b, int n) {
   return us_per(start, n);
 }
 
+/* ---- 11. round trip beside a busy queue ---- */
+/* Long enough to outlast the timed loop on any host (a round trip is about 10 us on an
+ * H200), short enough to keep the case under a second per repetition. */
+static unsigned long long bench_busy_us(int n) { return (unsigned long long)n * 40ull + 1000ull; }
+
+static double gpuhal_beside_busy(bench_t* b, int n) {
+  qt_spin_t busy;
+  uint64_t value = ++b->busy_value;
+  double us;
+  memset(&busy, 0, sizeof(busy));
+  busy.fixture = &b->f;
+  busy.first_us = busy.rest_us = bench_busy_us(n);
+  if (!check(b, qt_submit(b->f.device, 1, gpuhal_semaphore_list_empty(), one(&b->busy, &value), &qt_spin_ops, &busy),
+             "busy submit"))
+    return 0;
+  us = gpuhal_round_trip_impl(b, n, 0);
+  if (!check(b, gpuhal_semaphore_wait(b->busy, value, qt_seconds(60)), "busy wait")) return 0;
+  return us;
+}
+
+static double raw_beside_busy(bench_t* b, int n) {
+  const gpuhal__cuda_symbols_t* cu = b->f.device->cu;
+  unsigned long long us = bench_busy_us(n);
+  void* params[1];
+  double result;
+  params[0] = &us;
+  if (!check_cu(b, cu->cuLaunchKernel(b->f.spin, 1, 1, 1, 1, 1, 1, 0, b->raw_streams[1], params, NULL), "busy launch"))
+    return 0;
+  result = raw_round_trip_impl(b, n, 0);
+  if (!check_cu(b, cu->cuStreamSynchronize(b->raw_streams[1]), "busy synchronize")) return 0;
+  return result;
+}
+
 /* ---- diagnostics: CUDA calls per operation ----
  * Counting wrappers replace entries of the driver's function table (which gpuhal and the
  * raw side both call through) while one case runs: calls and time inside each entry, on the
@@ -774,7 +815,7 @@ int main(int argc, char** argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2000;
   int reps = argc > 2 ? atoi(argv[2]) : 5;
   int diagnostics = argc > 3 ? atoi(argv[3]) : 1;
-  const char* only = argc > 4 ? argv[4] : "1234567890"; /* the cases to run, by number (0: case 10) */
+  const char* only = argc > 4 ? argv[4] : "1234567890a"; /* the cases to run, by number (0: 10, a: 11) */
   int i, have_graph;
   if (n < 1) n = 1;
   if (reps < 1) reps = 1;
@@ -789,7 +830,8 @@ int main(int argc, char** argv) {
   cu = b.f.device->cu;
   if (!check(&b, gpuhal_semaphore_create(b.f.driver, 0, &b.s), "semaphore") ||
       !check(&b, gpuhal_semaphore_create(b.f.driver, 0, &b.gate), "semaphore") ||
-      !check(&b, gpuhal_semaphore_create(b.f.driver, 0, &b.host), "semaphore"))
+      !check(&b, gpuhal_semaphore_create(b.f.driver, 0, &b.host), "semaphore") ||
+      !check(&b, gpuhal_semaphore_create(b.f.driver, 0, &b.busy), "semaphore"))
     return 1;
   /* The raw side runs on this thread with the device's context pushed, as a raw user would. */
   if (!check(&b, gpuhal__context_enter(b.f.device, &scope), "context")) return 1;
@@ -829,6 +871,8 @@ int main(int argc, char** argv) {
     run_case(&b, "9 host call behind a dispatch", 0, gpuhal_host_call, raw_host_call, n, reps, NULL);
   if (have_graph && strchr(only, '0'))
     run_case(&b, "10 ANY with an unsignalled entry", 0, gpuhal_any_unsignalled, raw_round_trip, n, reps, NULL);
+  if (strchr(only, 'a'))
+    run_case(&b, "11 round trip beside a busy queue", 1.1, gpuhal_beside_busy, raw_beside_busy, n, reps, NULL);
   check(&b, gpuhal_device_wait_idle(b.f.device, gpuhal_timeout_infinite()), "idle");
 
   if (diagnostics) {
@@ -849,6 +893,7 @@ int main(int argc, char** argv) {
     if (strchr(only, '8')) diagnose(&b, "8 poll loop gpuhal", gpuhal_poll_round_trip, n);
     if (have_graph && strchr(only, '9')) diagnose(&b, "9 host call gpuhal", gpuhal_host_call, n);
     if (have_graph && strchr(only, '0')) diagnose(&b, "10 ANY wait gpuhal", gpuhal_any_unsignalled, n);
+    if (strchr(only, 'a')) diagnose(&b, "11 beside a busy queue gpuhal", gpuhal_beside_busy, n);
   }
 
   check(&b, gpuhal_device_wait_idle(b.f.device, gpuhal_timeout_infinite()), "idle");
@@ -859,6 +904,7 @@ int main(int argc, char** argv) {
   gpuhal_semaphore_release(b.s);
   gpuhal_semaphore_release(b.gate);
   gpuhal_semaphore_release(b.host);
+  gpuhal_semaphore_release(b.busy);
   qt_close(&b.f);
   return b.failures ? 1 : 0;
 }
