@@ -19,3 +19,9 @@ done
 # A relocatable cubin (nvcc -rdc=true: ELF type REL), which gpuhal links before loading
 # (test_executable relocatable_cubin_is_linked; it runs only on sm_90).
 "$NVCC" -rdc=true -cubin -arch=sm_90 fill_u32.cu -o fill_u32_rdc_sm90.cubin
+# PTX from LLVM's NVPTX back end (llvm_*.ll; needs llc): see regen_llvm.sh.
+if command -v "${LLC:-llc}" >/dev/null 2>&1; then
+  ./regen_llvm.sh
+else
+  echo "regen.sh: no llc: llvm_*.ptx left as they are (regen_llvm.sh makes them)" >&2
+fi

@@ -310,12 +310,9 @@ static CUresult sc_graph_kernel_op(const CUDA_KERNEL_NODE_PARAMS* kp, sc_op** ou
   if (!kp->func) return kp->kern ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE; /* CUkernel: not modelled */
   r = sc_get_func(kp->func, &fn);
   if (r != CUDA_SUCCESS) return r;
-  if (!kp->gridDimX || !kp->gridDimY || !kp->gridDimZ || !kp->blockDimX || !kp->blockDimY || !kp->blockDimZ ||
-      kp->gridDimX > 2147483647u || kp->gridDimY > 65535 || kp->gridDimZ > 65535 || kp->blockDimX > 1024 ||
-      kp->blockDimY > 1024 || kp->blockDimZ > 64 ||
-      (unsigned long long)kp->blockDimX * kp->blockDimY * kp->blockDimZ > (unsigned long long)fn->max_threads)
-    return CUDA_ERROR_INVALID_VALUE;
-  if (kp->sharedMemBytes > (unsigned)fn->max_dyn_shared) return CUDA_ERROR_INVALID_VALUE;
+  r = sc_launch_dims_check(fn, sc_dim3(kp->gridDimX, kp->gridDimY, kp->gridDimZ),
+                           sc_dim3(kp->blockDimX, kp->blockDimY, kp->blockDimZ), kp->sharedMemBytes);
+  if (r != CUDA_SUCCESS) return r;
   r = sc_copy_args(fn, kp->kernelParams, kp->extra, &args);
   if (r != CUDA_SUCCESS) return r;
   op = sc_op_new(fn->name, sc_run_kernel, sc_fini_kernel);

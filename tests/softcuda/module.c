@@ -4,7 +4,7 @@
 /* ---- twin registry (its own lock: registration runs in constructors) ---------------- */
 
 typedef struct sc_twin {
-  char name[128];
+  char* name;
   softcuda_twin_fn fn;        /* called once per block */
   softcuda_grid_twin_fn grid; /* or once per launch */
 } sc_twin;
@@ -15,7 +15,7 @@ static size_t sc_ntwins, sc_cap_twins;
 
 static void sc_register(const char* entry_name, softcuda_twin_fn fn, softcuda_grid_twin_fn grid) {
   size_t i;
-  if (!entry_name || strlen(entry_name) >= sizeof sc_twins[0].name) return;
+  if (!entry_name) return;
   pthread_mutex_lock(&sc_twin_mu);
   for (i = 0; i < sc_ntwins; ++i)
     if (strcmp(sc_twins[i].name, entry_name) == 0) break;
@@ -27,7 +27,7 @@ static void sc_register(const char* entry_name, softcuda_twin_fn fn, softcuda_gr
       sc_twins = n;
       sc_cap_twins = cap;
     }
-    strcpy(sc_twins[sc_ntwins++].name, entry_name);
+    sc_twins[sc_ntwins++].name = sc_strdup(entry_name);
   }
   sc_twins[i].fn = fn;
   sc_twins[i].grid = grid;
@@ -59,19 +59,36 @@ static int sc_find_twin(const char* name, sc_twin* out) {
 
 /* ---- PTX parsing -------------------------------------------------------------------- */
 
+/* Identifiers and tokens may be long: C++, Julia and Numba mangle kernel names to hundreds
+ * of characters, which PTX does not limit. */
+#define SC_TOKEN_MAX 4096
+
 typedef struct sc_ptx_entry {
-  char name[128];
-  int nparams;
-  sc_param params[256];
+  char* name;
+  int nparams, cap_params;
+  sc_param* params;
   size_t param_bytes;
-  int max_threads;
+  unsigned maxntid[3]; /* .maxntid (0: none) */
+  unsigned reqntid[3]; /* .reqntid (0: none) */
+  size_t static_shared;
+  int line; /* of the .entry, for messages */
 } sc_ptx_entry;
 
+/* A module-scope .shared variable: counted in the static shared memory of each entry whose
+ * body names it (ptxas counts those an entry uses). */
+typedef struct sc_ptx_shared {
+  char* name;
+  size_t size;
+} sc_ptx_shared;
+
 typedef struct sc_ptx {
-  int version; /* major*10+minor */
-  int target;  /* sm_XY -> XY */
+  int version; /* major*10+minor: the highest .version (a linked image holds several) */
+  int version_line;
+  int target; /* sm_XY -> XY: the highest .target */
   int nentries;
   sc_ptx_entry* entries;
+  int nshared, cap_shared;
+  sc_ptx_shared* shared;
 } sc_ptx;
 
 static const char* sc_skip_ws(const char* p, const char* end) {
@@ -114,6 +131,13 @@ static const char* sc_token(const char* p, const char* end, char* tok, size_t ca
   return p;
 }
 
+/* The 1-based line of `p` in `text`. */
+static int sc_line_of(const char* text, const char* p) {
+  int line = 1;
+  for (; text < p; ++text) line += *text == '\n';
+  return line;
+}
+
 static size_t sc_type_size(const char* t) {
   if (!strcmp(t, ".pred")) return 1;
   if (t[0] != '.' || !t[1]) return 0;
@@ -126,20 +150,19 @@ static size_t sc_type_size(const char* t) {
 }
 
 /* Parses one parameter list after '(' up to ')'. Returns NULL on a syntax error. */
-static const char* sc_parse_params(const char* p, const char* end, sc_ptx_entry* e) {
-  char tok[160];
+static const char* sc_parse_params(const char* p, const char* end, sc_ptx_entry* e, char* tok) {
   size_t off = 0;
   for (;;) {
     size_t align = 0, tsize = 0, count = 1, size;
-    const char* q = sc_token(p, end, tok, sizeof tok);
+    const char* q = sc_token(p, end, tok, SC_TOKEN_MAX);
     if (!strcmp(tok, ")")) return q;
     if (strcmp(tok, ".param")) return NULL;
     p = q;
     for (;;) { /* qualifiers, type, name */
-      p = sc_token(p, end, tok, sizeof tok);
+      p = sc_token(p, end, tok, SC_TOKEN_MAX);
       if (!tok[0]) return NULL;
       if (!strcmp(tok, ".align")) {
-        p = sc_token(p, end, tok, sizeof tok);
+        p = sc_token(p, end, tok, SC_TOKEN_MAX);
         align = (size_t)strtoul(tok, NULL, 10);
         if (!align || (align & (align - 1))) return NULL;
       } else if (!strcmp(tok, ".ptr") || !strcmp(tok, ".global") || !strcmp(tok, ".const") || !strcmp(tok, ".shared") ||
@@ -155,18 +178,24 @@ static const char* sc_parse_params(const char* p, const char* end, sc_ptx_entry*
     }
     if (!tsize) return NULL;
     {
-      const char* q2 = sc_token(p, end, tok, sizeof tok);
+      const char* q2 = sc_token(p, end, tok, SC_TOKEN_MAX);
       if (!strcmp(tok, "[")) {
-        p = sc_token(q2, end, tok, sizeof tok);
+        p = sc_token(q2, end, tok, SC_TOKEN_MAX);
         count = (size_t)strtoul(tok, NULL, 10);
-        p = sc_token(p, end, tok, sizeof tok);
+        p = sc_token(p, end, tok, SC_TOKEN_MAX);
         if (strcmp(tok, "]") || count == 0) return NULL;
-        q2 = sc_token(p, end, tok, sizeof tok);
+        q2 = sc_token(p, end, tok, SC_TOKEN_MAX);
       }
       if (!align) align = tsize;
       size = tsize * count;
       off = (off + align - 1) / align * align;
-      if (e->nparams == (int)(sizeof e->params / sizeof e->params[0])) return NULL;
+      if (e->nparams == e->cap_params) {
+        int ncap = e->cap_params ? e->cap_params * 2 : 16;
+        sc_param* n = (sc_param*)realloc(e->params, (size_t)ncap * sizeof(sc_param));
+        if (!n) abort();
+        e->params = n;
+        e->cap_params = ncap;
+      }
       e->params[e->nparams].offset = off;
       e->params[e->nparams].size = size;
       e->nparams++;
@@ -179,34 +208,184 @@ static const char* sc_parse_params(const char* p, const char* end, sc_ptx_entry*
   }
 }
 
+/* Reads "N[, N[, N]]" after .maxntid / .reqntid (missing ones are 1). NULL on a syntax error. */
+static const char* sc_parse_dims(const char* p, const char* end, unsigned dims[3], char* tok) {
+  int i;
+  dims[0] = dims[1] = dims[2] = 1;
+  for (i = 0; i < 3; ++i) {
+    const char* q;
+    p = sc_token(p, end, tok, SC_TOKEN_MAX);
+    if (tok[0] < '0' || tok[0] > '9') return NULL;
+    dims[i] = (unsigned)strtoul(tok, NULL, 10);
+    if (!dims[i]) return NULL;
+    q = sc_token(p, end, tok, SC_TOKEN_MAX);
+    if (strcmp(tok, ",")) break;
+    p = q;
+  }
+  return p;
+}
+
+/* Skips a string's rest after its opening '"'. */
+static const char* sc_skip_string(const char* p, const char* end) {
+  while (p < end && *p != '"' && *p != '\n') p++;
+  return p < end ? p + 1 : p;
+}
+
+/* A state-space variable declaration after its space (".shared"): the bytes it takes, from
+ * "[.align N] .type name[N][M]...". 0 for an extern or unsized one. */
+static const char* sc_parse_var(const char* p, const char* end, char* tok, char* name, size_t name_cap,
+                                size_t* out_size) {
+  size_t elem = 0, count = 1;
+  *out_size = 0;
+  name[0] = 0;
+  for (;;) {
+    p = sc_token(p, end, tok, SC_TOKEN_MAX);
+    if (!tok[0] || !strcmp(tok, ";")) break;
+    if (!strcmp(tok, ".align")) {
+      p = sc_token(p, end, tok, SC_TOKEN_MAX);
+    } else if (tok[0] == '.' && sc_type_size(tok)) {
+      elem = sc_type_size(tok);
+    } else if (tok[0] != '.' && sc_is_ident(tok[0]) && !name[0]) {
+      snprintf(name, name_cap, "%s", tok);
+    } else if (!strcmp(tok, "[")) {
+      p = sc_token(p, end, tok, SC_TOKEN_MAX);
+      if (tok[0] >= '0' && tok[0] <= '9') {
+        count *= (size_t)strtoul(tok, NULL, 10);
+        p = sc_token(p, end, tok, SC_TOKEN_MAX); /* ] */
+      } else {
+        count = 0; /* [] : extern, sized at launch */
+      }
+    } else if (!strcmp(tok, "=")) {
+      break; /* an initialiser (not for .shared; skipped to ';' by the caller) */
+    }
+  }
+  *out_size = elem * count;
+  return p;
+}
+
+/* An entry's performance directives (.maxntid, .reqntid, .minnctapersm, .maxnreg,
+ * .pragma ...) up to its body's '{' (or ';' of a declaration). Returns the position after
+ * that token and sets *out_body, or NULL on a syntax error. */
+static const char* sc_parse_entry_directives(const char* p, const char* end, sc_ptx_entry* e, char* tok,
+                                             int* out_body) {
+  for (;;) {
+    p = sc_token(p, end, tok, SC_TOKEN_MAX);
+    if (!tok[0]) return NULL;
+    if (!strcmp(tok, "{") || !strcmp(tok, ";")) {
+      *out_body = tok[0] == '{';
+      return p;
+    }
+    if (!strcmp(tok, ".maxntid")) {
+      if (!(p = sc_parse_dims(p, end, e->maxntid, tok))) return NULL;
+    } else if (!strcmp(tok, ".reqntid")) {
+      if (!(p = sc_parse_dims(p, end, e->reqntid, tok))) return NULL;
+    } else if (!strcmp(tok, "\"")) {
+      p = sc_skip_string(p, end);
+    }
+    /* .minnctapersm N, .maxnctapersm N, .maxnreg N, .pragma "...", .noreturn, ',' : nothing to model */
+  }
+}
+
+/* An entry's body after its '{': the .shared it declares and the module-scope .shared
+ * variables it names make its static shared memory (a .func it calls is not followed). */
+static const char* sc_parse_entry_body(const char* p, const char* end, const sc_ptx* x, sc_ptx_entry* e, char* tok) {
+  int depth = 1;
+  unsigned char* named = x->nshared ? (unsigned char*)sc_xcalloc((size_t)x->nshared, 1) : NULL;
+  int i;
+  while (depth > 0) {
+    p = sc_token(p, end, tok, SC_TOKEN_MAX);
+    if (!tok[0]) break;
+    if (!strcmp(tok, "{")) {
+      depth++;
+    } else if (!strcmp(tok, "}")) {
+      depth--;
+    } else if (!strcmp(tok, "\"")) {
+      p = sc_skip_string(p, end);
+    } else if (!strcmp(tok, ".shared") && p < end && (*p == ' ' || *p == '\t')) {
+      /* a declaration (".shared .align 4 .b8 tile[16384];"), not an instruction's ".shared" */
+      char name[256];
+      size_t size;
+      p = sc_parse_var(p, end, tok, name, sizeof name, &size);
+      e->static_shared += size;
+    } else if (tok[0] != '.' && tok[0] != '%' && sc_is_ident(tok[0])) {
+      for (i = 0; i < x->nshared; ++i)
+        if (!named[i] && !strcmp(x->shared[i].name, tok)) {
+          named[i] = 1;
+          e->static_shared += x->shared[i].size;
+        }
+    }
+  }
+  free(named);
+  return p;
+}
+
 static void sc_ptx_free(sc_ptx* x) {
+  int i;
+  for (i = 0; i < x->nentries; ++i) {
+    free(x->entries[i].name);
+    free(x->entries[i].params);
+  }
+  for (i = 0; i < x->nshared; ++i) free(x->shared[i].name);
   free(x->entries);
+  free(x->shared);
   memset(x, 0, sizeof *x);
 }
 
-/* Parses .version, .target and every .entry with its parameters. text need not be
- * NUL-terminated. 0 or a CUresult. Several concatenated PTX files parse as one. */
+/* Parses .version, .target, module-scope .shared variables and every .entry with its
+ * parameters, launch bounds and static shared memory. text need not be NUL-terminated. 0 or
+ * a CUresult. Several concatenated PTX files parse as one. */
 static CUresult sc_ptx_parse(const char* text, size_t len, sc_ptx* out) {
   const char* p = text;
   const char* end = text + len;
-  char tok[160];
-  int cap = 0, saw_version = 0;
+  char* tok = (char*)sc_xcalloc(SC_TOKEN_MAX, 1);
+  int cap = 0, saw_version = 0, depth = 0, parens = 0;
   memset(out, 0, sizeof *out);
   while (p < end) {
-    p = sc_token(p, end, tok, sizeof tok);
+    const char* at;
+    p = sc_skip_ws(p, end);
+    at = p;
+    p = sc_token(p, end, tok, SC_TOKEN_MAX);
     if (!tok[0]) break;
-    if (!strcmp(tok, ".version")) {
+    if (!strcmp(tok, "{")) {
+      depth++;
+    } else if (!strcmp(tok, "}")) {
+      depth--;
+    } else if (!strcmp(tok, "(")) {
+      parens++;
+    } else if (!strcmp(tok, ")")) {
+      parens--;
+    } else if (!strcmp(tok, ".version")) {
       int maj = 0, min = 0;
-      p = sc_token(p, end, tok, sizeof tok);
+      p = sc_token(p, end, tok, SC_TOKEN_MAX);
       if (sscanf(tok, "%d.%d", &maj, &min) != 2) goto bad;
-      out->version = maj * 10 + min;
+      if (maj * 10 + min > out->version) {
+        out->version = maj * 10 + min;
+        out->version_line = sc_line_of(text, at);
+      }
       saw_version = 1;
     } else if (!strcmp(tok, ".target")) {
-      p = sc_token(p, end, tok, sizeof tok);
+      p = sc_token(p, end, tok, SC_TOKEN_MAX);
       if (strncmp(tok, "sm_", 3) != 0) goto bad;
-      out->target = atoi(tok + 3);
+      if (atoi(tok + 3) > out->target) out->target = atoi(tok + 3);
+    } else if (!strcmp(tok, ".shared") && depth == 0 && parens == 0) {
+      char name[SC_TOKEN_MAX];
+      size_t size;
+      p = sc_parse_var(p, end, tok, name, sizeof name, &size);
+      if (size && name[0]) {
+        if (out->nshared == out->cap_shared) {
+          int ncap = out->cap_shared ? out->cap_shared * 2 : 8;
+          sc_ptx_shared* n = (sc_ptx_shared*)realloc(out->shared, (size_t)ncap * sizeof(sc_ptx_shared));
+          if (!n) abort();
+          out->shared = n;
+          out->cap_shared = ncap;
+        }
+        out->shared[out->nshared].name = sc_strdup(name);
+        out->shared[out->nshared].size = size;
+        out->nshared++;
+      }
     } else if (!strcmp(tok, ".entry")) {
       sc_ptx_entry* e;
+      int body = 0;
       if (out->nentries == cap) {
         int ncap = cap ? cap * 2 : 8;
         sc_ptx_entry* n = (sc_ptx_entry*)realloc(out->entries, (size_t)ncap * sizeof(sc_ptx_entry));
@@ -216,28 +395,98 @@ static CUresult sc_ptx_parse(const char* text, size_t len, sc_ptx* out) {
       }
       e = &out->entries[out->nentries];
       memset(e, 0, sizeof *e);
-      p = sc_token(p, end, tok, sizeof tok);
-      if (!tok[0] || tok[0] == '.' || strlen(tok) >= sizeof e->name) goto bad;
-      strcpy(e->name, tok);
+      e->line = sc_line_of(text, at);
+      p = sc_token(p, end, tok, SC_TOKEN_MAX);
+      if (!tok[0] || tok[0] == '.' || strlen(tok) >= SC_TOKEN_MAX - 1) goto bad;
+      e->name = sc_strdup(tok);
+      out->nentries++;
       {
-        const char* q = sc_token(p, end, tok, sizeof tok);
+        const char* q = sc_token(p, end, tok, SC_TOKEN_MAX);
         if (!strcmp(tok, "(")) {
-          p = sc_parse_params(q, end, e);
+          p = sc_parse_params(q, end, e, tok);
           if (!p) goto bad;
         }
       }
-      out->nentries++;
+      if (!(p = sc_parse_entry_directives(p, end, e, tok, &body))) goto bad;
+      if (body) p = sc_parse_entry_body(p, end, out, e, tok);
     } else if (tok[0] == '"') {
       /* a string (e.g. in .file): skip to its end */
-      while (p < end && *p != '"' && *p != '\n') p++;
-      if (p < end) p++;
+      p = sc_skip_string(p, end);
     }
   }
-  if (!saw_version) goto bad;
+  free(tok);
+  if (!saw_version) goto bad_freed;
   return CUDA_SUCCESS;
 bad:
+  free(tok);
+bad_freed:
   sc_ptx_free(out);
   return CUDA_ERROR_INVALID_PTX;
+}
+
+/* The newest PTX ISA a driver of this version JIT-compiles (CUDA 12.0: 8.0 ... 13.0: 9.0). */
+static int sc_ptx_isa_max(int driver_version) {
+  static const int table[][2] = {{13000, 90}, {12090, 88}, {12080, 87}, {12050, 85}, {12040, 84},
+                                 {12030, 83}, {12020, 82}, {12010, 81}, {12000, 80}};
+  size_t i;
+  for (i = 0; i < sizeof table / sizeof table[0]; ++i)
+    if (driver_version >= table[i][0]) return table[i][1];
+  return 78;
+}
+
+/* What the JIT refuses in a parsed PTX image, as the driver's ptxas does (its words go to
+ * the error log): a .version newer than this driver knows (CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
+ * a .target newer than the device (CUDA_ERROR_INVALID_PTX; for a cubin, whose code is for
+ * that target, CUDA_ERROR_NO_BINARY_FOR_GPU); an entry's parameters over 32,764 bytes, or
+ * over 4,352 below PTX ISA 8.1; its static shared memory over 48 KiB (CUDA_ERROR_INVALID_PTX). */
+static CUresult sc_ptx_check(const sc_ptx* x, int jit, char* log, size_t cap) {
+  int isa = sc_ptx_isa_max(sc.driver_version), i;
+  log[0] = 0;
+  if (x->version > isa) {
+    snprintf(log, cap,
+             "ptxas application ptx input, line %d; fatal   : Unsupported .version %d.%d; current version is '%d.%d'",
+             x->version_line, x->version / 10, x->version % 10, isa / 10, isa % 10);
+    return CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
+  }
+  if (x->target > SC_CC_MAJOR * 10 + SC_CC_MINOR) {
+    if (!jit) return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    snprintf(log, cap, "ptxas fatal   : SM version specified by .target is higher than default SM version assumed");
+    return CUDA_ERROR_INVALID_PTX;
+  }
+  for (i = 0; i < x->nentries; ++i) {
+    const sc_ptx_entry* e = &x->entries[i];
+    size_t param_max = x->version >= 81 ? 32764 : 4352;
+    if (e->param_bytes > param_max) {
+      snprintf(log, cap,
+               "ptxas application ptx input, line %d; error   : Entry function '%s' uses too much parameter space "
+               "(0x%zx bytes, 0x%zx max).%s",
+               e->line, e->name, e->param_bytes, param_max,
+               e->param_bytes <= 32764 ? "\nptxas error   : Feature 'Kernel parameter size larger than 4352 bytes' "
+                                         "requires PTX ISA .version 8.1 or later"
+                                       : "");
+      return CUDA_ERROR_INVALID_PTX;
+    }
+    if (e->static_shared > 49152) {
+      snprintf(log, cap,
+               "ptxas application ptx input, line %d; error   : Entry function '%s' uses too much shared data "
+               "(0x%zx bytes, 0xc000 max)",
+               e->line, e->name, e->static_shared);
+      return CUDA_ERROR_INVALID_PTX;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+/* sc_ptx_parse, then sc_ptx_check: what a load's JIT does. The error log gets the reason. */
+static CUresult sc_ptx_parse_checked(const char* text, size_t len, int jit, sc_ptx* out, char* log, size_t cap) {
+  CUresult r = sc_ptx_parse(text, len, out);
+  if (r != CUDA_SUCCESS) {
+    snprintf(log, cap, "softcuda: PTX parse error");
+    return r;
+  }
+  r = sc_ptx_check(out, jit, log, cap);
+  if (r != CUDA_SUCCESS) sc_ptx_free(out);
+  return r;
 }
 
 /* ---- images ------------------------------------------------------------------------- */
@@ -378,9 +627,16 @@ static sc_module* sc_module_build_locked(sc_ctx* c, const sc_ptx* x) {
       f->twin = t.fn;
       f->grid_twin = t.grid;
     }
-    f->max_dyn_shared = 49152;
-    f->carveout = -1;
+    /* launch bounds: at most (.maxntid) or exactly (.reqntid) this many threads */
     f->max_threads = 1024;
+    if (e->maxntid[0]) f->max_threads = (int)(e->maxntid[0] * e->maxntid[1] * e->maxntid[2]);
+    if (e->reqntid[0]) f->max_threads = (int)(e->reqntid[0] * e->reqntid[1] * e->reqntid[2]);
+    if (f->max_threads > 1024) f->max_threads = 1024;
+    memcpy(f->reqntid, e->reqntid, sizeof f->reqntid);
+    /* 48 KiB of shared memory per block without opting in, static and dynamic together */
+    f->static_shared = (int)e->static_shared;
+    f->max_dyn_shared = 49152 - f->static_shared;
+    f->carveout = -1;
     sc_obj_register(&f->h);
     m->funcs[i] = f;
   }
@@ -389,6 +645,7 @@ static sc_module* sc_module_build_locked(sc_ctx* c, const sc_ptx* x) {
 
 static CUresult sc_module_load(CUmodule* module, const void* image, unsigned n, CUjit_option* opts, void** vals) {
   const char* ptx;
+  char log[1024];
   int jit;
   sc_ptx x;
   sc_ctx* c;
@@ -402,13 +659,9 @@ static CUresult sc_module_load(CUmodule* module, const void* image, unsigned n, 
   if (r != CUDA_SUCCESS) return r;
   if ((r = sc_image_ptx(image, &ptx, &jit)) != CUDA_SUCCESS) return r;
   if (jit) sc_jit_delay(); /* outside the lock: loads in other threads go on */
-  r = sc_ptx_parse(ptx, strlen(ptx), &x);
-  if (r == CUDA_SUCCESS && x.target > SC_CC_MAJOR * 10 + SC_CC_MINOR) {
-    sc_ptx_free(&x);
-    r = CUDA_ERROR_NO_BINARY_FOR_GPU;
-  }
-  sc_jit_options_out(n, opts, vals, r == CUDA_SUCCESS ? "softcuda: PTX loaded" : "",
-                     r == CUDA_SUCCESS ? "" : "softcuda: PTX parse error", (float)((double)(sc_now_ns() - t0) / 1e6));
+  r = sc_ptx_parse_checked(ptx, strlen(ptx), jit, &x, log, sizeof log);
+  sc_jit_options_out(n, opts, vals, r == CUDA_SUCCESS ? "softcuda: PTX loaded" : "", log,
+                     (float)((double)(sc_now_ns() - t0) / 1e6));
   if (r != CUDA_SUCCESS) return r;
   SC_LOCK();
   r = sc_lookup_ctx((CUcontext)(uintptr_t)SC_HANDLE(c), &c); /* still alive after the delay? */
@@ -482,6 +735,7 @@ CUresult CUDAAPI sc_cuLibraryLoadData(CUlibrary* library, const void* code, CUji
                                       CUlibraryOption* libraryOptions, void** libraryOptionValues,
                                       unsigned int numLibraryOptions) {
   const char* ptx;
+  char log[1024];
   int jit;
   sc_library* l;
   CUresult r;
@@ -497,13 +751,9 @@ CUresult CUDAAPI sc_cuLibraryLoadData(CUlibrary* library, const void* code, CUji
   if ((r = sc_image_ptx(code, &ptx, &jit)) != CUDA_SUCCESS) return r;
   if (jit) sc_jit_delay();
   l = (sc_library*)sc_xcalloc(1, sizeof(sc_library));
-  r = sc_ptx_parse(ptx, strlen(ptx), &l->x);
-  if (r == CUDA_SUCCESS && l->x.target > SC_CC_MAJOR * 10 + SC_CC_MINOR) {
-    sc_ptx_free(&l->x);
-    r = CUDA_ERROR_NO_BINARY_FOR_GPU;
-  }
-  sc_jit_options_out(numJitOptions, jitOptions, jitOptionsValues, r == CUDA_SUCCESS ? "softcuda: PTX loaded" : "",
-                     r == CUDA_SUCCESS ? "" : "softcuda: PTX parse error", (float)((double)(sc_now_ns() - t0) / 1e6));
+  r = sc_ptx_parse_checked(ptx, strlen(ptx), jit, &l->x, log, sizeof log);
+  sc_jit_options_out(numJitOptions, jitOptions, jitOptionsValues, r == CUDA_SUCCESS ? "softcuda: PTX loaded" : "", log,
+                     (float)((double)(sc_now_ns() - t0) / 1e6));
   if (r != CUDA_SUCCESS) {
     free(l);
     return r;
@@ -630,7 +880,7 @@ CUresult CUDAAPI sc_cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUf
   if (r == CUDA_SUCCESS) {
     switch (attrib) {
       case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = f->max_threads; break;
-      case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = 0; break;
+      case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = f->static_shared; break;
       case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = 0; break;
       case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = 0; break;
       case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = 16; break;
@@ -659,7 +909,8 @@ CUresult CUDAAPI sc_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute at
   SC_LOCK();
   r = sc_get_func(hfunc, &f);
   if (r == CUDA_SUCCESS) {
-    if (attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && value >= 0 && value <= SC_MAX_SHARED_OPTIN)
+    if (attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && value >= 0 &&
+        value <= SC_MAX_SHARED_OPTIN - f->static_shared) /* static and dynamic together within the opt-in limit */
       f->max_dyn_shared = value;
     else if (attrib == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT && value >= -1 && value <= 100)
       f->carveout = value;
@@ -830,7 +1081,7 @@ bad:
 static int sc_blocks_per_sm(const sc_func* f, unsigned threads, size_t dynamic_shared) {
   unsigned warps = (threads + 31) / 32;
   int n = 32;
-  size_t per_block = dynamic_shared + 1024;
+  size_t per_block = (size_t)f->static_shared + dynamic_shared + 1024;
   if (threads == 0 || threads > (unsigned)f->max_threads || dynamic_shared > (size_t)f->max_dyn_shared) return 0;
   if ((int)(64 / warps) < n) n = (int)(64 / warps);                 /* threads */
   if ((int)(128 / warps) < n) n = (int)(128 / warps);               /* registers */
@@ -926,6 +1177,24 @@ static void sc_launch_get_attrs(const sc_launch* L, sc_launch_attrs* a) {
   a->priority = L->priority;
 }
 
+/* The geometry rules of a launch or kernel node: the device's grid and block limits
+ * (CUDA_ERROR_INVALID_VALUE), the function's thread limit (its launch bounds, .maxntid /
+ * .reqntid; registers on a GPU: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "too many resources
+ * requested for launch"), a .reqntid's exact shape (the PTX ISA makes another a launch
+ * failure: CUDA_ERROR_INVALID_VALUE here) and the dynamic shared memory limit. */
+static CUresult sc_launch_dims_check(const sc_func* fn, softcuda_dim3 grid, softcuda_dim3 block, unsigned shared) {
+  if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || grid.x > 2147483647u || grid.y > 65535 ||
+      grid.z > 65535 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
+      (unsigned long long)block.x * block.y * block.z > 1024)
+    return CUDA_ERROR_INVALID_VALUE;
+  if ((unsigned long long)block.x * block.y * block.z > (unsigned long long)fn->max_threads)
+    return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+  if (fn->reqntid[0] && (block.x != fn->reqntid[0] || block.y != fn->reqntid[1] || block.z != fn->reqntid[2]))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (shared > (unsigned)fn->max_dyn_shared) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
 /* cuLaunchKernel and cuLaunchKernelEx, after their entry (`entry` names the call). */
 static CUresult sc_launch_enqueue(const char* entry, CUfunction f, softcuda_dim3 grid, softcuda_dim3 block,
                                   unsigned shared, CUstream hStream, void** kernelParams, void** extra,
@@ -945,11 +1214,7 @@ static CUresult sc_launch_enqueue(const char* entry, CUfunction f, softcuda_dim3
   if (r == CUDA_SUCCESS && cur != s->ctx)
     r = sc_violation(SOFTCUDA_VIOLATION_CONTEXT, CUDA_ERROR_INVALID_CONTEXT,
                      "%s(%s) on a stream of another context than the current one", entry, fn->name);
-  if (r == CUDA_SUCCESS && (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || grid.x > 2147483647u ||
-                            grid.y > 65535 || grid.z > 65535 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
-                            (unsigned long long)block.x * block.y * block.z > (unsigned long long)fn->max_threads))
-    r = CUDA_ERROR_INVALID_VALUE;
-  if (r == CUDA_SUCCESS && shared > (unsigned)fn->max_dyn_shared) r = CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS) r = sc_launch_dims_check(fn, grid, block, shared);
   if (r == CUDA_SUCCESS) r = sc_launch_attrs_check(fn, attrs, grid, block, shared);
   if (r == CUDA_SUCCESS) r = sc_copy_args(fn, kernelParams, extra, &args);
   if (r == CUDA_SUCCESS) {
@@ -1065,6 +1330,7 @@ CUresult CUDAAPI sc_cuLinkAddData(CUlinkState state, CUjitInputType type, void* 
   sc_link* l;
   CUresult r;
   const char* ptx = NULL;
+  char log[1024];
   size_t len;
   sc_ptx x;
   (void)name;
@@ -1089,7 +1355,14 @@ CUresult CUDAAPI sc_cuLinkAddData(CUlinkState state, CUjitInputType type, void* 
   } else {
     return CUDA_ERROR_INVALID_IMAGE;
   }
-  if ((r = sc_ptx_parse(ptx, len, &x)) != CUDA_SUCCESS) return r;
+  r = sc_ptx_parse_checked(ptx, len, type == CU_JIT_INPUT_PTX, &x, log, sizeof log);
+  if (r != CUDA_SUCCESS) { /* the JIT's words go to the error log given to cuLinkCreate */
+    SC_LOCK();
+    if (sc_get_link(state, &l) == CUDA_SUCCESS)
+      sc_jit_options_out(l->nopts, l->opts, l->vals, "", log, (float)((double)(sc_now_ns() - l->t0) / 1e6));
+    SC_UNLOCK();
+    return r;
+  }
   sc_ptx_free(&x);
   SC_LOCK();
   r = sc_get_link(state, &l);

@@ -179,8 +179,10 @@ typedef struct sc_func {
   int max_dyn_shared;
   int nonportable_cluster; /* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
   int carveout;
-  int max_threads;
-  int loaded; /* launched, or cuFuncLoad: a graph instantiation needs no upload (see graph.c) */
+  int max_threads;     /* 1024, or what .maxntid / .reqntid allow */
+  unsigned reqntid[3]; /* .reqntid: the only block shape a launch may have (0: any) */
+  int static_shared;   /* CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES */
+  int loaded;          /* launched, or cuFuncLoad: a graph instantiation needs no upload (see graph.c) */
 } sc_func;
 
 struct sc_module {

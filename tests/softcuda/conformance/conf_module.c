@@ -163,6 +163,124 @@ TU_TEST(load_ex_and_link) {
   conf_ctx_done(0);
 }
 
+/* PTX from LLVM's NVPTX back end (tests/kernels/llvm_kernels.ptx): launch bounds
+ * (.maxntid, .reqntid) bound CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, and a launch outside
+ * them fails; a kernel's static shared memory (.shared declared in its body) lowers its
+ * dynamic limit; names of 159 characters and with '$' are found. */
+TU_TEST(llvm_launch_bounds_and_shared_memory) {
+  static const char numba[] =
+      "_ZN6cudapy8__main__9axpy_"
+      "2412B96cw51cXTLSUwv1sCUt9Uw1VEw0NRRQPKzLTg4gaGKFsG2oMQGEYakJSQB1PQBk0Bynm21OiwU1a0UoLGhDp"
+      "QE8oxrNQE_3dE5ArrayIfLi1E1C7mutable7alignedE";
+  char* ptx = conf_read_ptx("llvm_kernels");
+  CUmodule m;
+  CUfunction maxntid, reqntid, reqntid_2d, stat, f;
+  CUdeviceptr out;
+  unsigned n = 64;
+  int v = 0;
+  void* args[2];
+  CUresult r;
+  CONF_BEGIN();
+  TU_REQUIRE(ptx != NULL);
+  TU_REQUIRE(conf_ctx(0));
+  CONF_REQUIRE_OK(cu.cuModuleLoadData(&m, ptx));
+  CONF_OK(cu.cuModuleGetFunction(&maxntid, m, "llvm_maxntid"));
+  CONF_OK(cu.cuModuleGetFunction(&reqntid, m, "llvm_reqntid"));
+  CONF_OK(cu.cuModuleGetFunction(&reqntid_2d, m, "llvm_reqntid_2d"));
+  CONF_OK(cu.cuModuleGetFunction(&stat, m, "llvm_static_shared"));
+  CONF_OK(cu.cuModuleGetFunction(&f, m, numba));
+  CONF_OK(cu.cuModuleGetFunction(&f, m, "llvm$dollar"));
+  CONF_EQ(cu.cuModuleGetFunction(&f, m, "scale_$_helper"), CUDA_ERROR_NOT_FOUND); /* a .func */
+  CONF_OK(cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, maxntid));
+  TU_CHECK_EQ_INT(v, 128);
+  CONF_OK(cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, reqntid));
+  TU_CHECK_EQ_INT(v, 64);
+  CONF_OK(cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, reqntid_2d));
+  TU_CHECK_EQ_INT(v, 64);
+  CONF_OK(cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, stat));
+  TU_CHECK_EQ_INT(v, 16384);
+  CONF_OK(cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, stat));
+  TU_CHECK_EQ_INT(v, 49152 - 16384);
+  CONF_OK(cu.cuMemAlloc(&out, 1024));
+  args[0] = &out, args[1] = &n;
+  CONF_OK(cu.cuLaunchKernel(maxntid, 1, 1, 1, 64, 1, 1, 0, NULL, args, NULL));
+  CONF_OK(cu.cuLaunchKernel(reqntid, 1, 1, 1, 64, 1, 1, 0, NULL, args, NULL));
+  CONF_OK(cu.cuLaunchKernel(reqntid_2d, 1, 1, 1, 16, 4, 1, 0, NULL, args, NULL));
+  CONF_OK(cu.cuCtxSynchronize());
+  /* more threads than the bounds allow: as for a register limit */
+  CONF_EQ(cu.cuLaunchKernel(maxntid, 1, 1, 1, 256, 1, 1, 0, NULL, args, NULL), CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+  /* a block other than .reqntid: a launch failure (the PTX ISA does not say which) */
+  r = cu.cuLaunchKernel(reqntid, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL);
+  if (r == CUDA_SUCCESS) r = cu.cuCtxSynchronize();
+  if (conf_is_softcuda()) TU_CHECK_EQ_INT(r, CUDA_ERROR_INVALID_VALUE);
+  if (r == CUDA_SUCCESS) TU_FAIL_AT(__FILE__, __LINE__, "a launch of 32 threads of a .reqntid 64 kernel succeeded");
+  fprintf(stderr, "  .reqntid 64 launched with 32 threads: %d\n", (int)r);
+  CONF_OK(cu.cuMemFree(out));
+  CONF_OK(cu.cuModuleUnload(m));
+  free(ptx);
+  conf_ctx_done(0);
+}
+
+/* `text` with its first `from` replaced by `to` (malloc'ed; NULL when absent). */
+static char* conf_replace(const char* text, const char* from, const char* to) {
+  const char* at = strstr(text, from);
+  char* out;
+  if (!at) return NULL;
+  out = (char*)malloc(strlen(text) - strlen(from) + strlen(to) + 1);
+  if (!out) return NULL;
+  memcpy(out, text, (size_t)(at - text));
+  strcpy(out + (at - text), to);
+  strcat(out, at + strlen(from));
+  return out;
+}
+
+/* What the JIT refuses in LLVM's PTX, with ptxas's words in the error log: a .version newer
+ * than the driver, a .target newer than the device, parameters past 4,352 bytes below PTX
+ * ISA 8.1 (llvm_big_param.ptx is 8.1: it loads). */
+TU_TEST(llvm_jit_refusals_are_logged) {
+  char* ptx = conf_read_ptx("llvm_kernels");
+  char* big = conf_read_ptx("llvm_big_param");
+  char *new_version = NULL, *new_target = NULL, *old_big = NULL;
+  char err[1024];
+  CUjit_option opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* vals[2];
+  CUmodule m;
+  int major = 0;
+  CONF_BEGIN();
+  TU_REQUIRE(ptx && big);
+  new_version = conf_replace(ptx, ".version 7.0", ".version 9.9");
+  new_target = conf_replace(ptx, ".version 7.0\n.target sm_80", ".version 8.6\n.target sm_100");
+  old_big = conf_replace(big, ".version 8.1", ".version 7.0");
+  TU_REQUIRE(new_version && new_target && old_big);
+  TU_REQUIRE(conf_ctx(0));
+  CONF_OK(cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
+  CONF_OK(cu.cuModuleLoadData(&m, big));
+  CONF_OK(cu.cuModuleUnload(m));
+  vals[0] = err, vals[1] = (void*)(uintptr_t)sizeof err;
+  err[0] = 0;
+  CONF_EQ(cu.cuModuleLoadDataEx(&m, new_version, 2, opts, vals), CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
+  fprintf(stderr, "  .version 9.9: %s\n", err);
+  TU_CHECK_STR_CONTAINS(err, "Unsupported .version 9.9");
+  if (major < 10) {
+    vals[1] = (void*)(uintptr_t)sizeof err;
+    err[0] = 0;
+    CONF_EQ(cu.cuModuleLoadDataEx(&m, new_target, 2, opts, vals), CUDA_ERROR_INVALID_PTX);
+    fprintf(stderr, "  .target sm_100: %s\n", err);
+    TU_CHECK_STR_CONTAINS(err, "SM version specified by .target is higher");
+  }
+  vals[1] = (void*)(uintptr_t)sizeof err;
+  err[0] = 0;
+  CONF_EQ(cu.cuModuleLoadDataEx(&m, old_big, 2, opts, vals), CUDA_ERROR_INVALID_PTX);
+  fprintf(stderr, "  4,408 bytes of parameters at PTX ISA 7.0: %s\n", err);
+  TU_CHECK_STR_CONTAINS(err, "too much parameter space");
+  free(new_version);
+  free(new_target);
+  free(old_big);
+  free(ptx);
+  free(big);
+  conf_ctx_done(0);
+}
+
 TU_TEST(fault_poisons_context) {
   CUcontext own;
   CUmodule m;
@@ -216,5 +334,6 @@ TU_TEST(strict_launch_on_other_context) {
 }
 
 TU_MAIN(TU_CASE(vector_add_and_saxpy), TU_CASE(extra_param_buffer_and_atomics), TU_CASE(functions_and_params),
-        TU_CASE(bad_images), TU_CASE(load_ex_and_link), TU_CASE(strict_launch_on_other_context),
+        TU_CASE(bad_images), TU_CASE(load_ex_and_link), TU_CASE(llvm_launch_bounds_and_shared_memory),
+        TU_CASE(llvm_jit_refusals_are_logged), TU_CASE(strict_launch_on_other_context),
         TU_CASE(fault_poisons_context) /* last: a real GPU is unusable after it */)
