@@ -86,6 +86,14 @@ static gpuhal_status_t gpuhal__dispatch_check_dims(const gpuhal_command_buffer_t
         "gpuhal_cmd_dispatch: argument 'block' has %llu threads; kernel '%s' allows at most %d per "
         "block on this device",
         (unsigned long long)threads, kernel->name, kernel->info.max_threads_per_block);
+  if (kernel->info.required_block[0] &&
+      (b[0] != kernel->info.required_block[0] || b[1] != kernel->info.required_block[1] ||
+       b[2] != kernel->info.required_block[2]))
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument 'block' is %ux%ux%u; kernel '%s' requires %ux%ux%u (.reqntid): a launch "
+                              "with any other block fails, and the kernel's code may assume that one",
+                              func, b[0], b[1], b[2], kernel->name, kernel->info.required_block[0],
+                              kernel->info.required_block[1], kernel->info.required_block[2]);
   max_dynamic_shared = gpuhal__kernel_max_dynamic_shared(kernel);
   if (shared_bytes > (uint32_t)max_dynamic_shared)
     return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,

@@ -162,6 +162,41 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__function_load_now(gpuhal_device_t* devic
   return GPUHAL__CU(device->cu, cuFuncLoad, (function));
 }
 
+/* A PTX entry's kernels with a .reqntid, read from its image once (under the entry's
+ * functions_mutex): the driver does not report it. */
+static gpuhal_status_t gpuhal__module_entry_read_ptx(gpuhal_device_t* device, gpuhal__module_entry_t* entry) {
+  gpuhal__ptx_function_t f;
+  size_t cursor = 0;
+  if (entry->ptx_read || entry->format != GPUHAL__IMAGE_PTX) return NULL;
+  while (gpuhal__ptx_next_function((const char*)entry->image, entry->size, &cursor, &f)) {
+    if (!f.is_entry || !f.reqntid[0]) continue;
+    if (entry->required_block_count == entry->required_block_capacity) {
+      gpuhal_status_t st = gpuhal__grow32(device->allocator, (void**)&entry->required_blocks,
+                                          &entry->required_block_capacity, (size_t)entry->required_block_count + 1,
+                                          sizeof(gpuhal__ptx_function_t), "a module's .reqntid kernels");
+      if (st) {
+        entry->required_block_count = 0; /* read again at the next lookup */
+        return st;
+      }
+    }
+    entry->required_blocks[entry->required_block_count++] = f;
+  }
+  entry->ptx_read = 1;
+  return NULL;
+}
+
+/* The block kernel `name` of the entry requires (its .reqntid), or zeros. */
+static void gpuhal__module_entry_required_block(const gpuhal__module_entry_t* entry, const char* name,
+                                                uint32_t out[3]) {
+  size_t length = strlen(name);
+  uint32_t i;
+  memset(out, 0, 3 * sizeof(uint32_t));
+  for (i = 0; i < entry->required_block_count; ++i) {
+    const gpuhal__ptx_function_t* f = &entry->required_blocks[i];
+    if (f->name_length == length && memcmp(f->name, name, length) == 0) memcpy(out, f->reqntid, 3 * sizeof(uint32_t));
+  }
+}
+
 /* cuModuleGetFunction and the attributes, in the device's context. */
 static gpuhal_status_t gpuhal__function_record_create(gpuhal_device_t* device, gpuhal__module_entry_t* entry,
                                                       const char* name, gpuhal__function_record_t** out_record) {
@@ -176,6 +211,7 @@ static gpuhal_status_t gpuhal__function_record_create(gpuhal_device_t* device, g
   record->name = (char*)(record + 1);
   memcpy(record->name, name, name_length + 1);
   record->info.name = record->name;
+  gpuhal__module_entry_required_block(entry, name, record->info.required_block);
   st = gpuhal__context_enter(device, &scope);
   if (!st) {
     r = device->cu->cuModuleGetFunction(&record->function, entry->module, name);
@@ -209,7 +245,8 @@ static gpuhal_status_t gpuhal__module_entry_function(gpuhal_device_t* device, gp
   gpuhal__mutex_lock(&entry->functions_mutex);
   for (record = entry->functions; record; record = record->next)
     if (strcmp(record->name, name) == 0) break;
-  if (!record) {
+  if (!record) st = gpuhal__module_entry_read_ptx(device, entry);
+  if (!record && !st) {
     st = gpuhal__function_record_create(device, entry, name, &record);
     if (!st) {
       record->next = entry->functions;

@@ -326,6 +326,7 @@ static void gpuhal__module_entry_free(gpuhal_device_t* device, gpuhal__module_en
     record = next;
   }
   gpuhal_status_free(entry->failure);
+  gpuhal__free(device->allocator, entry->required_blocks);
   gpuhal__free(device->allocator, entry->put_off); /* unless its unload took it */
   gpuhal__mutex_destroy(&entry->functions_mutex);
   gpuhal__free(device->allocator, entry->image);

@@ -68,6 +68,12 @@ typedef struct gpuhal_kernel_info_t {
   uint32_t param_count;
   const uint32_t* param_offsets;
   const uint32_t* param_sizes;
+  /* The one block shape a launch may have: the PTX's .reqntid (LLVM emits it for
+   * !nvvm.annotations reqntidx/y/z; the PTX ISA makes any other block a launch failure, and
+   * the compiler may have folded %ntid to it), which gpuhal_cmd_dispatch enforces. Zeros
+   * when the kernel requires none, or when gpuhal cannot tell: the driver does not report
+   * it, so gpuhal reads it from PTX images, not from cubins or fatbins. */
+  uint32_t required_block[3];
 } gpuhal_kernel_info_t;
 
 typedef struct gpuhal_module_cache_stats_t {
@@ -150,6 +156,11 @@ typedef struct gpuhal__module_entry_s {
   struct gpuhal__deferred_call_s* put_off; /* the record its unload takes (gpuhal__deferred_call_reserve) */
   gpuhal__mutex_t functions_mutex;
   gpuhal__function_record_t* functions;
+  /* PTX: the kernels with a .reqntid (names point into `image`), read from the image at the
+   * first kernel lookup; guarded by functions_mutex. */
+  int ptx_read;
+  gpuhal__ptx_function_t* required_blocks;
+  uint32_t required_block_count, required_block_capacity;
 } gpuhal__module_entry_t;
 
 /* ---- images loaded once for every device (module_library.c) ---- */

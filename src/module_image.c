@@ -171,3 +171,145 @@ GPUHAL__PRIVATE void gpuhal__image_sniff(const void* image, size_t size, gpuhal_
     while (*out_size && p[*out_size - 1] == 0) --*out_size;
   }
 }
+
+/* ---- PTX text ---- */
+
+static int gpuhal__ptx_is_ident(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$' ||
+         c == '.' || c == '%';
+}
+
+/* Past white space and comments from p[i]. */
+static size_t gpuhal__ptx_skip_space(const char* p, size_t n, size_t i) {
+  for (;;) {
+    while (i < n && (p[i] == ' ' || (unsigned char)(p[i] - 9) < 5)) i++;
+    if (i + 1 < n && p[i] == '/' && p[i + 1] == '/') {
+      while (i < n && p[i] != '\n') i++;
+    } else if (i + 1 < n && p[i] == '/' && p[i + 1] == '*') {
+      for (i += 2; i + 1 < n && !(p[i] == '*' && p[i + 1] == '/');) i++;
+      i = i + 2 <= n ? i + 2 : n;
+    } else {
+      return i;
+    }
+  }
+}
+
+/* The token at or after p[i]: an identifier, directive or number, a whole string, or one
+ * other character, as [*start, *start + *length); returns the index after it (*length 0 at
+ * the end). */
+static size_t gpuhal__ptx_token(const char* p, size_t n, size_t i, size_t* start, size_t* length) {
+  i = gpuhal__ptx_skip_space(p, n, i);
+  *start = i;
+  if (i < n && gpuhal__ptx_is_ident(p[i])) {
+    while (i < n && gpuhal__ptx_is_ident(p[i])) i++;
+  } else if (i < n && p[i] == '"') {
+    for (i++; i < n && p[i] != '"' && p[i] != '\n';) i++;
+    if (i < n) i++;
+  } else if (i < n) {
+    i++;
+  }
+  *length = i - *start;
+  return i;
+}
+
+static int gpuhal__ptx_token_is(const char* p, size_t start, size_t length, const char* word) {
+  return length == strlen(word) && memcmp(p + start, word, length) == 0;
+}
+
+/* Past the balanced group whose opening character is p[i]. */
+static size_t gpuhal__ptx_skip_group(const char* p, size_t n, size_t i, char open, char close) {
+  size_t start, length;
+  long depth = 0;
+  do {
+    i = gpuhal__ptx_token(p, n, i, &start, &length);
+    if (length == 1 && p[start] == open) depth++;
+    if (length == 1 && p[start] == close) depth--;
+  } while (length && depth > 0);
+  return i;
+}
+
+/* ".reqntid X[, Y[, Z]]" after the directive: the dimensions (left out: 1). */
+static size_t gpuhal__ptx_read_dims(const char* p, size_t n, size_t i, uint32_t dims[3]) {
+  size_t start, length, k, d;
+  dims[0] = dims[1] = dims[2] = 1;
+  for (d = 0; d < 3; ++d) {
+    size_t next = gpuhal__ptx_token(p, n, i, &start, &length);
+    uint64_t v = 0;
+    if (!length || p[start] < '0' || p[start] > '9') break;
+    for (k = 0; k < length && p[start + k] >= '0' && p[start + k] <= '9'; ++k)
+      v = GPUHAL__MIN(v * 10 + (uint64_t)(p[start + k] - '0'), (uint64_t)UINT32_MAX);
+    dims[d] = (uint32_t)v;
+    i = next;
+    next = gpuhal__ptx_token(p, n, i, &start, &length);
+    if (length != 1 || p[start] != ',') break;
+    i = next;
+  }
+  return i;
+}
+
+GPUHAL__PRIVATE int gpuhal__ptx_next_function(const char* ptx, size_t size, size_t* cursor,
+                                              gpuhal__ptx_function_t* out) {
+  size_t i = *cursor, start, length, next;
+  memset(out, 0, sizeof(*out));
+  for (;;) {
+    i = gpuhal__ptx_token(ptx, size, i, &start, &length);
+    if (!length) {
+      *cursor = size;
+      return 0;
+    }
+    if (length == 1 && ptx[start] == '{') { /* an initialiser */
+      i = gpuhal__ptx_skip_group(ptx, size, start, '{', '}');
+      continue;
+    }
+    if (!gpuhal__ptx_token_is(ptx, start, length, ".entry") && !gpuhal__ptx_token_is(ptx, start, length, ".func"))
+      continue;
+    out->is_entry = ptx[start + 1] == 'e';
+    next = gpuhal__ptx_token(ptx, size, i, &start, &length);
+    if (!out->is_entry && length == 1 && ptx[start] == '(') { /* a .func's return parameter */
+      i = gpuhal__ptx_skip_group(ptx, size, start, '(', ')');
+      next = gpuhal__ptx_token(ptx, size, i, &start, &length);
+    }
+    if (length && gpuhal__ptx_is_ident(ptx[start]) && ptx[start] != '.') break;
+    i = next; /* not a function after all */
+  }
+  out->name = ptx + start;
+  out->name_length = length;
+  i = next;
+  for (;;) { /* parameters and directives up to the body, or the ';' of a declaration */
+    next = gpuhal__ptx_token(ptx, size, i, &start, &length);
+    if (!length) {
+      i = size;
+      break;
+    }
+    if (length == 1 && (ptx[start] == '(' || ptx[start] == '{')) {
+      i = gpuhal__ptx_skip_group(ptx, size, start, ptx[start], ptx[start] == '(' ? ')' : '}');
+      if (ptx[start] == '{') break;
+      continue;
+    }
+    i = next;
+    if (length == 1 && ptx[start] == ';') break;
+    if (out->is_entry && gpuhal__ptx_token_is(ptx, start, length, ".reqntid"))
+      i = gpuhal__ptx_read_dims(ptx, size, i, out->reqntid);
+  }
+  *cursor = i;
+  return 1;
+}
+
+GPUHAL__PRIVATE void gpuhal__ptx_header(const char* ptx, size_t size, char* version, size_t version_capacity,
+                                        char* target, size_t target_capacity) {
+  size_t i = 0, start, length;
+  version[0] = 0;
+  target[0] = 0;
+  while (!version[0] || !target[0]) {
+    int is_version, is_target;
+    i = gpuhal__ptx_token(ptx, size, i, &start, &length);
+    if (!length) return;
+    if (length == 1 && ptx[start] == '{') return; /* the header is behind */
+    is_version = gpuhal__ptx_token_is(ptx, start, length, ".version") && !version[0];
+    is_target = gpuhal__ptx_token_is(ptx, start, length, ".target") && !target[0];
+    if (!is_version && !is_target) continue;
+    i = gpuhal__ptx_token(ptx, size, i, &start, &length);
+    snprintf(is_version ? version : target, is_version ? version_capacity : target_capacity, "%.*s",
+             (int)GPUHAL__MIN(length, (size_t)64), ptx + start);
+  }
+}

@@ -34,4 +34,28 @@ GPUHAL__PRIVATE int gpuhal__image_is_relocatable_cubin(const void* image, size_t
 GPUHAL__PRIVATE void gpuhal__image_sniff(const void* image, size_t size, gpuhal__image_format_t* out_format,
                                          size_t* out_size);
 
+/* ---- what gpuhal reads of PTX text ----
+ * The driver says nothing of some things a PTX image declares, which compilers built on
+ * LLVM emit: a kernel's .reqntid (the one block shape it may be launched with) and whether a
+ * name that is not a kernel is a device function. gpuhal reads them from the text: module
+ * scope only (comments, strings, initialisers and bodies are skipped). */
+
+/* One function of a PTX image: a kernel (.entry) or a device function (.func). */
+typedef struct gpuhal__ptx_function_s {
+  int is_entry;
+  const char* name; /* into the image: name_length bytes, not NUL-terminated */
+  size_t name_length;
+  uint32_t reqntid[3]; /* an .entry's .reqntid (dimensions left out are 1); zeros: none */
+} gpuhal__ptx_function_t;
+
+/* The next .entry or .func of PTX text (`size` bytes) from *cursor (0 to start): 1 with
+ * *out, *cursor past it (body and all); 0 at the end. */
+GPUHAL__PRIVATE int gpuhal__ptx_next_function(const char* ptx, size_t size, size_t* cursor,
+                                              gpuhal__ptx_function_t* out);
+
+/* The first .version and .target operands of PTX text ("9.9", "sm_100"), NUL-terminated
+ * in the buffers; "" when absent. */
+GPUHAL__PRIVATE void gpuhal__ptx_header(const char* ptx, size_t size, char* version, size_t version_capacity,
+                                        char* target, size_t target_capacity);
+
 #endif /* GPUHAL_SRC_MODULE_IMAGE_H */
