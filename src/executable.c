@@ -197,6 +197,64 @@ static void gpuhal__module_entry_required_block(const gpuhal__module_entry_t* en
   }
 }
 
+/* 1 when `name` (length bytes) occurs in f's name. */
+static int gpuhal__ptx_function_name_contains(const gpuhal__ptx_function_t* f, const char* name, size_t length) {
+  size_t i;
+  for (i = 0; length && i + length <= f->name_length; ++i)
+    if (memcmp(f->name + i, name, length) == 0) return 1;
+  return 0;
+}
+
+/* Appends to `out` as snprintf would, keeping it NUL-terminated when it is full. */
+static void gpuhal__append(char* out, size_t capacity, size_t* used, const char* format, ...) {
+  va_list args;
+  int n;
+  if (*used + 1 >= capacity) return;
+  va_start(args, format);
+  n = vsnprintf(out + *used, capacity - *used, format, args);
+  va_end(args);
+  if (n > 0) *used = GPUHAL__MIN(*used + (size_t)n, capacity - 1);
+}
+
+/* What a PTX image says of a name that is none of its kernels, for the NOT_FOUND status:
+ * that it is a device function, that there are no kernels, or which kernels there are (those
+ * whose names contain it first: the mangled name of a C++ or Julia kernel). */
+static void gpuhal__kernel_not_found_hint(const gpuhal__module_entry_t* entry, const char* name, char* out,
+                                          size_t capacity) {
+  gpuhal__ptx_function_t f;
+  size_t cursor = 0, length = strlen(name), used = 0;
+  uint32_t entries = 0, containing = 0, listed = 0;
+  int is_func = 0;
+  out[0] = 0;
+  if (entry->format != GPUHAL__IMAGE_PTX) return;
+  while (gpuhal__ptx_next_function((const char*)entry->image, entry->size, &cursor, &f)) {
+    if (!f.is_entry) {
+      is_func |= f.name_length == length && memcmp(f.name, name, length) == 0;
+      continue;
+    }
+    entries++;
+    containing += (uint32_t)gpuhal__ptx_function_name_contains(&f, name, length);
+  }
+  if (is_func) {
+    gpuhal__append(out, capacity, &used, ": it is a device function (.func) of the PTX, not a kernel (.entry)");
+    return;
+  }
+  if (!entries) {
+    gpuhal__append(out, capacity, &used, ": the PTX defines no kernels (.entry)");
+    return;
+  }
+  gpuhal__append(out, capacity, &used, containing ? ": kernels whose names contain it: " : ": its kernels: ");
+  cursor = 0;
+  while (listed < 3 && gpuhal__ptx_next_function((const char*)entry->image, entry->size, &cursor, &f)) {
+    if (!f.is_entry || (containing && !gpuhal__ptx_function_name_contains(&f, name, length))) continue;
+    gpuhal__append(out, capacity, &used, "%s'%.*s%s'", listed ? ", " : "", (int)GPUHAL__MIN(f.name_length, 200), f.name,
+                   f.name_length > 200 ? "..." : "");
+    listed++;
+  }
+  if ((containing ? containing : entries) > listed)
+    gpuhal__append(out, capacity, &used, " (%u in all)", containing ? containing : entries);
+}
+
 /* cuModuleGetFunction and the attributes, in the device's context. */
 static gpuhal_status_t gpuhal__function_record_create(gpuhal_device_t* device, gpuhal__module_entry_t* entry,
                                                       const char* name, gpuhal__function_record_t** out_record) {
@@ -216,9 +274,11 @@ static gpuhal_status_t gpuhal__function_record_create(gpuhal_device_t* device, g
   if (!st) {
     r = device->cu->cuModuleGetFunction(&record->function, entry->module, name);
     if (r == CUDA_ERROR_NOT_FOUND) {
+      char hint[1024];
+      gpuhal__kernel_not_found_hint(entry, name, hint, sizeof(hint));
       st = gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND,
-                              "gpuhal_executable_kernel: no kernel named '%s' in this %s executable", name,
-                              gpuhal__image_format_name(entry->format));
+                              "gpuhal_executable_kernel: no kernel named '%s' in this %s executable%s", name,
+                              gpuhal__image_format_name(entry->format), hint);
     } else if (r != CUDA_SUCCESS) {
       st = gpuhal__cuda_status(device->cu, r, "cuModuleGetFunction", __FILE__, __LINE__); /* not called again */
     } else {

@@ -72,7 +72,10 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_compile(gpuhal_device_t* device, co
 GPUHAL_API void gpuhal_executable_retain(gpuhal_executable_t* executable);
 GPUHAL_API void gpuhal_executable_release(gpuhal_executable_t* executable);
 
-/* The kernel named `name` (the .entry / extern "C" name). Unknown names are NOT_FOUND.
+/* The kernel named `name` (the .entry / extern "C" name). Unknown names are NOT_FOUND; in
+ * a PTX image the status also says whether the name is a device function (.func), that
+ * the PTX has no kernels, or which kernels it has (first those whose names contain `name`:
+ * the mangled name of a C++, Julia or Numba kernel).
  * The kernel object is owned by the executable and valid while it lives: retain the
  * executable, not the kernel. Looking the same name up twice returns the same object. */
 GPUHAL_API gpuhal_status_t gpuhal_executable_kernel(gpuhal_executable_t* executable, const char* name,

@@ -164,7 +164,16 @@ TU_TEST(kernels_are_found_by_their_entry_names) {
   }
   /* Device functions are not kernels: the driver has no function of that name. */
   TU_CHECK_STATUS(gpuhal_executable_kernel(f.exe, "scale_$_helper", &kernel), GPUHAL_STATUS_NOT_FOUND,
-                  "no kernel named 'scale_$_helper'");
+                  "no kernel named 'scale_$_helper' in this PTX executable: it is a device function (.func)");
+  TU_CHECK_STATUS(gpuhal_executable_kernel(f.exe, "global_id", &kernel), GPUHAL_STATUS_NOT_FOUND,
+                  "is a device function (.func)");
+  /* The name before LLVM renamed it, and the demangled name: the status names the kernels
+   * there are, those whose names contain it first. */
+  TU_CHECK_STATUS(gpuhal_executable_kernel(f.exe, "scale.helper", &kernel), GPUHAL_STATUS_NOT_FOUND,
+                  "no kernel named 'scale.helper' in this PTX executable: its kernels: 'llvm_maxntid', "
+                  "'llvm_reqntid', 'llvm_reqntid_2d' (12 in all)");
+  TU_CHECK_STATUS(gpuhal_executable_kernel(f.exe, "llvm_scale", &kernel), GPUHAL_STATUS_NOT_FOUND,
+                  "kernels whose names contain it: '_Z10llvm_scalePfjf'");
   TU_CHECK(kernel == NULL);
   gpuhal_buffer_release(out);
   fixture_close(&f);
@@ -181,7 +190,9 @@ TU_TEST(module_without_kernels) {
   TU_CHECK_OK(tu_load_kernel(device, "llvm_no_kernels", &exe, NULL));
   if (exe) {
     TU_CHECK_STATUS(gpuhal_executable_kernel(exe, "llvm_helper", &kernel), GPUHAL_STATUS_NOT_FOUND,
-                    "no kernel named 'llvm_helper'");
+                    "is a device function (.func)");
+    TU_CHECK_STATUS(gpuhal_executable_kernel(exe, "main", &kernel), GPUHAL_STATUS_NOT_FOUND,
+                    "no kernel named 'main' in this PTX executable: the PTX defines no kernels (.entry)");
     TU_CHECK(kernel == NULL);
   }
   gpuhal_executable_release(exe);
