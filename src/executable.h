@@ -18,8 +18,10 @@ typedef struct gpuhal_kernel_s gpuhal_kernel_t;
 
 /* Loads an image on a device: PTX text (size may count a terminating NUL, or any number of
  * NULs padding it), a cubin (ELF) or a fatbin. The format is detected from the bytes;
- * anything else, and a cubin whose headers point past `size`, is INVALID_ARGUMENT. A PTX compile error returns the JIT log in the status. A
- * relocatable cubin (nvcc -rdc=true or -dc) is linked with the driver's linker first: one
+ * anything else, and a cubin whose headers point past `size`, is INVALID_ARGUMENT. A PTX
+ * compile error returns the JIT log in the status, with the PTX's .version and .target
+ * beside the device's compute capability and the driver's version (a .target newer than
+ * the device is named as such). A relocatable cubin (nvcc -rdc=true or -dc) is linked with the driver's linker first: one
  * that calls device functions of another image fails there, with the link log. The image is
  * copied; the caller may free it on return. */
 GPUHAL_API gpuhal_status_t gpuhal_executable_load(gpuhal_device_t* device, const void* image, size_t size,

@@ -45,9 +45,51 @@ static unsigned gpuhal__jit_options_fill(const gpuhal__jit_options_t* jit, char*
   return count;
 }
 
-static gpuhal_status_t gpuhal__jit_annotate(gpuhal_status_t st, const char* log, const char* what, size_t size) {
+/* The compute capability an sm_XY[a|f] target names (XY), and its suffix. 0: not one. */
+static int gpuhal__sm_of(const char* target, char* out_suffix) {
+  int sm = 0;
+  *out_suffix = 0;
+  if (strncmp(target, "sm_", 3) != 0) return 0;
+  for (target += 3; *target >= '0' && *target <= '9' && sm < 100000; ++target) sm = sm * 10 + (*target - '0');
+  *out_suffix = *target;
+  return sm;
+}
+
+/* What the PTX declares beside what the device and driver are, for a JIT failure: a
+ * .version newer than the driver knows (CUDA_ERROR_UNSUPPORTED_PTX_VERSION) or a .target the
+ * device cannot run (CUDA_ERROR_INVALID_PTX, "SM version specified by .target is higher
+ * than default SM version assumed") are then plain to see. */
+static gpuhal_status_t gpuhal__ptx_annotate(gpuhal_status_t st, const gpuhal_device_t* device, const void* ptx,
+                                            size_t size) {
+  const gpuhal_device_info_t* info = &device->info;
+  int device_sm = info->compute_capability_major * 10 + info->compute_capability_minor, target_sm;
+  char version[72], target[72], suffix;
+  gpuhal_status_code_t code = gpuhal_status_code(st);
+  if (code != GPUHAL_STATUS_INVALID_ARGUMENT && code != GPUHAL_STATUS_UNIMPLEMENTED && code != GPUHAL_STATUS_NOT_FOUND)
+    return st; /* not the JIT's verdict on the text */
+  gpuhal__ptx_header((const char*)ptx, size, version, sizeof(version), target, sizeof(target));
+  target_sm = gpuhal__sm_of(target, &suffix);
+  if (target_sm > device_sm || (suffix == 'a' && target_sm != device_sm) ||
+      (suffix == 'f' && target_sm / 10 != device_sm / 10))
+    return gpuhal_status_annotate(st,
+                                  "the PTX's .target %s is for a newer GPU than device %d (compute capability %d.%d): "
+                                  "have the compiler target sm_%d or older (the PTX is .version %s)",
+                                  target, device->ordinal, info->compute_capability_major,
+                                  info->compute_capability_minor, device_sm, version);
+  return gpuhal_status_annotate(st,
+                                "the PTX is .version %s, .target %s; device %d is compute capability %d.%d, the "
+                                "CUDA driver %d.%d (a .version newer than the driver's PTX ISA does not load)",
+                                version[0] ? version : "(none)", target[0] ? target : "(none)", device->ordinal,
+                                info->compute_capability_major, info->compute_capability_minor,
+                                info->driver_version / 1000, info->driver_version % 1000 / 10);
+}
+
+/* `ptx`: the image when it is PTX text (NULL otherwise), for gpuhal__ptx_annotate. */
+static gpuhal_status_t gpuhal__jit_annotate(gpuhal_status_t st, const char* log, const char* what, size_t size,
+                                            const gpuhal_device_t* device, const void* ptx) {
   if (!st) return NULL;
   st = gpuhal_status_annotate(st, "loading a %s image of %zu bytes", what, size);
+  if (ptx) st = gpuhal__ptx_annotate(st, device, ptx, size);
   if (log && log[0]) st = gpuhal_status_annotate(st, "JIT log: %s", log);
   return st;
 }
@@ -101,7 +143,8 @@ static gpuhal_status_t gpuhal__module_load_image(gpuhal__module_cache_t* cache, 
     gpuhal__context_leave(device, &scope);
   }
   gpuhal__device_park_resume(device);
-  st = gpuhal__jit_annotate(st, log, gpuhal__image_format_name(format), size);
+  st = gpuhal__jit_annotate(st, log, gpuhal__image_format_name(format), size, device,
+                            format == GPUHAL__IMAGE_PTX ? image : NULL);
   gpuhal__free(device->allocator, log);
   return st;
 }
@@ -172,7 +215,7 @@ static gpuhal_status_t gpuhal__compile_with_driver(gpuhal_device_t* device, cons
   if (st) {
     gpuhal__cubin_free(device, out);
     st = gpuhal__jit_annotate(st, log, ptx ? "PTX (cuLink)" : "relocatable cubin (nvcc -rdc; linked with cuLink)",
-                              entry->size);
+                              entry->size, device, ptx ? entry->image : NULL);
   }
   gpuhal__free(device->allocator, log);
   return st;

@@ -693,13 +693,19 @@ TU_TEST(ptx_too_new_for_the_driver_or_device) {
   TU_CHECK_OK(gpuhal_device_create(f.driver, 0, &params, &disk_device));
   for (d = 0; d < 2; ++d) {
     gpuhal_device_t* device = d ? disk_device : f.device;
-    char text[128];
+    char text[256];
     const char* want = text;
     if (!device) continue;
     TU_CHECK_STATUS(gpuhal_executable_load(device, new_version, strlen(new_version), &exe), GPUHAL_STATUS_UNIMPLEMENTED,
                     "CUDA_ERROR_UNSUPPORTED_PTX_VERSION");
+    TU_CHECK_STATUS(gpuhal_executable_load(device, new_version, strlen(new_version), &exe), GPUHAL_STATUS_UNIMPLEMENTED,
+                    "the PTX is .version 9.9, .target sm_80; device 0 is compute capability");
     if (f.info.compute_capability_major < 10) {
-      snprintf(text, sizeof(text), "CUDA_ERROR_INVALID_PTX");
+      snprintf(text, sizeof(text),
+               "the PTX's .target sm_100 is for a newer GPU than device 0 (compute capability %d.%d): have the "
+               "compiler target sm_%d%d or older",
+               f.info.compute_capability_major, f.info.compute_capability_minor, f.info.compute_capability_major,
+               f.info.compute_capability_minor);
       TU_CHECK_STATUS(gpuhal_executable_load(device, new_target, strlen(new_target), &exe),
                       GPUHAL_STATUS_INVALID_ARGUMENT, want);
     }
