@@ -83,8 +83,7 @@ static gpuhal_status_t gpuhal__dispatch_check_dims(const gpuhal_command_buffer_t
   if (threads > (uint64_t)kernel->info.max_threads_per_block)
     return gpuhal_status_make(
         GPUHAL_STATUS_OUT_OF_RANGE,
-        "gpuhal_cmd_dispatch: argument 'block' has %llu threads; kernel '%s' allows at most %d per "
-        "block on this device",
+        "%s: argument 'block' has %llu threads; kernel '%s' allows at most %d per block on this device", func,
         (unsigned long long)threads, kernel->name, kernel->info.max_threads_per_block);
   if (kernel->info.required_block[0] &&
       (b[0] != kernel->info.required_block[0] || b[1] != kernel->info.required_block[1] ||
@@ -142,7 +141,7 @@ static gpuhal_status_t gpuhal__dispatch_check_arg(gpuhal_command_buffer_t* cb, c
                                   func, what, arg->size);
       break;
     case GPUHAL_ARG_BUFFER:
-      GPUHAL__RETURN_IF_ERROR(gpuhal__cb_check_buffer(cb, arg->buffer, "gpuhal_cmd_dispatch", what));
+      GPUHAL__RETURN_IF_ERROR(gpuhal__cb_check_buffer(cb, arg->buffer, func, what));
       if (arg->offset > arg->buffer->size)
         return gpuhal_status_make(GPUHAL_STATUS_OUT_OF_RANGE,
                                   "%s: argument '%s': offset %llu is past the end of the buffer (%llu "

@@ -240,6 +240,17 @@ TU_TEST(maxntid_bounds_the_block) {
         break;
       }
   }
+  { /* the status names the call made */
+    gpuhal_command_buffer_t* cb = NULL;
+    gpuhal_dispatch_options_t options;
+    memset(&options, 0, sizeof(options));
+    TU_CHECK_OK(gpuhal_command_buffer_create(f.device, GPUHAL_COMMAND_BUFFER_ONE_SHOT, 0, &cb));
+    TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+    TU_CHECK_STATUS(
+        gpuhal_cmd_dispatch_ex(cb, kernel, gpuhal_dim3(2, 1, 1), gpuhal_dim3(256, 1, 1), 0, &options, 2, args),
+        GPUHAL_STATUS_OUT_OF_RANGE, "gpuhal_cmd_dispatch_ex: argument 'block' has 256 threads");
+    gpuhal_command_buffer_release(cb);
+  }
   TU_CHECK_STATUS(gpuhal_kernel_occupancy(kernel, 256, 0, &blocks), GPUHAL_STATUS_OUT_OF_RANGE, "1..128");
   TU_CHECK_OK(gpuhal_kernel_occupancy(kernel, 128, 0, &blocks));
   TU_CHECK(blocks >= 2); /* .minnctapersm 2 */
