@@ -179,9 +179,11 @@ GPUHAL_API gpuhal_status_t gpuhal_command_buffer_end(gpuhal_command_buffer_t* co
 
 /* Launches `kernel` with one argument per kernel parameter. Checked: the kernel belongs to
  * the command buffer's device; grid and block within the device's limits; block threads
- * within the kernel's limit; shared_bytes within the kernel's dynamic shared memory limit;
- * argument count and sizes against the kernel's parameters (when the driver can say);
- * buffer arguments of this device with offset <= size; slots < binding_slots. */
+ * within the kernel's limit, and the block its .reqntid requires (gpuhal_kernel_info_t.
+ * required_block); shared_bytes within the kernel's dynamic shared memory limit; argument
+ * count and sizes against the kernel's parameters (when the driver can say), and their
+ * bytes together against the 32764 a launch's parameters hold (always); buffer arguments
+ * of this device with offset <= size; slots < binding_slots. */
 GPUHAL_API gpuhal_status_t gpuhal_cmd_dispatch(gpuhal_command_buffer_t* command_buffer, gpuhal_kernel_t* kernel,
                                                gpuhal_dim3_t grid, gpuhal_dim3_t block, uint32_t shared_bytes,
                                                uint32_t arg_count, const gpuhal_arg_t* args);

@@ -103,13 +103,16 @@ static gpuhal_status_t gpuhal__dispatch_check_dims(const gpuhal_command_buffer_t
   return NULL;
 }
 
+/* The bytes an argument passes. */
+static uint32_t gpuhal__arg_bytes_passed(const gpuhal_arg_t* arg) {
+  return arg->kind == GPUHAL_ARG_BYTES ? arg->size : arg->kind == GPUHAL_ARG_TENSOR_MAP ? GPUHAL__TENSOR_MAP_BYTES : 8u;
+}
+
 /* Checks argument i against the kernel's parameter i (when the driver told us) and its
  * own rules. */
 static gpuhal_status_t gpuhal__dispatch_check_arg(gpuhal_command_buffer_t* cb, const gpuhal_kernel_t* kernel,
                                                   uint32_t i, const gpuhal_arg_t* arg, const char* func) {
-  uint32_t size = arg->kind == GPUHAL_ARG_BYTES        ? arg->size
-                  : arg->kind == GPUHAL_ARG_TENSOR_MAP ? GPUHAL__TENSOR_MAP_BYTES
-                                                       : 8u;
+  uint32_t size = gpuhal__arg_bytes_passed(arg);
   char what[48];
   gpuhal_arg_kind_t kind = arg->kind;
   snprintf(what, sizeof(what), "args[%u]", i);
@@ -193,12 +196,7 @@ static gpuhal_status_t gpuhal__cb_append_dispatch(gpuhal_command_buffer_t* cb, C
 static size_t gpuhal__args_value_bytes(uint32_t arg_count, const gpuhal_arg_t* args) {
   size_t bytes = 0;
   uint32_t i;
-  for (i = 0; i < arg_count; ++i) {
-    uint32_t size = args[i].kind == GPUHAL_ARG_BYTES        ? args[i].size
-                    : args[i].kind == GPUHAL_ARG_TENSOR_MAP ? GPUHAL__TENSOR_MAP_BYTES
-                                                            : 8u;
-    bytes += ((size_t)size + 7u) & ~(size_t)7u;
-  }
+  for (i = 0; i < arg_count; ++i) bytes += ((size_t)gpuhal__arg_bytes_passed(&args[i]) + 7u) & ~(size_t)7u;
   return bytes;
 }
 
@@ -210,6 +208,7 @@ static gpuhal_status_t gpuhal__cb_record_dispatch(gpuhal_command_buffer_t* cb, g
   gpuhal__cmd_t* cmd;
   gpuhal_dispatch_options_t launch;
   uint32_t g[3], b[3], i, maps = 0;
+  uint64_t total = 0;
   GPUHAL__RETURN_IF_ERROR(gpuhal__object_check(cb, GPUHAL__MAGIC_COMMAND_BUFFER, func, "command_buffer"));
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_check_recording(cb, func));
   GPUHAL__RETURN_IF_ERROR(gpuhal__object_check(kernel, GPUHAL__MAGIC_KERNEL, func, "kernel"));
@@ -230,7 +229,15 @@ static gpuhal_status_t gpuhal__cb_record_dispatch(gpuhal_command_buffer_t* cb, g
   for (i = 0; i < arg_count; ++i) {
     GPUHAL__RETURN_IF_ERROR(gpuhal__dispatch_check_arg(cb, kernel, i, &args[i], func));
     maps += args[i].kind == GPUHAL_ARG_TENSOR_MAP;
+    total += gpuhal__arg_bytes_passed(&args[i]);
   }
+  /* Checked against the kernel's parameters above when the driver says what they are; when
+   * it cannot (before CUDA 12.4), arguments that could fit no kernel's are still refused. */
+  if (total > GPUHAL__KERNEL_PARAM_BYTES_MAX)
+    return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
+                              "%s: argument 'args' holds %llu bytes in its %u arguments; a kernel's parameters hold "
+                              "at most %u bytes",
+                              func, (unsigned long long)total, arg_count, (unsigned)GPUHAL__KERNEL_PARAM_BYTES_MAX);
   g[0] = grid.x, g[1] = grid.y, g[2] = grid.z;
   b[0] = block.x, b[1] = block.y, b[2] = block.z;
   GPUHAL__RETURN_IF_ERROR(gpuhal__cb_launch_check(cb, kernel, g, b, shared_bytes, options, &launch));

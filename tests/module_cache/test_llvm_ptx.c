@@ -558,6 +558,52 @@ TU_TEST(parameters_over_4_kib) {
   fixture_close(&f);
 }
 
+/* Where the driver cannot say what a kernel's parameters are (no cuFuncGetParamInfo before
+ * CUDA 12.4; softcuda: a fault), arguments are not checked against them, but arguments that
+ * could fit no kernel's parameters (32,764 bytes) are still refused. */
+TU_TEST(argument_bytes_are_bounded_without_parameter_info) {
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal_executable_t* exe = NULL;
+  gpuhal_kernel_t* kernel = NULL;
+  gpuhal_kernel_info_t info;
+  gpuhal_buffer_t* out = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_arg_t args[3];
+  char* half = (char*)calloc(1, 20000);
+  if (!tu_softcuda()) {
+    free(half);
+    TU_SKIP("needs softcuda's fault injection");
+  }
+  TU_REQUIRE(half != NULL);
+  if (!tu_open_device(&driver, &device, 0, NULL)) {
+    free(half);
+    return;
+  }
+  TU_CHECK_EQ_INT(tu_softcuda_faults("cuFuncGetParamInfo@*=CUDA_ERROR_NOT_SUPPORTED"), 0);
+  TU_CHECK_OK(tu_load_kernel(device, "llvm_big_param", &exe, &kernel));
+  tu_softcuda_faults(NULL);
+  TU_CHECK_OK(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, 8, &out));
+  if (kernel && out) {
+    TU_CHECK_OK(gpuhal_kernel_info(kernel, &info));
+    TU_CHECK(info.param_count == GPUHAL_KERNEL_PARAM_COUNT_UNKNOWN);
+    TU_CHECK_OK(gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_STREAM, 0, &cb));
+    TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+    args[0] = gpuhal_arg_buffer(out, 0);
+    args[1] = gpuhal_arg_bytes(half, 20000);
+    args[2] = gpuhal_arg_bytes(half, 20000);
+    TU_CHECK_STATUS(gpuhal_cmd_dispatch(cb, kernel, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args),
+                    GPUHAL_STATUS_INVALID_ARGUMENT,
+                    "argument 'args' holds 40008 bytes in its 3 arguments; a kernel's parameters hold at most 32764");
+    gpuhal_command_buffer_release(cb);
+  }
+  free(half);
+  gpuhal_buffer_release(out);
+  gpuhal_executable_release(exe);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+}
+
 /* ---- module data ---- */
 
 /* Module-scope .global variables with initialisers and .const data are in place when the
@@ -827,6 +873,7 @@ TU_TEST(memory_and_disk_cache) {
 
 TU_MAIN(TU_CASE(kernels_are_found_by_their_entry_names), TU_CASE(module_without_kernels),
         TU_CASE(maxntid_bounds_the_block), TU_CASE(reqntid_requires_the_block), TU_CASE(byval_struct_and_mixed_scalars),
-        TU_CASE(sixty_parameters), TU_CASE(parameters_over_4_kib), TU_CASE(module_globals_and_const_data),
+        TU_CASE(sixty_parameters), TU_CASE(parameters_over_4_kib),
+        TU_CASE(argument_bytes_are_bounded_without_parameter_info), TU_CASE(module_globals_and_const_data),
         TU_CASE(dynamic_shared_memory_over_48_kib), TU_CASE(static_shared_memory_lowers_the_dynamic_limit),
         TU_CASE(ptx_too_new_for_the_driver_or_device), TU_CASE(memory_and_disk_cache))
