@@ -1,7 +1,8 @@
 /* libFuzzer target: image-kind detection of gpuhal_executable_load (PTX / cubin / fatbin),
  * gpuhal__image_detect in src/module_cache.h. Arbitrary bytes must give a status or a
  * format whose claims hold: never a read past `size`, never an accepted image that is
- * shorter than its own header says. Seeds: tests/fuzz/corpus/image_detect. */
+ * shorter than its own header says; and PTX text read for its functions (.entry, .func,
+ * .reqntid) and header ends, within the text. Seeds: tests/fuzz/corpus/image_detect. */
 #define GPUHAL_IMPLEMENTATION
 #include "gpuhal.h"
 
@@ -60,9 +61,23 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       case GPUHAL__IMAGE_PTX: {
-        size_t i;
+        size_t i, cursor = 0, last = 0;
+        gpuhal__ptx_function_t f;
+        char version[72], target[72];
         FUZZ_REQUIRE(meaningful >= 8);
         for (i = 0; i < meaningful; ++i) FUZZ_REQUIRE(copy[i] != 0); /* text: NULs only at the end */
+        /* What gpuhal reads of PTX text (kernel lookups): names inside the text, progress
+         * on every call, an end. */
+        while (gpuhal__ptx_next_function((const char*)copy, meaningful, &cursor, &f)) {
+          FUZZ_REQUIRE(f.name_length > 0 && f.name >= (const char*)copy &&
+                       f.name + f.name_length <= (const char*)copy + meaningful);
+          FUZZ_REQUIRE(cursor > last && cursor <= meaningful);
+          FUZZ_REQUIRE(f.is_entry || f.reqntid[0] == 0);
+          last = cursor;
+        }
+        FUZZ_REQUIRE(cursor == meaningful);
+        gpuhal__ptx_header((const char*)copy, meaningful, version, sizeof(version), target, sizeof(target));
+        FUZZ_REQUIRE(strlen(version) < sizeof(version) && strlen(target) < sizeof(target));
         break;
       }
       default: FUZZ_REQUIRE(!"unknown format");

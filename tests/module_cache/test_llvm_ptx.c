@@ -722,12 +722,13 @@ TU_TEST(static_shared_memory_lowers_the_dynamic_limit) {
 /* ---- what the driver cannot take ---- */
 
 /* A .version newer than the driver's JIT knows and a .target newer than the device: the
- * load fails with a status that names the version or target, and the device's, whether the
- * driver compiles the PTX itself or through the disk cache's linker. */
+ * load fails with a status that names the version or target, and the device's, on each
+ * path a PTX takes to the driver. */
 TU_TEST(ptx_too_new_for_the_driver_or_device) {
   fixture f;
   gpuhal_executable_t* exe = NULL;
   gpuhal_device_t* disk_device = NULL;
+  gpuhal_device_t* module_device = NULL;
   gpuhal_device_params_t params;
   size_t size = 0;
   char* ptx = tu_read_kernel_file("llvm_kernels.ptx", &size);
@@ -748,8 +749,14 @@ TU_TEST(ptx_too_new_for_the_driver_or_device) {
   memset(&params, 0, sizeof(params));
   params.module_cache_dir = dir;
   TU_CHECK_OK(gpuhal_device_create(f.driver, 0, &params, &disk_device));
-  for (d = 0; d < 2; ++d) {
-    gpuhal_device_t* device = d ? disk_device : f.device;
+  memset(&params, 0, sizeof(params));
+  params.module_cache_dir = "";
+  params.modules_per_context = 1;
+  TU_CHECK_OK(gpuhal_device_create(f.driver, 0, &params, &module_device));
+  /* the driver's shared library (the default), cuLink to a cubin (the disk cache's path),
+   * a module of the device's context alone (cuModuleLoadDataEx) */
+  for (d = 0; d < 3; ++d) {
+    gpuhal_device_t* device = d == 0 ? f.device : d == 1 ? disk_device : module_device;
     char text[256];
     const char* want = text;
     if (!device) continue;
@@ -769,6 +776,7 @@ TU_TEST(ptx_too_new_for_the_driver_or_device) {
     TU_CHECK(exe == NULL);
   }
   gpuhal_device_release(disk_device);
+  gpuhal_device_release(module_device);
   {
     DIR* dh = opendir(dir);
     struct dirent* e;
