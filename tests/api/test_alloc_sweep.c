@@ -42,12 +42,11 @@
 #include <unistd.h>
 
 #include "gpuhal.h"
+#include "test_sweep_util.h"
 #include "test_util.h"
 
-#define AS_WAIT_NS 10000000000ll /* any wait in the scenario: 10 s, far above its run time */
-#define AS_RUN_LIMIT_S 60        /* a run that takes longer hangs */
-#define AS_WINDOW 24             /* mode "window": allocations failed in a row */
-#define AS_MAX_PENDING 16
+#define AS_RUN_LIMIT_S 60 /* a run that takes longer hangs */
+#define AS_WINDOW 24      /* mode "window": allocations failed in a row */
 
 /* ============================================================ the allocator ===== */
 static long as_calls;     /* allocations asked for since the last as_arm */
@@ -93,36 +92,7 @@ static void as_arm(long from, long to) {
   __atomic_store_n(&as_fail_from, from, __ATOMIC_RELEASE);
 }
 
-/* ============================================================ softcuda ========== */
-static unsigned long long (*as_query_leaks)(void);
-static size_t (*as_leak_report)(int);
-
-static int as_softcuda_bind(void) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW);
-  void* p;
-  if (!h) return 0;
-  p = dlsym(h, "softcuda_query_leaks");
-  memcpy(&as_query_leaks, &p, sizeof(p));
-  p = dlsym(h, "softcuda_leak_report");
-  memcpy(&as_leak_report, &p, sizeof(p));
-  return as_query_leaks && as_leak_report;
-}
-
-/* ============================================================ a run ============= */
-typedef struct as_run_s {
-  gpuhal_status_t first; /* the first error a step saw (owned) */
-  int bad;               /* a step failed with something other than host memory */
-  char bad_what[400];
-  int stuck; /* a wait timed out */
-  char stuck_what[200];
-  int wrong; /* every step succeeded but the data is wrong */
-  char wrong_what[200];
-  int pending_count; /* signals that accepted work promised */
-  gpuhal_semaphore_t* pending_sem[AS_MAX_PENDING];
-  uint64_t pending_value[AS_MAX_PENDING];
-} as_run_t;
-
+/* ============================================================ judging a step ==== */
 /* A failure is acceptable only when it says that host memory ran out, and what for. */
 static int as_names_host_memory(gpuhal_status_t s) {
   return gpuhal_status_code(s) == GPUHAL_STATUS_RESOURCE_EXHAUSTED &&
@@ -131,52 +101,21 @@ static int as_names_host_memory(gpuhal_status_t s) {
 
 /* The scenario fails its gate itself once a step failed (so that no work waits for a
  * signal that is not coming): work behind the gate fails with that. */
-static int as_is_gate_failure(const as_run_t* r, gpuhal_status_t s) {
+static int as_is_gate_failure(const sweep_run_t* r, gpuhal_status_t s) {
   return r->first && gpuhal_status_code(s) == GPUHAL_STATUS_CANCELLED &&
          strstr(gpuhal_status_message(s), "sweep: gate") != NULL;
 }
 
-/* Takes a step's status: 1 if OK; else checks and keeps the first error, returns 0. */
-static int as_ok(as_run_t* r, gpuhal_status_t s, const char* step) {
-  if (!s) return 1;
+/* The run's judge (sweep_run_t): a timed-out step is a hang; any error but host memory
+ * running out (or the gate failed after it) is bad. */
+static void as_judge(sweep_run_t* r, gpuhal_status_t s, const char* step) {
   if (gpuhal_status_code(s) == GPUHAL_STATUS_DEADLINE_EXCEEDED) {
-    if (!r->stuck) snprintf(r->stuck_what, sizeof(r->stuck_what), "%s: %s", step, gpuhal_status_message(s));
-    r->stuck = 1;
+    sweep_mark_stuck(r, step, s);
   } else if (!as_names_host_memory(s) && !as_is_gate_failure(r, s) && !r->bad) {
     snprintf(r->bad_what, sizeof(r->bad_what), "%s: %s: %s", step, gpuhal_status_code_string(gpuhal_status_code(s)),
              gpuhal_status_message(s));
     r->bad = 1;
   }
-  if (!r->first) {
-    r->first = gpuhal_status_annotate(s, "[step: %s]", step);
-  } else {
-    gpuhal_status_free(s);
-  }
-  return 0;
-}
-
-static void as_expect(as_run_t* r, gpuhal_semaphore_t* s, uint64_t value) {
-  TU_CHECK(r->pending_count < AS_MAX_PENDING);
-  if (r->pending_count >= AS_MAX_PENDING) return;
-  r->pending_sem[r->pending_count] = s;
-  r->pending_value[r->pending_count] = value;
-  r->pending_count++;
-}
-
-static int as_wait(as_run_t* r, gpuhal_semaphore_t* s, uint64_t value, const char* step) {
-  return as_ok(r, gpuhal_semaphore_wait(s, value, gpuhal_timeout_relative_ns(AS_WAIT_NS)), step);
-}
-
-/* Every promised signal must have been reached or have failed. */
-static void as_settle(as_run_t* r) {
-  int i;
-  for (i = 0; i < r->pending_count; ++i) as_wait(r, r->pending_sem[i], r->pending_value[i], "settle");
-  r->pending_count = 0;
-}
-
-static void as_mark_wrong(as_run_t* r, const char* what) {
-  if (!r->wrong) snprintf(r->wrong_what, sizeof(r->wrong_what), "%s", what);
-  r->wrong = 1;
 }
 
 /* ============================================================ the scenario ====== */
@@ -194,61 +133,10 @@ typedef struct as_objs_s {
   gpuhal_semaphore_t* sem[AS_SEMS];
 } as_objs_t;
 
-static const uint64_t V1 = 1, V2 = 2, V3 = 3;
-
-static gpuhal_status_t as_host_fn(void* user) {
-  __atomic_add_fetch((int*)user, 1, __ATOMIC_ACQ_REL);
-  return NULL;
-}
-
-/* fill_u32 over buf[0..1023], fills, an update and a copy of it all into `b`. */
-static int as_record(as_run_t* r, as_objs_t* o, gpuhal_kernel_t* fill, gpuhal_command_buffer_flags_t flags,
-                     gpuhal_buffer_t* a, gpuhal_buffer_t* b, gpuhal_command_buffer_t** out) {
-  gpuhal_arg_t args[3];
-  uint32_t four = 0x44444444u, update[16];
-  uint64_t eight = 0x8888888888888888ull;
-  int i;
-  for (i = 0; i < 16; ++i) update[i] = 0x55555555u;
-  args[0] = gpuhal_arg_buffer(a, 0);
-  args[1] = gpuhal_arg_u32(0x11111111u);
-  args[2] = gpuhal_arg_u32(64);
-  return as_ok(r, gpuhal_command_buffer_create(o->device, flags, 0, out), "command_buffer_create") &&
-         as_ok(r, gpuhal_command_buffer_begin(*out), "command_buffer_begin") &&
-         as_ok(r, gpuhal_cmd_dispatch(*out, fill, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 3, args),
-               "cmd_dispatch") &&
-         as_ok(r, gpuhal_cmd_fill(*out, gpuhal_ref_buffer(a, 256), 256, &four, 4), "cmd_fill 4") &&
-         as_ok(r, gpuhal_cmd_fill(*out, gpuhal_ref_buffer(a, 512), 256, &eight, 8), "cmd_fill 8") &&
-         as_ok(r, gpuhal_cmd_update(*out, update, gpuhal_ref_buffer(a, 768), sizeof(update)), "cmd_update") &&
-         as_ok(r, gpuhal_cmd_barrier(*out), "cmd_barrier") &&
-         as_ok(r, gpuhal_cmd_copy(*out, gpuhal_ref_buffer(a, 0), gpuhal_ref_buffer(b, 0), 1024), "cmd_copy") &&
-         as_ok(r, gpuhal_command_buffer_end(*out), "command_buffer_end");
-}
-
-static int as_check_words(as_run_t* r, gpuhal_buffer_t* b, uint64_t offset, uint32_t count, uint32_t expected,
-                          const char* what) {
-  uint32_t data[64];
-  uint32_t i;
-  if (!as_ok(r, gpuhal_buffer_read(b, offset, data, (uint64_t)count * 4), "buffer_read")) return 0;
-  for (i = 0; i < count; ++i) {
-    if (data[i] != expected) {
-      char msg[200];
-      snprintf(msg, sizeof(msg), "%s: word %u is 0x%x, expected 0x%x", what, i, data[i], expected);
-      as_mark_wrong(r, msg);
-      return 0;
-    }
-  }
-  return 1;
-}
-
-static int as_check_recorded(as_run_t* r, gpuhal_buffer_t* b) {
-  return as_check_words(r, b, 0, 64, 0x11111111u, "dispatch") && as_check_words(r, b, 256, 64, 0x44444444u, "fill 4") &&
-         as_check_words(r, b, 512, 64, 0x88888888u, "fill 8") && as_check_words(r, b, 768, 16, 0x55555555u, "update");
-}
-
 static const char* as_trace_path; /* the driver's trace file (as_scenario_traced), or NULL */
 
 /* The driver and `devices` (1 or 2) devices of two queues, semaphores, buffers of device 0. */
-static int as_open_devices(as_run_t* r, as_objs_t* o, int devices) {
+static int as_open_devices(sweep_run_t* r, as_objs_t* o, int devices) {
   gpuhal_driver_options_t options;
   gpuhal_device_params_t params;
   int i, count = 0;
@@ -257,29 +145,30 @@ static int as_open_devices(as_run_t* r, as_objs_t* o, int devices) {
   options.allocator.alloc = as_alloc;
   options.allocator.free = as_free;
   options.trace_path = as_trace_path;
-  if (!as_ok(r, gpuhal_driver_create(&options, &o->driver), "driver_create") ||
-      !as_ok(r, gpuhal_driver_device_count(o->driver, &count), "driver_device_count"))
+  if (!sweep_ok(r, gpuhal_driver_create(&options, &o->driver), "driver_create") ||
+      !sweep_ok(r, gpuhal_driver_device_count(o->driver, &count), "driver_device_count"))
     return 0;
-  if (count < devices) return as_ok(r, gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "no device"), "device_count");
+  if (count < devices) return sweep_ok(r, gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "no device"), "device_count");
   memset(&params, 0, sizeof(params));
   params.queue_count = 2;
-  if (!as_ok(r, gpuhal_device_create(o->driver, 0, &params, &o->device), "device_create")) return 0;
-  if (devices > 1 && !as_ok(r, gpuhal_device_create(o->driver, 1, &params, &o->peer), "device_create 1")) return 0;
+  if (!sweep_ok(r, gpuhal_device_create(o->driver, 0, &params, &o->device), "device_create")) return 0;
+  if (devices > 1 && !sweep_ok(r, gpuhal_device_create(o->driver, 1, &params, &o->peer), "device_create 1")) return 0;
   for (i = 0; i < AS_SEMS; ++i)
-    if (!as_ok(r, gpuhal_semaphore_create(o->driver, 0, &o->sem[i]), "semaphore_create")) return 0;
+    if (!sweep_ok(r, gpuhal_semaphore_create(o->driver, 0, &o->sem[i]), "semaphore_create")) return 0;
   for (i = 0; i < 4; ++i)
-    if (!as_ok(r, gpuhal_buffer_allocate(o->device, GPUHAL_MEMORY_DEVICE, 1024, &o->buf[i]), "buffer_allocate"))
+    if (!sweep_ok(r, gpuhal_buffer_allocate(o->device, GPUHAL_MEMORY_DEVICE, 1024, &o->buf[i]), "buffer_allocate"))
       return 0;
   return 1;
 }
 
-static int as_open(as_run_t* r, as_objs_t* o) { return as_open_devices(r, o, 1); }
+static int as_open(sweep_run_t* r, as_objs_t* o) { return as_open_devices(r, o, 1); }
 
-static void as_close(as_run_t* r, as_objs_t* o) {
+static void as_close(sweep_run_t* r, as_objs_t* o) {
   int i;
   if (o->device)
-    as_ok(r, gpuhal_device_wait_idle(o->device, gpuhal_timeout_relative_ns(AS_WAIT_NS)), "device_wait_idle");
-  if (o->peer) as_ok(r, gpuhal_device_wait_idle(o->peer, gpuhal_timeout_relative_ns(AS_WAIT_NS)), "device_wait_idle 1");
+    sweep_ok(r, gpuhal_device_wait_idle(o->device, gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle");
+  if (o->peer)
+    sweep_ok(r, gpuhal_device_wait_idle(o->peer, gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle 1");
   for (i = 0; i < AS_CBS; ++i) gpuhal_command_buffer_release(o->cb[i]);
   for (i = 0; i < 4; ++i) gpuhal_buffer_release(o->buf[i]);
   gpuhal_buffer_release(o->scratch);
@@ -292,25 +181,6 @@ static void as_close(as_run_t* r, as_objs_t* o) {
   memset(o, 0, sizeof(*o));
 }
 
-/* Loads tests/kernels/<name>.ptx and, with `kernel`, looks up the kernel `name`. */
-static gpuhal_status_t as_load_named(gpuhal_device_t* device, const char* name, gpuhal_executable_t** exe,
-                                     gpuhal_kernel_t** kernel) {
-  size_t size = 0;
-  char file[64];
-  char* ptx;
-  gpuhal_status_t st;
-  snprintf(file, sizeof(file), "%s.ptx", name);
-  ptx = tu_read_kernel_file(file, &size);
-  if (!ptx) return gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "cannot read %s", file);
-  st = gpuhal_executable_load(device, ptx, size, exe);
-  free(ptx);
-  return st || !kernel ? st : gpuhal_executable_kernel(*exe, name, kernel);
-}
-
-static gpuhal_status_t as_load(gpuhal_device_t* device, gpuhal_executable_t** exe, gpuhal_kernel_t** kernel) {
-  return as_load_named(device, "fill_u32", exe, kernel);
-}
-
 /* The chain, every wait submitted before its signal (the gate is signalled last):
  *   q0: gate=1 -> GRAPH reusable (buf0 -> buf1)        -> s=1
  *   q1: s=1    -> STREAM reusable (buf1 -> buf2)       -> s=2
@@ -321,7 +191,7 @@ static gpuhal_status_t as_load(gpuhal_device_t* device, gpuhal_executable_t** ex
  *   q1: t=1    -> host call                            -> h=1
  * then host waits ANY(t=1, h=1) and ALL(t=1, h=1, d=1), the data, and the reusable GRAPH
  * command buffer once more (s=4). */
-static void as_scenario_chain(as_run_t* r) {
+static void as_scenario_chain(sweep_run_t* r) {
   as_objs_t o;
   gpuhal_kernel_t* fill = NULL;
   gpuhal_semaphore_t *gate, *s, *t, *a, *d, *h;
@@ -332,15 +202,15 @@ static void as_scenario_chain(as_run_t* r) {
   gpuhal_buffer_t* spare = NULL;
   gpuhal_command_buffer_t* spare_cb = NULL;
   int gate_signalled = 0, calls = 0;
-  if (as_open(r, &o) && as_ok(r, as_load(o.device, &o.exe, &fill), "executable_load") &&
-      as_record(r, &o, fill, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, o.buf[0], o.buf[1],
-                &o.cb[0]) &&
-      as_record(r, &o, fill, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, o.buf[1], o.buf[2],
-                &o.cb[1]) &&
-      as_record(r, &o, fill, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_ONE_SHOT, o.buf[2], o.buf[3],
-                &o.cb[2]) &&
-      as_record(r, &o, fill, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_ONE_SHOT, o.buf[3], o.buf[0],
-                &o.cb[3])) {
+  if (as_open(r, &o) && sweep_ok(r, tu_load_kernel(o.device, "fill_u32", &o.exe, &fill), "executable_load") &&
+      sweep_record(r, o.device, fill, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, o.buf[0], o.buf[1],
+                   &o.cb[0]) &&
+      sweep_record(r, o.device, fill, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, o.buf[1], o.buf[2],
+                   &o.cb[1]) &&
+      sweep_record(r, o.device, fill, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_ONE_SHOT, o.buf[2], o.buf[3],
+                   &o.cb[2]) &&
+      sweep_record(r, o.device, fill, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_ONE_SHOT, o.buf[3], o.buf[0],
+                   &o.cb[3])) {
     gate = o.sem[0];
     s = o.sem[1];
     t = o.sem[2];
@@ -349,55 +219,56 @@ static void as_scenario_chain(as_run_t* r) {
     h = o.sem[5];
     ta[0] = t;
     ta[1] = a;
-    if (as_ok(r,
-              gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&gate, &V1),
-                                   gpuhal_semaphore_list_one(&s, &V1), o.cb[0], NULL),
-              "queue_execute GRAPH reusable") &&
-        (as_expect(r, s, 1), 1) &&
-        as_ok(r,
-              gpuhal_queue_execute(o.device, 1, gpuhal_semaphore_list_one(&s, &V1), gpuhal_semaphore_list_one(&s, &V2),
-                                   o.cb[1], NULL),
-              "queue_execute STREAM reusable") &&
-        (as_expect(r, s, 2), 1) &&
-        as_ok(r,
-              gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&s, &V2), gpuhal_semaphore_list_one(&s, &V3),
-                                   o.cb[2], NULL),
-              "queue_execute GRAPH one-shot") &&
-        (as_expect(r, s, 3), 1) &&
-        as_ok(r,
-              gpuhal_queue_execute(o.device, 1, gpuhal_semaphore_list_one(&s, &V3), gpuhal_semaphore_list_one(&t, &V1),
-                                   o.cb[3], NULL),
-              "queue_execute STREAM one-shot") &&
-        (as_expect(r, t, 1), 1) &&
-        as_ok(r,
-              gpuhal_queue_alloca(o.device, 0, gpuhal_semaphore_list_one(&gate, &V1),
-                                  gpuhal_semaphore_list_one(&a, &V1), 4096, &o.scratch),
-              "queue_alloca") &&
-        (as_expect(r, a, 1), 1)) {
+    if (sweep_ok(r,
+                 gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&gate, &V1),
+                                      gpuhal_semaphore_list_one(&s, &V1), o.cb[0], NULL),
+                 "queue_execute GRAPH reusable") &&
+        (sweep_expect(r, s, 1), 1) &&
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.device, 1, gpuhal_semaphore_list_one(&s, &V1),
+                                      gpuhal_semaphore_list_one(&s, &V2), o.cb[1], NULL),
+                 "queue_execute STREAM reusable") &&
+        (sweep_expect(r, s, 2), 1) &&
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&s, &V2),
+                                      gpuhal_semaphore_list_one(&s, &V3), o.cb[2], NULL),
+                 "queue_execute GRAPH one-shot") &&
+        (sweep_expect(r, s, 3), 1) &&
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.device, 1, gpuhal_semaphore_list_one(&s, &V3),
+                                      gpuhal_semaphore_list_one(&t, &V1), o.cb[3], NULL),
+                 "queue_execute STREAM one-shot") &&
+        (sweep_expect(r, t, 1), 1) &&
+        sweep_ok(r,
+                 gpuhal_queue_alloca(o.device, 0, gpuhal_semaphore_list_one(&gate, &V1),
+                                     gpuhal_semaphore_list_one(&a, &V1), 4096, &o.scratch),
+                 "queue_alloca") &&
+        (sweep_expect(r, a, 1), 1)) {
       wait_list.count = 2;
       wait_list.semaphores = ta;
       wait_list.values = ta_values;
-      if (as_ok(r, gpuhal_queue_dealloca(o.device, 0, wait_list, gpuhal_semaphore_list_one(&d, &V1), o.scratch),
-                "queue_dealloca")) {
-        as_expect(r, d, 1);
-        if (as_ok(r,
-                  gpuhal_queue_host_call(o.device, 1, gpuhal_semaphore_list_one(&t, &V1),
-                                         gpuhal_semaphore_list_one(&h, &V1), as_host_fn, &calls),
-                  "queue_host_call"))
-          as_expect(r, h, 1);
+      if (sweep_ok(r, gpuhal_queue_dealloca(o.device, 0, wait_list, gpuhal_semaphore_list_one(&d, &V1), o.scratch),
+                   "queue_dealloca")) {
+        sweep_expect(r, d, 1);
+        if (sweep_ok(r,
+                     gpuhal_queue_host_call(o.device, 1, gpuhal_semaphore_list_one(&t, &V1),
+                                            gpuhal_semaphore_list_one(&h, &V1), sweep_host_fn, &calls),
+                     "queue_host_call"))
+          sweep_expect(r, h, 1);
       }
     }
     /* Releases while the work waits for the gate (on the GPU, with memops): the frees (a
      * buffer's, a GRAPH command buffer's staging memory) are put off until no work waits on
      * the GPU, and must not need an allocation then. */
-    if (!r->first && as_ok(r, gpuhal_buffer_allocate(o.device, GPUHAL_MEMORY_DEVICE, 4096, &spare), "buffer_allocate"))
+    if (!r->first &&
+        sweep_ok(r, gpuhal_buffer_allocate(o.device, GPUHAL_MEMORY_DEVICE, 4096, &spare), "buffer_allocate"))
       gpuhal_buffer_release(spare);
     if (!r->first) {
-      as_record(r, &o, fill, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, o.buf[0], o.buf[1],
-                &spare_cb);
+      sweep_record(r, o.device, fill, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, o.buf[0], o.buf[1],
+                   &spare_cb);
       if (spare_cb) gpuhal_command_buffer_release(spare_cb);
     }
-    gate_signalled = as_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
+    gate_signalled = sweep_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
     list[0] = t;
     list[1] = h;
     list[2] = d;
@@ -405,25 +276,25 @@ static void as_scenario_chain(as_run_t* r) {
     wait_list.values = values;
     wait_list.count = 2;
     if (!r->first &&
-        as_ok(r, gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, wait_list, gpuhal_timeout_relative_ns(AS_WAIT_NS)),
-              "semaphores_wait ANY") &&
+        sweep_ok(r, gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, wait_list, gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)),
+                 "semaphores_wait ANY") &&
         (wait_list.count = 3,
-         as_ok(r, gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, wait_list, gpuhal_timeout_relative_ns(AS_WAIT_NS)),
-               "semaphores_wait ALL")) &&
-        as_check_recorded(r, o.buf[0])) {
-      if (__atomic_load_n(&calls, __ATOMIC_ACQUIRE) != 1) as_mark_wrong(r, "the host call did not run once");
-      if (as_ok(r, gpuhal_buffer_write(o.buf[1], 0, values, sizeof(values)), "buffer_write") &&
-          as_ok(r,
-                gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&s, &V3),
-                                     gpuhal_semaphore_list_one(&s, &four), o.cb[0], NULL),
-                "queue_execute GRAPH reusable again")) {
-        as_expect(r, s, 4);
-        if (as_wait(r, s, 4, "wait s=4")) as_check_recorded(r, o.buf[1]);
+         sweep_ok(r, gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, wait_list, gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)),
+                  "semaphores_wait ALL")) &&
+        sweep_check_recorded(r, o.buf[0])) {
+      if (__atomic_load_n(&calls, __ATOMIC_ACQUIRE) != 1) sweep_mark_wrong(r, "the host call did not run once");
+      if (sweep_ok(r, gpuhal_buffer_write(o.buf[1], 0, values, sizeof(values)), "buffer_write") &&
+          sweep_ok(r,
+                   gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&s, &V3),
+                                        gpuhal_semaphore_list_one(&s, &four), o.cb[0], NULL),
+                   "queue_execute GRAPH reusable again")) {
+        sweep_expect(r, s, 4);
+        if (sweep_wait(r, s, 4, "wait s=4")) sweep_check_recorded(r, o.buf[1]);
       }
     }
     if (!gate_signalled) gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
   }
-  as_settle(r);
+  sweep_settle(r);
   as_close(r, &o);
 }
 
@@ -444,7 +315,7 @@ static void* as_late_signal_main(void* arg) {
  * this one waits for all nine values of w and x; a spare buffer is released and the pending
  * work reported while the work waits for the gate. */
 #define AS_W 6
-static void as_scenario_bound(as_run_t* r) {
+static void as_scenario_bound(sweep_run_t* r) {
   as_objs_t o;
   gpuhal_kernel_t* fill = NULL;
   gpuhal_semaphore_t* w[AS_W + 3];
@@ -461,16 +332,16 @@ static void as_scenario_bound(as_run_t* r) {
   args[0] = gpuhal_arg_slot(0, 0);
   args[1] = gpuhal_arg_u32(0x11111111u);
   args[2] = gpuhal_arg_u32(64);
-  if (as_open(r, &o) && as_ok(r, as_load(o.device, &o.exe, &fill), "executable_load") &&
-      as_ok(r,
-            gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 1,
-                                         &o.cb[0]),
-            "command_buffer_create") &&
-      as_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
-      as_ok(r, gpuhal_cmd_dispatch(o.cb[0], fill, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 3, args),
-            "cmd_dispatch") &&
-      as_ok(r, gpuhal_cmd_fill(o.cb[0], gpuhal_ref_slot(0, 256), 256, &value, 4), "cmd_fill") &&
-      as_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end")) {
+  if (as_open(r, &o) && sweep_ok(r, tu_load_kernel(o.device, "fill_u32", &o.exe, &fill), "executable_load") &&
+      sweep_ok(r,
+               gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 1,
+                                            &o.cb[0]),
+               "command_buffer_create") &&
+      sweep_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
+      sweep_ok(r, gpuhal_cmd_dispatch(o.cb[0], fill, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 3, args),
+               "cmd_dispatch") &&
+      sweep_ok(r, gpuhal_cmd_fill(o.cb[0], gpuhal_ref_slot(0, 256), 256, &value, 4), "cmd_fill") &&
+      sweep_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end")) {
     for (i = 0; i < AS_W + 3; ++i) w[i] = o.sem[i];
     waits.count = AS_W;
     waits.semaphores = w;
@@ -478,44 +349,45 @@ static void as_scenario_bound(as_run_t* r) {
     bindings.count = 1;
     bindings.offsets = NULL;
     bindings.buffers = &o.buf[0];
-    if (as_ok(r, gpuhal_queue_execute(o.device, 0, waits, gpuhal_semaphore_list_one(&w[AS_W], &V1), o.cb[0], &bindings),
-              "queue_execute bound to buf0")) {
-      as_expect(r, w[AS_W], 1);
+    if (sweep_ok(r,
+                 gpuhal_queue_execute(o.device, 0, waits, gpuhal_semaphore_list_one(&w[AS_W], &V1), o.cb[0], &bindings),
+                 "queue_execute bound to buf0")) {
+      sweep_expect(r, w[AS_W], 1);
       bindings.buffers = &o.buf[1];
-      if (as_ok(r,
-                gpuhal_queue_execute(o.device, 1, waits, gpuhal_semaphore_list_one(&w[AS_W + 1], &V1), o.cb[0],
-                                     &bindings),
-                "queue_execute bound to buf1")) {
-        as_expect(r, w[AS_W + 1], 1);
+      if (sweep_ok(r,
+                   gpuhal_queue_execute(o.device, 1, waits, gpuhal_semaphore_list_one(&w[AS_W + 1], &V1), o.cb[0],
+                                        &bindings),
+                   "queue_execute bound to buf1")) {
+        sweep_expect(r, w[AS_W + 1], 1);
         waits.semaphores = &w[AS_W];
         waits.count = 2;
-        if (as_ok(r,
-                  gpuhal_queue_host_call(o.device, 0, waits, gpuhal_semaphore_list_one(&w[AS_W + 2], &V1), as_host_fn,
-                                         &calls),
-                  "queue_host_call"))
-          as_expect(r, w[AS_W + 2], 1);
+        if (sweep_ok(r,
+                     gpuhal_queue_host_call(o.device, 0, waits, gpuhal_semaphore_list_one(&w[AS_W + 2], &V1),
+                                            sweep_host_fn, &calls),
+                     "queue_host_call"))
+          sweep_expect(r, w[AS_W + 2], 1);
       }
     }
-    if (as_ok(r, gpuhal_buffer_allocate(o.device, GPUHAL_MEMORY_DEVICE, 4096, &spare), "buffer_allocate spare"))
+    if (sweep_ok(r, gpuhal_buffer_allocate(o.device, GPUHAL_MEMORY_DEVICE, 4096, &spare), "buffer_allocate spare"))
       gpuhal_buffer_release(spare); /* while work waits for the gate */
-    as_ok(r, gpuhal_driver_report_pending(o.driver, report, sizeof(report), NULL), "driver_report_pending");
-    for (i = 1; i < AS_W; ++i) as_ok(r, gpuhal_semaphore_signal(w[i], 1), "semaphore_signal");
+    sweep_ok(r, gpuhal_driver_report_pending(o.driver, report, sizeof(report), NULL), "driver_report_pending");
+    for (i = 1; i < AS_W; ++i) sweep_ok(r, gpuhal_semaphore_signal(w[i], 1), "semaphore_signal");
     signaller_started = pthread_create(&signaller, NULL, as_late_signal_main, w[0]) == 0;
     if (!signaller_started) gpuhal_semaphore_fail(w[0], gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "no thread"));
     all.count = AS_W + 3;
     all.semaphores = w;
     all.values = ones;
-    if (as_ok(r, gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, all, gpuhal_timeout_relative_ns(AS_WAIT_NS)),
-              "semaphores_wait ALL of 9") &&
-        as_check_words(r, o.buf[0], 0, 64, 0x11111111u, "dispatch bound to buf0") &&
-        as_check_words(r, o.buf[0], 256, 64, value, "fill bound to buf0") &&
-        as_check_words(r, o.buf[1], 0, 64, 0x11111111u, "dispatch bound to buf1") &&
-        as_check_words(r, o.buf[1], 256, 64, value, "fill bound to buf1") &&
+    if (sweep_ok(r, gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, all, gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)),
+                 "semaphores_wait ALL of 9") &&
+        sweep_check_words(r, o.buf[0], 0, 64, 0x11111111u, "dispatch bound to buf0") &&
+        sweep_check_words(r, o.buf[0], 256, 64, value, "fill bound to buf0") &&
+        sweep_check_words(r, o.buf[1], 0, 64, 0x11111111u, "dispatch bound to buf1") &&
+        sweep_check_words(r, o.buf[1], 256, 64, value, "fill bound to buf1") &&
         __atomic_load_n(&calls, __ATOMIC_ACQUIRE) != 1)
-      as_mark_wrong(r, "the host call did not run once");
+      sweep_mark_wrong(r, "the host call did not run once");
     if (signaller_started) pthread_join(signaller, NULL);
   }
-  as_settle(r);
+  sweep_settle(r);
   as_close(r, &o);
 }
 
@@ -526,7 +398,7 @@ static void as_scenario_bound(as_run_t* r) {
  * The waits of the second and third cross devices (on the GPU with memops). Then device 0 and
  * its buffers are released while the peer's GRAPH command buffer still holds buf0 and buf1:
  * its release, after device 0's, frees them and ends device 0. */
-static void as_scenario_peer(as_run_t* r) {
+static void as_scenario_peer(sweep_run_t* r) {
   as_objs_t o;
   gpuhal_buffer_t* p = NULL;
   gpuhal_command_buffer_t *pull = NULL, *push = NULL;
@@ -535,55 +407,61 @@ static void as_scenario_peer(as_run_t* r) {
   int gate_signalled = 0, calls = 0, i;
   for (i = 0; i < 256; ++i) words[i] = 0x13579BDFu;
   if (as_open_devices(r, &o, 2) &&
-      as_ok(r, gpuhal_buffer_allocate(o.peer, GPUHAL_MEMORY_DEVICE, 1024, &p), "buffer_allocate peer") &&
-      as_ok(r, gpuhal_buffer_write(o.buf[0], 0, words, sizeof(words)), "buffer_write") &&
-      as_ok(r, gpuhal_command_buffer_create(o.peer, GPUHAL_COMMAND_BUFFER_GRAPH, 0, &pull), "command_buffer_create") &&
-      as_ok(r, gpuhal_command_buffer_begin(pull), "command_buffer_begin") &&
-      as_ok(r, gpuhal_cmd_copy(pull, gpuhal_ref_buffer(o.buf[0], 0), gpuhal_ref_buffer(p, 0), 1024), "cmd_copy pull") &&
-      as_ok(r, gpuhal_cmd_barrier(pull), "cmd_barrier") &&
-      as_ok(r, gpuhal_cmd_copy(pull, gpuhal_ref_buffer(p, 0), gpuhal_ref_buffer(o.buf[1], 0), 1024), "cmd_copy push") &&
-      as_ok(r, gpuhal_command_buffer_end(pull), "command_buffer_end") &&
-      as_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_STREAM, 0, &push),
-            "command_buffer_create") &&
-      as_ok(r, gpuhal_command_buffer_begin(push), "command_buffer_begin") &&
-      as_ok(r, gpuhal_cmd_copy(push, gpuhal_ref_buffer(p, 0), gpuhal_ref_buffer(o.buf[2], 0), 1024), "cmd_copy peer") &&
-      as_ok(r, gpuhal_cmd_fill(push, gpuhal_ref_buffer(o.buf[3], 0), 1024, &nine, 4), "cmd_fill") &&
-      as_ok(r, gpuhal_command_buffer_end(push), "command_buffer_end")) {
+      sweep_ok(r, gpuhal_buffer_allocate(o.peer, GPUHAL_MEMORY_DEVICE, 1024, &p), "buffer_allocate peer") &&
+      sweep_ok(r, gpuhal_buffer_write(o.buf[0], 0, words, sizeof(words)), "buffer_write") &&
+      sweep_ok(r, gpuhal_command_buffer_create(o.peer, GPUHAL_COMMAND_BUFFER_GRAPH, 0, &pull),
+               "command_buffer_create") &&
+      sweep_ok(r, gpuhal_command_buffer_begin(pull), "command_buffer_begin") &&
+      sweep_ok(r, gpuhal_cmd_copy(pull, gpuhal_ref_buffer(o.buf[0], 0), gpuhal_ref_buffer(p, 0), 1024),
+               "cmd_copy pull") &&
+      sweep_ok(r, gpuhal_cmd_barrier(pull), "cmd_barrier") &&
+      sweep_ok(r, gpuhal_cmd_copy(pull, gpuhal_ref_buffer(p, 0), gpuhal_ref_buffer(o.buf[1], 0), 1024),
+               "cmd_copy push") &&
+      sweep_ok(r, gpuhal_command_buffer_end(pull), "command_buffer_end") &&
+      sweep_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_STREAM, 0, &push),
+               "command_buffer_create") &&
+      sweep_ok(r, gpuhal_command_buffer_begin(push), "command_buffer_begin") &&
+      sweep_ok(r, gpuhal_cmd_copy(push, gpuhal_ref_buffer(p, 0), gpuhal_ref_buffer(o.buf[2], 0), 1024),
+               "cmd_copy peer") &&
+      sweep_ok(r, gpuhal_cmd_fill(push, gpuhal_ref_buffer(o.buf[3], 0), 1024, &nine, 4), "cmd_fill") &&
+      sweep_ok(r, gpuhal_command_buffer_end(push), "command_buffer_end")) {
     gate = o.sem[0];
     s = o.sem[1];
     h = o.sem[2];
-    if (as_ok(r,
-              gpuhal_queue_execute(o.peer, 0, gpuhal_semaphore_list_one(&gate, &V1), gpuhal_semaphore_list_one(&s, &V1),
-                                   pull, NULL),
-              "queue_execute peer GRAPH") &&
-        (as_expect(r, s, 1), 1) &&
-        as_ok(r,
-              gpuhal_queue_execute(o.device, 1, gpuhal_semaphore_list_one(&s, &V1), gpuhal_semaphore_list_one(&s, &V2),
-                                   push, NULL),
-              "queue_execute device STREAM") &&
-        (as_expect(r, s, 2), 1) &&
-        as_ok(r,
-              gpuhal_queue_host_call(o.peer, 1, gpuhal_semaphore_list_one(&s, &V2), gpuhal_semaphore_list_one(&h, &V1),
-                                     as_host_fn, &calls),
-              "queue_host_call peer"))
-      as_expect(r, h, 1);
-    gate_signalled = as_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
-    if (!r->first && as_wait(r, h, 1, "wait h=1") && as_check_words(r, o.buf[1], 0, 64, words[0], "pulled back") &&
-        as_check_words(r, o.buf[2], 768, 64, words[0], "peer copy") &&
-        as_check_words(r, o.buf[3], 0, 64, nine, "fill") && __atomic_load_n(&calls, __ATOMIC_ACQUIRE) != 1)
-      as_mark_wrong(r, "the host call did not run once");
+    if (sweep_ok(r,
+                 gpuhal_queue_execute(o.peer, 0, gpuhal_semaphore_list_one(&gate, &V1),
+                                      gpuhal_semaphore_list_one(&s, &V1), pull, NULL),
+                 "queue_execute peer GRAPH") &&
+        (sweep_expect(r, s, 1), 1) &&
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.device, 1, gpuhal_semaphore_list_one(&s, &V1),
+                                      gpuhal_semaphore_list_one(&s, &V2), push, NULL),
+                 "queue_execute device STREAM") &&
+        (sweep_expect(r, s, 2), 1) &&
+        sweep_ok(r,
+                 gpuhal_queue_host_call(o.peer, 1, gpuhal_semaphore_list_one(&s, &V2),
+                                        gpuhal_semaphore_list_one(&h, &V1), sweep_host_fn, &calls),
+                 "queue_host_call peer"))
+      sweep_expect(r, h, 1);
+    gate_signalled = sweep_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
+    if (!r->first && sweep_wait(r, h, 1, "wait h=1") &&
+        sweep_check_words(r, o.buf[1], 0, 64, words[0], "pulled back") &&
+        sweep_check_words(r, o.buf[2], 768, 64, words[0], "peer copy") &&
+        sweep_check_words(r, o.buf[3], 0, 64, nine, "fill") && __atomic_load_n(&calls, __ATOMIC_ACQUIRE) != 1)
+      sweep_mark_wrong(r, "the host call did not run once");
     if (!gate_signalled) gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
   }
-  as_settle(r);
+  sweep_settle(r);
   gpuhal_command_buffer_release(push);
   if (o.device) { /* device 0 goes first; `pull` holds two of its buffers */
-    as_ok(r, gpuhal_device_wait_idle(o.device, gpuhal_timeout_relative_ns(AS_WAIT_NS)), "device_wait_idle");
+    sweep_ok(r, gpuhal_device_wait_idle(o.device, gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle");
     for (i = 0; i < 4; ++i) gpuhal_buffer_release(o.buf[i]);
     memset(o.buf, 0, sizeof(o.buf));
     gpuhal_device_release(o.device);
     o.device = NULL;
   }
-  if (o.peer) as_ok(r, gpuhal_device_wait_idle(o.peer, gpuhal_timeout_relative_ns(AS_WAIT_NS)), "device_wait_idle 1");
+  if (o.peer)
+    sweep_ok(r, gpuhal_device_wait_idle(o.peer, gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle 1");
   gpuhal_command_buffer_release(pull);
   gpuhal_buffer_release(p);
   as_close(r, &o);
@@ -591,57 +469,25 @@ static void as_scenario_peer(as_run_t* r) {
 
 /* softnccl's wait for a peer that never comes (a rank whose issue failed): short, and
  * longer under the sanitizers. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef SWEEP_SANITIZED
 #define AS_PEER_TIMEOUT_MS "1000"
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define AS_PEER_TIMEOUT_MS "1000"
-#endif
-#endif
-#ifndef AS_PEER_TIMEOUT_MS
+#else
 #define AS_PEER_TIMEOUT_MS "300"
 #endif
-
-/* softnccl's failure of a rank whose peer did not come (test_fault_sweep's sw_is_peer_timeout). */
-static int as_is_peer_timeout(gpuhal_status_t s) {
-  const char* msg = gpuhal_status_message(s);
-  return strstr(msg, "CUDA_ERROR_LAUNCH_TIMEOUT") != NULL ||
-         (strstr(msg, "ncclSystemError") != NULL && strstr(msg, "in ncclGroupEnd") != NULL);
-}
-
-/* The ranks' waits: a rank whose peer failed fails after softnccl's peer timeout, which is
- * acceptable only when the run's first error (or the other rank's) says why. */
-static void as_wait_ranks(as_run_t* r, gpuhal_semaphore_t** done) {
-  gpuhal_status_t st[2];
-  int i, pass;
-  for (i = 0; i < 2; ++i) st[i] = gpuhal_semaphore_wait(done[i], 1, gpuhal_timeout_relative_ns(AS_WAIT_NS));
-  for (pass = 0; pass < 2; ++pass) {
-    for (i = 0; i < 2; ++i) {
-      if (!st[i] || (pass == 0 && as_is_peer_timeout(st[i]))) continue;
-      if (pass == 1 && r->first && !r->bad) {
-        gpuhal_status_free(st[i]); /* the peer of a rank that failed for want of memory */
-      } else {
-        as_ok(r, st[i], i == 0 ? "wait rank 0" : "wait rank 1");
-      }
-      st[i] = NULL;
-    }
-  }
-}
 
 /* A channel over the two devices (ncclCommInitAll) and an all-reduce (sum of u32): rank 0
  * records it in a STREAM command buffer, rank 1 in a GRAPH one (captured at its first
  * execute). Both executions wait on one host gate, signalled only once both are submitted;
  * a submit that fails fails the gate instead, so no rank waits for a peer that is not
  * coming. A rank whose issue fails on gpuhal's threads leaves the other to softnccl's
- * peer timeout (as_wait_ranks). */
-static void as_scenario_collective(as_run_t* r) {
+ * peer timeout (sweep_wait_ranks). */
+static void as_scenario_collective(sweep_run_t* r) {
   as_objs_t o;
   gpuhal_device_t* devices[2];
   gpuhal_channel_t* ch[2] = {NULL, NULL};
   gpuhal_buffer_t* b[4] = {NULL, NULL, NULL, NULL};
   gpuhal_semaphore_t *gate = NULL, *done[2];
-  uint32_t words[64];
-  int i, j, submitted = 0, gate_signalled = 0;
+  int i, submitted = 0, gate_signalled = 0;
   if (as_open_devices(r, &o, 2)) {
     devices[0] = o.device;
     devices[1] = o.peer;
@@ -649,57 +495,28 @@ static void as_scenario_collective(as_run_t* r) {
     done[0] = o.sem[1];
     done[1] = o.sem[2];
     if (!gpuhal_driver_has_feature(o.driver, GPUHAL_FEATURE_NCCL)) {
-      as_ok(r, gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "NCCL is not loaded: set GPUHAL_NCCL_LIBRARY to softnccl"),
-            "driver_has_feature NCCL");
-    } else if (as_ok(r, gpuhal_channel_create_local(o.driver, 2, devices, ch), "channel_create_local")) {
-      for (i = 0; i < 2; ++i) {
-        gpuhal_collective_t c;
-        for (j = 0; j < 64; ++j) words[j] = (uint32_t)(i + 1) * 0x10101u;
-        if (!as_ok(r, gpuhal_buffer_allocate(devices[i], GPUHAL_MEMORY_DEVICE, sizeof(words), &b[2 * i]),
-                   "buffer_allocate") ||
-            !as_ok(r, gpuhal_buffer_allocate(devices[i], GPUHAL_MEMORY_DEVICE, sizeof(words), &b[2 * i + 1]),
-                   "buffer_allocate") ||
-            !as_ok(r, gpuhal_buffer_write(b[2 * i], 0, words, sizeof(words)), "buffer_write"))
-          break;
-        memset(&c, 0, sizeof(c));
-        c.kind = GPUHAL_COLLECTIVE_ALL_REDUCE;
-        c.type = GPUHAL_ELEMENT_UINT32;
-        c.op = GPUHAL_REDUCTION_SUM;
-        c.send = gpuhal_ref_buffer(b[2 * i], 0);
-        c.recv = gpuhal_ref_buffer(b[2 * i + 1], 0);
-        c.count = 64;
-        if (!as_ok(r,
-                   gpuhal_command_buffer_create(
-                       devices[i], i == 0 ? GPUHAL_COMMAND_BUFFER_STREAM : GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[i]),
-                   "command_buffer_create") ||
-            !as_ok(r, gpuhal_command_buffer_begin(o.cb[i]), "command_buffer_begin") ||
-            !as_ok(r, gpuhal_cmd_collective(o.cb[i], ch[i], &c), "cmd_collective") ||
-            !as_ok(r, gpuhal_command_buffer_end(o.cb[i]), "command_buffer_end"))
-          break;
-      }
-      for (i = 0; i < 2 && !r->first; ++i) {
-        if (!as_ok(r,
-                   gpuhal_queue_execute(devices[i], 0, gpuhal_semaphore_list_one(&gate, &V1),
-                                        gpuhal_semaphore_list_one(&done[i], &V1), o.cb[i], NULL),
-                   i == 0 ? "queue_execute rank 0 (STREAM)" : "queue_execute rank 1 (GRAPH)"))
-          break;
-        submitted++;
-      }
-      if (submitted == 2) gate_signalled = as_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
+      sweep_ok(r,
+               gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "NCCL is not loaded: set GPUHAL_NCCL_LIBRARY to softnccl"),
+               "driver_has_feature NCCL");
+    } else if (sweep_ok(r, gpuhal_channel_create_local(o.driver, 2, devices, ch), "channel_create_local")) {
+      for (i = 0; i < 2; ++i)
+        if (!sweep_record_rank(r, devices[i], ch[i], i, b, &o.cb[i])) break;
+      submitted = sweep_execute_ranks(r, devices, gate, done, o.cb);
+      if (submitted == 2) gate_signalled = sweep_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
       if (!gate_signalled) gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
       if (submitted) {
-        as_wait_ranks(r, done);
-        for (i = 0; i < 2 && !r->first && !r->stuck; ++i)
-          if (!as_check_words(r, b[2 * i + 1], 0, 64, 3 * 0x10101u, i == 0 ? "all-reduce rank 0" : "all-reduce rank 1"))
-            break;
+        sweep_wait_ranks(r, done);
+        sweep_check_ranks(r, b);
       }
     }
     if (gate && !gate_signalled)
       gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
   }
-  as_settle(r);
-  if (o.device) as_ok(r, gpuhal_device_wait_idle(o.device, gpuhal_timeout_relative_ns(AS_WAIT_NS)), "device_wait_idle");
-  if (o.peer) as_ok(r, gpuhal_device_wait_idle(o.peer, gpuhal_timeout_relative_ns(AS_WAIT_NS)), "device_wait_idle 1");
+  sweep_settle(r);
+  if (o.device)
+    sweep_ok(r, gpuhal_device_wait_idle(o.device, gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle");
+  if (o.peer)
+    sweep_ok(r, gpuhal_device_wait_idle(o.peer, gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle 1");
   /* Command buffers hold their channel; the channels go before the devices. */
   for (i = 0; i < 2; ++i) {
     gpuhal_command_buffer_release(o.cb[i]);
@@ -718,7 +535,7 @@ static void as_scenario_collective(as_run_t* r) {
  * exportable buffer and its import are released (their frees put off), and `theirs` (the
  * work holds it: it goes when the work retires). Then the host signals sem[0]=1, waits
  * s=1 and reads the fill through the exporter's buffer. */
-static void as_scenario_share(as_run_t* r) {
+static void as_scenario_share(sweep_run_t* r) {
   as_objs_t o;
   gpuhal_semaphore_t *theirs = NULL, *spare = NULL, *s;
   gpuhal_buffer_t *mine = NULL, *in = NULL, *mine2 = NULL, *in2 = NULL;
@@ -733,42 +550,43 @@ static void as_scenario_share(as_run_t* r) {
     if (!gpuhal_driver_has_feature(o.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS)) {
       gpuhal_status_t st = gpuhal_semaphore_export(o.sem[0], &fd);
       if (gpuhal_status_code(st) != GPUHAL_STATUS_UNAVAILABLE)
-        as_ok(r, st, "semaphore_export without memops");
+        sweep_ok(r, st, "semaphore_export without memops");
       else
         gpuhal_status_free(st);
-    } else if (as_ok(r, gpuhal_semaphore_export(o.sem[0], &fd), "semaphore_export") &&
-               as_ok(r, gpuhal_semaphore_import(o.driver, fd, &theirs), "semaphore_import") &&
-               as_ok(r, gpuhal_semaphore_import(o.driver, fd, &spare), "semaphore_import spare") &&
-               as_ok(r, gpuhal_buffer_allocate_exportable(o.device, 4096, &mine), "buffer_allocate_exportable") &&
-               as_ok(r, gpuhal_buffer_export(mine, &h), "buffer_export") &&
-               as_ok(r, gpuhal_buffer_import(o.device, &h, &in), "buffer_import") &&
-               as_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_STREAM, 0, &o.cb[0]),
-                     "command_buffer_create") &&
-               as_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
-               as_ok(r, gpuhal_cmd_fill(o.cb[0], gpuhal_ref_buffer(in, 0), 256, &pattern, 4), "cmd_fill") &&
-               as_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end") &&
-               as_ok(r,
-                     gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&theirs, &V1),
-                                          gpuhal_semaphore_list_one(&s, &V1), o.cb[0], NULL),
-                     "queue_execute fill")) {
-      as_expect(r, s, 1);
+    } else if (sweep_ok(r, gpuhal_semaphore_export(o.sem[0], &fd), "semaphore_export") &&
+               sweep_ok(r, gpuhal_semaphore_import(o.driver, fd, &theirs), "semaphore_import") &&
+               sweep_ok(r, gpuhal_semaphore_import(o.driver, fd, &spare), "semaphore_import spare") &&
+               sweep_ok(r, gpuhal_buffer_allocate_exportable(o.device, 4096, &mine), "buffer_allocate_exportable") &&
+               sweep_ok(r, gpuhal_buffer_export(mine, &h), "buffer_export") &&
+               sweep_ok(r, gpuhal_buffer_import(o.device, &h, &in), "buffer_import") &&
+               sweep_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_STREAM, 0, &o.cb[0]),
+                        "command_buffer_create") &&
+               sweep_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
+               sweep_ok(r, gpuhal_cmd_fill(o.cb[0], gpuhal_ref_buffer(in, 0), 256, &pattern, 4), "cmd_fill") &&
+               sweep_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end") &&
+               sweep_ok(r,
+                        gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&theirs, &V1),
+                                             gpuhal_semaphore_list_one(&s, &V1), o.cb[0], NULL),
+                        "queue_execute fill")) {
+      sweep_expect(r, s, 1);
       /* Releases while the work waits on the GPU for the shared word. */
       gpuhal_semaphore_release(spare);
       spare = NULL;
-      if (as_ok(r, gpuhal_buffer_allocate_exportable(o.device, 4096, &mine2), "buffer_allocate_exportable 2") &&
-          as_ok(r, gpuhal_buffer_export(mine2, &h2), "buffer_export 2"))
-        as_ok(r, gpuhal_buffer_import(o.device, &h2, &in2), "buffer_import 2");
+      if (sweep_ok(r, gpuhal_buffer_allocate_exportable(o.device, 4096, &mine2), "buffer_allocate_exportable 2") &&
+          sweep_ok(r, gpuhal_buffer_export(mine2, &h2), "buffer_export 2"))
+        sweep_ok(r, gpuhal_buffer_import(o.device, &h2, &in2), "buffer_import 2");
       gpuhal_buffer_release(in2);
       gpuhal_buffer_release(mine2);
       in2 = mine2 = NULL;
       gpuhal_semaphore_release(theirs);
       theirs = NULL;
-      signalled = as_ok(r, gpuhal_semaphore_signal(o.sem[0], 1), "semaphore_signal");
-      if (signalled && as_wait(r, s, 1, "wait s=1")) as_check_words(r, mine, 0, 64, pattern, "fill through the import");
+      signalled = sweep_ok(r, gpuhal_semaphore_signal(o.sem[0], 1), "semaphore_signal");
+      if (signalled && sweep_wait(r, s, 1, "wait s=1"))
+        sweep_check_words(r, mine, 0, 64, pattern, "fill through the import");
     }
     if (!signalled) gpuhal_semaphore_fail(o.sem[0], gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
   }
-  as_settle(r);
+  sweep_settle(r);
   if (fd >= 0) close(fd);
   if (h.fd >= 0) close(h.fd);
   if (h2.fd >= 0) close(h2.fd);
@@ -786,96 +604,45 @@ static void as_scenario_share(as_run_t* r) {
  * cond_add); a TMA tile copy (tma_tile_copy: one 32 x 8 tile of u32, + 1) through a map
  * over a buffer (encoded at record) in a GRAPH command buffer and over a binding slot
  * (encoded at execute) in a STREAM one. */
-static void as_scenario_regions(as_run_t* r) {
+static void as_scenario_regions(sweep_run_t* r) {
   as_objs_t o;
   gpuhal_kernel_t *count = NULL, *set = NULL, *add = NULL, *copy = NULL;
-  gpuhal_condition_t loop, odd;
-  gpuhal_tensor_map_t m;
   gpuhal_binding_table_t table;
-  gpuhal_arg_t args[4];
   gpuhal_buffer_t* tiles[2] = {NULL, NULL};
-  uint32_t init[3] = {5, 0, 0}, src[256], i;
   gpuhal_semaphore_t* s;
-  for (i = 0; i < 256; ++i) src[i] = i * 7u;
-  memset(&m, 0, sizeof(m));
-  m.type = GPUHAL_TENSOR_U32;
-  m.rank = 2;
-  m.dims[0] = 32;
-  m.dims[1] = 8;
-  m.box[0] = 32;
-  m.box[1] = 8;
   if (as_open(r, &o)) {
     s = o.sem[0];
-    if (as_ok(r, as_load_named(o.device, "conditional", &o.exe, NULL), "executable_load conditional") &&
-        as_ok(r, gpuhal_executable_kernel(o.exe, "cond_count_down", &count), "kernel count") &&
-        as_ok(r, gpuhal_executable_kernel(o.exe, "cond_set_from", &set), "kernel set") &&
-        as_ok(r, gpuhal_executable_kernel(o.exe, "cond_add", &add), "kernel add") &&
-        as_ok(r, as_load_named(o.device, "tma_tile_copy", &o.exe2, &copy), "executable_load tma_tile_copy") &&
-        as_ok(r, gpuhal_buffer_allocate(o.device, GPUHAL_MEMORY_DEVICE, sizeof(src), &tiles[0]), "buffer_allocate") &&
-        as_ok(r, gpuhal_buffer_allocate(o.device, GPUHAL_MEMORY_DEVICE, sizeof(src), &tiles[1]), "buffer_allocate") &&
-        as_ok(r, gpuhal_buffer_write(tiles[0], 0, src, sizeof(src)), "buffer_write") &&
-        /* the regions */
-        as_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[0]), "create graph") &&
-        as_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "begin graph") &&
-        as_ok(r, gpuhal_cmd_update(o.cb[0], init, gpuhal_ref_buffer(o.buf[0], 0), sizeof(init)), "cmd_update") &&
-        as_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") &&
-        as_ok(r, gpuhal_command_buffer_condition_create(o.cb[0], 1, &loop), "condition_create loop") &&
-        as_ok(r, gpuhal_cmd_begin_while(o.cb[0], loop), "begin_while") &&
-        (args[0] = gpuhal_arg_buffer(o.buf[0], 0), args[1] = gpuhal_arg_buffer(o.buf[0], 4),
-         args[2] = gpuhal_arg_condition(loop),
-         as_ok(r, gpuhal_cmd_dispatch(o.cb[0], count, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args),
-               "cmd_dispatch count")) &&
-        as_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") &&
-        as_ok(r, gpuhal_command_buffer_condition_create(o.cb[0], 0, &odd), "condition_create odd") &&
-        (args[0] = gpuhal_arg_buffer(o.buf[0], 4), args[1] = gpuhal_arg_u32(1), args[2] = gpuhal_arg_condition(odd),
-         as_ok(r, gpuhal_cmd_dispatch(o.cb[0], set, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args),
-               "cmd_dispatch set")) &&
-        as_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") && as_ok(r, gpuhal_cmd_begin_if(o.cb[0], odd), "begin_if") &&
-        (args[0] = gpuhal_arg_buffer(o.buf[0], 8), args[1] = gpuhal_arg_u32(10),
-         as_ok(r, gpuhal_cmd_dispatch(o.cb[0], add, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 2, args),
-               "cmd_dispatch add")) &&
-        as_ok(r, gpuhal_cmd_end_region(o.cb[0]), "end IF") && as_ok(r, gpuhal_cmd_end_region(o.cb[0]), "end WHILE") &&
-        as_ok(r, gpuhal_command_buffer_end(o.cb[0]), "end graph") &&
-        /* the tensor maps */
-        (args[2] = gpuhal_arg_u32(32), args[3] = gpuhal_arg_u32(8),
-         as_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[1]), "create graph")) &&
-        as_ok(r, gpuhal_command_buffer_begin(o.cb[1]), "begin graph") &&
-        (args[0] = gpuhal_arg_tensor_map(gpuhal_arg_buffer(tiles[0], 0), &m), args[1] = gpuhal_arg_buffer(tiles[1], 0),
-         as_ok(r, gpuhal_cmd_dispatch(o.cb[1], copy, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 4, args),
-               "cmd_dispatch tensor map (buffer)")) &&
-        as_ok(r, gpuhal_command_buffer_end(o.cb[1]), "end graph") &&
-        as_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_STREAM, 1, &o.cb[2]), "create stream") &&
-        as_ok(r, gpuhal_command_buffer_begin(o.cb[2]), "begin stream") &&
-        (args[0] = gpuhal_arg_tensor_map(gpuhal_arg_slot(0, 0), &m), args[1] = gpuhal_arg_buffer(tiles[0], 0),
-         as_ok(r, gpuhal_cmd_dispatch(o.cb[2], copy, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 4, args),
-               "cmd_dispatch tensor map (slot)")) &&
-        as_ok(r, gpuhal_command_buffer_end(o.cb[2]), "end stream") &&
-        as_ok(r,
-              gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &V1),
-                                   o.cb[0], NULL),
-              "queue_execute regions") &&
-        (as_expect(r, s, 1), 1) &&
-        as_ok(r,
-              gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&s, &V1), gpuhal_semaphore_list_one(&s, &V2),
-                                   o.cb[1], NULL),
-              "queue_execute tensor map (buffer)") &&
-        (as_expect(r, s, 2), table.count = 1, table.buffers = &tiles[1], table.offsets = NULL,
-         as_ok(r,
-               gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&s, &V2), gpuhal_semaphore_list_one(&s, &V3),
-                                    o.cb[2], &table),
-               "queue_execute tensor map (slot)")) &&
-        (as_expect(r, s, 3), 1) && as_wait(r, s, 3, "wait s=3") && as_check_words(r, o.buf[0], 4, 1, 5u, "trips") &&
-        as_check_words(r, o.buf[0], 8, 1, 30u, "odd trips x 10"))
-      as_check_words(r, tiles[0], 4, 1, 7u + 2u, "tile copied twice"); /* src[1] + 1, copied back + 1 */
+    if (sweep_load_conditional(r, o.device, &o.exe, &count, &set, &add) &&
+        sweep_ok(r, tu_load_kernel(o.device, "tma_tile_copy", &o.exe2, &copy), "executable_load tma_tile_copy") &&
+        sweep_allocate_tiles(r, o.device, tiles) &&
+        sweep_record_regions(r, o.device, count, set, add, o.buf[0], &o.cb[0]) &&
+        sweep_record_tile_copy(r, o.device, copy, tiles[0], tiles[1], &o.cb[1]) &&
+        sweep_record_tile_copy(r, o.device, copy, NULL, tiles[0], &o.cb[2]) &&
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &V1),
+                                      o.cb[0], NULL),
+                 "queue_execute regions") &&
+        (sweep_expect(r, s, 1), 1) &&
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&s, &V1),
+                                      gpuhal_semaphore_list_one(&s, &V2), o.cb[1], NULL),
+                 "queue_execute tensor map (buffer)") &&
+        (sweep_expect(r, s, 2), table.count = 1, table.buffers = &tiles[1], table.offsets = NULL,
+         sweep_ok(r,
+                  gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&s, &V2),
+                                       gpuhal_semaphore_list_one(&s, &V3), o.cb[2], &table),
+                  "queue_execute tensor map (slot)")) &&
+        (sweep_expect(r, s, 3), 1) && sweep_wait(r, s, 3, "wait s=3") && sweep_check_regions(r, o.buf[0]))
+      sweep_check_tiles(r, tiles[0]);
   }
-  as_settle(r);
+  sweep_settle(r);
   gpuhal_buffer_release(tiles[0]);
   gpuhal_buffer_release(tiles[1]);
   as_close(r, &o);
 }
 
 /* The chain with tracing on (the driver's trace file, written at its release). */
-static void as_scenario_traced(as_run_t* r) {
+static void as_scenario_traced(sweep_run_t* r) {
   char path[256];
   const char* tmp = getenv("TMPDIR");
   snprintf(path, sizeof(path), "%s/gpuhal-alloc-sweep-%d.json", tmp && tmp[0] ? tmp : "/tmp", (int)getpid());
@@ -886,7 +653,7 @@ static void as_scenario_traced(as_run_t* r) {
 }
 
 /* ============================================================ the sweep ========= */
-typedef void (*as_scenario_fn)(as_run_t* r);
+typedef void (*as_scenario_fn)(sweep_run_t* r);
 static const char* as_mode_name;
 static as_scenario_fn as_scenario_now;
 static char as_alarm_msg[160]; /* what as_on_alarm says: the run that hung */
@@ -901,12 +668,13 @@ static void as_on_alarm(int sig) {
 /* Runs the scenario once and checks it; `healthy`: nothing may fail. Returns the
  * allocations the run asked for; *injected: how many of them failed. */
 static long as_run_once(long from, long to, int healthy, long* injected) {
-  as_run_t r;
-  unsigned long long leaks_before = as_query_leaks();
+  sweep_run_t r;
+  unsigned long long leaks_before = sweep_query_leaks();
   long calls, live;
   size_t objects;
   int verbose = getenv("GPUHAL_ALLOC_SWEEP_VERBOSE") != NULL;
   memset(&r, 0, sizeof(r));
+  r.judge = as_judge;
   snprintf(as_alarm_msg, sizeof(as_alarm_msg), "test_alloc_sweep: HANG: %s N=%ld%s ran past %d s\n", as_mode_name, from,
            healthy ? " (healthy rerun)" : "", AS_RUN_LIMIT_S);
   as_arm(from, to);
@@ -917,8 +685,8 @@ static long as_run_once(long from, long to, int healthy, long* injected) {
   *injected = __atomic_load_n(&as_failed, __ATOMIC_ACQUIRE);
   as_arm(0, 0);
   live = __atomic_load_n(&as_live, __ATOMIC_ACQUIRE);
-  objects = as_leak_report(0);
-  if (verbose || r.bad || r.stuck || r.wrong || live || objects || as_query_leaks() != leaks_before ||
+  objects = sweep_leak_report(0);
+  if (verbose || r.bad || r.stuck || r.wrong || live || objects || sweep_query_leaks() != leaks_before ||
       (healthy && r.first) || (!*injected && r.first))
     fprintf(stderr, "  run %s N=%ld%s: %ld allocations, %ld failed (the first of %zu bytes); first error: %s\n",
             as_mode_name, from, healthy ? " (healthy rerun)" : "", calls, *injected,
@@ -930,10 +698,10 @@ static long as_run_once(long from, long to, int healthy, long* injected) {
   if (r.stuck) TU_FAIL_AT(__FILE__, __LINE__, "%s N=%ld: HANG: %s", as_mode_name, from, r.stuck_what);
   if (r.wrong) TU_FAIL_AT(__FILE__, __LINE__, "%s N=%ld: wrong data after OK: %s", as_mode_name, from, r.wrong_what);
   if (live) TU_FAIL_AT(__FILE__, __LINE__, "%s N=%ld: LEAK: %ld allocations not freed", as_mode_name, from, live);
-  if (objects || as_query_leaks() != leaks_before) {
+  if (objects || sweep_query_leaks() != leaks_before) {
     TU_FAIL_AT(__FILE__, __LINE__, "%s N=%ld: softcuda: %zu CUDA objects still live, %llu leaked at context teardown",
-               as_mode_name, from, objects, as_query_leaks() - leaks_before);
-    as_leak_report(1);
+               as_mode_name, from, objects, sweep_query_leaks() - leaks_before);
+    sweep_leak_report(1);
   }
   __atomic_store_n(&as_live, 0, __ATOMIC_RELEASE); /* one leak is reported once */
   gpuhal_status_free(r.first);
@@ -990,19 +758,8 @@ static void as_sweep(const char* mode, as_scenario_fn scenario, long window) {
 
 static int as_setup(void) {
   struct sigaction sa;
-  if (!tu_softcuda() || !as_softcuda_bind()) return 0;
-  /* softnccl is built beside softcuda: the collective scenario uses it when no NCCL is
-   * named (CTest names it anyway). */
-  if (!getenv("GPUHAL_NCCL_LIBRARY") && getenv("GPUHAL_CUDA_LIBRARY")) {
-    char nccl[4096];
-    char* slash;
-    snprintf(nccl, sizeof(nccl), "%s", getenv("GPUHAL_CUDA_LIBRARY"));
-    slash = strrchr(nccl, '/');
-    if (slash && (size_t)(slash - nccl) + sizeof("/libnccl.so.2") <= sizeof(nccl)) {
-      memcpy(slash, "/libnccl.so.2", sizeof("/libnccl.so.2"));
-      if (access(nccl, R_OK) == 0) setenv("GPUHAL_NCCL_LIBRARY", nccl, 1);
-    }
-  }
+  if (!tu_softcuda() || !sweep_softcuda_bind()) return 0;
+  sweep_default_nccl(); /* the collective scenario's */
   setenv("SOFTNCCL_TIMEOUT_MS", AS_PEER_TIMEOUT_MS, 0);
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = as_on_alarm;

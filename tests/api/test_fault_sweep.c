@@ -50,6 +50,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test_sweep_util.h"
 #include "test_util.h"
 
 /* The paths and messages below are cut to fit on purpose. */
@@ -57,28 +58,15 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 
-#ifndef GPUHAL_KERNELS_DIR
-#define GPUHAL_KERNELS_DIR "tests/kernels"
-#endif
-
 /* ============================================================== softcuda hooks ==== */
-typedef unsigned long long (*sw_query_calls_fn)(const char*);
-typedef unsigned long long (*sw_query_leaks_fn)(void);
-typedef size_t (*sw_leak_report_fn)(int);
-static sw_query_calls_fn sw_query_calls;
-static sw_query_leaks_fn sw_query_leaks;
-static sw_leak_report_fn sw_leak_report;
 static CUresult (*sw_ctx_get_current)(CUcontext*);
 
+/* softcuda's query API (test_sweep_util.h) and its cuCtxGetCurrent. */
 static int sw_softcuda_bind(void) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW);
+  void* h = sweep_softcuda_bind();
   if (!h) return 0;
-  sw_query_calls = (sw_query_calls_fn)(uintptr_t)dlsym(h, "softcuda_query_calls");
-  sw_query_leaks = (sw_query_leaks_fn)(uintptr_t)dlsym(h, "softcuda_query_leaks");
-  sw_leak_report = (sw_leak_report_fn)(uintptr_t)dlsym(h, "softcuda_leak_report");
   sw_ctx_get_current = (CUresult(*)(CUcontext*))(uintptr_t)dlsym(h, "cuCtxGetCurrent");
-  return sw_query_calls && sw_query_leaks && sw_leak_report && sw_ctx_get_current;
+  return sw_ctx_get_current != NULL;
 }
 
 /* Every CUDA and NCCL entry point gpuhal may call, by base name (the field names of its
@@ -111,102 +99,6 @@ static int sw_is_release_entry(const char* e) {
 /* ============================================================== scenario kit ====== */
 static int sw_clean_run; /* this child is the clean counting run (no fault injected) */
 
-#define SW_WAIT_NS 10000000000ll /* a semaphore wait in a scenario: 10 s */
-#define SW_MAX_PENDING 32
-
-typedef struct sw_run_s {
-  gpuhal_status_t first; /* the first error the scenario saw (owned) */
-  int stuck;             /* a wait timed out: something depending on failed work hangs */
-  char stuck_what[160];
-  int wrong; /* a step returned OK but the data is wrong */
-  char wrong_what[160];
-  /* (semaphore, value) pairs that successfully submitted work promised to signal: each must
-   * reach its value or fail by the end. */
-  int pending_count;
-  gpuhal_semaphore_t* pending_sem[SW_MAX_PENDING];
-  uint64_t pending_value[SW_MAX_PENDING];
-} sw_run_t;
-
-/* Takes a step's status: 1 if OK; else keeps the first error and returns 0. */
-static int sw_ok(sw_run_t* r, gpuhal_status_t s, const char* step) {
-  if (!s) return 1;
-  if (!r->first) {
-    r->first = gpuhal_status_annotate(s, "[sweep step: %s]", step);
-  } else {
-    gpuhal_status_free(s);
-  }
-  return 0;
-}
-
-static void sw_expect(sw_run_t* r, gpuhal_semaphore_t* s, uint64_t value) {
-  if (r->pending_count < SW_MAX_PENDING) {
-    r->pending_sem[r->pending_count] = s;
-    r->pending_value[r->pending_count] = value;
-    r->pending_count++;
-  }
-}
-
-/* A wait that must end: reached (1), failed (0, status kept), or timed out (stuck). */
-static int sw_wait(sw_run_t* r, gpuhal_semaphore_t* s, uint64_t value, const char* step) {
-  gpuhal_status_t st = gpuhal_semaphore_wait(s, value, gpuhal_timeout_relative_ns(SW_WAIT_NS));
-  if (gpuhal_status_code(st) == GPUHAL_STATUS_DEADLINE_EXCEEDED) {
-    if (!r->stuck) snprintf(r->stuck_what, sizeof(r->stuck_what), "%s: %s", step, gpuhal_status_message(st));
-    r->stuck = 1;
-    gpuhal_status_free(st);
-    return 0;
-  }
-  return sw_ok(r, st, step);
-}
-
-/* Every promised signal must have resolved (reached or failed). */
-static void sw_settle(sw_run_t* r) {
-  int i;
-  for (i = 0; i < r->pending_count; ++i) sw_wait(r, r->pending_sem[i], r->pending_value[i], "settle");
-  r->pending_count = 0;
-}
-
-static void sw_mark_wrong(sw_run_t* r, const char* what) {
-  if (!r->wrong) snprintf(r->wrong_what, sizeof(r->wrong_what), "%s", what);
-  r->wrong = 1;
-}
-
-static char* sw_read_file(const char* name, size_t* size) {
-  char path[1024];
-  FILE* f;
-  long n;
-  char* data;
-  snprintf(path, sizeof(path), "%s/%s", GPUHAL_KERNELS_DIR, name);
-  f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  data = (char*)malloc((size_t)n + 1);
-  if (data && fread(data, 1, (size_t)n, f) != (size_t)n) {
-    free(data);
-    data = NULL;
-  }
-  fclose(f);
-  if (data) data[n] = 0;
-  *size = (size_t)n;
-  return data;
-}
-
-static gpuhal_status_t sw_load(gpuhal_device_t* device, const char* name, gpuhal_executable_t** exe,
-                               gpuhal_kernel_t** kernel) {
-  char file[256];
-  size_t size = 0;
-  char* ptx;
-  gpuhal_status_t st;
-  snprintf(file, sizeof(file), "%s.ptx", name);
-  ptx = sw_read_file(file, &size);
-  if (!ptx) return gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "sweep: cannot read %s/%s", GPUHAL_KERNELS_DIR, file);
-  st = gpuhal_executable_load(device, ptx, size, exe);
-  free(ptx);
-  if (!st && kernel) st = gpuhal_executable_kernel(*exe, name, kernel);
-  return st;
-}
-
 /* The objects a scenario may hold; sw_close releases whatever is set. */
 #define SW_BUFFERS 6
 #define SW_SEMS 6
@@ -232,127 +124,79 @@ static void sw_close(sw_objs_t* o) {
 
 static uint64_t sw_pool_max_bytes; /* params.pool_max_bytes of sw_open's devices (scenario_memory) */
 
-static int sw_open(sw_run_t* r, sw_objs_t* o, int devices, uint32_t queues) {
+static int sw_open(sweep_run_t* r, sw_objs_t* o, int devices, uint32_t queues) {
   gpuhal_device_params_t params;
   int count = 0, i;
   memset(o, 0, sizeof(*o));
-  if (!sw_ok(r, gpuhal_driver_create(NULL, &o->driver), "driver_create")) return 0;
-  if (!sw_ok(r, gpuhal_driver_device_count(o->driver, &count), "driver_device_count")) return 0;
+  if (!sweep_ok(r, gpuhal_driver_create(NULL, &o->driver), "driver_create")) return 0;
+  if (!sweep_ok(r, gpuhal_driver_device_count(o->driver, &count), "driver_device_count")) return 0;
   if (count < devices) {
-    sw_ok(r, gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "sweep: needs %d devices, have %d", devices, count),
-          "device_count");
+    sweep_ok(r, gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "sweep: needs %d devices, have %d", devices, count),
+             "device_count");
     return 0;
   }
   memset(&params, 0, sizeof(params));
   params.queue_count = queues;
   params.pool_max_bytes = sw_pool_max_bytes;
   for (i = 0; i < devices; ++i)
-    if (!sw_ok(r, gpuhal_device_create(o->driver, i, &params, &o->device[i]), "device_create")) return 0;
+    if (!sweep_ok(r, gpuhal_device_create(o->driver, i, &params, &o->device[i]), "device_create")) return 0;
   for (i = 0; i < SW_SEMS; ++i)
-    if (!sw_ok(r, gpuhal_semaphore_create(o->driver, 0, &o->sem[i]), "semaphore_create")) return 0;
-  return 1;
-}
-
-static int sw_check_u32(sw_run_t* r, gpuhal_buffer_t* b, uint64_t offset, uint32_t count, uint32_t expected,
-                        const char* what) {
-  uint32_t data[256];
-  uint32_t i;
-  if (count > 256) count = 256;
-  if (!sw_ok(r, gpuhal_buffer_read(b, offset, data, (uint64_t)count * 4), "buffer_read")) return 0;
-  for (i = 0; i < count; ++i) {
-    if (data[i] != expected) {
-      char msg[160];
-      snprintf(msg, sizeof(msg), "%s: word %u is 0x%x, expected 0x%x", what, i, data[i], expected);
-      sw_mark_wrong(r, msg);
-      return 0;
-    }
-  }
+    if (!sweep_ok(r, gpuhal_semaphore_create(o->driver, 0, &o->sem[i]), "semaphore_create")) return 0;
   return 1;
 }
 
 /* ============================================================== scenarios ========= */
-static const uint64_t V1 = 1, V2 = 2, V3 = 3;
-
 /* Driver, device with 2 queues, info, buffers of each kind, synchronous copies. */
-static void scenario_device(sw_run_t* r) {
+static void scenario_device(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_device_info_t info;
   uint32_t data[64];
   int i, k;
-  if (sw_open(r, &o, 1, 2) && sw_ok(r, gpuhal_driver_device_info(o.driver, 0, &info), "driver_device_info") &&
-      sw_ok(r, gpuhal_device_info(o.device[0], &info), "device_info")) {
+  if (sw_open(r, &o, 1, 2) && sweep_ok(r, gpuhal_driver_device_info(o.driver, 0, &info), "driver_device_info") &&
+      sweep_ok(r, gpuhal_device_info(o.device[0], &info), "device_info")) {
     for (k = 0; k < 3; ++k) {
       for (i = 0; i < 64; ++i) data[i] = 0xA000u + (uint32_t)k;
-      if (!sw_ok(r, gpuhal_buffer_allocate(o.device[0], (gpuhal_memory_kind_t)k, sizeof(data), &o.buf[k]),
-                 "buffer_allocate"))
+      if (!sweep_ok(r, gpuhal_buffer_allocate(o.device[0], (gpuhal_memory_kind_t)k, sizeof(data), &o.buf[k]),
+                    "buffer_allocate"))
         break;
-      if (!sw_ok(r, gpuhal_buffer_write(o.buf[k], 0, data, sizeof(data)), "buffer_write")) break;
-      if (!sw_check_u32(r, o.buf[k], 0, 64, 0xA000u + (uint32_t)k, "buffer round trip")) break;
+      if (!sweep_ok(r, gpuhal_buffer_write(o.buf[k], 0, data, sizeof(data)), "buffer_write")) break;
+      if (!sweep_check_words(r, o.buf[k], 0, 64, 0xA000u + (uint32_t)k, "buffer round trip")) break;
     }
   }
   sw_close(&o);
 }
 
 /* Executable load (twice: a cache hit), kernel lookup and info. */
-static void scenario_executable(sw_run_t* r) {
+static void scenario_executable(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_kernel_t* k = NULL;
   gpuhal_kernel_info_t info;
-  if (sw_open(r, &o, 1, 1) && sw_ok(r, sw_load(o.device[0], "vector_add", &o.exe[0], &k), "executable_load") &&
-      sw_ok(r, gpuhal_kernel_info(k, &info), "kernel_info") &&
-      sw_ok(r, sw_load(o.device[0], "vector_add", &o.exe[1], NULL), "executable_load again") &&
-      sw_ok(r, sw_load(o.device[0], "fill_u32", &o.exe[2], &k), "executable_load fill_u32")) {
-    sw_ok(r, gpuhal_kernel_set_max_dynamic_shared(k, 1024), "kernel_set_max_dynamic_shared");
+  if (sw_open(r, &o, 1, 1) &&
+      sweep_ok(r, tu_load_kernel(o.device[0], "vector_add", &o.exe[0], &k), "executable_load") &&
+      sweep_ok(r, gpuhal_kernel_info(k, &info), "kernel_info") &&
+      sweep_ok(r, tu_load_kernel(o.device[0], "vector_add", &o.exe[1], NULL), "executable_load again") &&
+      sweep_ok(r, tu_load_kernel(o.device[0], "fill_u32", &o.exe[2], &k), "executable_load fill_u32")) {
+    sweep_ok(r, gpuhal_kernel_set_max_dynamic_shared(k, 1024), "kernel_set_max_dynamic_shared");
   }
   sw_close(&o);
 }
 
-/* Records fill_u32 + fill (4- and 8-byte patterns) + update + copy in cb (flags). */
-static int sw_record(sw_run_t* r, sw_objs_t* o, gpuhal_device_t* device, gpuhal_kernel_t* fill_u32,
-                     gpuhal_command_buffer_flags_t flags, gpuhal_buffer_t* a, gpuhal_buffer_t* b,
-                     gpuhal_command_buffer_t** out) {
-  gpuhal_arg_t args[3];
-  uint32_t four = 0x44444444u;
-  uint64_t eight = 0x8888888888888888ull;
-  uint32_t update[16];
-  int i;
-  (void)o;
-  for (i = 0; i < 16; ++i) update[i] = 0x55555555u;
-  args[0] = gpuhal_arg_buffer(a, 0);
-  args[1] = gpuhal_arg_u32(0x11111111u);
-  args[2] = gpuhal_arg_u32(64);
-  return sw_ok(r, gpuhal_command_buffer_create(device, flags, 0, out), "command_buffer_create") &&
-         sw_ok(r, gpuhal_command_buffer_begin(*out), "command_buffer_begin") &&
-         sw_ok(r, gpuhal_cmd_dispatch(*out, fill_u32, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 3, args),
-               "cmd_dispatch") &&
-         sw_ok(r, gpuhal_cmd_fill(*out, gpuhal_ref_buffer(a, 256), 256, &four, 4), "cmd_fill 4") &&
-         sw_ok(r, gpuhal_cmd_fill(*out, gpuhal_ref_buffer(a, 512), 256, &eight, 8), "cmd_fill 8") &&
-         sw_ok(r, gpuhal_cmd_update(*out, update, gpuhal_ref_buffer(a, 768), sizeof(update)), "cmd_update") &&
-         sw_ok(r, gpuhal_cmd_barrier(*out), "cmd_barrier") &&
-         sw_ok(r, gpuhal_cmd_copy(*out, gpuhal_ref_buffer(a, 0), gpuhal_ref_buffer(b, 0), 1024), "cmd_copy") &&
-         sw_ok(r, gpuhal_command_buffer_end(*out), "command_buffer_end");
-}
-
-static int sw_check_recorded(sw_run_t* r, gpuhal_buffer_t* b) {
-  return sw_check_u32(r, b, 0, 64, 0x11111111u, "dispatch") && sw_check_u32(r, b, 256, 64, 0x44444444u, "fill 4") &&
-         sw_check_u32(r, b, 512, 64, 0x88888888u, "fill 8") && sw_check_u32(r, b, 768, 16, 0x55555555u, "update");
-}
-
 /* Records a GRAPH and a STREAM command buffer and releases them unexecuted. */
-static void scenario_record(sw_run_t* r) {
+static void scenario_record(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_kernel_t* fill = NULL;
-  if (sw_open(r, &o, 1, 1) && sw_ok(r, sw_load(o.device[0], "fill_u32", &o.exe[0], &fill), "executable_load") &&
-      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[0]), "buffer_allocate") &&
-      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[1]), "buffer_allocate") &&
-      sw_record(r, &o, o.device[0], fill, GPUHAL_COMMAND_BUFFER_GRAPH, o.buf[0], o.buf[1], &o.cb[0])) {
-    sw_record(r, &o, o.device[0], fill, GPUHAL_COMMAND_BUFFER_STREAM, o.buf[0], o.buf[1], &o.cb[1]);
+  if (sw_open(r, &o, 1, 1) &&
+      sweep_ok(r, tu_load_kernel(o.device[0], "fill_u32", &o.exe[0], &fill), "executable_load") &&
+      sweep_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[0]), "buffer_allocate") &&
+      sweep_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[1]), "buffer_allocate") &&
+      sweep_record(r, o.device[0], fill, GPUHAL_COMMAND_BUFFER_GRAPH, o.buf[0], o.buf[1], &o.cb[0])) {
+    sweep_record(r, o.device[0], fill, GPUHAL_COMMAND_BUFFER_STREAM, o.buf[0], o.buf[1], &o.cb[1]);
   }
   sw_close(&o);
 }
 
 /* gate(host) -> graph cb on q0 -> s=1 -> stream cb on q1 -> s=2 -> barrier on q0 -> t=1. */
-static void scenario_execute(sw_run_t* r) {
+static void scenario_execute(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_kernel_t* fill = NULL;
   gpuhal_semaphore_t *gate, *s, *t;
@@ -361,41 +205,41 @@ static void scenario_execute(sw_run_t* r) {
     gate = o.sem[0];
     s = o.sem[1];
     t = o.sem[2];
-    if (sw_ok(r, sw_load(o.device[0], "fill_u32", &o.exe[0], &fill), "executable_load") &&
-        sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[0]), "buffer_allocate") &&
-        sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[1]), "buffer_allocate") &&
-        sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[2]), "buffer_allocate") &&
-        sw_record(r, &o, o.device[0], fill, GPUHAL_COMMAND_BUFFER_GRAPH, o.buf[0], o.buf[1], &o.cb[0]) &&
-        sw_record(r, &o, o.device[0], fill, GPUHAL_COMMAND_BUFFER_STREAM, o.buf[1], o.buf[2], &o.cb[1]) &&
-        sw_ok(r,
-              gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&gate, &V1),
-                                   gpuhal_semaphore_list_one(&s, &V1), o.cb[0], NULL),
-              "queue_execute graph")) {
-      sw_expect(r, s, 1);
-      if (sw_ok(r,
-                gpuhal_queue_execute(o.device[0], 1, gpuhal_semaphore_list_one(&s, &V1),
-                                     gpuhal_semaphore_list_one(&s, &V2), o.cb[1], NULL),
-                "queue_execute stream")) {
-        sw_expect(r, s, 2);
-        if (sw_ok(r,
-                  gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&s, &V2),
-                                       gpuhal_semaphore_list_one(&t, &V1), NULL, NULL),
-                  "queue_execute barrier"))
-          sw_expect(r, t, 1);
+    if (sweep_ok(r, tu_load_kernel(o.device[0], "fill_u32", &o.exe[0], &fill), "executable_load") &&
+        sweep_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[0]), "buffer_allocate") &&
+        sweep_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[1]), "buffer_allocate") &&
+        sweep_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[2]), "buffer_allocate") &&
+        sweep_record(r, o.device[0], fill, GPUHAL_COMMAND_BUFFER_GRAPH, o.buf[0], o.buf[1], &o.cb[0]) &&
+        sweep_record(r, o.device[0], fill, GPUHAL_COMMAND_BUFFER_STREAM, o.buf[1], o.buf[2], &o.cb[1]) &&
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&gate, &V1),
+                                      gpuhal_semaphore_list_one(&s, &V1), o.cb[0], NULL),
+                 "queue_execute graph")) {
+      sweep_expect(r, s, 1);
+      if (sweep_ok(r,
+                   gpuhal_queue_execute(o.device[0], 1, gpuhal_semaphore_list_one(&s, &V1),
+                                        gpuhal_semaphore_list_one(&s, &V2), o.cb[1], NULL),
+                   "queue_execute stream")) {
+        sweep_expect(r, s, 2);
+        if (sweep_ok(r,
+                     gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&s, &V2),
+                                          gpuhal_semaphore_list_one(&t, &V1), NULL, NULL),
+                     "queue_execute barrier"))
+          sweep_expect(r, t, 1);
       }
-      gate_signalled = sw_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
-      if (!r->first && sw_wait(r, t, 1, "wait t=1")) sw_check_recorded(r, o.buf[2]);
+      gate_signalled = sweep_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
+      if (!r->first && sweep_wait(r, t, 1, "wait t=1")) sweep_check_recorded(r, o.buf[2]);
     }
     if (!gate_signalled) gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
-    sw_settle(r);
-    sw_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SW_WAIT_NS)), "device_wait_idle");
+    sweep_settle(r);
+    sweep_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle");
   }
   sw_close(&o);
 }
 
 /* gate -> alloca (a=1) -> execute filling it and copying out (d=1) -> host sees d=1 ->
  * dealloca (d=2). */
-static void scenario_alloca(sw_run_t* r) {
+static void scenario_alloca(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_kernel_t* fill = NULL;
   gpuhal_semaphore_t *gate, *a, *d;
@@ -405,44 +249,39 @@ static void scenario_alloca(sw_run_t* r) {
     gate = o.sem[0];
     a = o.sem[1];
     d = o.sem[2];
-    if (sw_ok(r, sw_load(o.device[0], "fill_u32", &o.exe[0], &fill), "executable_load") &&
-        sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[1]), "buffer_allocate") &&
-        sw_ok(r,
-              gpuhal_queue_alloca(o.device[0], 0, gpuhal_semaphore_list_one(&gate, &V1),
-                                  gpuhal_semaphore_list_one(&a, &V1), 1024, &scratch),
-              "queue_alloca")) {
+    if (sweep_ok(r, tu_load_kernel(o.device[0], "fill_u32", &o.exe[0], &fill), "executable_load") &&
+        sweep_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[1]), "buffer_allocate") &&
+        sweep_ok(r,
+                 gpuhal_queue_alloca(o.device[0], 0, gpuhal_semaphore_list_one(&gate, &V1),
+                                     gpuhal_semaphore_list_one(&a, &V1), 1024, &scratch),
+                 "queue_alloca")) {
       o.buf[0] = scratch;
-      sw_expect(r, a, 1);
-      if (sw_record(r, &o, o.device[0], fill, GPUHAL_COMMAND_BUFFER_GRAPH, scratch, o.buf[1], &o.cb[0]) &&
-          sw_ok(r,
-                gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&a, &V1),
-                                     gpuhal_semaphore_list_one(&d, &V1), o.cb[0], NULL),
-                "queue_execute"))
-        sw_expect(r, d, 1);
-      gate_signalled = sw_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
-      if (!r->first && sw_wait(r, d, 1, "wait d=1") && sw_check_recorded(r, o.buf[1]) &&
-          sw_ok(r,
-                gpuhal_queue_dealloca(o.device[0], 0, gpuhal_semaphore_list_one(&d, &V1),
-                                      gpuhal_semaphore_list_one(&d, &V2), scratch),
-                "queue_dealloca")) {
-        sw_expect(r, d, 2);
-        sw_wait(r, d, 2, "wait d=2");
+      sweep_expect(r, a, 1);
+      if (sweep_record(r, o.device[0], fill, GPUHAL_COMMAND_BUFFER_GRAPH, scratch, o.buf[1], &o.cb[0]) &&
+          sweep_ok(r,
+                   gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&a, &V1),
+                                        gpuhal_semaphore_list_one(&d, &V1), o.cb[0], NULL),
+                   "queue_execute"))
+        sweep_expect(r, d, 1);
+      gate_signalled = sweep_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
+      if (!r->first && sweep_wait(r, d, 1, "wait d=1") && sweep_check_recorded(r, o.buf[1]) &&
+          sweep_ok(r,
+                   gpuhal_queue_dealloca(o.device[0], 0, gpuhal_semaphore_list_one(&d, &V1),
+                                         gpuhal_semaphore_list_one(&d, &V2), scratch),
+                   "queue_dealloca")) {
+        sweep_expect(r, d, 2);
+        sweep_wait(r, d, 2, "wait d=2");
       }
     }
     if (!gate_signalled) gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
-    sw_settle(r);
-    sw_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SW_WAIT_NS)), "device_wait_idle");
+    sweep_settle(r);
+    sweep_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle");
   }
   sw_close(&o);
 }
 
-static gpuhal_status_t sw_host_fn(void* user) {
-  __atomic_add_fetch((int*)user, 1, __ATOMIC_ACQ_REL);
-  return NULL;
-}
-
 /* Host calls on two queues chained by semaphores; host waits ALL and ANY; wait idle. */
-static void scenario_host(sw_run_t* r) {
+static void scenario_host(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_semaphore_t *h, *g;
   gpuhal_semaphore_t* list[2];
@@ -452,21 +291,21 @@ static void scenario_host(sw_run_t* r) {
   if (sw_open(r, &o, 1, 2)) {
     h = o.sem[0];
     g = o.sem[1];
-    if (sw_ok(r,
-              gpuhal_queue_host_call(o.device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&h, &V1),
-                                     sw_host_fn, &calls),
-              "queue_host_call q0")) {
-      sw_expect(r, h, 1);
-      if (sw_ok(r,
-                gpuhal_queue_execute(o.device[0], 1, gpuhal_semaphore_list_one(&h, &V1),
-                                     gpuhal_semaphore_list_one(&h, &V2), NULL, NULL),
-                "queue_execute barrier q1"))
-        sw_expect(r, h, 2);
-      if (sw_ok(r,
-                gpuhal_queue_host_call(o.device[0], 1, gpuhal_semaphore_list_one(&h, &V2),
-                                       gpuhal_semaphore_list_one(&g, &V3), sw_host_fn, &calls),
-                "queue_host_call q1"))
-        sw_expect(r, g, 3);
+    if (sweep_ok(r,
+                 gpuhal_queue_host_call(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                        gpuhal_semaphore_list_one(&h, &V1), sweep_host_fn, &calls),
+                 "queue_host_call q0")) {
+      sweep_expect(r, h, 1);
+      if (sweep_ok(r,
+                   gpuhal_queue_execute(o.device[0], 1, gpuhal_semaphore_list_one(&h, &V1),
+                                        gpuhal_semaphore_list_one(&h, &V2), NULL, NULL),
+                   "queue_execute barrier q1"))
+        sweep_expect(r, h, 2);
+      if (sweep_ok(r,
+                   gpuhal_queue_host_call(o.device[0], 1, gpuhal_semaphore_list_one(&h, &V2),
+                                          gpuhal_semaphore_list_one(&g, &V3), sweep_host_fn, &calls),
+                   "queue_host_call q1"))
+        sweep_expect(r, g, 3);
       list[0] = h;
       list[1] = g;
       values[0] = 2;
@@ -474,21 +313,21 @@ static void scenario_host(sw_run_t* r) {
       both.count = 2;
       both.semaphores = list;
       both.values = values;
-      if (sw_ok(r, gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, both, gpuhal_timeout_relative_ns(SW_WAIT_NS)),
-                "semaphores_wait ANY") &&
-          sw_ok(r, gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, both, gpuhal_timeout_relative_ns(SW_WAIT_NS)),
-                "semaphores_wait ALL") &&
+      if (sweep_ok(r, gpuhal_semaphores_wait(GPUHAL_WAIT_ANY, both, gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)),
+                   "semaphores_wait ANY") &&
+          sweep_ok(r, gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, both, gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)),
+                   "semaphores_wait ALL") &&
           __atomic_load_n(&calls, __ATOMIC_ACQUIRE) != 2)
-        sw_mark_wrong(r, "host functions did not run exactly twice");
+        sweep_mark_wrong(r, "host functions did not run exactly twice");
     }
-    sw_settle(r);
-    sw_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SW_WAIT_NS)), "device_wait_idle");
+    sweep_settle(r);
+    sweep_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle");
   }
   sw_close(&o);
 }
 
 /* Two devices: gate -> barrier on device 0 (s=1) -> graph cb on device 1 waiting s=1 (s=2). */
-static void scenario_multi(sw_run_t* r) {
+static void scenario_multi(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_kernel_t* fill = NULL;
   gpuhal_semaphore_t *gate, *s;
@@ -496,29 +335,29 @@ static void scenario_multi(sw_run_t* r) {
   if (sw_open(r, &o, 2, 1)) {
     gate = o.sem[0];
     s = o.sem[1];
-    if (sw_ok(r, sw_load(o.device[1], "fill_u32", &o.exe[0], &fill), "executable_load") &&
-        sw_ok(r, gpuhal_buffer_allocate(o.device[1], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[0]), "buffer_allocate") &&
-        sw_ok(r, gpuhal_buffer_allocate(o.device[1], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[1]), "buffer_allocate") &&
-        sw_record(r, &o, o.device[1], fill, GPUHAL_COMMAND_BUFFER_GRAPH, o.buf[0], o.buf[1], &o.cb[0]) &&
-        sw_ok(r,
-              gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&gate, &V1),
-                                   gpuhal_semaphore_list_one(&s, &V1), NULL, NULL),
-              "queue_execute device 0")) {
-      sw_expect(r, s, 1);
-      if (sw_ok(r,
-                gpuhal_queue_execute(o.device[1], 0, gpuhal_semaphore_list_one(&s, &V1),
-                                     gpuhal_semaphore_list_one(&s, &V2), o.cb[0], NULL),
-                "queue_execute device 1"))
-        sw_expect(r, s, 2);
-      gate_signalled = sw_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
-      if (!r->first && sw_wait(r, s, 2, "wait s=2")) sw_check_recorded(r, o.buf[1]);
+    if (sweep_ok(r, tu_load_kernel(o.device[1], "fill_u32", &o.exe[0], &fill), "executable_load") &&
+        sweep_ok(r, gpuhal_buffer_allocate(o.device[1], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[0]), "buffer_allocate") &&
+        sweep_ok(r, gpuhal_buffer_allocate(o.device[1], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[1]), "buffer_allocate") &&
+        sweep_record(r, o.device[1], fill, GPUHAL_COMMAND_BUFFER_GRAPH, o.buf[0], o.buf[1], &o.cb[0]) &&
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&gate, &V1),
+                                      gpuhal_semaphore_list_one(&s, &V1), NULL, NULL),
+                 "queue_execute device 0")) {
+      sweep_expect(r, s, 1);
+      if (sweep_ok(r,
+                   gpuhal_queue_execute(o.device[1], 0, gpuhal_semaphore_list_one(&s, &V1),
+                                        gpuhal_semaphore_list_one(&s, &V2), o.cb[0], NULL),
+                   "queue_execute device 1"))
+        sweep_expect(r, s, 2);
+      gate_signalled = sweep_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
+      if (!r->first && sweep_wait(r, s, 2, "wait s=2")) sweep_check_recorded(r, o.buf[1]);
     }
     if (!gate_signalled) gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
-    sw_settle(r);
+    sweep_settle(r);
     /* Idle before release, so that the release is the last reference (see the device-loss
      * test: a last reference dropped on a gpuhal thread defers the teardown past exit). */
-    sw_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SW_WAIT_NS)), "device_wait_idle 0");
-    sw_ok(r, gpuhal_device_wait_idle(o.device[1], gpuhal_timeout_relative_ns(SW_WAIT_NS)), "device_wait_idle 1");
+    sweep_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle 0");
+    sweep_ok(r, gpuhal_device_wait_idle(o.device[1], gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle 1");
   }
   sw_close(&o);
 }
@@ -539,49 +378,50 @@ static void sw_remove_dir(const char* dir) {
 }
 
 /* Creates device `index` of o with the module disk cache in `dir` (one queue). */
-static int sw_open_cached_device(sw_run_t* r, sw_objs_t* o, int index, const char* dir) {
+static int sw_open_cached_device(sweep_run_t* r, sw_objs_t* o, int index, const char* dir) {
   gpuhal_device_params_t params;
   memset(&params, 0, sizeof(params));
   params.queue_count = 1;
   params.module_cache_dir = dir;
-  return sw_ok(r, gpuhal_device_create(o->driver, 0, &params, &o->device[index]), "device_create (disk cache)");
+  return sweep_ok(r, gpuhal_device_create(o->driver, 0, &params, &o->device[index]), "device_create (disk cache)");
 }
 
 /* Loads fill_u32 on o->device[0], runs it once over buf[0] (STREAM command buffer, signal
  * sem[index] = 1) and checks the words; `phase` names the steps. */
-static int sw_load_and_fill(sw_run_t* r, sw_objs_t* o, int index, const char* phase) {
+static int sw_load_and_fill(sweep_run_t* r, sw_objs_t* o, int index, const char* phase) {
   gpuhal_kernel_t* fill = NULL;
   gpuhal_arg_t args[3];
   gpuhal_semaphore_t* done = o->sem[index];
   args[0] = gpuhal_arg_buffer(o->buf[0], 0);
   args[1] = gpuhal_arg_u32(0x600Du + (uint32_t)index);
   args[2] = gpuhal_arg_u32(64);
-  if (!sw_ok(r, sw_load(o->device[0], "fill_u32", &o->exe[index], &fill), phase) ||
-      !sw_ok(r, gpuhal_command_buffer_create(o->device[0], GPUHAL_COMMAND_BUFFER_STREAM, 0, &o->cb[index]),
-             "command_buffer_create") ||
-      !sw_ok(r, gpuhal_command_buffer_begin(o->cb[index]), "command_buffer_begin") ||
-      !sw_ok(r, gpuhal_cmd_dispatch(o->cb[index], fill, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 3, args),
-             "cmd_dispatch") ||
-      !sw_ok(r, gpuhal_command_buffer_end(o->cb[index]), "command_buffer_end") ||
-      !sw_ok(r,
-             gpuhal_queue_execute(o->device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&done, &V1),
-                                  o->cb[index], NULL),
-             "queue_execute"))
+  if (!sweep_ok(r, tu_load_kernel(o->device[0], "fill_u32", &o->exe[index], &fill), phase) ||
+      !sweep_ok(r, gpuhal_command_buffer_create(o->device[0], GPUHAL_COMMAND_BUFFER_STREAM, 0, &o->cb[index]),
+                "command_buffer_create") ||
+      !sweep_ok(r, gpuhal_command_buffer_begin(o->cb[index]), "command_buffer_begin") ||
+      !sweep_ok(r, gpuhal_cmd_dispatch(o->cb[index], fill, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 3, args),
+                "cmd_dispatch") ||
+      !sweep_ok(r, gpuhal_command_buffer_end(o->cb[index]), "command_buffer_end") ||
+      !sweep_ok(r,
+                gpuhal_queue_execute(o->device[0], 0, gpuhal_semaphore_list_empty(),
+                                     gpuhal_semaphore_list_one(&done, &V1), o->cb[index], NULL),
+                "queue_execute"))
     return 0;
-  sw_expect(r, done, 1);
-  return sw_wait(r, done, 1, "wait fill") && sw_check_u32(r, o->buf[0], 0, 64, 0x600Du + (uint32_t)index, phase);
+  sweep_expect(r, done, 1);
+  return sweep_wait(r, done, 1, "wait fill") &&
+         sweep_check_words(r, o->buf[0], 0, 64, 0x600Du + (uint32_t)index, phase);
 }
 
 /* The clean run must really have used the disk: a file written cold, read warm (on the
  * memop path the built-in kernels, loaded at device creation, add one of each). */
-static void sw_check_disk_stats(sw_run_t* r, gpuhal_device_t* device, int warm) {
+static void sw_check_disk_stats(sweep_run_t* r, gpuhal_device_t* device, int warm) {
   gpuhal_module_cache_stats_t stats;
   char msg[160];
-  if (!sw_clean_run || !sw_ok(r, gpuhal_device_module_cache_stats(device, &stats), "module_cache_stats")) return;
+  if (!sw_clean_run || !sweep_ok(r, gpuhal_device_module_cache_stats(device, &stats), "module_cache_stats")) return;
   if (warm ? stats.disk_hits >= 1 : stats.disk_writes >= 1) return;
   snprintf(msg, sizeof(msg), "%s run: %llu disk hits, %llu disk writes", warm ? "warm" : "cold",
            (unsigned long long)stats.disk_hits, (unsigned long long)stats.disk_writes);
-  sw_mark_wrong(r, msg);
+  sweep_mark_wrong(r, msg);
 }
 
 /* Executable load with a disk cache directory (fresh per run, removed after): cold (the
@@ -609,21 +449,22 @@ static void sw_check_disk_stats(sw_run_t* r, gpuhal_device_t* device, int warm) 
  *   cuDevicePrimaryCtxRelease
  *                          teardown: the failure is logged and teardown goes on; the
  *                          driver keeps what it could not release (softcuda lists it) */
-static void scenario_disk(sw_run_t* r) {
+static void scenario_disk(sweep_run_t* r) {
   sw_objs_t o;
   char dir[600];
   const char* base = getenv("TMPDIR");
   snprintf(dir, sizeof(dir), "%s/gpuhal_sweep_disk_XXXXXX", base && base[0] ? base : "/tmp");
   if (!mkdtemp(dir)) {
-    sw_ok(r, gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "sweep: mkdtemp %s: %s", dir, strerror(errno)), "mkdtemp");
+    sweep_ok(r, gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "sweep: mkdtemp %s: %s", dir, strerror(errno)),
+             "mkdtemp");
     return;
   }
   memset(&o, 0, sizeof(o));
-  if (sw_ok(r, gpuhal_driver_create(NULL, &o.driver), "driver_create") &&
-      sw_ok(r, gpuhal_semaphore_create(o.driver, 0, &o.sem[0]), "semaphore_create") &&
-      sw_ok(r, gpuhal_semaphore_create(o.driver, 0, &o.sem[1]), "semaphore_create") &&
+  if (sweep_ok(r, gpuhal_driver_create(NULL, &o.driver), "driver_create") &&
+      sweep_ok(r, gpuhal_semaphore_create(o.driver, 0, &o.sem[0]), "semaphore_create") &&
+      sweep_ok(r, gpuhal_semaphore_create(o.driver, 0, &o.sem[1]), "semaphore_create") &&
       sw_open_cached_device(r, &o, 0, dir) &&
-      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 256, &o.buf[0]), "buffer_allocate") &&
+      sweep_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 256, &o.buf[0]), "buffer_allocate") &&
       sw_load_and_fill(r, &o, 0, "executable_load cold")) {
     sw_check_disk_stats(r, o.device[0], 0);
     /* Everything of the cold device goes, so that the warm load cannot hit memory. */
@@ -633,57 +474,24 @@ static void scenario_disk(sw_run_t* r) {
     o.cb[0] = NULL;
     o.exe[0] = NULL;
     o.buf[0] = NULL;
-    if (sw_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SW_WAIT_NS)), "device_wait_idle")) {
+    if (sweep_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)),
+                 "device_wait_idle")) {
       gpuhal_device_release(o.device[0]);
       o.device[0] = NULL;
       if (sw_open_cached_device(r, &o, 0, dir) &&
-          sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 256, &o.buf[0]), "buffer_allocate") &&
+          sweep_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 256, &o.buf[0]), "buffer_allocate") &&
           sw_load_and_fill(r, &o, 1, "executable_load warm"))
         sw_check_disk_stats(r, o.device[0], 1);
     }
   }
-  sw_settle(r);
+  sweep_settle(r);
   if (o.device[0])
-    sw_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SW_WAIT_NS)), "device_wait_idle");
+    sweep_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle");
   sw_close(&o);
   sw_remove_dir(dir);
 }
 
 /* ---- collectives ---- */
-/* 1 when a rank's error only says that its peer never came: softnccl's peer timeout, in
- * the first collective call (connection setup: ncclSystemError in ncclGroupEnd) or in a
- * later one (CUDA_ERROR_LAUNCH_TIMEOUT, the context poisoned as after a hung NCCL kernel). */
-static int sw_is_peer_timeout(const char* msg) {
-  return strstr(msg, "CUDA_ERROR_LAUNCH_TIMEOUT") != NULL ||
-         (strstr(msg, "ncclSystemError") != NULL && strstr(msg, "in ncclGroupEnd") != NULL);
-}
-
-/* The waits of the ranks of a collective. A rank whose peer failed before the collective
- * fails too, after softnccl's peer timeout: the first error of the scenario is the one
- * that says why, so a peer timeout is kept only when nothing else failed. */
-static void sw_wait_ranks(sw_run_t* r, gpuhal_semaphore_t** sems, int count) {
-  gpuhal_status_t st[2] = {NULL, NULL};
-  int i, pass;
-  for (i = 0; i < count; ++i) {
-    st[i] = gpuhal_semaphore_wait(sems[i], 1, gpuhal_timeout_relative_ns(SW_WAIT_NS));
-    if (gpuhal_status_code(st[i]) == GPUHAL_STATUS_DEADLINE_EXCEEDED) {
-      if (!r->stuck)
-        snprintf(r->stuck_what, sizeof(r->stuck_what), "wait rank %d: %s", i, gpuhal_status_message(st[i]));
-      r->stuck = 1;
-      gpuhal_status_free(st[i]);
-      st[i] = NULL;
-    }
-  }
-  for (pass = 0; pass < 2; ++pass) {
-    for (i = 0; i < count; ++i) {
-      if (st[i] && (pass == 1 || !sw_is_peer_timeout(gpuhal_status_message(st[i])))) {
-        sw_ok(r, st[i], i == 0 ? "wait rank 0" : "wait rank 1");
-        st[i] = NULL;
-      }
-    }
-  }
-}
-
 /* A channel over two devices (ncclCommInitAll) and one all-reduce (sum of u32): rank 0
  * records it in a STREAM command buffer, rank 1 in a GRAPH one (captured when it is first
  * executed). Both executions wait on one host gate, so they enter the collective together;
@@ -691,15 +499,14 @@ static void sw_wait_ranks(sw_run_t* r, gpuhal_semaphore_t** sems, int count) {
  * that is not coming. A fault in one rank's issue (the NCCL calls, the graph build) leaves
  * the other rank waiting for its peer until softnccl's peer timeout (SW_PEER_TIMEOUT_MS):
  * both ranks' semaphores fail, and the scenario reports the rank that says why
- * (sw_wait_ranks). An NCCL failure names its call ("ncclSystemError (...) in
+ * (sweep_wait_ranks). An NCCL failure names its call ("ncclSystemError (...) in
  * ncclAllReduce at ..."). ncclCommDestroy rows are 'kept': gpuhal logs the failure and
  * softnccl keeps the communicator. The 'recovered' rows are those of scenario_disk. */
-static void scenario_collective(sw_run_t* r) {
+static void scenario_collective(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_channel_t* ch[2] = {NULL, NULL};
   gpuhal_semaphore_t *gate, *done[2];
-  uint32_t words[64];
-  int i, j, submitted = 0, gate_signalled = 0;
+  int i, submitted = 0, gate_signalled = 0;
   if (sw_open(r, &o, 2, 1)) {
     gate = o.sem[0];
     done[0] = o.sem[1];
@@ -710,52 +517,21 @@ static void scenario_collective(sw_run_t* r) {
       sw_close(&o);
       return;
     }
-    if (sw_ok(r, gpuhal_channel_create_local(o.driver, 2, o.device, ch), "channel_create_local")) {
-      for (i = 0; i < 2; ++i) {
-        gpuhal_collective_t c;
-        gpuhal_command_buffer_flags_t mode = i == 0 ? GPUHAL_COMMAND_BUFFER_STREAM : GPUHAL_COMMAND_BUFFER_GRAPH;
-        for (j = 0; j < 64; ++j) words[j] = (uint32_t)(i + 1) * 0x10101u;
-        if (!sw_ok(r, gpuhal_buffer_allocate(o.device[i], GPUHAL_MEMORY_DEVICE, sizeof(words), &o.buf[2 * i]),
-                   "buffer_allocate") ||
-            !sw_ok(r, gpuhal_buffer_allocate(o.device[i], GPUHAL_MEMORY_DEVICE, sizeof(words), &o.buf[2 * i + 1]),
-                   "buffer_allocate") ||
-            !sw_ok(r, gpuhal_buffer_write(o.buf[2 * i], 0, words, sizeof(words)), "buffer_write"))
-          break;
-        memset(&c, 0, sizeof(c));
-        c.kind = GPUHAL_COLLECTIVE_ALL_REDUCE;
-        c.type = GPUHAL_ELEMENT_UINT32;
-        c.op = GPUHAL_REDUCTION_SUM;
-        c.send = gpuhal_ref_buffer(o.buf[2 * i], 0);
-        c.recv = gpuhal_ref_buffer(o.buf[2 * i + 1], 0);
-        c.count = 64;
-        if (!sw_ok(r, gpuhal_command_buffer_create(o.device[i], mode, 0, &o.cb[i]), "command_buffer_create") ||
-            !sw_ok(r, gpuhal_command_buffer_begin(o.cb[i]), "command_buffer_begin") ||
-            !sw_ok(r, gpuhal_cmd_collective(o.cb[i], ch[i], &c), "cmd_collective") ||
-            !sw_ok(r, gpuhal_command_buffer_end(o.cb[i]), "command_buffer_end"))
-          break;
-      }
-      for (i = 0; i < 2 && !r->first; ++i) {
-        if (!sw_ok(r,
-                   gpuhal_queue_execute(o.device[i], 0, gpuhal_semaphore_list_one(&gate, &V1),
-                                        gpuhal_semaphore_list_one(&done[i], &V1), o.cb[i], NULL),
-                   i == 0 ? "queue_execute rank 0 (STREAM)" : "queue_execute rank 1 (GRAPH)"))
-          break;
-        sw_expect(r, done[i], 1);
-        submitted++;
-      }
-      if (submitted == 2) gate_signalled = sw_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
+    if (sweep_ok(r, gpuhal_channel_create_local(o.driver, 2, o.device, ch), "channel_create_local")) {
+      for (i = 0; i < 2; ++i)
+        if (!sweep_record_rank(r, o.device[i], ch[i], i, o.buf, &o.cb[i])) break;
+      submitted = sweep_execute_ranks(r, o.device, gate, done, o.cb);
+      for (i = 0; i < submitted; ++i) sweep_expect(r, done[i], 1);
+      if (submitted == 2) gate_signalled = sweep_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
       if (gate_signalled) {
-        sw_wait_ranks(r, done, 2);
-        for (i = 0; i < 2 && !r->first && !r->stuck; ++i)
-          if (!sw_check_u32(r, o.buf[2 * i + 1], 0, 64, 3 * 0x10101u,
-                            i == 0 ? "all-reduce rank 0" : "all-reduce rank 1"))
-            break;
+        sweep_wait_ranks(r, done);
+        sweep_check_ranks(r, o.buf);
       }
     }
     if (!gate_signalled) gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
-    sw_settle(r);
-    sw_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SW_WAIT_NS)), "device_wait_idle 0");
-    sw_ok(r, gpuhal_device_wait_idle(o.device[1], gpuhal_timeout_relative_ns(SW_WAIT_NS)), "device_wait_idle 1");
+    sweep_settle(r);
+    sweep_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle 0");
+    sweep_ok(r, gpuhal_device_wait_idle(o.device[1], gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle 1");
     /* Command buffers hold their channel; the channels go before the devices (sw_close). */
     for (i = 0; i < 2; ++i) {
       gpuhal_command_buffer_release(o.cb[i]);
@@ -771,36 +547,37 @@ static void scenario_collective(sw_run_t* r) {
  * this thread (after the buffer's dealloca, whose issue may enter it too): the last call
  * of cuCtxGetCurrent and cuCtxPushCurrent, which the sweep always injects, falls on its
  * release, whose graph must then be destroyed on the worker rather than leaked. */
-static void scenario_cb_release(sw_run_t* r) {
+static void scenario_cb_release(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_buffer_t* scratch = NULL;
   gpuhal_semaphore_t* a;
   uint32_t four = 0x44444444u, update[4] = {1, 2, 3, 4};
   if (sw_open(r, &o, 1, 1)) {
     a = o.sem[0];
-    if (sw_ok(r,
-              gpuhal_queue_alloca(o.device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&a, &V1),
-                                  256, &scratch),
-              "queue_alloca")) {
+    if (sweep_ok(r,
+                 gpuhal_queue_alloca(o.device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&a, &V1),
+                                     256, &scratch),
+                 "queue_alloca")) {
       o.buf[0] = scratch;
-      sw_expect(r, a, 1);
-      if (sw_wait(r, a, 1, "wait a=1") &&
-          sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[0]),
-                "command_buffer_create") &&
-          sw_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
-          sw_ok(r, gpuhal_cmd_fill(o.cb[0], gpuhal_ref_buffer(scratch, 0), 128, &four, 4), "cmd_fill") &&
-          sw_ok(r, gpuhal_cmd_update(o.cb[0], update, gpuhal_ref_buffer(scratch, 128), sizeof(update)), "cmd_update"))
-        sw_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end");
-      if (sw_ok(r,
-                gpuhal_queue_dealloca(o.device[0], 0, gpuhal_semaphore_list_one(&a, &V1),
-                                      gpuhal_semaphore_list_one(&a, &V2), scratch),
-                "queue_dealloca")) {
-        sw_expect(r, a, 2);
-        sw_wait(r, a, 2, "wait a=2");
+      sweep_expect(r, a, 1);
+      if (sweep_wait(r, a, 1, "wait a=1") &&
+          sweep_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[0]),
+                   "command_buffer_create") &&
+          sweep_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
+          sweep_ok(r, gpuhal_cmd_fill(o.cb[0], gpuhal_ref_buffer(scratch, 0), 128, &four, 4), "cmd_fill") &&
+          sweep_ok(r, gpuhal_cmd_update(o.cb[0], update, gpuhal_ref_buffer(scratch, 128), sizeof(update)),
+                   "cmd_update"))
+        sweep_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end");
+      if (sweep_ok(r,
+                   gpuhal_queue_dealloca(o.device[0], 0, gpuhal_semaphore_list_one(&a, &V1),
+                                         gpuhal_semaphore_list_one(&a, &V2), scratch),
+                   "queue_dealloca")) {
+        sweep_expect(r, a, 2);
+        sweep_wait(r, a, 2, "wait a=2");
       }
     }
-    sw_settle(r);
-    sw_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SW_WAIT_NS)), "device_wait_idle");
+    sweep_settle(r);
+    sweep_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle");
     gpuhal_command_buffer_release(o.cb[0]);
     o.cb[0] = NULL;
   }
@@ -812,39 +589,39 @@ static void scenario_cb_release(sw_run_t* r) {
  * queue 1 runs a 100 ms kernel and deallocates everything while an alloca on queue 0 is
  * issued, which waits for those deallocas on the GPU; trim, statistics, buffer_allocate. */
 #define SW_MIB (1024ull * 1024ull)
-static void sw_memory_fill(sw_run_t* r, sw_objs_t* o, gpuhal_semaphore_t* a, gpuhal_semaphore_t* full) {
+static void sw_memory_fill(sweep_run_t* r, sw_objs_t* o, gpuhal_semaphore_t* a, gpuhal_semaphore_t* full) {
   gpuhal_buffer_t* extra = NULL;
   gpuhal_status_t st;
   uint64_t i;
   for (i = 0; i < 4; ++i) {
     uint64_t v = i + 1;
-    if (!sw_ok(r,
-               gpuhal_queue_alloca(o->device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&a, &v),
-                                   SW_MIB, &o->buf[i]),
-               "queue_alloca"))
+    if (!sweep_ok(r,
+                  gpuhal_queue_alloca(o->device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&a, &v),
+                                      SW_MIB, &o->buf[i]),
+                  "queue_alloca"))
       return;
-    sw_expect(r, a, v);
+    sweep_expect(r, a, v);
   }
-  if (!sw_wait(r, a, 4, "wait a=4")) return;
+  if (!sweep_wait(r, a, 4, "wait a=4")) return;
   /* The fifth does not fit: its semaphore fails out of memory (its queue call succeeds). */
-  if (!sw_ok(r,
-             gpuhal_queue_alloca(o->device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&full, &V1),
-                                 SW_MIB, &extra),
-             "queue_alloca (full)"))
+  if (!sweep_ok(r,
+                gpuhal_queue_alloca(o->device[0], 0, gpuhal_semaphore_list_empty(),
+                                    gpuhal_semaphore_list_one(&full, &V1), SW_MIB, &extra),
+                "queue_alloca (full)"))
     return;
-  st = gpuhal_semaphore_wait(full, 1, gpuhal_timeout_relative_ns(SW_WAIT_NS));
+  st = gpuhal_semaphore_wait(full, 1, gpuhal_timeout_relative_ns(SWEEP_WAIT_NS));
   gpuhal_buffer_release(extra);
   if (!st) {
-    sw_mark_wrong(r, "an alloca past the pool's limit succeeded");
+    sweep_mark_wrong(r, "an alloca past the pool's limit succeeded");
   } else if (gpuhal_status_code(st) == GPUHAL_STATUS_RESOURCE_EXHAUSTED &&
              strstr(gpuhal_status_message(st), "failed after trimming the pool")) {
     gpuhal_status_free(st); /* the expected out-of-memory */
   } else {
-    sw_ok(r, st, "wait full=1 (expected out of memory)");
+    sweep_ok(r, st, "wait full=1 (expected out of memory)");
   }
 }
 
-static void scenario_memory(sw_run_t* r) {
+static void scenario_memory(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_kernel_t* spin = NULL;
   gpuhal_memory_stats_t stats;
@@ -855,54 +632,55 @@ static void scenario_memory(sw_run_t* r) {
     sw_close(&o);
     return;
   }
-  if (sw_ok(r, sw_load(o.device[0], "spin_us", &o.exe[0], &spin), "executable_load") &&
-      sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_STREAM, 0, &o.cb[0]),
-            "command_buffer_create") &&
-      sw_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
-      sw_ok(r, gpuhal_cmd_dispatch(o.cb[0], spin, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg),
-            "cmd_dispatch") &&
-      sw_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end")) {
+  if (sweep_ok(r, tu_load_kernel(o.device[0], "spin_us", &o.exe[0], &spin), "executable_load") &&
+      sweep_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_STREAM, 0, &o.cb[0]),
+               "command_buffer_create") &&
+      sweep_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
+      sweep_ok(r, gpuhal_cmd_dispatch(o.cb[0], spin, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg),
+               "cmd_dispatch") &&
+      sweep_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end")) {
     gpuhal_semaphore_t *a = o.sem[0], *g = o.sem[1], *d = o.sem[2], *late = o.sem[3];
     sw_memory_fill(r, &o, a, o.sem[4]);
-    if (!r->first && !r->wrong && sw_ok(r, gpuhal_device_memory_stats(o.device[0], &stats), "device_memory_stats") &&
+    if (!r->first && !r->wrong && sweep_ok(r, gpuhal_device_memory_stats(o.device[0], &stats), "device_memory_stats") &&
         stats.pool_used < 4 * SW_MIB)
-      sw_mark_wrong(r, "pool_used is below the 4 MiB of live allocas");
+      sweep_mark_wrong(r, "pool_used is below the 4 MiB of live allocas");
     if (!r->first && !r->wrong &&
-        sw_ok(r,
-              gpuhal_queue_execute(o.device[0], 1, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&g, &V1),
-                                   o.cb[0], NULL),
-              "queue_execute spin")) {
-      sw_expect(r, g, 1);
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.device[0], 1, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&g, &V1),
+                                      o.cb[0], NULL),
+                 "queue_execute spin")) {
+      sweep_expect(r, g, 1);
       for (i = 0; i < 4 && !r->first; ++i) {
         uint64_t v = i + 1;
-        if (sw_ok(r,
-                  gpuhal_queue_dealloca(o.device[0], 1, gpuhal_semaphore_list_empty(),
-                                        gpuhal_semaphore_list_one(&d, &v), o.buf[i]),
-                  "queue_dealloca"))
-          sw_expect(r, d, v);
+        if (sweep_ok(r,
+                     gpuhal_queue_dealloca(o.device[0], 1, gpuhal_semaphore_list_empty(),
+                                           gpuhal_semaphore_list_one(&d, &v), o.buf[i]),
+                     "queue_dealloca"))
+          sweep_expect(r, d, v);
       }
-      if (!r->first && sw_ok(r,
-                             gpuhal_queue_alloca(o.device[0], 0, gpuhal_semaphore_list_empty(),
-                                                 gpuhal_semaphore_list_one(&late, &V1), SW_MIB, &o.buf[4]),
-                             "queue_alloca (deallocas in flight)")) {
-        sw_expect(r, late, 1);
-        if (sw_wait(r, late, 1, "wait late=1") &&
-            sw_ok(r,
-                  gpuhal_queue_dealloca(o.device[0], 0, gpuhal_semaphore_list_empty(),
-                                        gpuhal_semaphore_list_one(&late, &V2), o.buf[4]),
-                  "queue_dealloca late"))
-          sw_expect(r, late, 2);
+      if (!r->first && sweep_ok(r,
+                                gpuhal_queue_alloca(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                                    gpuhal_semaphore_list_one(&late, &V1), SW_MIB, &o.buf[4]),
+                                "queue_alloca (deallocas in flight)")) {
+        sweep_expect(r, late, 1);
+        if (sweep_wait(r, late, 1, "wait late=1") &&
+            sweep_ok(r,
+                     gpuhal_queue_dealloca(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                           gpuhal_semaphore_list_one(&late, &V2), o.buf[4]),
+                     "queue_dealloca late"))
+          sweep_expect(r, late, 2);
       }
     }
-    sw_settle(r);
-    if (sw_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SW_WAIT_NS)), "device_wait_idle") &&
-        !r->first && sw_ok(r, gpuhal_device_trim(o.device[0]), "device_trim") &&
-        sw_ok(r, gpuhal_device_memory_stats(o.device[0], &stats), "device_memory_stats") && stats.pool_reserved != 0)
-      sw_mark_wrong(r, "the pool still holds memory after a trim at idle");
+    sweep_settle(r);
+    if (sweep_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)),
+                 "device_wait_idle") &&
+        !r->first && sweep_ok(r, gpuhal_device_trim(o.device[0]), "device_trim") &&
+        sweep_ok(r, gpuhal_device_memory_stats(o.device[0], &stats), "device_memory_stats") && stats.pool_reserved != 0)
+      sweep_mark_wrong(r, "the pool still holds memory after a trim at idle");
     if (!r->first && !r->wrong)
-      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, SW_MIB, &o.buf[5]), "buffer_allocate");
+      sweep_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, SW_MIB, &o.buf[5]), "buffer_allocate");
   }
-  sw_settle(r);
+  sweep_settle(r);
   sw_close(&o);
 }
 
@@ -911,7 +689,7 @@ static void scenario_memory(sw_run_t* r) {
  * the semaphore's own handle, the host waits through the imported one and reads the filled
  * words through the exporter's buffer. Without memops there is nothing to share: export is
  * UNAVAILABLE, and the scenario only checks that. */
-static void scenario_share(sw_run_t* r) {
+static void scenario_share(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_semaphore_t* imported = NULL;
   gpuhal_buffer_t *mine = NULL, *theirs = NULL;
@@ -921,23 +699,24 @@ static void scenario_share(sw_run_t* r) {
   memset(&h, 0, sizeof(h));
   h.fd = -1;
   if (sw_open(r, &o, 1, 1) && gpuhal_driver_has_feature(o.driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS) &&
-      sw_ok(r, gpuhal_semaphore_export(o.sem[0], &fd), "semaphore_export") &&
-      sw_ok(r, gpuhal_semaphore_import(o.driver, fd, &imported), "semaphore_import") &&
-      sw_ok(r, gpuhal_buffer_allocate_exportable(o.device[0], 4096, &mine), "buffer_allocate_exportable") &&
-      sw_ok(r, gpuhal_buffer_export(mine, &h), "buffer_export") &&
-      sw_ok(r, gpuhal_buffer_import(o.device[0], &h, &theirs), "buffer_import") &&
-      sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_STREAM, 0, &o.cb[0]),
-            "command_buffer_create") &&
-      sw_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
-      sw_ok(r, gpuhal_cmd_fill(o.cb[0], gpuhal_ref_buffer(theirs, 0), 256, &pattern, 4), "cmd_fill") &&
-      sw_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end") &&
-      sw_ok(r,
-            gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_empty(),
-                                 gpuhal_semaphore_list_one(&o.sem[0], &V1), o.cb[0], NULL),
-            "queue_execute fill")) {
-    if (sw_wait(r, imported, 1, "wait imported=1")) sw_check_u32(r, mine, 0, 64, pattern, "fill through the import");
+      sweep_ok(r, gpuhal_semaphore_export(o.sem[0], &fd), "semaphore_export") &&
+      sweep_ok(r, gpuhal_semaphore_import(o.driver, fd, &imported), "semaphore_import") &&
+      sweep_ok(r, gpuhal_buffer_allocate_exportable(o.device[0], 4096, &mine), "buffer_allocate_exportable") &&
+      sweep_ok(r, gpuhal_buffer_export(mine, &h), "buffer_export") &&
+      sweep_ok(r, gpuhal_buffer_import(o.device[0], &h, &theirs), "buffer_import") &&
+      sweep_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_STREAM, 0, &o.cb[0]),
+               "command_buffer_create") &&
+      sweep_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
+      sweep_ok(r, gpuhal_cmd_fill(o.cb[0], gpuhal_ref_buffer(theirs, 0), 256, &pattern, 4), "cmd_fill") &&
+      sweep_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end") &&
+      sweep_ok(r,
+               gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                    gpuhal_semaphore_list_one(&o.sem[0], &V1), o.cb[0], NULL),
+               "queue_execute fill")) {
+    if (sweep_wait(r, imported, 1, "wait imported=1"))
+      sweep_check_words(r, mine, 0, 64, pattern, "fill through the import");
   }
-  sw_settle(r);
+  sweep_settle(r);
   if (fd >= 0) close(fd);
   if (h.fd >= 0) close(h.fd);
   gpuhal_buffer_release(theirs);
@@ -949,7 +728,7 @@ static void scenario_share(sw_run_t* r) {
 /* Launch attributes: a cooperative dispatch with a priority and a clustered one in a GRAPH
  * command buffer, a programmatic chain of two pdl_step in a STREAM one, both executed and
  * checked; the occupancy queries. */
-static void scenario_launch(sw_run_t* r) {
+static void scenario_launch(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_kernel_t *fill = NULL, *step = NULL;
   gpuhal_dispatch_options_t urgent, cluster, programmatic;
@@ -963,50 +742,54 @@ static void scenario_launch(sw_run_t* r) {
   cluster.cluster.x = 2;
   programmatic.flags = GPUHAL_DISPATCH_PROGRAMMATIC;
   args[2] = gpuhal_arg_u32(64);
-  if (sw_open(r, &o, 1, 1) && sw_ok(r, sw_load(o.device[0], "fill_u32", &o.exe[0], &fill), "executable_load") &&
-      sw_ok(r, sw_load(o.device[0], "pdl_step", &o.exe[1], &step), "executable_load pdl_step") &&
-      sw_ok(r, gpuhal_kernel_occupancy(fill, 64, 0, &blocks), "kernel_occupancy") &&
-      sw_ok(r, gpuhal_kernel_max_cluster_size(fill, 64, 0, &cluster_max), "kernel_max_cluster_size") &&
-      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[0]), "buffer_allocate") &&
-      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 4, &o.buf[1]), "buffer_allocate") &&
-      sw_ok(r, gpuhal_buffer_write(o.buf[1], 0, &five, 4), "buffer_write") &&
-      sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[0]), "create graph") &&
-      sw_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "begin graph")) {
+  if (sw_open(r, &o, 1, 1) &&
+      sweep_ok(r, tu_load_kernel(o.device[0], "fill_u32", &o.exe[0], &fill), "executable_load") &&
+      sweep_ok(r, tu_load_kernel(o.device[0], "pdl_step", &o.exe[1], &step), "executable_load pdl_step") &&
+      sweep_ok(r, gpuhal_kernel_occupancy(fill, 64, 0, &blocks), "kernel_occupancy") &&
+      sweep_ok(r, gpuhal_kernel_max_cluster_size(fill, 64, 0, &cluster_max), "kernel_max_cluster_size") &&
+      sweep_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 1024, &o.buf[0]), "buffer_allocate") &&
+      sweep_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 4, &o.buf[1]), "buffer_allocate") &&
+      sweep_ok(r, gpuhal_buffer_write(o.buf[1], 0, &five, 4), "buffer_write") &&
+      sweep_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[0]),
+               "create graph") &&
+      sweep_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "begin graph")) {
     args[0] = gpuhal_arg_buffer(o.buf[0], 0);
     args[1] = gpuhal_arg_u32(0x11111111u);
-    if (sw_ok(r,
-              gpuhal_cmd_dispatch_ex(o.cb[0], fill, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, &urgent, 3, args),
-              "cmd_dispatch_ex cooperative") &&
-        sw_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") &&
+    if (sweep_ok(
+            r, gpuhal_cmd_dispatch_ex(o.cb[0], fill, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, &urgent, 3, args),
+            "cmd_dispatch_ex cooperative") &&
+        sweep_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") &&
         (args[0] = gpuhal_arg_buffer(o.buf[0], 256), args[1] = gpuhal_arg_u32(0x22222222u),
-         sw_ok(r,
-               gpuhal_cmd_dispatch_ex(o.cb[0], fill, gpuhal_dim3(2, 1, 1), gpuhal_dim3(32, 1, 1), 0, &cluster, 3, args),
-               "cmd_dispatch_ex cluster")) &&
-        sw_ok(r, gpuhal_command_buffer_end(o.cb[0]), "end graph") &&
-        sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_STREAM, 0, &o.cb[1]),
-              "create stream") &&
-        sw_ok(r, gpuhal_command_buffer_begin(o.cb[1]), "begin stream") &&
+         sweep_ok(
+             r,
+             gpuhal_cmd_dispatch_ex(o.cb[0], fill, gpuhal_dim3(2, 1, 1), gpuhal_dim3(32, 1, 1), 0, &cluster, 3, args),
+             "cmd_dispatch_ex cluster")) &&
+        sweep_ok(r, gpuhal_command_buffer_end(o.cb[0]), "end graph") &&
+        sweep_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_STREAM, 0, &o.cb[1]),
+                 "create stream") &&
+        sweep_ok(r, gpuhal_command_buffer_begin(o.cb[1]), "begin stream") &&
         (args[0] = gpuhal_arg_buffer(o.buf[1], 0), args[1] = gpuhal_arg_u32(1),
-         sw_ok(r, gpuhal_cmd_dispatch_ex(o.cb[1], step, gpuhal_dim3(1, 1, 1), gpuhal_dim3(32, 1, 1), 0, NULL, 2, args),
-               "cmd_dispatch_ex step 1")) &&
-        sw_ok(r, gpuhal_cmd_barrier(o.cb[1]), "barrier") &&
-        (args[1] = gpuhal_arg_u32(2), sw_ok(r,
-                                            gpuhal_cmd_dispatch_ex(o.cb[1], step, gpuhal_dim3(1, 1, 1),
-                                                                   gpuhal_dim3(32, 1, 1), 0, &programmatic, 2, args),
-                                            "cmd_dispatch_ex step 2")) &&
-        sw_ok(r, gpuhal_command_buffer_end(o.cb[1]), "end stream") &&
-        sw_ok(r,
-              gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_empty(),
-                                   gpuhal_semaphore_list_one(&o.sem[0], &V1), o.cb[0], NULL),
-              "queue_execute graph") &&
-        sw_ok(r,
-              gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&o.sem[0], &V1),
-                                   gpuhal_semaphore_list_one(&o.sem[0], &V2), o.cb[1], NULL),
-              "queue_execute stream") &&
-        sw_wait(r, o.sem[0], 2, "wait s=2") && sw_check_u32(r, o.buf[0], 0, 64, 0x11111111u, "cooperative") &&
-        sw_check_u32(r, o.buf[0], 256, 64, 0x22222222u, "cluster"))
-      sw_check_u32(r, o.buf[1], 0, 1, (5u * 3u + 1u) * 3u + 2u, "programmatic chain");
-    sw_settle(r);
+         sweep_ok(r,
+                  gpuhal_cmd_dispatch_ex(o.cb[1], step, gpuhal_dim3(1, 1, 1), gpuhal_dim3(32, 1, 1), 0, NULL, 2, args),
+                  "cmd_dispatch_ex step 1")) &&
+        sweep_ok(r, gpuhal_cmd_barrier(o.cb[1]), "barrier") &&
+        (args[1] = gpuhal_arg_u32(2), sweep_ok(r,
+                                               gpuhal_cmd_dispatch_ex(o.cb[1], step, gpuhal_dim3(1, 1, 1),
+                                                                      gpuhal_dim3(32, 1, 1), 0, &programmatic, 2, args),
+                                               "cmd_dispatch_ex step 2")) &&
+        sweep_ok(r, gpuhal_command_buffer_end(o.cb[1]), "end stream") &&
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                      gpuhal_semaphore_list_one(&o.sem[0], &V1), o.cb[0], NULL),
+                 "queue_execute graph") &&
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&o.sem[0], &V1),
+                                      gpuhal_semaphore_list_one(&o.sem[0], &V2), o.cb[1], NULL),
+                 "queue_execute stream") &&
+        sweep_wait(r, o.sem[0], 2, "wait s=2") && sweep_check_words(r, o.buf[0], 0, 64, 0x11111111u, "cooperative") &&
+        sweep_check_words(r, o.buf[0], 256, 64, 0x22222222u, "cluster"))
+      sweep_check_words(r, o.buf[1], 0, 1, (5u * 3u + 1u) * 3u + 2u, "programmatic chain");
+    sweep_settle(r);
   }
   sw_close(&o);
 }
@@ -1014,101 +797,52 @@ static void scenario_launch(sw_run_t* r) {
 /* Tensor maps: a TMA tile copy (tma_tile_copy: one 32 x 8 tile of u32, + 1) through a map
  * over a buffer (encoded at record) in a GRAPH command buffer and over a binding slot
  * (encoded at execute) in a STREAM one, both executed and checked. */
-static void scenario_tensor_map(sw_run_t* r) {
+static void scenario_tensor_map(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_kernel_t* copy = NULL;
-  gpuhal_tensor_map_t m;
-  gpuhal_arg_t args[4];
   gpuhal_binding_table_t table;
-  uint32_t src[256], i;
-  for (i = 0; i < 256; ++i) src[i] = i * 7u;
-  memset(&m, 0, sizeof(m));
-  m.type = GPUHAL_TENSOR_U32;
-  m.rank = 2;
-  m.dims[0] = 32;
-  m.dims[1] = 8;
-  m.box[0] = 32;
-  m.box[1] = 8;
-  args[2] = gpuhal_arg_u32(32);
-  args[3] = gpuhal_arg_u32(8);
-  if (sw_open(r, &o, 1, 1) && sw_ok(r, sw_load(o.device[0], "tma_tile_copy", &o.exe[0], &copy), "executable_load") &&
-      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, sizeof(src), &o.buf[0]), "buffer_allocate") &&
-      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, sizeof(src), &o.buf[1]), "buffer_allocate") &&
-      sw_ok(r, gpuhal_buffer_write(o.buf[0], 0, src, sizeof(src)), "buffer_write") &&
-      sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[0]), "create graph") &&
-      sw_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "begin graph") &&
-      (args[0] = gpuhal_arg_tensor_map(gpuhal_arg_buffer(o.buf[0], 0), &m), args[1] = gpuhal_arg_buffer(o.buf[1], 0),
-       sw_ok(r, gpuhal_cmd_dispatch(o.cb[0], copy, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 4, args),
-             "cmd_dispatch tensor map (buffer)")) &&
-      sw_ok(r, gpuhal_command_buffer_end(o.cb[0]), "end graph") &&
-      sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_STREAM, 1, &o.cb[1]), "create stream") &&
-      sw_ok(r, gpuhal_command_buffer_begin(o.cb[1]), "begin stream") &&
-      (args[0] = gpuhal_arg_tensor_map(gpuhal_arg_slot(0, 0), &m), args[1] = gpuhal_arg_buffer(o.buf[0], 0),
-       sw_ok(r, gpuhal_cmd_dispatch(o.cb[1], copy, gpuhal_dim3(1, 1, 1), gpuhal_dim3(64, 1, 1), 0, 4, args),
-             "cmd_dispatch tensor map (slot)")) &&
-      sw_ok(r, gpuhal_command_buffer_end(o.cb[1]), "end stream") &&
-      sw_ok(r,
-            gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_empty(),
-                                 gpuhal_semaphore_list_one(&o.sem[0], &V1), o.cb[0], NULL),
-            "queue_execute graph") &&
+  if (sw_open(r, &o, 1, 1) &&
+      sweep_ok(r, tu_load_kernel(o.device[0], "tma_tile_copy", &o.exe[0], &copy), "executable_load") &&
+      sweep_allocate_tiles(r, o.device[0], o.buf) &&
+      sweep_record_tile_copy(r, o.device[0], copy, o.buf[0], o.buf[1], &o.cb[0]) &&
+      sweep_record_tile_copy(r, o.device[0], copy, NULL, o.buf[0], &o.cb[1]) &&
+      sweep_ok(r,
+               gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                    gpuhal_semaphore_list_one(&o.sem[0], &V1), o.cb[0], NULL),
+               "queue_execute graph") &&
       (table.count = 1, table.buffers = &o.buf[1], table.offsets = NULL,
-       sw_ok(r,
-             gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&o.sem[0], &V1),
-                                  gpuhal_semaphore_list_one(&o.sem[0], &V2), o.cb[1], &table),
-             "queue_execute stream")) &&
-      sw_wait(r, o.sem[0], 2, "wait s=2"))
-    sw_check_u32(r, o.buf[0], 4, 1, 7u + 2u, "tile copied twice"); /* src[1] + 1, copied back + 1 */
-  sw_settle(r);
+       sweep_ok(r,
+                gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_one(&o.sem[0], &V1),
+                                     gpuhal_semaphore_list_one(&o.sem[0], &V2), o.cb[1], &table),
+                "queue_execute stream")) &&
+      sweep_wait(r, o.sem[0], 2, "wait s=2"))
+    sweep_check_tiles(r, o.buf[0]);
+  sweep_settle(r);
   sw_close(&o);
 }
 
 /* Device-side regions: a GRAPH command buffer with a WHILE (cond_count_down, 5 trips)
  * holding an IF (cond_set_from on the trip count, then cond_add), executed and checked. */
-static void scenario_conditional(sw_run_t* r) {
+static void scenario_conditional(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_kernel_t *count = NULL, *set = NULL, *add = NULL;
-  gpuhal_condition_t loop, odd;
-  gpuhal_arg_t args[3];
-  uint32_t init[3] = {5, 0, 0};
-  if (sw_open(r, &o, 1, 1) && sw_ok(r, sw_load(o.device[0], "conditional", &o.exe[0], NULL), "executable_load") &&
-      sw_ok(r, gpuhal_executable_kernel(o.exe[0], "cond_count_down", &count), "kernel count") &&
-      sw_ok(r, gpuhal_executable_kernel(o.exe[0], "cond_set_from", &set), "kernel set") &&
-      sw_ok(r, gpuhal_executable_kernel(o.exe[0], "cond_add", &add), "kernel add") &&
-      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, sizeof(init), &o.buf[0]), "buffer_allocate") &&
-      sw_ok(r, gpuhal_command_buffer_create(o.device[0], GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[0]), "create graph") &&
-      sw_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "begin graph") &&
-      sw_ok(r, gpuhal_cmd_update(o.cb[0], init, gpuhal_ref_buffer(o.buf[0], 0), sizeof(init)), "cmd_update") &&
-      sw_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") &&
-      sw_ok(r, gpuhal_command_buffer_condition_create(o.cb[0], 1, &loop), "condition_create loop") &&
-      sw_ok(r, gpuhal_cmd_begin_while(o.cb[0], loop), "begin_while") &&
-      (args[0] = gpuhal_arg_buffer(o.buf[0], 0), args[1] = gpuhal_arg_buffer(o.buf[0], 4),
-       args[2] = gpuhal_arg_condition(loop),
-       sw_ok(r, gpuhal_cmd_dispatch(o.cb[0], count, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args),
-             "cmd_dispatch count")) &&
-      sw_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") &&
-      sw_ok(r, gpuhal_command_buffer_condition_create(o.cb[0], 0, &odd), "condition_create odd") &&
-      (args[0] = gpuhal_arg_buffer(o.buf[0], 4), args[1] = gpuhal_arg_u32(1), args[2] = gpuhal_arg_condition(odd),
-       sw_ok(r, gpuhal_cmd_dispatch(o.cb[0], set, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args),
-             "cmd_dispatch set")) &&
-      sw_ok(r, gpuhal_cmd_barrier(o.cb[0]), "barrier") && sw_ok(r, gpuhal_cmd_begin_if(o.cb[0], odd), "begin_if") &&
-      (args[0] = gpuhal_arg_buffer(o.buf[0], 8), args[1] = gpuhal_arg_u32(10),
-       sw_ok(r, gpuhal_cmd_dispatch(o.cb[0], add, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 2, args),
-             "cmd_dispatch add")) &&
-      sw_ok(r, gpuhal_cmd_end_region(o.cb[0]), "end IF") && sw_ok(r, gpuhal_cmd_end_region(o.cb[0]), "end WHILE") &&
-      sw_ok(r, gpuhal_command_buffer_end(o.cb[0]), "end graph") &&
-      sw_ok(r,
-            gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_empty(),
-                                 gpuhal_semaphore_list_one(&o.sem[0], &V1), o.cb[0], NULL),
-            "queue_execute") &&
-      sw_wait(r, o.sem[0], 1, "wait s=1") && sw_check_u32(r, o.buf[0], 4, 1, 5u, "trips"))
-    sw_check_u32(r, o.buf[0], 8, 1, 30u, "odd trips x 10");
-  sw_settle(r);
+  if (sw_open(r, &o, 1, 1) && sweep_load_conditional(r, o.device[0], &o.exe[0], &count, &set, &add) &&
+      sweep_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 3 * sizeof(uint32_t), &o.buf[0]),
+               "buffer_allocate") &&
+      sweep_record_regions(r, o.device[0], count, set, add, o.buf[0], &o.cb[0]) &&
+      sweep_ok(r,
+               gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                    gpuhal_semaphore_list_one(&o.sem[0], &V1), o.cb[0], NULL),
+               "queue_execute") &&
+      sweep_wait(r, o.sem[0], 1, "wait s=1"))
+    sweep_check_regions(r, o.buf[0]);
+  sweep_settle(r);
   sw_close(&o);
 }
 
 typedef struct sw_scenario_s {
   const char* name;
-  void (*run)(sw_run_t* r);
+  void (*run)(sweep_run_t* r);
 } sw_scenario_t;
 static const sw_scenario_t sw_scenarios[] = {
     {"device", scenario_device},
@@ -1143,7 +877,7 @@ static const sw_scenario_t* sw_find_scenario(const char* name) {
 static int sw_child(const char* scenario_name, const char* entry, unsigned long long nth, const char* result_name,
                     const char* out_path) {
   const sw_scenario_t* sc = sw_find_scenario(scenario_name);
-  sw_run_t r;
+  sweep_run_t r;
   FILE* out = fopen(out_path, "w");
   const char* msg;
   unsigned long long leaks;
@@ -1159,11 +893,11 @@ static int sw_child(const char* scenario_name, const char* entry, unsigned long 
   sw_clean_run = entry == NULL;
   sc->run(&r);
   msg = gpuhal_status_message(r.first);
-  leaks = sw_query_leaks();
-  if (entry) fired = sw_query_calls(entry) >= nth;
+  leaks = sweep_query_leaks();
+  if (entry) fired = sweep_query_calls(entry) >= nth;
   if (!entry) {
     for (i = 0; i < SW_ENTRY_COUNT; ++i) {
-      unsigned long long n = sw_query_calls(sw_entries[i]);
+      unsigned long long n = sweep_query_calls(sw_entries[i]);
       if (n) fprintf(out, "count\t%s\t%llu\n", sw_entries[i], n);
     }
   }
@@ -1196,7 +930,7 @@ static int sw_child(const char* scenario_name, const char* entry, unsigned long 
       fprintf(out, "%s\tfault fired, scenario succeeded%s\n", kept ? "kept" : "recovered",
               kept ? " (driver kept the object it failed to release)" : "");
     } else {
-      fprintf(out, "unreached\tcall %llu of %s did not happen (%llu calls)\n", nth, entry, sw_query_calls(entry));
+      fprintf(out, "unreached\tcall %llu of %s did not happen (%llu calls)\n", nth, entry, sweep_query_calls(entry));
     }
   }
   fflush(out);
@@ -1226,14 +960,7 @@ typedef struct sw_entry_count_s {
 } sw_entry_count_t;
 
 /* softnccl's peer timeout in faulted runs (see sw_start); longer under sanitizers. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SW_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SW_SANITIZED 1
-#endif
-#endif
-#ifdef SW_SANITIZED
+#ifdef SWEEP_SANITIZED
 #define SW_PEER_TIMEOUT_MS "1000"
 #else
 #define SW_PEER_TIMEOUT_MS "500"
@@ -1602,18 +1329,7 @@ int main(int argc, char** argv) {
     printf("sweep: skipped: the fault sweep needs softcuda's fault injection (GPUHAL_CUDA_LIBRARY)\n");
     return 77;
   }
-  /* softnccl is built beside softcuda: use it when no NCCL is named (an installed real
-   * NCCL cannot run on softcuda). CTest and .ci/run name it anyway. */
-  if (!getenv("GPUHAL_NCCL_LIBRARY") && getenv("GPUHAL_CUDA_LIBRARY")) {
-    char nccl[4096];
-    char* slash;
-    snprintf(nccl, sizeof(nccl), "%s", getenv("GPUHAL_CUDA_LIBRARY"));
-    slash = strrchr(nccl, '/');
-    if (slash && (size_t)(slash - nccl) + sizeof("/libnccl.so.2") <= sizeof(nccl)) {
-      memcpy(slash, "/libnccl.so.2", sizeof("/libnccl.so.2"));
-      if (access(nccl, R_OK) == 0) setenv("GPUHAL_NCCL_LIBRARY", nccl, 1);
-    }
-  }
+  sweep_default_nccl();
   sw_self = "/proc/self/exe";
   {
     static char self[4096];
