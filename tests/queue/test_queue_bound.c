@@ -27,104 +27,27 @@
 #include "test_queue_util.h"
 
 #define QB_WAIT_S 10
-#define QB_SPIN_BOUND_US 60000000ull
 #define QB_CAUSE "qbound distinctive cause 5113"
 
 static uint64_t qb_one = 1;
 
-typedef struct qb_fixture_s {
-  gpuhal_driver_t* driver;
-  gpuhal_device_t* device;
-  gpuhal_device_t* device2; /* a second device (ordinal 1) when asked for and present */
-  gpuhal_executable_t *spin_exe, *inc_exe, *fault_exe;
-  gpuhal_kernel_t *spin_flag, *atomic_inc, *fault;
-} qb_fixture_t;
-
-static void qb_release_kernels(qb_fixture_t* f) {
-  gpuhal_executable_release(f->spin_exe);
-  gpuhal_executable_release(f->inc_exe);
-  gpuhal_executable_release(f->fault_exe);
-  f->spin_exe = f->inc_exe = f->fault_exe = NULL;
-}
-
-static void qb_close(qb_fixture_t* f) {
-  qb_release_kernels(f);
-  qc_watchdog_arm(30, "gpuhal_device_release (fixture)");
-  gpuhal_device_release(f->device);
-  gpuhal_device_release(f->device2);
-  qc_watchdog_disarm();
-  qc_watchdog_arm(30, "gpuhal_driver_release (fixture)");
-  gpuhal_driver_release(f->driver);
-  qc_watchdog_disarm();
-  memset(f, 0, sizeof(*f));
-}
-
 /* `bound`: tuning.queue_entries_max; `two`: also open ordinal 1 (skipped when absent);
  * `trace_path`: options.trace_path (NULL: off). */
-static int qb_open_ex(qb_fixture_t* f, uint32_t queues, int32_t bound, int two, const char* trace_path) {
-  gpuhal_driver_options_t options;
-  gpuhal_device_params_t params;
-  gpuhal_status_t st;
-  int count = 0;
-  memset(f, 0, sizeof(*f));
-  memset(&options, 0, sizeof(options));
-  memset(&params, 0, sizeof(params));
-  options.trace_path = trace_path;
-  params.queue_count = queues;
-  params.tuning.queue_entries_max = bound;
-  st = gpuhal_driver_create(&options, &f->driver);
-  if (!st) st = gpuhal_device_create(f->driver, 0, &params, &f->device);
-  if (!st && two) st = gpuhal_driver_device_count(f->driver, &count);
-  if (!st && two && count >= 2) st = gpuhal_device_create(f->driver, 1, &params, &f->device2);
-  if (!st) st = qc_load_kernel(f->device, "spin_flag", &f->spin_exe, &f->spin_flag);
-  if (!st) st = qc_load_kernel(f->device, "atomic_inc", &f->inc_exe, &f->atomic_inc);
-  if (!st) st = qc_load_kernel(f->device, "fault", &f->fault_exe, &f->fault);
-  if (st) {
-    fprintf(stderr, "  fixture: %s\n", gpuhal_status_message(st));
-    gpuhal_status_free(st);
-    if (f->driver) qb_close(f);
-    return 0;
-  }
-  return 1;
+static int qb_open_ex(qc_fixture_t* f, uint32_t queues, int32_t bound, int two, const char* trace_path) {
+  return qc_fixture_open_with(f, queues, bound, QC_SPIN_FLAG | QC_ATOMIC_INC | QC_FAULT, two, trace_path);
 }
 
-static int qb_open(qb_fixture_t* f, uint32_t queues, int32_t bound) { return qb_open_ex(f, queues, bound, 0, NULL); }
+static int qb_open(qc_fixture_t* f, uint32_t queues, int32_t bound) { return qb_open_ex(f, queues, bound, 0, NULL); }
 
-static gpuhal_semaphore_t* qb_semaphore(qb_fixture_t* f) { return qc_semaphore_new(f->driver); }
+static gpuhal_semaphore_t* qb_semaphore(qc_fixture_t* f) { return qc_semaphore_new(f->driver); }
 
-/* A kernel in flight on `queue` until qb_blocker_finish, signalling `done` = 1: whatever is
- * queued behind it with a small bound is held. */
-typedef struct qb_blocker_s {
-  gpuhal_buffer_t* words;
-  gpuhal_command_buffer_t* cb;
-  gpuhal_semaphore_t* done;
-} qb_blocker_t;
-
-static int qb_blocker_start(qb_fixture_t* f, qb_blocker_t* b, uint32_t queue) {
-  gpuhal_status_t st;
-  uint32_t init[2] = {0, 0};
-  memset(b, 0, sizeof(*b));
-  b->done = qb_semaphore(f);
-  st = gpuhal_buffer_allocate(f->device, GPUHAL_MEMORY_HOST_PINNED, 8, &b->words);
-  if (!st) memcpy(gpuhal_buffer_host_pointer(b->words), init, 8);
-  if (!st) st = qc_record_spin_flag(f->device, f->spin_flag, b->words, QB_SPIN_BOUND_US, &b->cb);
-  if (!st)
-    st = gpuhal_queue_execute(f->device, queue, gpuhal_semaphore_list_empty(),
-                              gpuhal_semaphore_list_one(&b->done, &qb_one), b->cb, NULL);
-  if (st) {
-    fprintf(stderr, "  blocker: %s\n", gpuhal_status_message(st));
-    gpuhal_status_free(st);
-    return 0;
-  }
-  return 1;
+/* A blocker (qc_blocker_start) on `queue` with a `done` of its own. */
+static int qb_blocker_start(qc_fixture_t* f, qc_blocker_t* b, uint32_t queue) {
+  return qc_blocker_start(f, b, queue, qb_semaphore(f));
 }
 
-static void qb_blocker_let_go(qb_blocker_t* b) {
-  if (b->words) qc_flag_store(b->words, 1);
-}
-
-static void qb_blocker_finish(qb_blocker_t* b) {
-  qb_blocker_let_go(b);
+static void qb_blocker_finish(qc_blocker_t* b) {
+  qc_blocker_let_go(b);
   if (b->cb) TU_CHECK_OK(gpuhal_semaphore_wait(b->done, 1, qt_seconds(30)));
   gpuhal_command_buffer_release(b->cb);
   gpuhal_buffer_release(b->words);
@@ -140,26 +63,13 @@ static gpuhal_status_t qb_barrier(gpuhal_device_t* device, uint32_t queue, gpuha
   return gpuhal_queue_execute(device, queue, wait, signal, NULL, NULL);
 }
 
-/* A command buffer (`flags`) of `n` atomic_inc dispatches on `counter`. */
-static gpuhal_status_t qb_record_incs(qb_fixture_t* f, gpuhal_command_buffer_flags_t flags, gpuhal_buffer_t* counter,
-                                      int n, gpuhal_command_buffer_t** out) {
-  gpuhal_arg_t arg = gpuhal_arg_buffer(counter, 0);
-  gpuhal_status_t st = gpuhal_command_buffer_create(f->device, flags, 0, out);
-  int i;
-  if (!st) st = gpuhal_command_buffer_begin(*out);
-  for (i = 0; i < n && !st; ++i)
-    st = gpuhal_cmd_dispatch(*out, f->atomic_inc, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg);
-  if (!st) st = gpuhal_command_buffer_end(*out);
-  return st;
-}
-
 static uint32_t qb_read_u32(gpuhal_buffer_t* b) {
   uint32_t v = 0;
   TU_CHECK_OK(gpuhal_buffer_read(b, 0, &v, 4));
   return v;
 }
 
-static gpuhal_buffer_t* qb_counter(qb_fixture_t* f) {
+static gpuhal_buffer_t* qb_counter(qc_fixture_t* f) {
   gpuhal_buffer_t* b = NULL;
   uint32_t zero = 0;
   TU_CHECK_OK(gpuhal_buffer_allocate(f->device, GPUHAL_MEMORY_DEVICE, 4, &b));
@@ -196,8 +106,8 @@ static unsigned qb_rand(unsigned* seed) {
 #define QB_CHAIN 48
 
 static void qb_cross_waits_case(int32_t bound, unsigned seed) {
-  qb_fixture_t f;
-  qb_blocker_t blocker;
+  qc_fixture_t f;
+  qc_blocker_t blocker;
   gpuhal_semaphore_t *t = NULL, *u[3] = {NULL, NULL, NULL};
   int order[3 * QB_CHAIN], i, n = 0, failures = 0;
   if (!qb_open_ex(&f, 3, bound, 1, NULL)) TU_SKIP("no device or test kernels");
@@ -251,7 +161,7 @@ static void qb_cross_waits_case(int32_t bound, unsigned seed) {
   if (f.device2) TU_CHECK_OK(gpuhal_device_wait_idle(f.device2, qt_seconds(QB_WAIT_S)));
   gpuhal_semaphore_release(t);
   for (i = 0; i < 3; ++i) gpuhal_semaphore_release(u[i]);
-  qb_close(&f);
+  qc_fixture_close(&f);
 }
 
 TU_TEST(other_queues_and_devices_wait_on_held_values) {
@@ -267,8 +177,8 @@ TU_TEST(other_queues_and_devices_wait_on_held_values) {
  * Held `a` on queue 0 waits for s >= 1 (submitted on queue 1) and signals r = 1; `b` after
  * it signals t = 1. `fail_wait`: s fails while `a` is held; else r fails. */
 static void qb_held_fails_case(int32_t bound, int fail_wait) {
-  qb_fixture_t f;
-  qb_blocker_t b0, b1;
+  qc_fixture_t f;
+  qc_blocker_t b0, b1;
   gpuhal_semaphore_t *r = NULL, *t = NULL;
   if (!qb_open(&f, 2, bound)) TU_SKIP("no device or test kernels");
   r = qb_semaphore(&f);
@@ -284,12 +194,12 @@ static void qb_held_fails_case(int32_t bound, int fail_wait) {
     gpuhal_semaphore_fail(b1.done, gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, QB_CAUSE));
   else
     gpuhal_semaphore_fail(r, gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, QB_CAUSE));
-  qb_blocker_let_go(&b0);
-  if (!fail_wait) qb_blocker_let_go(&b1); /* `a` waits for it; `b` behind `a` on the stream */
+  qc_blocker_let_go(&b0);
+  if (!fail_wait) qc_blocker_let_go(&b1); /* `a` waits for it; `b` behind `a` on the stream */
   /* The operation behind it goes; the failed one's signal carries the cause. */
   TU_CHECK_OK(gpuhal_semaphore_wait(t, 1, qt_seconds(QB_WAIT_S)));
   qb_check_failed_with(r, 1, QB_CAUSE);
-  qb_blocker_let_go(&b1);
+  qc_blocker_let_go(&b1);
   TU_CHECK_OK(gpuhal_semaphore_wait(b0.done, 1, qt_seconds(QB_WAIT_S)));
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QB_WAIT_S)));
   gpuhal_command_buffer_release(b1.cb);
@@ -298,7 +208,7 @@ static void qb_held_fails_case(int32_t bound, int fail_wait) {
   qb_blocker_finish(&b0);
   gpuhal_semaphore_release(r);
   gpuhal_semaphore_release(t);
-  qb_close(&f);
+  qc_fixture_close(&f);
 }
 
 TU_TEST(held_work_whose_wait_fails_fails_its_signals) {
@@ -314,8 +224,8 @@ TU_TEST(held_work_whose_signal_fails_holds_up_nothing) {
 /* ---- 3. report and idle waits ---- */
 
 TU_TEST(held_work_is_reported_held_and_waited_for) {
-  qb_fixture_t f;
-  qb_blocker_t blocker;
+  qc_fixture_t f;
+  qc_blocker_t blocker;
   gpuhal_semaphore_t* t = NULL;
   static char text[1 << 16];
   size_t length = 0;
@@ -340,24 +250,24 @@ TU_TEST(held_work_is_reported_held_and_waited_for) {
   TU_CHECK_OK(gpuhal_driver_report_pending(f.driver, text, sizeof(text), &length));
   TU_CHECK_STR_CONTAINS(text, "gpuhal pending report: 0 operations not done\n");
   gpuhal_semaphore_release(t);
-  qb_close(&f);
+  qc_fixture_close(&f);
 }
 
 /* ---- 4. polling ---- */
 
 typedef struct qb_let_go_s {
-  qb_blocker_t* blocker;
+  qc_blocker_t* blocker;
   int ms;
 } qb_let_go_t;
 static void qb_let_go_fn(void* arg) {
   qb_let_go_t* l = (qb_let_go_t*)arg;
   qc_sleep_ms(l->ms);
-  qb_blocker_let_go(l->blocker);
+  qc_blocker_let_go(l->blocker);
 }
 
 TU_TEST(polls_on_held_values_see_progress) {
-  qb_fixture_t f;
-  qb_blocker_t blocker;
+  qc_fixture_t f;
+  qc_blocker_t blocker;
   qb_let_go_t let_go;
   qc_async_t async;
   gpuhal_semaphore_t *t = NULL, *u = NULL;
@@ -410,7 +320,7 @@ TU_TEST(polls_on_held_values_see_progress) {
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QB_WAIT_S)));
   gpuhal_semaphore_release(t);
   gpuhal_semaphore_release(u);
-  qb_close(&f);
+  qc_fixture_close(&f);
 }
 
 /* ---- 5. host calls among held work ---- */
@@ -453,8 +363,8 @@ TU_TEST(host_calls_among_held_work) {
   int32_t bounds[3] = {1, 2, 5};
   int b;
   for (b = 0; b < 3; ++b) {
-    qb_fixture_t f;
-    qb_blocker_t blocker;
+    qc_fixture_t f;
+    qc_blocker_t blocker;
     qb_host_t h;
     gpuhal_semaphore_t *t = NULL, *hs = NULL;
     gpuhal_buffer_t* counter;
@@ -466,7 +376,7 @@ TU_TEST(host_calls_among_held_work) {
     h.x = qb_semaphore(&f);
     counter = qb_counter(&f);
     TU_REQUIRE(t && hs && h.x && counter);
-    TU_REQUIRE_OK(qb_record_incs(&f, GPUHAL_COMMAND_BUFFER_STREAM, counter, 3, &h.cb));
+    TU_REQUIRE_OK(qc_record_incs(&f, GPUHAL_COMMAND_BUFFER_STREAM, counter, 3, &h.cb));
     h.device = f.device;
     h.t = t;
     h.base = 10;
@@ -490,15 +400,15 @@ TU_TEST(host_calls_among_held_work) {
     gpuhal_buffer_release(counter);
     gpuhal_semaphore_release(t);
     gpuhal_semaphore_release(hs);
-    qb_close(&f);
+    qc_fixture_close(&f);
   }
 }
 
 /* ---- 6. allocas, deallocas and long command buffers among held work ---- */
 
 static void qb_mixed_case(int32_t bound, gpuhal_command_buffer_flags_t flags) {
-  qb_fixture_t f;
-  qb_blocker_t blocker;
+  qc_fixture_t f;
+  qc_blocker_t blocker;
   gpuhal_semaphore_t* t = NULL;
   gpuhal_buffer_t* counter;
   gpuhal_command_buffer_t* incs = NULL;
@@ -509,7 +419,7 @@ static void qb_mixed_case(int32_t bound, gpuhal_command_buffer_flags_t flags) {
   t = qb_semaphore(&f);
   counter = qb_counter(&f);
   TU_REQUIRE(t && counter);
-  TU_REQUIRE_OK(qb_record_incs(&f, flags | GPUHAL_COMMAND_BUFFER_REUSABLE, counter, 12, &incs));
+  TU_REQUIRE_OK(qc_record_incs(&f, flags | GPUHAL_COMMAND_BUFFER_REUSABLE, counter, 12, &incs));
   TU_REQUIRE(qb_blocker_start(&f, &blocker, 0));
   /* Each step waits for the one before on the timeline (exact order), alternating kinds. */
   for (round = 0; round < 4; ++round) {
@@ -540,7 +450,7 @@ static void qb_mixed_case(int32_t bound, gpuhal_command_buffer_flags_t flags) {
   gpuhal_command_buffer_release(incs);
   gpuhal_buffer_release(counter);
   gpuhal_semaphore_release(t);
-  qb_close(&f);
+  qc_fixture_close(&f);
 }
 
 TU_TEST(allocas_and_long_command_buffers_among_held_work) {
@@ -555,8 +465,8 @@ TU_TEST(allocas_and_long_command_buffers_among_held_work) {
 /* order 0: the timeline, then the device, then the driver; 1: the device first; 2: the
  * driver first (it stays until its objects go), then the device, then the semaphores. */
 static void qb_release_case(int order) {
-  qb_fixture_t f;
-  qb_blocker_t blocker;
+  qc_fixture_t f;
+  qc_blocker_t blocker;
   gpuhal_semaphore_t *t = NULL, *watch = NULL;
   gpuhal_driver_t* driver;
   qc_async_t async;
@@ -576,7 +486,7 @@ static void qb_release_case(int order) {
   gpuhal_buffer_release(blocker.words);
   blocker.cb = NULL;
   blocker.words = NULL;
-  qb_release_kernels(&f);
+  qc_fixture_release_kernels(&f);
   driver = f.driver;
   if (order == 0) {
     gpuhal_semaphore_release(t);
@@ -629,8 +539,8 @@ static void qb_submitter_fn(void* arg) {
 
 /* The application's last other reference goes while a thread (holding one) still submits. */
 TU_TEST(release_while_another_thread_submits_held_work) {
-  qb_fixture_t f;
-  qb_blocker_t blocker;
+  qc_fixture_t f;
+  qc_blocker_t blocker;
   qb_submitter_t s;
   qc_async_t async;
   if (!qb_open(&f, 1, 1)) TU_SKIP("no device or test kernels");
@@ -643,11 +553,11 @@ TU_TEST(release_while_another_thread_submits_held_work) {
   gpuhal_device_retain(f.device);
   TU_REQUIRE(qc_async_start(&async, qb_submitter_fn, &s));
   qc_sleep_ms(5);
-  qb_release_kernels(&f);
+  qc_fixture_release_kernels(&f);
   gpuhal_device_release(f.device); /* the submitter's reference keeps it */
   f.device = NULL;
   qc_sleep_ms(5);
-  qb_blocker_let_go(&blocker);
+  qc_blocker_let_go(&blocker);
   qc_async_join(&async, "the submitter");
   TU_CHECK_EQ_INT(s.ok, s.n);
   TU_CHECK_OK(gpuhal_semaphore_wait(s.t, (uint64_t)s.n, qt_seconds(QB_WAIT_S)));
@@ -662,7 +572,7 @@ TU_TEST(release_while_another_thread_submits_held_work) {
 /* ---- 8. a device lost while work is held (last: softcuda's context stays lost) ---- */
 
 TU_TEST(a_loss_fails_held_work) {
-  qb_fixture_t f;
+  qc_fixture_t f;
   gpuhal_command_buffer_t* fault_cb = NULL;
   gpuhal_semaphore_t *t = NULL, *faulted = NULL, *other = NULL;
   gpuhal_arg_t arg = gpuhal_arg_u64(0x10);
@@ -708,14 +618,14 @@ TU_TEST(a_loss_fails_held_work) {
   gpuhal_semaphore_release(t);
   gpuhal_semaphore_release(faulted);
   gpuhal_semaphore_release(other);
-  qb_close(&f);
+  qc_fixture_close(&f);
 }
 
 /* ---- 9. tracing ---- */
 
 TU_TEST(held_work_with_tracing_on) {
-  qb_fixture_t f;
-  qb_blocker_t blocker;
+  qc_fixture_t f;
+  qc_blocker_t blocker;
   gpuhal_semaphore_t* t = NULL;
   char path[256];
   uint64_t i;
@@ -729,7 +639,7 @@ TU_TEST(held_work_with_tracing_on) {
   started = t != NULL && qb_blocker_start(&f, &blocker, 0);
   if (!started) {
     gpuhal_semaphore_release(t);
-    qb_close(&f);
+    qc_fixture_close(&f);
     remove(path);
   }
   TU_REQUIRE(started);
@@ -740,7 +650,7 @@ TU_TEST(held_work_with_tracing_on) {
   TU_CHECK_EQ_INT(qc_query(t), 60);
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QB_WAIT_S)));
   gpuhal_semaphore_release(t);
-  qb_close(&f);
+  qc_fixture_close(&f);
   remove(path);
 }
 
@@ -750,8 +660,8 @@ TU_TEST(thousands_of_operations_with_a_tiny_bound) {
   int32_t bounds[4] = {1, 2, 5, 8};
   int b;
   for (b = 0; b < 4; ++b) {
-    qb_fixture_t f;
-    qb_blocker_t blocker;
+    qc_fixture_t f;
+    qc_blocker_t blocker;
     gpuhal_semaphore_t *t = NULL, *u = NULL;
     const uint64_t n = 3000;
     uint64_t i;
@@ -767,7 +677,7 @@ TU_TEST(thousands_of_operations_with_a_tiny_bound) {
       if (i % 100 == 0) TU_CHECK_OK(qb_barrier(f.device, 1, t, i, u, i / 100));
     }
     t1 = gpuhal_now_ns();
-    qb_blocker_let_go(&blocker);
+    qc_blocker_let_go(&blocker);
     TU_CHECK_OK(gpuhal_semaphore_wait(t, n, qt_seconds(30)));
     TU_CHECK_OK(gpuhal_semaphore_wait(u, n / 100, qt_seconds(30)));
     t2 = gpuhal_now_ns();
@@ -779,7 +689,7 @@ TU_TEST(thousands_of_operations_with_a_tiny_bound) {
     TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QB_WAIT_S)));
     gpuhal_semaphore_release(t);
     gpuhal_semaphore_release(u);
-    qb_close(&f);
+    qc_fixture_close(&f);
   }
 }
 

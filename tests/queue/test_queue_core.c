@@ -37,58 +37,13 @@
 #define QC_CAUSE "qcore distinctive cause 4711"
 /* A wait that must be satisfied gets this long; well above any honest latency. */
 #define QC_WAIT_S 10
-/* spin_flag's own bound (the test always lets it go long before). */
-#define QC_SPIN_BOUND_US 60000000ull
 
 static uint64_t one_value = 1;
-
-typedef struct qc_fixture_s {
-  gpuhal_driver_t* driver;
-  gpuhal_device_t* device;
-  gpuhal_executable_t *spin_exe, *saxpy_exe, *inc_exe;
-  gpuhal_kernel_t *spin_flag, *saxpy, *atomic_inc;
-} qc_fixture_t;
-
-/* The kernels hold the device: released before it, when a test releases the device itself. */
-static void qc_fixture_release_kernels(qc_fixture_t* f) {
-  gpuhal_executable_release(f->spin_exe);
-  gpuhal_executable_release(f->saxpy_exe);
-  gpuhal_executable_release(f->inc_exe);
-  f->spin_exe = f->saxpy_exe = f->inc_exe = NULL;
-}
-
-static void qc_fixture_close(qc_fixture_t* f) {
-  qc_fixture_release_kernels(f);
-  qc_watchdog_arm(30, "gpuhal_device_release (fixture)");
-  gpuhal_device_release(f->device);
-  qc_watchdog_disarm();
-  qc_watchdog_arm(30, "gpuhal_driver_release (fixture)");
-  gpuhal_driver_release(f->driver);
-  qc_watchdog_disarm();
-  memset(f, 0, sizeof(*f));
-}
 
 /* 0 (and a message) when the device or the test kernels are not available.
  * `queue_entries_max`: the tuning field (0: the default). */
 static int qc_fixture_open_ex(qc_fixture_t* f, uint32_t queues, int32_t queue_entries_max) {
-  gpuhal_device_params_t params;
-  gpuhal_status_t st;
-  memset(f, 0, sizeof(*f));
-  memset(&params, 0, sizeof(params));
-  params.queue_count = queues;
-  params.tuning.queue_entries_max = queue_entries_max;
-  st = gpuhal_driver_create(NULL, &f->driver);
-  if (!st) st = gpuhal_device_create(f->driver, 0, &params, &f->device);
-  if (!st) st = qc_load_kernel(f->device, "spin_flag", &f->spin_exe, &f->spin_flag);
-  if (!st) st = qc_load_kernel(f->device, "saxpy", &f->saxpy_exe, &f->saxpy);
-  if (!st) st = qc_load_kernel(f->device, "atomic_inc", &f->inc_exe, &f->atomic_inc);
-  if (st) {
-    fprintf(stderr, "  fixture: %s\n", gpuhal_status_message(st));
-    gpuhal_status_free(st);
-    qc_fixture_close(f);
-    return 0;
-  }
-  return 1;
+  return qc_fixture_open_with(f, queues, queue_entries_max, QC_SPIN_FLAG | QC_SAXPY | QC_ATOMIC_INC, 0, NULL);
 }
 
 static int qc_fixture_open(qc_fixture_t* f, uint32_t queues) { return qc_fixture_open_ex(f, queues, 0); }
@@ -392,35 +347,11 @@ static gpuhal_status_t qc_set_flag_fn(void* user) {
   return NULL;
 }
 
-/* The work in flight on queue 1 of `f`: spin_flag, signalling `long_sem` = 1. */
-typedef struct qc_blocker_s {
-  gpuhal_buffer_t* words;
-  gpuhal_command_buffer_t* cb;
-} qc_blocker_t;
-
-static int qc_blocker_start(qc_fixture_t* f, qc_blocker_t* b, uint32_t queue, gpuhal_semaphore_t* long_sem) {
-  gpuhal_status_t st;
-  uint32_t init[2] = {0, 0};
-  memset(b, 0, sizeof(*b));
-  st = gpuhal_buffer_allocate(f->device, GPUHAL_MEMORY_HOST_PINNED, 8, &b->words);
-  if (!st) memcpy(gpuhal_buffer_host_pointer(b->words), init, 8);
-  if (!st) st = qc_record_spin_flag(f->device, f->spin_flag, b->words, QC_SPIN_BOUND_US, &b->cb);
-  if (!st)
-    st = gpuhal_queue_execute(f->device, queue, gpuhal_semaphore_list_empty(),
-                              gpuhal_semaphore_list_one(&long_sem, &one_value), b->cb, NULL);
-  if (st) {
-    fprintf(stderr, "  blocker: %s\n", gpuhal_status_message(st));
-    gpuhal_status_free(st);
-    return 0;
-  }
-  return 1;
-}
-
 /* Lets the blocker go and checks it was let go (not timed out). */
-static void qc_blocker_finish(qc_blocker_t* b, gpuhal_semaphore_t* long_sem) {
-  if (b->words) qc_flag_store(b->words, 1);
+static void qc_blocker_finish(qc_blocker_t* b) {
+  qc_blocker_let_go(b);
   if (b->cb) {
-    TU_CHECK_OK(gpuhal_semaphore_wait(long_sem, 1, qt_seconds(30)));
+    TU_CHECK_OK(gpuhal_semaphore_wait(b->done, 1, qt_seconds(30)));
     TU_CHECK_EQ_INT(qc_flag_out(b->words), 1);
   }
   gpuhal_command_buffer_release(b->cb);
@@ -467,7 +398,7 @@ TU_TEST(independent_queues_do_not_wait_for_each_other) {
   /* all of that while queue 1 still runs */
   TU_CHECK_EQ_INT(qc_query(l), 0);
   TU_CHECK_EQ_INT(qc_flag_out(blocker.words), 0);
-  qc_blocker_finish(&blocker, l);
+  qc_blocker_finish(&blocker);
   TU_CHECK_OK(gpuhal_semaphores_wait(GPUHAL_WAIT_ALL, any, qt_seconds(QC_WAIT_S)));
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
   gpuhal_command_buffer_release(short_cb);
@@ -580,7 +511,7 @@ TU_TEST(alloca_settles_at_once_only_on_an_idle_queue) {
   qc_sleep_ms(20);
   TU_CHECK_EQ_INT(qc_query(s), 2);
   TU_CHECK_EQ_INT(qc_flag_out(blocker.words), 0);
-  qc_blocker_finish(&blocker, l);
+  qc_blocker_finish(&blocker);
   TU_CHECK_OK(gpuhal_semaphore_wait(s, 4, qt_seconds(QC_WAIT_S)));
   TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QC_WAIT_S)));
   memset(&stats, 0, sizeof(stats));
@@ -639,7 +570,7 @@ TU_TEST(polls_leave_nothing_behind) {
   }
   TU_CHECK_EQ_INT(wrong, 0);
   TU_CHECK_EQ_INT(qc_flag_out(blocker.words), 0); /* the polls really were on work in flight */
-  qc_blocker_finish(&blocker, t);
+  qc_blocker_finish(&blocker);
   TU_CHECK_OK(gpuhal_semaphore_wait(t, 1, gpuhal_timeout_immediate()));
   gpuhal_semaphore_release(t);
   gpuhal_semaphore_release(other);
@@ -965,7 +896,7 @@ TU_TEST(device_release_ignores_other_devices_work) {
   wait.values = wait_values;
   TU_CHECK_OK(gpuhal_queue_execute(b, 0, wait, gpuhal_semaphore_list_one(&vb, &one_value), cb, NULL));
   qc_sleep_ms(20);
-  qc_blocker_finish(&blocker, va); /* va reached: B's op now waits only on the gate */
+  qc_blocker_finish(&blocker); /* va reached: B's op now waits only on the gate */
   gpuhal_executable_release(fa.spin_exe);
   gpuhal_executable_release(fa.saxpy_exe);
   gpuhal_executable_release(fa.inc_exe);
@@ -1406,9 +1337,9 @@ TU_TEST(lower_signal_landing_late_does_not_hold_a_gpu_wait) {
   TU_CHECK_OK(gpuhal_queue_execute(f.device, 3, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &five),
                                    NULL, NULL));
   TU_CHECK_OK(gpuhal_semaphore_wait(s, 5, qt_seconds(QC_WAIT_S)));
-  qc_blocker_finish(&b2, l2); /* s = 3 lands after 5 */
+  qc_blocker_finish(&b2); /* s = 3 lands after 5 */
   TU_CHECK_OK(gpuhal_semaphore_wait(d2, 1, qt_seconds(QC_WAIT_S)));
-  qc_blocker_finish(&b0, l0); /* now the wait for 4 is looked at */
+  qc_blocker_finish(&b0); /* now the wait for 4 is looked at */
   st = gpuhal_semaphore_wait(out, 1, qt_seconds(QC_WAIT_S));
   TU_CHECK_OK(st);
   TU_CHECK_EQ_INT(qc_query(s), 5);
@@ -1518,18 +1449,6 @@ static void qc_full_submit_fn(void* arg) {
   }
 }
 
-/* A STREAM command buffer of `n` atomic_inc dispatches on `counter`. */
-static gpuhal_status_t qc_record_incs(qc_fixture_t* f, gpuhal_buffer_t* counter, int n, gpuhal_command_buffer_t** out) {
-  gpuhal_arg_t arg = gpuhal_arg_buffer(counter, 0);
-  gpuhal_status_t st = gpuhal_command_buffer_create(f->device, GPUHAL_COMMAND_BUFFER_STREAM, 0, out);
-  int i;
-  if (!st) st = gpuhal_command_buffer_begin(*out);
-  for (i = 0; i < n && !st; ++i)
-    st = gpuhal_cmd_dispatch(*out, f->atomic_inc, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg);
-  if (!st) st = gpuhal_command_buffer_end(*out);
-  return st;
-}
-
 TU_TEST(a_full_stream_blocks_neither_its_submitter_nor_other_queues) {
   qc_fixture_t f;
   qc_blocker_t blocker;
@@ -1548,7 +1467,7 @@ TU_TEST(a_full_stream_blocks_neither_its_submitter_nor_other_queues) {
   done = qc_semaphore(&f);
   TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 4, &counter));
   if (counter) TU_CHECK_OK(gpuhal_buffer_write(counter, 0, &zero, 4));
-  if (counter) TU_CHECK_OK(qc_record_incs(&f, counter, QC_FULL_COMMANDS, &q.incs));
+  if (counter) TU_CHECK_OK(qc_record_incs(&f, GPUHAL_COMMAND_BUFFER_STREAM, counter, QC_FULL_COMMANDS, &q.incs));
   TU_REQUIRE(q.timeline && l && gate && done && q.incs);
   TU_REQUIRE(qc_blocker_start(&f, &blocker, 0, l));
   TU_REQUIRE(qc_async_start(&submitter, qc_full_submit_fn, &q));
@@ -1565,7 +1484,7 @@ TU_TEST(a_full_stream_blocks_neither_its_submitter_nor_other_queues) {
   TU_CHECK_EQ_INT(qc_query(l), 0);
   TU_CHECK_EQ_INT(qc_flag_out(blocker.words), 0);
   TU_CHECK(qc_query(q.timeline) < QC_FULL_OPS);
-  qc_blocker_finish(&blocker, l);
+  qc_blocker_finish(&blocker);
   qc_async_join(&submitter, "queue 0's submitter");
   TU_CHECK_EQ_INT(q.failures, 0);
   TU_CHECK_OK(gpuhal_semaphore_wait(q.timeline, QC_FULL_OPS, qt_seconds(QC_WAIT_S * 3)));

@@ -532,4 +532,118 @@ static gpuhal_status_code_t qc_code(gpuhal_status_t st) {
   return code;
 }
 
+/* ---- the fixture of the queue core and bound tests ---- */
+/* spin_flag's own bound (the tests always let it go long before). */
+#define QC_SPIN_BOUND_US 60000000ull
+
+/* The test kernels a fixture loads on its device (qc_fixture_open_with's `kernels`). */
+enum { QC_SPIN_FLAG = 1, QC_SAXPY = 2, QC_ATOMIC_INC = 4, QC_FAULT = 8 };
+
+typedef struct qc_fixture_s {
+  gpuhal_driver_t* driver;
+  gpuhal_device_t* device;
+  gpuhal_device_t* device2; /* a second device (ordinal 1) when asked for and present */
+  gpuhal_executable_t *spin_exe, *saxpy_exe, *inc_exe, *fault_exe;
+  gpuhal_kernel_t *spin_flag, *saxpy, *atomic_inc, *fault;
+} qc_fixture_t;
+
+/* The kernels hold the device: released before it, when a test releases the device itself. */
+static void qc_fixture_release_kernels(qc_fixture_t* f) {
+  gpuhal_executable_release(f->spin_exe);
+  gpuhal_executable_release(f->saxpy_exe);
+  gpuhal_executable_release(f->inc_exe);
+  gpuhal_executable_release(f->fault_exe);
+  f->spin_exe = f->saxpy_exe = f->inc_exe = f->fault_exe = NULL;
+}
+
+static void qc_fixture_close(qc_fixture_t* f) {
+  qc_fixture_release_kernels(f);
+  qc_watchdog_arm(30, "gpuhal_device_release (fixture)");
+  gpuhal_device_release(f->device);
+  gpuhal_device_release(f->device2);
+  qc_watchdog_disarm();
+  qc_watchdog_arm(30, "gpuhal_driver_release (fixture)");
+  gpuhal_driver_release(f->driver);
+  qc_watchdog_disarm();
+  memset(f, 0, sizeof(*f));
+}
+
+/* A driver (`trace_path`: options.trace_path, NULL: off) and its device 0 of `queues` queues
+ * (`queue_entries_max`: the tuning field, 0: the default); with `two`, ordinal 1 too when
+ * present; the `kernels` (QC_*) loaded on device 0. 0 (and a message) when the device or a
+ * test kernel is not available. */
+static int qc_fixture_open_with(qc_fixture_t* f, uint32_t queues, int32_t queue_entries_max, unsigned kernels, int two,
+                                const char* trace_path) {
+  gpuhal_driver_options_t options;
+  gpuhal_device_params_t params;
+  gpuhal_status_t st;
+  int count = 0;
+  memset(f, 0, sizeof(*f));
+  memset(&options, 0, sizeof(options));
+  memset(&params, 0, sizeof(params));
+  options.trace_path = trace_path;
+  params.queue_count = queues;
+  params.tuning.queue_entries_max = queue_entries_max;
+  st = gpuhal_driver_create(&options, &f->driver);
+  if (!st) st = gpuhal_device_create(f->driver, 0, &params, &f->device);
+  if (!st && two) st = gpuhal_driver_device_count(f->driver, &count);
+  if (!st && two && count >= 2) st = gpuhal_device_create(f->driver, 1, &params, &f->device2);
+  if (!st && (kernels & QC_SPIN_FLAG)) st = qc_load_kernel(f->device, "spin_flag", &f->spin_exe, &f->spin_flag);
+  if (!st && (kernels & QC_SAXPY)) st = qc_load_kernel(f->device, "saxpy", &f->saxpy_exe, &f->saxpy);
+  if (!st && (kernels & QC_ATOMIC_INC)) st = qc_load_kernel(f->device, "atomic_inc", &f->inc_exe, &f->atomic_inc);
+  if (!st && (kernels & QC_FAULT)) st = qc_load_kernel(f->device, "fault", &f->fault_exe, &f->fault);
+  if (st) {
+    fprintf(stderr, "  fixture: %s\n", gpuhal_status_message(st));
+    gpuhal_status_free(st);
+    qc_fixture_close(f);
+    return 0;
+  }
+  return 1;
+}
+
+/* spin_flag in flight on `queue` until qc_blocker_let_go, then signalling `done` = 1:
+ * whatever is queued behind it waits. */
+typedef struct qc_blocker_s {
+  gpuhal_buffer_t* words; /* the flag and spin_flag's out (qc_record_spin_flag) */
+  gpuhal_command_buffer_t* cb;
+  gpuhal_semaphore_t* done;
+} qc_blocker_t;
+
+static int qc_blocker_start(qc_fixture_t* f, qc_blocker_t* b, uint32_t queue, gpuhal_semaphore_t* done) {
+  gpuhal_status_t st;
+  uint32_t init[2] = {0, 0};
+  uint64_t one = 1;
+  memset(b, 0, sizeof(*b));
+  b->done = done;
+  st = gpuhal_buffer_allocate(f->device, GPUHAL_MEMORY_HOST_PINNED, 8, &b->words);
+  if (!st) memcpy(gpuhal_buffer_host_pointer(b->words), init, 8);
+  if (!st) st = qc_record_spin_flag(f->device, f->spin_flag, b->words, QC_SPIN_BOUND_US, &b->cb);
+  if (!st)
+    st = gpuhal_queue_execute(f->device, queue, gpuhal_semaphore_list_empty(),
+                              gpuhal_semaphore_list_one(&b->done, &one), b->cb, NULL);
+  if (st) {
+    fprintf(stderr, "  blocker: %s\n", gpuhal_status_message(st));
+    gpuhal_status_free(st);
+    return 0;
+  }
+  return 1;
+}
+
+static void qc_blocker_let_go(qc_blocker_t* b) {
+  if (b->words) qc_flag_store(b->words, 1);
+}
+
+/* A command buffer (`flags`) of `n` atomic_inc dispatches on `counter`. */
+static gpuhal_status_t qc_record_incs(qc_fixture_t* f, gpuhal_command_buffer_flags_t flags, gpuhal_buffer_t* counter,
+                                      int n, gpuhal_command_buffer_t** out) {
+  gpuhal_arg_t arg = gpuhal_arg_buffer(counter, 0);
+  gpuhal_status_t st = gpuhal_command_buffer_create(f->device, flags, 0, out);
+  int i;
+  if (!st) st = gpuhal_command_buffer_begin(*out);
+  for (i = 0; i < n && !st; ++i)
+    st = gpuhal_cmd_dispatch(*out, f->atomic_inc, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg);
+  if (!st) st = gpuhal_command_buffer_end(*out);
+  return st;
+}
+
 #endif /* GPUHAL_TEST_QUEUE_UTIL_H */
