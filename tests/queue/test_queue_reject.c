@@ -56,6 +56,46 @@ static void qr_waiter_check(qr_waiter_t* w, gpuhal_status_t call, const char* wh
   gpuhal_status_free(call);
 }
 
+/* Releases `device` (under the watchdog: a hang fails with `what`), then `driver`. */
+static void qr_close(gpuhal_driver_t* driver, gpuhal_device_t* device, const char* what) {
+  qc_watchdog_arm(30, what);
+  gpuhal_device_release(device);
+  qc_watchdog_disarm();
+  gpuhal_driver_release(driver);
+}
+
+/* A driver and its device 0 with a command buffer (`flags`) of one atomic_inc on a counter. */
+typedef struct qr_incs_s {
+  gpuhal_driver_t* driver;
+  gpuhal_device_t* device;
+  gpuhal_executable_t* exe;
+  gpuhal_buffer_t* counter;
+  gpuhal_command_buffer_t* cb;
+} qr_incs_t;
+
+/* 0 when there is no driver (the check failed); a later step that fails fails its check and
+ * leaves the rest NULL. */
+static int qr_incs_open(qr_incs_t* t, gpuhal_command_buffer_flags_t flags) {
+  gpuhal_kernel_t* inc = NULL;
+  gpuhal_arg_t arg;
+  memset(t, 0, sizeof(*t));
+  TU_CHECK_OK(gpuhal_driver_create(NULL, &t->driver));
+  if (!t->driver) return 0;
+  TU_CHECK_OK(gpuhal_device_create(t->driver, 0, NULL, &t->device));
+  if (t->device) TU_CHECK_OK(qc_load_kernel(t->device, "atomic_inc", &t->exe, &inc));
+  if (inc) TU_CHECK_OK(gpuhal_buffer_allocate(t->device, GPUHAL_MEMORY_DEVICE, 4, &t->counter));
+  arg = gpuhal_arg_buffer(t->counter, 0);
+  if (t->counter) TU_CHECK_OK(qc_record_dispatch(t->device, flags, inc, 1, 1, 1, &arg, &t->cb));
+  return 1;
+}
+
+/* The command buffer, the counter and the kernel; the device and driver go with qr_close. */
+static void qr_incs_release(qr_incs_t* t) {
+  gpuhal_command_buffer_release(t->cb);
+  gpuhal_buffer_release(t->counter);
+  gpuhal_executable_release(t->exe);
+}
+
 /* ---- host memory runs out during the call ---- */
 
 typedef struct qr_failing_allocator_s {
@@ -137,10 +177,7 @@ static void out_of_host_memory(int kind) {
   gpuhal_buffer_release(buffer);
   gpuhal_command_buffer_release(cb);
   gpuhal_semaphore_release(s);
-  qc_watchdog_arm(30, "gpuhal_device_release");
-  gpuhal_device_release(device);
-  qc_watchdog_disarm();
-  gpuhal_driver_release(driver);
+  qr_close(driver, device, "gpuhal_device_release");
 }
 
 TU_TEST(out_of_host_memory_host_call) { out_of_host_memory(0); }
@@ -151,43 +188,27 @@ TU_TEST(out_of_host_memory_execute_with_bindings) { out_of_host_memory(3); }
 /* ---- a CUDA call of the submission fails (softcuda's fault injection) ---- */
 
 static void cuda_call_fails(gpuhal_command_buffer_flags_t flags, const char* rule) {
-  gpuhal_driver_t* driver = NULL;
-  gpuhal_device_t* device = NULL;
-  gpuhal_executable_t* exe = NULL;
-  gpuhal_kernel_t* inc = NULL;
-  gpuhal_buffer_t* counter = NULL;
-  gpuhal_command_buffer_t* cb = NULL;
+  qr_incs_t incs;
   gpuhal_semaphore_t* s = NULL;
   gpuhal_status_t call;
   qr_waiter_t waiter;
-  gpuhal_arg_t arg;
   if (!tu_softcuda()) TU_SKIP("fault injection needs softcuda");
-  TU_REQUIRE_OK(gpuhal_driver_create(NULL, &driver));
-  TU_CHECK_OK(gpuhal_device_create(driver, 0, NULL, &device));
-  if (device) TU_CHECK_OK(qc_load_kernel(device, "atomic_inc", &exe, &inc));
-  if (inc) TU_CHECK_OK(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, 4, &counter));
-  arg = gpuhal_arg_buffer(counter, 0);
-  if (counter) TU_CHECK_OK(qc_record_dispatch(device, flags, inc, 1, 1, 1, &arg, &cb));
-  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &s));
-  if (cb && s) {
-    TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(QR_WAIT_S)));
+  if (!qr_incs_open(&incs, flags)) return;
+  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &s));
+  if (incs.cb && s) {
+    TU_CHECK_OK(gpuhal_device_wait_idle(incs.device, qt_seconds(QR_WAIT_S)));
     qr_waiter_start(&waiter, s);
     TU_CHECK(tu_softcuda_faults(rule) == 0);
-    call = gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &qr_one), cb,
-                                NULL);
+    call = gpuhal_queue_execute(incs.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &qr_one),
+                                incs.cb, NULL);
     qr_waiter_check(&waiter, call, rule, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES");
     tu_softcuda_faults(NULL);
-    gpuhal_status_free(gpuhal_device_wait_idle(device, qt_seconds(QR_WAIT_S)));
+    gpuhal_status_free(gpuhal_device_wait_idle(incs.device, qt_seconds(QR_WAIT_S)));
   }
   tu_softcuda_faults(NULL);
-  gpuhal_command_buffer_release(cb);
-  gpuhal_buffer_release(counter);
-  gpuhal_executable_release(exe);
+  qr_incs_release(&incs);
   gpuhal_semaphore_release(s);
-  qc_watchdog_arm(30, "gpuhal_device_release");
-  gpuhal_device_release(device);
-  qc_watchdog_disarm();
-  gpuhal_driver_release(driver);
+  qr_close(incs.driver, incs.device, "gpuhal_device_release");
 }
 
 TU_TEST(launch_fails_stream) {
@@ -223,69 +244,50 @@ TU_TEST(alloca_out_of_device_memory) {
   gpuhal_buffer_release(taken);
   gpuhal_buffer_release(buffer);
   gpuhal_semaphore_release(s);
-  qc_watchdog_arm(30, "gpuhal_device_release");
-  gpuhal_device_release(device);
-  qc_watchdog_disarm();
-  gpuhal_driver_release(driver);
+  qr_close(driver, device, "gpuhal_device_release");
 }
 
 /* ---- a one-shot command buffer executed a second time ---- */
 
 TU_TEST(one_shot_executed_twice) {
-  gpuhal_driver_t* driver = NULL;
-  gpuhal_device_t* device = NULL;
-  gpuhal_executable_t* exe = NULL;
-  gpuhal_kernel_t* inc = NULL;
-  gpuhal_buffer_t* counter = NULL;
-  gpuhal_command_buffer_t* cb = NULL;
+  qr_incs_t incs;
   gpuhal_semaphore_t *first = NULL, *s = NULL;
   qr_waiter_t waiter;
   gpuhal_status_t call;
-  gpuhal_arg_t arg;
-  TU_REQUIRE_OK(gpuhal_driver_create(NULL, &driver));
-  TU_CHECK_OK(gpuhal_device_create(driver, 0, NULL, &device));
-  if (device) TU_CHECK_OK(qc_load_kernel(device, "atomic_inc", &exe, &inc));
-  if (inc) TU_CHECK_OK(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, 4, &counter));
-  arg = gpuhal_arg_buffer(counter, 0);
-  if (counter) TU_CHECK_OK(qc_record_dispatch(device, GPUHAL_COMMAND_BUFFER_GRAPH, inc, 1, 1, 1, &arg, &cb));
-  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &first));
-  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &s));
-  if (cb && s && first) {
-    TU_CHECK_OK(gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(),
-                                     gpuhal_semaphore_list_one(&first, &qr_one), cb, NULL));
+  if (!qr_incs_open(&incs, GPUHAL_COMMAND_BUFFER_GRAPH)) return;
+  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &first));
+  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &s));
+  if (incs.cb && s && first) {
+    TU_CHECK_OK(gpuhal_queue_execute(incs.device, 0, gpuhal_semaphore_list_empty(),
+                                     gpuhal_semaphore_list_one(&first, &qr_one), incs.cb, NULL));
     TU_CHECK_OK(gpuhal_semaphore_wait(first, 1, qt_seconds(QR_WAIT_S)));
     qr_waiter_start(&waiter, s);
-    call = gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &qr_one), cb,
-                                NULL);
+    call = gpuhal_queue_execute(incs.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &qr_one),
+                                incs.cb, NULL);
     qr_waiter_check(&waiter, call, "a one-shot command buffer executed twice", NULL);
-    gpuhal_status_free(gpuhal_device_wait_idle(device, qt_seconds(QR_WAIT_S)));
+    gpuhal_status_free(gpuhal_device_wait_idle(incs.device, qt_seconds(QR_WAIT_S)));
     {
       /* Once more with bad arguments: they are reported first, and nothing is failed for
        * them (the lists were not valid, so nothing may be done to their semaphores). */
       gpuhal_semaphore_t* t = NULL;
       gpuhal_semaphore_list_t broken = gpuhal_semaphore_list_one(&s, &qr_one);
       uint64_t value = 0;
-      TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &t));
+      TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &t));
       broken.semaphores = NULL;
-      TU_CHECK_STATUS(gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_empty(), broken, cb, NULL),
+      TU_CHECK_STATUS(gpuhal_queue_execute(incs.device, 0, gpuhal_semaphore_list_empty(), broken, incs.cb, NULL),
                       GPUHAL_STATUS_INVALID_ARGUMENT, "argument 'signal' has count 1 but NULL semaphores");
-      TU_CHECK_STATUS(gpuhal_queue_execute(device, 99, gpuhal_semaphore_list_empty(),
-                                           gpuhal_semaphore_list_one(&t, &qr_one), cb, NULL),
+      TU_CHECK_STATUS(gpuhal_queue_execute(incs.device, 99, gpuhal_semaphore_list_empty(),
+                                           gpuhal_semaphore_list_one(&t, &qr_one), incs.cb, NULL),
                       GPUHAL_STATUS_OUT_OF_RANGE, "argument 'queue' (99)");
       TU_CHECK_OK(gpuhal_semaphore_query(t, &value)); /* not failed */
       TU_CHECK_EQ_INT((int)value, 0);
       gpuhal_semaphore_release(t);
     }
   }
-  gpuhal_command_buffer_release(cb);
-  gpuhal_buffer_release(counter);
-  gpuhal_executable_release(exe);
+  qr_incs_release(&incs);
   gpuhal_semaphore_release(first);
   gpuhal_semaphore_release(s);
-  qc_watchdog_arm(30, "gpuhal_device_release");
-  gpuhal_device_release(device);
-  qc_watchdog_disarm();
-  gpuhal_driver_release(driver);
+  qr_close(incs.driver, incs.device, "gpuhal_device_release");
 }
 
 /* ---- a buffer deallocated twice ---- */
@@ -316,10 +318,7 @@ TU_TEST(dealloca_twice) {
   gpuhal_buffer_release(buffer);
   gpuhal_semaphore_release(done);
   gpuhal_semaphore_release(s);
-  qc_watchdog_arm(30, "gpuhal_device_release");
-  gpuhal_device_release(device);
-  qc_watchdog_disarm();
-  gpuhal_driver_release(driver);
+  qr_close(driver, device, "gpuhal_device_release");
 }
 
 /* ---- the device is lost ---- */
@@ -382,10 +381,7 @@ TU_TEST(calls_on_a_lost_device) {
   gpuhal_executable_release(exe);
   gpuhal_semaphore_release(faulted);
   for (i = 0; i < 3; ++i) gpuhal_semaphore_release(s[i]);
-  qc_watchdog_arm(30, "gpuhal_device_release (lost device)");
-  gpuhal_device_release(device);
-  qc_watchdog_disarm();
-  gpuhal_driver_release(driver);
+  qr_close(driver, device, "gpuhal_device_release (lost device)");
 }
 
 TU_MAIN(TU_CASE(out_of_host_memory_host_call), TU_CASE(out_of_host_memory_execute), TU_CASE(out_of_host_memory_alloca),
