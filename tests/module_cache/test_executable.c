@@ -8,6 +8,8 @@
 typedef struct fixture {
   gpuhal_driver_t* driver;
   gpuhal_device_t* device;
+  char* ptx;   /* the image READ_PTX_OR_FAIL read last (fixture_close frees it) */
+  size_t size; /* its bytes, without the NUL the read adds */
 } fixture;
 
 static int fixture_open(fixture* f) {
@@ -35,10 +37,16 @@ static int fixture_open(fixture* f) {
 static void fixture_close(fixture* f) {
   gpuhal_device_release(f->device);
   gpuhal_driver_release(f->driver);
+  free(f->ptx);
 }
 
-/* Reads tests/kernels/<name> into a malloc'ed buffer (NUL-terminated; *size excludes it). */
-static char* read_kernel_file(const char* name, size_t* size) { return tu_read_kernel_file(name, size); }
+/* Reads tests/kernels/<file> into f->ptx and f->size, or fails the test. */
+#define READ_PTX_OR_FAIL(f, file)                     \
+  do {                                                \
+    free((f)->ptx);                                   \
+    (f)->ptx = tu_read_kernel_file(file, &(f)->size); \
+    TU_REQUIRE((f)->ptx != NULL);                     \
+  } while (0)
 
 #define OPEN_OR_SKIP(f)                                \
   do {                                                 \
@@ -50,17 +58,14 @@ static char* read_kernel_file(const char* name, size_t* size) { return tu_read_k
 
 TU_TEST(load_ptx_with_and_without_nul) {
   fixture f;
-  size_t size = 0;
-  char* ptx;
   gpuhal_executable_t* a = NULL;
   gpuhal_executable_t* b = NULL;
   gpuhal_kernel_t* ka = NULL;
   gpuhal_kernel_t* kb = NULL;
   OPEN_OR_SKIP(&f);
-  ptx = read_kernel_file("vector_add.ptx", &size);
-  TU_REQUIRE(ptx != NULL);
-  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &a));     /* no NUL */
-  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size + 1, &b)); /* with the NUL */
+  READ_PTX_OR_FAIL(&f, "vector_add.ptx");
+  TU_CHECK_OK(gpuhal_executable_load(f.device, f.ptx, f.size, &a));     /* no NUL */
+  TU_CHECK_OK(gpuhal_executable_load(f.device, f.ptx, f.size + 1, &b)); /* with the NUL */
   TU_REQUIRE(a && b);
   TU_CHECK(a != b);
   /* One image, one module on the device: both executables share the cache entry. */
@@ -73,19 +78,19 @@ TU_TEST(load_ptx_with_and_without_nul) {
   TU_CHECK_EQ_INT(b->entry->refcount, 1);
   /* Padded with NULs (as build tools embed PTX): the same text, the same entry. */
   {
-    char* padded = (char*)calloc(size + 16, 1);
+    char* padded = (char*)calloc(f.size + 16, 1);
     TU_REQUIRE(padded != NULL);
-    memcpy(padded, ptx, size);
-    TU_CHECK_OK(gpuhal_executable_load(f.device, padded, size + 16, &a));
+    memcpy(padded, f.ptx, f.size);
+    TU_CHECK_OK(gpuhal_executable_load(f.device, padded, f.size + 16, &a));
     TU_CHECK(a && a->entry == b->entry);
     gpuhal_executable_release(a);
     /* A NUL inside the text is not padding: refused, naming the byte. */
-    padded[size / 2] = 0;
-    TU_CHECK_STATUS(gpuhal_executable_load(f.device, padded, size + 16, &a), GPUHAL_STATUS_INVALID_ARGUMENT, "is 0x00");
+    padded[f.size / 2] = 0;
+    TU_CHECK_STATUS(gpuhal_executable_load(f.device, padded, f.size + 16, &a), GPUHAL_STATUS_INVALID_ARGUMENT,
+                    "is 0x00");
     free(padded);
   }
   gpuhal_executable_release(b);
-  free(ptx);
   fixture_close(&f);
 }
 
@@ -94,8 +99,6 @@ TU_TEST(load_ptx_with_and_without_nul) {
  * through either shows in both, and recording checks against it. */
 TU_TEST(kernels_of_one_image_share_the_dynamic_shared_limit) {
   fixture f;
-  size_t size = 0;
-  char* ptx;
   gpuhal_executable_t* a = NULL;
   gpuhal_executable_t* b = NULL;
   gpuhal_kernel_t* ka = NULL;
@@ -106,10 +109,9 @@ TU_TEST(kernels_of_one_image_share_the_dynamic_shared_limit) {
   gpuhal_arg_t args[3];
   uint32_t big;
   OPEN_OR_SKIP(&f);
-  ptx = read_kernel_file("fill_u32.ptx", &size);
-  TU_REQUIRE(ptx != NULL);
-  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &a));
-  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &b));
+  READ_PTX_OR_FAIL(&f, "fill_u32.ptx");
+  TU_CHECK_OK(gpuhal_executable_load(f.device, f.ptx, f.size, &a));
+  TU_CHECK_OK(gpuhal_executable_load(f.device, f.ptx, f.size, &b));
   TU_CHECK_OK(gpuhal_executable_kernel(a, "fill_u32", &ka));
   TU_CHECK_OK(gpuhal_executable_kernel(b, "fill_u32", &kb));
   TU_REQUIRE(ka && kb && ka != kb && ka->function == kb->function);
@@ -117,7 +119,6 @@ TU_TEST(kernels_of_one_image_share_the_dynamic_shared_limit) {
   if (ia.max_dynamic_shared_optin_bytes <= ia.max_dynamic_shared_bytes + 1024) {
     gpuhal_executable_release(a);
     gpuhal_executable_release(b);
-    free(ptx);
     fixture_close(&f);
     TU_SKIP("the device has no opt-in dynamic shared memory above the default");
   }
@@ -142,7 +143,7 @@ TU_TEST(kernels_of_one_image_share_the_dynamic_shared_limit) {
   TU_CHECK_OK(gpuhal_cmd_dispatch(cb, ka, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 1024, 3, args));
   /* A kernel object made later starts from the setting in force. */
   gpuhal_executable_release(b);
-  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &b));
+  TU_CHECK_OK(gpuhal_executable_load(f.device, f.ptx, f.size, &b));
   TU_CHECK_OK(gpuhal_executable_kernel(b, "fill_u32", &kb));
   TU_CHECK_OK(gpuhal_kernel_info(kb, &ib));
   TU_CHECK_EQ_INT(ib.max_dynamic_shared_bytes, 1024);
@@ -150,14 +151,11 @@ TU_TEST(kernels_of_one_image_share_the_dynamic_shared_limit) {
   gpuhal_buffer_release(buffer);
   gpuhal_executable_release(a);
   gpuhal_executable_release(b);
-  free(ptx);
   fixture_close(&f);
 }
 
 TU_TEST(module_cache_compiles_once) {
   fixture f;
-  size_t size = 0;
-  char* ptx;
   gpuhal_executable_t* exe[3] = {NULL, NULL, NULL};
   unsigned long long (*calls)(const char*) = NULL;
   unsigned long long before = 0;
@@ -172,38 +170,33 @@ TU_TEST(module_cache_compiles_once) {
   TU_REQUIRE(lib != NULL);
   *(void**)&calls = dlsym(lib, "softcuda_query_calls");
   TU_REQUIRE(calls != NULL);
-  ptx = read_kernel_file("saxpy.ptx", &size);
-  TU_REQUIRE(ptx != NULL);
+  READ_PTX_OR_FAIL(&f, "saxpy.ptx");
   before = calls("cuLibraryLoadData");
-  for (i = 0; i < 3; ++i) TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe[i]));
+  for (i = 0; i < 3; ++i) TU_CHECK_OK(gpuhal_executable_load(f.device, f.ptx, f.size, &exe[i]));
   TU_CHECK_EQ_INT(calls("cuLibraryLoadData") - before, 1);
   for (i = 0; i < 3; ++i) gpuhal_executable_release(exe[i]);
   /* Unreferenced entries stay cached: the next load is a hit... */
-  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe[0]));
+  TU_CHECK_OK(gpuhal_executable_load(f.device, f.ptx, f.size, &exe[0]));
   TU_CHECK_EQ_INT(calls("cuLibraryLoadData") - before, 1);
   gpuhal_executable_release(exe[0]);
   /* ...until trimmed: then the next load compiles again. */
   TU_CHECK_OK(gpuhal_device_module_cache_trim(f.device));
-  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe[0]));
+  TU_CHECK_OK(gpuhal_executable_load(f.device, f.ptx, f.size, &exe[0]));
   TU_CHECK_EQ_INT(calls("cuLibraryLoadData") - before, 2);
   gpuhal_executable_release(exe[0]);
   dlclose(lib);
-  free(ptx);
   fixture_close(&f);
 }
 
 TU_TEST(kernel_lookup_and_info) {
   fixture f;
-  size_t size = 0;
-  char* ptx;
   gpuhal_executable_t* exe = NULL;
   gpuhal_kernel_t* k = NULL;
   gpuhal_kernel_t* again = NULL;
   gpuhal_kernel_info_t info;
   OPEN_OR_SKIP(&f);
-  ptx = read_kernel_file("saxpy.ptx", &size);
-  TU_REQUIRE(ptx != NULL);
-  TU_REQUIRE_OK(gpuhal_executable_load(f.device, ptx, size, &exe));
+  READ_PTX_OR_FAIL(&f, "saxpy.ptx");
+  TU_REQUIRE_OK(gpuhal_executable_load(f.device, f.ptx, f.size, &exe));
   TU_CHECK_OK(gpuhal_executable_kernel(exe, "saxpy", &k));
   TU_CHECK_OK(gpuhal_executable_kernel(exe, "saxpy", &again));
   TU_CHECK(k != NULL && k == again);
@@ -235,21 +228,17 @@ TU_TEST(kernel_lookup_and_info) {
   gpuhal_executable_release(exe);
   /* The kernel died with its executable. */
   TU_CHECK_STATUS(gpuhal_kernel_info(k, &info), GPUHAL_STATUS_INVALID_ARGUMENT, "released");
-  free(ptx);
   fixture_close(&f);
 }
 
 TU_TEST(dynamic_shared_opt_in) {
   fixture f;
-  size_t size = 0;
-  char* ptx;
   gpuhal_executable_t* exe = NULL;
   gpuhal_kernel_t* k = NULL;
   gpuhal_kernel_info_t info;
   OPEN_OR_SKIP(&f);
-  ptx = read_kernel_file("vector_add.ptx", &size);
-  TU_REQUIRE(ptx != NULL);
-  TU_REQUIRE_OK(gpuhal_executable_load(f.device, ptx, size, &exe));
+  READ_PTX_OR_FAIL(&f, "vector_add.ptx");
+  TU_REQUIRE_OK(gpuhal_executable_load(f.device, f.ptx, f.size, &exe));
   TU_REQUIRE_OK(gpuhal_executable_kernel(exe, "vector_add", &k));
   TU_REQUIRE_OK(gpuhal_kernel_info(k, &info));
   if (info.max_dynamic_shared_optin_bytes > info.max_dynamic_shared_bytes) {
@@ -260,7 +249,6 @@ TU_TEST(dynamic_shared_opt_in) {
   TU_CHECK_STATUS(gpuhal_kernel_set_max_dynamic_shared(k, (uint32_t)info.max_dynamic_shared_optin_bytes + 1),
                   GPUHAL_STATUS_OUT_OF_RANGE, "bytes");
   gpuhal_executable_release(exe);
-  free(ptx);
   fixture_close(&f);
 }
 
@@ -356,15 +344,13 @@ TU_TEST(format_detection) {
 
 TU_TEST(executable_outlives_user_reference) {
   fixture f;
-  size_t size = 0;
-  char* ptx;
   gpuhal_executable_t* exe = NULL;
   gpuhal_kernel_t* k = NULL;
   OPEN_OR_SKIP(&f);
-  ptx = read_kernel_file("vector_add.ptx", &size);
-  TU_REQUIRE(ptx != NULL);
-  TU_REQUIRE_OK(gpuhal_executable_load(f.device, ptx, size, &exe));
-  free(ptx); /* the image was copied */
+  READ_PTX_OR_FAIL(&f, "vector_add.ptx");
+  TU_REQUIRE_OK(gpuhal_executable_load(f.device, f.ptx, f.size, &exe));
+  free(f.ptx); /* the image was copied */
+  f.ptx = NULL;
   gpuhal_executable_retain(exe);
   gpuhal_executable_release(exe);
   TU_CHECK_OK(gpuhal_executable_kernel(exe, "vector_add", &k));
@@ -377,8 +363,6 @@ TU_TEST(executable_outlives_user_reference) {
  * parameters are unknown and dispatches skip the argument checks. */
 TU_TEST(no_param_info_turns_checks_off) {
   fixture f;
-  size_t size = 0;
-  char* ptx;
   gpuhal_executable_t* exe = NULL;
   gpuhal_kernel_t* k = NULL;
   gpuhal_kernel_info_t info;
@@ -390,9 +374,8 @@ TU_TEST(no_param_info_turns_checks_off) {
   cu = (gpuhal__cuda_symbols_t*)(void*)f.device->cu;
   saved = cu->cuFuncGetParamInfo;
   cu->cuFuncGetParamInfo = NULL;
-  ptx = read_kernel_file("vector_add.ptx", &size);
-  TU_REQUIRE(ptx != NULL);
-  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe));
+  READ_PTX_OR_FAIL(&f, "vector_add.ptx");
+  TU_CHECK_OK(gpuhal_executable_load(f.device, f.ptx, f.size, &exe));
   TU_CHECK_OK(gpuhal_executable_kernel(exe, "vector_add", &k));
   cu->cuFuncGetParamInfo = saved;
   TU_REQUIRE(k != NULL);
@@ -406,7 +389,6 @@ TU_TEST(no_param_info_turns_checks_off) {
   TU_CHECK_OK(gpuhal_cmd_dispatch(cb, k, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg));
   gpuhal_command_buffer_release(cb);
   gpuhal_executable_release(exe);
-  free(ptx);
   fixture_close(&f);
 }
 
@@ -424,8 +406,6 @@ static CUresult CUDAAPI param_info_failing_once(CUfunction f, size_t index, size
 
 TU_TEST(param_info_failure_fails_the_lookup) {
   fixture f;
-  size_t size = 0;
-  char* ptx;
   gpuhal_executable_t* exe = NULL;
   gpuhal_kernel_t* k = NULL;
   gpuhal_kernel_info_t info;
@@ -439,9 +419,8 @@ TU_TEST(param_info_failure_fails_the_lookup) {
   param_info_orig = cu->cuFuncGetParamInfo;
   param_info_failures = 0;
   cu->cuFuncGetParamInfo = param_info_failing_once;
-  ptx = read_kernel_file("atomic_inc.ptx", &size);
-  TU_REQUIRE(ptx != NULL);
-  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe));
+  READ_PTX_OR_FAIL(&f, "atomic_inc.ptx");
+  TU_CHECK_OK(gpuhal_executable_load(f.device, f.ptx, f.size, &exe));
   TU_CHECK_STATUS(gpuhal_executable_kernel(exe, "atomic_inc", &k), GPUHAL_STATUS_RESOURCE_EXHAUSTED,
                   "cuFuncGetParamInfo");
   TU_CHECK(k == NULL);
@@ -452,16 +431,14 @@ TU_TEST(param_info_failure_fails_the_lookup) {
     TU_CHECK_EQ_INT(info.param_count, 1); /* atomic_inc(unsigned* counter) */
   }
   gpuhal_executable_release(exe);
-  free(ptx);
   /* Another answer (the driver cannot say for this kernel): found, with the checks off. */
   exe = NULL;
   k = NULL;
   param_info_failures = 0;
   param_info_error = CUDA_ERROR_INVALID_HANDLE;
   cu->cuFuncGetParamInfo = param_info_failing_once;
-  ptx = read_kernel_file("spin_us.ptx", &size);
-  TU_REQUIRE(ptx != NULL);
-  TU_CHECK_OK(gpuhal_executable_load(f.device, ptx, size, &exe));
+  READ_PTX_OR_FAIL(&f, "spin_us.ptx");
+  TU_CHECK_OK(gpuhal_executable_load(f.device, f.ptx, f.size, &exe));
   TU_CHECK_OK(gpuhal_executable_kernel(exe, "spin_us", &k));
   cu->cuFuncGetParamInfo = param_info_orig;
   param_info_error = CUDA_ERROR_OUT_OF_MEMORY;
@@ -470,7 +447,6 @@ TU_TEST(param_info_failure_fails_the_lookup) {
     TU_CHECK(info.param_count == GPUHAL_KERNEL_PARAM_COUNT_UNKNOWN);
   }
   gpuhal_executable_release(exe);
-  free(ptx);
   fixture_close(&f);
 }
 
@@ -504,7 +480,7 @@ TU_TEST(relocatable_cubin_is_linked) {
     if (exe) TU_CHECK_OK(tu_check_fill_u32(f.driver, f.device, exe, 0xC0FFEEu));
     gpuhal_executable_release(exe);
   } else { /* a GPU other than sm_90: the sm_90 cubin does not link for it */
-    image = read_kernel_file("fill_u32_rdc_sm90.cubin", &size);
+    image = tu_read_kernel_file("fill_u32_rdc_sm90.cubin", &size);
     TU_REQUIRE(image != NULL);
     st = gpuhal_executable_load(f.device, image, size, &exe);
     TU_CHECK(st != NULL);
