@@ -5,6 +5,7 @@
 #include "test_util.h"
 
 #include <signal.h>
+#include <stddef.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -697,44 +698,41 @@ static gpuhal_status_t tuning_create(gpuhal_driver_t* driver, const gpuhal_queue
   return status;
 }
 
+/* A tuning field by name and place: a time (int64_t) or a count (int32_t) by its size. */
+typedef struct tuning_field_s {
+  const char* name;
+  size_t offset, size;
+} tuning_field_t;
+#define TUNING_FIELD(f) \
+  { #f, offsetof(gpuhal_queue_tuning_t, f), sizeof(((gpuhal_queue_tuning_t*)0)->f) }
+
+/* The field set to `value` (the others zero): the device is refused, naming the field. */
+static void tuning_refused(gpuhal_driver_t* driver, const tuning_field_t* field, int64_t value) {
+  gpuhal_queue_tuning_t t;
+  int32_t count = (int32_t)value;
+  char buffer[96];
+  const char* needle = buffer; /* a pointer: TU_CHECK_STATUS tests it for NULL */
+  memset(&t, 0, sizeof(t));
+  memcpy((char*)&t + field->offset, field->size == sizeof(value) ? (const void*)&value : (const void*)&count,
+         field->size);
+  snprintf(buffer, sizeof(buffer), "params->tuning.%s", field->name);
+  TU_CHECK_STATUS(tuning_create(driver, &t), GPUHAL_STATUS_OUT_OF_RANGE, needle);
+}
+
 TU_TEST(tuning_bounds_are_checked) {
+  static const tuning_field_t fields[] = {TUNING_FIELD(host_wait_spin_ns),     TUNING_FIELD(host_wait_max_sleep_ns),
+                                          TUNING_FIELD(completion_min_age_ns), TUNING_FIELD(completion_max_sleep_ns),
+                                          TUNING_FIELD(load_parked_wait_ns),   TUNING_FIELD(harvest_min),
+                                          TUNING_FIELD(gpu_parked_max),        TUNING_FIELD(park_headroom),
+                                          TUNING_FIELD(graph_instances_max),   TUNING_FIELD(queue_entries_max)};
   gpuhal_driver_t* driver = NULL;
   gpuhal_queue_tuning_t t;
-  char buffer[96];
-  const char* needle = buffer;
-  int i;
-  static const char* const times[] = {"host_wait_spin_ns", "host_wait_max_sleep_ns", "completion_min_age_ns",
-                                      "completion_max_sleep_ns", "load_parked_wait_ns"};
-  static const char* const counts[] = {"harvest_min", "gpu_parked_max", "park_headroom", "graph_instances_max",
-                                       "queue_entries_max"};
+  size_t i;
   TU_REQUIRE_OK(gpuhal_driver_create(NULL, &driver));
-  for (i = 0; i < 5; ++i) {
-    int64_t* field[5];
-    memset(&t, 0, sizeof(t));
-    field[0] = &t.host_wait_spin_ns;
-    field[1] = &t.host_wait_max_sleep_ns;
-    field[2] = &t.completion_min_age_ns;
-    field[3] = &t.completion_max_sleep_ns;
-    field[4] = &t.load_parked_wait_ns;
-    snprintf(buffer, sizeof(buffer), "params->tuning.%s", times[i]);
-    *field[i] = INT64_MAX;
-    TU_CHECK_STATUS(tuning_create(driver, &t), GPUHAL_STATUS_OUT_OF_RANGE, needle);
-    *field[i] = GPUHAL_TUNING_TIME_MAX_NS + 1;
-    TU_CHECK_STATUS(tuning_create(driver, &t), GPUHAL_STATUS_OUT_OF_RANGE, needle);
-  }
-  for (i = 0; i < 5; ++i) {
-    int32_t* field[5];
-    memset(&t, 0, sizeof(t));
-    field[0] = &t.harvest_min;
-    field[1] = &t.gpu_parked_max;
-    field[2] = &t.park_headroom;
-    field[3] = &t.graph_instances_max;
-    field[4] = &t.queue_entries_max;
-    snprintf(buffer, sizeof(buffer), "params->tuning.%s", counts[i]);
-    *field[i] = 1 << 30;
-    TU_CHECK_STATUS(tuning_create(driver, &t), GPUHAL_STATUS_OUT_OF_RANGE, needle);
-    *field[i] = INT32_MAX;
-    TU_CHECK_STATUS(tuning_create(driver, &t), GPUHAL_STATUS_OUT_OF_RANGE, needle);
+  for (i = 0; i < sizeof(fields) / sizeof(fields[0]); ++i) {
+    int is_time = fields[i].size == sizeof(int64_t);
+    tuning_refused(driver, &fields[i], is_time ? INT64_MAX : 1 << 30);
+    tuning_refused(driver, &fields[i], is_time ? GPUHAL_TUNING_TIME_MAX_NS + 1 : INT32_MAX);
   }
   /* At the bounds (times; the counts at a modest value: 4096 of park_headroom is 8192
    * streams), and negative ("none"), a device is made. */
