@@ -384,6 +384,21 @@ CUresult CUDAAPI sc_cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNod
   return r;
 }
 
+/* ---- node parameters held by value ---------------------------------------------------------- */
+
+static void sc_fini_params(sc_op* op) { free(op->a); }
+
+/* An op running `run` over its own copy of a node's parameters (the `size` bytes at `params`)
+ * in op->a, a struct of `holder` bytes that starts with them, freed with the op: memcpy and
+ * memset nodes keep theirs so, as CUDA copies them at the call. */
+static sc_op* sc_graph_value_op(const char* what, CUresult (*run)(sc_op*), const void* params, size_t size,
+                                size_t holder) {
+  sc_op* op = sc_op_new(what, run, sc_fini_params);
+  op->a = sc_xcalloc(1, holder);
+  memcpy(op->a, params, size);
+  return op;
+}
+
 /* ---- node parameters: 3D copies ----------------------------------------------------------- */
 
 typedef struct sc_copy3d {
@@ -477,17 +492,10 @@ static CUresult sc_run_copy3d(sc_op* op) {
   return CUDA_SUCCESS;
 }
 
-static void sc_fini_copy3d(sc_op* op) { free(op->a); }
-
 static CUresult sc_graph_copy_op(const CUDA_MEMCPY3D* p, sc_op** out) {
   CUresult r = sc_copy3d_check(p);
-  sc_copy3d* c;
-  if (r != CUDA_SUCCESS) return r;
-  c = (sc_copy3d*)sc_xcalloc(1, sizeof(sc_copy3d));
-  c->p = *p;
-  *out = sc_op_new("graph memcpy", sc_run_copy3d, sc_fini_copy3d);
-  (*out)->a = c;
-  return CUDA_SUCCESS;
+  if (r == CUDA_SUCCESS) *out = sc_graph_value_op("graph memcpy", sc_run_copy3d, p, sizeof(*p), sizeof(sc_copy3d));
+  return r;
 }
 
 /* ---- node parameters: 2D memsets ------------------------------------------------------------ */
@@ -533,23 +541,64 @@ static CUresult sc_run_set2d(sc_op* op) {
   return CUDA_SUCCESS;
 }
 
-static void sc_fini_set2d(sc_op* op) { free(op->a); }
-
 static CUresult sc_graph_set_op(const CUDA_MEMSET_NODE_PARAMS* p, sc_op** out) {
   CUresult r = sc_set2d_check(p);
-  sc_set2d* c;
-  if (r != CUDA_SUCCESS) return r;
-  c = (sc_set2d*)sc_xcalloc(1, sizeof(sc_set2d));
-  c->p = *p;
-  *out = sc_op_new("graph memset", sc_run_set2d, sc_fini_set2d);
-  (*out)->a = c;
-  return CUDA_SUCCESS;
+  if (r == CUDA_SUCCESS) *out = sc_graph_value_op("graph memset", sc_run_set2d, p, sizeof(*p), sizeof(sc_set2d));
+  return r;
 }
 
 /* The context argument of memcpy / memset nodes: a live context (or, NULL, a current one). */
 static CUresult sc_graph_check_ctx(CUcontext ctx) {
   sc_ctx* c = NULL;
   return ctx ? sc_lookup_ctx(ctx, &c) : sc_current_ctx(&c);
+}
+
+/* ---- node parameters: batch memops (the op of memop.c) -------------------------------------- */
+
+/* The op cuStreamBatchMemOp enqueues, for the node's context (NULL: the current one). */
+static CUresult sc_graph_memop_op(const CUDA_BATCH_MEM_OP_NODE_PARAMS* np, sc_op** out) {
+  sc_ctx* c = NULL;
+  sc_memops* b = NULL;
+  CUresult r;
+  if (np->flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  r = np->ctx ? sc_lookup_ctx(np->ctx, &c) : sc_current_ctx(&c);
+  if (r == CUDA_SUCCESS) r = sc_memops_build("batch memop node", np->count, np->paramArray, c, &b);
+  if (r != CUDA_SUCCESS) return r;
+  *out = sc_op_new("batch memop node", sc_run_memops, sc_fini_memops);
+  (*out)->a = b;
+  return CUDA_SUCCESS;
+}
+
+/* The op of a node of `type` (kernel, memcpy, memset or batch memop) from the parameters
+ * of its cuGraphAdd*Node / cuGraphExec*NodeSetParams call (the struct of that type). */
+static CUresult sc_graph_param_op(CUgraphNodeType type, const void* params, sc_op** out) {
+  switch (type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: return sc_graph_kernel_op((const CUDA_KERNEL_NODE_PARAMS*)params, out);
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return sc_graph_copy_op((const CUDA_MEMCPY3D*)params, out);
+    case CU_GRAPH_NODE_TYPE_MEMSET: return sc_graph_set_op((const CUDA_MEMSET_NODE_PARAMS*)params, out);
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: return sc_graph_memop_op((const CUDA_BATCH_MEM_OP_NODE_PARAMS*)params, out);
+    default: return CUDA_ERROR_NOT_SUPPORTED; /* no other kind is made from parameters here */
+  }
+}
+
+/* cuGraphAdd{Kernel,Memcpy,Memset,BatchMemOp}Node: a node of `type` whose op is built from
+ * `params` now. `ctx`: the call's context argument, checked first (NULL: the call has none). */
+static CUresult sc_graph_add_param_node(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                        size_t numDependencies, CUgraphNodeType type, const void* params,
+                                        const CUcontext* ctx) {
+  sc_gnp* p;
+  CUresult r;
+  if (!phGraphNode || !params) return CUDA_ERROR_INVALID_VALUE;
+  SC_LOCK();
+  p = sc_gnp_new(type);
+  r = ctx ? sc_graph_check_ctx(*ctx) : CUDA_SUCCESS;
+  if (r == CUDA_SUCCESS) r = sc_graph_param_op(type, params, &p->op);
+  if (r == CUDA_SUCCESS)
+    r = sc_graph_add_entry(phGraphNode, hGraph, dependencies, numDependencies, p, NULL);
+  else
+    sc_gnp_unref(p);
+  SC_UNLOCK();
+  return r;
 }
 
 /* The node type of a captured op (kernels and anything unknown, e.g. collectives, are
@@ -591,56 +640,24 @@ CUresult CUDAAPI sc_cuGraphDestroy(CUgraph hGraph) {
 
 CUresult CUDAAPI sc_cuGraphAddKernelNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
                                          size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
-  sc_gnp* p;
-  CUresult r;
   SC_ENTER(cuGraphAddKernelNode);
-  if (!phGraphNode || !nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  SC_LOCK();
-  p = sc_gnp_new(CU_GRAPH_NODE_TYPE_KERNEL);
-  r = sc_graph_kernel_op(nodeParams, &p->op);
-  if (r == CUDA_SUCCESS)
-    r = sc_graph_add_entry(phGraphNode, hGraph, dependencies, numDependencies, p, NULL);
-  else
-    sc_gnp_unref(p);
-  SC_UNLOCK();
-  return r;
+  return sc_graph_add_param_node(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_KERNEL,
+                                 nodeParams, NULL);
 }
 
 CUresult CUDAAPI sc_cuGraphAddMemcpyNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
                                          size_t numDependencies, const CUDA_MEMCPY3D* copyParams, CUcontext ctx) {
-  sc_gnp* p;
-  CUresult r;
   SC_ENTER(cuGraphAddMemcpyNode);
-  if (!phGraphNode || !copyParams) return CUDA_ERROR_INVALID_VALUE;
-  SC_LOCK();
-  p = sc_gnp_new(CU_GRAPH_NODE_TYPE_MEMCPY);
-  r = sc_graph_check_ctx(ctx);
-  if (r == CUDA_SUCCESS) r = sc_graph_copy_op(copyParams, &p->op);
-  if (r == CUDA_SUCCESS)
-    r = sc_graph_add_entry(phGraphNode, hGraph, dependencies, numDependencies, p, NULL);
-  else
-    sc_gnp_unref(p);
-  SC_UNLOCK();
-  return r;
+  return sc_graph_add_param_node(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_MEMCPY,
+                                 copyParams, &ctx);
 }
 
 CUresult CUDAAPI sc_cuGraphAddMemsetNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
                                          size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS* memsetParams,
                                          CUcontext ctx) {
-  sc_gnp* p;
-  CUresult r;
   SC_ENTER(cuGraphAddMemsetNode);
-  if (!phGraphNode || !memsetParams) return CUDA_ERROR_INVALID_VALUE;
-  SC_LOCK();
-  p = sc_gnp_new(CU_GRAPH_NODE_TYPE_MEMSET);
-  r = sc_graph_check_ctx(ctx);
-  if (r == CUDA_SUCCESS) r = sc_graph_set_op(memsetParams, &p->op);
-  if (r == CUDA_SUCCESS)
-    r = sc_graph_add_entry(phGraphNode, hGraph, dependencies, numDependencies, p, NULL);
-  else
-    sc_gnp_unref(p);
-  SC_UNLOCK();
-  return r;
+  return sc_graph_add_param_node(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_MEMSET,
+                                 memsetParams, &ctx);
 }
 
 CUresult CUDAAPI sc_cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
@@ -1540,6 +1557,19 @@ static void sc_exec_swap(sc_exec* x, int xi, sc_gnp* p) {
   x->f.x[xi].p = p;
 }
 
+/* cuGraphExec{Memset,BatchMemOp}NodeSetParams, once the node's update is allowed: exec node
+ * xi gets an op of `type` built from `params` (later launches only: a launch in flight
+ * keeps its own). */
+static CUresult sc_exec_set_param_node(sc_exec* x, int xi, CUgraphNodeType type, const void* params) {
+  sc_gnp* p = sc_gnp_new(type);
+  CUresult r = sc_graph_param_op(type, params, &p->op);
+  if (r == CUDA_SUCCESS)
+    sc_exec_swap(x, xi, p);
+  else
+    sc_gnp_unref(p);
+  return r;
+}
+
 /* The flat under f (f itself, or a conditional body at any depth) built from graph handle
  * `graph`, or NULL. */
 static sc_flat* sc_flat_find(sc_flat* f, uint64_t graph) {
@@ -1633,37 +1663,13 @@ CUresult CUDAAPI sc_cuGraphKernelNodeSetParams(CUgraphNode hNode, const CUDA_KER
   return r;
 }
 
-/* ---- batch memop nodes (the op of memop.c) ----------------------------------------------------- */
-
-/* The op cuStreamBatchMemOp enqueues, for the node's context (NULL: the current one). */
-static CUresult sc_graph_memop_op(const CUDA_BATCH_MEM_OP_NODE_PARAMS* np, sc_op** out) {
-  sc_ctx* c = NULL;
-  sc_memops* b = NULL;
-  CUresult r;
-  if (np->flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  r = np->ctx ? sc_lookup_ctx(np->ctx, &c) : sc_current_ctx(&c);
-  if (r == CUDA_SUCCESS) r = sc_memops_build("batch memop node", np->count, np->paramArray, c, &b);
-  if (r != CUDA_SUCCESS) return r;
-  *out = sc_op_new("batch memop node", sc_run_memops, sc_fini_memops);
-  (*out)->a = b;
-  return CUDA_SUCCESS;
-}
+/* ---- batch memop nodes --------------------------------------------------------------------------- */
 
 CUresult CUDAAPI sc_cuGraphAddBatchMemOpNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
                                              size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS* nodeParams) {
-  sc_gnp* p;
-  CUresult r;
   SC_ENTER(cuGraphAddBatchMemOpNode);
-  if (!phGraphNode || !nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  SC_LOCK();
-  p = sc_gnp_new(CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
-  r = sc_graph_memop_op(nodeParams, &p->op);
-  if (r == CUDA_SUCCESS)
-    r = sc_graph_add_entry(phGraphNode, hGraph, dependencies, numDependencies, p, NULL);
-  else
-    sc_gnp_unref(p);
-  SC_UNLOCK();
-  return r;
+  return sc_graph_add_param_node(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP,
+                                 nodeParams, NULL);
 }
 
 CUresult CUDAAPI sc_cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
@@ -1676,14 +1682,7 @@ CUresult CUDAAPI sc_cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, C
   SC_LOCK();
   r = sc_get_exec(hGraphExec, &x);
   if (r == CUDA_SUCCESS) xi = sc_exec_node_of(x, hNode, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, &r);
-  if (r == CUDA_SUCCESS) {
-    sc_gnp* p = sc_gnp_new(CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
-    r = sc_graph_memop_op(nodeParams, &p->op);
-    if (r == CUDA_SUCCESS)
-      sc_exec_swap(x, xi, p); /* later launches only: a launch in flight keeps its own */
-    else
-      sc_gnp_unref(p);
-  }
+  if (r == CUDA_SUCCESS) r = sc_exec_set_param_node(x, xi, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, nodeParams);
   SC_UNLOCK();
   return r;
 }
@@ -1779,14 +1778,7 @@ CUresult CUDAAPI sc_cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgra
     /* CUDA: both 1-dimensional, same device */
     if (!o1d || memsetParams->height != 1 || sc_ptr_dev(odst) != sc_ptr_dev((uintptr_t)memsetParams->dst))
       r = CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS) {
-      sc_gnp* p = sc_gnp_new(CU_GRAPH_NODE_TYPE_MEMSET);
-      r = sc_graph_set_op(memsetParams, &p->op);
-      if (r == CUDA_SUCCESS)
-        sc_exec_swap(x, xi, p);
-      else
-        sc_gnp_unref(p);
-    }
+    if (r == CUDA_SUCCESS) r = sc_exec_set_param_node(x, xi, CU_GRAPH_NODE_TYPE_MEMSET, memsetParams);
   }
   SC_UNLOCK();
   return r;
