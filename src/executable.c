@@ -154,6 +154,13 @@ static gpuhal_status_t gpuhal__function_query_attributes(gpuhal_device_t* device
   GPUHAL__RETURN_IF_ERROR(
       GPUHAL__CU(cu, cuFuncGetAttribute, (&info->binary_version, CU_FUNC_ATTRIBUTE_BINARY_VERSION, f)));
   info->max_dynamic_shared_optin_bytes = optin > info->static_shared_bytes ? optin - info->static_shared_bytes : 0;
+  /* The driver reports the device's limit for a .reqntid kernel (1024 on an H200), though
+   * only the required block's threads can launch: the limit users size blocks and
+   * occupancy queries by is that product. */
+  if (info->required_block[0]) {
+    uint64_t required = (uint64_t)info->required_block[0] * info->required_block[1] * info->required_block[2];
+    if (required < (uint64_t)info->max_threads_per_block) info->max_threads_per_block = (int)required;
+  }
   return gpuhal__function_query_params(device, record);
 }
 

@@ -51,7 +51,7 @@
 #define GPUHAL_KERNEL_PARAM_COUNT_UNKNOWN UINT32_MAX
 typedef struct gpuhal_kernel_info_t {
   const char* name;                   /* the entry name; valid while the executable lives */
-  int max_threads_per_block;          /* for this kernel on this device (registers may lower it) */
+  int max_threads_per_block;          /* for this kernel on this device (registers, .maxntid, .reqntid lower it) */
   int static_shared_bytes;            /* __shared__ arrays of fixed size */
   int max_dynamic_shared_bytes;       /* current limit of launch shared_bytes (48 KiB - static by default) */
   int max_dynamic_shared_optin_bytes; /* the most gpuhal_kernel_set_max_dynamic_shared can allow */

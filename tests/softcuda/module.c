@@ -627,10 +627,11 @@ static sc_module* sc_module_build_locked(sc_ctx* c, const sc_ptx* x) {
       f->twin = t.fn;
       f->grid_twin = t.grid;
     }
-    /* launch bounds: at most (.maxntid) or exactly (.reqntid) this many threads */
+    /* launch bounds: at most (.maxntid) or exactly (.reqntid) this many threads. Driver 580
+     * on an H200 reports .maxntid's product as MAX_THREADS_PER_BLOCK but the device's 1024
+     * for a .reqntid kernel (conf_module llvm_launch_bounds_and_shared_memory). */
     f->max_threads = 1024;
     if (e->maxntid[0]) f->max_threads = (int)(e->maxntid[0] * e->maxntid[1] * e->maxntid[2]);
-    if (e->reqntid[0]) f->max_threads = (int)(e->reqntid[0] * e->reqntid[1] * e->reqntid[2]);
     if (f->max_threads > 1024) f->max_threads = 1024;
     memcpy(f->reqntid, e->reqntid, sizeof f->reqntid);
     /* 48 KiB of shared memory per block without opting in, static and dynamic together */
@@ -1177,18 +1178,18 @@ static void sc_launch_get_attrs(const sc_launch* L, sc_launch_attrs* a) {
   a->priority = L->priority;
 }
 
-/* The geometry rules of a launch or kernel node: the device's grid and block limits
- * (CUDA_ERROR_INVALID_VALUE), the function's thread limit (its launch bounds, .maxntid /
- * .reqntid; registers on a GPU: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "too many resources
- * requested for launch"), a .reqntid's exact shape (the PTX ISA makes another a launch
- * failure: CUDA_ERROR_INVALID_VALUE here) and the dynamic shared memory limit. */
+/* The geometry rules of a launch or kernel node: the device's grid and block limits, the
+ * function's thread limit (its .maxntid; registers on a GPU give
+ * CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES instead, which softcuda does not model), a .reqntid's
+ * exact shape and the dynamic shared memory limit: each CUDA_ERROR_INVALID_VALUE, as driver
+ * 580 on an H200 answers (conf_module llvm_launch_bounds_and_shared_memory). */
 static CUresult sc_launch_dims_check(const sc_func* fn, softcuda_dim3 grid, softcuda_dim3 block, unsigned shared) {
   if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || grid.x > 2147483647u || grid.y > 65535 ||
       grid.z > 65535 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
       (unsigned long long)block.x * block.y * block.z > 1024)
     return CUDA_ERROR_INVALID_VALUE;
   if ((unsigned long long)block.x * block.y * block.z > (unsigned long long)fn->max_threads)
-    return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+    return CUDA_ERROR_INVALID_VALUE;
   if (fn->reqntid[0] && (block.x != fn->reqntid[0] || block.y != fn->reqntid[1] || block.z != fn->reqntid[2]))
     return CUDA_ERROR_INVALID_VALUE;
   if (shared > (unsigned)fn->max_dyn_shared) return CUDA_ERROR_INVALID_VALUE;
