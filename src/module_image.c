@@ -228,17 +228,49 @@ static size_t gpuhal__ptx_skip_group(const char* p, size_t n, size_t i, char ope
   return i;
 }
 
-/* ".reqntid X[, Y[, Z]]" after the directive: the dimensions (left out: 1). */
+/* A PTX integer constant (decimal, 0x hex, 0b binary, 0-led octal, an optional U suffix)
+ * at p[0..length), clamped to UINT32_MAX; 0 when it is not one. */
+static uint32_t gpuhal__ptx_read_uint(const char* p, size_t length) {
+  uint64_t v = 0;
+  unsigned base = 10;
+  size_t k = 0;
+  if (length && p[length - 1] == 'U') length--;
+  if (length > 1 && p[0] == '0') {
+    if (p[1] == 'x' || p[1] == 'X')
+      base = 16, k = 2;
+    else if (p[1] == 'b' || p[1] == 'B')
+      base = 2, k = 2;
+    else
+      base = 8, k = 1;
+    if (k == length && base != 8) return 0; /* "0x" alone */
+  }
+  if (k == length && base == 10) return 0;
+  for (; k < length; ++k) {
+    char c = p[k];
+    unsigned digit = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+                     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                     : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
+                                            : 16u;
+    if (digit >= base) return 0;
+    v = GPUHAL__MIN(v * base + digit, (uint64_t)UINT32_MAX);
+  }
+  return (uint32_t)v;
+}
+
+/* ".reqntid X[, Y[, Z]]" after the directive: the dimensions (left out: 1). One that is not
+ * a positive integer constant leaves all three at zero: nothing is enforced, rather than a
+ * wrong shape that would refuse every launch. */
 static size_t gpuhal__ptx_read_dims(const char* p, size_t n, size_t i, uint32_t dims[3]) {
-  size_t start, length, k, d;
+  size_t start, length, d;
   dims[0] = dims[1] = dims[2] = 1;
   for (d = 0; d < 3; ++d) {
     size_t next = gpuhal__ptx_token(p, n, i, &start, &length);
-    uint64_t v = 0;
-    if (!length || p[start] < '0' || p[start] > '9') break;
-    for (k = 0; k < length && p[start + k] >= '0' && p[start + k] <= '9'; ++k)
-      v = GPUHAL__MIN(v * 10 + (uint64_t)(p[start + k] - '0'), (uint64_t)UINT32_MAX);
-    dims[d] = (uint32_t)v;
+    uint32_t v = length ? gpuhal__ptx_read_uint(p + start, length) : 0;
+    if (!v) {
+      dims[0] = dims[1] = dims[2] = 0;
+      break;
+    }
+    dims[d] = v;
     i = next;
     next = gpuhal__ptx_token(p, n, i, &start, &length);
     if (length != 1 || p[start] != ',') break;

@@ -491,8 +491,46 @@ TU_TEST(relocatable_cubin_is_linked) {
   fixture_close(&f);
 }
 
-TU_MAIN(TU_CASE(relocatable_cubin_is_linked), TU_CASE(no_param_info_turns_checks_off),
-        TU_CASE(param_info_failure_fails_the_lookup), TU_CASE(load_ptx_with_and_without_nul),
-        TU_CASE(kernels_of_one_image_share_the_dynamic_shared_limit), TU_CASE(module_cache_compiles_once),
-        TU_CASE(kernel_lookup_and_info), TU_CASE(dynamic_shared_opt_in), TU_CASE(format_detection),
-        TU_CASE(executable_outlives_user_reference))
+/* The PTX scanner (module_image.c) reads a .reqntid in any form PTX writes integers in, and
+ * leaves a kernel with one it cannot read unenforced rather than refusing every launch. */
+static void reqntid_of(const char* ptx, const char* name, uint32_t out[3]) {
+  gpuhal__ptx_function_t fn;
+  size_t cursor = 0;
+  out[0] = out[1] = out[2] = 99;
+  while (gpuhal__ptx_next_function(ptx, strlen(ptx), &cursor, &fn))
+    if (fn.name_length == strlen(name) && memcmp(fn.name, name, fn.name_length) == 0)
+      memcpy(out, fn.reqntid, sizeof(fn.reqntid));
+}
+TU_TEST(ptx_reqntid_in_every_integer_form) {
+  static const struct {
+    const char* directive;
+    uint32_t x, y, z;
+  } cases[] = {{".reqntid 64", 64, 1, 1},       {".reqntid 16, 4", 16, 4, 1},   {".reqntid 8,\n 4 ,2", 8, 4, 2},
+               {".reqntid 0x40", 64, 1, 1},     {".reqntid 64, 0x2", 64, 2, 1}, {".reqntid 010", 8, 1, 1},
+               {".reqntid 0b100, 2U", 4, 2, 1}, {".reqntid 0", 0, 0, 0},        {".reqntid 64, 0x", 0, 0, 0},
+               {".reqntid 64, 09", 0, 0, 0},    {".reqntid k", 0, 0, 0},        {".maxntid 64", 0, 0, 0},
+               {"// .reqntid 32\n", 0, 0, 0},   {"/* .reqntid 32 */", 0, 0, 0}};
+  size_t i;
+  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    char ptx[512];
+    uint32_t got[3];
+    snprintf(ptx, sizeof(ptx),
+             ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry kk()\n.reqntid 32\n{ ret; }\n"
+             ".visible .entry k(.param .u64 p)\n%s\n{ ret; }\n.visible .entry kkk() { ret; }\n",
+             cases[i].directive);
+    reqntid_of(ptx, "k", got);
+    if (got[0] != cases[i].x || got[1] != cases[i].y || got[2] != cases[i].z)
+      TU_FAIL_AT(__FILE__, __LINE__, "case %u ('%s'): read %ux%ux%u, expected %ux%ux%u", (unsigned)i,
+                 cases[i].directive, got[0], got[1], got[2], cases[i].x, cases[i].y, cases[i].z);
+    reqntid_of(ptx, "kk", got); /* its neighbours keep their own */
+    TU_CHECK(got[0] == 32 && got[1] == 1 && got[2] == 1);
+    reqntid_of(ptx, "kkk", got);
+    TU_CHECK(got[0] == 0 && got[1] == 0 && got[2] == 0);
+  }
+}
+
+TU_MAIN(TU_CASE(ptx_reqntid_in_every_integer_form), TU_CASE(relocatable_cubin_is_linked),
+        TU_CASE(no_param_info_turns_checks_off), TU_CASE(param_info_failure_fails_the_lookup),
+        TU_CASE(load_ptx_with_and_without_nul), TU_CASE(kernels_of_one_image_share_the_dynamic_shared_limit),
+        TU_CASE(module_cache_compiles_once), TU_CASE(kernel_lookup_and_info), TU_CASE(dynamic_shared_opt_in),
+        TU_CASE(format_detection), TU_CASE(executable_outlives_user_reference))
