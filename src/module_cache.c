@@ -72,10 +72,10 @@ static gpuhal_status_t gpuhal__ptx_annotate(gpuhal_status_t st, const gpuhal_dev
   if (target_sm > device_sm || (suffix == 'a' && target_sm != device_sm) ||
       (suffix == 'f' && target_sm / 10 != device_sm / 10))
     return gpuhal_status_annotate(st,
-                                  "the PTX's .target %s is for a newer GPU than device %d (compute capability %d.%d): "
+                                  "the PTX's .target %s is for %s than device %d (compute capability %d.%d): "
                                   "have the compiler target sm_%d or older (the PTX is .version %s)",
-                                  target, device->ordinal, info->compute_capability_major,
-                                  info->compute_capability_minor, device_sm, version);
+                                  target, target_sm > device_sm ? "a newer GPU" : "another GPU family", device->ordinal,
+                                  info->compute_capability_major, info->compute_capability_minor, device_sm, version);
   return gpuhal_status_annotate(st,
                                 "the PTX is .version %s, .target %s; device %d is compute capability %d.%d, the "
                                 "CUDA driver %d.%d (a .version newer than the driver's PTX ISA does not load)",

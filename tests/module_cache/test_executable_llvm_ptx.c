@@ -463,6 +463,20 @@ TU_TEST(sixty_parameters) {
   fixture_close(&f);
 }
 
+/* Removes a cache directory and the files in it. */
+static void remove_dir(const char* dir) {
+  DIR* dh = opendir(dir);
+  struct dirent* e;
+  char path[600];
+  while (dh && (e = readdir(dh)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    unlink(path);
+  }
+  if (dh) closedir(dh);
+  rmdir(dir);
+}
+
 /* Replaces the first `from` in `text` by `to` (a new malloc'ed string; NULL if absent). */
 static char* text_replace(const char* text, const char* from, const char* to) {
   const char* at = strstr(text, from);
@@ -777,18 +791,7 @@ TU_TEST(ptx_too_new_for_the_driver_or_device) {
   }
   gpuhal_device_release(disk_device);
   gpuhal_device_release(module_device);
-  {
-    DIR* dh = opendir(dir);
-    struct dirent* e;
-    char path[600];
-    while (dh && (e = readdir(dh)) != NULL) {
-      if (e->d_name[0] == '.') continue;
-      snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-      unlink(path);
-    }
-    if (dh) closedir(dh);
-    rmdir(dir);
-  }
+  remove_dir(dir);
   free(new_version);
   free(new_target);
   free(ptx);
@@ -864,18 +867,7 @@ TU_TEST(memory_and_disk_cache) {
   }
   gpuhal_buffer_release(out);
   gpuhal_device_release(device);
-  {
-    DIR* dh = opendir(dir);
-    struct dirent* e;
-    char path[600];
-    while (dh && (e = readdir(dh)) != NULL) {
-      if (e->d_name[0] == '.') continue;
-      snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-      unlink(path);
-    }
-    if (dh) closedir(dh);
-    rmdir(dir);
-  }
+  remove_dir(dir);
   fixture_close(&f);
 }
 
