@@ -62,15 +62,23 @@ static gpuhal_kernel_t* kernel_of(gpuhal_executable_t* exe, const char* name) {
   return kernel;
 }
 
-/* Records one dispatch in a new command buffer of `flags` and returns what recording it
- * said (the command buffer is dropped). */
+/* Creates a command buffer of `flags` in *cb and records one dispatch in it: what recording
+ * said (*cb is the caller's to release either way). */
+static gpuhal_status_t begin_dispatch(fixture* f, gpuhal_command_buffer_flags_t flags, gpuhal_kernel_t* kernel,
+                                      gpuhal_dim3_t grid, gpuhal_dim3_t block, uint32_t shared, uint32_t arg_count,
+                                      const gpuhal_arg_t* args, gpuhal_command_buffer_t** cb) {
+  gpuhal_status_t st = gpuhal_command_buffer_create(f->device, flags, 0, cb);
+  if (!st) st = gpuhal_command_buffer_begin(*cb);
+  if (!st) st = gpuhal_cmd_dispatch(*cb, kernel, grid, block, shared, arg_count, args);
+  return st;
+}
+
+/* Records one dispatch in a new command buffer and returns what recording it said. */
 static gpuhal_status_t record_dispatch(fixture* f, gpuhal_command_buffer_flags_t flags, gpuhal_kernel_t* kernel,
                                        gpuhal_dim3_t grid, gpuhal_dim3_t block, uint32_t shared, uint32_t arg_count,
                                        const gpuhal_arg_t* args) {
   gpuhal_command_buffer_t* cb = NULL;
-  gpuhal_status_t st = gpuhal_command_buffer_create(f->device, flags, 0, &cb);
-  if (!st) st = gpuhal_command_buffer_begin(cb);
-  if (!st) st = gpuhal_cmd_dispatch(cb, kernel, grid, block, shared, arg_count, args);
+  gpuhal_status_t st = begin_dispatch(f, flags, kernel, grid, block, shared, arg_count, args, &cb);
   gpuhal_command_buffer_release(cb);
   return st;
 }
@@ -80,9 +88,7 @@ static gpuhal_status_t run_dispatch(fixture* f, gpuhal_command_buffer_flags_t fl
                                     gpuhal_dim3_t grid, gpuhal_dim3_t block, uint32_t shared, uint32_t arg_count,
                                     const gpuhal_arg_t* args) {
   gpuhal_command_buffer_t* cb = NULL;
-  gpuhal_status_t st = gpuhal_command_buffer_create(f->device, flags, 0, &cb);
-  if (!st) st = gpuhal_command_buffer_begin(cb);
-  if (!st) st = gpuhal_cmd_dispatch(cb, kernel, grid, block, shared, arg_count, args);
+  gpuhal_status_t st = begin_dispatch(f, flags, kernel, grid, block, shared, arg_count, args, &cb);
   if (!st) st = gpuhal_command_buffer_end(cb);
   if (!st) st = tu_execute_and_wait(f->driver, f->device, cb, NULL);
   gpuhal_command_buffer_release(cb);
