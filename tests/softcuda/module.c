@@ -619,7 +619,7 @@ static sc_module* sc_module_build_locked(sc_ctx* c, const sc_ptx* x) {
     f->name = sc_strdup(e->name);
     f->nparams = e->nparams;
     f->params = (sc_param*)sc_xcalloc((size_t)e->nparams, sizeof(sc_param));
-    memcpy(f->params, e->params, (size_t)e->nparams * sizeof(sc_param));
+    if (e->nparams) memcpy(f->params, e->params, (size_t)e->nparams * sizeof(sc_param)); /* none: params NULL */
     f->param_bytes = e->param_bytes;
     {
       sc_twin t;
