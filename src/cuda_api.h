@@ -1284,6 +1284,8 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
        void** optionValues))                                                                                  \
     X(cuModuleUnload, "cuModuleUnload", 12000, (CUmodule hmod))                                               \
     X(cuModuleGetFunction, "cuModuleGetFunction", 12000, (CUfunction* hfunc, CUmodule hmod, const char* name)) \
+    X(cuModuleGetGlobal, "cuModuleGetGlobal_v2", 12000,                                                       \
+      (CUdeviceptr* dptr, size_t* bytes, CUmodule hmod, const char* name))                                    \
     X(cuFuncGetAttribute, "cuFuncGetAttribute", 12000, (int* pi, CUfunction_attribute attrib, CUfunction hfunc)) \
     X(cuFuncSetAttribute, "cuFuncSetAttribute", 12000, (CUfunction hfunc, CUfunction_attribute attrib, int value)) \
     X(cuLaunchKernel, "cuLaunchKernel", 12000,                                                                \
@@ -1362,7 +1364,10 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
  * memory management API (cuMemCreate .. cuMemGetAllocationGranularity), whose POSIX file
  * descriptors travel between processes; each is there where the driver says so
  * (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, _VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
- * _HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED). */
+ * _HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED).
+ * cuLibraryGetGlobal (with the other cuLibrary* calls, 12.0) finds a library's global in
+ * the current context; without it gpuhal asks that context's module of the library
+ * (cuModuleGetGlobal, which every driver has). */
 #define GPUHAL_CUDA_OPTIONAL_SYMBOLS(X)                                                                       \
     X(cuFuncLoad, "cuFuncLoad", 12040, (CUfunction function))                                                 \
     X(cuMemPoolCreate, "cuMemPoolCreate", 12000, (CUmemoryPool* pool, const CUmemPoolProps* poolProps))       \
@@ -1458,6 +1463,8 @@ typedef CUresult (CUDAAPI* gpuhal_PFN_cuGetProcAddress)(const char* symbol, void
        unsigned int numLibraryOptions))                                                                       \
     X(cuLibraryUnload, "cuLibraryUnload", 12000, (CUlibrary library))                                         \
     X(cuLibraryGetModule, "cuLibraryGetModule", 12000, (CUmodule* pMod, CUlibrary library))                   \
+    X(cuLibraryGetGlobal, "cuLibraryGetGlobal", 12000,                                                        \
+      (CUdeviceptr* dptr, size_t* bytes, CUlibrary library, const char* name))                                \
     X(cuGraphConditionalHandleCreate, "cuGraphConditionalHandleCreate", 12030,                                \
       (CUgraphConditionalHandle* pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue,   \
        unsigned int flags))                                                                                   \

@@ -910,6 +910,7 @@ typedef struct abi_item_t {
     FUNC(cuModuleLoadDataEx, PFN_cuModuleLoadDataEx_v2010) \
     FUNC(cuModuleUnload, PFN_cuModuleUnload_v2000) \
     FUNC(cuModuleGetFunction, PFN_cuModuleGetFunction_v2000) \
+    FUNC(cuModuleGetGlobal, PFN_cuModuleGetGlobal_v3020) \
     FUNC(cuFuncGetAttribute, PFN_cuFuncGetAttribute_v2020) \
     FUNC(cuFuncSetAttribute, PFN_cuFuncSetAttribute_v9000) \
     FUNC(cuLaunchKernel, PFN_cuLaunchKernel_v4000) \
@@ -992,6 +993,7 @@ typedef struct abi_item_t {
     FUNC(cuLibraryLoadData, PFN_cuLibraryLoadData_v12000) \
     FUNC(cuLibraryUnload, PFN_cuLibraryUnload_v12000) \
     FUNC(cuLibraryGetModule, PFN_cuLibraryGetModule_v12000) \
+    FUNC(cuLibraryGetGlobal, PFN_cuLibraryGetGlobal_v12000) \
     FUNC(cuGraphConditionalHandleCreate, PFN_cuGraphConditionalHandleCreate_v12030) \
     FUNC(cuGraphAddNode, PFN_cuGraphAddNode_v12030)
 

@@ -649,6 +649,7 @@ static void sc_ctx_teardown_locked(sc_ctx* c) {
     sc_obj* o = sc.objs[i];
     if (o && o->owner == c && o->kind != SC_K_FUNC) {
       if (o->kind == SC_K_STREAM) ((sc_stream*)o)->destroyed = 1;
+      if (o->kind == SC_K_MODULE) sc_module_unload_globals_locked((sc_module*)o);
       sc_obj_unregister(o);
     }
   }
@@ -973,6 +974,7 @@ static const char* sc_alloc_kind_name(const sc_alloc* a) {
   switch (a->origin) {
     case SC_ORIGIN_REGISTERED: return "host registration (cuMemHostRegister)";
     case SC_ORIGIN_IPC: return "IPC mapping (cuIpcOpenMemHandle)";
+    case SC_ORIGIN_MODULE: return "module variable";
     case SC_ORIGIN_VMM:
     case SC_ORIGIN_ALLOC: break;
   }
@@ -987,7 +989,8 @@ static size_t sc_report_locked(sc_ctx* c, FILE* f, int all) {
     sc_alloc* a = sc.allocs[i];
     if (!all && a->ctx != c) continue;
     if (a->type == SC_MEM_POOL && !all) continue;
-    if (a->origin == SC_ORIGIN_VMM) continue; /* listed with its reservation below */
+    if (a->origin == SC_ORIGIN_VMM) continue;    /* listed with its reservation below */
+    if (a->origin == SC_ORIGIN_MODULE) continue; /* its module is listed */
     if (f)
       fprintf(f, "softcuda: leak: %s #%llu of %zu bytes at 0x%llx (device %d)\n", sc_alloc_kind_name(a), a->id, a->size,
               (unsigned long long)a->base, a->dev);

@@ -235,7 +235,8 @@ static void sc_alloc_release_locked(sc_alloc* a) {
       break;
     case SC_ORIGIN_IPC: munmap((void*)a->base, a->map_size); break;
     case SC_ORIGIN_REGISTERED:
-    case SC_ORIGIN_VMM: break;
+    case SC_ORIGIN_VMM:
+    case SC_ORIGIN_MODULE: break; /* the module frees its variables' memory */
   }
   free(a);
 }
@@ -249,7 +250,7 @@ static void sc_free_ctx_allocs_locked(sc_ctx* c) {
   size_t i = 0;
   while (i < sc.nallocs) {
     sc_alloc* a = sc.allocs[i];
-    if (a->ctx == c && a->type != SC_MEM_POOL)
+    if (a->ctx == c && a->type != SC_MEM_POOL && a->origin != SC_ORIGIN_MODULE) /* the module's go with it */
       sc_alloc_release_locked(a);
     else if (a->type == SC_MEM_POOL && a->made_in == c && c->sticky != CUDA_SUCCESS)
       sc_pool_reclaim_locked(a);

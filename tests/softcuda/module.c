@@ -71,7 +71,8 @@ typedef struct sc_ptx_entry {
   unsigned maxntid[3]; /* .maxntid (0: none) */
   unsigned reqntid[3]; /* .reqntid (0: none) */
   size_t static_shared;
-  int line; /* of the .entry, for messages */
+  size_t const_bytes; /* the module's .const variables its body names */
+  int line;           /* of the .entry, for messages */
 } sc_ptx_entry;
 
 /* A module-scope .shared variable: counted in the static shared memory of each entry whose
@@ -81,6 +82,28 @@ typedef struct sc_ptx_shared {
   size_t size;
 } sc_ptx_shared;
 
+/* An address an initialiser names (`.u64 p = generic(x)+4;`, LLVM's byte masks
+ * `0xFF00(generic(x))`): each module writes its own variable's address there. */
+typedef struct sc_ptx_reloc {
+  size_t offset; /* into the variable */
+  unsigned size; /* bytes written: the element's, or 1 for a byte of a mask */
+  int byte;      /* a mask's byte (0: the lowest), written alone; -1: the whole address */
+  char* symbol;
+  long long addend;
+} sc_ptx_reloc;
+
+/* A module-scope .global or .const variable (a __device__ or __constant__ global): its
+ * bytes as the PTX initialises them (`init`, NULL: zeros; elements the initialiser leaves
+ * out are zeros too, as ptxas makes them). */
+typedef struct sc_ptx_global {
+  char* name;
+  size_t size, align;
+  int is_const;
+  unsigned char* init;
+  int nrelocs, cap_relocs;
+  sc_ptx_reloc* relocs;
+} sc_ptx_global;
+
 typedef struct sc_ptx {
   int version; /* major*10+minor: the highest .version (a linked image holds several) */
   int version_line;
@@ -89,6 +112,8 @@ typedef struct sc_ptx {
   sc_ptx_entry* entries;
   int nshared, cap_shared;
   sc_ptx_shared* shared;
+  int nglobals, cap_globals;
+  sc_ptx_global* globals;
 } sc_ptx;
 
 static const char* sc_skip_ws(const char* p, const char* end) {
@@ -291,6 +316,7 @@ static const char* sc_parse_entry_directives(const char* p, const char* end, sc_
 static const char* sc_parse_entry_body(const char* p, const char* end, const sc_ptx* x, sc_ptx_entry* e, char* tok) {
   int depth = 1;
   unsigned char* named = x->nshared ? (unsigned char*)sc_xcalloc((size_t)x->nshared, 1) : NULL;
+  unsigned char* named_const = x->nglobals ? (unsigned char*)sc_xcalloc((size_t)x->nglobals, 1) : NULL;
   int i;
   while (depth > 0) {
     p = sc_token(p, end, tok, SC_TOKEN_MAX);
@@ -313,10 +339,25 @@ static const char* sc_parse_entry_body(const char* p, const char* end, const sc_
           named[i] = 1;
           e->static_shared += x->shared[i].size;
         }
+      for (i = 0; i < x->nglobals; ++i)
+        if (x->globals[i].is_const && !named_const[i] && !strcmp(x->globals[i].name, tok)) {
+          named_const[i] = 1;
+          e->const_bytes += x->globals[i].size;
+        }
     }
   }
   free(named);
+  free(named_const);
   return p;
+}
+
+static void sc_ptx_global_free(sc_ptx_global* g) {
+  int k;
+  for (k = 0; k < g->nrelocs; ++k) free(g->relocs[k].symbol);
+  free(g->relocs);
+  free(g->init);
+  free(g->name);
+  memset(g, 0, sizeof *g);
 }
 
 static void sc_ptx_free(sc_ptx* x) {
@@ -326,9 +367,298 @@ static void sc_ptx_free(sc_ptx* x) {
     free(x->entries[i].params);
   }
   for (i = 0; i < x->nshared; ++i) free(x->shared[i].name);
+  for (i = 0; i < x->nglobals; ++i) sc_ptx_global_free(&x->globals[i]);
   free(x->entries);
   free(x->shared);
+  free(x->globals);
   memset(x, 0, sizeof *x);
+}
+
+/* ---- module-scope variables: .global and .const with their initialisers ---- */
+
+static int sc_is_ident_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '$' || c == '%';
+}
+
+/* An unsigned PTX integer literal at p (hex 0x, binary 0b, octal 0N, decimal; a U suffix):
+ * its end, or NULL when there is none. */
+static const char* sc_parse_uint(const char* p, const char* end, unsigned long long* out) {
+  unsigned long long v = 0;
+  int base = 10, digits = 0;
+  if (p < end && *p == '0' && p + 1 < end && (p[1] == 'x' || p[1] == 'X')) {
+    base = 16, p += 2;
+  } else if (p < end && *p == '0' && p + 1 < end && (p[1] == 'b' || p[1] == 'B')) {
+    base = 2, p += 2;
+  } else if (p < end && *p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '7') {
+    base = 8, p += 1;
+  }
+  for (; p < end; ++p, ++digits) {
+    int d = *p >= '0' && *p <= '9'   ? *p - '0'
+            : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10
+            : *p >= 'A' && *p <= 'F' ? *p - 'A' + 10
+                                     : 99;
+    if (d >= base) break;
+    v = v * (unsigned)base + (unsigned)d;
+  }
+  if (!digits) return NULL;
+  if (p < end && *p == 'U') p++;
+  *out = v;
+  return p;
+}
+
+/* One initialiser value, as it is stored in an element. */
+typedef struct sc_init_value {
+  int is_float; /* `f` holds it (a floating literal), else `u` */
+  double f;
+  unsigned long long u;
+  char* symbol; /* an address: `symbol` (+ `u` as a signed addend), NULL: a literal */
+  int byte;     /* a byte mask's byte of the address (0xFF00(...): 1), or -1 */
+} sc_init_value;
+
+/* `name`, `generic(name)`, either with "+ N" / "- N" after: an address. NULL on a syntax error. */
+static const char* sc_parse_address(const char* p, const char* end, sc_init_value* v) {
+  const char* q;
+  int generic = 0;
+  unsigned long long n;
+  p = sc_skip_ws(p, end);
+  if (end - p > 7 && !strncmp(p, "generic", 7) && !sc_is_ident(p[7])) {
+    p = sc_skip_ws(p + 7, end);
+    if (p >= end || *p != '(') return NULL;
+    p = sc_skip_ws(p + 1, end);
+    generic = 1;
+  }
+  if (p >= end || !sc_is_ident_start(*p)) return NULL;
+  for (q = p; q < end && sc_is_ident(*q);) q++;
+  v->symbol = (char*)sc_xcalloc((size_t)(q - p) + 1, 1);
+  memcpy(v->symbol, p, (size_t)(q - p));
+  p = sc_skip_ws(q, end);
+  if (generic) {
+    if (p >= end || *p != ')') return NULL;
+    p = sc_skip_ws(p + 1, end);
+  }
+  if (p < end && (*p == '+' || *p == '-')) {
+    int negative = *p == '-';
+    p = sc_parse_uint(sc_skip_ws(p + 1, end), end, &n);
+    if (!p) return NULL;
+    v->u = negative ? (unsigned long long)-(long long)n : n;
+  }
+  return p;
+}
+
+/* One initialiser value at p: an integer or floating literal (0fXXXXXXXX, 0dXXXXXXXXXXXXXXXX,
+ * decimal with a point or an exponent), maybe negated; an address; or a byte mask of one
+ * (`0xFF0000(generic(x))`). NULL on a syntax error. */
+static const char* sc_parse_init_value(const char* p, const char* end, sc_init_value* v) {
+  int negative = 0;
+  memset(v, 0, sizeof *v);
+  v->byte = -1;
+  p = sc_skip_ws(p, end);
+  if (p < end && (*p == '-' || *p == '+')) {
+    negative = *p == '-';
+    p = sc_skip_ws(p + 1, end);
+  }
+  if (p >= end) return NULL;
+  if (sc_is_ident_start(*p)) return negative ? NULL : sc_parse_address(p, end, v);
+  if (end - p > 2 && *p == '0' && (p[1] == 'f' || p[1] == 'F' || p[1] == 'd' || p[1] == 'D')) {
+    int single = p[1] == 'f' || p[1] == 'F';
+    unsigned long long bits = 0;
+    const char* q;
+    for (q = p + 2; q < end && ((*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f') || (*q >= 'A' && *q <= 'F')); ++q)
+      bits = bits << 4 | (unsigned long long)(*q <= '9' ? *q - '0' : (*q | 0x20) - 'a' + 10);
+    if (q - (p + 2) != (single ? 8 : 16)) return NULL;
+    v->is_float = 1;
+    if (single) {
+      uint32_t b32 = (uint32_t)bits;
+      float f;
+      memcpy(&f, &b32, 4);
+      v->f = f;
+    } else {
+      memcpy(&v->f, &bits, 8);
+    }
+    if (negative) v->f = -v->f;
+    return q;
+  }
+  if (*p >= '0' && *p <= '9') {
+    const char* q = p;
+    while (q < end && *q >= '0' && *q <= '9') q++;
+    if (q < end && (*q == '.' || *q == 'e' || *q == 'E') && !(p[0] == '0' && p + 1 < end && (p[1] | 0x20) == 'x')) {
+      char buf[128];
+      size_t n = 0;
+      for (q = p;
+           q < end && n + 1 < sizeof buf && (sc_is_ident(*q) || ((*q == '-' || *q == '+') && (q[-1] | 0x20) == 'e'));)
+        buf[n++] = *q++;
+      buf[n] = 0;
+      v->is_float = 1;
+      v->f = strtod(buf, NULL);
+      if (negative) v->f = -v->f;
+      return q;
+    }
+    q = sc_parse_uint(p, end, &v->u);
+    if (!q) return NULL;
+    if (negative) v->u = (unsigned long long)-(long long)v->u;
+    p = sc_skip_ws(q, end);
+    if (p < end && *p == '(') { /* a byte mask of an address: 0xFF << 8k */
+      unsigned long long mask = v->u;
+      int byte = 0;
+      while (mask && !(mask & 0xff)) mask >>= 8, byte++;
+      if (negative || mask != 0xff) return NULL;
+      v->u = 0; /* the addend, from here on */
+      p = sc_parse_address(p + 1, end, v);
+      if (!p) return NULL;
+      p = sc_skip_ws(p, end);
+      if (p >= end || *p != ')') return NULL;
+      v->byte = byte;
+      return p + 1;
+    }
+    return q;
+  }
+  return NULL;
+}
+
+/* Writes element `index` (of elem bytes, `is_float`: .f32 / .f64) of g from v. */
+static void sc_global_store(sc_ptx_global* g, size_t index, size_t elem, int is_float, const sc_init_value* v) {
+  size_t at = index * elem;
+  if (!g->init) g->init = (unsigned char*)sc_xcalloc(g->size ? g->size : 1, 1);
+  if (v->symbol) {
+    sc_ptx_reloc* r;
+    if (g->nrelocs == g->cap_relocs) {
+      g->cap_relocs = g->cap_relocs ? g->cap_relocs * 2 : 4;
+      g->relocs = (sc_ptx_reloc*)realloc(g->relocs, (size_t)g->cap_relocs * sizeof(sc_ptx_reloc));
+      if (!g->relocs) abort();
+    }
+    r = &g->relocs[g->nrelocs++];
+    r->offset = at;
+    r->size = v->byte >= 0 ? 1 : (unsigned)elem;
+    r->byte = v->byte;
+    r->symbol = sc_strdup(v->symbol);
+    r->addend = (long long)v->u;
+    return;
+  }
+  if (is_float && elem == 4) {
+    float f = v->is_float ? (float)v->f : (float)(long long)v->u;
+    memcpy(g->init + at, &f, 4);
+  } else if (is_float && elem == 8) {
+    double d = v->is_float ? v->f : (double)(long long)v->u;
+    memcpy(g->init + at, &d, 8);
+  } else {
+    unsigned long long u = v->is_float ? (unsigned long long)(long long)v->f : v->u;
+    size_t k;
+    for (k = 0; k < elem; ++k) g->init[at + k] = (unsigned char)(u >> (8 * k)); /* little-endian */
+  }
+}
+
+/* The initialiser after '=': a value, or a braced list (nested braces flatten, in order)
+ * of at most `count` elements; count 0 (an unsized array, `x[] = {...}`) takes as many as
+ * it has. *out_count: how many it gave. Returns the position after it, or NULL on a syntax
+ * error or too many values. */
+static const char* sc_parse_initialiser(const char* p, const char* end, sc_ptx_global* g, size_t elem, int is_float,
+                                        size_t count, size_t* out_count) {
+  size_t n = 0;
+  int depth = 0;
+  sc_init_value v;
+  /* Values are stored as they come; an unsized array grows its bytes. */
+  do {
+    p = sc_skip_ws(p, end);
+    if (p >= end) return NULL;
+    if (*p == '{') {
+      depth++, p++;
+      continue;
+    }
+    if (*p == '}') {
+      if (depth == 0) return NULL;
+      depth--, p++;
+      continue;
+    }
+    if (*p == ',' && depth > 0) {
+      p++;
+      continue;
+    }
+    if (count && n >= count) return NULL; /* ptxas: more initialisers than elements */
+    p = sc_parse_init_value(p, end, &v);
+    if (!p) {
+      free(v.symbol);
+      return NULL;
+    }
+    if (!count) { /* unsized: one more element */
+      g->init = (unsigned char*)realloc(g->init, (n + 1) * elem);
+      if (!g->init) abort();
+      memset(g->init + n * elem, 0, elem);
+      g->size = (n + 1) * elem;
+    }
+    sc_global_store(g, n++, elem, is_float, &v);
+    free(v.symbol);
+  } while (depth > 0);
+  *out_count = n;
+  return p;
+}
+
+/* A module-scope variable after its state space (.global or .const): "[.attribute(...)]
+ * [.align N] [.vN] .type name[N]...[= initialiser];". Sets *out (name NULL for what is no
+ * variable softcuda models: .texref and the like, a size it cannot tell). Returns the
+ * position after its ';', or NULL on a syntax error. */
+static const char* sc_parse_global(const char* p, const char* end, char* tok, int is_const, sc_ptx_global* out) {
+  size_t align = 0, elem = 0, vec = 1, count = 1, given = 0;
+  int is_float = 0, unsized = 0, initialised = 0;
+  memset(out, 0, sizeof *out);
+  out->is_const = is_const;
+  for (;;) {
+    const char* q = sc_token(p, end, tok, SC_TOKEN_MAX);
+    if (!tok[0]) return NULL;
+    p = q;
+    if (!strcmp(tok, ";")) break;
+    if (!strcmp(tok, ".align")) {
+      p = sc_token(p, end, tok, SC_TOKEN_MAX);
+      align = (size_t)strtoul(tok, NULL, 10);
+      if (!align || (align & (align - 1))) return NULL;
+    } else if (!strcmp(tok, ".attribute") || (!strcmp(tok, "[") && !out->name)) {
+      /* .attribute(.managed), or a .const bank ([N]) */
+      const char* close = (const char*)memchr(p, tok[0] == '[' ? ']' : ')', (size_t)(end - p));
+      if (!close) return NULL;
+      p = close + 1;
+    } else if (!strcmp(tok, ".v2") || !strcmp(tok, ".v4") || !strcmp(tok, ".v8")) {
+      vec = (size_t)atoi(tok + 2);
+    } else if (tok[0] == '.' && !out->name) {
+      elem = sc_type_size(tok); /* 0: .texref, .samplerref, .surfref: not modelled */
+      is_float = tok[1] == 'f';
+    } else if (sc_is_ident_start(tok[0]) && !out->name) {
+      out->name = sc_strdup(tok);
+    } else if (!strcmp(tok, "[") && out->name) {
+      p = sc_token(p, end, tok, SC_TOKEN_MAX);
+      if (!strcmp(tok, "]")) {
+        unsized = 1;
+        continue;
+      }
+      if (tok[0] < '0' || tok[0] > '9' || !strtoull(tok, NULL, 0)) return NULL;
+      count *= (size_t)strtoull(tok, NULL, 0);
+      p = sc_token(p, end, tok, SC_TOKEN_MAX);
+      if (strcmp(tok, "]")) return NULL;
+    } else if (!strcmp(tok, "=") && out->name && elem) {
+      /* a vector's lanes are elements of their own: {{1, 2}, {3, 4}} */
+      out->size = unsized ? 0 : elem * vec * count;
+      p = sc_parse_initialiser(p, end, out, elem, is_float, unsized ? 0 : vec * count, &given);
+      if (!p) return NULL;
+      initialised = 1;
+      if (unsized) count = (given + vec - 1) / vec;
+    } else if (!strcmp(tok, "=")) { /* a variable softcuda does not model: skip its value */
+      const char* semi = (const char*)memchr(p, ';', (size_t)(end - p));
+      if (!semi) return NULL;
+      p = semi;
+    } else {
+      return NULL;
+    }
+  }
+  if (!out->name || !elem || (unsized && !initialised)) {
+    sc_ptx_global_free(out); /* nothing to model (a texture reference, an array sized elsewhere) */
+    return p;
+  }
+  out->size = elem * vec * count;
+  out->align = align ? align : elem * vec;
+  if (out->init && given * elem < out->size) { /* an unsized vector array's last lanes */
+    out->init = (unsigned char*)realloc(out->init, out->size);
+    if (!out->init) abort();
+    memset(out->init + given * elem, 0, out->size - given * elem);
+  }
+  return p;
 }
 
 /* Parses .version, .target, module-scope .shared variables and every .entry with its
@@ -338,14 +668,16 @@ static CUresult sc_ptx_parse(const char* text, size_t len, sc_ptx* out) {
   const char* p = text;
   const char* end = text + len;
   char* tok = (char*)sc_xcalloc(SC_TOKEN_MAX, 1);
-  int cap = 0, saw_version = 0, depth = 0, parens = 0;
+  int cap = 0, saw_version = 0, depth = 0, parens = 0, is_extern = 0;
   memset(out, 0, sizeof *out);
   while (p < end) {
     const char* at;
+    int was_extern = is_extern;
     p = sc_skip_ws(p, end);
     at = p;
     p = sc_token(p, end, tok, SC_TOKEN_MAX);
     if (!tok[0]) break;
+    is_extern = !strcmp(tok, ".extern");
     if (!strcmp(tok, "{")) {
       depth++;
     } else if (!strcmp(tok, "}")) {
@@ -383,6 +715,27 @@ static CUresult sc_ptx_parse(const char* text, size_t len, sc_ptx* out) {
         out->shared[out->nshared].size = size;
         out->nshared++;
       }
+    } else if ((!strcmp(tok, ".global") || !strcmp(tok, ".const")) && depth == 0 && parens == 0) {
+      sc_ptx_global g;
+      int i, known = 0;
+      p = sc_parse_global(p, end, tok, tok[1] == 'c', &g);
+      if (!p) {
+        sc_ptx_global_free(&g);
+        goto bad;
+      }
+      for (i = 0; g.name && i < out->nglobals; ++i) known |= !strcmp(out->globals[i].name, g.name);
+      if (!g.name || was_extern || known) { /* a declaration (defined elsewhere), or linked in twice */
+        sc_ptx_global_free(&g);
+        continue;
+      }
+      if (out->nglobals == out->cap_globals) {
+        int ncap = out->cap_globals ? out->cap_globals * 2 : 8;
+        sc_ptx_global* n = (sc_ptx_global*)realloc(out->globals, (size_t)ncap * sizeof(sc_ptx_global));
+        if (!n) abort();
+        out->globals = n;
+        out->cap_globals = ncap;
+      }
+      out->globals[out->nglobals++] = g;
     } else if (!strcmp(tok, ".entry")) {
       sc_ptx_entry* e;
       int body = 0;
@@ -595,16 +948,105 @@ static void sc_func_free(sc_obj* o) {
   free(f);
 }
 
+static void sc_module_unload_globals_locked(sc_module* m) {
+  int i;
+  for (i = 0; i < m->nglobals; ++i)
+    if (m->globals[i].rec) {
+      sc_alloc_release_locked(m->globals[i].rec); /* the record only: the memory is the module's */
+      m->globals[i].rec = NULL;
+    }
+  if (m->data_dev >= 0) sc_dev_unreserve(m->data_dev, m->data_size);
+  m->data_dev = -1;
+}
+
 static void sc_module_free(sc_obj* o) {
   sc_module* m = (sc_module*)o;
+  int i;
+  sc_module_unload_globals_locked(m);
+  for (i = 0; i < m->nglobals; ++i) free(m->globals[i].name);
+  free(m->globals);
+  free(m->data);
   free(m->funcs);
   free(m);
 }
 
-static sc_module* sc_module_build_locked(sc_ctx* c, const sc_ptx* x) {
+/* The address of variable `name` of m, or 0. */
+static uintptr_t sc_module_global_address(const sc_module* m, const char* name) {
+  int i;
+  for (i = 0; i < m->nglobals; ++i)
+    if (!strcmp(m->globals[i].name, name)) return (uintptr_t)(m->data + m->globals[i].offset);
+  return 0;
+}
+
+/* Lays out m's variables in one block (each at its alignment, as a cubin's data sections
+ * hold them), initialised as the PTX says (addresses an initialiser names are this
+ * module's: 0 for a name that is no variable, a function's), each a record of the
+ * context's device memory. Counted in the device's memory: CUDA_ERROR_OUT_OF_MEMORY when
+ * it does not fit. */
+static CUresult sc_module_globals_build_locked(sc_module* m, sc_ctx* c, const sc_ptx* x) {
+  size_t size = 0;
+  int i, k;
+  CUresult r;
+  m->data_dev = -1;
+  if (!x->nglobals) return CUDA_SUCCESS;
+  m->globals = (sc_mglobal*)sc_xcalloc((size_t)x->nglobals, sizeof(sc_mglobal));
+  m->nglobals = x->nglobals;
+  for (i = 0; i < x->nglobals; ++i) {
+    const sc_ptx_global* g = &x->globals[i];
+    size = (size + g->align - 1) / g->align * g->align;
+    m->globals[i].name = sc_strdup(g->name);
+    m->globals[i].offset = size;
+    m->globals[i].size = g->size;
+    size += g->size;
+  }
+  if ((r = sc_dev_reserve(c->dev, size)) != CUDA_SUCCESS) return r;
+  m->data_dev = c->dev;
+  m->data_size = size;
+  if (posix_memalign((void**)&m->data, 256, size ? size : 1) != 0) abort();
+  memset(m->data, 0, size);
+  for (i = 0; i < x->nglobals; ++i) {
+    const sc_ptx_global* g = &x->globals[i];
+    unsigned char* at = m->data + m->globals[i].offset;
+    if (g->init) memcpy(at, g->init, g->size);
+  }
+  for (i = 0; i < x->nglobals; ++i) { /* addresses, once every variable has one */
+    const sc_ptx_global* g = &x->globals[i];
+    for (k = 0; k < g->nrelocs; ++k) {
+      const sc_ptx_reloc* rl = &g->relocs[k];
+      uintptr_t base = sc_module_global_address(m, rl->symbol);
+      unsigned long long v = base ? (unsigned long long)base + (unsigned long long)rl->addend : 0;
+      unsigned char* at = m->data + m->globals[i].offset + rl->offset;
+      unsigned b;
+      if (rl->byte >= 0)
+        *at = (unsigned char)(v >> (8 * rl->byte));
+      else
+        for (b = 0; b < rl->size; ++b) at[b] = (unsigned char)(v >> (8 * b));
+    }
+  }
+  for (i = 0; i < x->nglobals; ++i) {
+    sc_alloc* a = (sc_alloc*)sc_xcalloc(1, sizeof(sc_alloc));
+    a->base = (uintptr_t)(m->data + m->globals[i].offset);
+    a->size = m->globals[i].size;
+    a->type = SC_MEM_DEVICE;
+    a->origin = SC_ORIGIN_MODULE;
+    a->ctx = c;
+    a->dev = c->dev;
+    sc_alloc_insert(a);
+    m->globals[i].rec = a;
+  }
+  return CUDA_SUCCESS;
+}
+
+static CUresult sc_module_build_locked(sc_ctx* c, const sc_ptx* x, sc_module** out) {
   sc_module* m = (sc_module*)sc_xcalloc(1, sizeof(sc_module));
+  CUresult r;
   int i;
   sc_obj_init(&m->h, SC_K_MODULE, c, sc_module_free);
+  *out = NULL;
+  if ((r = sc_module_globals_build_locked(m, c, x)) != CUDA_SUCCESS) {
+    sc_module_free(&m->h);
+    return r;
+  }
   m->ctx = c;
   m->ptx_version = x->version;
   m->nfuncs = x->nentries;
@@ -637,11 +1079,13 @@ static sc_module* sc_module_build_locked(sc_ctx* c, const sc_ptx* x) {
     /* 48 KiB of shared memory per block without opting in, static and dynamic together */
     f->static_shared = (int)e->static_shared;
     f->max_dyn_shared = 49152 - f->static_shared;
+    f->const_bytes = (int)e->const_bytes;
     f->carveout = -1;
     sc_obj_register(&f->h);
     m->funcs[i] = f;
   }
-  return m;
+  *out = m;
+  return CUDA_SUCCESS;
 }
 
 static CUresult sc_module_load(CUmodule* module, const void* image, unsigned n, CUjit_option* opts, void** vals) {
@@ -669,7 +1113,11 @@ static CUresult sc_module_load(CUmodule* module, const void* image, unsigned n, 
   /* Loading code waits until the context's streams are idle, as on an H200 (driver 580): a
    * stream parked on an unreached cuStreamWaitValue holds it up (tools/probe/park_probe.c). */
   if (r == CUDA_SUCCESS) sc_ctx_sync_locked(c);
-  if (r == CUDA_SUCCESS) *module = (CUmodule)(uintptr_t)SC_HANDLE(sc_module_build_locked(c, &x));
+  if (r == CUDA_SUCCESS) {
+    sc_module* m;
+    r = sc_module_build_locked(c, &x, &m);
+    if (r == CUDA_SUCCESS) *module = (CUmodule)(uintptr_t)SC_HANDLE(m);
+  }
   SC_UNLOCK();
   sc_ptx_free(&x);
   return r;
@@ -704,6 +1152,7 @@ CUresult CUDAAPI sc_cuModuleUnload(CUmodule hmod) {
     sc_module* m = (sc_module*)o;
     int i;
     for (i = 0; i < m->nfuncs; ++i) sc_obj_unregister(&m->funcs[i]->h); /* queued launches keep theirs */
+    sc_module_unload_globals_locked(m);
     sc_obj_unregister(o);
   }
   SC_UNLOCK();
@@ -774,36 +1223,69 @@ static CUresult sc_get_library(CUlibrary h, sc_library** out) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI sc_cuLibraryGetModule(CUmodule* pMod, CUlibrary library) {
+/* The library's module of the current context, made (loaded) the first time. Under sc.mu. */
+static CUresult sc_library_module_locked(CUlibrary library, sc_module** out) {
   sc_library* l = NULL;
   sc_ctx* c = NULL;
+  sc_module* m;
   CUresult r;
   int i;
+  r = sc_get_library(library, &l);
+  if (r == CUDA_SUCCESS) r = sc_current_ctx(&c);
+  if (r != CUDA_SUCCESS) return r;
+  for (i = 0; i < l->nmods; ++i)
+    if (l->mods[i]->ctx == c && l->mods[i]->h.id) {
+      *out = l->mods[i];
+      return CUDA_SUCCESS;
+    }
+  sc_ctx_sync_locked(c); /* loading code into a context waits for it to be idle */
+  if ((r = sc_module_build_locked(c, &l->x, &m)) != CUDA_SUCCESS) return r;
+  m->of_library = 1;
+  sc_ref(&m->h); /* the library's reference: the module outlives its context's teardown until the unload */
+  if (l->nmods == l->cap_mods) {
+    l->cap_mods = l->cap_mods ? l->cap_mods * 2 : 4;
+    l->mods = (sc_module**)realloc(l->mods, (size_t)l->cap_mods * sizeof(sc_module*));
+    if (!l->mods) abort();
+  }
+  l->mods[l->nmods++] = m;
+  *out = m;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI sc_cuLibraryGetModule(CUmodule* pMod, CUlibrary library) {
+  sc_module* m = NULL;
+  CUresult r;
   SC_ENTER(cuLibraryGetModule);
   if (!pMod) return CUDA_ERROR_INVALID_VALUE;
   SC_LOCK();
-  r = sc_get_library(library, &l);
-  if (r == CUDA_SUCCESS) r = sc_current_ctx(&c);
-  for (i = 0; r == CUDA_SUCCESS && i < l->nmods; ++i)
-    if (l->mods[i]->ctx == c && l->mods[i]->h.id) {
-      *pMod = (CUmodule)(uintptr_t)SC_HANDLE(l->mods[i]);
-      SC_UNLOCK();
+  r = sc_library_module_locked(library, &m);
+  if (r == CUDA_SUCCESS) *pMod = (CUmodule)(uintptr_t)SC_HANDLE(m);
+  SC_UNLOCK();
+  return r;
+}
+
+/* cuModuleGetGlobal's and cuLibraryGetGlobal's answer from a module. Under sc.mu. */
+static CUresult sc_module_get_global_locked(const sc_module* m, const char* name, CUdeviceptr* dptr, size_t* bytes) {
+  int i;
+  for (i = 0; i < m->nglobals; ++i)
+    if (!strcmp(m->globals[i].name, name)) {
+      if (dptr) *dptr = (CUdeviceptr)(uintptr_t)(m->data + m->globals[i].offset);
+      if (bytes) *bytes = m->globals[i].size;
       return CUDA_SUCCESS;
     }
-  if (r == CUDA_SUCCESS) {
-    sc_module* m;
-    sc_ctx_sync_locked(c); /* loading code into a context waits for it to be idle */
-    m = sc_module_build_locked(c, &l->x);
-    m->of_library = 1;
-    sc_ref(&m->h); /* the library's reference: the module outlives its context's teardown until the unload */
-    if (l->nmods == l->cap_mods) {
-      l->cap_mods = l->cap_mods ? l->cap_mods * 2 : 4;
-      l->mods = (sc_module**)realloc(l->mods, (size_t)l->cap_mods * sizeof(sc_module*));
-      if (!l->mods) abort();
-    }
-    l->mods[l->nmods++] = m;
-    *pMod = (CUmodule)(uintptr_t)SC_HANDLE(m);
-  }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+/* A global of the library for the current context (its module there is made, loaded,
+ * the first time, as cuLibraryGetModule does): every context has its own copy. */
+CUresult CUDAAPI sc_cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary library, const char* name) {
+  sc_module* m = NULL;
+  CUresult r;
+  SC_ENTER(cuLibraryGetGlobal);
+  if ((!dptr && !bytes) || !name) return CUDA_ERROR_INVALID_VALUE; /* "one of them (not both) can be NULL" */
+  SC_LOCK();
+  r = sc_library_module_locked(library, &m);
+  if (r == CUDA_SUCCESS) r = sc_module_get_global_locked(m, name, dptr, bytes);
   SC_UNLOCK();
   return r;
 }
@@ -820,6 +1302,7 @@ CUresult CUDAAPI sc_cuLibraryUnload(CUlibrary library) {
       sc_module* m = l->mods[i];
       if (!m->h.id) continue;                                             /* its context is gone, and took it */
       for (k = 0; k < m->nfuncs; ++k) sc_obj_unregister(&m->funcs[k]->h); /* queued launches keep theirs */
+      sc_module_unload_globals_locked(m);
       sc_obj_unregister(&m->h);
     }
     sc_obj_unregister(&l->h);
@@ -847,6 +1330,26 @@ CUresult CUDAAPI sc_cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const 
         break;
       }
   }
+  SC_UNLOCK();
+  return r;
+}
+
+/* Strict: the module's context must be the current one (CUDA lists CUDA_ERROR_INVALID_CONTEXT
+ * among its results; the address is of that context's copy), a context violation else. */
+CUresult CUDAAPI sc_cuModuleGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod, const char* name) {
+  sc_obj* o;
+  sc_ctx* c = NULL;
+  CUresult r;
+  SC_ENTER(cuModuleGetGlobal);
+  if ((!dptr && !bytes) || !name) return CUDA_ERROR_INVALID_VALUE; /* "one of them (not both) can be NULL" */
+  SC_LOCK();
+  o = sc_obj_lookup((uint64_t)(uintptr_t)hmod, SC_K_MODULE);
+  r = o ? sc_current_ctx(&c) : sc_bad_handle("module", (const void*)hmod);
+  if (r == CUDA_SUCCESS && ((sc_module*)o)->ctx != c)
+    r = sc_violation(SOFTCUDA_VIOLATION_CONTEXT, CUDA_ERROR_INVALID_CONTEXT,
+                     "cuModuleGetGlobal(%s) on module %p of another context than the current one", name,
+                     (const void*)hmod);
+  if (r == CUDA_SUCCESS) r = sc_module_get_global_locked((sc_module*)o, name, dptr, bytes);
   SC_UNLOCK();
   return r;
 }
@@ -882,7 +1385,7 @@ CUresult CUDAAPI sc_cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUf
     switch (attrib) {
       case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = f->max_threads; break;
       case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = f->static_shared; break;
-      case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = 0; break;
+      case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = f->const_bytes; break;
       case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = 0; break;
       case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = 16; break;
       case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = f->mod->ptx_version; break;
@@ -990,7 +1493,35 @@ static CUresult sc_kernel_pool_check(const sc_func* f, void** params, int dev) {
   return r;
 }
 
+/* The function whose twin runs on this thread (softcuda_global finds its module's variables). */
+static __thread const sc_func* sc_tls_twin_func;
+
+SOFTCUDA_API void* softcuda_global(const char* name, size_t* out_bytes) {
+  const sc_func* f = sc_tls_twin_func;
+  int i;
+  if (out_bytes) *out_bytes = 0;
+  if (!f || !name) return NULL;
+  /* The module's variables never change after it is made, and the launch holds it. */
+  for (i = 0; i < f->mod->nglobals; ++i)
+    if (!strcmp(f->mod->globals[i].name, name)) {
+      if (out_bytes) *out_bytes = f->mod->globals[i].size;
+      return f->mod->data + f->mod->globals[i].offset;
+    }
+  return NULL;
+}
+
+static CUresult sc_run_kernel_twin(sc_op* op);
+
 static CUresult sc_run_kernel(sc_op* op) {
+  const sc_func* outer = sc_tls_twin_func; /* none: a twin does not launch */
+  CUresult r;
+  sc_tls_twin_func = (const sc_func*)op->a;
+  r = sc_run_kernel_twin(op);
+  sc_tls_twin_func = outer;
+  return r;
+}
+
+static CUresult sc_run_kernel_twin(sc_op* op) {
   sc_func* f = (sc_func*)op->a;
   sc_launch* L = (sc_launch*)op->c;
   void** params = (void**)(L + 1);

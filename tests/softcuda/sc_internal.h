@@ -182,8 +182,18 @@ typedef struct sc_func {
   int max_threads;     /* 1024, or what .maxntid / .reqntid allow */
   unsigned reqntid[3]; /* .reqntid: the only block shape a launch may have (0: any) */
   int static_shared;   /* CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES */
+  int const_bytes;     /* CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: the module's .const variables its body names */
   int loaded;          /* launched, or cuFuncLoad: a graph instantiation needs no upload (see graph.c) */
 } sc_func;
+
+/* A module's .global or .const variable (cuModuleGetGlobal): its bytes lie in the
+ * module's `data` at `offset`; `rec` is its record in the allocation table while the
+ * module is loaded (NULL once unloaded: the address is no longer device memory). */
+typedef struct sc_mglobal {
+  char* name;
+  size_t offset, size;
+  struct sc_alloc* rec;
+} sc_mglobal;
 
 struct sc_module {
   sc_obj h;
@@ -192,6 +202,14 @@ struct sc_module {
   int nfuncs;
   sc_func** funcs;
   int ptx_version; /* major*10+minor */
+  /* Its module-scope variables: every module (each context's module of a library too) has
+   * its own copy, initialised as the PTX says. The memory lives as long as the module
+   * object (queued launches hold it); the records go at the unload. */
+  int nglobals;
+  sc_mglobal* globals;
+  unsigned char* data;
+  size_t data_size;
+  int data_dev; /* the device whose memory counts data_size while loaded; -1: none (unloaded) */
 };
 
 typedef enum sc_mem_type { SC_MEM_DEVICE = 1, SC_MEM_HOST, SC_MEM_MANAGED, SC_MEM_POOL } sc_mem_type;
@@ -201,7 +219,8 @@ typedef enum sc_origin {
   SC_ORIGIN_ALLOC = 0,  /* softcuda allocated it (cuMemAlloc, cuMemHostAlloc, pools, ...) */
   SC_ORIGIN_REGISTERED, /* cuMemHostRegister: the caller's host memory (type SC_MEM_HOST) */
   SC_ORIGIN_VMM,        /* cuMemMap + cuMemSetAccess: no context owns it (type SC_MEM_DEVICE) */
-  SC_ORIGIN_IPC         /* cuIpcOpenMemHandle: another process's cuMemAlloc memory (SC_MEM_DEVICE) */
+  SC_ORIGIN_IPC,        /* cuIpcOpenMemHandle: another process's cuMemAlloc memory (SC_MEM_DEVICE) */
+  SC_ORIGIN_MODULE      /* a module's .global / .const variable (module.c): the module owns the memory */
 } sc_origin;
 
 typedef struct sc_alloc {
@@ -374,6 +393,9 @@ static CUresult sc_dev_reserve(int dev, size_t bytes);
 static void sc_dev_unreserve(int dev, size_t bytes);
 static void sc_alloc_release_locked(sc_alloc* a);
 static int sc_arena_ready_locked(void); /* memory.c: 1 when cuMemAlloc memory is shareable */
+/* module.c: takes a module's variables out of the allocation table (its unload, or its
+ * context's teardown): their addresses are no longer device memory. Idempotent. */
+static void sc_module_unload_globals_locked(sc_module* m);
 static void sc_ctx_sync_locked(sc_ctx* c);
 /* share.c: the leak report's lines for VMM reservations and their mappings (count them) */
 static size_t sc_share_report_locked(FILE* f);

@@ -60,6 +60,14 @@ SOFTCUDA_API void softcuda_register_twin(const char* entry_name, softcuda_twin_f
  * pointer into CUDA_ERROR_ILLEGAL_ADDRESS instead of a crash. */
 SOFTCUDA_API int softcuda_accessible(const void* ptr, size_t bytes);
 
+/* The memory of module-scope variable `name` (PTX .global or .const: a __device__ or
+ * __constant__ global; a C++ one by its mangled name) of the module whose kernel the calling
+ * twin runs for, in the launching context: each module, and each context's module of a
+ * library, has its own copy, initialised as the PTX declares it, which cuModuleGetGlobal /
+ * cuLibraryGetGlobal name for the host. *out_bytes (may be NULL) gets its size. NULL (and
+ * 0) when that module has no such variable, or outside a twin. */
+SOFTCUDA_API void* softcuda_global(const char* name, size_t* out_bytes);
+
 /* A tensor map (CUtensorMap, 128 bytes) as softcuda's cuTensorMapEncodeTiled lays it out,
  * for twins of TMA kernels: the global address, the element size, per dimension
  * (innermost first) the size in elements, the stride in bytes (strides[0] is the element

@@ -313,6 +313,220 @@ TU_TEST(fault_poisons_context) {
   }
 }
 
+/* cuModuleGetGlobal: sizes, NOT_FOUND, either out pointer alone; the initialisers are in
+ * device memory before any write; the host writes them, a kernel reads them. */
+TU_TEST(module_globals) {
+  CUmodule m;
+  CUfunction f;
+  CUdeviceptr scale, offset, launches, table, bias, out, p = 0;
+  size_t size = 0;
+  unsigned v = 0, t[8], o[20], i, n = 20;
+  float b[3];
+  unsigned long long count = 0;
+  int cbytes = -1;
+  void* args[2];
+  char* ptx = conf_read_ptx("globals");
+  CONF_BEGIN();
+  TU_REQUIRE(ptx);
+  TU_REQUIRE(conf_ctx(0));
+  CONF_REQUIRE_OK(cu.cuModuleLoadData(&m, ptx));
+  CONF_REQUIRE_OK(cu.cuModuleGetFunction(&f, m, "read_globals"));
+  CONF_OK(cu.cuModuleGetGlobal(&scale, &size, m, "g_scale"));
+  TU_CHECK(scale != 0 && size == 4);
+  CONF_OK(cu.cuModuleGetGlobal(&offset, &size, m, "g_offset"));
+  TU_CHECK(size == 4);
+  CONF_OK(cu.cuModuleGetGlobal(&launches, &size, m, "g_launches"));
+  TU_CHECK(size == 8 && launches % 8 == 0);
+  CONF_OK(cu.cuModuleGetGlobal(&table, &size, m, "c_table"));
+  TU_CHECK(size == 32);
+  CONF_OK(cu.cuModuleGetGlobal(&bias, NULL, m, "_ZN3cfg4biasE")); /* either out pointer may be NULL */
+  CONF_OK(cu.cuModuleGetGlobal(NULL, &size, m, "_ZN3cfg4biasE"));
+  TU_CHECK(size == 12);
+  CONF_EQ(cu.cuModuleGetGlobal(&p, &size, m, "no_such_global"), CUDA_ERROR_NOT_FOUND);
+  CONF_EQ(cu.cuModuleGetGlobal(&p, &size, m, "read_globals"), CUDA_ERROR_NOT_FOUND); /* a kernel */
+  CONF_EQ(cu.cuModuleGetGlobal(&p, &size, m, "cfg::bias"), CUDA_ERROR_NOT_FOUND);    /* by its PTX name only */
+  if (conf_is_softcuda()) CONF_EQ(cu.cuModuleGetGlobal(NULL, NULL, m, "g_scale"), CUDA_ERROR_INVALID_VALUE);
+  /* the initialisers, before any write */
+  CONF_OK(cu.cuMemcpyDtoH(&v, scale, 4));
+  TU_CHECK_EQ_INT(v, 7);
+  CONF_OK(cu.cuMemcpyDtoH(&v, offset, 4));
+  TU_CHECK_EQ_INT(v, 0);
+  CONF_OK(cu.cuMemcpyDtoH(t, table, sizeof t));
+  for (i = 0; i < 8; ++i) TU_CHECK_EQ_INT(t[i], i + 1);
+  CONF_OK(cu.cuMemcpyDtoH(b, bias, sizeof b));
+  TU_CHECK(b[0] == 0.5f && b[1] == 1.5f && b[2] == 2.5f);
+  CONF_OK(cu.cuFuncGetAttribute(&cbytes, CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, f));
+  fprintf(stderr, "  read_globals: CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES = %d\n", cbytes);
+  if (conf_is_softcuda()) TU_CHECK_EQ_INT(cbytes, 32); /* c_table */
+  /* the host writes them (a __constant__ table too), the kernel reads them */
+  v = 3;
+  CONF_OK(cu.cuMemcpyHtoD(scale, &v, 4));
+  v = 100;
+  CONF_OK(cu.cuMemcpyHtoD(offset, &v, 4));
+  for (i = 0; i < 8; ++i) t[i] = 10 + i;
+  CONF_OK(cu.cuMemcpyHtoD(table, t, sizeof t));
+  CONF_OK(cu.cuMemsetD32(table + 28, 40, 1)); /* the last entry */
+  CONF_OK(cu.cuMemAlloc(&out, sizeof o));
+  args[0] = &out, args[1] = &n;
+  CONF_OK(cu.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+  CONF_OK(cu.cuMemcpyDtoH(o, out, sizeof o));
+  for (i = 0; i < n; ++i) TU_CHECK_EQ_INT(o[i], 3 * (i % 8 == 7 ? 40 : 10 + i % 8) + 100 + (unsigned)b[i % 3]);
+  CONF_OK(cu.cuMemcpyDtoH(&count, launches, 8));
+  TU_CHECK(count == 1);
+  CONF_OK(cu.cuMemFree(out));
+  CONF_OK(cu.cuModuleUnload(m));
+  conf_ctx_done(0);
+  free(ptx);
+}
+
+/* PTX initialisers as ptxas takes them: literals of every kind, vectors (nested braces),
+ * an unsized array, elements left out (zeros), addresses of other variables, LLVM's byte
+ * masks of an address. */
+TU_TEST(module_global_initialisers) {
+  static const char ptx[] =
+      ".version 8.0\n.target sm_75\n.address_size 64\n"
+      ".global .align 4 .u32 one = 1;\n"
+      ".global .align 4 .s32 neg = -5;\n"
+      ".global .align 8 .u64 hex = 0x1122334455667788;\n"
+      ".global .align 4 .f32 flt = 0f3FC00000;\n"
+      ".global .align 8 .f64 dbl = 0d4004000000000000;\n"
+      ".global .align 4 .f32 dec = 2.25;\n"
+      ".global .align 8 .v2 .u32 vec[2] = {{1, 2}, {3, 4}};\n"
+      ".global .align 4 .u32 unsized[] = {7, 8, 9};\n"
+      ".global .align 8 .u64 ptr = generic(one)+4;\n"
+      ".global .align 1 .u8 bytes[8] = {0xFF(generic(hex)), 0xFF00(generic(hex)), 0xFF0000(generic(hex)), "
+      "0xFF000000(generic(hex)), 0xFF00000000(generic(hex)), 0xFF0000000000(generic(hex)), "
+      "0xFF000000000000(generic(hex)), 0xFF00000000000000(generic(hex))};\n"
+      ".const .align 4 .u32 ctab[4] = {10, 20};\n"
+      ".global .align 2 .b16 odd[3];\n"
+      ".visible .entry noop()\n{\n\tret;\n}\n";
+  CUmodule m;
+  CUdeviceptr a, one = 0, hex = 0;
+  size_t size = 0;
+  unsigned u[4];
+  int s32 = 0;
+  unsigned long long u64 = 0;
+  float f32 = 0;
+  double f64 = 0;
+  unsigned char bytes[8];
+  unsigned short odd[3] = {1, 1, 1};
+  CONF_BEGIN();
+  TU_REQUIRE(conf_ctx(0));
+  CONF_REQUIRE_OK(cu.cuModuleLoadData(&m, ptx));
+  CONF_OK(cu.cuModuleGetGlobal(&one, &size, m, "one"));
+  CONF_OK(cu.cuMemcpyDtoH(u, one, 4));
+  TU_CHECK(size == 4 && u[0] == 1);
+  CONF_OK(cu.cuModuleGetGlobal(&a, &size, m, "neg"));
+  CONF_OK(cu.cuMemcpyDtoH(&s32, a, 4));
+  TU_CHECK_EQ_INT(s32, -5);
+  CONF_OK(cu.cuModuleGetGlobal(&hex, &size, m, "hex"));
+  CONF_OK(cu.cuMemcpyDtoH(&u64, hex, 8));
+  TU_CHECK(u64 == 0x1122334455667788ull);
+  CONF_OK(cu.cuModuleGetGlobal(&a, &size, m, "flt"));
+  CONF_OK(cu.cuMemcpyDtoH(&f32, a, 4));
+  TU_CHECK(f32 == 1.5f);
+  CONF_OK(cu.cuModuleGetGlobal(&a, &size, m, "dbl"));
+  CONF_OK(cu.cuMemcpyDtoH(&f64, a, 8));
+  TU_CHECK(f64 == 2.5);
+  CONF_OK(cu.cuModuleGetGlobal(&a, &size, m, "dec"));
+  CONF_OK(cu.cuMemcpyDtoH(&f32, a, 4));
+  TU_CHECK(f32 == 2.25f);
+  CONF_OK(cu.cuModuleGetGlobal(&a, &size, m, "vec"));
+  CONF_OK(cu.cuMemcpyDtoH(u, a, 16));
+  TU_CHECK(size == 16 && u[0] == 1 && u[1] == 2 && u[2] == 3 && u[3] == 4);
+  CONF_OK(cu.cuModuleGetGlobal(&a, &size, m, "unsized"));
+  CONF_OK(cu.cuMemcpyDtoH(u, a, 12));
+  TU_CHECK(size == 12 && u[0] == 7 && u[1] == 8 && u[2] == 9);
+  CONF_OK(cu.cuModuleGetGlobal(&a, &size, m, "ptr"));
+  CONF_OK(cu.cuMemcpyDtoH(&u64, a, 8));
+  TU_CHECK(u64 == (unsigned long long)one + 4);
+  CONF_OK(cu.cuModuleGetGlobal(&a, &size, m, "bytes"));
+  CONF_OK(cu.cuMemcpyDtoH(bytes, a, 8));
+  memcpy(&u64, bytes, 8); /* little-endian bytes of hex's address */
+  TU_CHECK(u64 == (unsigned long long)hex);
+  CONF_OK(cu.cuModuleGetGlobal(&a, &size, m, "ctab"));
+  CONF_OK(cu.cuMemcpyDtoH(u, a, 16));
+  TU_CHECK(size == 16 && u[0] == 10 && u[1] == 20 && u[2] == 0 && u[3] == 0);
+  CONF_OK(cu.cuModuleGetGlobal(&a, &size, m, "odd"));
+  CONF_OK(cu.cuMemcpyDtoH(odd, a, 6));
+  TU_CHECK(size == 6 && a % 2 == 0 && odd[0] == 0 && odd[1] == 0 && odd[2] == 0);
+  CONF_OK(cu.cuModuleUnload(m));
+  conf_ctx_done(0);
+}
+
+/* cuLibraryGetGlobal: the global of the current context's module of the library (the one
+ * cuLibraryGetModule gives); each context has its own copy, initialised. */
+TU_TEST(library_globals_per_context) {
+  char* ptx = conf_read_ptx("globals");
+  CUlibrary lib;
+  CUmodule m;
+  CUcontext c0;
+  CUdeviceptr a0 = 0, a1 = 0, via_module = 0;
+  size_t size = 0;
+  unsigned v0 = 0, v1 = 0;
+  int two;
+  CONF_BEGIN();
+  CONF_NEED(cuLibraryLoadData);
+  CONF_NEED(cuLibraryGetGlobal);
+  TU_REQUIRE(ptx);
+  two = conf_device_count() >= 2;
+  TU_REQUIRE((c0 = conf_ctx(0)) != NULL);
+  CONF_REQUIRE_OK(cu.cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0));
+  CONF_OK(cu.cuLibraryGetGlobal(&a0, &size, lib, "g_scale"));
+  TU_CHECK(a0 != 0 && size == 4);
+  CONF_EQ(cu.cuLibraryGetGlobal(&a0, &size, lib, "no_such_global"), CUDA_ERROR_NOT_FOUND);
+  CONF_OK(cu.cuLibraryGetModule(&m, lib));
+  CONF_OK(cu.cuModuleGetGlobal(&via_module, &size, m, "g_scale"));
+  TU_CHECK(via_module == a0);
+  CONF_OK(cu.cuMemcpyDtoH(&v0, a0, 4));
+  TU_CHECK_EQ_INT(v0, 7);
+  v0 = 11;
+  CONF_OK(cu.cuMemcpyHtoD(a0, &v0, 4));
+  if (two) {
+    TU_REQUIRE(conf_ctx(1));
+    CONF_OK(cu.cuLibraryGetGlobal(&a1, NULL, lib, "g_scale"));
+    TU_CHECK(a1 != 0 && a1 != a0);
+    CONF_OK(cu.cuMemcpyDtoH(&v1, a1, 4));
+    TU_CHECK_EQ_INT(v1, 7); /* its own copy, initialised */
+    CONF_OK(cu.cuCtxSetCurrent(c0));
+    CONF_OK(cu.cuMemcpyDtoH(&v0, a0, 4));
+    TU_CHECK_EQ_INT(v0, 11);
+  }
+  CONF_OK(cu.cuLibraryUnload(lib));
+  conf_ctx_done(0);
+  if (two) CONF_OK(cu.cuDevicePrimaryCtxRelease(1));
+  free(ptx);
+}
+/* Strict: cuModuleGetGlobal in another context than the module's, or none; an unloaded
+ * module's globals are no longer device memory, and never memory to free. */
+TU_TEST(strict_module_globals) {
+  char* ptx = conf_read_ptx("globals");
+  CUmodule m;
+  CUcontext none = NULL, c0 = NULL;
+  CUdeviceptr a = 0;
+  size_t size = 0;
+  unsigned v = 5;
+  CONF_STRICT();
+  TU_REQUIRE(ptx);
+  TU_REQUIRE((c0 = conf_ctx(0)) != NULL);
+  CONF_REQUIRE_OK(cu.cuModuleLoadData(&m, ptx));
+  CONF_OK(cu.cuModuleGetGlobal(&a, &size, m, "g_scale"));
+  CONF_EQ(cu.cuMemFree(a), CUDA_ERROR_INVALID_VALUE);           /* the module's memory */
+  CONF_EQ(cu.cuMemcpyHtoD(a, &v, 8), CUDA_ERROR_INVALID_VALUE); /* past its 4 bytes */
+  CONF_OK(cu.cuCtxPopCurrent(&none));
+  CONF_EQ(cu.cuModuleGetGlobal(&a, &size, m, "g_scale"), CUDA_ERROR_INVALID_CONTEXT);
+  if (conf_device_count() >= 2) {
+    TU_REQUIRE(conf_ctx(1));
+    CONF_EQ(cu.cuModuleGetGlobal(&a, &size, m, "g_scale"), CUDA_ERROR_INVALID_CONTEXT);
+    conf_ctx_done(1);
+  }
+  CONF_OK(cu.cuCtxPushCurrent(c0));
+  CONF_OK(cu.cuModuleUnload(m));
+  CONF_EQ(cu.cuMemcpyHtoD(a, &v, 4), CUDA_ERROR_INVALID_VALUE);
+  conf_ctx_done(0);
+  free(ptx);
+}
+
 TU_TEST(strict_launch_on_other_context) {
   CUmodule m;
   CUfunction f;
@@ -337,5 +551,6 @@ TU_TEST(strict_launch_on_other_context) {
 
 TU_MAIN(TU_CASE(vector_add_and_saxpy), TU_CASE(extra_param_buffer_and_atomics), TU_CASE(functions_and_params),
         TU_CASE(bad_images), TU_CASE(load_ex_and_link), TU_CASE(llvm_launch_bounds_and_shared_memory),
-        TU_CASE(llvm_jit_refusals_are_logged), TU_CASE(strict_launch_on_other_context),
+        TU_CASE(llvm_jit_refusals_are_logged), TU_CASE(module_globals), TU_CASE(module_global_initialisers),
+        TU_CASE(library_globals_per_context), TU_CASE(strict_module_globals), TU_CASE(strict_launch_on_other_context),
         TU_CASE(fault_poisons_context) /* last: a real GPU is unusable after it */)
