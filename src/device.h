@@ -396,6 +396,7 @@ struct gpuhal_device_s {
  * so that it can drain while everything it uses is still there. */
 struct gpuhal__action_s;
 struct gpuhal__cmd_s;
+struct gpuhal_executable_s;
 struct gpuhal_semaphore_list_t; /* semaphore.h: passed by pointer, so device.h needs no later module */
 typedef struct gpuhal__hooks_s {
   /* the driver's */
@@ -428,6 +429,8 @@ typedef struct gpuhal__hooks_s {
   void (*trace_command)(gpuhal_device_t* device, CUstream stream, const struct gpuhal__cmd_s* cmd);
   void (*hang_report)(gpuhal_driver_t* driver, int64_t waited_ns);
   const char* (*action_label)(const struct gpuhal__action_s* a); /* "" without one */
+  /* executable.h: a buffer over a module's global (memory.h) lets go of its executable */
+  void (*executable_release_ref)(struct gpuhal_executable_s* executable);
 } gpuhal__hooks_t;
 
 /* The table (hooks.c): the one declaration of a function defined in a later module. */

@@ -204,12 +204,19 @@ static void gpuhal__module_entry_required_block(const gpuhal__module_entry_t* en
   }
 }
 
+/* 1 when a name of PTX text (`text_length` bytes at `text`) is `name` (`length` bytes;
+ * `whole`), or contains it. */
+static int gpuhal__ptx_name_matches(const char* text, size_t text_length, const char* name, size_t length, int whole) {
+  size_t i;
+  if (whole) return text_length == length && memcmp(text, name, length) == 0;
+  for (i = 0; length && i + length <= text_length; ++i)
+    if (memcmp(text + i, name, length) == 0) return 1;
+  return 0;
+}
+
 /* 1 when `name` (length bytes) occurs in f's name. */
 static int gpuhal__ptx_function_name_contains(const gpuhal__ptx_function_t* f, const char* name, size_t length) {
-  size_t i;
-  for (i = 0; length && i + length <= f->name_length; ++i)
-    if (memcmp(f->name + i, name, length) == 0) return 1;
-  return 0;
+  return gpuhal__ptx_name_matches(f->name, f->name_length, name, length, 0);
 }
 
 /* Appends to `out` as snprintf would, keeping it NUL-terminated when it is full. */
@@ -395,6 +402,129 @@ GPUHAL_API gpuhal_status_t gpuhal_executable_kernel(gpuhal_executable_t* executa
   }
   gpuhal__mutex_unlock(&executable->mutex);
   *out_kernel = kernel;
+  return NULL;
+}
+
+/* ---- globals ---- */
+
+/* What a PTX image says of a name that is none of its globals, for the NOT_FOUND status:
+ * that it is a kernel or a device function, a .shared or an .extern variable, that there are
+ * no globals, or which globals there are (those whose names contain it first: the mangled
+ * name of a namespaced C++ variable). */
+static void gpuhal__global_not_found_hint(const gpuhal__module_entry_t* entry, const char* name, char* out,
+                                          size_t capacity) {
+  const char* ptx = (const char*)entry->image;
+  gpuhal__ptx_function_t f;
+  gpuhal__ptx_variable_t v;
+  size_t cursor = 0, length = strlen(name), used = 0;
+  uint32_t globals = 0, containing = 0, listed = 0;
+  out[0] = 0;
+  if (entry->format != GPUHAL__IMAGE_PTX) return;
+  while (gpuhal__ptx_next_function(ptx, entry->size, &cursor, &f))
+    if (gpuhal__ptx_name_matches(f.name, f.name_length, name, length, 1)) {
+      gpuhal__append(out, capacity, &used, ": it is a %s of the PTX, not a global (.global or .const)",
+                     f.is_entry ? "kernel (.entry)" : "device function (.func)");
+      return;
+    }
+  for (cursor = 0; gpuhal__ptx_next_variable(ptx, entry->size, &cursor, &v);) {
+    int defined = v.space != 's' && !v.is_extern;
+    if (gpuhal__ptx_name_matches(v.name, v.name_length, name, length, 1) && !defined) {
+      gpuhal__append(out, capacity, &used, "%s",
+                     v.space == 's' ? ": it is a .shared variable of the PTX (one per thread block: the host has "
+                                      "no address for it)"
+                                    : ": the PTX declares it .extern (defined in another image, not in this one)");
+      return;
+    }
+    globals += (uint32_t)defined;
+    containing += (uint32_t)(defined && gpuhal__ptx_name_matches(v.name, v.name_length, name, length, 0));
+  }
+  if (!globals) {
+    gpuhal__append(out, capacity, &used, ": the PTX defines no globals (.global or .const)");
+    return;
+  }
+  gpuhal__append(out, capacity, &used, containing ? ": globals whose names contain it: " : ": its globals: ");
+  for (cursor = 0; listed < 3 && gpuhal__ptx_next_variable(ptx, entry->size, &cursor, &v);) {
+    if (v.space == 's' || v.is_extern ||
+        (containing && !gpuhal__ptx_name_matches(v.name, v.name_length, name, length, 0)))
+      continue;
+    gpuhal__append(out, capacity, &used, "%s'%.*s%s'", listed ? ", " : "", (int)GPUHAL__MIN(v.name_length, 200), v.name,
+                   v.name_length > 200 ? "..." : "");
+    listed++;
+  }
+  if ((containing ? containing : globals) > listed)
+    gpuhal__append(out, capacity, &used, " (%u in all)", containing ? containing : globals);
+}
+
+/* The address and size of global `name` of the executable's module, in its device's
+ * context: a library's through cuLibraryGetGlobal (its copy for that context), a module of
+ * the context alone (a cubin, a disk-cache hit, modules_per_context) through
+ * cuModuleGetGlobal. `func` names the public call in errors. */
+static gpuhal_status_t gpuhal__executable_global_find(gpuhal_executable_t* executable, const char* name,
+                                                      const char* func, CUdeviceptr* out_address, size_t* out_size) {
+  gpuhal_device_t* device = executable->device;
+  gpuhal__module_entry_t* entry = executable->entry;
+  const gpuhal__cuda_symbols_t* cu = device->cu;
+  gpuhal__context_scope_t scope;
+  const char* call;
+  CUresult r;
+  GPUHAL_ASSERT(entry->context == device->context); /* a module is only ever used in its own context */
+  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  if (entry->library && cu->cuLibraryGetGlobal) {
+    call = "cuLibraryGetGlobal";
+    r = cu->cuLibraryGetGlobal(out_address, out_size, gpuhal__module_library_handle(entry->library), name);
+  } else {
+    call = "cuModuleGetGlobal";
+    r = cu->cuModuleGetGlobal(out_address, out_size, entry->module, name);
+  }
+  gpuhal__context_leave(device, &scope);
+  if (r == CUDA_ERROR_NOT_FOUND) {
+    char hint[1024];
+    gpuhal__global_not_found_hint(entry, name, hint, sizeof(hint));
+    return gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "%s: no global named '%s' in this %s executable%s", func, name,
+                              gpuhal__image_format_name(entry->format), hint);
+  }
+  if (r != CUDA_SUCCESS)
+    return gpuhal_status_annotate(gpuhal__cuda_status(cu, r, call, __FILE__, __LINE__), "%s('%s')", func, name);
+  return NULL;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_executable_global(gpuhal_executable_t* executable, const char* name,
+                                                    uint64_t* out_address, uint64_t* out_size) {
+  CUdeviceptr address = 0;
+  size_t size = 0;
+  GPUHAL__CHECK_ARG(out_address != NULL, "out_address", "must not be NULL");
+  GPUHAL__CHECK_ARG(out_size != NULL, "out_size", "must not be NULL");
+  *out_address = 0;
+  *out_size = 0;
+  GPUHAL__CHECK_OBJECT(executable, GPUHAL__MAGIC_EXECUTABLE);
+  GPUHAL__CHECK_ARG(name != NULL, "name", "must not be NULL");
+  GPUHAL__CHECK_ARG(name[0] != 0, "name", "must not be empty");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__executable_global_find(executable, gpuhal__executable_entry_name(executable, name),
+                                                         __func__, &address, &size));
+  *out_address = (uint64_t)address;
+  *out_size = (uint64_t)size;
+  return NULL;
+}
+
+GPUHAL_API gpuhal_status_t gpuhal_executable_global_buffer(gpuhal_executable_t* executable, const char* name,
+                                                           gpuhal_buffer_t** out_buffer) {
+  CUdeviceptr address = 0;
+  size_t size = 0;
+  gpuhal_status_t st;
+  GPUHAL__CHECK_ARG(out_buffer != NULL, "out_buffer", "must not be NULL");
+  *out_buffer = NULL;
+  GPUHAL__CHECK_OBJECT(executable, GPUHAL__MAGIC_EXECUTABLE);
+  GPUHAL__CHECK_ARG(name != NULL, "name", "must not be NULL");
+  GPUHAL__CHECK_ARG(name[0] != 0, "name", "must not be empty");
+  GPUHAL__RETURN_IF_ERROR(gpuhal__executable_global_find(executable, gpuhal__executable_entry_name(executable, name),
+                                                         __func__, &address, &size));
+  /* The buffer keeps the module (through its executable) loaded: its memory is the module's. */
+  gpuhal__executable_retain_ref(executable);
+  st = gpuhal__buffer_create_view(executable->device, address, (uint64_t)size, executable, out_buffer);
+  if (st) {
+    gpuhal__executable_release_ref(executable);
+    return gpuhal_status_annotate(st, "%s('%s')", __func__, name);
+  }
   return NULL;
 }
 

@@ -9,6 +9,7 @@
 
 #include "internal.h"
 #include "device.h"
+#include "memory.h"
 #include "module_cache.h"
 
 typedef struct gpuhal_executable_s gpuhal_executable_t;
@@ -37,7 +38,8 @@ typedef struct gpuhal_compile_options_t {
   const char* const* header_sources; /* ... with this text */
   uint32_t header_count;             /* entries of header_names and header_sources */
   /* C++ kernels (templates, namespaces) by the expression that names them: "scale<float>",
-   * "ops::add"; gpuhal_executable_kernel then finds each by that expression. */
+   * "ops::add"; gpuhal_executable_kernel then finds each by that expression. Variables too,
+   * by their address ("&cfg::gain"), which gpuhal_executable_global(_buffer) then takes. */
   const char* const* name_expressions;
   uint32_t name_expression_count;
 } gpuhal_compile_options_t;
@@ -45,7 +47,8 @@ typedef struct gpuhal_compile_options_t {
 /* Compiles CUDA C++ source at run time with NVRTC and loads the result on `device` as
  * gpuhal_executable_load does. Kernels are found by their entry names: declare them
  * extern "C", or list the C++ ones (templates, namespaces) in options->name_expressions,
- * which gpuhal_executable_kernel then takes as names.
+ * which gpuhal_executable_kernel (and gpuhal_executable_global, for variables) then takes
+ * as names.
  *   - Target: --gpu-architecture=compute_XY for the device's compute capability (or the newest
  *     one NVRTC supports below it), unless an option names an architecture itself
  *     (-arch=..., --gpu-architecture=...). An sm_ target whose code runs on the device (its
@@ -83,6 +86,40 @@ GPUHAL_API void gpuhal_executable_release(gpuhal_executable_t* executable);
 GPUHAL_API gpuhal_status_t gpuhal_executable_kernel(gpuhal_executable_t* executable, const char* name,
                                                     gpuhal_kernel_t** out_kernel);
 GPUHAL_API gpuhal_status_t gpuhal_kernel_info(gpuhal_kernel_t* kernel, gpuhal_kernel_info_t* out_info);
+
+/* Globals: the module-scope variables of the executable's image that the host fills before
+ * launches (what nvcc's cudaMemcpyToSymbol writes): a __device__ variable (PTX .global) or a
+ * __constant__ one (.const), named as the PTX names it (a C++ global at global namespace
+ * scope by its own name; a namespaced one by its mangled name, or by the expression
+ * gpuhal_executable_compile's name_expressions listed: "&cfg::bias").
+ *   - Each device has its own copy, in its memory, initialised as the image says when the
+ *     module is loaded there (an image loaded once for every device too: a copy per device).
+ *   - The copy belongs to the module, which gpuhal shares: every executable of the same
+ *     image (and JIT options) on one device sees the same variables, and a module stays
+ *     loaded after its last executable (the module cache keeps it until it is evicted or
+ *     trimmed; an image loaded once for every device until no device holds it), so a value
+ *     written is what the next executable of the image finds until then; a module loaded
+ *     again starts from the initialisers.
+ *   - Unknown names are NOT_FOUND; in a PTX image the status also says whether the name is a
+ *     kernel, a device function, a .shared or an .extern variable, that the PTX has no
+ *     globals, or which it has (first those whose names contain `name`: a mangled C++
+ *     name).
+ * The device address and size in bytes of global `name`: kernels of this executable read
+ * it there, and any kernel of the device may be passed the address (gpuhal_arg_u64). The
+ * address is valid while the executable, or a buffer over one of its globals, lives. To
+ * write it, take a buffer over it (below): gpuhal copies and fills take buffers. */
+GPUHAL_API gpuhal_status_t gpuhal_executable_global(gpuhal_executable_t* executable, const char* name,
+                                                    uint64_t* out_address, uint64_t* out_size);
+/* A buffer over global `name` (see gpuhal_executable_global): GPUHAL_MEMORY_DEVICE, its size
+ * the global's, on the executable's device, usable wherever a buffer is: gpuhal_buffer_write
+ * / _read (synchronous), and gpuhal_cmd_update, _copy and _fill (in queue order with the
+ * dispatches that read it; binding slots too), kernel arguments, peer copies. It holds a
+ * reference on the executable (its module stays loaded while the buffer lives; release the
+ * executable whenever you like) and frees nothing when released. Not exportable
+ * (gpuhal_buffer_export: INVALID_ARGUMENT), not counted in gpuhal_memory_stats_t. Each call
+ * makes a new buffer object over the same memory; release each. */
+GPUHAL_API gpuhal_status_t gpuhal_executable_global_buffer(gpuhal_executable_t* executable, const char* name,
+                                                           gpuhal_buffer_t** out_buffer);
 /* Opt in to dynamic shared memory above the default 48 KiB (up to
  * max_dynamic_shared_optin_bytes), or lower the limit again. Affects every later launch of
  * this kernel, and of every kernel object of the same name loaded from the same image on

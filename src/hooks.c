@@ -6,6 +6,7 @@
 #include "queue.h"
 #include "queue_execute.h"
 #include "module_cache.h"
+#include "executable.h"
 #include "builtin_kernels.h"
 #include "trace.h"
 
@@ -35,6 +36,7 @@ static const gpuhal__hooks_t gpuhal__hooks_table = {
     gpuhal__trace_command,
     gpuhal__queue_hang_report,
     gpuhal__action_label,
+    gpuhal__executable_release_ref,
 };
 
 GPUHAL__PRIVATE const gpuhal__hooks_t* gpuhal__hooks(void) { return &gpuhal__hooks_table; }

@@ -871,9 +871,70 @@ static gpuhal_status_t gpuhal__buffer_free_memory(gpuhal_buffer_t* buffer) {
   return status;
 }
 
+/* ---- buffers over memory a module owns (gpuhal_executable_global_buffer) ---- */
+
+/* What a view's last release does, reserved when the view is made. */
+typedef struct gpuhal__buffer_view_s {
+  gpuhal__task_t task; /* posted to the device's worker when the release runs on another device's worker */
+  gpuhal_device_t* device;
+  struct gpuhal_executable_s* executable; /* retained: its module holds the memory */
+} gpuhal__buffer_view_t;
+
+/* Drops the view's executable reference (its last may unload the module, on `device`'s
+ * worker) and frees the record. */
+static void gpuhal__buffer_view_release_task(gpuhal__task_t* task) {
+  gpuhal__buffer_view_t* view = GPUHAL__CONTAINER_OF(task, gpuhal__buffer_view_t, task);
+  struct gpuhal_executable_s* executable = view->executable;
+  gpuhal__free(view->device->allocator, view); /* the executable holds the device meanwhile */
+  gpuhal__hooks()->executable_release_ref(executable);
+}
+
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_create_view(gpuhal_device_t* device, CUdeviceptr address, uint64_t size,
+                                                           struct gpuhal_executable_s* executable,
+                                                           gpuhal_buffer_t** out_buffer) {
+  gpuhal__buffer_view_t* view = NULL;
+  gpuhal_buffer_t* buffer = NULL;
+  gpuhal_status_t status;
+  *out_buffer = NULL;
+  GPUHAL__RETURN_IF_ERROR(
+      gpuhal__alloc_zeroed(device->allocator, sizeof(*view), "a global's buffer record", (void**)&view));
+  status = gpuhal__buffer_object_new(device, GPUHAL_MEMORY_DEVICE, size, &buffer);
+  if (status) {
+    gpuhal__free(device->allocator, view);
+    return status;
+  }
+  gpuhal__list_init(&view->task.node);
+  view->task.fn = gpuhal__buffer_view_release_task;
+  view->device = device;
+  view->executable = executable;
+  buffer->view = view;
+  buffer->address = address;
+  gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_LIVE);
+  *out_buffer = buffer;
+  return NULL;
+}
+
+/* A view's last release: the buffer object goes, then the executable reference, on the
+ * device's worker when this is another device's worker (a peer copy's action dropping the
+ * last reference): the executable's last reference may unload its module through the
+ * worker, and no worker waits for another. */
+static void gpuhal__buffer_view_destroy(gpuhal_buffer_t* buffer) {
+  gpuhal__buffer_view_t* view = buffer->view;
+  gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_FREED);
+  gpuhal__buffer_discard(buffer); /* its device reference: the executable holds another */
+  if (gpuhal__on_other_worker(view->device))
+    gpuhal__worker_post(view->device, &view->task);
+  else
+    gpuhal__buffer_view_release_task(&view->task);
+}
+
 static void gpuhal__buffer_destroy(gpuhal_buffer_t* buffer) {
   gpuhal_device_t* device = buffer->device;
   gpuhal_status_t status;
+  if (buffer->view) {
+    gpuhal__buffer_view_destroy(buffer);
+    return;
+  }
   if (!buffer->pending && buffer->kind == GPUHAL_MEMORY_DEVICE && device->memory &&
       buffer->share != GPUHAL__SHARE_VMM_IMPORTED && buffer->share != GPUHAL__SHARE_IPC_IMPORTED &&
       gpuhal__atomic_load(&buffer->state) == GPUHAL__BUFFER_LIVE)

@@ -137,6 +137,9 @@ struct gpuhal_buffer_s {
    * when the buffer is made (not for a pending buffer, whose memory goes back to the pool):
    * a release cannot report that it ran out of host memory, so it must need none. */
   struct gpuhal__deferred_call_s* put_off;
+  /* A buffer over memory an executable's module owns (gpuhal_executable_global_buffer,
+   * gpuhal__buffer_create_view): nothing to free; NULL for every other buffer. */
+  struct gpuhal__buffer_view_s* view;
 };
 
 typedef enum gpuhal__buffer_share_e {
@@ -315,6 +318,17 @@ GPUHAL__PRIVATE void gpuhal__memory_gpu_waits_add(gpuhal_device_t* device, int32
  * work waits on the host instead. Never blocks: that call may be waiting for this device's
  * peers (a collective), whose issue must not wait for it. */
 GPUHAL__PRIVATE int gpuhal__memory_gpu_wait_claim(gpuhal_device_t* device);
+
+/* A LIVE GPUHAL_MEMORY_DEVICE buffer of `device` over `size` bytes at `address` that
+ * `executable`'s module owns (a global: gpuhal_executable_global_buffer). It takes over the
+ * caller's reference to the executable (kept only on success) and frees no memory: its last
+ * release drops that reference (the hooks table's executable_release_ref; put off to the
+ * device's worker when that release runs on another device's worker, which must not wait
+ * for it), with a record reserved here, so a release needs no memory. */
+struct gpuhal_executable_s; /* executable.h, a later module: named by its tag */
+GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_create_view(gpuhal_device_t* device, CUdeviceptr address, uint64_t size,
+                                                           struct gpuhal_executable_s* executable,
+                                                           gpuhal_buffer_t** out_buffer);
 
 /* gpuhal's own references (command buffers, queue actions, collectives); NULL is fine. */
 GPUHAL__PRIVATE void gpuhal__buffer_retain_ref(gpuhal_buffer_t* buffer);

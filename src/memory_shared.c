@@ -163,13 +163,14 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_export(gpuhal_buffer_t* buffer, gpuhal_
   out_handle->fd = -1;
   GPUHAL__CHECK_OBJECT(buffer, GPUHAL__MAGIC_BUFFER);
   if (buffer->kind != GPUHAL_MEMORY_DEVICE || buffer->pending || buffer->share == GPUHAL__SHARE_VMM_IMPORTED ||
-      buffer->share == GPUHAL__SHARE_IPC_IMPORTED)
+      buffer->share == GPUHAL__SHARE_IPC_IMPORTED || buffer->view)
     return gpuhal_status_make(GPUHAL_STATUS_INVALID_ARGUMENT,
                               "gpuhal_buffer_export: argument 'buffer' must be GPUHAL_MEMORY_DEVICE memory of "
                               "gpuhal_buffer_allocate or gpuhal_buffer_allocate_exportable (not %s)",
                               buffer->kind != GPUHAL_MEMORY_DEVICE ? "pinned or managed memory"
                               : buffer->pending                    ? "queue_alloca memory"
-                                                                   : "an imported buffer");
+                              : buffer->view ? "a module's global (gpuhal_executable_global_buffer)"
+                                             : "an imported buffer");
   if (gpuhal__atomic_load(&buffer->state) != GPUHAL__BUFFER_LIVE)
     return gpuhal_status_make(GPUHAL_STATUS_FAILED_PRECONDITION, "gpuhal_buffer_export: the buffer has no memory");
   GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(buffer->device, &scope));

@@ -327,6 +327,47 @@ GPUHAL__PRIVATE int gpuhal__ptx_next_function(const char* ptx, size_t size, size
   return 1;
 }
 
+GPUHAL__PRIVATE int gpuhal__ptx_next_variable(const char* ptx, size_t size, size_t* cursor,
+                                              gpuhal__ptx_variable_t* out) {
+  size_t i = *cursor, start, length, next;
+  int after_extern = 0;
+  memset(out, 0, sizeof(*out));
+  for (;;) {
+    int is_extern = after_extern;
+    i = gpuhal__ptx_token(ptx, size, i, &start, &length);
+    if (!length) break;
+    after_extern = gpuhal__ptx_token_is(ptx, start, length, ".extern");
+    if (length == 1 && (ptx[start] == '{' || ptx[start] == '(')) { /* a body, an initialiser, parameters */
+      i = gpuhal__ptx_skip_group(ptx, size, start, ptx[start], ptx[start] == '{' ? '}' : ')');
+      continue;
+    }
+    if (!gpuhal__ptx_token_is(ptx, start, length, ".global") && !gpuhal__ptx_token_is(ptx, start, length, ".const") &&
+        !gpuhal__ptx_token_is(ptx, start, length, ".shared"))
+      continue;
+    out->space = ptx[start + 1];
+    out->is_extern = is_extern;
+    for (;;) { /* the name: the first word that is neither a directive nor a number */
+      next = gpuhal__ptx_token(ptx, size, i, &start, &length);
+      if (!length || (length == 1 && (ptx[start] == ';' || ptx[start] == '=' || ptx[start] == '{'))) break;
+      if (length == 1 && (ptx[start] == '(' || ptx[start] == '[')) { /* .attribute(.managed), a .const bank */
+        i = gpuhal__ptx_skip_group(ptx, size, start, ptx[start], ptx[start] == '(' ? ')' : ']');
+        continue;
+      }
+      i = next;
+      if (gpuhal__ptx_is_ident(ptx[start]) && ptx[start] != '.' && (ptx[start] < '0' || ptx[start] > '9')) {
+        out->name = ptx + start;
+        out->name_length = length;
+        *cursor = i;
+        return 1;
+      }
+    }
+    out->space = 0; /* no name: not a variable after all */
+    out->is_extern = 0;
+  }
+  *cursor = size;
+  return 0;
+}
+
 GPUHAL__PRIVATE void gpuhal__ptx_header(const char* ptx, size_t size, char* version, size_t version_capacity,
                                         char* target, size_t target_capacity) {
   size_t i = 0, start, length;

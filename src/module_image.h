@@ -36,9 +36,10 @@ GPUHAL__PRIVATE void gpuhal__image_sniff(const void* image, size_t size, gpuhal_
 
 /* ---- what gpuhal reads of PTX text ----
  * The driver says nothing of some things a PTX image declares, which compilers built on
- * LLVM emit: a kernel's .reqntid (the one block shape it may be launched with) and whether a
- * name that is not a kernel is a device function. gpuhal reads them from the text: module
- * scope only (comments, strings, initialisers and bodies are skipped). */
+ * LLVM emit: a kernel's .reqntid (the one block shape it may be launched with), whether a
+ * name that is not a kernel is a device function, and which variables an image has (for a
+ * global lookup's NOT_FOUND). gpuhal reads them from the text: module scope only
+ * (comments, strings, initialisers and bodies are skipped). */
 
 /* One function of a PTX image: a kernel (.entry) or a device function (.func). */
 typedef struct gpuhal__ptx_function_s {
@@ -52,6 +53,21 @@ typedef struct gpuhal__ptx_function_s {
  * *out, *cursor past it (body and all); 0 at the end. */
 GPUHAL__PRIVATE int gpuhal__ptx_next_function(const char* ptx, size_t size, size_t* cursor,
                                               gpuhal__ptx_function_t* out);
+
+/* One module-scope variable of a PTX image: a global (.global: __device__; .const:
+ * __constant__) or a .shared one, which has no address on the host. */
+typedef struct gpuhal__ptx_variable_s {
+  char space;       /* 'g' (.global), 'c' (.const) or 's' (.shared) */
+  int is_extern;    /* declared .extern: defined in another image */
+  const char* name; /* into the image: name_length bytes, not NUL-terminated */
+  size_t name_length;
+} gpuhal__ptx_variable_t;
+
+/* The next module-scope .global, .const or .shared variable of PTX text (`size` bytes) from
+ * *cursor (0 to start): 1 with *out, *cursor past its name; 0 at the end. Parameter lists,
+ * bodies and initialisers are skipped whole. */
+GPUHAL__PRIVATE int gpuhal__ptx_next_variable(const char* ptx, size_t size, size_t* cursor,
+                                              gpuhal__ptx_variable_t* out);
 
 /* The first .version and .target operands of PTX text ("9.9", "sm_100"), NUL-terminated
  * in the buffers; "" when absent. */

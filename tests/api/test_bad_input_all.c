@@ -135,6 +135,23 @@ ROW(kernel_null_out, return gpuhal_executable_kernel(exe, "fill_u32", NULL);)
 ROW(kernel_unknown_name, gpuhal_kernel_t* k = NULL; return gpuhal_executable_kernel(exe, "no_such_kernel", &k);)
 ROW(kernel_empty_name, gpuhal_kernel_t* k = NULL; return gpuhal_executable_kernel(exe, "", &k);)
 ROW(kernel_released_exe, gpuhal_kernel_t* k = NULL; return gpuhal_executable_kernel(released_exe, "fill_u32", &k);)
+ROW(global_null_exe, uint64_t a; uint64_t n; return gpuhal_executable_global(NULL, "g", &a, &n);)
+ROW(global_null_name, uint64_t a; uint64_t n; return gpuhal_executable_global(exe, NULL, &a, &n);)
+ROW(global_empty_name, uint64_t a; uint64_t n; return gpuhal_executable_global(exe, "", &a, &n);)
+ROW(global_null_address, uint64_t n; return gpuhal_executable_global(exe, "g", NULL, &n);)
+ROW(global_null_size, uint64_t a; return gpuhal_executable_global(exe, "g", &a, NULL);)
+ROW(global_unknown_name, uint64_t a; uint64_t n; return gpuhal_executable_global(exe, "no_such_global", &a, &n);)
+ROW(global_kernel_name, uint64_t a; uint64_t n; return gpuhal_executable_global(exe, "fill_u32", &a, &n);)
+ROW(global_released_exe, uint64_t a; uint64_t n; return gpuhal_executable_global(released_exe, "g", &a, &n);)
+ROW(global_kernel_as_exe, uint64_t a; uint64_t n;
+    return gpuhal_executable_global((gpuhal_executable_t*)(void*)kernel, "g", &a, &n);)
+ROW(global_buffer_null_exe, gpuhal_buffer_t* b = NULL; return gpuhal_executable_global_buffer(NULL, "g", &b);)
+ROW(global_buffer_null_name, gpuhal_buffer_t* b = NULL; return gpuhal_executable_global_buffer(exe, NULL, &b);)
+ROW(global_buffer_null_out, return gpuhal_executable_global_buffer(exe, "g", NULL);)
+ROW(global_buffer_unknown_name, gpuhal_buffer_t* b = NULL;
+    return gpuhal_executable_global_buffer(exe, "no_such_global", &b);)
+ROW(global_buffer_released_exe, gpuhal_buffer_t* b = NULL;
+    return gpuhal_executable_global_buffer(released_exe, "g", &b);)
 ROW(kernel_info_null, gpuhal_kernel_info_t i; return gpuhal_kernel_info(NULL, &i);)
 ROW(kernel_info_null_out, return gpuhal_kernel_info(kernel, NULL);)
 ROW(kernel_info_wrong_type, gpuhal_kernel_info_t i; return gpuhal_kernel_info((gpuhal_kernel_t*)(void*)exe, &i);)
@@ -307,6 +324,22 @@ static const row_t rows[] = {
     {"executable_kernel(unknown name)", row_kernel_unknown_name, GPUHAL_STATUS_NOT_FOUND, "no_such_kernel", 0, NULL},
     {"executable_kernel(\"\")", row_kernel_empty_name, INVALID, "'name'", 0, NULL},
     {"executable_kernel(released executable)", row_kernel_released_exe, INVALID, "already released", 0, NULL},
+    {"executable_global(NULL executable)", row_global_null_exe, INVALID, "'executable'", 0, NULL},
+    {"executable_global(NULL name)", row_global_null_name, INVALID, "'name'", 0, NULL},
+    {"executable_global(\"\")", row_global_empty_name, INVALID, "'name'", 0, NULL},
+    {"executable_global(NULL out_address)", row_global_null_address, INVALID, "'out_address'", 0, NULL},
+    {"executable_global(NULL out_size)", row_global_null_size, INVALID, "'out_size'", 0, NULL},
+    {"executable_global(unknown name)", row_global_unknown_name, GPUHAL_STATUS_NOT_FOUND, "no_such_global", 0, NULL},
+    {"executable_global(a kernel's name)", row_global_kernel_name, GPUHAL_STATUS_NOT_FOUND, "it is a kernel", 0, NULL},
+    {"executable_global(released executable)", row_global_released_exe, INVALID, "already released", 0, NULL},
+    {"executable_global(kernel as executable)", row_global_kernel_as_exe, INVALID, "'executable'", 0, NULL},
+    {"executable_global_buffer(NULL executable)", row_global_buffer_null_exe, INVALID, "'executable'", 0, NULL},
+    {"executable_global_buffer(NULL name)", row_global_buffer_null_name, INVALID, "'name'", 0, NULL},
+    {"executable_global_buffer(NULL out)", row_global_buffer_null_out, INVALID, "'out_buffer'", 0, NULL},
+    {"executable_global_buffer(unknown name)", row_global_buffer_unknown_name, GPUHAL_STATUS_NOT_FOUND,
+     "defines no globals", 0, NULL},
+    {"executable_global_buffer(released executable)", row_global_buffer_released_exe, INVALID, "already released", 0,
+     NULL},
     {"kernel_info(NULL)", row_kernel_info_null, INVALID, "'kernel'", 0, NULL},
     {"kernel_info(NULL out)", row_kernel_info_null_out, INVALID, "out_info", 0, NULL},
     {"kernel_info(executable as kernel)", row_kernel_info_wrong_type, INVALID, "'kernel'", 0, NULL},

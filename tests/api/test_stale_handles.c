@@ -347,6 +347,14 @@ TU_TEST(stale_executable_and_kernel) {
     SH_STALE(gpuhal_executable_kernel(stale, "fill_u32", &none), "executable");
     TU_CHECK(none == NULL);
   }
+  {
+    gpuhal_buffer_t* none = NULL;
+    uint64_t address = 1, size = 1;
+    SH_STALE(gpuhal_executable_global(stale, "g", &address, &size), "executable");
+    TU_CHECK(address == 0 && size == 0);
+    SH_STALE(gpuhal_executable_global_buffer(stale, "g", &none), "executable");
+    TU_CHECK(none == NULL);
+  }
   SH_STALE(gpuhal_kernel_info(stale_kernel, &info), "kernel");
   SH_STALE(gpuhal_kernel_set_max_dynamic_shared(stale_kernel, 1024), "kernel");
   cb = sh_recording(&f);

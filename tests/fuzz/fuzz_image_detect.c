@@ -63,6 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case GPUHAL__IMAGE_PTX: {
         size_t i, cursor = 0, last = 0;
         gpuhal__ptx_function_t f;
+        gpuhal__ptx_variable_t v;
         char version[72], target[72];
         FUZZ_REQUIRE(meaningful >= 8);
         for (i = 0; i < meaningful; ++i) FUZZ_REQUIRE(copy[i] != 0); /* text: NULs only at the end */
@@ -73,6 +74,16 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                        f.name + f.name_length <= (const char*)copy + meaningful);
           FUZZ_REQUIRE(cursor > last && cursor <= meaningful);
           FUZZ_REQUIRE(f.is_entry || f.reqntid[0] == 0);
+          last = cursor;
+        }
+        FUZZ_REQUIRE(cursor == meaningful);
+        /* ...and of its variables (global lookups' NOT_FOUND) */
+        cursor = 0, last = 0;
+        while (gpuhal__ptx_next_variable((const char*)copy, meaningful, &cursor, &v)) {
+          FUZZ_REQUIRE(v.name_length > 0 && v.name >= (const char*)copy &&
+                       v.name + v.name_length <= (const char*)copy + meaningful);
+          FUZZ_REQUIRE(cursor > last && cursor <= meaningful);
+          FUZZ_REQUIRE(v.space == 'g' || v.space == 'c' || v.space == 's');
           last = cursor;
         }
         FUZZ_REQUIRE(cursor == meaningful);

@@ -486,6 +486,67 @@ TU_TEST(cpp_kernels_are_found_by_their_name_expressions) {
   mc_remove_dir(dir);
 }
 
+/* Namespaced __device__ and __constant__ variables found by their name expressions
+ * (gpuhal_executable_global and _global_buffer take them as names), fresh from NVRTC and from
+ * the disk cache; the mangled name works without one. */
+TU_TEST(cpp_globals_are_found_by_their_name_expressions) {
+  static const char* source =
+      "namespace cfg {\n"
+      "__device__ unsigned value = 5;\n"
+      "__constant__ float gains[2] = {1.5f, 2.5f};\n"
+      "}\n"
+      "extern \"C\" __global__ void rtc_scale_globals(unsigned* out) { out[0] = cfg::value * (unsigned)cfg::gains[1]; "
+      "}\n";
+  const char* names[] = {"&cfg::value", "&cfg::gains"};
+  gpuhal_driver_t* driver;
+  gpuhal_device_t* device;
+  gpuhal_device_params_t params;
+  gpuhal_compile_options_t o;
+  gpuhal_executable_t* exe = NULL;
+  char dir[256];
+  int round;
+  if (!cp_have_nvrtc()) TU_SKIP("no NVRTC found at configure time (GPUHAL_TEST_NVRTC unset)");
+  driver = mc_driver();
+  if (!driver) TU_SKIP("no device");
+  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  params = mc_params(dir);
+  memset(&o, 0, sizeof(o));
+  o.program_name = "rtc_globals.cu";
+  o.name_expressions = names;
+  o.name_expression_count = 2;
+  for (round = 0; round < 2 && !tu_state.failed; ++round) {
+    gpuhal_buffer_t* b = NULL;
+    uint64_t address = 0, size = 0;
+    uint32_t value = 0;
+    float gains[2] = {0, 0};
+    device = mc_device(driver, 0, &params);
+    TU_REQUIRE(device != NULL);
+    TU_CHECK_OK(gpuhal_executable_compile(device, source, &o, &exe));
+    TU_CHECK_EQ_INT(mc_stats(device).source_disk_hits, round == 1);
+    if (exe) {
+      TU_CHECK_OK(gpuhal_executable_global(exe, "&cfg::value", &address, &size));
+      TU_CHECK(address != 0 && size == 4);
+      TU_CHECK_OK(gpuhal_executable_global_buffer(exe, "&cfg::value", &b));
+      if (b) TU_CHECK_OK(gpuhal_buffer_read(b, 0, &value, 4));
+      TU_CHECK_EQ_INT(value, 5);
+      gpuhal_buffer_release(b);
+      b = NULL;
+      TU_CHECK_OK(gpuhal_executable_global_buffer(exe, "&cfg::gains", &b));
+      if (b) TU_CHECK_OK(gpuhal_buffer_read(b, 0, gains, sizeof(gains)));
+      TU_CHECK(gains[0] == 1.5f && gains[1] == 2.5f);
+      gpuhal_buffer_release(b);
+      TU_CHECK_OK(gpuhal_executable_global(exe, "_ZN3cfg5valueE", &address, &size)); /* its PTX name */
+      TU_CHECK_STATUS(gpuhal_executable_global(exe, "cfg::value", &address, &size), GPUHAL_STATUS_NOT_FOUND,
+                      "_ZN3cfg5valueE"); /* not an expression it was given: the hint names the mangled one */
+    }
+    gpuhal_executable_release(exe);
+    exe = NULL;
+    gpuhal_device_release(device);
+  }
+  gpuhal_driver_release(driver);
+  mc_remove_dir(dir);
+}
+
 typedef struct cp_thread_s {
   gpuhal_device_t* device;
   gpuhal_status_t status;
@@ -688,6 +749,7 @@ int main(int argc, char** argv) {
                                     TU_CASE(the_disk_cache_serves_a_second_process_without_nvrtc),
                                     TU_CASE(threads_compile_at_once),
                                     TU_CASE(cpp_kernels_are_found_by_their_name_expressions),
+                                    TU_CASE(cpp_globals_are_found_by_their_name_expressions),
                                     TU_CASE(an_sm_target_gives_a_cubin_on_a_gpu),
                                     TU_CASE(programs_reading_headers_from_disk_are_not_kept),
                                     TU_CASE(an_include_of_a_file_on_disk_is_not_served_stale)};
