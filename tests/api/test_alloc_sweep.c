@@ -474,23 +474,23 @@ static void as_scenario_peer(sweep_run_t* r) {
  *              read_globals -> p                                                 -> s=2
  * g_scale of device 0 is written by the host first. The executables are released once
  * recorded: the buffers over their globals and the command buffers keep their modules. */
-static int as_check_globals(as_run_t* r, gpuhal_buffer_t* out, uint32_t scale, const uint32_t* table,
+static int as_check_globals(sweep_run_t* r, gpuhal_buffer_t* out, uint32_t scale, const uint32_t* table,
                             const char* what) {
   uint32_t data[64], i;
-  if (!as_ok(r, gpuhal_buffer_read(out, 0, data, sizeof(data)), "buffer_read")) return 0;
+  if (!sweep_ok(r, gpuhal_buffer_read(out, 0, data, sizeof(data)), "buffer_read")) return 0;
   for (i = 0; i < 64; ++i) {
     uint32_t want = scale * table[i % 8] + i % 3; /* + (unsigned)bias[i % 3], bias {0.5, 1.5, 2.5} */
     if (data[i] != want) {
       char msg[200];
       snprintf(msg, sizeof(msg), "%s: word %u is %u, expected %u", what, i, data[i], want);
-      as_mark_wrong(r, msg);
+      sweep_mark_wrong(r, msg);
       return 0;
     }
   }
   return 1;
 }
 
-static void as_scenario_globals(as_run_t* r) {
+static void as_scenario_globals(sweep_run_t* r) {
   as_objs_t o;
   gpuhal_kernel_t* read[2] = {NULL, NULL};
   gpuhal_buffer_t *scale0 = NULL, *scale1 = NULL, *table0 = NULL, *p = NULL;
@@ -501,32 +501,33 @@ static void as_scenario_globals(as_run_t* r) {
   uint32_t scale = 3, table[8], initial[8], i;
   int d;
   for (i = 0; i < 8; ++i) table[i] = 10 + i, initial[i] = i + 1;
-  if (as_open_devices(r, &o, 2) && as_ok(r, as_load_named(o.device, "globals", &o.exe, NULL), "executable_load") &&
-      as_ok(r, as_load_named(o.peer, "globals", &o.exe2, NULL), "executable_load peer") &&
-      as_ok(r, gpuhal_executable_global(o.exe, "g_scale", &address, &size), "executable_global") &&
-      as_ok(r, gpuhal_executable_global_buffer(o.exe, "g_scale", &scale0), "executable_global_buffer") &&
-      as_ok(r, gpuhal_executable_global_buffer(o.exe2, "g_scale", &scale1), "executable_global_buffer peer") &&
-      as_ok(r, gpuhal_executable_global_buffer(o.exe, "c_table", &table0), "executable_global_buffer table") &&
-      as_ok(r, gpuhal_buffer_allocate(o.peer, GPUHAL_MEMORY_DEVICE, 256, &p), "buffer_allocate peer") &&
-      as_ok(r, gpuhal_buffer_write(scale0, 0, &scale, 4), "buffer_write g_scale") &&
-      as_ok(r, gpuhal_executable_kernel(o.exe, "read_globals", &read[0]), "executable_kernel") &&
-      as_ok(r, gpuhal_executable_kernel(o.exe2, "read_globals", &read[1]), "executable_kernel peer")) {
+  if (as_open_devices(r, &o, 2) && sweep_ok(r, tu_load_kernel(o.device, "globals", &o.exe, NULL), "executable_load") &&
+      sweep_ok(r, tu_load_kernel(o.peer, "globals", &o.exe2, NULL), "executable_load peer") &&
+      sweep_ok(r, gpuhal_executable_global(o.exe, "g_scale", &address, &size), "executable_global") &&
+      sweep_ok(r, gpuhal_executable_global_buffer(o.exe, "g_scale", &scale0), "executable_global_buffer") &&
+      sweep_ok(r, gpuhal_executable_global_buffer(o.exe2, "g_scale", &scale1), "executable_global_buffer peer") &&
+      sweep_ok(r, gpuhal_executable_global_buffer(o.exe, "c_table", &table0), "executable_global_buffer table") &&
+      sweep_ok(r, gpuhal_buffer_allocate(o.peer, GPUHAL_MEMORY_DEVICE, 256, &p), "buffer_allocate peer") &&
+      sweep_ok(r, gpuhal_buffer_write(scale0, 0, &scale, 4), "buffer_write g_scale") &&
+      sweep_ok(r, gpuhal_executable_kernel(o.exe, "read_globals", &read[0]), "executable_kernel") &&
+      sweep_ok(r, gpuhal_executable_kernel(o.exe2, "read_globals", &read[1]), "executable_kernel peer")) {
     for (d = 0; d < 2; ++d) {
       args[0] = gpuhal_arg_buffer(d ? p : o.buf[0], 0);
       args[1] = gpuhal_arg_u32(64);
-      if (!as_ok(r,
-                 gpuhal_command_buffer_create(
-                     d ? o.peer : o.device, d ? GPUHAL_COMMAND_BUFFER_STREAM : GPUHAL_COMMAND_BUFFER_GRAPH, 0, &cb[d]),
-                 "command_buffer_create") ||
-          !as_ok(r, gpuhal_command_buffer_begin(cb[d]), "command_buffer_begin") ||
-          !as_ok(r,
-                 d ? gpuhal_cmd_copy(cb[d], gpuhal_ref_buffer(scale0, 0), gpuhal_ref_buffer(scale1, 0), 4)
-                   : gpuhal_cmd_update(cb[d], table, gpuhal_ref_buffer(table0, 0), sizeof(table)),
-                 d ? "cmd_copy peer global" : "cmd_update global") ||
-          !as_ok(r, gpuhal_cmd_barrier(cb[d]), "cmd_barrier") ||
-          !as_ok(r, gpuhal_cmd_dispatch(cb[d], read[d], gpuhal_dim3(2, 1, 1), gpuhal_dim3(32, 1, 1), 0, 2, args),
-                 "cmd_dispatch") ||
-          !as_ok(r, gpuhal_command_buffer_end(cb[d]), "command_buffer_end"))
+      if (!sweep_ok(
+              r,
+              gpuhal_command_buffer_create(d ? o.peer : o.device,
+                                           d ? GPUHAL_COMMAND_BUFFER_STREAM : GPUHAL_COMMAND_BUFFER_GRAPH, 0, &cb[d]),
+              "command_buffer_create") ||
+          !sweep_ok(r, gpuhal_command_buffer_begin(cb[d]), "command_buffer_begin") ||
+          !sweep_ok(r,
+                    d ? gpuhal_cmd_copy(cb[d], gpuhal_ref_buffer(scale0, 0), gpuhal_ref_buffer(scale1, 0), 4)
+                      : gpuhal_cmd_update(cb[d], table, gpuhal_ref_buffer(table0, 0), sizeof(table)),
+                    d ? "cmd_copy peer global" : "cmd_update global") ||
+          !sweep_ok(r, gpuhal_cmd_barrier(cb[d]), "cmd_barrier") ||
+          !sweep_ok(r, gpuhal_cmd_dispatch(cb[d], read[d], gpuhal_dim3(2, 1, 1), gpuhal_dim3(32, 1, 1), 0, 2, args),
+                    "cmd_dispatch") ||
+          !sweep_ok(r, gpuhal_command_buffer_end(cb[d]), "command_buffer_end"))
         break;
     }
     gpuhal_executable_release(o.exe); /* the buffers over its globals and the command buffer keep it */
@@ -534,21 +535,21 @@ static void as_scenario_globals(as_run_t* r) {
     o.exe = o.exe2 = NULL;
     s = o.sem[0];
     if (d == 2 && /* both recorded */
-        as_ok(r,
-              gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &V1),
-                                   cb[0], NULL),
-              "queue_execute device GRAPH") &&
-        (as_expect(r, s, 1), 1) &&
-        as_ok(r,
-              gpuhal_queue_execute(o.peer, 0, gpuhal_semaphore_list_one(&s, &V1), gpuhal_semaphore_list_one(&s, &V2),
-                                   cb[1], NULL),
-              "queue_execute peer STREAM")) {
-      as_expect(r, s, 2);
-      if (as_wait(r, s, 2, "wait s=2") && as_check_globals(r, o.buf[0], scale, table, "device 0"))
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &V1),
+                                      cb[0], NULL),
+                 "queue_execute device GRAPH") &&
+        (sweep_expect(r, s, 1), 1) &&
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.peer, 0, gpuhal_semaphore_list_one(&s, &V1), gpuhal_semaphore_list_one(&s, &V2),
+                                      cb[1], NULL),
+                 "queue_execute peer STREAM")) {
+      sweep_expect(r, s, 2);
+      if (sweep_wait(r, s, 2, "wait s=2") && as_check_globals(r, o.buf[0], scale, table, "device 0"))
         as_check_globals(r, p, scale, initial, "peer");
     }
   }
-  as_settle(r);
+  sweep_settle(r);
   for (d = 0; d < 2; ++d) gpuhal_command_buffer_release(cb[d]);
   gpuhal_buffer_release(scale0);
   gpuhal_buffer_release(scale1);

@@ -825,16 +825,16 @@ static void scenario_tensor_map(sweep_run_t* r) {
 
 /* read_globals (tests/kernels/globals.cu) over 64 elements of `out`: scale * table[i % 8] +
  * offset + (unsigned)bias[i % 3], bias {0.5, 1.5, 2.5}. */
-static int sw_check_globals(sw_run_t* r, gpuhal_buffer_t* out, uint32_t scale, const uint32_t* table,
+static int sw_check_globals(sweep_run_t* r, gpuhal_buffer_t* out, uint32_t scale, const uint32_t* table,
                             const char* what) {
   uint32_t data[64], i;
-  if (!sw_ok(r, gpuhal_buffer_read(out, 0, data, sizeof(data)), "buffer_read")) return 0;
+  if (!sweep_ok(r, gpuhal_buffer_read(out, 0, data, sizeof(data)), "buffer_read")) return 0;
   for (i = 0; i < 64; ++i) {
     uint32_t want = scale * table[i % 8] + i % 3; /* (unsigned)bias[i % 3] is i % 3 */
     if (data[i] != want) {
       char msg[160];
       snprintf(msg, sizeof(msg), "%s: word %u is %u, expected %u", what, i, data[i], want);
-      sw_mark_wrong(r, msg);
+      sweep_mark_wrong(r, msg);
       return 0;
     }
   }
@@ -846,7 +846,7 @@ static int sw_check_globals(sw_run_t* r, gpuhal_buffer_t* out, uint32_t scale, c
  * reads; device 1 copies device 0's g_scale into its own (a peer copy) in a STREAM one,
  * behind device 0's work, and reads. The executables are released before the work runs: the
  * buffers over their globals keep their modules. */
-static void scenario_globals(sw_run_t* r) {
+static void scenario_globals(sweep_run_t* r) {
   sw_objs_t o;
   gpuhal_kernel_t* read[2] = {NULL, NULL};
   gpuhal_arg_t args[2];
@@ -855,33 +855,33 @@ static void scenario_globals(sw_run_t* r) {
   uint32_t scale = 3, table[8], initial[8], i;
   int d;
   for (i = 0; i < 8; ++i) table[i] = 10 + i, initial[i] = i + 1;
-  if (sw_open(r, &o, 2, 1) && sw_ok(r, sw_load(o.device[0], "globals", &o.exe[0], NULL), "executable_load") &&
-      sw_ok(r, sw_load(o.device[1], "globals", &o.exe[1], NULL), "executable_load 1") &&
-      sw_ok(r, gpuhal_executable_global(o.exe[0], "g_scale", &address, &size), "executable_global") &&
-      sw_ok(r, gpuhal_executable_global_buffer(o.exe[0], "g_scale", &o.buf[0]), "executable_global_buffer") &&
-      sw_ok(r, gpuhal_executable_global_buffer(o.exe[1], "g_scale", &o.buf[1]), "executable_global_buffer 1") &&
-      sw_ok(r, gpuhal_executable_global_buffer(o.exe[0], "c_table", &o.buf[2]), "executable_global_buffer table") &&
-      sw_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 256, &o.buf[3]), "buffer_allocate") &&
-      sw_ok(r, gpuhal_buffer_allocate(o.device[1], GPUHAL_MEMORY_DEVICE, 256, &o.buf[4]), "buffer_allocate 1") &&
-      sw_ok(r, gpuhal_buffer_write(o.buf[0], 0, &scale, 4), "buffer_write g_scale") &&
-      sw_ok(r, gpuhal_executable_kernel(o.exe[0], "read_globals", &read[0]), "executable_kernel") &&
-      sw_ok(r, gpuhal_executable_kernel(o.exe[1], "read_globals", &read[1]), "executable_kernel 1")) {
+  if (sw_open(r, &o, 2, 1) && sweep_ok(r, tu_load_kernel(o.device[0], "globals", &o.exe[0], NULL), "executable_load") &&
+      sweep_ok(r, tu_load_kernel(o.device[1], "globals", &o.exe[1], NULL), "executable_load 1") &&
+      sweep_ok(r, gpuhal_executable_global(o.exe[0], "g_scale", &address, &size), "executable_global") &&
+      sweep_ok(r, gpuhal_executable_global_buffer(o.exe[0], "g_scale", &o.buf[0]), "executable_global_buffer") &&
+      sweep_ok(r, gpuhal_executable_global_buffer(o.exe[1], "g_scale", &o.buf[1]), "executable_global_buffer 1") &&
+      sweep_ok(r, gpuhal_executable_global_buffer(o.exe[0], "c_table", &o.buf[2]), "executable_global_buffer table") &&
+      sweep_ok(r, gpuhal_buffer_allocate(o.device[0], GPUHAL_MEMORY_DEVICE, 256, &o.buf[3]), "buffer_allocate") &&
+      sweep_ok(r, gpuhal_buffer_allocate(o.device[1], GPUHAL_MEMORY_DEVICE, 256, &o.buf[4]), "buffer_allocate 1") &&
+      sweep_ok(r, gpuhal_buffer_write(o.buf[0], 0, &scale, 4), "buffer_write g_scale") &&
+      sweep_ok(r, gpuhal_executable_kernel(o.exe[0], "read_globals", &read[0]), "executable_kernel") &&
+      sweep_ok(r, gpuhal_executable_kernel(o.exe[1], "read_globals", &read[1]), "executable_kernel 1")) {
     for (d = 0; d < 2; ++d) {
       args[0] = gpuhal_arg_buffer(o.buf[3 + d], 0);
       args[1] = gpuhal_arg_u32(64);
-      if (!sw_ok(r,
-                 gpuhal_command_buffer_create(
-                     o.device[d], d ? GPUHAL_COMMAND_BUFFER_STREAM : GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[d]),
-                 "command_buffer_create") ||
-          !sw_ok(r, gpuhal_command_buffer_begin(o.cb[d]), "command_buffer_begin") ||
-          !sw_ok(r,
-                 d ? gpuhal_cmd_copy(o.cb[d], gpuhal_ref_buffer(o.buf[0], 0), gpuhal_ref_buffer(o.buf[1], 0), 4)
-                   : gpuhal_cmd_update(o.cb[d], table, gpuhal_ref_buffer(o.buf[2], 0), sizeof(table)),
-                 d ? "cmd_copy peer global" : "cmd_update global") ||
-          !sw_ok(r, gpuhal_cmd_barrier(o.cb[d]), "cmd_barrier") ||
-          !sw_ok(r, gpuhal_cmd_dispatch(o.cb[d], read[d], gpuhal_dim3(2, 1, 1), gpuhal_dim3(32, 1, 1), 0, 2, args),
-                 "cmd_dispatch") ||
-          !sw_ok(r, gpuhal_command_buffer_end(o.cb[d]), "command_buffer_end"))
+      if (!sweep_ok(r,
+                    gpuhal_command_buffer_create(
+                        o.device[d], d ? GPUHAL_COMMAND_BUFFER_STREAM : GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[d]),
+                    "command_buffer_create") ||
+          !sweep_ok(r, gpuhal_command_buffer_begin(o.cb[d]), "command_buffer_begin") ||
+          !sweep_ok(r,
+                    d ? gpuhal_cmd_copy(o.cb[d], gpuhal_ref_buffer(o.buf[0], 0), gpuhal_ref_buffer(o.buf[1], 0), 4)
+                      : gpuhal_cmd_update(o.cb[d], table, gpuhal_ref_buffer(o.buf[2], 0), sizeof(table)),
+                    d ? "cmd_copy peer global" : "cmd_update global") ||
+          !sweep_ok(r, gpuhal_cmd_barrier(o.cb[d]), "cmd_barrier") ||
+          !sweep_ok(r, gpuhal_cmd_dispatch(o.cb[d], read[d], gpuhal_dim3(2, 1, 1), gpuhal_dim3(32, 1, 1), 0, 2, args),
+                    "cmd_dispatch") ||
+          !sweep_ok(r, gpuhal_command_buffer_end(o.cb[d]), "command_buffer_end"))
         break;
     }
     gpuhal_executable_release(o.exe[0]); /* the buffers over its globals, the command buffer keep it */
@@ -890,21 +890,21 @@ static void scenario_globals(sw_run_t* r) {
     s0 = o.sem[0];
     s1 = o.sem[1];
     if (d == 2 && /* both recorded */
-        sw_ok(r,
-              gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s0, &V1),
-                                   o.cb[0], NULL),
-              "queue_execute device 0") &&
-        (sw_expect(r, s0, 1), 1) &&
-        sw_ok(r,
-              gpuhal_queue_execute(o.device[1], 0, gpuhal_semaphore_list_one(&s0, &V1),
-                                   gpuhal_semaphore_list_one(&s1, &V1), o.cb[1], NULL),
-              "queue_execute device 1")) {
-      sw_expect(r, s1, 1);
-      if (sw_wait(r, s1, 1, "wait device 1") && sw_check_globals(r, o.buf[3], scale, table, "device 0"))
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.device[0], 0, gpuhal_semaphore_list_empty(),
+                                      gpuhal_semaphore_list_one(&s0, &V1), o.cb[0], NULL),
+                 "queue_execute device 0") &&
+        (sweep_expect(r, s0, 1), 1) &&
+        sweep_ok(r,
+                 gpuhal_queue_execute(o.device[1], 0, gpuhal_semaphore_list_one(&s0, &V1),
+                                      gpuhal_semaphore_list_one(&s1, &V1), o.cb[1], NULL),
+                 "queue_execute device 1")) {
+      sweep_expect(r, s1, 1);
+      if (sweep_wait(r, s1, 1, "wait device 1") && sw_check_globals(r, o.buf[3], scale, table, "device 0"))
         sw_check_globals(r, o.buf[4], scale, initial, "device 1");
     }
   }
-  sw_settle(r);
+  sweep_settle(r);
   sw_close(&o);
 }
 
