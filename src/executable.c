@@ -468,7 +468,10 @@ static gpuhal_status_t gpuhal__executable_global_find(gpuhal_executable_t* execu
   const char* call;
   CUresult r;
   GPUHAL_ASSERT(entry->context == device->context); /* a module is only ever used in its own context */
-  GPUHAL__RETURN_IF_ERROR(gpuhal__context_enter(device, &scope));
+  {
+    gpuhal_status_t entered = gpuhal__context_enter(device, &scope);
+    if (entered) return gpuhal_status_annotate(entered, "%s('%s')", func, name);
+  }
   if (entry->library && cu->cuLibraryGetGlobal) {
     call = "cuLibraryGetGlobal";
     r = cu->cuLibraryGetGlobal(out_address, out_size, gpuhal__module_library_handle(entry->library), name);
@@ -477,7 +480,9 @@ static gpuhal_status_t gpuhal__executable_global_find(gpuhal_executable_t* execu
     r = cu->cuModuleGetGlobal(out_address, out_size, entry->module, name);
   }
   gpuhal__context_leave(device, &scope);
-  if (r == CUDA_ERROR_NOT_FOUND) {
+  /* For a kernel's name the driver answers CUDA_ERROR_INVALID_VALUE (driver 580, H200);
+   * the pointers and handle are valid here, so that too means no such global. */
+  if (r == CUDA_ERROR_NOT_FOUND || r == CUDA_ERROR_INVALID_VALUE) {
     char hint[1024];
     gpuhal__global_not_found_hint(entry, name, hint, sizeof(hint));
     return gpuhal_status_make(GPUHAL_STATUS_NOT_FOUND, "%s: no global named '%s' in this %s executable%s", func, name,

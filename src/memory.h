@@ -19,7 +19,9 @@ GPUHAL_API gpuhal_status_t gpuhal_buffer_allocate(gpuhal_device_t* device, gpuha
 GPUHAL_API void gpuhal_buffer_retain(gpuhal_buffer_t* buffer);
 /* Releasing NULL is a no-op. The last release frees the memory: at once, or, while queue
  * work of the device's ordinal waits on the GPU for a value (CUDA's cuMemFree would wait
- * for it), once that work is done; gpuhal_device_memory_stats stops counting it at once. */
+ * for it), once that work is done; gpuhal_device_memory_stats stops counting it at once. A
+ * buffer over a module's global (gpuhal_executable_global_buffer) frees nothing: its last
+ * release lets go of its executable. */
 GPUHAL_API void gpuhal_buffer_release(gpuhal_buffer_t* buffer);
 /* Size, kind and device of a buffer; 0 / GPUHAL_MEMORY_DEVICE / NULL for bad input. */
 GPUHAL_API uint64_t gpuhal_buffer_size(gpuhal_buffer_t* buffer);

@@ -1273,6 +1273,10 @@ static CUresult sc_module_get_global_locked(const sc_module* m, const char* name
       if (bytes) *bytes = m->globals[i].size;
       return CUDA_SUCCESS;
     }
+  /* A kernel's name: driver 580 on an H200 answers CUDA_ERROR_INVALID_VALUE, not NOT_FOUND
+   * (conf_module module_globals, run there). */
+  for (i = 0; i < m->nfuncs; ++i)
+    if (!strcmp(m->funcs[i]->name, name)) return CUDA_ERROR_INVALID_VALUE;
   return CUDA_ERROR_NOT_FOUND;
 }
 
