@@ -377,10 +377,11 @@ static void or_collective_of_a_transient_in_order(uint32_t flags) {
   or_t t;
   gpuhal_semaphore_t *h = NULL, *w = NULL, *x = NULL, *y = NULL, *z = NULL;
   gpuhal_buffer_t *transient = NULL, *scratch = NULL;
-  gpuhal_command_buffer_t *filler = NULL, *cb = NULL;
+  gpuhal_command_buffer_t *filler[2] = {NULL, NULL}, *cb = NULL;
   gpuhal_collective_t c;
   uint64_t one = 1;
   uint32_t pattern = 7;
+  int i;
   memset(&params, 0, sizeof(params));
   params.queue_count = 3;
   params.tuning.gpu_parked_max = 2;
@@ -396,17 +397,19 @@ static void or_collective_of_a_transient_in_order(uint32_t flags) {
   TU_REQUIRE_OK(gpuhal_semaphore_create(t.f.driver, 0, &x));
   TU_REQUIRE_OK(gpuhal_semaphore_create(t.f.driver, 0, &y));
   TU_REQUIRE_OK(gpuhal_semaphore_create(t.f.driver, 0, &z));
-  TU_REQUIRE_OK(gpuhal_buffer_allocate(t.f.devices[0], GPUHAL_MEMORY_DEVICE, 256, &scratch));
-  TU_REQUIRE_OK(gpuhal_command_buffer_create(
-      t.f.devices[0], GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &filler));
-  TU_REQUIRE_OK(gpuhal_command_buffer_begin(filler));
-  TU_REQUIRE_OK(gpuhal_cmd_fill(filler, gpuhal_ref_buffer(scratch, 0), 256, &pattern, 4));
-  TU_REQUIRE_OK(gpuhal_command_buffer_end(filler));
+  TU_REQUIRE_OK(gpuhal_buffer_allocate(t.f.devices[0], GPUHAL_MEMORY_DEVICE, 512, &scratch));
+  for (i = 0; i < 2; ++i) { /* each fills its own half: the two executes are not ordered */
+    TU_REQUIRE_OK(gpuhal_command_buffer_create(
+        t.f.devices[0], GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &filler[i]));
+    TU_REQUIRE_OK(gpuhal_command_buffer_begin(filler[i]));
+    TU_REQUIRE_OK(gpuhal_cmd_fill(filler[i], gpuhal_ref_buffer(scratch, 256u * i), 256, &pattern, 4));
+    TU_REQUIRE_OK(gpuhal_command_buffer_end(filler[i]));
+  }
   /* Two executes waiting for the host take both parked streams. */
   TU_CHECK_OK(gpuhal_queue_execute(t.f.devices[0], 1, gpuhal_semaphore_list_one(&h, &one),
-                                   gpuhal_semaphore_list_empty(), filler, NULL));
+                                   gpuhal_semaphore_list_empty(), filler[0], NULL));
   TU_CHECK_OK(gpuhal_queue_execute(t.f.devices[0], 2, gpuhal_semaphore_list_one(&y, &one),
-                                   gpuhal_semaphore_list_empty(), filler, NULL));
+                                   gpuhal_semaphore_list_empty(), filler[1], NULL));
   TU_CHECK_OK(gpuhal_queue_alloca(t.f.devices[0], 0, gpuhal_semaphore_list_one(&w, &one),
                                   gpuhal_semaphore_list_one(&x, &one), OR_COUNT * 4, &transient));
   c = or_collective(GPUHAL_COLLECTIVE_ALL_REDUCE, GPUHAL_REDUCTION_SUM, transient, t.b);
@@ -426,7 +429,7 @@ static void or_collective_of_a_transient_in_order(uint32_t flags) {
                                     gpuhal_semaphore_list_empty(), transient));
   TU_CHECK_OK(gpuhal_device_wait_idle(t.f.devices[0], md_seconds(30)));
   gpuhal_command_buffer_release(cb);
-  gpuhal_command_buffer_release(filler);
+  for (i = 0; i < 2; ++i) gpuhal_command_buffer_release(filler[i]);
   gpuhal_buffer_release(transient);
   gpuhal_buffer_release(scratch);
   gpuhal_semaphore_release(h);
