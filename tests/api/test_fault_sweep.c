@@ -53,6 +53,7 @@
 #include <unistd.h>
 
 #include "test_sweep_util.h"
+#include "test_temp_dir.h"
 #include "test_util.h"
 
 /* The paths and messages below are cut to fit on purpose. */
@@ -364,21 +365,6 @@ static void scenario_multi(sweep_run_t* r) {
   sw_close(&o);
 }
 
-/* ---- module-cache disk use ---- */
-static void sw_remove_dir(const char* dir) {
-  DIR* d = opendir(dir);
-  struct dirent* de;
-  char path[1024];
-  if (!d) return;
-  while ((de = readdir(d)) != NULL) {
-    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-    snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-    unlink(path);
-  }
-  closedir(d);
-  rmdir(dir);
-}
-
 /* Creates device `index` of o with the module disk cache in `dir` (one queue). */
 static int sw_open_cached_device(sweep_run_t* r, sw_objs_t* o, int index, const char* dir) {
   gpuhal_device_params_t params;
@@ -454,9 +440,7 @@ static void sw_check_disk_stats(sweep_run_t* r, gpuhal_device_t* device, int war
 static void scenario_disk(sweep_run_t* r) {
   sw_objs_t o;
   char dir[600];
-  const char* base = getenv("TMPDIR");
-  snprintf(dir, sizeof(dir), "%s/gpuhal_sweep_disk_XXXXXX", base && base[0] ? base : "/tmp");
-  if (!mkdtemp(dir)) {
+  if (!tu_temp_dir(dir, sizeof(dir), "sweep_disk")) {
     sweep_ok(r, gpuhal_status_make(GPUHAL_STATUS_UNAVAILABLE, "sweep: mkdtemp %s: %s", dir, strerror(errno)),
              "mkdtemp");
     return;
@@ -490,7 +474,7 @@ static void scenario_disk(sweep_run_t* r) {
   if (o.device[0])
     sweep_ok(r, gpuhal_device_wait_idle(o.device[0], gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle");
   sw_close(&o);
-  sw_remove_dir(dir);
+  tu_remove_dir(dir);
 }
 
 /* ---- collectives ---- */

@@ -326,7 +326,7 @@ TU_TEST(the_disk_cache_serves_a_second_process_without_nvrtc) {
   const char* misses[] = {"compile", dir, "0", "1"};
   int files;
   if (!cp_have_nvrtc()) TU_SKIP("no NVRTC found at configure time (GPUHAL_TEST_NVRTC unset)");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   /* A first process compiles and writes; a second finds the file and runs no NVRTC. */
   TU_CHECK_EQ_INT(cp_wait(mc_spawn(misses, 4)), 0);
   TU_CHECK_EQ_INT(cp_wait(mc_spawn(hits, 4)), 0);
@@ -381,7 +381,7 @@ TU_TEST(the_disk_cache_serves_a_second_process_without_nvrtc) {
   /* Rewritten: a new process hits again. */
   TU_CHECK_EQ_INT(cp_wait(mc_spawn(hits, 4)), 0);
   gpuhal_driver_release(driver);
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
 }
 
 /* Runs rtc_scale_t<unsigned> of `exe` (x[i] *= 5 over i = 0..CP_N-1) and checks it. */
@@ -440,7 +440,7 @@ TU_TEST(cpp_kernels_are_found_by_their_name_expressions) {
   if (!cp_have_nvrtc()) TU_SKIP("no NVRTC found at configure time (GPUHAL_TEST_NVRTC unset)");
   driver = mc_driver();
   if (!driver) TU_SKIP("no device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   params = mc_params(dir);
   memset(&o, 0, sizeof(o));
   o.program_name = "rtc_scale_t.cu";
@@ -483,7 +483,7 @@ TU_TEST(cpp_kernels_are_found_by_their_name_expressions) {
   TU_CHECK(exe == NULL);
   gpuhal_device_release(device);
   gpuhal_driver_release(driver);
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
 }
 
 /* Namespaced __device__ and __constant__ variables found by their name expressions
@@ -508,7 +508,7 @@ TU_TEST(cpp_globals_are_found_by_their_name_expressions) {
   if (!cp_have_nvrtc()) TU_SKIP("no NVRTC found at configure time (GPUHAL_TEST_NVRTC unset)");
   driver = mc_driver();
   if (!driver) TU_SKIP("no device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   params = mc_params(dir);
   memset(&o, 0, sizeof(o));
   o.program_name = "rtc_globals.cu";
@@ -544,7 +544,7 @@ TU_TEST(cpp_globals_are_found_by_their_name_expressions) {
     gpuhal_device_release(device);
   }
   gpuhal_driver_release(driver);
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
 }
 
 typedef struct cp_thread_s {
@@ -596,7 +596,7 @@ TU_TEST(programs_reading_headers_from_disk_are_not_kept) {
   if (!cp_have_nvrtc()) TU_SKIP("no NVRTC found at configure time (GPUHAL_TEST_NVRTC unset)");
   driver = mc_driver();
   if (!driver) TU_SKIP("no device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   snprintf(include, sizeof(include), "-I%s", dir);
   params = mc_params(dir);
   device = mc_device(driver, 0, &params);
@@ -614,7 +614,7 @@ TU_TEST(programs_reading_headers_from_disk_are_not_kept) {
   TU_CHECK_EQ_INT(s.source_disk_hits, 1);
   gpuhal_device_release(device);
   gpuhal_driver_release(driver);
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
 }
 
 /* Compiles `source` (named `program_name`, no headers, no options) on `device` and gives
@@ -665,7 +665,7 @@ TU_TEST(an_include_of_a_file_on_disk_is_not_served_stale) {
   if (!cp_have_nvrtc()) TU_SKIP("no NVRTC found at configure time (GPUHAL_TEST_NVRTC unset)");
   driver = mc_driver();
   if (!driver) TU_SKIP("no device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   snprintf(header, sizeof(header), "%s/rtc_params.h", dir);
   snprintf(program, sizeof(program), "%s/rtc_params.cu", dir);
   for (n = 0; spellings[n]; ++n)
@@ -695,7 +695,7 @@ TU_TEST(an_include_of_a_file_on_disk_is_not_served_stale) {
   gpuhal_device_release(device);
   gpuhal_driver_release(driver);
   remove(header);
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
 }
 
 /* On a GPU: an arch-specific target gives a cubin, which loads and runs. NVRTC makes PTX
@@ -713,7 +713,7 @@ TU_TEST(an_sm_target_gives_a_cubin_on_a_gpu) {
   if (tu_softcuda()) TU_SKIP("softcuda runs PTX only (a cubin needs a GPU)");
   driver = mc_driver();
   if (!driver) TU_SKIP("no device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   params = mc_params(dir);
   device = mc_device(driver, 0, &params);
   TU_REQUIRE(device != NULL);
@@ -738,7 +738,7 @@ TU_TEST(an_sm_target_gives_a_cubin_on_a_gpu) {
   }
   gpuhal_device_release(device);
   gpuhal_driver_release(driver);
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
 }
 
 int main(int argc, char** argv) {

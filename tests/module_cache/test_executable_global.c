@@ -8,6 +8,7 @@
  * call in the device's context, the caller's context left as it was; bad input. The same
  * binary runs on a GPU (GPUHAL_TEST_DRIVER=system): the softcuda-only checks skip there. */
 #include "gpuhal.h"
+#include "test_temp_dir.h"
 #include "test_util.h"
 
 #include <dirent.h>
@@ -390,26 +391,6 @@ TU_TEST(per_device_copies_modules_per_context) {
 
 /* ---- the disk cache and the module cache ---- */
 
-static int ge_temp_dir(char* out, size_t size) {
-  const char* base = getenv("TMPDIR");
-  snprintf(out, size, "%s/gpuhal_ge_XXXXXX", base && base[0] ? base : "/tmp");
-  return mkdtemp(out) != NULL;
-}
-
-static void ge_remove_dir(const char* dir) {
-  DIR* d = opendir(dir);
-  struct dirent* de;
-  char path[4096];
-  if (!d) return;
-  while ((de = readdir(d)) != NULL) {
-    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-    snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-    unlink(path);
-  }
-  closedir(d);
-  rmdir(dir);
-}
-
 /* With a disk cache the PTX's cubin is compiled once and every later load of a new module
  * is a disk hit, whose globals start from the initialisers; a load while the module is
  * loaded is a hit in memory and shares it, globals and values included, until the module
@@ -423,7 +404,7 @@ TU_TEST(disk_cache_and_module_cache_hits) {
   ge_values_t v = ge_initial();
   char dir[512];
   int round;
-  TU_REQUIRE(ge_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "ge"));
   memset(&p, 0, sizeof(p));
   p.module_cache_dir = dir;
   for (round = 0; round < 2 && !tu_state.failed; ++round) { /* round 1: a new device, the file from round 0 */
@@ -466,7 +447,7 @@ TU_TEST(disk_cache_and_module_cache_hits) {
     a = NULL;
     ge_close(&f);
   }
-  ge_remove_dir(dir);
+  tu_remove_dir(dir);
 }
 
 /* A buffer over a global keeps its executable's module loaded after the executable's

@@ -10,6 +10,7 @@
  * tests/kernels/llvm_kernels.c) and on a GPU. */
 #include "gpuhal.h"
 
+#include "test_temp_dir.h"
 #include "test_util.h"
 
 #include <dirent.h>
@@ -469,20 +470,6 @@ TU_TEST(sixty_parameters) {
   fixture_close(&f);
 }
 
-/* Removes a cache directory and the files in it. */
-static void remove_dir(const char* dir) {
-  DIR* dh = opendir(dir);
-  struct dirent* e;
-  char path[600];
-  while (dh && (e = readdir(dh)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-    unlink(path);
-  }
-  if (dh) closedir(dh);
-  rmdir(dir);
-}
-
 /* Replaces the first `from` in `text` by `to` (a new malloc'ed string; NULL if absent). */
 static char* text_replace(const char* text, const char* from, const char* to) {
   const char* at = strstr(text, from);
@@ -754,7 +741,7 @@ TU_TEST(ptx_too_new_for_the_driver_or_device) {
   char* ptx = tu_read_kernel_file("llvm_kernels.ptx", &size);
   char* new_version;
   char* new_target;
-  char dir[] = "/tmp/gpuhal_llvm_ptx_XXXXXX";
+  char dir[600];
   int d;
   TU_REQUIRE(ptx != NULL);
   if (!fixture_open(&f)) {
@@ -765,7 +752,7 @@ TU_TEST(ptx_too_new_for_the_driver_or_device) {
   /* sm_100 needs PTX ISA 8.6: both changed, so that only the target is too new */
   new_target = text_replace(ptx, ".version 7.0\n.target sm_80", ".version 8.6\n.target sm_100");
   TU_REQUIRE(new_version && new_target);
-  TU_REQUIRE(mkdtemp(dir) != NULL);
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "llvm_ptx"));
   memset(&params, 0, sizeof(params));
   params.module_cache_dir = dir;
   TU_CHECK_OK(gpuhal_device_create(f.driver, 0, &params, &disk_device));
@@ -797,7 +784,7 @@ TU_TEST(ptx_too_new_for_the_driver_or_device) {
   }
   gpuhal_device_release(disk_device);
   gpuhal_device_release(module_device);
-  remove_dir(dir);
+  tu_remove_dir(dir);
   free(new_version);
   free(new_target);
   free(ptx);
@@ -820,7 +807,7 @@ TU_TEST(memory_and_disk_cache) {
   gpuhal_kernel_info_t info;
   gpuhal_buffer_t* out = NULL;
   gpuhal_arg_t args[2];
-  char dir[] = "/tmp/gpuhal_llvm_ptx_XXXXXX";
+  char dir[600];
   int round;
   OPEN_OR_RETURN(&f);
   TU_CHECK_OK(gpuhal_device_module_cache_stats(f.device, &s0));
@@ -830,7 +817,7 @@ TU_TEST(memory_and_disk_cache) {
   TU_CHECK_EQ_INT(s1.compiles, s0.compiles);
   gpuhal_executable_release(again);
 
-  TU_REQUIRE(mkdtemp(dir) != NULL);
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "llvm_ptx"));
   memset(&params, 0, sizeof(params));
   params.module_cache_dir = dir;
   TU_CHECK_OK(gpuhal_device_create(f.driver, 0, &params, &device));
@@ -873,7 +860,7 @@ TU_TEST(memory_and_disk_cache) {
   }
   gpuhal_buffer_release(out);
   gpuhal_device_release(device);
-  remove_dir(dir);
+  tu_remove_dir(dir);
   fixture_close(&f);
 }
 

@@ -115,7 +115,7 @@ TU_TEST(many_modules_cold_warm_and_from_disk) {
   unsigned k;
   int round;
   if (!driver) TU_SKIP("no CUDA device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   params = mc_params(dir);
   for (round = 0; round < 2; ++round) { /* round 1: a new device: everything from disk */
     int64_t t0 = gpuhal_now_ns(), t1, t2;
@@ -146,7 +146,7 @@ TU_TEST(many_modules_cold_warm_and_from_disk) {
     gpuhal_device_release(device);
   }
   TU_CHECK_EQ_INT(mc_dir_files(dir, NULL, NULL, 0), MANY);
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
   gpuhal_driver_release(driver);
 }
 
@@ -155,12 +155,12 @@ TU_TEST(second_process_hits_the_disk_cache) {
   gpuhal_module_cache_stats_t s;
   char dir[512];
   if (!driver) TU_SKIP("no CUDA device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   TU_CHECK_EQ_INT(load_range(driver, dir, 0, 5, 3, 0, &s), 0);
   TU_CHECK_EQ_INT(s.disk_writes, 3);
   TU_CHECK_EQ_INT(mc_wait(spawn_load(dir, 5, 3, 0, 0, 3, 0)), 0); /* 3 disk hits, 0 compiles */
   TU_CHECK_EQ_INT(mc_wait(spawn_load(dir, 5, 4, 0, 0, 3, 1)), 0); /* one more: compiled */
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
   gpuhal_driver_release(driver);
 }
 
@@ -208,7 +208,7 @@ TU_TEST(bad_files_are_ignored_and_rebuilt) {
   size_t good_size = 0;
   unsigned i;
   if (!driver) TU_SKIP("no CUDA device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   TU_CHECK_EQ_INT(load_range(driver, dir, 0, 3, 1, 0, &s), 0);
   TU_REQUIRE(mc_dir_files(dir, NULL, path, sizeof(path)) == 1);
   TU_REQUIRE(read_whole(path, &good, &good_size));
@@ -258,7 +258,7 @@ TU_TEST(bad_files_are_ignored_and_rebuilt) {
     TU_CHECK_EQ_INT(s.disk_hits, 1);
   }
   free(good);
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
   gpuhal_driver_release(driver);
 }
 
@@ -275,7 +275,7 @@ TU_TEST(a_file_the_driver_refuses_is_counted_as_a_reject) {
   if (!tu_softcuda()) TU_SKIP("needs softcuda's fault injection");
   driver = mc_driver();
   if (!driver) TU_SKIP("no CUDA device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   TU_CHECK_EQ_INT(load_range(driver, dir, 0, 3, 1, 0, &s), 0);
   for (i = 0; i < sizeof(faults) / sizeof(faults[0]); ++i) {
     TU_REQUIRE(tu_softcuda_faults(faults[i]) == 0);
@@ -290,7 +290,7 @@ TU_TEST(a_file_the_driver_refuses_is_counted_as_a_reject) {
     TU_CHECK_EQ_INT(load_range(driver, dir, 0, 3, 1, 0, &s), 0); /* rewritten: a hit now */
     TU_CHECK_EQ_INT(s.disk_hits, 1);
   }
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
   gpuhal_driver_release(driver);
 }
 
@@ -361,7 +361,7 @@ TU_TEST(two_processes_fill_one_directory) {
   pid_t a, b;
   int files;
   if (!driver) TU_SKIP("no CUDA device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   /* Both compile and write the same 40 modules, in opposite orders, at the same time. */
   a = spawn_load(dir, 0, 40, 0, 0, -1, -1);
   b = spawn_load(dir, 0, 40, 1, 0, -1, -1);
@@ -370,9 +370,9 @@ TU_TEST(two_processes_fill_one_directory) {
   files = mc_dir_files(dir, &total, NULL, 0);
   TU_CHECK_EQ_INT(files, 40);
   TU_CHECK_EQ_INT(mc_wait(spawn_load(dir, 0, 40, 0, 0, 40, 0)), 0); /* a third: all from disk */
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
   /* Again with a bound of about ten files: the two evict under each other's feet. */
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   bound = total / 4;
   a = spawn_load(dir, 0, 40, 0, bound, -1, -1);
   b = spawn_load(dir, 0, 40, 1, bound, -1, -1);
@@ -381,7 +381,7 @@ TU_TEST(two_processes_fill_one_directory) {
   files = mc_dir_files(dir, &total, NULL, 0);
   TU_CHECK(files > 0 && total <= bound + 2 * (bound / 10 + 1) + 4096);
   fprintf(stderr, "  bounded: %d files, %llu bytes (bound %llu)\n", files, total, bound);
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
   gpuhal_driver_release(driver);
 }
 
@@ -419,7 +419,7 @@ TU_TEST(disk_eviction_is_lru_with_touch_on_hit) {
   char dir[512];
   unsigned k;
   if (!driver) TU_SKIP("no CUDA device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   params = mc_params(dir);
   device = mc_device(driver, 0, &params);
   TU_REQUIRE(device != NULL);
@@ -446,7 +446,7 @@ TU_TEST(disk_eviction_is_lru_with_touch_on_hit) {
   TU_CHECK(file_of_module_exists(dir, 72, device));
   TU_CHECK(file_of_module_exists(dir, 73, device));
   gpuhal_device_release(device);
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
   gpuhal_driver_release(driver);
 }
 
@@ -456,7 +456,7 @@ TU_TEST(unusable_directory_degrades_to_memory) {
   const char* cases[2];
   int c;
   if (!driver) TU_SKIP("no CUDA device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   snprintf(blocked, sizeof(blocked), "%s/file", dir);
   write_whole(blocked, (const unsigned char*)"x", 1);
   strcat(blocked, "/cache"); /* under a regular file: cannot be created, even by root */
@@ -482,7 +482,7 @@ TU_TEST(unusable_directory_degrades_to_memory) {
     if (!mc_log_contains("caching in memory only")) TU_FAIL_AT(__FILE__, __LINE__, "%s: no warning", cases[c]);
     gpuhal_device_release(device);
   }
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
   gpuhal_driver_release(driver);
 }
 
@@ -497,7 +497,7 @@ TU_TEST(a_bad_entry_path_leaves_the_rest_of_the_cache_working) {
   gpuhal_module_cache_stats_t s;
   char dir[512], path[4096], cwd[4096], elsewhere[600];
   if (!driver) TU_SKIP("no CUDA device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   TU_REQUIRE(getcwd(cwd, sizeof(cwd)) != NULL);
   TU_REQUIRE(chdir(dir) == 0);
   params = mc_params("relative");
@@ -575,7 +575,7 @@ TU_TEST(compile_hook_files_are_kept_apart) {
   char dir[512], first[4096];
   int round;
   if (!driver) TU_SKIP("no CUDA device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   params = mc_params(dir);
   params.compile_fn = link_hook;
   params.compile_free_fn = link_hook_free;
@@ -597,7 +597,7 @@ TU_TEST(compile_hook_files_are_kept_apart) {
   TU_CHECK_EQ_INT(s.compiles, 1);
   TU_CHECK_EQ_INT(s.disk_hits, 0);
   TU_CHECK_EQ_INT(mc_dir_files(dir, NULL, NULL, 0), 2);
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
   gpuhal_driver_release(driver);
 }
 
@@ -710,7 +710,7 @@ TU_TEST(relocatable_cubin_is_linked_once) {
   char* image = NULL;
   int round, calls_before = hook_calls;
   if (!driver) TU_SKIP("no CUDA device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   params = mc_params(dir);
   for (round = 0; round < 3; ++round) {
     gpuhal_executable_t* exe = NULL;
@@ -726,7 +726,7 @@ TU_TEST(relocatable_cubin_is_linked_once) {
       image = tu_rdc_fill_image(tu_softcuda(), info.compute_capability_major, info.compute_capability_minor, &size);
       if (!image) {
         gpuhal_device_release(hook_device);
-        mc_remove_dir(dir);
+        tu_remove_dir(dir);
         gpuhal_driver_release(driver);
         TU_SKIP("the relocatable cubin fixture is for sm_90");
       }
@@ -746,7 +746,7 @@ TU_TEST(relocatable_cubin_is_linked_once) {
   TU_CHECK_EQ_INT(mc_dir_files(dir, NULL, first, sizeof(first)), 1);
   TU_CHECK_STR_CONTAINS(first, "-driver.gpuhal");
   free(image);
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
   gpuhal_driver_release(driver);
 }
 
@@ -761,7 +761,7 @@ TU_TEST(non_regular_files_are_refused_without_hanging) {
   int kind;
   struct stat st;
   if (!driver) TU_SKIP("no CUDA device");
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   params = mc_params(dir);
   /* A valid file of module 95, kept aside (outside the entry's name) for the last kind. */
   TU_CHECK_EQ_INT(load_range(driver, dir, 0, 95, 1, 0, &s), 0);
@@ -814,7 +814,7 @@ TU_TEST(non_regular_files_are_refused_without_hanging) {
   TU_REQUIRE(read_whole(good_file, &good, &good_size));
   free(good);
   TU_CHECK(stat(good_file, &st) == 0 && S_ISREG(st.st_mode));
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
   gpuhal_driver_release(driver);
 }
 
@@ -823,7 +823,7 @@ TU_TEST(non_regular_files_are_refused_without_hanging) {
 TU_TEST(temporary_files_are_unique_and_fresh) {
   char dir[512], base[4096], names[8][4096 + 64];
   int i, j;
-  TU_REQUIRE(mc_temp_dir(dir, sizeof(dir)));
+  TU_REQUIRE(tu_temp_dir(dir, sizeof(dir), "mc"));
   snprintf(base, sizeof(base), "%s/entry.gpuhal", dir);
   for (i = 0; i < 8; ++i) {
     struct stat st;
@@ -836,7 +836,7 @@ TU_TEST(temporary_files_are_unique_and_fresh) {
   /* A name that cannot be made says why (errno), not a hang or a crash. */
   TU_CHECK(gpuhal__temp_file_create("/nonexistent-dir/x", names[0], sizeof(names[0])) < 0 && errno == ENOENT);
   TU_CHECK(gpuhal__temp_file_create(base, names[0], 8) < 0 && errno == ENAMETOOLONG);
-  mc_remove_dir(dir);
+  tu_remove_dir(dir);
 }
 
 int main(int argc, char** argv) {

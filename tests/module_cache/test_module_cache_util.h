@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "kernels/gen_modules.h"
+#include "test_temp_dir.h"
 
 #pragma GCC diagnostic ignored "-Wunused-function"
 
@@ -193,28 +194,6 @@ static unsigned long long mc_violations(void) {
   mc_violations_fn fn;
   *(void**)&fn = mc_softcuda_symbol("softcuda_query_violations");
   return fn ? fn(0) : 0;
-}
-
-/* ---- directories ---- */
-static int mc_temp_dir(char* out, size_t size) {
-  const char* base = getenv("TMPDIR");
-  snprintf(out, size, "%s/gpuhal_mc_XXXXXX", base && base[0] ? base : "/tmp");
-  return mkdtemp(out) != NULL;
-}
-
-/* Removes a flat directory and its files. */
-static void mc_remove_dir(const char* dir) {
-  DIR* d = opendir(dir);
-  struct dirent* de;
-  char path[4096];
-  if (!d) return;
-  while ((de = readdir(d)) != NULL) {
-    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-    snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-    unlink(path);
-  }
-  closedir(d);
-  rmdir(dir);
 }
 
 /* Cache files (*.gpuhal) in dir: count, total bytes, the first name. */
