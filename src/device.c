@@ -575,12 +575,20 @@ GPUHAL__PRIVATE void gpuhal__driver_release_ref(gpuhal_driver_t* driver) {
 #endif
 
 /* 1 when a device of the list has dropped its last reference but its teardown has not yet
- * counted itself in driver->teardowns (the moment between the two). Caller holds
+ * counted itself in driver->teardowns (the moment between the two), or when a device the
+ * application has released owes a hand-off (gpuhal__worker_hand_off): its worker has yet to
+ * run what another thread gave it, which often drops the device's last reference. The
+ * settle took that device before the hand-off came (a peer copy's action released on a
+ * device settled after it), so only this wait sees it. A device the application still
+ * holds lives on anyway: its hand-offs are left to its own release. Caller holds
  * devices_mutex. */
-static int gpuhal__driver_has_dying_device(gpuhal_driver_t* driver) {
+static int gpuhal__driver_has_unsettled_device(gpuhal_driver_t* driver) {
   gpuhal__list_node_t* n;
-  for (n = driver->devices.next; n != &driver->devices; n = n->next)
-    if (gpuhal__atomic_load(&GPUHAL__CONTAINER_OF(n, gpuhal_device_t, driver_link)->header.refcount) == 0) return 1;
+  for (n = driver->devices.next; n != &driver->devices; n = n->next) {
+    gpuhal_device_t* d = GPUHAL__CONTAINER_OF(n, gpuhal_device_t, driver_link);
+    if (gpuhal__atomic_load(&d->header.refcount) == 0) return 1;
+    if (d->handoffs > 0 && gpuhal__atomic_load(&d->header.user_refs) == 0) return 1;
+  }
   return 0;
 }
 
@@ -644,7 +652,7 @@ static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
     gpuhal__device_release_ref(device); /* often the last: the teardown runs right here */
   }
   gpuhal__mutex_lock(&driver->devices_mutex);
-  while (driver->teardowns > 0 || gpuhal__driver_has_dying_device(driver))
+  while (driver->teardowns > 0 || gpuhal__driver_has_unsettled_device(driver))
     if (!gpuhal__cond_wait_until(&driver->devices_cond, &driver->devices_mutex, timeout)) break;
   gpuhal__mutex_unlock(&driver->devices_mutex);
 }
@@ -1225,15 +1233,11 @@ static void* gpuhal__device_reaper_main(void* arg) {
   return NULL;
 }
 
-GPUHAL__PRIVATE void gpuhal__device_release_ref(gpuhal_device_t* device) {
+/* The teardown of a device whose last reference is gone, already counted in
+ * driver->teardowns. */
+static void gpuhal__device_teardown(gpuhal_device_t* device) {
   gpuhal_driver_t* driver = device->driver;
   gpuhal_status_t status;
-  if (!gpuhal__object_release(&device->header)) return;
-  /* the teardown joins the device's threads, which a forked child does not have */
-  if (gpuhal__release_in_other_process(driver, "releasing the device's last reference")) return;
-  gpuhal__mutex_lock(&driver->devices_mutex);
-  driver->teardowns++;
-  gpuhal__mutex_unlock(&driver->devices_mutex);
   if (!gpuhal__device_owns_thread(device)) {
     gpuhal__device_destroy(device);
     gpuhal__device_teardown_done(driver);
@@ -1250,6 +1254,43 @@ GPUHAL__PRIVATE void gpuhal__device_release_ref(gpuhal_device_t* device) {
     gpuhal_status_free(status);
     gpuhal__device_teardown_done(driver);
   }
+}
+
+GPUHAL__PRIVATE void gpuhal__device_release_ref(gpuhal_device_t* device) {
+  gpuhal_driver_t* driver = device->driver;
+  if (!gpuhal__object_release(&device->header)) return;
+  /* the teardown joins the device's threads, which a forked child does not have */
+  if (gpuhal__release_in_other_process(driver, "releasing the device's last reference")) return;
+  gpuhal__mutex_lock(&driver->devices_mutex);
+  driver->teardowns++;
+  gpuhal__mutex_unlock(&driver->devices_mutex);
+  gpuhal__device_teardown(device);
+}
+
+GPUHAL__PRIVATE void gpuhal__worker_hand_off(gpuhal_device_t* device, gpuhal__task_t* task) {
+  gpuhal_driver_t* driver = device->driver;
+  gpuhal__device_retain_ref(device);
+  gpuhal__mutex_lock(&driver->devices_mutex);
+  device->handoffs++;
+  gpuhal__mutex_unlock(&driver->devices_mutex);
+  gpuhal__worker_post(device, task);
+}
+
+/* The count and the reference go together, under devices_mutex, with the teardown counted
+ * there when the reference is the last: a settle waiting for the device
+ * (gpuhal__driver_has_unsettled_device) sees either the hand-off or the teardown, never a
+ * moment with neither. The reference held the device, and the device the driver, up to
+ * here. A hand-off runs on the device's worker, which a forked child does not have. */
+GPUHAL__PRIVATE void gpuhal__worker_hand_off_done(gpuhal_device_t* device) {
+  gpuhal_driver_t* driver = device->driver;
+  int last;
+  gpuhal__mutex_lock(&driver->devices_mutex);
+  device->handoffs--;
+  last = gpuhal__object_release(&device->header);
+  if (last) driver->teardowns++;
+  gpuhal__cond_broadcast(&driver->devices_cond);
+  gpuhal__mutex_unlock(&driver->devices_mutex);
+  if (last) gpuhal__device_teardown(device); /* on its worker: a reaper does it */
 }
 
 /* A release beyond the application's own references (a second release of a device whose

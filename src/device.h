@@ -289,9 +289,10 @@ struct gpuhal_driver_s {
   int device_count;
   uint32_t features;             /* bit (1 << gpuhal_feature_t) */
   struct gpuhal__trace_s* trace; /* trace.h: NULL when tracing is off */
-  /* Live devices and the teardown threads of devices released on their own worker: the
-   * application's gpuhal_driver_release waits for those, so a program that waited for its
-   * work, released everything and exits leaves nothing behind (see gpuhal_driver_release). */
+  /* Live devices, the teardown threads of devices released on their own worker, and the
+   * tasks handed to released devices' workers (gpuhal__worker_hand_off): the application's
+   * gpuhal_driver_release waits for those, so a program that waited for its work, released
+   * everything and exits leaves nothing behind (see gpuhal_driver_release). */
   gpuhal__mutex_t devices_mutex;
   gpuhal__cond_t devices_cond;
   gpuhal__list_node_t devices; /* gpuhal_device_s.driver_link */
@@ -359,6 +360,7 @@ typedef struct gpuhal__worker_s {
 struct gpuhal_device_s {
   gpuhal__object_t header;         /* user_refs: the application's, which gpuhal_driver_release settles */
   uint64_t settled_in;             /* the last settle that took it (driver->settles; under devices_mutex) */
+  int32_t handoffs;                /* hand-offs to its worker not done (gpuhal__worker_hand_off; under devices_mutex) */
   gpuhal__list_node_t driver_link; /* in driver->devices while alive */
   gpuhal_driver_t* driver;         /* retained */
   const gpuhal__cuda_symbols_t* cu;
@@ -452,6 +454,14 @@ GPUHAL__PRIVATE int gpuhal__on_other_worker(gpuhal_device_t* device);
 
 /* Queues `task` to run on the worker (FIFO); a task already queued is not queued twice. */
 GPUHAL__PRIVATE void gpuhal__worker_post(gpuhal_device_t* device, gpuhal__task_t* task);
+/* Hands `task` to `device`'s worker from a thread that must not wait for it (another
+ * device's worker, a queue call's harvest): posts it with a device reference and counts it
+ * in device->handoffs, so that the application's last release, which may have settled the
+ * device before the task came, waits for it (gpuhal__driver_settle_begin). The task's last
+ * step is gpuhal__worker_hand_off_done(device), which drops both (the last reference tears
+ * the device down, on a reaper thread). */
+GPUHAL__PRIVATE void gpuhal__worker_hand_off(gpuhal_device_t* device, gpuhal__task_t* task);
+GPUHAL__PRIVATE void gpuhal__worker_hand_off_done(gpuhal_device_t* device);
 
 /* NULL in the process that created the driver; in another one (a child forked after the
  * driver was made, where none of gpuhal's threads exist) FAILED_PRECONDITION naming

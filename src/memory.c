@@ -538,8 +538,10 @@ static gpuhal_status_t gpuhal__buffer_free_pending_sync(void* arg) {
   return gpuhal__pending_free_now(buffer->device, buffer->address);
 }
 
-/* The same, put off (gpuhal__put_off_begin): a task of the worker that owns its memory and a
- * device reference, so the releasing queue call does not wait for the worker. */
+/* The same, put off (gpuhal__put_off_begin, or another device's worker): a task handed to the
+ * worker that owns the memory (gpuhal__worker_hand_off: it holds the device, and the
+ * application's last release waits for it), so the releasing thread does not wait for that
+ * worker. */
 typedef struct gpuhal__pending_free_s {
   gpuhal__task_t task;
   gpuhal_device_t* device;
@@ -556,7 +558,7 @@ static void gpuhal__pending_free_run(gpuhal__task_t* task) {
     gpuhal_status_free(status);
   }
   gpuhal__free(device->allocator, f);
-  gpuhal__device_release_ref(device);
+  gpuhal__worker_hand_off_done(device);
 }
 
 /* 1 when the free of `buffer`'s pending memory was handed to the worker; 0 when it must be
@@ -573,8 +575,7 @@ static int gpuhal__pending_free_put_off(gpuhal_buffer_t* buffer) {
   f->task.fn = gpuhal__pending_free_run;
   f->device = device;
   f->address = buffer->address;
-  gpuhal__device_retain_ref(device);
-  gpuhal__worker_post(device, &f->task);
+  gpuhal__worker_hand_off(device, &f->task);
   return 1;
 }
 
@@ -875,18 +876,26 @@ static gpuhal_status_t gpuhal__buffer_free_memory(gpuhal_buffer_t* buffer) {
 
 /* What a view's last release does, reserved when the view is made. */
 typedef struct gpuhal__buffer_view_s {
-  gpuhal__task_t task; /* posted to the device's worker when the release runs on another device's worker */
+  gpuhal__task_t task; /* handed to the device's worker when the release runs on another device's worker */
   gpuhal_device_t* device;
   struct gpuhal_executable_s* executable; /* retained: its module holds the memory */
 } gpuhal__buffer_view_t;
 
 /* Drops the view's executable reference (its last may unload the module, on `device`'s
  * worker) and frees the record. */
-static void gpuhal__buffer_view_release_task(gpuhal__task_t* task) {
-  gpuhal__buffer_view_t* view = GPUHAL__CONTAINER_OF(task, gpuhal__buffer_view_t, task);
+static void gpuhal__buffer_view_release(gpuhal__buffer_view_t* view) {
   struct gpuhal_executable_s* executable = view->executable;
   gpuhal__free(view->device->allocator, view); /* the executable holds the device meanwhile */
   gpuhal__hooks()->executable_release_ref(executable);
+}
+
+/* The same as a task handed to the device's worker: the hand-off's reference keeps the
+ * device past the executable's, which may be its last but one. */
+static void gpuhal__buffer_view_release_task(gpuhal__task_t* task) {
+  gpuhal__buffer_view_t* view = GPUHAL__CONTAINER_OF(task, gpuhal__buffer_view_t, task);
+  gpuhal_device_t* device = view->device;
+  gpuhal__buffer_view_release(view);
+  gpuhal__worker_hand_off_done(device);
 }
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_create_view(gpuhal_device_t* device, CUdeviceptr address, uint64_t size,
@@ -914,18 +923,18 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__buffer_create_view(gpuhal_device_t* devi
   return NULL;
 }
 
-/* A view's last release: the buffer object goes, then the executable reference, on the
- * device's worker when this is another device's worker (a peer copy's action dropping the
- * last reference): the executable's last reference may unload its module through the
+/* A view's last release: the buffer object goes, then the executable reference, handed to
+ * the device's worker when this is another device's worker (a peer copy's action dropping
+ * the last reference): the executable's last reference may unload its module through the
  * worker, and no worker waits for another. */
 static void gpuhal__buffer_view_destroy(gpuhal_buffer_t* buffer) {
   gpuhal__buffer_view_t* view = buffer->view;
   gpuhal__atomic_store(&buffer->state, (int32_t)GPUHAL__BUFFER_FREED);
   gpuhal__buffer_discard(buffer); /* its device reference: the executable holds another */
   if (gpuhal__on_other_worker(view->device))
-    gpuhal__worker_post(view->device, &view->task);
+    gpuhal__worker_hand_off(view->device, &view->task);
   else
-    gpuhal__buffer_view_release_task(&view->task);
+    gpuhal__buffer_view_release(view);
 }
 
 static void gpuhal__buffer_destroy(gpuhal_buffer_t* buffer) {
