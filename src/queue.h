@@ -64,8 +64,9 @@
  *    events and graphs, cuStreamSynchronize, cuEventSynchronize; peer access; NCCL). Every
  *    other context-dependent call of a subsystem runs here or in a push/pop of its context.
  *  - the completion thread: a push/pop for its life; cuEventQuery, cuStreamQuery (side work
- *    whose query failed; a queue's stream, polled until it drains, when queries of its work
- *    keep failing), cuEventElapsedTime when tracing; never a blocking call. It observes each
+ *    whose query failed; a side stream an issue or its work failed on, until it drains; a
+ *    queue's stream, polled until it drains, when queries of its work keep failing),
+ *    cuEventElapsedTime when tracing; never a blocking call. It observes each
  *    queue (lane) on its own: per lane in issue order, one query of the newest covering the
  *    older ones, never waiting on one lane while another has finished work (but in a drain).
  *  - the host-call threads (one per queue, started by its first host call): run
@@ -144,7 +145,13 @@
  * dropped, and when work registers a wait on it), and so does the work waiting on it. A failed
  * semaphore's word is set far above its value, which releases every GPU wait on it; work
  * that ran behind such a wait ("provisional") counts as done only once every value it
- * waited on is known reached on the host side, else it fails with the cause.
+ * waited on is known reached on the host side, else it fails with the cause. An issue that
+ * fails on a side stream fails its signals at once, and its stream takes nothing more;
+ * what it enqueued there (a GPU wait whose value has not come) keeps the stream, its
+ * parked-stream reservation and a GPU wait counted until the completion thread sees the
+ * stream drained (cuStreamQuery), and is let go as a parked action's wait is: by its value,
+ * or by its semaphore's failure (when the application releases it with nothing left to
+ * signal it, or the device is released).
  *
  * A queue's own stream holds at most tuning.queue_entries_max stream entries (counted from
  * above: gpuhal__action_lane_entries) of work not seen complete, half of what a GPU holds:
@@ -396,6 +403,17 @@ typedef struct gpuhal__action_s {
   gpuhal__action_wait_t inline_waits[GPUHAL__ACTION_INLINE_ENTRIES];
 } gpuhal__action_t;
 
+/* A GPU value wait that a failed issue left on a side stream (gpuhal__action_issue_failed):
+ * it stays there until its value comes. `waiter` stands for it among the GPU waits on its
+ * semaphore (retained), so that the semaphore, released with nothing left to signal it,
+ * fails, which lets the wait go (gpuhal__semaphore_parked_keep); a device's release fails
+ * it too, as it does the semaphores parked work waits for. */
+typedef struct gpuhal__side_left_s {
+  struct gpuhal__side_left_s* next;
+  gpuhal_semaphore_t* semaphore;
+  gpuhal__semaphore_waiter_t waiter;
+} gpuhal__side_left_t;
+
 /* A side stream (memops) and what is on it. It holds one of its ordinal's parked-stream
  * reservations from its first action's issue until it is free again. */
 typedef struct gpuhal__side_stream_s {
@@ -404,12 +422,17 @@ typedef struct gpuhal__side_stream_s {
   uint32_t entries;        /* the stream entries those enqueue (gpuhal__action_t.side_entries) */
   gpuhal__action_t* tail;  /* the last action issued on it, until it is seen complete (NULL: none) */
   gpuhal__action_t* claim; /* resolved to go behind `tail`, not issued yet: nothing else may meanwhile */
-  int broken;              /* an issue on it failed, or its work: never used again */
+  /* An issue on it failed, or its work: nothing more goes on it. Once no action is left on
+   * it (state->sides_draining), the completion thread asks CUDA whether what the failure
+   * left there has drained, and then frees it (gpuhal__side_stream_drained_locked): its
+   * reservation, its GPU wait and its `left` go back. */
+  int broken;
   /* A failed issue left GPU value waits on it (gpuhal__action_issue_failed): they stay until
    * their values come, and calls that wait for an idle context would wait for them, so the
-   * stream keeps one GPU wait counted (gpuhal__memory_gpu_wait_claim) until the completion
-   * thread sees it drained, or the device's release destroys it. */
+   * stream keeps one GPU wait counted (gpuhal__memory_gpu_wait_claim) until it drained, or
+   * the device's release destroys it. */
   int gpu_wait_held;
+  gpuhal__side_left_t* left; /* those waits, until it drained */
 } gpuhal__side_stream_t;
 
 typedef struct gpuhal__action_block_s {
@@ -546,7 +569,10 @@ typedef struct gpuhal__queue_state_s {
   gpuhal__side_stream_t* sides;
   uint32_t* side_free; /* indices into sides */
   uint32_t side_count, side_free_count, side_capacity;
-  uint32_t sides_held; /* side streams with gpu_wait_held (mutex) */
+  uint32_t sides_draining; /* broken side streams with no action left on them (mutex) */
+  /* The `left` waits of side streams that drained, for the pump to free (mutex): the last
+   * release of a semaphore is not for the completion thread. */
+  gpuhal__side_left_t* left_drained;
   gpuhal__thread_t completion_thread;
   int threads_started;
 } gpuhal__queue_state_t;
@@ -589,9 +615,18 @@ GPUHAL__PRIVATE void gpuhal__lane_done_locked(gpuhal__queue_state_t* state, gpuh
 /* Gives back a claim of gpuhal__action_park_chain that was not issued. */
 GPUHAL__PRIVATE void gpuhal__action_chain_unclaim(gpuhal__action_t* a);
 /* Side work `a` is seen complete (`ok`) or failed: it leaves its side stream, which is free
- * again (and gives back its reservation) once nothing else is on it, unless broken. Under
+ * again (and gives back its reservation) once nothing else is on it; a broken one (!ok
+ * breaks it) once it drained too (state->sides_draining, for the completion thread). Under
  * the state's mutex; returns 1 when the stream became free. */
 GPUHAL__PRIVATE int gpuhal__side_stream_leave_locked(gpuhal__queue_state_t* state, gpuhal__action_t* a, int ok);
+/* Broken side stream `index`, with no action left on it, drained (CUDA says so): it is free
+ * again, its reservation given back, its `left` waits moved to state->left_drained (the
+ * caller kicks the pump, which frees them). Returns 1 when it held a GPU wait
+ * (gpu_wait_held), which the caller gives back. Under the state's mutex. */
+GPUHAL__PRIVATE int gpuhal__side_stream_drained_locked(gpuhal__queue_state_t* state, uint32_t index);
+/* Unregisters and frees a list of waits failed issues left (gpuhal__side_left_t), dropping
+ * their semaphore references: on the worker, no queue lock held. */
+GPUHAL__PRIVATE void gpuhal__side_left_free(gpuhal__queue_state_t* state, gpuhal__side_left_t* left);
 /* Sets or clears a->park_denied, keeping state->park_denied counted. */
 GPUHAL__PRIVATE void gpuhal__action_park_denied(gpuhal__action_t* a, int denied);
 /* A parked stream of the device freed: pending actions denied one are woken to ask again

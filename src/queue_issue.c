@@ -259,6 +259,16 @@ static gpuhal_status_t gpuhal__side_stream_follow(gpuhal__queue_state_t* state, 
   return GPUHAL__CU(cu, cuStreamWaitEvent, (side, lane->side_tail, 0));
 }
 
+/* Side stream `index` holds nothing: free again, its reservation given back (and no lane
+ * chains behind it). Under the state's mutex. */
+static void gpuhal__side_stream_free_locked(gpuhal__queue_state_t* state, uint32_t index) {
+  uint32_t q;
+  state->side_free[state->side_free_count++] = index;
+  gpuhal__park_release(state, 1);
+  for (q = 0; q < state->device->queue_count; ++q)
+    if (state->lanes[q].chain_side == index + 1) state->lanes[q].chain_side = 0;
+}
+
 GPUHAL__PRIVATE int gpuhal__side_stream_leave_locked(gpuhal__queue_state_t* state, gpuhal__action_t* a, int ok) {
   gpuhal__side_stream_t* side;
   uint32_t index = a->side;
@@ -269,11 +279,67 @@ GPUHAL__PRIVATE int gpuhal__side_stream_leave_locked(gpuhal__queue_state_t* stat
   side->entries -= a->side_entries;
   if (side->tail == a) side->tail = NULL; /* nothing more goes behind finished work */
   if (!ok) side->broken = 1;
-  if (side->actions || side->broken) return 0;
-  state->side_free[state->side_free_count++] = index - 1;
-  gpuhal__park_release(state, 1);
-  if (state->lanes[a->queue_index].chain_side == index) state->lanes[a->queue_index].chain_side = 0;
+  if (side->actions) return 0;
+  if (side->broken) {
+    /* What failed may have left work there (a GPU wait for a value to come): the completion
+     * thread frees it once CUDA says it drained. */
+    state->sides_draining++;
+    if (state->completion_sleeping || state->completion_napping) gpuhal__cond_signal(&state->completion_cond);
+    return 0;
+  }
+  gpuhal__side_stream_free_locked(state, index - 1);
   return 1;
+}
+
+GPUHAL__PRIVATE int gpuhal__side_stream_drained_locked(gpuhal__queue_state_t* state, uint32_t index) {
+  gpuhal__side_stream_t* side = &state->sides[index];
+  int gpu_wait = side->gpu_wait_held;
+  while (side->left) {
+    gpuhal__side_left_t* left = side->left;
+    side->left = left->next;
+    left->next = state->left_drained;
+    state->left_drained = left;
+  }
+  side->gpu_wait_held = 0;
+  side->broken = 0;
+  state->sides_draining--;
+  gpuhal__side_stream_free_locked(state, index);
+  return gpu_wait;
+}
+
+GPUHAL__PRIVATE void gpuhal__side_left_free(gpuhal__queue_state_t* state, gpuhal__side_left_t* left) {
+  while (left) {
+    gpuhal__side_left_t* next = left->next;
+    gpuhal__semaphore_unregister(left->semaphore, &left->waiter);
+    gpuhal__semaphore_release_ref(left->semaphore);
+    gpuhal__free(state->device->allocator, left);
+    left = next;
+  }
+}
+
+static void gpuhal__side_left_notify(gpuhal__semaphore_waiter_t* waiter) { GPUHAL__UNUSED(waiter); }
+
+/* A GPU value wait of failed `a` that may stay on its side stream (gpuhal__side_left_t),
+ * put in front of `list`. Without memory for it, only a device's release or its value lets
+ * it go (logged). */
+static gpuhal__side_left_t* gpuhal__side_left_add(gpuhal__queue_state_t* state, const gpuhal__action_wait_t* w,
+                                                  gpuhal__side_left_t* list) {
+  gpuhal__side_left_t* left = (gpuhal__side_left_t*)gpuhal__alloc(state->device->allocator, sizeof(*left));
+  if (!left) {
+    gpuhal__log(state->device->logger, GPUHAL_LOG_WARN,
+                "device %d: no memory to note a GPU wait that a failed issue left on a side stream",
+                state->device->ordinal);
+    return list;
+  }
+  left->next = list;
+  left->semaphore = w->semaphore;
+  gpuhal__object_retain(&w->semaphore->object);
+  gpuhal__semaphore_waiter_init(&left->waiter);
+  left->waiter.notify = gpuhal__side_left_notify;
+  left->waiter.user = NULL;
+  left->waiter.wants_submitted = 0;
+  gpuhal__semaphore_parked_keep(w->semaphore, &left->waiter, w->value);
+  return left;
 }
 
 /* The signals, after the work: the armed words are written first, then the event is
@@ -362,23 +428,32 @@ static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t sta
   gpuhal__capture_scope_t capture;
   CUresult r;
   uint32_t i;
+  gpuhal__side_left_t* left = NULL;
   gpuhal__capture_relax(state->device->cu, &capture); /* perhaps the caller-issue path (device.h) */
   r = state->device->cu->cuStreamQuery(a->stream);
   gpuhal__capture_restore(state->device->cu, &capture);
   /* Its GPU value waits may be enqueued already, and stay on the side stream until their
-   * values come: their words must outlive their semaphores. */
-  for (i = 0; i < a->wait_count; ++i)
-    if (a->waits[i].kind == GPUHAL__WAIT_VALUE) gpuhal__semaphore_word_keep(a->waits[i].semaphore);
-  gpuhal__mutex_lock(&state->mutex); /* what it enqueued may never run: the stream is not used again */
-  if (a->side && a->gpu_wait_counted) {
+   * values come: their words must outlive their semaphores, and the stream keeps them. */
+  for (i = 0; i < a->wait_count; ++i) {
+    if (a->waits[i].kind != GPUHAL__WAIT_VALUE) continue;
+    gpuhal__semaphore_word_keep(a->waits[i].semaphore);
+    if (a->side) left = gpuhal__side_left_add(state, &a->waits[i], left);
+  }
+  gpuhal__mutex_lock(&state->mutex); /* what it enqueued may never run: nothing more goes there */
+  if (a->side) {
     /* Those waits still hold the stream: its count goes to the stream, not away with the
      * action (a free or an unregistering run now would wait for a value that may only come
-     * from the thread running it). */
+     * from the thread running it), until the stream drained. */
     gpuhal__side_stream_t* side = &state->sides[a->side - 1];
-    if (!side->gpu_wait_held) {
+    if (a->gpu_wait_counted && !side->gpu_wait_held) {
       side->gpu_wait_held = 1;
-      state->sides_held++;
       a->gpu_wait_counted = 0; /* handed over, still counted */
+    }
+    while (left) {
+      gpuhal__side_left_t* next = left->next;
+      left->next = side->left;
+      side->left = left;
+      left = next;
     }
   }
   gpuhal__side_stream_leave_locked(state, a, 0);
@@ -663,6 +738,7 @@ GPUHAL__PRIVATE void gpuhal__queue_issue_woken(void* arg) {
 }
 
 GPUHAL__PRIVATE void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
+  gpuhal__side_left_t* left;
   gpuhal__list_node_t retired;
   gpuhal__list_init(&retired);
   /* Most kicks only bring retired actions: then leave issuing (and the fast path) alone.
@@ -684,8 +760,11 @@ GPUHAL__PRIVATE void gpuhal__queue_pump(gpuhal__queue_state_t* state) {
   }
   gpuhal__mutex_lock(&state->mutex);
   gpuhal__list_splice_back(&retired, &state->retired);
+  left = state->left_drained;
+  state->left_drained = NULL;
   gpuhal__mutex_unlock(&state->mutex);
   gpuhal__actions_release(state, &retired);
+  gpuhal__side_left_free(state, left);
 }
 
 GPUHAL__PRIVATE void gpuhal__queue_pump_task(gpuhal__task_t* task) {

@@ -402,6 +402,33 @@ static int gpuhal__value_submitted(gpuhal__queue_state_t* state, gpuhal_semaphor
   return st == GPUHAL__WAIT_COMPLETED || (st == GPUHAL__WAIT_SUBMITTED && q.word_written && !q.foreign);
 }
 
+/* The same for the GPU waits failed issues left on side streams (gpuhal__side_left_t). Only
+ * this thread takes them off a stream (gpuhal__completion_drain_sides); an issuer puts more
+ * in front, which a later look finds. */
+static void gpuhal__completion_abandon_left_waits(gpuhal__queue_state_t* state) {
+  uint32_t i;
+  for (i = 0;; ++i) {
+    gpuhal__side_left_t* left;
+    gpuhal__mutex_lock(&state->mutex);
+    if (i >= state->side_count) {
+      gpuhal__mutex_unlock(&state->mutex);
+      return;
+    }
+    left = state->sides[i].left;
+    gpuhal__mutex_unlock(&state->mutex);
+    for (; left; left = left->next) {
+      gpuhal_semaphore_t* s = left->semaphore;
+      uint64_t value = left->waiter.value;
+      if (gpuhal__atomic_load(&s->value) >= value || gpuhal__value_submitted(state, s, value)) continue;
+      gpuhal__semaphore_fail_owned(s,
+                                   gpuhal_status_make(GPUHAL_STATUS_ABORTED,
+                                                      "device %d was released while a GPU wait that a failed issue "
+                                                      "left on a side stream waited for this semaphore to reach %llu",
+                                                      state->device->ordinal, (unsigned long long)value));
+    }
+  }
+}
+
 /* At device release, for GPU value waits whose values nobody reached or is to reach:
  * fails those semaphores (the failure store releases the waits), so the streams drain.
  * (Release looks again every few milliseconds while work is outstanding: a value that was
@@ -427,6 +454,7 @@ static void gpuhal__completion_abandon_value_waits(gpuhal__queue_state_t* state)
       }
     }
   }
+  gpuhal__completion_abandon_left_waits(state);
 }
 
 /* Under the state's mutex: release asked to abandon GPU value waits, and no host call may
@@ -527,28 +555,33 @@ static void gpuhal__completion_kick_if_due_locked(gpuhal__queue_state_t* state) 
   gpuhal__queue_kick_retired_locked(state);
 }
 
-/* Side streams a failed issue left GPU value waits on (gpuhal__side_stream_t.gpu_wait_held):
- * each gives its GPU wait back once CUDA says it drained. Only this thread clears the mark
- * (and the release, once it stopped). No lock held. */
-static void gpuhal__completion_check_held_sides(gpuhal__queue_state_t* state) {
+/* Broken side streams with no action left on them (state->sides_draining): each is free
+ * again once CUDA says what a failure left there drained (a GPU wait whose value came, or
+ * whose semaphore failed), with its reservation, its GPU wait (gpu_wait_held) and its
+ * `left` waits given back (those to the pump). Only this thread frees them (and the
+ * release, once it stopped). No lock held. */
+static void gpuhal__completion_drain_sides(gpuhal__queue_state_t* state) {
   const gpuhal__cuda_symbols_t* cu = state->device->cu;
   uint32_t i;
-  int32_t drained = 0;
+  int32_t gpu_waits = 0;
+  int freed = 0, left = 0;
   gpuhal__mutex_lock(&state->mutex);
-  for (i = 0; state->sides_held && i < state->side_count; ++i) {
+  for (i = 0; state->sides_draining && i < state->side_count; ++i) {
     CUstream stream = state->sides[i].stream;
     CUresult r;
-    if (!state->sides[i].gpu_wait_held) continue;
+    if (!state->sides[i].broken || state->sides[i].actions) continue;
     gpuhal__mutex_unlock(&state->mutex); /* `sides` may grow meanwhile: indexed again after */
     r = cu->cuStreamQuery(stream);
     gpuhal__mutex_lock(&state->mutex);
     if (r == CUDA_ERROR_NOT_READY) continue;
-    state->sides[i].gpu_wait_held = 0;
-    state->sides_held--;
-    drained++;
+    left |= state->sides[i].left != NULL;
+    gpu_waits += gpuhal__side_stream_drained_locked(state, i);
+    freed = 1;
   }
   gpuhal__mutex_unlock(&state->mutex);
-  if (drained) gpuhal__memory_gpu_waits_add(state->device, -drained);
+  if (left) gpuhal__queue_kick(state); /* the pump frees them */
+  if (gpu_waits) gpuhal__memory_gpu_waits_add(state->device, -gpu_waits);
+  if (freed) gpuhal__queue_park_freed(state);
 }
 
 /* Under the state's mutex: `due`, or sooner when retired actions wait for their kick. */
@@ -559,7 +592,7 @@ static int64_t gpuhal__completion_retire_due_locked(gpuhal__queue_state_t* state
 
 static int gpuhal__completion_observing(gpuhal__queue_state_t* state) {
   uint32_t q;
-  if (state->sides_held && !state->threads_stop) return 1; /* until they drain (the release destroys them) */
+  if (state->sides_draining && !state->threads_stop) return 1; /* until they drain (the release destroys them) */
   for (q = 0; q < state->device->queue_count; ++q)
     if (!gpuhal__list_empty(&state->lanes[q].observing) || !gpuhal__list_empty(&state->lanes[q].deferred) ||
         !gpuhal__list_empty(&state->lanes[q].side_observing))
@@ -590,12 +623,12 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
     gpuhal__list_node_t done;
     uint32_t done_count = 0, observed = 0, blocked, pass, q;
     int64_t next_due, now;
-    int observing, sides_held;
+    int observing, draining;
     gpuhal__mutex_lock(&state->mutex);
     if (state->report_request) gpuhal__queue_report_answer_locked(state); /* before it takes more */
     next_due = gpuhal__completion_take_locked(state);
     observing = gpuhal__completion_observing(state);
-    sides_held = state->sides_held != 0;
+    draining = state->sides_draining != 0;
     if (gpuhal__completion_abandon_due_locked(state)) {
       state->abandon_value_waits = 0;
       gpuhal__mutex_unlock(&state->mutex);
@@ -620,7 +653,7 @@ GPUHAL__PRIVATE void* gpuhal__completion_main(void* arg) {
       continue;
     }
     gpuhal__mutex_unlock(&state->mutex);
-    if (sides_held) gpuhal__completion_check_held_sides(state); /* rare: no lock taken for it otherwise */
+    if (draining) gpuhal__completion_drain_sides(state); /* rare: no lock taken for it otherwise */
     gpuhal__list_init(&done);
     blocked = 0;
     pass = gpuhal__atomic_add(&state->passes_begun, 1u);

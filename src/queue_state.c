@@ -97,6 +97,7 @@ static gpuhal_status_t gpuhal__queue_abort_pending(void* arg) {
 
 static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
   gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
+  int32_t gpu_waits = 0;
   uint32_t i;
   gpuhal__queue_pump(state); /* releases the last retired actions */
   gpuhal__event_pool_deinit(&state->events);
@@ -112,11 +113,17 @@ static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
                   state->device->ordinal, gpuhal_status_message(status));
       gpuhal_status_free(status);
     }
+    /* the GPU waits a failed issue left there, and the GPU wait they kept counted */
+    gpuhal__side_left_free(state, state->sides[i].left);
+    state->sides[i].left = NULL;
+    if (state->sides[i].gpu_wait_held) gpu_waits++;
   }
-  gpuhal__park_release(state, (int32_t)(state->side_count - state->side_free_count)); /* left by failed issues */
-  /* and the GPU waits those kept counted (gpuhal__side_stream_t.gpu_wait_held): destroyed */
-  if (state->sides_held) gpuhal__memory_gpu_waits_add(state->device, -(int32_t)state->sides_held);
-  state->sides_held = 0;
+  gpuhal__side_left_free(state, state->left_drained); /* the pump above took them (threads stopped) */
+  state->left_drained = NULL;
+  /* Broken ones not seen drained still hold their reservations. */
+  gpuhal__park_release(state, (int32_t)(state->side_count - state->side_free_count));
+  if (gpu_waits) gpuhal__memory_gpu_waits_add(state->device, -gpu_waits);
+  state->sides_draining = 0;
   gpuhal__free(state->device->allocator, state->sides);
   gpuhal__free(state->device->allocator, state->side_free);
   state->sides = NULL;

@@ -379,6 +379,15 @@ GPUHAL__PRIVATE void gpuhal__semaphore_word_keep(gpuhal_semaphore_t* s) {
   gpuhal__mutex_unlock(&s->mutex);
 }
 
+GPUHAL__PRIVATE void gpuhal__semaphore_parked_keep(gpuhal_semaphore_t* s, gpuhal__semaphore_waiter_t* waiter,
+                                                   uint64_t value) {
+  gpuhal__mutex_lock(&s->mutex);
+  waiter->value = value;
+  waiter->signals_it = 0;
+  gpuhal__list_push_back(&s->parked, &waiter->link);
+  gpuhal__mutex_unlock(&s->mutex);
+}
+
 GPUHAL__PRIVATE void gpuhal__semaphore_signal_end(gpuhal_semaphore_t* s, int wrote) {
   gpuhal__mutex_lock(&s->mutex);
   if (wrote) s->word_unsafe = 1;

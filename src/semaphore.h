@@ -206,7 +206,8 @@ struct gpuhal_semaphore_s {
   gpuhal__list_node_t waiters;
   gpuhal__heap_t waiting;
   /* Queue waits put on the GPU (armed: a cuStreamWaitValue64 on the word), by waiter node,
-   * from the arming until their action is dropped: what still waits for a value on the GPU
+   * from the arming until their action is dropped, or, left by a failed issue, until their
+   * stream drained (gpuhal__semaphore_parked_keep): what still waits for a value on the GPU
    * (gpuhal__semaphore_abandoned_locked). Never notified: the word releases them. */
   gpuhal__list_node_t parked;
   /* Failure watches (gpuhal__semaphore_watch_failure): queue work blocked on another of its
@@ -369,6 +370,13 @@ GPUHAL__PRIVATE uint64_t gpuhal__semaphore_word_value(const gpuhal_semaphore_t* 
 /* A GPU wait on the word was enqueued by an issue that then failed: nothing will see that
  * wait end, so the word is never handed to another semaphore. */
 GPUHAL__PRIVATE void gpuhal__semaphore_word_keep(gpuhal_semaphore_t* s);
+/* Such a wait, for `value`, stays on its stream until the value comes: `waiter` (no notify
+ * is made to it) stands for it among the GPU waits on `s`, so that `s`, released with
+ * nothing left to signal it, is found abandoned and fails, which lets the wait go. The
+ * caller holds a reference to `s` and unregisters `waiter` (gpuhal__semaphore_unregister)
+ * before it drops it. */
+GPUHAL__PRIVATE void gpuhal__semaphore_parked_keep(gpuhal_semaphore_t* s, gpuhal__semaphore_waiter_t* waiter,
+                                                   uint64_t value);
 
 /* The issue begun by gpuhal__semaphore_signal_begin failed before publishing. `wrote`: a
  * write of the word was enqueued, which nothing will see land (no event follows it): the

@@ -74,20 +74,22 @@ typedef struct qr_incs_s {
 } qr_incs_t;
 
 /* 0 when there is no driver (the check failed); a later step that fails fails its check and
- * leaves the rest NULL. */
-static int qr_incs_open(qr_incs_t* t, gpuhal_command_buffer_flags_t flags) {
+ * leaves the rest NULL. `params`: the device's (NULL: the defaults). */
+static int qr_incs_open_with(qr_incs_t* t, gpuhal_command_buffer_flags_t flags, const gpuhal_device_params_t* params) {
   gpuhal_kernel_t* inc = NULL;
   gpuhal_arg_t arg;
   memset(t, 0, sizeof(*t));
   TU_CHECK_OK(gpuhal_driver_create(NULL, &t->driver));
   if (!t->driver) return 0;
-  TU_CHECK_OK(gpuhal_device_create(t->driver, 0, NULL, &t->device));
+  TU_CHECK_OK(gpuhal_device_create(t->driver, 0, params, &t->device));
   if (t->device) TU_CHECK_OK(qc_load_kernel(t->device, "atomic_inc", &t->exe, &inc));
   if (inc) TU_CHECK_OK(gpuhal_buffer_allocate(t->device, GPUHAL_MEMORY_DEVICE, 4, &t->counter));
   arg = gpuhal_arg_buffer(t->counter, 0);
   if (t->counter) TU_CHECK_OK(qc_record_dispatch(t->device, flags, inc, 1, 1, 1, &arg, &t->cb));
   return 1;
 }
+
+static int qr_incs_open(qr_incs_t* t, gpuhal_command_buffer_flags_t flags) { return qr_incs_open_with(t, flags, NULL); }
 
 /* The command buffer, the counter and the kernel; the device and driver go with qr_close. */
 static void qr_incs_release(qr_incs_t* t) {
@@ -321,6 +323,209 @@ TU_TEST(dealloca_twice) {
   qr_close(driver, device, "gpuhal_device_release");
 }
 
+/* ---- provisional work whose issue fails on its side stream ----
+ * On the memop path, work that waits for a value the host is to signal is issued at once on
+ * a side stream behind a GPU wait (provisional work), or chained behind such work of its
+ * queue (gpuhal__action_park_chain). A CUDA call of that issue failing fails the work's
+ * signal with the CUDA error, and gives back what the issue took once what it left on the
+ * side stream (a GPU wait, say) has drained: the device's count of GPU waits (while it is
+ * held, frees are put off driver-wide), the ordinal's parked-stream reservation (while it is
+ * held, module loads wait for it and then fail, and no more than tuning.gpu_parked_max less
+ * one other streams park) and the side stream itself. What the failed issue left waiting
+ * goes as parked work's waits do when the value does not come: when the application
+ * releases that semaphore with nothing left to signal it, or releases the device. */
+
+#define QR_SIDE_ERROR "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"
+
+/* The calls of a provisional issue, in order: the side stream follows its queue's stream
+ * (cuEventRecord there, cuStreamWaitEvent on the side), the GPU wait, the launch, the
+ * signal's value write, the work's own event. */
+static const char* const qr_side_rules[] = {
+    "cuEventRecord@1=" QR_SIDE_ERROR,  "cuStreamWaitEvent@1=" QR_SIDE_ERROR,    "cuStreamWaitValue64@1=" QR_SIDE_ERROR,
+    "cuLaunchKernel@1=" QR_SIDE_ERROR, "cuStreamWriteValue64@1=" QR_SIDE_ERROR, "cuEventRecord@2=" QR_SIDE_ERROR};
+enum { QR_SIDE_RULES = (int)(sizeof(qr_side_rules) / sizeof(qr_side_rules[0])) };
+
+/* softcuda: the leaks reported at context teardowns so far. */
+static unsigned long long qr_softcuda_leaks(void) {
+  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
+  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  unsigned long long n = 0;
+  if (h) {
+    unsigned long long (*fn)(void) = NULL;
+    void* sym = dlsym(h, "softcuda_query_leaks");
+    memcpy(&fn, &sym, sizeof(fn));
+    if (fn) n = fn();
+    dlclose(h);
+  }
+  return n;
+}
+
+/* Polls (up to `ms`) until softcuda has seen at least `n` calls of `entry`: 1 when it has. */
+static int qr_calls_reach(const char* entry, unsigned long long n, int ms) {
+  int waited = 0;
+  while (qt_softcuda_calls(entry) < n && waited < ms) {
+    qc_sleep_ms(2);
+    waited += 2;
+  }
+  return qt_softcuda_calls(entry) >= n;
+}
+
+/* The driver's count of queue work that may wait on the GPU (frees are put off while it is
+ * not 0), and ordinal 0's parked streams. */
+static int32_t qr_gpu_waits(gpuhal_driver_t* driver) {
+  int32_t n;
+  gpuhal__mutex_lock(&driver->parked_mutex);
+  n = driver->gpu_waits;
+  gpuhal__mutex_unlock(&driver->parked_mutex);
+  return n;
+}
+static int32_t qr_parked(gpuhal_driver_t* driver) { return gpuhal__atomic_load(&driver->ordinals[0].parked); }
+
+/* Polls (up to `ms`) until nothing of the driver waits on the GPU or holds a parked stream. */
+static int qr_side_settled(gpuhal_driver_t* driver, int ms) {
+  int waited = 0;
+  while ((qr_gpu_waits(driver) != 0 || qr_parked(driver) != 0) && waited < ms) {
+    qc_sleep_ms(2);
+    waited += 2;
+  }
+  if (qr_gpu_waits(driver) == 0 && qr_parked(driver) == 0) return 1;
+  fprintf(stderr, "  after %d ms: %d GPU waits counted, %d streams parked\n", ms, (int)qr_gpu_waits(driver),
+          (int)qr_parked(driver));
+  return 0;
+}
+
+/* What comes after the failure: the host signals the value the work waited for; the
+ * application releases that semaphore unsignalled (nothing else can signal it: it fails,
+ * which lets the GPU waits on it go); the device is released first. */
+enum { QR_GATE_SIGNALLED, QR_GATE_RELEASED, QR_DEVICE_RELEASED };
+
+/* `rule` fails a call of a provisional issue: of the parked work itself, or (`chained`) of
+ * work chained behind it (one parked stream: tuning.gpu_parked_max = 1); `then`: QR_GATE_*. */
+static void qr_side_issue_fails(const char* rule, int chained, int then) {
+  static const char* const thens[] = {"the gate signalled", "the gate released unsignalled",
+                                      "the device released first"};
+  gpuhal_device_params_t params;
+  qr_incs_t incs;
+  gpuhal_semaphore_t *gate = NULL, *head = NULL, *s = NULL, *later_gate = NULL, *later = NULL;
+  gpuhal_buffer_t* victim = NULL;
+  gpuhal_executable_t* saxpy = NULL;
+  gpuhal_status_t call;
+  qr_waiter_t waiter;
+  unsigned long long leaks = qr_softcuda_leaks(), frees, gpu_waits;
+  fprintf(stderr, "  %s, %s, %s\n", rule, chained ? "chained behind parked work" : "parked work", thens[then]);
+  memset(&params, 0, sizeof(params));
+  params.tuning.gpu_parked_max = 1;
+  params.tuning.load_parked_wait_ns = 1000000000; /* a leaked park fails a module load after 1 s */
+  if (!qr_incs_open_with(&incs, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, &params)) return;
+  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &gate));
+  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &head));
+  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &s));
+  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &later_gate));
+  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &later));
+  if (incs.device) TU_CHECK_OK(gpuhal_buffer_allocate(incs.device, GPUHAL_MEMORY_DEVICE, 4096, &victim));
+  if (incs.cb && gate && head && s && later_gate && later && victim) {
+    TU_CHECK_OK(gpuhal_device_wait_idle(incs.device, qt_seconds(QR_WAIT_S)));
+    if (chained) {
+      /* The parked head: its follow, GPU wait, launch, value write and event enqueued. */
+      unsigned long long records = qt_softcuda_calls("cuEventRecord");
+      TU_CHECK_OK(gpuhal_queue_execute(incs.device, 0, gpuhal_semaphore_list_one(&gate, &qr_one),
+                                       gpuhal_semaphore_list_one(&head, &qr_one), incs.cb, NULL));
+      TU_CHECK(qr_calls_reach("cuEventRecord", records + 2, QR_WAIT_S * 1000));
+      TU_CHECK_EQ_INT(qr_parked(incs.driver), 1);
+    }
+    /* The work fails as it is issued, long before the gate: its waiter learns the error. */
+    qr_waiter_start(&waiter, s);
+    TU_CHECK(tu_softcuda_faults(rule) == 0);
+    call = gpuhal_queue_execute(incs.device, 0, gpuhal_semaphore_list_one(&gate, &qr_one),
+                                gpuhal_semaphore_list_one(&s, &qr_one), incs.cb, NULL);
+    qr_waiter_check(&waiter, call, rule, QR_SIDE_ERROR);
+    tu_softcuda_faults(NULL);
+    if (then == QR_GATE_RELEASED) {
+      gpuhal_semaphore_release(gate);
+      gate = NULL;
+      if (chained) TU_CHECK_STATUS(gpuhal_semaphore_wait(head, 1, qt_seconds(QR_WAIT_S)), GPUHAL_STATUS_ABORTED, NULL);
+    }
+    if (then != QR_DEVICE_RELEASED) {
+      if (gate) TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+      if (chained && gate) TU_CHECK_OK(gpuhal_semaphore_wait(head, 1, qt_seconds(QR_WAIT_S)));
+      /* A free is not put off for ever: nothing waits on the GPU any more. */
+      frees = qt_softcuda_calls("cuMemFree");
+      gpuhal_buffer_release(victim);
+      victim = NULL;
+      TU_CHECK(qr_calls_reach("cuMemFree", frees + 1, QR_WAIT_S * 1000));
+      TU_CHECK(qr_side_settled(incs.driver, QR_WAIT_S * 1000));
+      /* Work behind a value the host is to signal parks on the GPU again (the one stream
+       * that may park is free), and a module load goes ahead (nothing is parked). */
+      gpu_waits = qt_softcuda_calls("cuStreamWaitValue64");
+      TU_CHECK_OK(gpuhal_queue_execute(incs.device, 0, gpuhal_semaphore_list_one(&later_gate, &qr_one),
+                                       gpuhal_semaphore_list_one(&later, &qr_one), incs.cb, NULL));
+      TU_CHECK(qr_calls_reach("cuStreamWaitValue64", gpu_waits + 1, 2000));
+      TU_CHECK_OK(gpuhal_semaphore_signal(later_gate, 1));
+      TU_CHECK_OK(gpuhal_semaphore_wait(later, 1, qt_seconds(QR_WAIT_S)));
+      TU_CHECK_OK(tu_load_kernel(incs.device, "saxpy", &saxpy, NULL));
+      TU_CHECK_OK(gpuhal_device_wait_idle(incs.device, qt_seconds(QR_WAIT_S)));
+      TU_CHECK(qr_side_settled(incs.driver, QR_WAIT_S * 1000));
+    }
+  }
+  gpuhal_executable_release(saxpy);
+  gpuhal_buffer_release(victim);
+  qr_incs_release(&incs);
+  qr_close(incs.driver, incs.device, "gpuhal_device_release (a failed provisional issue)");
+  /* Nothing was left parked in the context at its teardown. */
+  TU_CHECK_EQ_INT(qr_softcuda_leaks(), leaks);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(head);
+  gpuhal_semaphore_release(s);
+  gpuhal_semaphore_release(later_gate);
+  gpuhal_semaphore_release(later);
+}
+
+/* Side streams are the memop path's; failing their calls needs softcuda. */
+static int qr_side_streams(void) {
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_status_t st;
+  int memops;
+  if (!tu_softcuda()) return 0;
+  st = gpuhal_driver_create(NULL, &driver);
+  if (st) {
+    gpuhal_status_free(st);
+    return 0;
+  }
+  memops = gpuhal_driver_has_feature(driver, GPUHAL_FEATURE_SEMAPHORE_MEMOPS);
+  gpuhal_driver_release(driver);
+  return memops;
+}
+
+TU_TEST(side_issue_fails_parked_work) {
+  int i;
+  if (!qr_side_streams()) TU_SKIP("side streams: the memop path, on softcuda (fault injection)");
+  for (i = 0; i < QR_SIDE_RULES; ++i) qr_side_issue_fails(qr_side_rules[i], 0, QR_GATE_SIGNALLED);
+}
+
+TU_TEST(side_issue_fails_chained_work) {
+  int i;
+  if (!qr_side_streams()) TU_SKIP("side streams: the memop path, on softcuda (fault injection)");
+  for (i = 0; i < QR_SIDE_RULES; ++i) qr_side_issue_fails(qr_side_rules[i], 1, QR_GATE_SIGNALLED);
+}
+
+TU_TEST(side_issue_fails_then_its_gate_is_released) {
+  int i;
+  if (!qr_side_streams()) TU_SKIP("side streams: the memop path, on softcuda (fault injection)");
+  for (i = 0; i < QR_SIDE_RULES; ++i) {
+    qr_side_issue_fails(qr_side_rules[i], 0, QR_GATE_RELEASED);
+    qr_side_issue_fails(qr_side_rules[i], 1, QR_GATE_RELEASED);
+  }
+}
+
+TU_TEST(side_issue_fails_then_the_device_is_released) {
+  int i;
+  if (!qr_side_streams()) TU_SKIP("side streams: the memop path, on softcuda (fault injection)");
+  for (i = 0; i < QR_SIDE_RULES; ++i) {
+    qr_side_issue_fails(qr_side_rules[i], 0, QR_DEVICE_RELEASED);
+    qr_side_issue_fails(qr_side_rules[i], 1, QR_DEVICE_RELEASED);
+  }
+}
+
 /* ---- the device is lost ---- */
 
 TU_TEST(calls_on_a_lost_device) {
@@ -387,4 +592,6 @@ TU_TEST(calls_on_a_lost_device) {
 TU_MAIN(TU_CASE(out_of_host_memory_host_call), TU_CASE(out_of_host_memory_execute), TU_CASE(out_of_host_memory_alloca),
         TU_CASE(out_of_host_memory_execute_with_bindings), TU_CASE(launch_fails_stream), TU_CASE(launch_fails_graph),
         TU_CASE(alloca_out_of_device_memory), TU_CASE(one_shot_executed_twice), TU_CASE(dealloca_twice),
+        TU_CASE(side_issue_fails_parked_work), TU_CASE(side_issue_fails_chained_work),
+        TU_CASE(side_issue_fails_then_its_gate_is_released), TU_CASE(side_issue_fails_then_the_device_is_released),
         TU_CASE(calls_on_a_lost_device))
