@@ -135,7 +135,8 @@
  * Failure: a CUDA error fails the action's signal semaphores with the original error (then
  * the operation: gpuhal__action_describe, kind, label, #number, device, queue); an
  * action waiting on a failed semaphore fails with that cause in its message (one blocked on
- * an earlier wait watches its later ones: gpuhal__semaphore_watch_failure; work parked on
+ * an earlier wait watches its later ones: gpuhal__semaphore_watch_failure; ready work held
+ * for room watches all of its waits, and fails at once, not when room comes; work parked on
  * the GPU behind a wait not reached has its signals failed by the completion thread as soon
  * as another input failed, and fails itself once its work ends); a queue call
  * that fails after its arguments were accepted fails its signal semaphores; a sticky error
@@ -162,8 +163,10 @@
  * of the queue, the fast path's too, goes behind it), holding no event, and is issued from
  * there when the completion thread or a harvester sees the queue's work complete and kicks
  * the pump (held_waiting; the completion thread then lets that queue's work age only
- * GPUHAL__HARVEST_MAX_WAIT_NS), or by the next submitter's fast path. No thread waits for
- * room; work larger than the bound goes alone once
+ * GPUHAL__HARVEST_MAX_WAIT_NS), or by the next submitter's fast path. A held action whose
+ * wait fails meanwhile leaves the list and fails at once (its waits are watched for failure
+ * while it is held); nothing is issued for it, so what is issued keeps its order. No thread
+ * waits for room; work larger than the bound goes alone once
  * nothing of the queue's own is in flight on its stream. A device's release issues held
  * work as room comes before it aborts what still waits for semaphores; a lost device
  * fails it as all pending work.
@@ -319,8 +322,9 @@ enum {
 /* One wait of an action. */
 typedef struct gpuhal__action_wait_s {
   gpuhal__semaphore_waiter_t waiter; /* registered while the action is blocked on this wait */
-  /* Linked while the action is blocked on an earlier wait (gpuhal__semaphore_watch_failure):
-   * this one failing fails the action then, not once the earlier value comes. */
+  /* Linked while the action is blocked on an earlier wait, or held for room
+   * (gpuhal__semaphore_watch_failure): this one failing fails the action then, not once the
+   * earlier value, or the room, comes. */
   gpuhal__semaphore_waiter_t fail_watch;
   gpuhal_semaphore_t* semaphore; /* retained */
   uint64_t value;
@@ -356,7 +360,7 @@ typedef struct gpuhal__action_s {
   int not_provisional;  /* GPUHAL__SUBMIT_NOT_PROVISIONAL */
   int caller_may_issue; /* GPUHAL__SUBMIT_CALLER_MAY_ISSUE: an application thread may issue it */
   int polled;           /* the completion thread found it not done once (lane typical_ns) */
-  int fail_watching;    /* its waits' fail_watch nodes are in use (set up once blocked) */
+  int fail_watching;    /* its waits' fail_watch nodes are in use (set up once blocked or held) */
   int failed_early;     /* parked work with a failed input: its signals failed already */
   /* In state->woken_order, keyed by the pending_seq it had when it went in. */
   gpuhal__heap_node_t woken_node;
@@ -365,7 +369,8 @@ typedef struct gpuhal__action_s {
   gpuhal__semaphore_waiter_t input_watch;
   gpuhal_semaphore_t* input_watched;
   /* Ready, but its queue's stream holds tuning.queue_entries_max entries: it waits, still in
-   * `pending`, on its lane's `held` list (issue_mutex), and is issued from there in order. */
+   * `pending`, on its lane's `held` list (issue_mutex), and is issued from there in order,
+   * or fails as soon as a wait of it fails (its fail watches wake it). */
   int held;
   gpuhal__list_node_t held_link;
   uint64_t entries_mark;       /* its lane's entries_issued once it was issued: seen complete, that many are */

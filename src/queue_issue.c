@@ -40,10 +40,11 @@ static void gpuhal__action_wait_take_event(gpuhal__action_wait_t* w, const gpuha
   w->cover_seq = q->event_seq;
 }
 
-/* Blocked on wait `a->next_wait`: its later waits are watched for failure (set up on the
- * first block), since one failing fails the action whatever the blocking wait does. 1 with
- * *out_failure when one has failed already. */
-static int gpuhal__action_watch_failures(gpuhal__action_t* a, gpuhal_status_t* out_failure) {
+/* Blocked on wait `a->next_wait`, or (`from` 0) ready but held for room: its waits from
+ * `from` on are watched for failure (set up on the first watch), since one failing fails
+ * the action whatever the blocking wait, or the room, does. 1 with *out_failure when one
+ * has failed already. */
+static int gpuhal__action_watch_failures(gpuhal__action_t* a, uint32_t from, gpuhal_status_t* out_failure) {
   uint32_t i;
   if (!a->fail_watching) {
     for (i = 0; i < a->wait_count; ++i) {
@@ -53,10 +54,10 @@ static int gpuhal__action_watch_failures(gpuhal__action_t* a, gpuhal_status_t* o
     }
     a->fail_watching = 1;
   }
-  for (i = a->next_wait + 1; i < a->wait_count; ++i) {
+  for (i = from; i < a->wait_count; ++i) {
     gpuhal__action_wait_t* w = &a->waits[i];
     gpuhal_status_t failure;
-    if (w->kind == GPUHAL__WAIT_NOTHING) continue;
+    if (w->kind == GPUHAL__WAIT_NOTHING) continue; /* implied by another, or reached */
     failure = gpuhal__semaphore_watch_failure(w->semaphore, &w->fail_watch);
     if (failure) {
       *out_failure = gpuhal__action_wait_failure(a, failure, w->semaphore, w->value);
@@ -124,7 +125,7 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
     }
     if (st == GPUHAL__WAIT_PENDING) {
       gpuhal__action_drop_wait_events(a);
-      if (gpuhal__action_watch_failures(a, out_failure)) return GPUHAL__RESOLVE_FAILED;
+      if (gpuhal__action_watch_failures(a, a->next_wait + 1, out_failure)) return GPUHAL__RESOLVE_FAILED;
       gpuhal__action_park_denied(a, denied); /* then a freed parked stream wakes it to ask again */
       return GPUHAL__RESOLVE_BLOCKED;
     }
@@ -520,14 +521,18 @@ static int gpuhal__action_must_hold(const gpuhal__queue_state_t* state, const gp
   return !gpuhal__list_empty(&lane->held) || !gpuhal__lane_room(state, lane, *out_entries);
 }
 
-/* Ready `a` (in `pending`) waits for room. It holds no event meanwhile (an event wait takes
- * its event again at issue, gpuhal__action_wait_event; a device's release must not wait for
- * another's). */
-static void gpuhal__action_hold(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+/* Ready `a` waits for room. It holds no event meanwhile (an event wait takes its event again
+ * at issue, gpuhal__action_wait_event; a device's release must not wait for another's), and
+ * its waits are watched for failure: one failing wakes it, and the pump fails it then
+ * (gpuhal__queue_pump_pass), not once room comes. 1 with *out_failure, `a` not held, when a
+ * wait has failed already. */
+static int gpuhal__action_hold(gpuhal__queue_state_t* state, gpuhal__action_t* a, gpuhal_status_t* out_failure) {
   gpuhal__action_drop_wait_events(a);
+  if (gpuhal__action_watch_failures(a, 0, out_failure)) return 1;
   a->held = 1;
   state->held_count++;
   gpuhal__list_push_back(&state->lanes[a->queue_index].held, &a->held_link);
+  return 0;
 }
 
 static void gpuhal__action_unhold(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
@@ -586,10 +591,15 @@ static void gpuhal__queue_issue_held(gpuhal__queue_state_t* state, int* budget, 
 GPUHAL__PRIVATE int gpuhal__queue_holds(const gpuhal__queue_state_t* state) { return state->held_count != 0; }
 
 GPUHAL__PRIVATE int64_t gpuhal__action_issue_or_hold(gpuhal__queue_state_t* state, gpuhal__action_t* a) {
+  gpuhal_status_t failure = NULL;
   uint32_t entries;
   if (!gpuhal__action_must_hold(state, a, &entries)) return gpuhal__action_dispatch(state, a, entries);
+  if (gpuhal__action_hold(state, a, &failure)) {
+    gpuhal__action_fail(a, failure);
+    gpuhal__action_retire(a);
+    return 0;
+  }
   gpuhal__action_make_pending(state, a);
-  gpuhal__action_hold(state, a);
   return 0;
 }
 
@@ -600,8 +610,8 @@ static int gpuhal__queue_pump_one(gpuhal__queue_state_t* state, gpuhal__action_t
   uint32_t entries = 0;
   if (r == GPUHAL__RESOLVE_BLOCKED) return 0;
   if (r == GPUHAL__RESOLVE_READY && gpuhal__action_must_hold(state, a, &entries)) {
-    gpuhal__action_hold(state, a);
-    return 0;
+    if (!gpuhal__action_hold(state, a, &failure)) return 0;
+    r = GPUHAL__RESOLVE_FAILED; /* a wait failed meanwhile */
   }
   gpuhal__list_remove(&a->link);
   a->in_pending = 0;
@@ -666,7 +676,17 @@ static int gpuhal__queue_pump_pass(gpuhal__queue_state_t* state, int* budget, in
      * entry may be stale (woken while it was being issued on a submitter's fast path). */
     gpuhal__atomic_store_seq_cst(&a->on_woken, 0);
     if (!a->in_pending || !gpuhal__atomic_exchange_seq_cst(&a->wake, 0)) continue;
-    if (a->held) continue; /* ready: its lane's `held` list issues it (woken by a failure watch) */
+    if (a->held) {
+      /* Ready: its lane's `held` list issues it. Woken by a failure watch: a wait failed, and
+       * it fails now, not once room comes (it leaves the list; nothing is issued for it, so
+       * the order of what is issued holds). */
+      gpuhal_status_t failure = NULL;
+      if (gpuhal__action_watch_failures(a, 0, &failure) && gpuhal__queue_pump_one(state, a, failure)) {
+        progress++;
+        (*budget)--;
+      }
+      continue;
+    }
     if (gpuhal__queue_pump_one(state, a, NULL)) {
       progress++;
       (*budget)--;

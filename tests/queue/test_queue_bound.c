@@ -6,7 +6,9 @@
  *  1. other queues and a second device wait on held work's values, their waits submitted
  *     before the signals, in a random order: every value is reached exactly;
  *  2. a held operation whose wait or signal semaphore fails while it is held fails its
- *     signals with the cause, and holds up nothing queued behind it;
+ *     signals with the cause, and holds up nothing queued behind it; one whose wait fails
+ *     fails at once, not once room comes (a host waiter on its signal learns it then too),
+ *     and nothing of its queue runs for it;
  *  3. the pending report calls held work HELD (not blocked, no cycle); wait_idle times out
  *     while work is held and returns once it ran;
  *  4. zero-timeout polls (gpuhal_semaphore_wait, gpuhal_semaphores_wait ANY and ALL) on held
@@ -219,6 +221,88 @@ TU_TEST(held_work_whose_wait_fails_fails_its_signals) {
 TU_TEST(held_work_whose_signal_fails_holds_up_nothing) {
   qb_held_fails_case(1, 0);
   qb_held_fails_case(8, 0);
+}
+
+/* Queue 0 is full: a kernel that runs until let go, and filler barriers signalling t = 1..3
+ * (held behind it, but for what fits the bound). `x` on queue 0 waits for f >= 1 and signals
+ * xs = 1; `y` after it signals t = 4. f fails: xs fails with f's cause within a second, long
+ * before room comes (the kernel runs until the test lets it go), and so does a host wait on
+ * xs that began before; nothing of queue 0 ran meanwhile, and all the rest runs, in order,
+ * once room comes. `f_in_flight`: f is the value of a kernel in flight on queue 1 (x is ready,
+ * held on both paths); else f is for the host to signal (on the memop path x goes to the GPU
+ * for it, and is held; on the event path it waits on the host, not held). */
+typedef struct qb_held_waiter_s {
+  gpuhal_semaphore_t* semaphore;
+  gpuhal_status_t result;
+} qb_held_waiter_t;
+
+static void qb_held_waiter_fn(void* arg) {
+  qb_held_waiter_t* w = (qb_held_waiter_t*)arg;
+  w->result = gpuhal_semaphore_wait(w->semaphore, 1, qt_seconds(QB_WAIT_S));
+}
+
+static void qb_held_wait_fails_case(int32_t bound, int f_in_flight) {
+  qc_fixture_t f;
+  qc_blocker_t b0, b1;
+  qc_async_t waiter;
+  qb_held_waiter_t w;
+  gpuhal_semaphore_t *t = NULL, *fs = NULL, *xs = NULL;
+  gpuhal_status_t st;
+  uint64_t i;
+  int prompt;
+  memset(&b1, 0, sizeof(b1));
+  if (!qb_open(&f, 2, bound)) TU_SKIP("no device or test kernels");
+  t = qb_semaphore(&f);
+  xs = qb_semaphore(&f);
+  fs = qb_semaphore(&f);
+  TU_REQUIRE(t && xs && fs);
+  TU_REQUIRE(qb_blocker_start(&f, &b0, 0));
+  if (f_in_flight) TU_REQUIRE(qc_blocker_start(&f, &b1, 1, fs));
+  for (i = 1; i <= 3; ++i) TU_CHECK_OK(qb_barrier(f.device, 0, NULL, 0, t, i));
+  TU_CHECK_OK(qb_barrier(f.device, 0, fs, 1, xs, 1));
+  TU_CHECK_OK(qb_barrier(f.device, 0, NULL, 0, t, 4));
+  memset(&w, 0, sizeof(w));
+  w.semaphore = xs;
+  TU_REQUIRE(qc_async_start(&waiter, qb_held_waiter_fn, &w));
+  qc_sleep_ms(20);
+  TU_CHECK_EQ_INT(qc_query(t), 0);
+  TU_CHECK_EQ_INT(qc_query(xs), 0);
+  gpuhal_semaphore_fail(fs, gpuhal_status_make(GPUHAL_STATUS_DATA_LOSS, QB_CAUSE));
+  /* At once, not once the kernel is let go (it runs for a minute unless it is). */
+  st = gpuhal_semaphore_wait(xs, 1, gpuhal_timeout_relative_ns(1000000000ll));
+  TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_DATA_LOSS);
+  if (st) TU_CHECK_STR_CONTAINS(gpuhal_status_message(st), QB_CAUSE);
+  gpuhal_status_free(st);
+  prompt = qc_async_wait(&waiter, 1000);
+  TU_CHECK(prompt);                /* the host wait that began before ended with it */
+  TU_CHECK_EQ_INT(qc_query(t), 0); /* nothing of the queue ran for it */
+  qb_blocker_finish(&b0);
+  if (f_in_flight) {
+    qc_blocker_let_go(&b1);
+    qb_check_failed_with(fs, 1, QB_CAUSE);
+  }
+  qc_async_join(&waiter, "a host wait on a held operation's signal");
+  TU_CHECK_EQ_INT(gpuhal_status_code(w.result), GPUHAL_STATUS_DATA_LOSS);
+  if (w.result) TU_CHECK_STR_CONTAINS(gpuhal_status_message(w.result), QB_CAUSE);
+  gpuhal_status_free(w.result);
+  TU_CHECK_OK(gpuhal_semaphore_wait(t, 4, qt_seconds(QB_WAIT_S)));
+  TU_CHECK_EQ_INT(qc_query(t), 4);
+  TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QB_WAIT_S)));
+  gpuhal_command_buffer_release(b1.cb);
+  gpuhal_buffer_release(b1.words);
+  gpuhal_semaphore_release(t);
+  gpuhal_semaphore_release(xs);
+  gpuhal_semaphore_release(fs);
+  qc_fixture_close(&f);
+}
+
+TU_TEST(held_work_whose_wait_fails_fails_at_once) {
+  qb_held_wait_fails_case(1, 1);
+  qb_held_wait_fails_case(3, 1);
+  qb_held_wait_fails_case(8, 1);
+  qb_held_wait_fails_case(1, 0);
+  qb_held_wait_fails_case(3, 0);
+  qb_held_wait_fails_case(8, 0);
 }
 
 /* ---- 3. report and idle waits ---- */
@@ -694,8 +778,9 @@ TU_TEST(thousands_of_operations_with_a_tiny_bound) {
 }
 
 TU_MAIN(TU_CASE(other_queues_and_devices_wait_on_held_values), TU_CASE(held_work_whose_wait_fails_fails_its_signals),
-        TU_CASE(held_work_whose_signal_fails_holds_up_nothing), TU_CASE(held_work_is_reported_held_and_waited_for),
-        TU_CASE(polls_on_held_values_see_progress), TU_CASE(host_calls_among_held_work),
-        TU_CASE(allocas_and_long_command_buffers_among_held_work), TU_CASE(release_orders_with_held_work),
-        TU_CASE(release_while_another_thread_submits_held_work), TU_CASE(held_work_with_tracing_on),
-        TU_CASE(thousands_of_operations_with_a_tiny_bound), TU_CASE(a_loss_fails_held_work))
+        TU_CASE(held_work_whose_wait_fails_fails_at_once), TU_CASE(held_work_whose_signal_fails_holds_up_nothing),
+        TU_CASE(held_work_is_reported_held_and_waited_for), TU_CASE(polls_on_held_values_see_progress),
+        TU_CASE(host_calls_among_held_work), TU_CASE(allocas_and_long_command_buffers_among_held_work),
+        TU_CASE(release_orders_with_held_work), TU_CASE(release_while_another_thread_submits_held_work),
+        TU_CASE(held_work_with_tracing_on), TU_CASE(thousands_of_operations_with_a_tiny_bound),
+        TU_CASE(a_loss_fails_held_work))
