@@ -1269,8 +1269,8 @@ GPUHAL__PRIVATE void gpuhal__device_release_ref(gpuhal_device_t* device) {
 
 GPUHAL__PRIVATE void gpuhal__worker_hand_off(gpuhal_device_t* device, gpuhal__task_t* task) {
   gpuhal_driver_t* driver = device->driver;
+  gpuhal__mutex_lock(&driver->devices_mutex); /* the count and the reference together (below) */
   gpuhal__device_retain_ref(device);
-  gpuhal__mutex_lock(&driver->devices_mutex);
   device->handoffs++;
   gpuhal__mutex_unlock(&driver->devices_mutex);
   gpuhal__worker_post(device, task);
