@@ -271,9 +271,9 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     gpuhal__list_remove(&a->link);
     gpuhal__action_gpu_wait_count(a, 0);
     gpuhal__completion_seen(lane, a);
-    /* It leaves its side stream, which is free once nothing else is on it (after an error
-     * it is not used again); a pending action denied a parked stream may now have one, or
-     * room behind this stream's tail. */
+    /* It leaves its side stream, which is free once nothing else is on it (after an error,
+     * once it also drained: nothing more goes there until then); a pending action denied a
+     * parked stream may now have one, or room behind this stream's tail. */
     gpuhal__mutex_lock(&state->mutex);
     gpuhal__side_stream_leave_locked(state, a, r == CUDA_SUCCESS);
     gpuhal__mutex_unlock(&state->mutex);
