@@ -147,7 +147,8 @@
  * semaphore's word is set far above its value, which releases every GPU wait on it; work
  * that ran behind such a wait ("provisional") counts as done only once every value it
  * waited on is known reached on the host side, else it fails with the cause. An issue that
- * fails on a side stream fails its signals at once, and its stream takes nothing more;
+ * fails on a side stream fails its signals at once, and its stream takes nothing more
+ * (one without host memory to note a GPU wait fails before enqueuing it: each is noted first);
  * what it enqueued there (a GPU wait whose value has not come) keeps the stream, its
  * parked-stream reservation and a GPU wait counted until the completion thread sees the
  * stream drained (cuStreamQuery), and is let go as a parked action's wait is: by its value,
@@ -373,13 +374,17 @@ typedef struct gpuhal__action_s {
    * or fails as soon as a wait of it fails (its fail watches wake it). */
   int held;
   gpuhal__list_node_t held_link;
-  uint64_t entries_mark;       /* its lane's entries_issued once it was issued: seen complete, that many are */
-  int park_reserved;           /* holds one of its ordinal's parked streams (gpuhal__action_park_reserve) */
-  int park_denied;             /* pending because no parked stream was free: woken when one frees */
-  uint32_t side;               /* 1 + index of its side stream in state->sides (0: none); set at issue, or
+  uint64_t entries_mark; /* its lane's entries_issued once it was issued: seen complete, that many are */
+  int park_reserved;     /* holds one of its ordinal's parked streams (gpuhal__action_park_reserve) */
+  int park_denied;       /* pending because no parked stream was free: woken when one frees */
+  uint32_t side;         /* 1 + index of its side stream in state->sides (0: none); set at issue, or
                                   at resolve when it is chained (gpuhal__action_park_chain) */
-  uint32_t side_entries;       /* what it counts in that side stream's `entries` */
-  int chain_claim;             /* it holds its side stream's `claim`: resolved to go behind its tail */
+  uint32_t side_entries; /* what it counts in that side stream's `entries` */
+  int chain_claim;       /* it holds its side stream's `claim`: resolved to go behind its tail */
+  /* During its issue (issue_mutex): a note for each GPU value wait enqueued so far, made
+   * before the wait (gpuhal__action_issue_waits); a failed issue leaves them with its side
+   * stream, a done one gives them back to state->left_spare. */
+  struct gpuhal__side_left_s* left_notes;
   int provisional;             /* it may run on a failed input: a value wait (a failure store releases
                          it), or a wait on provisional work; see gpuhal__action_inputs */
   int foreign_waits;           /* some wait is on an event of another device, which a loss of that
@@ -409,7 +414,8 @@ typedef struct gpuhal__action_s {
 } gpuhal__action_t;
 
 /* A GPU value wait that a failed issue left on a side stream (gpuhal__action_issue_failed):
- * it stays there until its value comes. `waiter` stands for it among the GPU waits on its
+ * it stays there until its value comes. Made before the wait was enqueued (an issue without
+ * memory for it fails first), so every such wait has one. `waiter` stands for it among the GPU waits on its
  * semaphore (retained), so that the semaphore, released with nothing left to signal it,
  * fails, which lets the wait go (gpuhal__semaphore_parked_keep); a device's release fails
  * it too, as it does the semaphores parked work waits for. */
@@ -578,6 +584,9 @@ typedef struct gpuhal__queue_state_s {
   /* The `left` waits of side streams that drained, for the pump to free (mutex): the last
    * release of a semaphore is not for the completion thread. */
   gpuhal__side_left_t* left_drained;
+  /* Notes that issues made for their GPU value waits and did not need (issue_mutex): taken
+   * first by later ones, so a steady state allocates none. */
+  gpuhal__side_left_t* left_spare;
   gpuhal__thread_t completion_thread;
   int threads_started;
 } gpuhal__queue_state_t;

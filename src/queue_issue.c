@@ -182,7 +182,37 @@ static gpuhal_status_t gpuhal__action_wait_event(gpuhal__action_t* a, gpuhal__ac
   return NULL;
 }
 
-/* Puts the action's waits on `stream` (its queue's, or a side stream). */
+/* A note for a GPU value wait about to be enqueued on a side stream: a spare one
+ * (state->left_spare) or a new one; NULL without memory. Under issue_mutex. */
+static gpuhal__side_left_t* gpuhal__side_left_take(gpuhal__queue_state_t* state) {
+  gpuhal__side_left_t* left = state->left_spare;
+  if (left) {
+    state->left_spare = left->next;
+    return left;
+  }
+  return (gpuhal__side_left_t*)gpuhal__alloc(state->device->allocator, sizeof(*left));
+}
+
+/* `a`'s notes back to the spares: its issue succeeded (its waiters on the semaphores stand
+ * for its GPU waits) or left nothing. Under issue_mutex. */
+static void gpuhal__action_left_notes_spare(gpuhal__action_t* a) {
+  gpuhal__queue_state_t* state = a->state;
+  while (a->left_notes) {
+    gpuhal__side_left_t* left = a->left_notes;
+    a->left_notes = left->next;
+    left->next = state->left_spare;
+    state->left_spare = left;
+  }
+}
+
+/* Puts the action's waits on `stream` (its queue's, or a side stream). Each GPU value wait
+ * is noted (a->left_notes) before its cuStreamWaitValue64: should the issue fail, the note
+ * is what lets that wait go (gpuhal__action_issue_failed), so without memory for it the
+ * issue fails before the call, leaving nothing on the GPU. A wait whose call failed is
+ * noted too: CUDA may have enqueued it all the same, and a wait left un-noted would hold
+ * its stream (and a put-off free, and the device's release) for ever when its value does
+ * not come, while a note of a wait that is not there only holds its semaphore on the
+ * stream's parked list until the completion thread sees the stream drained (at once). */
 static gpuhal_status_t gpuhal__action_issue_waits(gpuhal__action_t* a, CUstream stream) {
   gpuhal_device_t* device = a->state->device;
   int side = stream != device->streams[a->queue_index];
@@ -190,6 +220,15 @@ static gpuhal_status_t gpuhal__action_issue_waits(gpuhal__action_t* a, CUstream 
   for (i = 0; i < a->wait_count; ++i) {
     gpuhal__action_wait_t* w = &a->waits[i];
     if (w->kind == GPUHAL__WAIT_VALUE) {
+      gpuhal__side_left_t* left = gpuhal__side_left_take(a->state);
+      if (!left)
+        return gpuhal_status_make(GPUHAL_STATUS_RESOURCE_EXHAUSTED,
+                                  "out of host memory allocating the note of a GPU wait on a side stream (%zu bytes)",
+                                  sizeof(*left));
+      left->semaphore = w->semaphore;
+      left->waiter.value = w->value;
+      left->next = a->left_notes;
+      a->left_notes = left;
       GPUHAL__CU_RETURN(device->cu, cuStreamWaitValue64, (stream, w->word, w->value, CU_STREAM_WAIT_VALUE_GEQ));
     } else if (w->kind == GPUHAL__WAIT_EVENT || (w->kind == GPUHAL__WAIT_STREAM && side)) {
       if (!w->event) GPUHAL__RETURN_IF_ERROR(gpuhal__action_wait_event(a, w, stream));
@@ -320,27 +359,17 @@ GPUHAL__PRIVATE void gpuhal__side_left_free(gpuhal__queue_state_t* state, gpuhal
 
 static void gpuhal__side_left_notify(gpuhal__semaphore_waiter_t* waiter) { GPUHAL__UNUSED(waiter); }
 
-/* A GPU value wait of failed `a` that may stay on its side stream (gpuhal__side_left_t),
- * put in front of `list`. Without memory for it, only a device's release or its value lets
- * it go (logged). */
-static gpuhal__side_left_t* gpuhal__side_left_add(gpuhal__queue_state_t* state, const gpuhal__action_wait_t* w,
-                                                  gpuhal__side_left_t* list) {
-  gpuhal__side_left_t* left = (gpuhal__side_left_t*)gpuhal__alloc(state->device->allocator, sizeof(*left));
-  if (!left) {
-    gpuhal__log(state->device->logger, GPUHAL_LOG_WARN,
-                "device %d: no memory to note a GPU wait that a failed issue left on a side stream",
-                state->device->ordinal);
-    return list;
-  }
-  left->next = list;
-  left->semaphore = w->semaphore;
-  gpuhal__object_retain(&w->semaphore->object);
+/* The note of a GPU value wait that failed issue `a` enqueued (or may have) on its side
+ * stream, made before the wait (gpuhal__action_issue_waits): it now stands for that wait
+ * among the GPU waits on its semaphore, which it holds until the stream drained. */
+static void gpuhal__side_left_keep(gpuhal__side_left_t* left) {
+  uint64_t value = left->waiter.value;
+  gpuhal__object_retain(&left->semaphore->object);
   gpuhal__semaphore_waiter_init(&left->waiter);
   left->waiter.notify = gpuhal__side_left_notify;
   left->waiter.user = NULL;
   left->waiter.wants_submitted = 0;
-  gpuhal__semaphore_parked_keep(w->semaphore, &left->waiter, w->value);
-  return left;
+  gpuhal__semaphore_parked_keep(left->semaphore, &left->waiter, value);
 }
 
 /* The signals, after the work: the armed words are written first, then the event is
@@ -419,7 +448,9 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
     GPUHAL__TRACE(device, gpuhal__hooks()->trace_issue_end(device, a, stream, trace_t0, issued != NULL));
     GPUHAL__RETURN_IF_ERROR(issued);
   }
-  return gpuhal__action_issue_signals(a, stream);
+  GPUHAL__RETURN_IF_ERROR(gpuhal__action_issue_signals(a, stream));
+  gpuhal__action_left_notes_spare(a); /* its waiters on the semaphores stand for its GPU waits */
+  return NULL;
 }
 
 /* An issue failed: sticky errors (the stream says so too) lose the device. */
@@ -428,18 +459,17 @@ static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t sta
   char who[GPUHAL__ACTION_WHO_MAX];
   gpuhal__capture_scope_t capture;
   CUresult r;
-  uint32_t i;
-  gpuhal__side_left_t* left = NULL;
+  gpuhal__side_left_t *left, *it;
   gpuhal__capture_relax(state->device->cu, &capture); /* perhaps the caller-issue path (device.h) */
   r = state->device->cu->cuStreamQuery(a->stream);
   gpuhal__capture_restore(state->device->cu, &capture);
-  /* Its GPU value waits may be enqueued already, and stay on the side stream until their
-   * values come: their words must outlive their semaphores, and the stream keeps them. */
-  for (i = 0; i < a->wait_count; ++i) {
-    if (a->waits[i].kind != GPUHAL__WAIT_VALUE) continue;
-    gpuhal__semaphore_word_keep(a->waits[i].semaphore);
-    if (a->side) left = gpuhal__side_left_add(state, &a->waits[i], left);
-  }
+  /* The GPU value waits it enqueued (those noted: up to the one whose call failed) stay on
+   * the side stream until their values come; the stream keeps their notes, which hold their
+   * semaphores (and so their words) until it drained. */
+  if (!a->side) gpuhal__action_left_notes_spare(a); /* none: value waits go on side streams */
+  left = a->left_notes;
+  a->left_notes = NULL;
+  for (it = left; it; it = it->next) gpuhal__side_left_keep(it);
   gpuhal__mutex_lock(&state->mutex); /* what it enqueued may never run: nothing more goes there */
   if (a->side) {
     /* Those waits still hold the stream: its count goes to the stream, not away with the

@@ -98,6 +98,7 @@ static gpuhal_status_t gpuhal__queue_abort_pending(void* arg) {
 static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
   gpuhal__queue_state_t* state = (gpuhal__queue_state_t*)arg;
   int32_t gpu_waits = 0;
+  gpuhal__side_left_t* left;
   uint32_t i;
   gpuhal__queue_pump(state); /* releases the last retired actions */
   gpuhal__event_pool_deinit(&state->events);
@@ -113,13 +114,20 @@ static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
                   state->device->ordinal, gpuhal_status_message(status));
       gpuhal_status_free(status);
     }
-    /* the GPU waits a failed issue left there, and the GPU wait they kept counted */
+    /* the GPU waits a failed issue left there, and the GPU wait they kept counted; not seen
+     * drained, a wait may still read its word, which then must not go to another semaphore */
+    for (left = state->sides[i].left; left; left = left->next) gpuhal__semaphore_word_keep(left->semaphore);
     gpuhal__side_left_free(state, state->sides[i].left);
     state->sides[i].left = NULL;
     if (state->sides[i].gpu_wait_held) gpu_waits++;
   }
   gpuhal__side_left_free(state, state->left_drained); /* the pump above took them (threads stopped) */
   state->left_drained = NULL;
+  while (state->left_spare) {
+    left = state->left_spare;
+    state->left_spare = left->next;
+    gpuhal__free(state->device->allocator, left);
+  }
   /* Broken ones not seen drained still hold their reservations. */
   gpuhal__park_release(state, (int32_t)(state->side_count - state->side_free_count));
   if (gpu_waits) gpuhal__memory_gpu_waits_add(state->device, -gpu_waits);

@@ -367,8 +367,9 @@ GPUHAL__PRIVATE int gpuhal__semaphore_wants_word(gpuhal_semaphore_t* s, uint64_t
  * compare would misread it (see GPUHAL__WORD_MAX in semaphore.c). GPU signals write this. */
 GPUHAL__PRIVATE uint64_t gpuhal__semaphore_word_value(const gpuhal_semaphore_t* s, uint64_t value);
 
-/* A GPU wait on the word was enqueued by an issue that then failed: nothing will see that
- * wait end, so the word is never handed to another semaphore. */
+/* A GPU wait on the word may outlive `s` unseen (a side stream a failed issue left it on was
+ * destroyed at a device's release before it was seen drained): the word is never handed to
+ * another semaphore. */
 GPUHAL__PRIVATE void gpuhal__semaphore_word_keep(gpuhal_semaphore_t* s);
 /* Such a wait, for `value`, stays on its stream until the value comes: `waiter` (no notify
  * is made to it) stands for it among the GPU waits on `s`, so that `s`, released with

@@ -526,6 +526,164 @@ TU_TEST(side_issue_fails_then_the_device_is_released) {
   }
 }
 
+/* ---- what a failed provisional issue notes of its GPU waits ----
+ * Each GPU wait of provisional work is noted before it is enqueued (the note is what lets it
+ * go if the issue then fails), and only the waits enqueued are noted. */
+
+/* A driver allocator that refuses the note of a GPU wait (gpuhal__side_left_t) while armed. */
+static int32_t qr_refuse_notes;
+static void* qr_note_alloc(size_t size, void* user) {
+  (void)user;
+  if (__atomic_load_n(&qr_refuse_notes, __ATOMIC_SEQ_CST) && size == sizeof(gpuhal__side_left_t)) return NULL;
+  return malloc(size);
+}
+
+/* No memory for the note: the issue fails before its GPU wait, leaving nothing on the GPU
+ * (its launch would fail too, leaving the wait there with no note: then nothing let it go,
+ * and a put-off free held the device's release for ever). */
+TU_TEST(side_issue_without_memory_for_its_note) {
+  gpuhal_driver_options_t options;
+  gpuhal_device_params_t params;
+  qr_incs_t incs;
+  gpuhal_semaphore_t *gate = NULL, *s = NULL;
+  gpuhal_buffer_t* victim = NULL;
+  gpuhal_status_t call;
+  qr_waiter_t waiter;
+  unsigned long long gpu_waits, frees;
+  if (!qr_side_streams()) TU_SKIP("side streams: the memop path, on softcuda (fault injection)");
+  memset(&incs, 0, sizeof(incs));
+  memset(&options, 0, sizeof(options));
+  options.allocator.alloc = qr_note_alloc;
+  options.allocator.free = qr_free;
+  memset(&params, 0, sizeof(params));
+  TU_REQUIRE_OK(gpuhal_driver_create(&options, &incs.driver));
+  TU_CHECK_OK(gpuhal_device_create(incs.driver, 0, &params, &incs.device));
+  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &gate));
+  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &s));
+  if (incs.device) TU_CHECK_OK(gpuhal_buffer_allocate(incs.device, GPUHAL_MEMORY_DEVICE, 4096, &victim));
+  if (incs.device && gate && s && victim) {
+    gpuhal_kernel_t* inc = NULL;
+    gpuhal_arg_t arg;
+    TU_CHECK_OK(qc_load_kernel(incs.device, "atomic_inc", &incs.exe, &inc));
+    if (inc) TU_CHECK_OK(gpuhal_buffer_allocate(incs.device, GPUHAL_MEMORY_DEVICE, 4, &incs.counter));
+    arg = gpuhal_arg_buffer(incs.counter, 0);
+    if (incs.counter)
+      TU_CHECK_OK(qc_record_dispatch(incs.device, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE, inc, 1,
+                                     1, 1, &arg, &incs.cb));
+  }
+  if (incs.cb && gate && s && victim) {
+    TU_CHECK_OK(gpuhal_device_wait_idle(incs.device, qt_seconds(QR_WAIT_S)));
+    gpu_waits = qt_softcuda_calls("cuStreamWaitValue64");
+    qr_waiter_start(&waiter, s);
+    __atomic_store_n(&qr_refuse_notes, 1, __ATOMIC_SEQ_CST);
+    TU_CHECK(tu_softcuda_faults("cuLaunchKernel@1=" QR_SIDE_ERROR) == 0);
+    call = gpuhal_queue_execute(incs.device, 0, gpuhal_semaphore_list_one(&gate, &qr_one),
+                                gpuhal_semaphore_list_one(&s, &qr_one), incs.cb, NULL);
+    qr_waiter_check(&waiter, call, "no memory for the note of a GPU wait", "the note of a GPU wait");
+    tu_softcuda_faults(NULL);
+    __atomic_store_n(&qr_refuse_notes, 0, __ATOMIC_SEQ_CST);
+    TU_CHECK_EQ_INT((int)(qt_softcuda_calls("cuStreamWaitValue64") - gpu_waits), 0); /* nothing enqueued */
+    /* Nothing waits on the GPU: the side stream, its park and its GPU wait go back, and a
+     * free is not put off for ever (the gate is never signalled). */
+    TU_CHECK(qr_side_settled(incs.driver, QR_WAIT_S * 1000));
+    frees = qt_softcuda_calls("cuMemFree");
+    gpuhal_buffer_release(victim);
+    victim = NULL;
+    TU_CHECK(qr_calls_reach("cuMemFree", frees + 1, QR_WAIT_S * 1000));
+  }
+  tu_softcuda_faults(NULL);
+  gpuhal_buffer_release(victim);
+  qr_incs_release(&incs);
+  qr_close(incs.driver, incs.device, "gpuhal_device_release (no memory for the note of a GPU wait)");
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(s);
+}
+
+/* An issue that fails before its GPU wait (its side stream's follow of the queue's stream)
+ * left no wait on the gate: releasing the device before the side stream is seen drained
+ * (cuStreamQuery kept NOT_READY) leaves the gate, which the application still holds and
+ * nothing waits for, as it was. */
+TU_TEST(side_issue_fails_before_its_gpu_wait) {
+  static const char* const rules[] = {"cuEventRecord@1=" QR_SIDE_ERROR ",cuStreamQuery@*=CUDA_ERROR_NOT_READY",
+                                      "cuStreamWaitEvent@1=" QR_SIDE_ERROR ",cuStreamQuery@*=CUDA_ERROR_NOT_READY"};
+  int i;
+  if (!qr_side_streams()) TU_SKIP("side streams: the memop path, on softcuda (fault injection)");
+  for (i = 0; i < 2; ++i) {
+    qr_incs_t incs;
+    gpuhal_semaphore_t *gate = NULL, *s = NULL;
+    uint64_t value = 7;
+    fprintf(stderr, "  %s\n", rules[i]);
+    if (!qr_incs_open(&incs, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE)) return;
+    TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &gate));
+    TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &s));
+    if (incs.cb && gate && s) {
+      TU_CHECK_OK(gpuhal_device_wait_idle(incs.device, qt_seconds(QR_WAIT_S)));
+      TU_CHECK(tu_softcuda_faults(rules[i]) == 0);
+      gpuhal_status_free(gpuhal_queue_execute(incs.device, 0, gpuhal_semaphore_list_one(&gate, &qr_one),
+                                              gpuhal_semaphore_list_one(&s, &qr_one), incs.cb, NULL));
+      TU_CHECK_STATUS(gpuhal_semaphore_wait(s, 1, qt_seconds(QR_WAIT_S)), GPUHAL_STATUS_RESOURCE_EXHAUSTED,
+                      QR_SIDE_ERROR);
+    }
+    qr_incs_release(&incs);
+    qr_close(incs.driver, incs.device, "gpuhal_device_release (a side stream not seen drained)");
+    tu_softcuda_faults(NULL);
+    TU_CHECK_OK(gpuhal_semaphore_query(gate, &value)); /* not failed */
+    TU_CHECK_EQ_INT((int)value, 0);
+    TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+    gpuhal_semaphore_release(gate);
+    gpuhal_semaphore_release(s);
+  }
+}
+
+/* 1 when `word` is on the driver's free words (given back for reuse). */
+static int qr_word_free(gpuhal_driver_t* driver, const volatile uint64_t* word) {
+  uint64_t* w;
+  int found = 0;
+  gpuhal__mutex_lock(&driver->words_mutex);
+  for (w = driver->free_words; w && !found; w = (uint64_t*)(uintptr_t)*w) found = (const volatile uint64_t*)w == word;
+  gpuhal__mutex_unlock(&driver->words_mutex);
+  return found;
+}
+
+/* The GPU wait a failed issue left on the gate's word drained: the gate's word goes back for
+ * reuse at its release, not kept for ever. */
+TU_TEST(side_issue_fails_then_its_gate_word_goes_back) {
+  qr_incs_t incs;
+  gpuhal_semaphore_t *gate = NULL, *s = NULL;
+  volatile uint64_t* word = NULL;
+  int waited = 0;
+  if (!qr_side_streams()) TU_SKIP("side streams: the memop path, on softcuda (fault injection)");
+  if (!qr_incs_open(&incs, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE)) return;
+  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &gate));
+  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &s));
+  if (incs.cb && gate && s) {
+    TU_CHECK_OK(gpuhal_device_wait_idle(incs.device, qt_seconds(QR_WAIT_S)));
+    TU_CHECK(tu_softcuda_faults("cuLaunchKernel@1=" QR_SIDE_ERROR) == 0);
+    gpuhal_status_free(gpuhal_queue_execute(incs.device, 0, gpuhal_semaphore_list_one(&gate, &qr_one),
+                                            gpuhal_semaphore_list_one(&s, &qr_one), incs.cb, NULL));
+    tu_softcuda_faults(NULL);
+    TU_CHECK_STATUS(gpuhal_semaphore_wait(s, 1, qt_seconds(QR_WAIT_S)), GPUHAL_STATUS_RESOURCE_EXHAUSTED,
+                    QR_SIDE_ERROR);
+    word = gate->word;
+    TU_CHECK(word != NULL); /* armed by the GPU wait */
+    TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+    TU_CHECK(qr_side_settled(incs.driver, QR_WAIT_S * 1000));
+    TU_CHECK_OK(gpuhal_device_wait_idle(incs.device, qt_seconds(QR_WAIT_S)));
+    gpuhal_semaphore_release(gate);
+    gate = NULL;
+    while (word && !qr_word_free(incs.driver, word) && waited < QR_WAIT_S * 1000) {
+      qc_sleep_ms(2);
+      waited += 2;
+    }
+    if (word) TU_CHECK(qr_word_free(incs.driver, word));
+  }
+  tu_softcuda_faults(NULL);
+  qr_incs_release(&incs);
+  qr_close(incs.driver, incs.device, "gpuhal_device_release");
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(s);
+}
+
 /* ---- the device is lost ---- */
 
 TU_TEST(calls_on_a_lost_device) {
@@ -594,4 +752,5 @@ TU_MAIN(TU_CASE(out_of_host_memory_host_call), TU_CASE(out_of_host_memory_execut
         TU_CASE(alloca_out_of_device_memory), TU_CASE(one_shot_executed_twice), TU_CASE(dealloca_twice),
         TU_CASE(side_issue_fails_parked_work), TU_CASE(side_issue_fails_chained_work),
         TU_CASE(side_issue_fails_then_its_gate_is_released), TU_CASE(side_issue_fails_then_the_device_is_released),
-        TU_CASE(calls_on_a_lost_device))
+        TU_CASE(side_issue_without_memory_for_its_note), TU_CASE(side_issue_fails_before_its_gpu_wait),
+        TU_CASE(side_issue_fails_then_its_gate_word_goes_back), TU_CASE(calls_on_a_lost_device))
