@@ -620,13 +620,18 @@ static int gpuhal__device_owns_thread(gpuhal_device_t* device) {
   return 0;
 }
 
-static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
-  gpuhal_timeout_t timeout = gpuhal_timeout_relative_ns(GPUHAL_DRIVER_RELEASE_SETTLE_NS);
-  uint64_t settle;
-  /* Each settle takes each device once; a device an earlier one took (and left with work
-   * blocked on a semaphore) is taken again. A later concurrent settle takes over. */
+GPUHAL__PRIVATE void gpuhal__device_work_ended(gpuhal_device_t* device, uint64_t count) {
+  if (gpuhal__atomic_load(&device->header.user_refs) == 0)
+    gpuhal__atomic_add(&device->driver->released_work_ended, count);
+}
+
+/* One pass: takes each released device once (a device a concurrent settle's later pass
+ * took is left to it) and waits until its queues have no work but work blocked on a
+ * semaphore, and its worker none queued. */
+static void gpuhal__driver_settle_pass(gpuhal_driver_t* driver, gpuhal_timeout_t timeout) {
+  uint64_t pass;
   gpuhal__mutex_lock(&driver->devices_mutex);
-  settle = ++driver->settles;
+  pass = ++driver->settles;
   gpuhal__mutex_unlock(&driver->devices_mutex);
   for (;;) {
     gpuhal_device_t* device = NULL;
@@ -634,9 +639,9 @@ static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
     gpuhal__mutex_lock(&driver->devices_mutex);
     for (n = driver->devices.next; n != &driver->devices && !device; n = n->next) {
       gpuhal_device_t* d = GPUHAL__CONTAINER_OF(n, gpuhal_device_t, driver_link);
-      if (gpuhal__atomic_load(&d->header.user_refs) == 0 && d->settled_in < settle &&
+      if (gpuhal__atomic_load(&d->header.user_refs) == 0 && d->settled_in < pass &&
           gpuhal__object_try_retain(&d->header)) {
-        d->settled_in = settle;
+        d->settled_in = pass;
         device = d;
       }
     }
@@ -651,6 +656,24 @@ static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
       gpuhal_status_free(gpuhal__worker_call(device, gpuhal__driver_settle_nothing, NULL));
     gpuhal__device_release_ref(device); /* often the last: the teardown runs right here */
   }
+}
+
+/* A released device's work may be let go by another released device's: a value it waits
+ * for (on the GPU, or on the host with nothing submitted yet), signalled by work the pass
+ * found running when it took that other device, after it took this one. So passes repeat
+ * while one saw released devices' work end (driver->released_work_ended, counted before
+ * each device's count of outstanding work drops, so a pass that waited for work sees it):
+ * only a pass in which none did found every device's work blocked at once, with nothing
+ * left to let it go but the application (a signal, a release) or devices it still holds.
+ * Each pass but the last saw work end, so they end. Never on the driver's own threads (the
+ * callers check): a settle waits for those. */
+static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
+  gpuhal_timeout_t timeout = gpuhal_timeout_relative_ns(GPUHAL_DRIVER_RELEASE_SETTLE_NS);
+  uint64_t ended;
+  do {
+    ended = gpuhal__atomic_load(&driver->released_work_ended);
+    gpuhal__driver_settle_pass(driver, timeout);
+  } while (gpuhal__atomic_load(&driver->released_work_ended) != ended && !gpuhal__timeout_expired(timeout));
   gpuhal__mutex_lock(&driver->devices_mutex);
   while (driver->teardowns > 0 || gpuhal__driver_has_unsettled_device(driver))
     if (!gpuhal__cond_wait_until(&driver->devices_cond, &driver->devices_mutex, timeout)) break;

@@ -295,10 +295,11 @@ struct gpuhal_driver_s {
    * everything and exits leaves nothing behind (see gpuhal_driver_release). */
   gpuhal__mutex_t devices_mutex;
   gpuhal__cond_t devices_cond;
-  gpuhal__list_node_t devices; /* gpuhal_device_s.driver_link */
-  int teardowns;               /* device teardowns under way, on any thread */
-  long creator_pid;            /* getpid() at creation: a forked child has none of its threads */
-  uint64_t settles;            /* settles of released devices begun (under devices_mutex) */
+  gpuhal__list_node_t devices;  /* gpuhal_device_s.driver_link */
+  int teardowns;                /* device teardowns under way, on any thread */
+  long creator_pid;             /* getpid() at creation: a forked child has none of its threads */
+  uint64_t settles;             /* passes of settles of released devices begun (under devices_mutex) */
+  uint64_t released_work_ended; /* queue work of released devices that ended (atomic; gpuhal__device_work_ended) */
   /* Semaphore value words (semaphore.h): slabs of pinned, device-mapped memory, made on
    * first use in the primary context of the device that needed one; the driver keeps that
    * context retained until it frees the slab. */
@@ -359,7 +360,7 @@ typedef struct gpuhal__worker_s {
 
 struct gpuhal_device_s {
   gpuhal__object_t header;         /* user_refs: the application's, which gpuhal_driver_release settles */
-  uint64_t settled_in;             /* the last settle that took it (driver->settles; under devices_mutex) */
+  uint64_t settled_in;             /* the last settle pass that took it (driver->settles; under devices_mutex) */
   int32_t handoffs;                /* hand-offs to its worker not done (gpuhal__worker_hand_off; under devices_mutex) */
   gpuhal__list_node_t driver_link; /* in driver->devices while alive */
   gpuhal_driver_t* driver;         /* retained */
@@ -557,6 +558,10 @@ GPUHAL__PRIVATE int gpuhal__driver_settle_begin(gpuhal_driver_t* driver);
 /* Called first on each thread gpuhal starts for `driver`'s devices. */
 GPUHAL__PRIVATE void gpuhal__driver_thread_begin(gpuhal_driver_t* driver);
 GPUHAL__PRIVATE void gpuhal__driver_settle_end(gpuhal_driver_t* driver, int begun);
+/* The queue calls it as `count` actions of `device` end, before its count of outstanding
+ * work drops: a settle under way takes the released devices again when released devices'
+ * work ended during a pass (that work may have let go of another device's). */
+GPUHAL__PRIVATE void gpuhal__device_work_ended(gpuhal_device_t* device, uint64_t count);
 
 GPUHAL__PRIVATE void gpuhal__device_release_ref(gpuhal_device_t* device);
 

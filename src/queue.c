@@ -494,6 +494,7 @@ GPUHAL__PRIVATE void gpuhal__actions_release(gpuhal__queue_state_t* state, gpuha
   }
   gpuhal__event_pool_put_chain(&state->events, events);
   if (!count) return;
+  gpuhal__device_work_ended(state->device, count); /* before the count drops: a settle that waited sees it */
   gpuhal__mutex_lock(&state->mutex);
   last->next_free = state->free_actions;
   state->free_actions = first;
