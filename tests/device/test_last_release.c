@@ -26,6 +26,8 @@
  *     once (an infinite wait never returned).
  *  9. Work held by a gate the application holds, one of its inputs failed: a release then
  *     returns at once (it waited 30 s: the work did not count as blocked).
+ * 10-13. Chains across released devices (the section below): the last release waits for
+ *     work that a device it settled later lets go, however often the chain changes devices.
  *
  * "Torn down" is checked by the threads: a device's worker, completion and host-call
  * threads are joined by its teardown, so once the last release returns none may be left
@@ -411,6 +413,253 @@ TU_TEST(release_counts_work_with_a_failed_input_still_held_by_a_gate_as_blocked)
   TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
 }
 
+/* ---- Work one released device's work lets go on another ----
+ * The settle takes released devices one by one. Work of a device it took earlier, found
+ * blocked then, may be let go by the work of a device it takes later: the last release
+ * must wait for that work too, and for what it lets go in turn, however often the chain
+ * goes back and forth between devices, and leave alone only work nothing left can let go.
+ * Each case submits a chain across devices (the waiters first, so that on the memop path they wait on the GPU
+ * for values not submitted yet), releases everything and checks, when the last release has
+ * returned, that every step that could run did, and that nothing of gpuhal is left: no
+ * gpuhal thread, no CUDA object (softcuda), nothing allocated with the driver's allocator. */
+
+#define LR_X_DEVICES 3
+#define LR_X_STEP_US 150000 /* a step's kernel: still running when the release settles */
+
+typedef enum lr_x_order_e {
+  LR_X_DRIVER_LAST, /* semaphores, devices in the order made, then the driver */
+  LR_X_DEVICE_LAST, /* the driver first, then semaphores, devices in the order made */
+} lr_x_order_t;
+
+/* The driver's allocator: what it has allocated and not freed. */
+static int64_t lr_x_live;
+static void* lr_x_alloc(size_t size, void* user) {
+  void* p = malloc(size);
+  (void)user;
+  if (p) __atomic_add_fetch(&lr_x_live, 1, __ATOMIC_SEQ_CST);
+  return p;
+}
+static void lr_x_free(void* ptr, void* user) {
+  (void)user;
+  if (ptr) __atomic_sub_fetch(&lr_x_live, 1, __ATOMIC_SEQ_CST);
+  free(ptr);
+}
+
+/* softcuda: CUDA objects alive now; 0 on a real driver. */
+static size_t lr_x_cuda_objects(void) {
+  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
+  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  size_t (*report)(int) = NULL;
+  size_t n = 0;
+  void* p;
+  if (!h) return 0;
+  p = dlsym(h, "softcuda_leak_report");
+  memcpy(&report, &p, sizeof(p));
+  if (report) n = report(0);
+  dlclose(h);
+  return n;
+}
+
+typedef struct lr_x_s {
+  gpuhal_driver_t* driver;
+  int devices;
+  gpuhal_device_t* device[LR_X_DEVICES];
+  gpuhal_executable_t* exe[LR_X_DEVICES];
+  gpuhal_kernel_t* spin[LR_X_DEVICES];
+  gpuhal_semaphore_t* sem[8]; /* the chain's (released with the devices) */
+  int sems;
+  int runs; /* host functions that ran (atomic) */
+} lr_x_t;
+
+/* A driver with the counting allocator and `devices` devices on ordinals 0, 1, 0, ...
+ * (two gpuhal devices of one ordinal are devices of their own), each with spin_us; 0 when
+ * the case is skipped or failed. */
+static int lr_x_open(lr_x_t* x, int devices) {
+  gpuhal_driver_options_t options;
+  gpuhal_status_t st;
+  int count = 0, i;
+  alarm(120); /* a hang ends the test (SIGALRM) instead of stalling CTest */
+  memset(x, 0, sizeof(*x));
+  memset(&options, 0, sizeof(options));
+  options.allocator.alloc = lr_x_alloc;
+  options.allocator.free = lr_x_free;
+  st = gpuhal_driver_create(&options, &x->driver);
+  if (!st) st = gpuhal_driver_device_count(x->driver, &count);
+  if (!st && count < 2) {
+    gpuhal_driver_release(x->driver);
+    tu_state.skipped = 1;
+    tu_state.skip_reason = "needs 2 devices";
+    return 0;
+  }
+  x->devices = devices;
+  for (i = 0; !st && i < devices; ++i) st = gpuhal_device_create(x->driver, i % count, NULL, &x->device[i]);
+  for (i = 0; !st && i < devices; ++i) st = tu_load_kernel(x->device[i], "spin_us", &x->exe[i], &x->spin[i]);
+  for (i = 0; !st && i < 8; ++i) st = gpuhal_semaphore_create(x->driver, 0, &x->sem[x->sems++]);
+  if (st) {
+    TU_FAIL_AT(__FILE__, __LINE__, "setup: %s", gpuhal_status_message(st));
+    gpuhal_status_free(st);
+    for (i = 0; i < x->sems; ++i) gpuhal_semaphore_release(x->sem[i]);
+    for (i = 0; i < devices; ++i) {
+      gpuhal_executable_release(x->exe[i]);
+      gpuhal_device_release(x->device[i]);
+    }
+    gpuhal_driver_release(x->driver);
+    return 0;
+  }
+  return 1;
+}
+
+/* On device `d`: a kernel of `us` microseconds once `wait` reaches `wv` (none when NULL),
+ * then `signal` to `sv` (none when NULL). The execute holds its command buffer (and so the
+ * device); the application's reference goes at once. */
+static void lr_x_exec(lr_x_t* x, int d, uint32_t us, gpuhal_semaphore_t* wait, uint64_t wv, gpuhal_semaphore_t* signal,
+                      uint64_t sv) {
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_arg_t arg = gpuhal_arg_u64(us);
+  TU_CHECK_OK(gpuhal_command_buffer_create(x->device[d], GPUHAL_COMMAND_BUFFER_STREAM, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  TU_CHECK_OK(gpuhal_cmd_dispatch(cb, x->spin[d], gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 1, &arg));
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  TU_CHECK_OK(gpuhal_queue_execute(
+      x->device[d], 0, wait ? gpuhal_semaphore_list_one(&wait, &wv) : gpuhal_semaphore_list_empty(),
+      signal ? gpuhal_semaphore_list_one(&signal, &sv) : gpuhal_semaphore_list_empty(), cb, NULL));
+  gpuhal_command_buffer_release(cb);
+}
+
+static gpuhal_status_t lr_x_count_fn(void* user) {
+  __atomic_add_fetch(&((lr_x_t*)user)->runs, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+/* On device `d`: `fn` once `wait` reaches `wv`, then `signal` to `sv` (none when NULL). A
+ * host call holds no reference to its device. */
+static void lr_x_call(lr_x_t* x, int d, gpuhal_host_fn_t fn, gpuhal_semaphore_t* wait, uint64_t wv,
+                      gpuhal_semaphore_t* signal, uint64_t sv) {
+  TU_CHECK_OK(gpuhal_queue_host_call(
+      x->device[d], 0, wait ? gpuhal_semaphore_list_one(&wait, &wv) : gpuhal_semaphore_list_empty(),
+      signal ? gpuhal_semaphore_list_one(&signal, &sv) : gpuhal_semaphore_list_empty(), fn, x));
+}
+
+/* The application's releases in `order`; how long the last took. */
+static int64_t lr_x_release(lr_x_t* x, lr_x_order_t order) {
+  int64_t t0;
+  int i;
+  if (order == LR_X_DEVICE_LAST) gpuhal_driver_release(x->driver);
+  for (i = 0; i < x->sems; ++i) gpuhal_semaphore_release(x->sem[i]);
+  for (i = 0; i < x->devices; ++i) gpuhal_executable_release(x->exe[i]);
+  for (i = 0; i < x->devices - 1; ++i) gpuhal_device_release(x->device[i]);
+  t0 = gpuhal_now_ns();
+  if (order == LR_X_DRIVER_LAST) {
+    gpuhal_device_release(x->device[x->devices - 1]);
+    t0 = gpuhal_now_ns();
+    gpuhal_driver_release(x->driver);
+  } else {
+    gpuhal_device_release(x->device[x->devices - 1]);
+  }
+  return gpuhal_now_ns() - t0;
+}
+
+/* Right after the application's last release: nothing of gpuhal is left. Then waits
+ * (bounded) for whatever was left to end, so the next case starts clean. */
+static void lr_x_check_gone(void) {
+  int threads = lr_gpuhal_threads();
+  size_t objects = lr_x_cuda_objects();
+  int64_t live = __atomic_load_n(&lr_x_live, __ATOMIC_SEQ_CST), end = gpuhal_now_ns() + 20000000000ll;
+  TU_CHECK_EQ_INT(threads, 0);
+  TU_CHECK(objects == 0);
+  TU_CHECK(live == 0);
+  if (threads || objects || live)
+    fprintf(stderr, "  after the last release: %d gpuhal threads, %zu CUDA objects, %lld allocations left\n", threads,
+            objects, (long long)live);
+  while (gpuhal_now_ns() < end &&
+         (lr_gpuhal_threads() > 0 || lr_x_cuda_objects() > 0 || __atomic_load_n(&lr_x_live, __ATOMIC_SEQ_CST) > 0))
+    tu_sleep_ns(1000000);
+  alarm(0);
+}
+
+/* 10. A's kernel waits for B's (on the GPU on the memop path: its value is not submitted
+ *     yet), then a host call of A. The settle took A first (blocked), then B, whose kernel
+ *     let A's go: the release returned while A's kernel and host call ran (3 gpuhal threads
+ *     and 40 CUDA objects left). */
+static void lr_x_woken(lr_x_order_t order) {
+  lr_x_t x;
+  if (!lr_x_open(&x, 2)) return;
+  lr_x_exec(&x, 0, LR_X_STEP_US / 2, x.sem[0], 1, x.sem[1], 1);
+  lr_x_call(&x, 0, lr_x_count_fn, x.sem[1], 1, NULL, 0);
+  lr_x_exec(&x, 1, LR_X_STEP_US * 2, NULL, 0, x.sem[0], 1);
+  lr_x_release(&x, order);
+  TU_CHECK_EQ_INT(__atomic_load_n(&x.runs, __ATOMIC_SEQ_CST), 1);
+  lr_x_check_gone();
+}
+TU_TEST(last_release_waits_for_work_a_later_device_lets_go) { lr_x_woken(LR_X_DRIVER_LAST); }
+TU_TEST(last_device_release_waits_for_work_a_later_device_lets_go) { lr_x_woken(LR_X_DEVICE_LAST); }
+
+/* 11. A chain that goes A -> B -> A -> B and back to a host call of A (B's first step
+ *     needs nothing): each settle of one device lets the other's next step go. */
+static void lr_x_bouncing(lr_x_order_t order) {
+  lr_x_t x;
+  if (!lr_x_open(&x, 2)) return;
+  lr_x_call(&x, 0, lr_x_count_fn, x.sem[4], 1, NULL, 0);
+  lr_x_exec(&x, 0, LR_X_STEP_US, x.sem[3], 1, x.sem[4], 1); /* A2 */
+  lr_x_exec(&x, 1, LR_X_STEP_US, x.sem[2], 1, x.sem[3], 1); /* B2 */
+  lr_x_exec(&x, 0, LR_X_STEP_US, x.sem[1], 1, x.sem[2], 1); /* A1 */
+  lr_x_exec(&x, 1, LR_X_STEP_US, x.sem[0], 1, x.sem[1], 1); /* B1 */
+  lr_x_exec(&x, 1, LR_X_STEP_US, NULL, 0, x.sem[0], 1);     /* B0 */
+  lr_x_release(&x, order);
+  TU_CHECK_EQ_INT(__atomic_load_n(&x.runs, __ATOMIC_SEQ_CST), 1);
+  lr_x_check_gone();
+}
+TU_TEST(last_release_waits_for_a_chain_bouncing_between_devices) { lr_x_bouncing(LR_X_DRIVER_LAST); }
+TU_TEST(last_device_release_waits_for_a_chain_bouncing_between_devices) { lr_x_bouncing(LR_X_DEVICE_LAST); }
+
+/* 12. Three devices, each waiting for the next in the order they were made (A for B, B
+ *     for C): a settle of A, B, C lets one more go each time round. */
+static void lr_x_three(lr_x_order_t order) {
+  lr_x_t x;
+  if (!lr_x_open(&x, 3)) return;
+  lr_x_call(&x, 0, lr_x_count_fn, x.sem[2], 1, NULL, 0);
+  lr_x_exec(&x, 0, LR_X_STEP_US, x.sem[1], 1, x.sem[2], 1); /* A, for B */
+  lr_x_exec(&x, 1, LR_X_STEP_US, x.sem[0], 1, x.sem[1], 1); /* B, for C */
+  lr_x_exec(&x, 2, LR_X_STEP_US, NULL, 0, x.sem[0], 1);     /* C */
+  lr_x_release(&x, order);
+  TU_CHECK_EQ_INT(__atomic_load_n(&x.runs, __ATOMIC_SEQ_CST), 1);
+  lr_x_check_gone();
+}
+TU_TEST(last_release_waits_for_a_chain_across_three_devices) { lr_x_three(LR_X_DRIVER_LAST); }
+TU_TEST(last_device_release_waits_for_a_chain_across_three_devices) { lr_x_three(LR_X_DEVICE_LAST); }
+
+/* 13. A wait nothing will ever signal: A's kernel X waits for a gate the application keeps
+ *     (and never signals); A's kernel Y waits for B's, then a host call of A. The release
+ *     returns at once (not the settle bound) once Y and the host call are done, leaving X
+ *     (and A, which X holds) alone. The gate's release then fails X (ABORTED: nothing can
+ *     signal it), and everything goes. */
+TU_TEST(last_release_waits_for_what_can_run_and_leaves_a_wait_nothing_signals) {
+  lr_x_t x;
+  gpuhal_semaphore_t *gate = NULL, *done = NULL;
+  int64_t took;
+  gpuhal_status_t st;
+  uint64_t value = 7;
+  if (!lr_x_open(&x, 2)) return;
+  TU_REQUIRE_OK(gpuhal_semaphore_create(x.driver, 0, &gate));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(x.driver, 0, &done));
+  lr_x_exec(&x, 0, LR_X_STEP_US / 2, gate, 1, done, 1);         /* X */
+  lr_x_exec(&x, 0, LR_X_STEP_US / 2, x.sem[0], 1, x.sem[1], 1); /* Y */
+  lr_x_call(&x, 0, lr_x_count_fn, x.sem[1], 1, NULL, 0);
+  lr_x_exec(&x, 1, LR_X_STEP_US * 2, NULL, 0, x.sem[0], 1);
+  took = lr_x_release(&x, LR_X_DRIVER_LAST);
+  TU_CHECK(took < 5000000000ll); /* not the settle bound */
+  TU_CHECK_EQ_INT(__atomic_load_n(&x.runs, __ATOMIC_SEQ_CST), 1);
+  TU_CHECK_OK(gpuhal_semaphore_query(done, &value));
+  TU_CHECK(value == 0);           /* X still waits */
+  gpuhal_semaphore_release(gate); /* nothing left signals it: it fails, and X with it */
+  st = gpuhal_semaphore_wait(done, 1, lr_seconds(10));
+  TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_ABORTED);
+  gpuhal_status_free(st);
+  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0); /* the gate's release settled A */
+  gpuhal_semaphore_release(done);          /* the last release */
+  lr_x_check_gone();
+}
+
 TU_MAIN(TU_CASE(device_released_last_while_its_kernel_runs), TU_CASE(semaphore_released_last_after_its_signal),
         TU_CASE(host_function_makes_the_last_driver_release),
         TU_CASE(driver_release_leaves_work_waiting_on_the_gpu_alone),
@@ -418,4 +667,11 @@ TU_MAIN(TU_CASE(device_released_last_while_its_kernel_runs), TU_CASE(semaphore_r
         TU_CASE(last_release_waits_for_a_slow_host_function_and_what_follows_it),
         TU_CASE(last_release_waits_for_a_chain_of_host_calls_and_executes),
         TU_CASE(wait_idle_from_a_host_function_of_the_device_fails_at_once),
-        TU_CASE(release_counts_work_with_a_failed_input_still_held_by_a_gate_as_blocked))
+        TU_CASE(release_counts_work_with_a_failed_input_still_held_by_a_gate_as_blocked),
+        TU_CASE(last_release_waits_for_work_a_later_device_lets_go),
+        TU_CASE(last_device_release_waits_for_work_a_later_device_lets_go),
+        TU_CASE(last_release_waits_for_a_chain_bouncing_between_devices),
+        TU_CASE(last_device_release_waits_for_a_chain_bouncing_between_devices),
+        TU_CASE(last_release_waits_for_a_chain_across_three_devices),
+        TU_CASE(last_device_release_waits_for_a_chain_across_three_devices),
+        TU_CASE(last_release_waits_for_what_can_run_and_leaves_a_wait_nothing_signals))
