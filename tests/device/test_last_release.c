@@ -34,6 +34,7 @@
  * (the detached reaper excepted). SOFTCUDA_LEAKS=fatal also checks the CUDA objects at
  * exit on softcuda. Every wait has a timeout; a watchdog ends a hang. */
 #include "gpuhal.h"
+#include "test_leak_check.h"
 #include "test_util.h"
 
 #include <dirent.h>
@@ -42,26 +43,6 @@
 #define LR_KERNEL_US 50000 /* long enough to be running when the last release comes */
 
 static gpuhal_timeout_t lr_seconds(int s) { return gpuhal_timeout_relative_ns((int64_t)s * 1000000000ll); }
-
-/* gpuhal threads of this process still running, the reaper (detached) aside. */
-static int lr_gpuhal_threads(void) {
-  DIR* dir = opendir("/proc/self/task");
-  struct dirent* e;
-  int n = 0;
-  if (!dir) return 0;
-  while ((e = readdir(dir)) != NULL) {
-    char path[300], name[64];
-    FILE* f;
-    if (e->d_name[0] == '.') continue;
-    snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-    f = fopen(path, "r");
-    if (!f) continue;
-    if (fgets(name, sizeof(name), f) && !strncmp(name, "gpuhal", 6) && strncmp(name, "gpuhal-reaper", 13)) n++;
-    fclose(f);
-  }
-  closedir(dir);
-  return n;
-}
 
 typedef struct lr_fixture_s {
   gpuhal_driver_t* driver;
@@ -111,7 +92,7 @@ TU_TEST(device_released_last_while_its_kernel_runs) {
   lr_release_work_objects(&f);
   gpuhal_driver_release(f.driver); /* the device holds it */
   gpuhal_device_release(f.device); /* the application's last release */
-  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+  TU_CHECK_EQ_INT(tu_gpuhal_threads(), 0);
 }
 
 TU_TEST(semaphore_released_last_after_its_signal) {
@@ -127,7 +108,7 @@ TU_TEST(semaphore_released_last_after_its_signal) {
   gpuhal_driver_release(f.driver); /* the work waits for the gate: left alone */
   TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
   gpuhal_semaphore_release(gate); /* the last release: the work runs, and everything goes */
-  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+  TU_CHECK_EQ_INT(tu_gpuhal_threads(), 0);
 }
 
 typedef struct lr_host_release_s {
@@ -158,7 +139,7 @@ TU_TEST(host_function_makes_the_last_driver_release) {
   TU_CHECK_OK(gpuhal_semaphore_wait(s, 1, lr_seconds(10)));
   TU_CHECK(r.took_ns >= 0 && r.took_ns < 5000000000ll);
   gpuhal_semaphore_release(s); /* the last release */
-  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+  TU_CHECK_EQ_INT(tu_gpuhal_threads(), 0);
 }
 
 TU_TEST(driver_release_leaves_work_waiting_on_the_gpu_alone) {
@@ -183,7 +164,7 @@ TU_TEST(driver_release_leaves_work_waiting_on_the_gpu_alone) {
   TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, lr_seconds(10)));
   gpuhal_semaphore_release(gate);
   gpuhal_semaphore_release(done);
-  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+  TU_CHECK_EQ_INT(tu_gpuhal_threads(), 0);
 }
 
 /* A host function that waits (up to 20 s) for the application to open its gate. */
@@ -222,7 +203,7 @@ TU_TEST(release_does_not_wait_for_a_host_function_waiting_on_the_application) {
   TU_CHECK_OK(gpuhal_semaphore_wait(s, 1, lr_seconds(10)));
   lr_release_work_objects(&f);
   gpuhal_semaphore_release(s); /* the last release */
-  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+  TU_CHECK_EQ_INT(tu_gpuhal_threads(), 0);
 }
 
 /* A host function that takes 300 ms and counts its runs. */
@@ -253,7 +234,7 @@ TU_TEST(last_release_waits_for_a_slow_host_function_and_what_follows_it) {
   gpuhal_semaphore_release(s);
   gpuhal_semaphore_release(done); /* the last release */
   TU_CHECK_EQ_INT(__atomic_load_n(&runs, __ATOMIC_SEQ_CST), 2);
-  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+  TU_CHECK_EQ_INT(tu_gpuhal_threads(), 0);
 }
 
 static gpuhal_status_t lr_count_fn(void* user) {
@@ -328,7 +309,7 @@ TU_TEST(last_release_waits_for_a_chain_of_host_calls_and_executes) {
     TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
     gpuhal_semaphore_release(gate); /* the last release */
     TU_CHECK_EQ_INT(__atomic_load_n(&runs, __ATOMIC_SEQ_CST), expected);
-    TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+    TU_CHECK_EQ_INT(tu_gpuhal_threads(), 0);
   }
 }
 
@@ -370,7 +351,7 @@ TU_TEST(wait_idle_from_a_host_function_of_the_device_fails_at_once) {
   lr_release_work_objects(&f);
   gpuhal_device_release(f.device);
   gpuhal_driver_release(f.driver);
-  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+  TU_CHECK_EQ_INT(tu_gpuhal_threads(), 0);
 }
 
 /* Work waiting (on the GPU, on the memop path) for a gate the application still holds and
@@ -410,7 +391,7 @@ TU_TEST(release_counts_work_with_a_failed_input_still_held_by_a_gate_as_blocked)
   gpuhal_status_free(st);
   gpuhal_semaphore_release(gate);
   gpuhal_semaphore_release(done); /* the last release */
-  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0);
+  TU_CHECK_EQ_INT(tu_gpuhal_threads(), 0);
 }
 
 /* ---- Work one released device's work lets go on another ----
@@ -443,21 +424,6 @@ static void lr_x_free(void* ptr, void* user) {
   (void)user;
   if (ptr) __atomic_sub_fetch(&lr_x_live, 1, __ATOMIC_SEQ_CST);
   free(ptr);
-}
-
-/* softcuda: CUDA objects alive now; 0 on a real driver. */
-static size_t lr_x_cuda_objects(void) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  size_t (*report)(int) = NULL;
-  size_t n = 0;
-  void* p;
-  if (!h) return 0;
-  p = dlsym(h, "softcuda_leak_report");
-  memcpy(&report, &p, sizeof(p));
-  if (report) n = report(0);
-  dlclose(h);
-  return n;
 }
 
 typedef struct lr_x_s {
@@ -562,8 +528,8 @@ static int64_t lr_x_release(lr_x_t* x, lr_x_order_t order) {
 /* Right after the application's last release: nothing of gpuhal is left. Then waits
  * (bounded) for whatever was left to end, so the next case starts clean. */
 static void lr_x_check_gone(void) {
-  int threads = lr_gpuhal_threads();
-  size_t objects = lr_x_cuda_objects();
+  int threads = tu_gpuhal_threads();
+  size_t objects = tu_softcuda_objects();
   int64_t live = __atomic_load_n(&lr_x_live, __ATOMIC_SEQ_CST), end = gpuhal_now_ns() + 20000000000ll;
   TU_CHECK_EQ_INT(threads, 0);
   TU_CHECK(objects == 0);
@@ -572,7 +538,7 @@ static void lr_x_check_gone(void) {
     fprintf(stderr, "  after the last release: %d gpuhal threads, %zu CUDA objects, %lld allocations left\n", threads,
             objects, (long long)live);
   while (gpuhal_now_ns() < end &&
-         (lr_gpuhal_threads() > 0 || lr_x_cuda_objects() > 0 || __atomic_load_n(&lr_x_live, __ATOMIC_SEQ_CST) > 0))
+         (tu_gpuhal_threads() > 0 || tu_softcuda_objects() > 0 || __atomic_load_n(&lr_x_live, __ATOMIC_SEQ_CST) > 0))
     tu_sleep_ns(1000000);
   alarm(0);
 }
@@ -655,7 +621,7 @@ TU_TEST(last_release_waits_for_what_can_run_and_leaves_a_wait_nothing_signals) {
   st = gpuhal_semaphore_wait(done, 1, lr_seconds(10));
   TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_ABORTED);
   gpuhal_status_free(st);
-  TU_CHECK_EQ_INT(lr_gpuhal_threads(), 0); /* the gate's release settled A */
+  TU_CHECK_EQ_INT(tu_gpuhal_threads(), 0); /* the gate's release settled A */
   gpuhal_semaphore_release(done);          /* the last release */
   lr_x_check_gone();
 }

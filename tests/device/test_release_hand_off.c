@@ -26,6 +26,7 @@
  * done (the case checks that it returns at once, and that everything goes then). Every
  * wait has a bound; an alarm ends a hang. */
 #include "test_internals.h"
+#include "test_leak_check.h"
 #include "test_util.h"
 
 #include <dirent.h>
@@ -36,43 +37,6 @@
 #define RH_HOLD_NS 700000000ll     /* how long A's worker stays busy then */
 
 static gpuhal_timeout_t rh_seconds(int s) { return gpuhal_timeout_relative_ns((int64_t)s * 1000000000ll); }
-
-/* gpuhal threads of this process still running, a reaper (detached; it ends right after
- * its teardown) aside. */
-static int rh_gpuhal_threads(void) {
-  DIR* dir = opendir("/proc/self/task");
-  struct dirent* e;
-  int n = 0;
-  if (!dir) return 0;
-  while ((e = readdir(dir)) != NULL) {
-    char path[300], name[64];
-    FILE* f;
-    if (e->d_name[0] == '.') continue;
-    snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-    f = fopen(path, "r");
-    if (!f) continue;
-    if (fgets(name, sizeof(name), f) && !strncmp(name, "gpuhal", 6) && strncmp(name, "gpuhal-reaper", 13)) n++;
-    fclose(f);
-  }
-  closedir(dir);
-  return n;
-}
-
-/* softcuda: CUDA objects alive now (contexts, streams, pools, memory, modules); 0 on a real
- * driver. */
-static size_t rh_cuda_objects(void) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  size_t (*report)(int) = NULL;
-  size_t n = 0;
-  void* p;
-  if (!h) return 0;
-  p = dlsym(h, "softcuda_leak_report");
-  memcpy(&report, &p, sizeof(p));
-  if (report) n = report(0);
-  dlclose(h);
-  return n;
-}
 
 /* The driver's allocator: what is allocated now, and calls made after the application's
  * last release returned (`closed`). Static: a late call must not find it gone. */
@@ -260,7 +224,7 @@ static gpuhal_status_t rh_submit_copy(rh_case_t* c) {
 static void rh_wait_gone(void) {
   int64_t end = gpuhal_now_ns() + 20ll * 1000000000;
   while (gpuhal_now_ns() < end &&
-         (rh_gpuhal_threads() > 0 || rh_cuda_objects() > 0 || gpuhal__atomic_load(&rh_alloc_state.live) > 0))
+         (tu_gpuhal_threads() > 0 || tu_softcuda_objects() > 0 || gpuhal__atomic_load(&rh_alloc_state.live) > 0))
     tu_sleep_ns(1000000);
   tu_sleep_ns(20000000); /* a reaper's last steps after its allocator calls */
 }
@@ -288,8 +252,8 @@ static void rh_case(rh_source_t source, rh_order_t order, int copier_first) {
     while (!gpuhal__atomic_load(&c.hold.started) && gpuhal_now_ns() < end) tu_sleep_ns(1000000);
     rh_wait_gone(); /* it may not wait for its own thread: everything goes on its own */
   }
-  threads = rh_gpuhal_threads();
-  objects = rh_cuda_objects();
+  threads = tu_gpuhal_threads();
+  objects = tu_softcuda_objects();
   live = gpuhal__atomic_load(&rh_alloc_state.live);
   gpuhal__atomic_store(&rh_alloc_state.closed, 1);
   TU_CHECK_EQ_INT(threads, 0);
