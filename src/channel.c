@@ -287,7 +287,7 @@ static void gpuhal__channel_release_ref(gpuhal_channel_t* channel) {
 
 GPUHAL_API void gpuhal_channel_release(gpuhal_channel_t* channel) {
   gpuhal_driver_t* driver;
-  int settle;
+  uint64_t settle; /* gpuhal__driver_settle_begin: 0, or the settle begun */
   if (!gpuhal__object_is_live(channel, GPUHAL__MAGIC_CHANNEL)) return;
   if (!gpuhal__object_user_release(&channel->header)) {
     gpuhal__log_extra_release(channel->device->logger, __func__, "a channel");

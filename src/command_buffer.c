@@ -535,7 +535,7 @@ GPUHAL__PRIVATE void gpuhal__cb_release_ref(gpuhal_command_buffer_t* cb) {
 
 GPUHAL_API void gpuhal_command_buffer_release(gpuhal_command_buffer_t* command_buffer) {
   gpuhal_driver_t* driver;
-  int settle;
+  uint64_t settle; /* gpuhal__driver_settle_begin: 0, or the settle begun */
   if (!gpuhal__object_is_live(command_buffer, GPUHAL__MAGIC_COMMAND_BUFFER)) return;
   if (!gpuhal__object_user_release(&command_buffer->object)) {
     gpuhal__log_extra_release(command_buffer->device->logger, __func__, "a command buffer");

@@ -625,10 +625,35 @@ GPUHAL__PRIVATE void gpuhal__device_work_ended(gpuhal_device_t* device, uint64_t
     gpuhal__atomic_add(&device->driver->released_work_ended, count);
 }
 
-/* One pass: takes each released device once (a device a concurrent settle's later pass
- * took is left to it) and waits until its queues have no work but work blocked on a
- * semaphore, and its worker none queued. */
-static void gpuhal__driver_settle_pass(gpuhal_driver_t* driver, gpuhal_timeout_t timeout) {
+/* A settle holds each device the application has released, from the moment it first sees
+ * it until no released device's work can move any more, with a reference of its own
+ * (settle_hold names the settle): the device's teardown fails its work still waiting for a
+ * semaphore, which another released device's work may yet let go. One already held by a
+ * concurrent settle is taken over (that reference is now this settle's to drop); a dying
+ * one (refcount already 0) is left alone. Caller holds devices_mutex. */
+static void gpuhal__driver_settle_hold_locked(gpuhal_device_t* d, uint64_t settle) {
+  if (!d->settle_hold && !gpuhal__object_try_retain(&d->header)) return;
+  d->settle_hold = settle;
+}
+
+/* A new settle: its number, with every device the application has released held. */
+static uint64_t gpuhal__driver_settle_open(gpuhal_driver_t* driver) {
+  gpuhal__list_node_t* n;
+  uint64_t settle;
+  gpuhal__mutex_lock(&driver->devices_mutex);
+  settle = ++driver->settles;
+  for (n = driver->devices.next; n != &driver->devices; n = n->next) {
+    gpuhal_device_t* d = GPUHAL__CONTAINER_OF(n, gpuhal_device_t, driver_link);
+    if (gpuhal__atomic_load(&d->header.user_refs) == 0) gpuhal__driver_settle_hold_locked(d, settle);
+  }
+  gpuhal__mutex_unlock(&driver->devices_mutex);
+  return settle;
+}
+
+/* One pass of settle `settle`: takes each released device once (a device a concurrent
+ * settle's later pass took is left to it), holds it, and waits until its queues have no
+ * work but work blocked on a semaphore, and its worker none queued. */
+static void gpuhal__driver_settle_pass(gpuhal_driver_t* driver, uint64_t settle, gpuhal_timeout_t timeout) {
   uint64_t pass;
   gpuhal__mutex_lock(&driver->devices_mutex);
   pass = ++driver->settles;
@@ -639,8 +664,10 @@ static void gpuhal__driver_settle_pass(gpuhal_driver_t* driver, gpuhal_timeout_t
     gpuhal__mutex_lock(&driver->devices_mutex);
     for (n = driver->devices.next; n != &driver->devices && !device; n = n->next) {
       gpuhal_device_t* d = GPUHAL__CONTAINER_OF(n, gpuhal_device_t, driver_link);
+      /* a reference for the pass itself: a concurrent settle may take the hold over and drop it */
       if (gpuhal__atomic_load(&d->header.user_refs) == 0 && d->settled_in < pass &&
           gpuhal__object_try_retain(&d->header)) {
+        gpuhal__driver_settle_hold_locked(d, settle);
         d->settled_in = pass;
         device = d;
       }
@@ -654,45 +681,72 @@ static void gpuhal__driver_settle_pass(gpuhal_driver_t* driver, gpuhal_timeout_t
      * after the device's (every one is a settle then) does not wait for a thread. */
     if (!gpuhal__worker_idle(&device->worker))
       gpuhal_status_free(gpuhal__worker_call(device, gpuhal__driver_settle_nothing, NULL));
-    gpuhal__device_release_ref(device); /* often the last: the teardown runs right here */
+    gpuhal__device_release_ref(device); /* the pass's (the last only when the hold went) */
+  }
+}
+
+/* Drops the devices settle `settle` holds, one at a time: the last reference tears its
+ * device down right here (or on a reaper, counted in teardowns), failing what still waits. */
+static void gpuhal__driver_settle_drop(gpuhal_driver_t* driver, uint64_t settle) {
+  for (;;) {
+    gpuhal_device_t* device = NULL;
+    gpuhal__list_node_t* n;
+    gpuhal__mutex_lock(&driver->devices_mutex);
+    for (n = driver->devices.next; n != &driver->devices && !device; n = n->next) {
+      gpuhal_device_t* d = GPUHAL__CONTAINER_OF(n, gpuhal_device_t, driver_link);
+      if (d->settle_hold == settle) {
+        d->settle_hold = 0;
+        device = d;
+      }
+    }
+    gpuhal__mutex_unlock(&driver->devices_mutex);
+    if (!device) return;
+    gpuhal__device_release_ref(device);
   }
 }
 
 /* A released device's work may be let go by another released device's: a value it waits
- * for (on the GPU, or on the host with nothing submitted yet), signalled by work the pass
- * found running when it took that other device, after it took this one. So passes repeat
- * while one saw released devices' work end (driver->released_work_ended, counted before
- * each device's count of outstanding work drops, so a pass that waited for work sees it):
- * only a pass in which none did found every device's work blocked at once, with nothing
- * left to let it go but the application (a signal, a release) or devices it still holds.
- * Each pass but the last saw work end, so they end. Never on the driver's own threads (the
- * callers check): a settle waits for those. */
-static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver) {
+ * for (on the GPU, or on the host with nothing submitted yet), signalled by work the settle
+ * found running when it took that other device, after it took this one; or by a device
+ * torn down, whose waiting work fails with its signals. So passes repeat while one saw
+ * released devices' work end (driver->released_work_ended, counted before each device's
+ * count of outstanding work drops, so a pass that waited for work sees it): only a pass in
+ * which none did found every device's work blocked at once, with nothing left to let it
+ * go but the application (a signal, a release) or devices it still holds. The holds go
+ * then, and the teardowns they end; when those failed work (aborted what still waited),
+ * the whole repeats. It ends: each round but the last saw work end. Never on the driver's
+ * own threads (the callers check): a settle waits for those. */
+static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver, uint64_t settle) {
   gpuhal_timeout_t timeout = gpuhal_timeout_relative_ns(GPUHAL_DRIVER_RELEASE_SETTLE_NS);
-  uint64_t ended;
-  do {
+  for (;;) {
+    uint64_t ended;
+    do {
+      ended = gpuhal__atomic_load(&driver->released_work_ended);
+      gpuhal__driver_settle_pass(driver, settle, timeout);
+    } while (gpuhal__atomic_load(&driver->released_work_ended) != ended && !gpuhal__timeout_expired(timeout));
     ended = gpuhal__atomic_load(&driver->released_work_ended);
-    gpuhal__driver_settle_pass(driver, timeout);
-  } while (gpuhal__atomic_load(&driver->released_work_ended) != ended && !gpuhal__timeout_expired(timeout));
-  gpuhal__mutex_lock(&driver->devices_mutex);
-  while (driver->teardowns > 0 || gpuhal__driver_has_unsettled_device(driver))
-    if (!gpuhal__cond_wait_until(&driver->devices_cond, &driver->devices_mutex, timeout)) break;
-  gpuhal__mutex_unlock(&driver->devices_mutex);
+    gpuhal__driver_settle_drop(driver, settle);
+    gpuhal__mutex_lock(&driver->devices_mutex);
+    while (driver->teardowns > 0 || gpuhal__driver_has_unsettled_device(driver))
+      if (!gpuhal__cond_wait_until(&driver->devices_cond, &driver->devices_mutex, timeout)) break;
+    gpuhal__mutex_unlock(&driver->devices_mutex);
+    if (gpuhal__atomic_load(&driver->released_work_ended) == ended || gpuhal__timeout_expired(timeout)) return;
+  }
 }
 
 /* 1 when the calling thread is one of the driver's own: settling there would wait for the
  * caller itself, so it is left to the teardowns. */
 static int gpuhal__driver_owns_thread(const gpuhal_driver_t* driver) { return gpuhal__thread_driver == driver; }
 
-GPUHAL__PRIVATE int gpuhal__driver_settle_begin(gpuhal_driver_t* driver) {
+GPUHAL__PRIVATE uint64_t gpuhal__driver_settle_begin(gpuhal_driver_t* driver) {
   if (gpuhal__atomic_load(&driver->header.user_refs) > 0 || gpuhal__driver_owns_thread(driver)) return 0;
   gpuhal__driver_retain_ref(driver);
-  return 1;
+  return gpuhal__driver_settle_open(driver);
 }
 
-GPUHAL__PRIVATE void gpuhal__driver_settle_end(gpuhal_driver_t* driver, int begun) {
-  if (!begun) return;
-  gpuhal__driver_settle_released_devices(driver);
+GPUHAL__PRIVATE void gpuhal__driver_settle_end(gpuhal_driver_t* driver, uint64_t settle) {
+  if (!settle) return;
+  gpuhal__driver_settle_released_devices(driver, settle);
   gpuhal__driver_release_ref(driver); /* perhaps the last: the driver goes on this thread */
 }
 
@@ -719,7 +773,8 @@ GPUHAL_API void gpuhal_driver_release(gpuhal_driver_t* driver) {
     gpuhal__log_extra_release(&driver->logger, __func__, "the driver");
     return;
   }
-  if (!gpuhal__driver_owns_thread(driver)) gpuhal__driver_settle_released_devices(driver);
+  if (!gpuhal__driver_owns_thread(driver))
+    gpuhal__driver_settle_released_devices(driver, gpuhal__driver_settle_open(driver));
   gpuhal__driver_warn_live_objects(driver);
   gpuhal__driver_release_ref(driver);
 }
@@ -1321,7 +1376,7 @@ GPUHAL__PRIVATE void gpuhal__worker_hand_off_done(gpuhal_device_t* device) {
  * down under that buffer, whose own release would then wait on a stopped worker. */
 GPUHAL_API void gpuhal_device_release(gpuhal_device_t* device) {
   gpuhal_driver_t* driver;
-  int settle;
+  uint64_t settle; /* gpuhal__driver_settle_begin: 0, or the settle begun */
   if (!gpuhal__object_is_live(device, GPUHAL__MAGIC_DEVICE)) return;
   driver = device->driver;
   if (gpuhal__release_in_other_process(driver, "gpuhal_device_release")) return;

@@ -40,7 +40,14 @@ typedef struct gpuhal_driver_options_t {
  * once, leaving the object to the child's exit (a leak, not a hang). */
 GPUHAL_API gpuhal_status_t gpuhal_driver_create(const gpuhal_driver_options_t* options, gpuhal_driver_t** out_driver);
 GPUHAL_API void gpuhal_driver_retain(gpuhal_driver_t* driver);
-/* Releasing NULL is a no-op. The libraries stay loaded for the life of the process. */
+/* Releasing NULL is a no-op. The libraries stay loaded for the life of the process. The
+ * application's last release (this one, or, once it is made, whichever release of an
+ * object of the driver comes last) waits, up to GPUHAL_DRIVER_RELEASE_SETTLE_NS (30 s), for
+ * the work of devices the application has released that can still run, that which other
+ * such devices' work lets go included, and tears those devices down before it returns.
+ * It leaves alone work that waits for a semaphore only the application (or a device it
+ * still holds) can signal, and a host function still running after a second; it never
+ * waits when made on one of gpuhal's threads (a host function). */
 GPUHAL_API void gpuhal_driver_release(gpuhal_driver_t* driver);
 GPUHAL_API gpuhal_status_t gpuhal_driver_device_count(gpuhal_driver_t* driver, int* out_count);
 
@@ -211,8 +218,10 @@ GPUHAL_API void gpuhal_device_retain(gpuhal_device_t* device);
  * command buffer, an alloca or dealloca its buffer): the device lives until the last of
  * those references goes, and work holding it runs when its semaphores are signalled. The
  * last release drains the device's queues, stops its worker and releases the primary
- * context. Queue work still waiting for semaphores then (a barrier, a host call) is failed
- * (ABORTED, naming the device), and so are its signals. With
+ * context (after gpuhal_driver_release, not before the work of the other released devices
+ * can no longer let its work go: see gpuhal_driver_release). Queue work still waiting for
+ * semaphores then (a barrier, a host call) is failed (ABORTED, naming the device), and so
+ * are its signals. With
  * GPUHAL_FEATURE_SEMAPHORE_MEMOPS, work that waits on the GPU for a value nobody has
  * signalled yet can only be let go by that value: the release fails the semaphore it waits
  * for (ABORTED, naming the device and the value), for every device and process that uses
@@ -298,7 +307,7 @@ struct gpuhal_driver_s {
   gpuhal__list_node_t devices;  /* gpuhal_device_s.driver_link */
   int teardowns;                /* device teardowns under way, on any thread */
   long creator_pid;             /* getpid() at creation: a forked child has none of its threads */
-  uint64_t settles;             /* passes of settles of released devices begun (under devices_mutex) */
+  uint64_t settles;             /* settles of released devices, and their passes, begun (under devices_mutex) */
   uint64_t released_work_ended; /* queue work of released devices that ended (atomic; gpuhal__device_work_ended) */
   /* Semaphore value words (semaphore.h): slabs of pinned, device-mapped memory, made on
    * first use in the primary context of the device that needed one; the driver keeps that
@@ -361,6 +370,7 @@ typedef struct gpuhal__worker_s {
 struct gpuhal_device_s {
   gpuhal__object_t header;         /* user_refs: the application's, which gpuhal_driver_release settles */
   uint64_t settled_in;             /* the last settle pass that took it (driver->settles; under devices_mutex) */
+  uint64_t settle_hold;            /* the settle whose reference holds it, 0 none (under devices_mutex) */
   int32_t handoffs;                /* hand-offs to its worker not done (gpuhal__worker_hand_off; under devices_mutex) */
   gpuhal__list_node_t driver_link; /* in driver->devices while alive */
   gpuhal_driver_t* driver;         /* retained */
@@ -551,13 +561,15 @@ GPUHAL__PRIVATE void gpuhal__driver_release_ref(gpuhal_driver_t* driver);
 /* Around an application release made after the application released the driver: the last
  * release then settles released devices as gpuhal_driver_release does (their finished work
  * drains and they go, on this thread, before it returns), whichever object it was. begin
- * (before the release) retains the driver and returns 1 when that is to happen; end settles
- * and drops it. Not on the driver's own threads (a host function): that would wait for
- * itself. */
-GPUHAL__PRIVATE int gpuhal__driver_settle_begin(gpuhal_driver_t* driver);
+ * (before the release) retains the driver and holds the released devices (a device whose
+ * last reference the release drops goes at the settle's end, once no other released
+ * device's work can let its own go) and returns the settle's number when that is to happen,
+ * else 0; end settles and drops both. Not on the driver's own threads (a host function):
+ * that would wait for itself. */
+GPUHAL__PRIVATE uint64_t gpuhal__driver_settle_begin(gpuhal_driver_t* driver);
 /* Called first on each thread gpuhal starts for `driver`'s devices. */
 GPUHAL__PRIVATE void gpuhal__driver_thread_begin(gpuhal_driver_t* driver);
-GPUHAL__PRIVATE void gpuhal__driver_settle_end(gpuhal_driver_t* driver, int begun);
+GPUHAL__PRIVATE void gpuhal__driver_settle_end(gpuhal_driver_t* driver, uint64_t settle);
 /* The queue calls it as `count` actions of `device` end, before its count of outstanding
  * work drops: a settle under way takes the released devices again when released devices'
  * work ended during a pass (that work may have let go of another device's). */

@@ -65,7 +65,7 @@ GPUHAL__PRIVATE void gpuhal__executable_release_ref(gpuhal_executable_t* executa
 
 GPUHAL_API void gpuhal_executable_release(gpuhal_executable_t* executable) {
   gpuhal_driver_t* driver;
-  int settle;
+  uint64_t settle; /* gpuhal__driver_settle_begin: 0, or the settle begun */
   if (!gpuhal__object_is_live(executable, GPUHAL__MAGIC_EXECUTABLE)) return;
   if (!gpuhal__object_user_release(&executable->object)) {
     gpuhal__log_extra_release(executable->device->logger, __func__, "an executable");

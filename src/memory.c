@@ -1010,7 +1010,7 @@ GPUHAL_API void gpuhal_buffer_retain(gpuhal_buffer_t* buffer) {
 
 GPUHAL_API void gpuhal_buffer_release(gpuhal_buffer_t* buffer) {
   gpuhal_driver_t* driver;
-  int settle;
+  uint64_t settle; /* gpuhal__driver_settle_begin: 0, or the settle begun */
   if (!gpuhal__object_is_live(buffer, GPUHAL__MAGIC_BUFFER)) return;
   if (!gpuhal__object_user_release(&buffer->header)) {
     gpuhal__log_extra_release(buffer->device->logger, __func__, "a buffer");

@@ -708,7 +708,7 @@ GPUHAL__PRIVATE void gpuhal__semaphore_release_ref(gpuhal_semaphore_t* semaphore
 
 GPUHAL_API void gpuhal_semaphore_release(gpuhal_semaphore_t* semaphore) {
   gpuhal_driver_t* driver;
-  int settle;
+  uint64_t settle; /* gpuhal__driver_settle_begin: 0, or the settle begun */
   /* NULL or a released handle: ignore rather than crash */
   if (!gpuhal__object_is_live(semaphore, GPUHAL__MAGIC_SEMAPHORE)) return;
   if (!gpuhal__object_user_release(&semaphore->object)) {
