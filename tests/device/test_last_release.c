@@ -26,8 +26,9 @@
  *     once (an infinite wait never returned).
  *  9. Work held by a gate the application holds, one of its inputs failed: a release then
  *     returns at once (it waited 30 s: the work did not count as blocked).
- * 10-13. Chains across released devices (the section below): the last release waits for
- *     work that a device it settled later lets go, however often the chain changes devices.
+ * 10-15. Chains across released devices (the section below): the last release waits for
+ *     work that a device it settled later lets go, however often the chain changes devices,
+ *     and keeps a released device until no other's work can let its work go.
  *
  * "Torn down" is checked by the threads: a device's worker, completion and host-call
  * threads are joined by its teardown, so once the last release returns none may be left
@@ -396,10 +397,11 @@ TU_TEST(release_counts_work_with_a_failed_input_still_held_by_a_gate_as_blocked)
 
 /* ---- Work one released device's work lets go on another ----
  * The settle takes released devices one by one. Work of a device it took earlier, found
- * blocked then, may be let go by the work of a device it takes later: the last release
- * must wait for that work too, and for what it lets go in turn, however often the chain
- * goes back and forth between devices, and leave alone only work nothing left can let go.
- * Each case submits a chain across devices (the waiters first, so that on the memop path they wait on the GPU
+ * blocked then, may be let go by the work of a device it takes later (or by a device torn
+ * down meanwhile, whose waiting work fails): the last release must wait for that work
+ * too, and for what it lets go in turn, however often the chain goes back and forth
+ * between devices, and leave alone only work nothing left can let go. Each case submits a
+ * chain across devices (the waiters first, so that on the memop path they wait on the GPU
  * for values not submitted yet), releases everything and checks, when the last release has
  * returned, that every step that could run did, and that nothing of gpuhal is left: no
  * gpuhal thread, no CUDA object (softcuda), nothing allocated with the driver's allocator. */
@@ -494,6 +496,11 @@ static void lr_x_exec(lr_x_t* x, int d, uint32_t us, gpuhal_semaphore_t* wait, u
 
 static gpuhal_status_t lr_x_count_fn(void* user) {
   __atomic_add_fetch(&((lr_x_t*)user)->runs, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+static gpuhal_status_t lr_x_slow_fn(void* user) {
+  (void)user;
+  tu_sleep_ns((long long)LR_X_STEP_US * 2000); /* two steps */
   return NULL;
 }
 
@@ -626,6 +633,79 @@ TU_TEST(last_release_waits_for_what_can_run_and_leaves_a_wait_nothing_signals) {
   lr_x_check_gone();
 }
 
+/* 14. A host call of A waits for B's kernel, which waits for a slow host call of B (on the
+ *     event path too, nothing is submitted for A's value when the release comes). A host
+ *     call holds no reference to its device: once A's short kernel is done, only the
+ *     settle's reference holds A, and A's teardown fails what still waits (ABORTED). The
+ *     settle must keep A until B's work can no longer let A's go. It dropped A right after
+ *     A's kernel, and the host call failed though B's kernel signalled it a moment later.
+ *     (A device released while the application still holds the device that would let its
+ *     work go is another matter: its release fails that work, as gpuhal_device_release
+ *     says.) */
+TU_TEST(last_release_keeps_a_device_whose_host_call_another_device_lets_go) {
+  lr_x_t x;
+  if (!lr_x_open(&x, 2)) return;
+  lr_x_exec(&x, 0, LR_X_STEP_US / 2, NULL, 0, NULL, 0); /* holds A past its release */
+  lr_x_call(&x, 0, lr_x_count_fn, x.sem[1], 1, NULL, 0);
+  lr_x_call(&x, 1, lr_x_slow_fn, NULL, 0, x.sem[0], 1);
+  lr_x_exec(&x, 1, LR_X_STEP_US, x.sem[0], 1, x.sem[1], 1);
+  lr_x_release(&x, LR_X_DRIVER_LAST);
+  TU_CHECK_EQ_INT(__atomic_load_n(&x.runs, __ATOMIC_SEQ_CST), 1);
+  lr_x_check_gone();
+}
+
+/*     The same when the release that drops A's last reference is A's own, made after the
+ *     driver's: B (released, its kernel held by a gate) runs once the application signals
+ *     the gate, and A's release waits for it and for A's host call (it tore A down at once,
+ *     failing the host call). */
+TU_TEST(device_release_after_the_driver_keeps_it_while_another_device_may_let_its_work_go) {
+  lr_x_t x;
+  gpuhal_semaphore_t* gate = NULL;
+  int i;
+  if (!lr_x_open(&x, 2)) return;
+  TU_REQUIRE_OK(gpuhal_semaphore_create(x.driver, 0, &gate));
+  lr_x_call(&x, 0, lr_x_count_fn, x.sem[0], 1, NULL, 0);
+  lr_x_exec(&x, 1, LR_X_STEP_US, gate, 1, x.sem[0], 1);
+  gpuhal_driver_release(x.driver);
+  for (i = 0; i < x.sems; ++i) gpuhal_semaphore_release(x.sem[i]);
+  for (i = 0; i < x.devices; ++i) gpuhal_executable_release(x.exe[i]);
+  gpuhal_device_release(x.device[1]); /* a settle: B's kernel waits for the gate */
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  gpuhal_device_release(x.device[0]); /* drops A's last reference */
+  TU_CHECK_EQ_INT(__atomic_load_n(&x.runs, __ATOMIC_SEQ_CST), 1);
+  gpuhal_semaphore_release(gate); /* the last release */
+  lr_x_check_gone();
+}
+
+/* 15. What the settle must give up lets other work go: B's host call waits for a gate the
+ *     application keeps (and never signals), then signals what A's kernel waits for; B's
+ *     short kernel keeps B past its own release, and A comes first. Once B's kernel is
+ *     done nothing more can run, and the settle lets B go: its teardown fails the host call
+ *     (ABORTED) and its signal, which lets A's kernel go (it fails). The release waits for
+ *     that too, and then for A. */
+TU_TEST(last_release_waits_for_work_that_a_teardown_lets_go) {
+  lr_x_t x;
+  gpuhal_semaphore_t *gate = NULL, *done = NULL;
+  gpuhal_status_t st;
+  int64_t took;
+  if (!lr_x_open(&x, 2)) return;
+  TU_REQUIRE_OK(gpuhal_semaphore_create(x.driver, 0, &gate));
+  TU_REQUIRE_OK(gpuhal_semaphore_create(x.driver, 0, &done));
+  lr_x_exec(&x, 0, LR_X_STEP_US, x.sem[0], 1, done, 1);
+  lr_x_exec(&x, 1, LR_X_STEP_US / 2, NULL, 0, NULL, 0); /* holds B past its release */
+  lr_x_call(&x, 1, lr_x_count_fn, gate, 1, x.sem[0], 1);
+  took = lr_x_release(&x, LR_X_DRIVER_LAST);
+  TU_CHECK(took < 5000000000ll); /* not the settle bound */
+  TU_CHECK_EQ_INT(__atomic_load_n(&x.runs, __ATOMIC_SEQ_CST), 0);
+  st = gpuhal_semaphore_wait(done, 1, gpuhal_timeout_immediate()); /* failed before the release returned */
+  TU_CHECK_EQ_INT(gpuhal_status_code(st), GPUHAL_STATUS_ABORTED);
+  gpuhal_status_free(st);
+  TU_CHECK_EQ_INT(tu_gpuhal_threads(), 0);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done); /* the last release */
+  lr_x_check_gone();
+}
+
 TU_MAIN(TU_CASE(device_released_last_while_its_kernel_runs), TU_CASE(semaphore_released_last_after_its_signal),
         TU_CASE(host_function_makes_the_last_driver_release),
         TU_CASE(driver_release_leaves_work_waiting_on_the_gpu_alone),
@@ -640,4 +720,7 @@ TU_MAIN(TU_CASE(device_released_last_while_its_kernel_runs), TU_CASE(semaphore_r
         TU_CASE(last_device_release_waits_for_a_chain_bouncing_between_devices),
         TU_CASE(last_release_waits_for_a_chain_across_three_devices),
         TU_CASE(last_device_release_waits_for_a_chain_across_three_devices),
-        TU_CASE(last_release_waits_for_what_can_run_and_leaves_a_wait_nothing_signals))
+        TU_CASE(last_release_waits_for_what_can_run_and_leaves_a_wait_nothing_signals),
+        TU_CASE(last_release_keeps_a_device_whose_host_call_another_device_lets_go),
+        TU_CASE(device_release_after_the_driver_keeps_it_while_another_device_may_let_its_work_go),
+        TU_CASE(last_release_waits_for_work_that_a_teardown_lets_go))
