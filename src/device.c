@@ -719,12 +719,14 @@ static void gpuhal__driver_settle_drop(gpuhal_driver_t* driver, uint64_t settle)
 static void gpuhal__driver_settle_released_devices(gpuhal_driver_t* driver, uint64_t settle) {
   gpuhal_timeout_t timeout = gpuhal_timeout_relative_ns(GPUHAL_DRIVER_RELEASE_SETTLE_NS);
   for (;;) {
-    uint64_t ended;
-    do {
-      ended = gpuhal__atomic_load(&driver->released_work_ended);
+    uint64_t ended = gpuhal__atomic_load(&driver->released_work_ended), now;
+    for (;;) { /* one read per pass: an end between two reads would be missed */
       gpuhal__driver_settle_pass(driver, settle, timeout);
-    } while (gpuhal__atomic_load(&driver->released_work_ended) != ended && !gpuhal__timeout_expired(timeout));
-    ended = gpuhal__atomic_load(&driver->released_work_ended);
+      now = gpuhal__atomic_load(&driver->released_work_ended);
+      if (now == ended || gpuhal__timeout_expired(timeout)) break;
+      ended = now;
+    }
+    ended = now; /* the drop's teardowns are compared with what the last pass saw */
     gpuhal__driver_settle_drop(driver, settle);
     gpuhal__mutex_lock(&driver->devices_mutex);
     while (driver->teardowns > 0 || gpuhal__driver_has_unsettled_device(driver))

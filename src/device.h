@@ -45,9 +45,11 @@ GPUHAL_API void gpuhal_driver_retain(gpuhal_driver_t* driver);
  * object of the driver comes last) waits, up to GPUHAL_DRIVER_RELEASE_SETTLE_NS (30 s), for
  * the work of devices the application has released that can still run, that which other
  * such devices' work lets go included, and tears those devices down before it returns.
- * It leaves alone work that waits for a semaphore only the application (or a device it
- * still holds) can signal, and a host function still running after a second; it never
- * waits when made on one of gpuhal's threads (a host function). */
+ * It does not wait for work that waits for a semaphore only the application (or a device
+ * it still holds) can signal: an execute, alloca or dealloca holds its device and runs once
+ * the semaphore is signalled; a host call or barrier holds nothing, and fails (ABORTED)
+ * when its device is torn down. Nor for a host function still running after a second; it
+ * never waits when made on one of gpuhal's threads (a host function). */
 GPUHAL_API void gpuhal_driver_release(gpuhal_driver_t* driver);
 GPUHAL_API gpuhal_status_t gpuhal_driver_device_count(gpuhal_driver_t* driver, int* out_count);
 
