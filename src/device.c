@@ -1206,13 +1206,12 @@ static void gpuhal__device_destroy(gpuhal_device_t* device) {
     gpuhal_status_free(gpuhal__worker_call(device, gpuhal__device_destroy_streams, device));
     gpuhal__worker_stop(device);
   }
-  if (device->context_retained) {
-    gpuhal_status_t status = GPUHAL__CU(device->cu, cuDevicePrimaryCtxRelease, (device->cu_device));
-    if (status) {
-      gpuhal__log(device->logger, GPUHAL_LOG_ERROR, "device %d: %s", device->ordinal, gpuhal_status_message(status));
-      gpuhal_status_free(status);
-    }
-  }
+  /* Its last release destroys the context, which waits for every device's work: put off
+   * while another device's work may wait on the GPU for a value (memory.h). */
+  if (device->context_retained)
+    gpuhal__hooks()->driver_release_context(driver, device->cu_device, device->context, device->context_release);
+  else
+    gpuhal__free(device->allocator, device->context_release);
   gpuhal__worker_deinit(&device->worker);
   gpuhal__free(device->allocator, device->streams);
   gpuhal__free(device->allocator, (void*)device->params.module_cache_dir);

@@ -384,6 +384,9 @@ struct gpuhal_device_s {
   CUcontext context;                     /* the primary context, retained */
   int priority_least, priority_greatest; /* dispatch priorities (cuCtxGetStreamPriorityRange); 0, 0: none */
   int context_retained;
+  /* The record that puts off the release of `context` (memory.h, gpuhal__driver_release_context),
+   * reserved by the memory state so that a teardown allocates nothing; NULL before it. */
+  struct gpuhal__deferred_call_s* context_release;
   gpuhal_device_info_t info;
   gpuhal_device_params_t params; /* defaults filled in; module_cache_dir is an owned copy or NULL */
   uint32_t queue_count;
@@ -416,8 +419,10 @@ struct gpuhal_semaphore_list_t; /* semaphore.h: passed by pointer, so device.h n
 typedef struct gpuhal__hooks_s {
   /* the driver's */
   gpuhal_status_t (*trace_create)(gpuhal_driver_t* driver);
-  void (*trace_destroy)(gpuhal_driver_t* driver);            /* writes the trace file */
-  void (*driver_flush_deferred)(gpuhal_driver_t* driver);    /* memory.h */
+  void (*trace_destroy)(gpuhal_driver_t* driver);         /* writes the trace file */
+  void (*driver_flush_deferred)(gpuhal_driver_t* driver); /* memory.h */
+  void (*driver_release_context)(gpuhal_driver_t* driver, CUdevice cu_device, CUcontext context,
+                                 struct gpuhal__deferred_call_s* reserved);
   void (*semaphore_driver_destroy)(gpuhal_driver_t* driver); /* semaphore.h: words, shared watch */
   /* each device's subsystems; every destroy accepts one whose create never ran or failed */
   gpuhal_status_t (*trace_device_create)(gpuhal_device_t* device);

@@ -14,6 +14,7 @@ static const gpuhal__hooks_t gpuhal__hooks_table = {
     gpuhal__trace_create,
     gpuhal__trace_destroy,
     gpuhal__driver_flush_deferred,
+    gpuhal__driver_release_context,
     gpuhal__semaphore_driver_destroy,
     gpuhal__trace_device_create,
     gpuhal__trace_device_destroy,

@@ -138,6 +138,9 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__memory_state_create(gpuhal_device_t* dev
   gpuhal__list_init(&device->memory->flush_task.node);
   device->memory->flush_task.fn = gpuhal__memory_flush_task;
   device->memory->flush_device = device;
+  if (!device->context_release)
+    GPUHAL__RETURN_IF_ERROR(gpuhal__deferred_call_reserve(device->allocator, "the record of a context's release",
+                                                          &device->context_release));
   if (!device->info.memory_pools_supported && device->params.pool_max_bytes)
     return gpuhal_status_make(GPUHAL_STATUS_UNIMPLEMENTED,
                               "gpuhal_device_create: argument 'params->pool_max_bytes' needs stream-ordered pools, "
@@ -590,7 +593,8 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__deferred_call_run(const gpuhal__cuda_sym
   if (d->host) return GPUHAL__CU(cu, cuMemFreeHost, (d->host));
   if (d->module) return GPUHAL__CU(cu, cuModuleUnload, (d->module));
   if (d->library) return GPUHAL__CU(cu, cuLibraryUnload, (d->library));
-  return GPUHAL__CU(cu, cuMemFree, (d->address));
+  if (d->address) return GPUHAL__CU(cu, cuMemFree, (d->address));
+  return NULL; /* names nothing: only its context's reference goes */
 }
 
 static GPUHAL__THREAD_LOCAL int gpuhal__put_off_depth = 0;
@@ -614,7 +618,9 @@ static gpuhal_status_t gpuhal__driver_run_unparked_locked(gpuhal_driver_t* drive
   return status;
 }
 
-/* A call run in its own context where it names one (a put-off call), else in the current one. */
+/* A call run in its own context where it names one (a put-off call), else in the current
+ * one. A put-off call then lets go of its context: also with the mutex let go, since a last
+ * release destroys the context, which waits for the GPU work of every device. */
 typedef struct gpuhal__deferred_run_s {
   const gpuhal__cuda_symbols_t* cu;
   const gpuhal__deferred_call_t* call;
@@ -629,6 +635,7 @@ static gpuhal_status_t gpuhal__deferred_run(void* arg) {
     status = gpuhal__deferred_call_run(r->cu, r->call);
     gpuhal__context_pop_any(r->cu, &scope);
   }
+  r->cu->cuDevicePrimaryCtxRelease(r->call->cu_device);
   return status;
 }
 
@@ -704,11 +711,24 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_sync_call(gpuhal_driver_t* driver
     d->next = driver->deferred;
     driver->deferred = d;
     gpuhal__driver_flush_deferred_locked(driver);
-  } else {
-    cu->cuDevicePrimaryCtxRelease(cu_device);
   }
   gpuhal__mutex_unlock(&driver->parked_mutex);
+  if (status) cu->cuDevicePrimaryCtxRelease(cu_device); /* no record to put it off in */
   return status;
+}
+
+GPUHAL__PRIVATE void gpuhal__driver_release_context(gpuhal_driver_t* driver, CUdevice cu_device, CUcontext context,
+                                                    gpuhal__deferred_call_t* reserved) {
+  gpuhal__deferred_call_t call;
+  gpuhal_status_t status;
+  memset(&call, 0, sizeof(call));
+  call.reserved = reserved;
+  status = gpuhal__driver_sync_call(driver, cu_device, context, &call);
+  if (status) {
+    gpuhal__log(&driver->logger, GPUHAL_LOG_ERROR, "releasing the context of CUDA device %d: %s", (int)cu_device,
+                gpuhal_status_message(status));
+    gpuhal_status_free(status);
+  }
 }
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_call_unparked(gpuhal_driver_t* driver, const char* func,
@@ -777,7 +797,6 @@ static void gpuhal__driver_flush_deferred_locked(gpuhal_driver_t* driver) {
                   gpuhal_status_message(status));
       gpuhal_status_free(status);
     }
-    cu->cuDevicePrimaryCtxRelease(d->cu_device);
     gpuhal__free(&driver->allocator, d);
   }
 }

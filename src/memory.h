@@ -202,7 +202,8 @@ typedef struct gpuhal__deferred_call_s {
   unsigned long long vmm_handle;
   uint64_t vmm_size;
   void* unregister;        /* cuMemHostUnregister, then munmap of unregister_bytes */
-  size_t unregister_bytes; /* (a shared semaphore's file, semaphore_shared.c) */
+  size_t unregister_bytes; /* (a shared semaphore's file, semaphore_shared.c), or nothing: */
+  /* only the context's reference goes (gpuhal__driver_release_context). */
   /* A record reserved by the call's owner when it was made, which gpuhal__device_sync_call
    * takes (uses, or frees when the call runs at once); NULL: one is allocated if needed. */
   struct gpuhal__deferred_call_s* reserved;
@@ -256,6 +257,13 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_sync_call(gpuhal_device_t* device
  * gpuhal__device_sync_call does: with it, this allocates nothing. */
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__driver_sync_call(gpuhal_driver_t* driver, CUdevice cu_device, CUcontext context,
                                                          const gpuhal__deferred_call_t* call);
+/* Releases a device's reference to the primary context of `cu_device` now, or puts it off
+ * while queue work of any device of the driver may wait on the GPU for a value: the last
+ * release destroys the context, and destroying a context waits for the work of every
+ * device, a stream parked on a value another device's release would have let go included
+ * (tools/probe/peer_park_probe.c). Takes `reserved` (the device's context_release, or NULL). */
+GPUHAL__PRIVATE void gpuhal__driver_release_context(gpuhal_driver_t* driver, CUdevice cu_device, CUcontext context,
+                                                    gpuhal__deferred_call_t* reserved);
 /* Runs fn(arg) (which makes calls that wait for a whole context) while no queue work of the
  * driver waits on the GPU for a value, none being enqueued meanwhile; FAILED_PRECONDITION,
  * naming `func`, while some does (the call would wait for that work, which may wait for

@@ -633,6 +633,36 @@ TU_TEST(last_release_waits_for_what_can_run_and_leaves_a_wait_nothing_signals) {
   lr_x_check_gone();
 }
 
+/* 9b. Device B released while A's work waits on the GPU for a value only the application
+ *     brings (the memop path parks it behind cuStreamWaitValue64): B's teardown destroyed
+ *     B's context, and destroying a context waits for every device's work, so the release
+ *     hung until the application signalled, which it would only do after the release (on
+ *     two H200s for ever; tools/probe/peer_park_probe.c, and softcuda models it). The
+ *     context's release is put off until nothing of the driver waits on the GPU. */
+TU_TEST(device_release_does_not_wait_for_another_devices_work_parked_on_the_gpu) {
+  lr_x_t x;
+  gpuhal_semaphore_t* gate = NULL;
+  int64_t t0, took;
+  int i;
+  if (!lr_x_open(&x, 2)) return;
+  TU_REQUIRE_OK(gpuhal_semaphore_create(x.driver, 0, &gate));
+  lr_x_exec(&x, 0, LR_X_STEP_US / 2, gate, 1, x.sem[0], 1);
+  tu_sleep_ns(20000000); /* issued: on the GPU behind its value wait */
+  t0 = gpuhal_now_ns();
+  gpuhal_executable_release(x.exe[1]);
+  gpuhal_device_release(x.device[1]);
+  took = gpuhal_now_ns() - t0;
+  TU_CHECK(took < 5000000000ll);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(x.sem[0], 1, lr_seconds(10)));
+  gpuhal_semaphore_release(gate);
+  for (i = 0; i < x.sems; ++i) gpuhal_semaphore_release(x.sem[i]);
+  gpuhal_executable_release(x.exe[0]);
+  gpuhal_device_release(x.device[0]);
+  gpuhal_driver_release(x.driver); /* the last release: B's context is gone too */
+  lr_x_check_gone();
+}
+
 /* 14. A host call of A waits for B's kernel, which waits for a slow host call of B (on the
  *     event path too, nothing is submitted for A's value when the release comes). A host
  *     call holds no reference to its device: once A's short kernel is done, only the
@@ -721,6 +751,7 @@ TU_MAIN(TU_CASE(device_released_last_while_its_kernel_runs), TU_CASE(semaphore_r
         TU_CASE(last_release_waits_for_a_chain_across_three_devices),
         TU_CASE(last_device_release_waits_for_a_chain_across_three_devices),
         TU_CASE(last_release_waits_for_what_can_run_and_leaves_a_wait_nothing_signals),
+        TU_CASE(device_release_does_not_wait_for_another_devices_work_parked_on_the_gpu),
         TU_CASE(last_release_keeps_a_device_whose_host_call_another_device_lets_go),
         TU_CASE(device_release_after_the_driver_keeps_it_while_another_device_may_let_its_work_go),
         TU_CASE(last_release_waits_for_work_that_a_teardown_lets_go))

@@ -638,6 +638,7 @@ static void sc_free_ctx_allocs_locked(sc_ctx* c);
 static void sc_ctx_teardown_locked(sc_ctx* c) {
   size_t n;
   uint64_t i;
+  sc_ctx_wait_others_locked(c);
   sc_memop_teardown_locked(c); /* a wait that can never be met must not hang the sync */
   sc_ctx_sync_locked(c);
   if (c->sticky == CUDA_SUCCESS) {

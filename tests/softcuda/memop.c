@@ -441,6 +441,41 @@ static void sc_memop_teardown_locked(sc_ctx* c) {
   }
 }
 
+/* Before a context's destruction (under sc.mu, let go while waiting): until no stream of
+ * another live context has work left, stalled ones included. A wait longer than a second
+ * says once on stderr what it waits for, since nothing may ever meet that wait. */
+static void sc_ctx_wait_others_locked(sc_ctx* c) {
+  int64_t since = sc_now_ns();
+  int told = 0;
+  for (;;) {
+    sc_stream* busy = NULL;
+    sc_ctx* owner = NULL;
+    struct timespec until;
+    uint64_t k;
+    int i;
+    for (k = 1; !busy && k <= sc.nobjs; ++k) {
+      sc_obj* o = sc.objs[k];
+      if (!o || o->kind != SC_K_CTX || (sc_ctx*)o == c) continue;
+      for (i = 0; !busy && i < ((sc_ctx*)o)->nstreams; ++i)
+        if (sc_stream_state(((sc_ctx*)o)->streams[i], 0) != SC_STREAM_IDLE) {
+          busy = ((sc_ctx*)o)->streams[i];
+          owner = (sc_ctx*)o;
+        }
+    }
+    if (!busy) return;
+    if (!told && sc_now_ns() - since > 1000000000LL) {
+      told = 1;
+      fprintf(stderr,
+              "softcuda: destroying the context of device %d waits for stream %p of device %d, %s (a GPU waits "
+              "too: for ever, if nothing meets that wait)\n",
+              (int)c->dev, (void*)busy, (int)owner->dev,
+              sc_stream_state(busy, 0) == SC_STREAM_STALLED ? "stalled on a value wait" : "still running");
+    }
+    sc_timespec_after_ns(&until, 2000000);
+    pthread_cond_timedwait(&sc.cv, &sc.mu, &until);
+  }
+}
+
 /* Whether some live context has a stream still running (neither drained nor stalled). */
 static int sc_memop_any_running_locked(void) {
   uint64_t k;

@@ -411,6 +411,10 @@ static int sc_graph_capture_wait(sc_stream* s, sc_event* e, CUresult* r);
 /* memop.c: context teardown first releases waits that can never be met (reporting each
  * as a leak), so that it does not hang; the exit report lists waits still parked. */
 static void sc_memop_teardown_locked(sc_ctx* c);
+/* memop.c: as on two H200s (tools/probe/peer_park_probe.c), destroying a context first
+ * waits for the work of every other context, a stream parked on a value wait included
+ * (for ever, if nothing meets it). */
+static void sc_ctx_wait_others_locked(sc_ctx* c);
 static size_t sc_memop_report_parked_locked(FILE* f);
 static CUresult sc_graph_capture_sync_refused(sc_stream* s);
 /* graph.c: for the entry points CUDA calls "potentially unsafe" during a stream capture
