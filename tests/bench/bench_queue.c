@@ -63,6 +63,9 @@
  *                                                                          target <= 1.1x
  *    (select it with 'a')
  *
+ * BENCH_NO_CALLER_ISSUE=1 in the environment sets tuning.no_caller_issue: the worker
+ * issues everything (RESULTS.md, "two ideas for case 4 that lose").
+ *
  * The tiny dispatch is spin_us(0) from tests/kernels. Numbers mean something only on a real
  * GPU; on softcuda this is a smoke test. */
 #define GPUHAL_IMPLEMENTATION
@@ -821,6 +824,7 @@ int main(int argc, char** argv) {
   if (reps < 1) reps = 1;
   memset(&b, 0, sizeof(b));
   diag_main_thread = pthread_self();
+  if (getenv("BENCH_NO_CALLER_ISSUE")) qt_tuning.no_caller_issue = 1;
   if (!qt_open(&b.f, 2, NULL)) return 77;
   if (!qt_kernels_load(&b.f)) {
     fprintf(stderr, "bench_queue: cannot load the test kernels from %s\n", GPUHAL_KERNELS_DIR);
