@@ -24,7 +24,9 @@
  * after the application was done with them. A release made inside a host function does
  * not wait for its own thread: there everything goes once the host call and the copy are
  * done (the case checks that it returns at once, and that everything goes then). Every
- * wait has a bound; an alarm ends a hang. */
+ * wait has a bound; an alarm ends a hang. The hand-off's timing is the scenario's: a run in
+ * which it did not queue behind the busy worker (seen once on two H200s under ctest -j10)
+ * runs again, 3 runs at most. */
 #include "test_internals.h"
 #include "test_leak_check.h"
 #include "test_util.h"
@@ -229,7 +231,10 @@ static void rh_wait_gone(void) {
   tu_sleep_ns(20000000); /* a reaper's last steps after its allocator calls */
 }
 
-static void rh_case(rh_source_t source, rh_order_t order, int copier_first) {
+/* One run of the scenario; 0 when the hand-off did not queue behind the busy worker (the
+ * scenario's timing did not come about: on a loaded host the copy may end, and its release
+ * run, elsewhere), 1 otherwise, or when the case was skipped or could not start. */
+static int rh_attempt(rh_source_t source, rh_order_t order, int copier_first) {
   static rh_case_t c; /* a late hand-off must not find it gone */
   gpuhal_status_t st;
   int threads;
@@ -238,7 +243,7 @@ static void rh_case(rh_source_t source, rh_order_t order, int copier_first) {
   alarm(120);
   memset(&c, 0, sizeof(c));
   c.order = order;
-  if (!rh_open(&c, copier_first)) return;
+  if (!rh_open(&c, copier_first)) return 1;
   gpuhal__list_init(&c.hold.task.node);
   c.hold.task.fn = rh_hold_run;
   c.hold.device = c.owner;
@@ -266,10 +271,21 @@ static void rh_case(rh_source_t source, rh_order_t order, int copier_first) {
   gpuhal__atomic_store(&c.hold.let_go, 1);
   rh_wait_gone();
   TU_CHECK(gpuhal__atomic_load(&c.hold.done));
-  TU_CHECK(c.hold.queued_behind); /* the hand-off did wait behind the busy worker */
   TU_CHECK(gpuhal__atomic_load(&rh_alloc_state.late) == 0);
   if (order == RH_LAST_IN_HOST_CALL) TU_CHECK(c.host_release_ns < RH_HOLD_NS / 2);
   alarm(0);
+  return c.hold.queued_behind;
+}
+
+/* The scenario, until the hand-off did wait behind the busy worker (3 runs at most): every
+ * run checks that nothing is left, and one of them must have had the hand-off. */
+static void rh_case(rh_source_t source, rh_order_t order, int copier_first) {
+  int run;
+  for (run = 1; run <= 3; ++run) {
+    if (rh_attempt(source, order, copier_first)) return;
+    fprintf(stderr, "  run %d: the hand-off did not queue behind the busy worker (timing); again\n", run);
+  }
+  TU_FAIL_AT(__FILE__, __LINE__, "%s", "in 3 runs the hand-off never queued behind the busy worker");
 }
 
 TU_TEST(alloca_driver_last) { rh_case(RH_ALLOCA, RH_DRIVER_LAST, 0); }

@@ -18,15 +18,15 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
-#define CK(x)                                                                       \
-  do {                                                                              \
-    CUresult r_ = (x);                                                              \
-    if (r_) {                                                                       \
-      const char* n_ = "?";                                                         \
-      cuGetErrorName(r_, &n_);                                                      \
-      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, n_);                         \
-      exit(1);                                                                      \
-    }                                                                               \
+#define CK(x)                                               \
+  do {                                                      \
+    CUresult r_ = (x);                                      \
+    if (r_) {                                               \
+      const char* n_ = "?";                                 \
+      cuGetErrorName(r_, &n_);                              \
+      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, n_); \
+      exit(1);                                              \
+    }                                                       \
   } while (0)
 static const char* spin_ptx =
     ".version 7.0\n.target sm_50\n.address_size 64\n"
