@@ -414,19 +414,8 @@ typedef enum lr_x_order_e {
   LR_X_DEVICE_LAST, /* the driver first, then semaphores, devices in the order made */
 } lr_x_order_t;
 
-/* The driver's allocator: what it has allocated and not freed. */
-static int64_t lr_x_live;
-static void* lr_x_alloc(size_t size, void* user) {
-  void* p = malloc(size);
-  (void)user;
-  if (p) __atomic_add_fetch(&lr_x_live, 1, __ATOMIC_SEQ_CST);
-  return p;
-}
-static void lr_x_free(void* ptr, void* user) {
-  (void)user;
-  if (ptr) __atomic_sub_fetch(&lr_x_live, 1, __ATOMIC_SEQ_CST);
-  free(ptr);
-}
+/* The driver's allocator (test_leak_check.h): what it has allocated and not freed. */
+static tu_counter_t lr_x_counter;
 
 typedef struct lr_x_s {
   gpuhal_driver_t* driver;
@@ -449,8 +438,8 @@ static int lr_x_open(lr_x_t* x, int devices) {
   alarm(120); /* a hang ends the test (SIGALRM) instead of stalling CTest */
   memset(x, 0, sizeof(*x));
   memset(&options, 0, sizeof(options));
-  options.allocator.alloc = lr_x_alloc;
-  options.allocator.free = lr_x_free;
+  tu_counter_init(&lr_x_counter);
+  options.allocator = lr_x_counter.allocator;
   st = gpuhal_driver_create(&options, &x->driver);
   if (!st) st = gpuhal_driver_device_count(x->driver, &count);
   if (!st && count < 2) {
@@ -537,7 +526,7 @@ static int64_t lr_x_release(lr_x_t* x, lr_x_order_t order) {
 static void lr_x_check_gone(void) {
   int threads = tu_gpuhal_threads();
   size_t objects = tu_softcuda_objects();
-  int64_t live = __atomic_load_n(&lr_x_live, __ATOMIC_SEQ_CST), end = gpuhal_now_ns() + 20000000000ll;
+  int64_t live = tu_counter_live(&lr_x_counter), end = gpuhal_now_ns() + 20000000000ll;
   TU_CHECK_EQ_INT(threads, 0);
   TU_CHECK(objects == 0);
   TU_CHECK(live == 0);
@@ -545,7 +534,7 @@ static void lr_x_check_gone(void) {
     fprintf(stderr, "  after the last release: %d gpuhal threads, %zu CUDA objects, %lld allocations left\n", threads,
             objects, (long long)live);
   while (gpuhal_now_ns() < end &&
-         (tu_gpuhal_threads() > 0 || tu_softcuda_objects() > 0 || __atomic_load_n(&lr_x_live, __ATOMIC_SEQ_CST) > 0))
+         (tu_gpuhal_threads() > 0 || tu_softcuda_objects() > 0 || tu_counter_live(&lr_x_counter) > 0))
     tu_sleep_ns(1000000);
   alarm(0);
 }

@@ -40,28 +40,9 @@
 
 static gpuhal_timeout_t rh_seconds(int s) { return gpuhal_timeout_relative_ns((int64_t)s * 1000000000ll); }
 
-/* The driver's allocator: what is allocated now, and calls made after the application's
- * last release returned (`closed`). Static: a late call must not find it gone. */
-typedef struct rh_allocator_s {
-  gpuhal_allocator_t allocator;
-  int64_t live;
-  int32_t closed;
-  int64_t late;
-} rh_allocator_t;
-static rh_allocator_t rh_alloc_state;
-static void* rh_alloc(size_t size, void* user) {
-  rh_allocator_t* a = (rh_allocator_t*)user;
-  void* p = malloc(size);
-  if (gpuhal__atomic_load(&a->closed)) gpuhal__atomic_add(&a->late, 1);
-  if (p) gpuhal__atomic_add(&a->live, 1);
-  return p;
-}
-static void rh_free(void* ptr, void* user) {
-  rh_allocator_t* a = (rh_allocator_t*)user;
-  if (gpuhal__atomic_load(&a->closed)) gpuhal__atomic_add(&a->late, 1);
-  gpuhal__atomic_sub(&a->live, 1);
-  free(ptr);
-}
+/* The driver's allocator (test_leak_check.h), with the calls made after the application's
+ * last release returned. */
+static tu_counter_t rh_alloc_state;
 
 /* Keeps A's worker busy: until let go or RH_HOLD_NS. When it ends it notes whether a task
  * waited behind it (the hand-off). */
@@ -167,10 +148,7 @@ static int rh_open(rh_case_t* c, int copier_first) {
   gpuhal_status_t st;
   int count = 0, i;
   memset(&options, 0, sizeof(options));
-  memset(&rh_alloc_state, 0, sizeof(rh_alloc_state));
-  rh_alloc_state.allocator.alloc = rh_alloc;
-  rh_alloc_state.allocator.free = rh_free;
-  rh_alloc_state.allocator.user = &rh_alloc_state;
+  tu_counter_init(&rh_alloc_state);
   options.allocator = rh_alloc_state.allocator;
   st = gpuhal_driver_create(&options, &c->driver);
   if (!st) st = gpuhal_driver_device_count(c->driver, &count);
@@ -226,7 +204,7 @@ static gpuhal_status_t rh_submit_copy(rh_case_t* c) {
 static void rh_wait_gone(void) {
   int64_t end = gpuhal_now_ns() + 20ll * 1000000000;
   while (gpuhal_now_ns() < end &&
-         (tu_gpuhal_threads() > 0 || tu_softcuda_objects() > 0 || gpuhal__atomic_load(&rh_alloc_state.live) > 0))
+         (tu_gpuhal_threads() > 0 || tu_softcuda_objects() > 0 || tu_counter_live(&rh_alloc_state) > 0))
     tu_sleep_ns(1000000);
   tu_sleep_ns(20000000); /* a reaper's last steps after its allocator calls */
 }
@@ -259,7 +237,7 @@ static int rh_attempt(rh_source_t source, rh_order_t order, int copier_first) {
   }
   threads = tu_gpuhal_threads();
   objects = tu_softcuda_objects();
-  live = gpuhal__atomic_load(&rh_alloc_state.live);
+  live = tu_counter_live(&rh_alloc_state);
   gpuhal__atomic_store(&rh_alloc_state.closed, 1);
   TU_CHECK_EQ_INT(threads, 0);
   TU_CHECK(objects == 0);
