@@ -453,6 +453,24 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
   return NULL;
 }
 
+/* The words a failed issue wrote (cuStreamWriteValue64 of its signals' values) are written
+ * when the stream gets there, perhaps long after the failure stored the failed value (on a
+ * side stream, once its gate opens): that lowers the word again, and a GPU wait not yet
+ * polling then stays blocked. A write of the failed value behind each puts it back, in
+ * stream order. Best effort: on a broken stream (sticky error) the device is lost, and its
+ * release stores the failures again. */
+static void gpuhal__action_rewrite_failed_words(gpuhal__action_t* a, CUresult stream_state) {
+  uint32_t i;
+  if (gpuhal__cuda_error_is_sticky(stream_state)) return;
+  for (i = 0; i < a->signal_count; ++i) {
+    uint64_t value = 0;
+    CUdeviceptr word;
+    if (!a->signals[i].word_written) continue;
+    word = gpuhal__semaphore_failed_word(a->signals[i].semaphore, &value);
+    if (word) (void)a->state->device->cu->cuStreamWriteValue64(a->stream, word, value, CU_STREAM_WRITE_VALUE_DEFAULT);
+  }
+}
+
 /* An issue failed: sticky errors (the stream says so too) lose the device. */
 static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t status) {
   gpuhal__queue_state_t* state = a->state;
@@ -493,6 +511,7 @@ static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t sta
   status = gpuhal_status_annotate(status, "issuing %s", who);
   if (gpuhal__cuda_error_is_sticky(r)) gpuhal__queue_mark_lost(state, status);
   gpuhal__action_fail(a, status);
+  gpuhal__action_rewrite_failed_words(a, r);
   gpuhal__action_retire(a);
 }
 

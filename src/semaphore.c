@@ -485,6 +485,18 @@ GPUHAL__PRIVATE void gpuhal__semaphore_reassert_failure(gpuhal_semaphore_t* s) {
   gpuhal__mutex_unlock(&s->mutex);
 }
 
+GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_failed_word(gpuhal_semaphore_t* s, uint64_t* out_value) {
+  CUdeviceptr address = 0;
+  if (!gpuhal__atomic_load(&s->failure) || !gpuhal__atomic_load(&s->word)) return 0;
+  gpuhal__mutex_lock(&s->mutex);
+  if (s->word) {
+    address = s->word_address;
+    *out_value = GPUHAL__WORD_FAILED(s);
+  }
+  gpuhal__mutex_unlock(&s->mutex);
+  return address;
+}
+
 GPUHAL__PRIVATE void gpuhal__semaphore_fail_owned(gpuhal_semaphore_t* s, gpuhal_status_t cause) {
   if (!cause) cause = gpuhal_status_make(GPUHAL_STATUS_ABORTED, "semaphore failed without a cause");
   gpuhal__mutex_lock(&s->mutex);

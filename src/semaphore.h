@@ -395,6 +395,10 @@ GPUHAL__PRIVATE void gpuhal__semaphore_remove_timepoint(gpuhal__timepoint_t* tp)
  * (its write precedes its event): whoever retires such work stores the failure again, so
  * no GPU wait stays blocked behind the failure. */
 GPUHAL__PRIVATE void gpuhal__semaphore_reassert_failure(gpuhal_semaphore_t* s);
+/* When `s` has failed and has a word: the word's device address, and in *out_value what a
+ * failure stores there; else 0. For work whose issue failed after it wrote the word: no
+ * retire comes after that write runs (gpuhal__action_issue_failed). */
+GPUHAL__PRIVATE CUdeviceptr gpuhal__semaphore_failed_word(gpuhal_semaphore_t* s, uint64_t* out_value);
 
 /* A queue action submitted with a signal of `s` (gpuhal__semaphore_signaller_add), and the
  * same action dropping it, after its timepoint left the list and its own registration was

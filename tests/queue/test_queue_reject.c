@@ -684,6 +684,43 @@ TU_TEST(side_issue_fails_then_its_gate_word_goes_back) {
   gpuhal_semaphore_release(s);
 }
 
+/* The work's event record fails after its signal's value write was enqueued behind the GPU
+ * wait: that write runs once the gate opens, long after the failure stored the failed value
+ * in the signal's word. Once the side stream drained the word must still say failed: a
+ * GPU wait on it that was not yet polling would stay blocked (until the device's release)
+ * on a word lowered to the written value. */
+TU_TEST(side_issue_fails_after_writing_its_signal_word) {
+  qr_incs_t incs;
+  gpuhal_semaphore_t *gate = NULL, *s = NULL;
+  volatile uint64_t* word = NULL;
+  if (!qr_side_streams()) TU_SKIP("side streams: the memop path, on softcuda (fault injection)");
+  if (!qr_incs_open(&incs, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE)) return;
+  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &gate));
+  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &s));
+  if (incs.cb && gate && s) {
+    TU_CHECK_OK(gpuhal_device_wait_idle(incs.device, qt_seconds(QR_WAIT_S)));
+    TU_CHECK(tu_softcuda_faults("cuEventRecord@2=" QR_SIDE_ERROR) == 0);
+    gpuhal_status_free(gpuhal_queue_execute(incs.device, 0, gpuhal_semaphore_list_one(&gate, &qr_one),
+                                            gpuhal_semaphore_list_one(&s, &qr_one), incs.cb, NULL));
+    tu_softcuda_faults(NULL);
+    TU_CHECK_STATUS(gpuhal_semaphore_wait(s, 1, qt_seconds(QR_WAIT_S)), GPUHAL_STATUS_RESOURCE_EXHAUSTED,
+                    QR_SIDE_ERROR);
+    word = s->word;
+    TU_CHECK(word != NULL); /* provisional work writes its signal's word */
+    if (word) TU_CHECK(*word == (uint64_t)INT64_MAX);
+    qc_sleep_ms(50); /* the failed work is retired and released (which stores the failure again) */
+    TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1)); /* the late write runs */
+    TU_CHECK(qr_side_settled(incs.driver, QR_WAIT_S * 1000));
+    TU_CHECK_OK(gpuhal_device_wait_idle(incs.device, qt_seconds(QR_WAIT_S)));
+    if (word) TU_CHECK_EQ_INT((long long)*word, (long long)INT64_MAX);
+  }
+  tu_softcuda_faults(NULL);
+  qr_incs_release(&incs);
+  qr_close(incs.driver, incs.device, "gpuhal_device_release");
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(s);
+}
+
 /* ---- the device is lost ---- */
 
 TU_TEST(calls_on_a_lost_device) {
@@ -753,4 +790,5 @@ TU_MAIN(TU_CASE(out_of_host_memory_host_call), TU_CASE(out_of_host_memory_execut
         TU_CASE(side_issue_fails_parked_work), TU_CASE(side_issue_fails_chained_work),
         TU_CASE(side_issue_fails_then_its_gate_is_released), TU_CASE(side_issue_fails_then_the_device_is_released),
         TU_CASE(side_issue_without_memory_for_its_note), TU_CASE(side_issue_fails_before_its_gpu_wait),
-        TU_CASE(side_issue_fails_then_its_gate_word_goes_back), TU_CASE(calls_on_a_lost_device))
+        TU_CASE(side_issue_fails_then_its_gate_word_goes_back), TU_CASE(side_issue_fails_after_writing_its_signal_word),
+        TU_CASE(calls_on_a_lost_device))
