@@ -24,9 +24,12 @@
  * after the application was done with them. A release made inside a host function does
  * not wait for its own thread: there everything goes once the host call and the copy are
  * done (the case checks that it returns at once, and that everything goes then). Every
- * wait has a bound; an alarm ends a hang. The hand-off's timing is the scenario's: a run in
- * which it did not queue behind the busy worker (seen once on two H200s under ctest -j10)
- * runs again, 3 runs at most. */
+ * wait has a bound; an alarm ends a hang. A's worker stays busy RH_HOLD_NS after the
+ * application's last release began (and at least that long), so that the last release finds
+ * it busy however slowly the releases before it ran (on two H200s under ctest -j10 the
+ * executable's release took longer than a fixed hold). The hand-off's timing is still the
+ * scenario's: a run in which it did not queue behind the busy worker runs again, 3 runs at
+ * most. */
 #include "test_internals.h"
 #include "test_leak_check.h"
 #include "test_util.h"
@@ -36,7 +39,7 @@
 #include <unistd.h>
 
 #define RH_FN_DELAY_NS 200000000ll /* the host function's pause once the releases began */
-#define RH_HOLD_NS 700000000ll     /* how long A's worker stays busy then */
+#define RH_HOLD_NS 700000000ll     /* how long A's worker stays busy then, and after the last release began */
 
 static gpuhal_timeout_t rh_seconds(int s) { return gpuhal_timeout_relative_ns((int64_t)s * 1000000000ll); }
 
@@ -44,18 +47,25 @@ static gpuhal_timeout_t rh_seconds(int s) { return gpuhal_timeout_relative_ns((i
  * last release returned. */
 static tu_counter_t rh_alloc_state;
 
-/* Keeps A's worker busy: until let go or RH_HOLD_NS. When it ends it notes whether a task
+/* Keeps A's worker busy: until let go, or RH_HOLD_NS after both its start and the beginning
+ * of the application's last release (bounded: 30 s). When it ends it notes whether a task
  * waited behind it (the hand-off). */
 typedef struct rh_hold_s {
   gpuhal__task_t task;
   gpuhal_device_t* device;
   int32_t started, done, let_go, queued_behind;
+  int64_t last_release_ns; /* when the application's last release began; 0: not yet */
 } rh_hold_t;
+static int rh_hold_over(rh_hold_t* h, int64_t start) {
+  int64_t now = gpuhal_now_ns(), last = gpuhal__atomic_load(&h->last_release_ns);
+  if (gpuhal__atomic_load(&h->let_go) || now > start + 30ll * 1000000000) return 1;
+  return now > start + RH_HOLD_NS && last != 0 && now > last + RH_HOLD_NS;
+}
 static void rh_hold_run(gpuhal__task_t* task) {
   rh_hold_t* h = GPUHAL__CONTAINER_OF(task, rh_hold_t, task);
-  int64_t end = gpuhal_now_ns() + RH_HOLD_NS;
+  int64_t start = gpuhal_now_ns();
   gpuhal__atomic_store(&h->started, 1);
-  while (!gpuhal__atomic_load(&h->let_go) && gpuhal_now_ns() < end) tu_sleep_ns(1000000);
+  while (!rh_hold_over(h, start)) tu_sleep_ns(1000000);
   gpuhal__mutex_lock(&h->device->worker.mutex);
   h->queued_behind = !gpuhal__list_empty(&h->device->worker.tasks);
   gpuhal__mutex_unlock(&h->device->worker.mutex);
@@ -95,6 +105,7 @@ static gpuhal_status_t rh_busy_owner_fn(void* user) {
   gpuhal__worker_post(c->owner, &c->hold.task);
   if (c->order == RH_LAST_IN_HOST_CALL) {
     int64_t t0 = gpuhal_now_ns();
+    gpuhal__atomic_store(&c->hold.last_release_ns, t0);
     gpuhal_driver_release(c->driver); /* the application's last: it must not wait for this thread */
     c->host_release_ns = gpuhal_now_ns() - t0;
   }
@@ -110,6 +121,12 @@ static void rh_release_objects(rh_case_t* c) {
   gpuhal_semaphore_release(c->gate);
 }
 
+/* The application's last release: noted for the busy worker's end. */
+static void rh_last_device_release(rh_case_t* c, gpuhal_device_t* device) {
+  gpuhal__atomic_store(&c->hold.last_release_ns, gpuhal_now_ns());
+  gpuhal_device_release(device);
+}
+
 /* The application releases everything in `order`. */
 static void rh_release_all(rh_case_t* c) {
   gpuhal__atomic_store(&c->releasing, 1);
@@ -118,19 +135,20 @@ static void rh_release_all(rh_case_t* c) {
       rh_release_objects(c);
       gpuhal_device_release(c->owner);
       gpuhal_device_release(c->copier);
+      gpuhal__atomic_store(&c->hold.last_release_ns, gpuhal_now_ns());
       gpuhal_driver_release(c->driver);
       break;
     case RH_COPIER_LAST:
       gpuhal_driver_release(c->driver);
       gpuhal_device_release(c->owner);
       rh_release_objects(c);
-      gpuhal_device_release(c->copier);
+      rh_last_device_release(c, c->copier);
       break;
     case RH_OWNER_LAST:
       gpuhal_driver_release(c->driver);
       gpuhal_device_release(c->copier);
       rh_release_objects(c);
-      gpuhal_device_release(c->owner);
+      rh_last_device_release(c, c->owner);
       break;
     case RH_LAST_IN_HOST_CALL:
       rh_release_objects(c);
