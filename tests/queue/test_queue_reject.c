@@ -645,25 +645,40 @@ static int qr_word_free(gpuhal_driver_t* driver, const volatile uint64_t* word) 
   return found;
 }
 
+/* An execute(wait gate 1, signal s 1) on an idle device whose issue fails with `rule`'s
+ * injected error, and s failed with it. -1: the device did not open (the case is over); 0:
+ * the set-up failed; 1: done. qr_side_fail_close ends the case either way. */
+static int qr_side_fail(qr_incs_t* incs, gpuhal_semaphore_t** gate, gpuhal_semaphore_t** s, const char* rule) {
+  if (!qr_incs_open(incs, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE)) return -1;
+  TU_CHECK_OK(gpuhal_semaphore_create(incs->driver, 0, gate));
+  TU_CHECK_OK(gpuhal_semaphore_create(incs->driver, 0, s));
+  if (!incs->cb || !*gate || !*s) return 0;
+  TU_CHECK_OK(gpuhal_device_wait_idle(incs->device, qt_seconds(QR_WAIT_S)));
+  TU_CHECK(tu_softcuda_faults(rule) == 0);
+  gpuhal_status_free(gpuhal_queue_execute(incs->device, 0, gpuhal_semaphore_list_one(gate, &qr_one),
+                                          gpuhal_semaphore_list_one(s, &qr_one), incs->cb, NULL));
+  tu_softcuda_faults(NULL);
+  TU_CHECK_STATUS(gpuhal_semaphore_wait(*s, 1, qt_seconds(QR_WAIT_S)), GPUHAL_STATUS_RESOURCE_EXHAUSTED, QR_SIDE_ERROR);
+  return 1;
+}
+static void qr_side_fail_close(qr_incs_t* incs, gpuhal_semaphore_t* gate, gpuhal_semaphore_t* s) {
+  tu_softcuda_faults(NULL);
+  qr_incs_release(incs);
+  qr_close(incs->driver, incs->device, "gpuhal_device_release");
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(s);
+}
+
 /* The GPU wait a failed issue left on the gate's word drained: the gate's word goes back for
  * reuse at its release, not kept for ever. */
 TU_TEST(side_issue_fails_then_its_gate_word_goes_back) {
   qr_incs_t incs;
   gpuhal_semaphore_t *gate = NULL, *s = NULL;
   volatile uint64_t* word = NULL;
-  int waited = 0;
+  int waited = 0, r;
   if (!qr_side_streams()) TU_SKIP("side streams: the memop path, on softcuda (fault injection)");
-  if (!qr_incs_open(&incs, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE)) return;
-  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &gate));
-  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &s));
-  if (incs.cb && gate && s) {
-    TU_CHECK_OK(gpuhal_device_wait_idle(incs.device, qt_seconds(QR_WAIT_S)));
-    TU_CHECK(tu_softcuda_faults("cuLaunchKernel@1=" QR_SIDE_ERROR) == 0);
-    gpuhal_status_free(gpuhal_queue_execute(incs.device, 0, gpuhal_semaphore_list_one(&gate, &qr_one),
-                                            gpuhal_semaphore_list_one(&s, &qr_one), incs.cb, NULL));
-    tu_softcuda_faults(NULL);
-    TU_CHECK_STATUS(gpuhal_semaphore_wait(s, 1, qt_seconds(QR_WAIT_S)), GPUHAL_STATUS_RESOURCE_EXHAUSTED,
-                    QR_SIDE_ERROR);
+  if ((r = qr_side_fail(&incs, &gate, &s, "cuLaunchKernel@1=" QR_SIDE_ERROR)) < 0) return;
+  if (r) {
     word = gate->word;
     TU_CHECK(word != NULL); /* armed by the GPU wait */
     TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
@@ -677,11 +692,7 @@ TU_TEST(side_issue_fails_then_its_gate_word_goes_back) {
     }
     if (word) TU_CHECK(qr_word_free(incs.driver, word));
   }
-  tu_softcuda_faults(NULL);
-  qr_incs_release(&incs);
-  qr_close(incs.driver, incs.device, "gpuhal_device_release");
-  gpuhal_semaphore_release(gate);
-  gpuhal_semaphore_release(s);
+  qr_side_fail_close(&incs, gate, s);
 }
 
 /* The work's event record fails after its signal's value write was enqueued behind the GPU
@@ -693,18 +704,10 @@ TU_TEST(side_issue_fails_after_writing_its_signal_word) {
   qr_incs_t incs;
   gpuhal_semaphore_t *gate = NULL, *s = NULL;
   volatile uint64_t* word = NULL;
+  int r;
   if (!qr_side_streams()) TU_SKIP("side streams: the memop path, on softcuda (fault injection)");
-  if (!qr_incs_open(&incs, GPUHAL_COMMAND_BUFFER_STREAM | GPUHAL_COMMAND_BUFFER_REUSABLE)) return;
-  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &gate));
-  TU_CHECK_OK(gpuhal_semaphore_create(incs.driver, 0, &s));
-  if (incs.cb && gate && s) {
-    TU_CHECK_OK(gpuhal_device_wait_idle(incs.device, qt_seconds(QR_WAIT_S)));
-    TU_CHECK(tu_softcuda_faults("cuEventRecord@2=" QR_SIDE_ERROR) == 0);
-    gpuhal_status_free(gpuhal_queue_execute(incs.device, 0, gpuhal_semaphore_list_one(&gate, &qr_one),
-                                            gpuhal_semaphore_list_one(&s, &qr_one), incs.cb, NULL));
-    tu_softcuda_faults(NULL);
-    TU_CHECK_STATUS(gpuhal_semaphore_wait(s, 1, qt_seconds(QR_WAIT_S)), GPUHAL_STATUS_RESOURCE_EXHAUSTED,
-                    QR_SIDE_ERROR);
+  if ((r = qr_side_fail(&incs, &gate, &s, "cuEventRecord@2=" QR_SIDE_ERROR)) < 0) return;
+  if (r) {
     word = s->word;
     TU_CHECK(word != NULL); /* provisional work writes its signal's word */
     if (word) TU_CHECK(*word == (uint64_t)INT64_MAX);
@@ -714,11 +717,7 @@ TU_TEST(side_issue_fails_after_writing_its_signal_word) {
     TU_CHECK_OK(gpuhal_device_wait_idle(incs.device, qt_seconds(QR_WAIT_S)));
     if (word) TU_CHECK_EQ_INT((long long)*word, (long long)INT64_MAX);
   }
-  tu_softcuda_faults(NULL);
-  qr_incs_release(&incs);
-  qr_close(incs.driver, incs.device, "gpuhal_device_release");
-  gpuhal_semaphore_release(gate);
-  gpuhal_semaphore_release(s);
+  qr_side_fail_close(&incs, gate, s);
 }
 
 /* ---- the device is lost ---- */
