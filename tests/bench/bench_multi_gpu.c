@@ -12,7 +12,9 @@
  *      medians of 5 runs. gpuhal's host waits spin through a run (tuning.host_wait_spin_ns)
  *      as the raw side's cuStreamSynchronize does. Diagnostics beside it: raw calls from one
  *      thread per rank, the same with an event recorded after each call (as gpuhal does),
- *      and the same on gpuhal's own communicators.
+ *      the same on gpuhal's own communicators, and the grouped raw call captured once into a
+ *      CUDA graph per device and launched per all-reduce (what NCCL does inside a graph: the
+ *      GRAPH command buffers' floor).
  *
  *   NCCL_NVLS_ENABLE=0 ./bench/bench_multi_gpu [max_mib=1024] [iterations=20]
  *       (BM_MIN_MIB: the smallest size, default 1)
@@ -302,6 +304,55 @@ static double bm_raw_grouped(const ncclComm_t* comms, gpuhal_buffer_t** send, gp
   return bm_seconds(gpuhal_now_ns() - start);
 }
 
+/* A diagnostic for the GRAPH command buffers: the same all-reduce as bm_raw_grouped, captured
+ * once from every rank's stream (one group) into one graph exec per device, then one
+ * cuGraphLaunch per device per all-reduce: what NCCL itself does inside a CUDA graph. */
+static void bm_raw_graphs_make(const ncclComm_t* comms, gpuhal_buffer_t** send, gpuhal_buffer_t** recv,
+                               const CUstream* streams, size_t count, int n, CUgraphExec* execs) {
+  const gpuhal__nccl_symbols_t* nccl = &f.driver->nccl;
+  CUcontext popped;
+  int d;
+  for (d = 0; d < n; ++d) {
+    BM_CU(cu->cuCtxPushCurrent(f.devices[d]->context));
+    BM_CU(cu->cuStreamBeginCapture(streams[d], CU_STREAM_CAPTURE_MODE_RELAXED));
+    BM_CU(cu->cuCtxPopCurrent(&popped));
+  }
+  nccl->ncclGroupStart();
+  for (d = 0; d < n; ++d)
+    nccl->ncclAllReduce((const void*)(uintptr_t)send[d]->address, (void*)(uintptr_t)recv[d]->address, count,
+                        ncclFloat32, ncclSum, comms[d], streams[d]);
+  if (nccl->ncclGroupEnd() != ncclSuccess) {
+    fprintf(stderr, "bench_multi_gpu: capturing the raw all-reduce failed\n");
+    exit(1);
+  }
+  for (d = 0; d < n; ++d) {
+    CUgraph graph = NULL;
+    BM_CU(cu->cuCtxPushCurrent(f.devices[d]->context));
+    BM_CU(cu->cuStreamEndCapture(streams[d], &graph));
+    BM_CU(cu->cuGraphInstantiateWithFlags(&execs[d], graph, 0));
+    BM_CU(cu->cuGraphDestroy(graph));
+    BM_CU(cu->cuCtxPopCurrent(&popped));
+  }
+}
+
+static double bm_raw_graphs_run(const CUgraphExec* execs, const CUstream* streams, int n, int iterations) {
+  int64_t start = gpuhal_now_ns();
+  CUcontext popped;
+  int it, d;
+  for (it = 0; it < iterations; ++it)
+    for (d = 0; d < n; ++d) {
+      BM_CU(cu->cuCtxPushCurrent(f.devices[d]->context));
+      BM_CU(cu->cuGraphLaunch(execs[d], streams[d]));
+      BM_CU(cu->cuCtxPopCurrent(&popped));
+    }
+  for (d = 0; d < n; ++d) {
+    BM_CU(cu->cuCtxPushCurrent(f.devices[d]->context));
+    BM_CU(cu->cuStreamSynchronize(streams[d]));
+    BM_CU(cu->cuCtxPopCurrent(&popped));
+  }
+  return bm_seconds(gpuhal_now_ns() - start);
+}
+
 static int bm_cmp_double(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return x < y ? -1 : x > y;
@@ -411,7 +462,8 @@ static void bm_all_reduce(int max_mib, int min_iterations, double* worst_ratio) 
   printf(
       "all-reduce, float sum over %d devices: %s, median of %d runs; gpuhal STREAM and GRAPH "
       "command buffers vs raw NCCL (all ranks in one group per call, one thread); raw-threads: one thread per "
-      "rank, +event: and an event recorded after each call, as gpuhal does (diagnostics)\n",
+      "rank, +event: and an event recorded after each call, as gpuhal does; raw graph: the grouped call captured "
+      "into one CUDA graph per device, launched per call (diagnostics)\n",
       n, n > 1 ? "bus bandwidth GB/s" : "one rank, no bus: microseconds per all-reduce (the cost of issuing one)",
       BM_REPS);
   for (mib = getenv("BM_MIN_MIB") ? (uint64_t)atoi(getenv("BM_MIN_MIB")) : 1; mib >= 1 && mib <= (uint64_t)max_mib;
@@ -426,8 +478,9 @@ static void bm_all_reduce(int max_mib, int min_iterations, double* worst_ratio) 
     gpuhal_command_buffer_t* graph_cbs[MD_MAX_DEVICES];
     CUstream streams[MD_MAX_DEVICES];
     double t_stream[BM_REPS], t_graph[BM_REPS], t_raw[BM_REPS], t_threads[BM_REPS], t_events[BM_REPS];
-    double t_comms[BM_REPS];
-    double ms, mg, mr, mt, me, mc;
+    double t_comms[BM_REPS], t_raw_graph[BM_REPS];
+    double ms, mg, mr, mt, me, mc, mrg;
+    CUgraphExec raw_graphs[MD_MAX_DEVICES];
     ncclComm_t gpuhal_comms[MD_MAX_DEVICES];
     int rep;
     for (d = 0; d < n; ++d) {
@@ -443,6 +496,8 @@ static void bm_all_reduce(int max_mib, int min_iterations, double* worst_ratio) 
     bm_run_chains(graph_cbs, sems, values, n, 2);
     bm_raw_grouped(raw, send, recv, streams, count, n, 2);
     bm_raw_threads(raw, send, recv, streams, count, n, 2, NULL);
+    bm_raw_graphs_make(raw, send, recv, streams, count, n, raw_graphs);
+    bm_raw_graphs_run(raw_graphs, streams, n, 2);
     for (rep = 0; rep < BM_REPS; ++rep) {
       t_raw[rep] = bm_raw_grouped(raw, send, recv, streams, count, n, iterations) / iterations;
       t_stream[rep] = bm_run_chains(stream_cbs, sems, values, n, iterations) / iterations;
@@ -450,18 +505,23 @@ static void bm_all_reduce(int max_mib, int min_iterations, double* worst_ratio) 
       t_threads[rep] = bm_raw_threads(raw, send, recv, streams, count, n, iterations, NULL) / iterations;
       t_events[rep] = bm_raw_threads(raw, send, recv, streams, count, n, iterations, events) / iterations;
       t_comms[rep] = bm_raw_threads(gpuhal_comms, send, recv, streams, count, n, iterations, events) / iterations;
+      t_raw_graph[rep] = bm_raw_graphs_run(raw_graphs, streams, n, iterations) / iterations;
     }
+    for (d = 0; d < n; ++d) cu->cuGraphExecDestroy(raw_graphs[d]);
     ms = bm_median(t_stream, BM_REPS);
     mg = bm_median(t_graph, BM_REPS);
     mr = bm_median(t_raw, BM_REPS);
     mt = bm_median(t_threads, BM_REPS);
     me = bm_median(t_events, BM_REPS);
     mc = bm_median(t_comms, BM_REPS);
+    mrg = bm_median(t_raw_graph, BM_REPS);
     printf(
         "all-reduce %5llu MiB x %3d: gpuhal stream %7.2f graph %7.2f | raw %7.2f | raw-threads %7.2f, "
-        "+event %7.2f, on gpuhal's communicators %7.2f | ratio stream %.3f graph %.3f (target >= 0.95)\n",
+        "+event %7.2f, on gpuhal's communicators %7.2f, raw graph %7.2f | ratio stream %.3f graph %.3f (target >= "
+        "0.95), graph to raw graph %.3f\n",
         (unsigned long long)mib, iterations, bm_rate(bytes, ms, n), bm_rate(bytes, mg, n), bm_rate(bytes, mr, n),
-        bm_rate(bytes, mt, n), bm_rate(bytes, me, n), bm_rate(bytes, mc, n), mr / ms, mr / mg);
+        bm_rate(bytes, mt, n), bm_rate(bytes, me, n), bm_rate(bytes, mc, n), bm_rate(bytes, mrg, n), mr / ms, mr / mg,
+        mrg / mg);
     fflush(stdout);
     if (getenv("BM_GPU_TIME"))
       printf(

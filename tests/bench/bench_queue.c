@@ -64,7 +64,8 @@
  *    (select it with 'a')
  *
  * BENCH_NO_CALLER_ISSUE=1 in the environment sets tuning.no_caller_issue: the worker
- * issues everything (RESULTS.md, "two ideas for case 4 that lose").
+ * issues everything (RESULTS.md, "two ideas for case 4 that lose"); BENCH_HARVEST_MIN=n
+ * sets tuning.harvest_min.
  *
  * The tiny dispatch is spin_us(0) from tests/kernels. Numbers mean something only on a real
  * GPU; on softcuda this is a smoke test. */
@@ -825,6 +826,7 @@ int main(int argc, char** argv) {
   memset(&b, 0, sizeof(b));
   diag_main_thread = pthread_self();
   if (getenv("BENCH_NO_CALLER_ISSUE")) qt_tuning.no_caller_issue = 1;
+  if (getenv("BENCH_HARVEST_MIN")) qt_tuning.harvest_min = atoi(getenv("BENCH_HARVEST_MIN"));
   if (!qt_open(&b.f, 2, NULL)) return 77;
   if (!qt_kernels_load(&b.f)) {
     fprintf(stderr, "bench_queue: cannot load the test kernels from %s\n", GPUHAL_KERNELS_DIR);
