@@ -21,6 +21,8 @@
  *    also shown against the bare cuMemAllocFromPoolAsync + cuMemFreeAsync (no signals)
  * 4. submission throughput: queue_execute of a recorded graph with one wait and one signal
  *      vs cuGraphLaunch + cuEventRecord                                    target <= 1.25x
+ *    4b: the same against a raw loop that records a ring of 64 events in turn, as a
+ *    timeline whose every value can be waited on needs one event per value (reported)
  *
  * Cases 5-7 execute a reusable STREAM command buffer of the tiny dispatch (one
  * cuLaunchKernel, as on their raw sides).
@@ -84,6 +86,8 @@
 #define GPUHAL_BENCH_HAVE_MEMOPS 1
 #endif
 
+#define BENCH_RING 64
+
 typedef struct bench_s {
   qt_fixture_t f;
   gpuhal_semaphore_t* s;
@@ -96,6 +100,7 @@ typedef struct bench_s {
   uint64_t value; /* the timeline's last value */
   CUstream raw_streams[2];
   CUevent raw_events[4];
+  CUevent raw_ring[BENCH_RING]; /* case 4b */
   int iterations;
   int failures;
   long waiter_lead_us;         /* case 6: how long the waiter waits before the submit */
@@ -361,6 +366,20 @@ static double raw_graph(bench_t* b, int n) {
   for (i = 0; i < n; ++i) {
     if (!check_cu(b, cu->cuGraphLaunch(g->raw_exec, b->raw_streams[0]), "graph launch") ||
         !check_cu(b, cu->cuEventRecord(b->raw_events[0], b->raw_streams[0]), "record"))
+      return 0;
+  }
+  if (!check_cu(b, cu->cuStreamSynchronize(b->raw_streams[0]), "synchronize")) return 0;
+  return us_per(start, n);
+}
+
+static double raw_graph_ring(bench_t* b, int n) {
+  const gpuhal__cuda_symbols_t* cu = b->f.device->cu;
+  bench_graph_t* g = b->graph;
+  int64_t start = gpuhal_now_ns();
+  int i;
+  for (i = 0; i < n; ++i) {
+    if (!check_cu(b, cu->cuGraphLaunch(g->raw_exec, b->raw_streams[0]), "graph launch") ||
+        !check_cu(b, cu->cuEventRecord(b->raw_ring[i % BENCH_RING], b->raw_streams[0]), "record"))
       return 0;
   }
   if (!check_cu(b, cu->cuStreamSynchronize(b->raw_streams[0]), "synchronize")) return 0;
@@ -843,6 +862,7 @@ int main(int argc, char** argv) {
   if (!check(&b, gpuhal__context_enter(b.f.device, &scope), "context")) return 1;
   for (i = 0; i < 2; ++i) check_cu(&b, cu->cuStreamCreate(&b.raw_streams[i], CU_STREAM_NON_BLOCKING), "stream");
   for (i = 0; i < 4; ++i) check_cu(&b, cu->cuEventCreate(&b.raw_events[i], CU_EVENT_DISABLE_TIMING), "event");
+  for (i = 0; i < BENCH_RING; ++i) check_cu(&b, cu->cuEventCreate(&b.raw_ring[i], CU_EVENT_DISABLE_TIMING), "event");
   printf("bench_queue: %d iterations, median of %d repetitions, on %s (%s)\n", n, reps, b.f.device->info.name,
          tu_softcuda() ? "softcuda: the numbers mean nothing" : gpuhal_driver_cuda_library(b.f.driver));
   printf("%-40s %10s %10s %8s %8s\n", "case", "gpuhal us", "raw us", "ratio", "target");
@@ -856,8 +876,10 @@ int main(int argc, char** argv) {
   }
   b.graph = &graph;
   have_graph = bench_graph_setup(&b, &graph);
-  if (have_graph && strchr(only, '4'))
+  if (have_graph && strchr(only, '4')) {
     run_case(&b, "4 graph execute, 1 wait 1 signal", 1.25, gpuhal_graph, raw_graph, n, reps, NULL);
+    run_case(&b, "4b  same vs a ring of 64 events", 0, gpuhal_graph, raw_graph_ring, n, reps, NULL);
+  }
   if (have_graph && strchr(only, '5')) {
     if (!GPUHAL_BENCH_HAVE_MEMOPS) printf("  (case 5 raw side not built: GPUHAL_BENCH_HAVE_MEMOPS=0)\n");
     run_case(&b, "5 host signal -> dispatch -> host", 1.25, gpuhal_signal_to_host, raw_signal_to_host, n, reps, NULL);
@@ -905,6 +927,7 @@ int main(int argc, char** argv) {
   check(&b, gpuhal_device_wait_idle(b.f.device, gpuhal_timeout_infinite()), "idle");
   bench_graph_teardown(&b, &graph);
   for (i = 0; i < 4; ++i) cu->cuEventDestroy(b.raw_events[i]);
+  for (i = 0; i < BENCH_RING; ++i) cu->cuEventDestroy(b.raw_ring[i]);
   for (i = 0; i < 2; ++i) cu->cuStreamDestroy(b.raw_streams[i]);
   gpuhal__context_leave(b.f.device, &scope);
   gpuhal_semaphore_release(b.s);
