@@ -358,33 +358,24 @@ static double gpuhal_graph(bench_t* b, int n) {
   return us_per(start, n);
 }
 
-static double raw_graph(bench_t* b, int n) {
+/* The raw side of case 4: each launch followed by a record of one of `ring` events in turn
+ * (1: one event re-recorded; 4b: BENCH_RING). */
+static double raw_graph_events(bench_t* b, int n, int ring) {
   const gpuhal__cuda_symbols_t* cu = b->f.device->cu;
   bench_graph_t* g = b->graph;
   int64_t start = gpuhal_now_ns();
   int i;
   for (i = 0; i < n; ++i) {
+    CUevent e = ring > 1 ? b->raw_ring[i % ring] : b->raw_events[0];
     if (!check_cu(b, cu->cuGraphLaunch(g->raw_exec, b->raw_streams[0]), "graph launch") ||
-        !check_cu(b, cu->cuEventRecord(b->raw_events[0], b->raw_streams[0]), "record"))
+        !check_cu(b, cu->cuEventRecord(e, b->raw_streams[0]), "record"))
       return 0;
   }
   if (!check_cu(b, cu->cuStreamSynchronize(b->raw_streams[0]), "synchronize")) return 0;
   return us_per(start, n);
 }
-
-static double raw_graph_ring(bench_t* b, int n) {
-  const gpuhal__cuda_symbols_t* cu = b->f.device->cu;
-  bench_graph_t* g = b->graph;
-  int64_t start = gpuhal_now_ns();
-  int i;
-  for (i = 0; i < n; ++i) {
-    if (!check_cu(b, cu->cuGraphLaunch(g->raw_exec, b->raw_streams[0]), "graph launch") ||
-        !check_cu(b, cu->cuEventRecord(b->raw_ring[i % BENCH_RING], b->raw_streams[0]), "record"))
-      return 0;
-  }
-  if (!check_cu(b, cu->cuStreamSynchronize(b->raw_streams[0]), "synchronize")) return 0;
-  return us_per(start, n);
-}
+static double raw_graph(bench_t* b, int n) { return raw_graph_events(b, n, 1); }
+static double raw_graph_ring(bench_t* b, int n) { return raw_graph_events(b, n, BENCH_RING); }
 
 /* ---- 5. host signal -> queued dispatch -> host ---- */
 static void bench_sleep_us(long us) {
