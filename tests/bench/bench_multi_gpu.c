@@ -281,6 +281,17 @@ static double bm_raw_threads(const ncclComm_t* comms, gpuhal_buffer_t** send, gp
   return bm_seconds(gpuhal_now_ns() - start);
 }
 
+/* Waits for each device's stream, in that device's context. */
+static void bm_sync_streams(const CUstream* streams, int n) {
+  CUcontext popped;
+  int d;
+  for (d = 0; d < n; ++d) {
+    BM_CU(cu->cuCtxPushCurrent(f.devices[d]->context));
+    BM_CU(cu->cuStreamSynchronize(streams[d]));
+    BM_CU(cu->cuCtxPopCurrent(&popped));
+  }
+}
+
 /* The raw side as the issue asks: every rank in one ncclGroupStart/End per iteration from
  * one thread, then a wait for every stream. */
 static double bm_raw_grouped(const ncclComm_t* comms, gpuhal_buffer_t** send, gpuhal_buffer_t** recv,
@@ -295,12 +306,7 @@ static double bm_raw_grouped(const ncclComm_t* comms, gpuhal_buffer_t** send, gp
                           ncclFloat32, ncclSum, comms[d], streams[d]);
     nccl->ncclGroupEnd();
   }
-  for (d = 0; d < n; ++d) {
-    CUcontext popped;
-    BM_CU(cu->cuCtxPushCurrent(f.devices[d]->context));
-    BM_CU(cu->cuStreamSynchronize(streams[d]));
-    BM_CU(cu->cuCtxPopCurrent(&popped));
-  }
+  bm_sync_streams(streams, n);
   return bm_seconds(gpuhal_now_ns() - start);
 }
 
@@ -345,11 +351,7 @@ static double bm_raw_graphs_run(const CUgraphExec* execs, const CUstream* stream
       BM_CU(cu->cuGraphLaunch(execs[d], streams[d]));
       BM_CU(cu->cuCtxPopCurrent(&popped));
     }
-  for (d = 0; d < n; ++d) {
-    BM_CU(cu->cuCtxPushCurrent(f.devices[d]->context));
-    BM_CU(cu->cuStreamSynchronize(streams[d]));
-    BM_CU(cu->cuCtxPopCurrent(&popped));
-  }
+  bm_sync_streams(streams, n);
   return bm_seconds(gpuhal_now_ns() - start);
 }
 
