@@ -372,11 +372,11 @@ static void gpuhal__side_left_keep(gpuhal__side_left_t* left) {
   gpuhal__semaphore_parked_keep(left->semaphore, &left->waiter, value);
 }
 
-/* The signals, after the work: the armed words are written first, then the event is
- * recorded, then the timepoints are published (see gpuhal__semaphore_signal_begin). */
-static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstream stream) {
+/* The signals, after the work: the armed words are written first, then `event` (taken from
+ * the pool before the work) is recorded, then the timepoints are published (see
+ * gpuhal__semaphore_signal_begin). */
+static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstream stream, gpuhal__event_t* event) {
   gpuhal_device_t* device = a->state->device;
-  gpuhal__event_t* event = NULL;
   gpuhal_status_t status = NULL;
   uint32_t i, begun = 0, written = 0;
   /* Its waits on the GPU counted it as blocked on their semaphores; its timepoints will. */
@@ -399,9 +399,8 @@ static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstrea
                           (stream, word, gpuhal__semaphore_word_value(s, value), CU_STREAM_WRITE_VALUE_DEFAULT));
     if (word) written = begun; /* a failed enqueue may have gone through all the same */
   }
-  if (!status) status = gpuhal__event_pool_acquire(&a->state->events, &event);
+  a->event = event;
   if (!status) {
-    a->event = event;
     status = GPUHAL__CU(device->cu, cuEventRecord, (event->handle, stream));
     event->stream = stream;
   }
@@ -426,6 +425,7 @@ static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstrea
  * GPU value wait, or behind other such work) goes to a side stream of its own. */
 static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
   gpuhal_device_t* device = a->state->device;
+  gpuhal__event_t* event = NULL;
   CUstream stream = device->streams[a->queue_index];
   gpuhal_status_t status = a->provisional ? gpuhal__side_stream_acquire(a->state, a, &stream) : NULL;
   a->seq = ++a->state->dispatch_seq; /* issue order: issues are serialized by issue_mutex */
@@ -436,6 +436,11 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
   if (a->provisional) gpuhal__action_gpu_wait_count(a, 1);
   if (!status && a->provisional) status = gpuhal__side_stream_follow(a->state, a->queue_index, stream);
   if (!status) status = gpuhal__action_issue_waits(a, stream);
+  /* The signal's event comes from the pool before the work goes on the stream: a pool that
+   * cannot grow (host memory, cuEventCreate) then fails the issue with nothing enqueued. A
+   * failure after the work was enqueued would retire the action, and let go of what the
+   * work uses, while the stream may still run it. */
+  if (!status) status = gpuhal__event_pool_acquire(&a->state->events, &event);
   if (status) {
     gpuhal__action_drop_wait_events(a);
     return status;
@@ -446,9 +451,12 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
     GPUHAL__TRACE(device, trace_t0 = gpuhal__hooks()->trace_issue_begin(device, a, stream));
     issued = a->ops->issue(a->user, device, stream);
     GPUHAL__TRACE(device, gpuhal__hooks()->trace_issue_end(device, a, stream, trace_t0, issued != NULL));
-    GPUHAL__RETURN_IF_ERROR(issued);
+    if (issued) {
+      gpuhal__event_release(event);
+      return issued;
+    }
   }
-  GPUHAL__RETURN_IF_ERROR(gpuhal__action_issue_signals(a, stream));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__action_issue_signals(a, stream, event));
   gpuhal__action_left_notes_spare(a); /* its waiters on the semaphores stand for its GPU waits */
   return NULL;
 }

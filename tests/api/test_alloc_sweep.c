@@ -468,6 +468,48 @@ static void as_scenario_peer(sweep_run_t* r) {
   as_close(r, &o);
 }
 
+/* A queue call whose issue fails runs none of its work:
+ *   q0: gate=1 -> GRAPH fill of buf0 -> s=1
+ * s reaches 1 with buf0 filled, or fails with buf0 as it was. A device's first execute grows
+ * its event pool: one run fails that growth, which once came after the graph's launch (the
+ * fill ran, and the failed action let go of its command buffer while the stream ran it). */
+static void as_scenario_unrun(sweep_run_t* r) {
+  as_objs_t o;
+  gpuhal_semaphore_t *gate, *s;
+  uint32_t words[256], fill = 0x5A5A5A5Au;
+  uint64_t value = 0;
+  gpuhal_status_t st;
+  int gate_signalled = 0, i;
+  for (i = 0; i < 256; ++i) words[i] = 0x0BADF00Du;
+  if (as_open(r, &o) && sweep_ok(r, gpuhal_buffer_write(o.buf[0], 0, words, sizeof(words)), "buffer_write") &&
+      sweep_ok(r, gpuhal_command_buffer_create(o.device, GPUHAL_COMMAND_BUFFER_GRAPH, 0, &o.cb[0]),
+               "command_buffer_create") &&
+      sweep_ok(r, gpuhal_command_buffer_begin(o.cb[0]), "command_buffer_begin") &&
+      sweep_ok(r, gpuhal_cmd_fill(o.cb[0], gpuhal_ref_buffer(o.buf[0], 0), 1024, &fill, 4), "cmd_fill") &&
+      sweep_ok(r, gpuhal_command_buffer_end(o.cb[0]), "command_buffer_end")) {
+    gate = o.sem[0];
+    s = o.sem[1];
+    if (sweep_ok(r,
+                 gpuhal_queue_execute(o.device, 0, gpuhal_semaphore_list_one(&gate, &V1),
+                                      gpuhal_semaphore_list_one(&s, &V1), o.cb[0], NULL),
+                 "queue_execute"))
+      sweep_expect(r, s, 1);
+    gate_signalled = sweep_ok(r, gpuhal_semaphore_signal(gate, 1), "semaphore_signal");
+    if (!gate_signalled) gpuhal_semaphore_fail(gate, gpuhal_status_make(GPUHAL_STATUS_CANCELLED, "sweep: gate"));
+    sweep_settle(r);
+    if (sweep_ok(r, gpuhal_device_wait_idle(o.device, gpuhal_timeout_relative_ns(SWEEP_WAIT_NS)), "device_wait_idle")) {
+      /* The query's own failure (its status copy) says nothing about s. */
+      st = gpuhal_semaphore_query(s, &value);
+      if (!st && value >= 1)
+        sweep_check_words(r, o.buf[0], 0, 256, fill, "the execute reached its signal: the fill");
+      else if (st && strstr(gpuhal_status_message(st), "issuing queue 'execute'"))
+        sweep_check_words(r, o.buf[0], 0, 256, words[0], "the execute failed as it was issued: buf0 untouched");
+      gpuhal_status_free(st);
+    }
+  }
+  as_close(r, &o);
+}
+
 /* Module globals on two devices (tests/kernels/globals.cu, one image both share):
  *   device q0: -> GRAPH: update of device 0's c_table, barrier, read_globals -> buf0 -> s=1
  *   peer q0:   s=1 -> STREAM: peer copy of device 0's g_scale into the peer's, barrier,
@@ -888,6 +930,11 @@ TU_TEST(peer_fail_a_window_of_allocations) {
   as_sweep_every("peer/window", as_scenario_peer, AS_WINDOW, AS_WINDOW_EVERY);
 }
 
+TU_TEST(unrun_fail_one_allocation) {
+  if (!as_setup()) TU_SKIP("needs softcuda");
+  as_sweep("unrun/one", as_scenario_unrun, 1);
+}
+
 TU_TEST(collective_fail_one_allocation) {
   if (!as_setup()) TU_SKIP("needs softcuda");
   as_sweep("collective/one", as_scenario_collective, 1);
@@ -941,8 +988,9 @@ TU_TEST(traced_fail_a_window_of_allocations) {
 TU_MAIN(TU_CASE(chain_fail_one_allocation), TU_CASE(chain_fail_a_window_of_allocations),
         TU_CASE(bound_fail_one_allocation), TU_CASE(bound_fail_a_window_of_allocations),
         TU_CASE(peer_fail_one_allocation), TU_CASE(peer_fail_a_window_of_allocations),
-        TU_CASE(collective_fail_one_allocation), TU_CASE(collective_fail_a_window_of_allocations),
-        TU_CASE(share_fail_one_allocation), TU_CASE(share_fail_a_window_of_allocations),
-        TU_CASE(regions_fail_one_allocation), TU_CASE(regions_fail_a_window_of_allocations),
-        TU_CASE(globals_fail_one_allocation), TU_CASE(globals_fail_a_window_of_allocations),
-        TU_CASE(traced_fail_one_allocation), TU_CASE(traced_fail_a_window_of_allocations))
+        TU_CASE(unrun_fail_one_allocation), TU_CASE(collective_fail_one_allocation),
+        TU_CASE(collective_fail_a_window_of_allocations), TU_CASE(share_fail_one_allocation),
+        TU_CASE(share_fail_a_window_of_allocations), TU_CASE(regions_fail_one_allocation),
+        TU_CASE(regions_fail_a_window_of_allocations), TU_CASE(globals_fail_one_allocation),
+        TU_CASE(globals_fail_a_window_of_allocations), TU_CASE(traced_fail_one_allocation),
+        TU_CASE(traced_fail_a_window_of_allocations))
