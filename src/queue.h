@@ -43,7 +43,12 @@
  *  - a thread in gpuhal_semaphore_signal (an application thread): a push/pop and issues (no
  *    harvest) of woken actions, its signal's among them, once the semaphore's lock is
  *    released (up to GPUHAL__SIGNAL_ISSUE_MAX, only actions a submitter may issue, only with
- *    the issue lock free, never on a thread of their device; else the worker).
+ *    the issue lock free, never on a thread of their device; else the worker). So does any
+ *    thread that issues work (a submitter, a worker, a signalling thread) for the actions
+ *    of other devices that its signals' submission woke: with its own device's issue lock
+ *    held and context pushed, it takes the other device's issue lock only by a trylock and
+ *    pushes that device's context over its own (a chain across devices then needs no
+ *    worker wake-up per hop).
  *  - a host waiter (gpuhal_semaphore_wait, gpuhal_semaphores_wait, gpuhal_semaphore_query):
  *    cuEventQuery.
  *  - a thread in gpuhal_buffer_read / _write (memory.c, not the queue): in a push/pop, a copy
@@ -673,9 +678,11 @@ GPUHAL__PRIVATE void gpuhal__action_make_pending(gpuhal__queue_state_t* state, g
 
 GPUHAL__PRIVATE void gpuhal__queue_issue_woken(void* arg);
 
-/* A semaphore an action waits on changed. When a host signal changed it, the signalling
- * thread issues what became ready once it released the semaphore (no worker wake-up between
- * a host signal and its GPU work); otherwise the pump is kicked. */
+/* A semaphore an action waits on changed. When a host signal changed it, or an issue
+ * submitted a value it waits for, that thread issues what became ready once it released
+ * the semaphore (no worker wake-up between a signal and the GPU work it lets go), unless it
+ * is a thread of the action's device or cannot take its issue lock at once; otherwise the
+ * pump is kicked. */
 GPUHAL__PRIVATE void gpuhal__action_wait_notify(gpuhal__semaphore_waiter_t* waiter);
 /* The same for a failure watch (gpuhal__action_wait_t.fail_watch): a later wait failed. */
 GPUHAL__PRIVATE void gpuhal__action_fail_watch_notify(gpuhal__semaphore_waiter_t* watch);

@@ -447,6 +447,9 @@ static void gpuhal__semaphore_abandon_locked(gpuhal_semaphore_t* s) {
 
 GPUHAL__PRIVATE void gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuhal__timepoint_t* tp) {
   gpuhal__list_node_t* n;
+  gpuhal__signal_after_t after;
+  uint32_t i;
+  after.count = 0;
   gpuhal__mutex_lock(&s->mutex);
   if (s->failure || tp->value <= s->value) {
     gpuhal__semaphore_signal_end_locked(s);
@@ -460,7 +463,13 @@ GPUHAL__PRIVATE void gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuh
   /* A shared semaphore's waits always go to the word: another process may signal it. */
   if (!s->queue_signalled && !s->shared) gpuhal__atomic_store(&s->queue_signalled, 1);
   gpuhal__semaphore_publish_newest_locked(s);
+  /* Work of another device that this submission lets go is issued on this thread, as a host
+   * signal does (gpuhal__queue_issue_woken: a trylock of that device's issue lock), not left
+   * to a wake-up of its worker: a chain across devices whose every hop waits to be
+   * submitted would otherwise go one worker wake-up per hop. */
+  s->after = &after;
   gpuhal__semaphore_notify_locked(s, tp->value);
+  s->after = NULL;
   gpuhal__semaphore_signal_end_locked(s);
   /* Work that waits on the GPU for this same semaphore, issued after the application let go
    * of it: it counts as blocked only from here (gpuhal__semaphore_parked_issued). */
@@ -468,6 +477,7 @@ GPUHAL__PRIVATE void gpuhal__semaphore_add_timepoint(gpuhal_semaphore_t* s, gpuh
       gpuhal__semaphore_abandoned_locked(s, 0, 0))
     gpuhal__semaphore_abandon_locked(s);
   gpuhal__mutex_unlock(&s->mutex);
+  for (i = 0; i < after.count; ++i) after.calls[i].run(after.calls[i].arg);
 }
 
 GPUHAL__PRIVATE void gpuhal__semaphore_remove_timepoint(gpuhal__timepoint_t* tp) {
