@@ -259,6 +259,119 @@ TU_TEST(peer_alloca_freed_without_waiting_for_its_worker) {
   md_close(&f);
 }
 
+/* Device B's work waits for a value that device A's work has not been submitted to reach
+ * (so it waits on the host: B parks nothing on the GPU here). When A's work is issued, the
+ * thread that issued it issues B's work too, as a host signal does, instead of leaving it
+ * to B's worker, which is busy here until the test lets it go: a chain across devices
+ * whose every hop waits to be submitted (the whole chain submitted at once, past the bound
+ * on a queue's stream) would otherwise go one wake-up of the other device's worker per hop.
+ * A's work is issued by the application's thread, or by A's worker (no_caller_issue). */
+static void md_woken_body(int a_worker_issues) {
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* dev[2] = {NULL, NULL};
+  gpuhal_device_params_t params[2];
+  gpuhal_semaphore_t *s = NULL, *t = NULL;
+  uint64_t one = 1, value = 0;
+  md_hold_t hold;
+  int count = 0, i;
+  int64_t end;
+  TU_REQUIRE_OK(gpuhal_driver_create(NULL, &driver));
+  TU_CHECK_OK(gpuhal_driver_device_count(driver, &count));
+  if (count < 2) {
+    gpuhal_driver_release(driver);
+    TU_SKIP("needs 2 devices");
+  }
+  memset(params, 0, sizeof(params));
+  for (i = 0; i < 2; ++i) params[i].tuning.gpu_parked_max = -1;
+  params[0].tuning.no_caller_issue = a_worker_issues;
+  for (i = 0; i < 2; ++i) TU_CHECK_OK(gpuhal_device_create(driver, i, &params[i], &dev[i]));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &s));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &t));
+  TU_REQUIRE(dev[0] && dev[1] && s && t && !tu_state.failed);
+  memset(&hold, 0, sizeof(hold));
+  gpuhal__list_init(&hold.task.node);
+  hold.task.fn = md_hold_run;
+  gpuhal__worker_post(dev[1], &hold.task);
+  end = gpuhal_now_ns() + (int64_t)10 * 1000000000;
+  while (!gpuhal__atomic_load(&hold.held) && gpuhal_now_ns() < end) tu_sleep_ns(100000);
+  TU_CHECK(gpuhal__atomic_load(&hold.held));
+  /* B: a barrier behind s = 1, which nothing is submitted to reach yet. */
+  TU_CHECK_OK(gpuhal_queue_execute(dev[1], 0, gpuhal_semaphore_list_one(&s, &one), gpuhal_semaphore_list_one(&t, &one),
+                                   NULL, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_query(t, &value));
+  TU_CHECK(value == 0);
+  /* A: the work that reaches s = 1. */
+  TU_CHECK_OK(
+      gpuhal_queue_execute(dev[0], 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &one), NULL, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_wait(t, 1, md_seconds(5))); /* B's worker is still busy */
+  TU_CHECK(!gpuhal__atomic_load(&hold.let_go));
+  gpuhal__atomic_store(&hold.let_go, 1);
+  for (i = 0; i < 2; ++i) TU_CHECK_OK(gpuhal_device_wait_idle(dev[i], md_seconds(30)));
+  gpuhal_semaphore_release(s);
+  gpuhal_semaphore_release(t);
+  for (i = 0; i < 2; ++i) gpuhal_device_release(dev[i]);
+  gpuhal_driver_release(driver);
+}
+TU_TEST(submission_issues_the_peer_work_it_lets_go) { md_woken_body(0); }
+TU_TEST(worker_issues_the_peer_work_it_lets_go) { md_woken_body(1); }
+
+/* A ping-pong between two devices, every hop submitted at once, far past a small bound on
+ * each queue's stream (tuning.queue_entries_max): held work, and work waiting for a value
+ * not submitted, issued in turn by whichever thread lets it go (the application's, either
+ * worker, each issuing the other device's work). Every value is reached, in order, within
+ * the bound of the wait. */
+TU_TEST(held_ping_pong_across_devices) {
+  md_fixture_t f;
+  gpuhal_device_params_t params;
+  gpuhal_semaphore_t *ping = NULL, *pong = NULL;
+  gpuhal_buffer_t* buf[2] = {NULL, NULL};
+  gpuhal_command_buffer_t* cb[2] = {NULL, NULL};
+  gpuhal_arg_t args[4];
+  const uint64_t hops = 400;
+  uint64_t i, value = 0;
+  int d;
+  memset(&params, 0, sizeof(params));
+  params.tuning.queue_entries_max = 16;
+  md_device_params = &params;
+  if (!md_open(&f, 2, 2, NULL)) {
+    md_device_params = NULL;
+    TU_SKIP("needs 2 devices");
+  }
+  md_device_params = NULL;
+  TU_REQUIRE_OK(md_load_kernels(&f));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &ping));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &pong));
+  for (d = 0; d < 2; ++d) { /* each hop: a 20 us spin_store */
+    TU_CHECK_OK(gpuhal_buffer_allocate(f.devices[d], GPUHAL_MEMORY_DEVICE, 256, &buf[d]));
+    args[0] = gpuhal_arg_buffer(buf[d], 0);
+    args[1] = gpuhal_arg_u32(1);
+    args[2] = gpuhal_arg_u32(1);
+    args[3] = gpuhal_arg_u64(20);
+    TU_CHECK_OK(gpuhal_command_buffer_create(f.devices[d], GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cb[d]));
+    TU_CHECK_OK(gpuhal_command_buffer_begin(cb[d]));
+    TU_CHECK_OK(gpuhal_cmd_dispatch(cb[d], f.spin_store[d], gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 4, args));
+    TU_CHECK_OK(gpuhal_command_buffer_end(cb[d]));
+  }
+  TU_REQUIRE(ping && pong && cb[0] && cb[1] && !tu_state.failed);
+  for (i = 1; i <= hops && !tu_state.failed; ++i) {
+    uint64_t prev = i - 1;
+    TU_CHECK_OK(gpuhal_queue_execute(f.devices[0], 0, gpuhal_semaphore_list_one(&pong, &prev),
+                                     gpuhal_semaphore_list_one(&ping, &i), cb[0], NULL));
+    TU_CHECK_OK(gpuhal_queue_execute(f.devices[1], 0, gpuhal_semaphore_list_one(&ping, &i),
+                                     gpuhal_semaphore_list_one(&pong, &i), cb[1], NULL));
+  }
+  TU_CHECK_OK(gpuhal_semaphore_wait(pong, hops, md_seconds(60)));
+  TU_CHECK_OK(gpuhal_semaphore_query(ping, &value));
+  TU_CHECK(value == hops);
+  for (d = 0; d < 2; ++d) {
+    gpuhal_command_buffer_release(cb[d]);
+    gpuhal_buffer_release(buf[d]);
+  }
+  gpuhal_semaphore_release(ping);
+  gpuhal_semaphore_release(pong);
+  md_close(&f);
+}
+
 /* A GRAPH command buffer of device 0 copies from and into device 1's transient buffers
  * (gpuhal_queue_alloca): their memory comes from device 1's own pool, which context peer
  * access does not open to device 0 (on a GPU, an illegal address that lost both devices). */
@@ -553,6 +666,7 @@ TU_TEST(devices_run_concurrently) {
 
 TU_MAIN(TU_CASE(pipeline_two_devices_stream), TU_CASE(pipeline_two_devices_graph), TU_CASE(peer_copy_stream),
         TU_CASE(same_ordinal_copy_stream), TU_CASE(same_ordinal_copy_graph), TU_CASE(peer_copy_graph),
-        TU_CASE(peer_alloca_freed_without_waiting_for_its_worker),
+        TU_CASE(peer_alloca_freed_without_waiting_for_its_worker), TU_CASE(submission_issues_the_peer_work_it_lets_go),
+        TU_CASE(worker_issues_the_peer_work_it_lets_go), TU_CASE(held_ping_pong_across_devices),
         TU_CASE(graph_copies_reach_a_peers_transient_buffers), TU_CASE(context_unchanged_by_every_function),
         TU_CASE(devices_run_concurrently))
