@@ -25,6 +25,14 @@ if(TARGET test_fault_sweep)
   if(TARGET softnccl)
     add_dependencies(test_fault_sweep softnccl)
   endif()
+  # The same sweep on the event path: there a wait on a value not yet submitted is held on
+  # the host, so the issue that submits it issues the waiting work (the same device's or
+  # another's, nested in its own), under a fault at every call of it.
+  add_test(NAME test_fault_sweep_events COMMAND test_fault_sweep)
+  set_tests_properties(test_fault_sweep_events PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1800)
+  set_property(TEST test_fault_sweep_events APPEND PROPERTY ENVIRONMENT ${GPUHAL_TEST_ENV} ${gpuhal_reliability_env}
+               "GPUHAL_SWEEP_DEPTH=${GPUHAL_SWEEP_DEPTH}" "SOFTCUDA_NO_MEMOPS=1" "GPUHAL_SEMAPHORE_MEMOPS=0")
+  set_property(TEST test_fault_sweep_events APPEND PROPERTY LABELS reliability api internals)
 endif()
 if(TARGET test_stress)
   set_tests_properties(test_stress PROPERTIES TIMEOUT 900)
