@@ -368,6 +368,7 @@ typedef struct gpuhal__action_s {
   int polled;           /* the completion thread found it not done once (lane typical_ns) */
   int fail_watching;    /* its waits' fail_watch nodes are in use (set up once blocked or held) */
   int failed_early;     /* parked work with a failed input: its signals failed already */
+  int work_enqueued;    /* its issue reached ops->issue: work of it may be on its stream */
   /* In state->woken_order, keyed by the pending_seq it had when it went in. */
   gpuhal__heap_node_t woken_node;
   /* Work done whose inputs are not all seen reached yet (a lane's `deferred`): registered on

@@ -445,6 +445,7 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
     gpuhal__action_drop_wait_events(a);
     return status;
   }
+  a->work_enqueued = 1;
   if (a->ops->issue) {
     int64_t trace_t0 = 0; /* trace hook: GPU timing events around the work */
     gpuhal_status_t issued;
@@ -452,7 +453,7 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
     issued = a->ops->issue(a->user, device, stream);
     GPUHAL__TRACE(device, gpuhal__hooks()->trace_issue_end(device, a, stream, trace_t0, issued != NULL));
     if (issued) {
-      gpuhal__event_release(event);
+      a->event = event; /* perhaps to be recorded behind what did go on the stream */
       return issued;
     }
   }
@@ -479,8 +480,32 @@ static void gpuhal__action_rewrite_failed_words(gpuhal__action_t* a, CUresult st
   }
 }
 
-/* An issue failed: sticky errors (the stream says so too) lose the device. */
-static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t status) {
+/* The issue of `a` failed after some of its work may have gone on its queue's stream (a
+ * CUDA call failed in or after ops->issue), which is still running: the work runs when the
+ * stream gets there and uses what the action holds (its command buffer and the buffers
+ * that holds). Its event is recorded behind the work, and the action stays on its lane
+ * like issued work until that event completes, failed already: then it is only retired
+ * (gpuhal__action_complete_ok). 1 when so; 0: nothing of it can still run, or the record
+ * failed too (the action is retired at once: the application's releases may then free
+ * memory the stream still uses). Side streams: their work waits for values and may never
+ * run; a failed side issue is retired at once, as before. */
+static int gpuhal__action_keep_until_passed(gpuhal__action_t* a, CUresult stream_state) {
+  const gpuhal__cuda_symbols_t* cu = a->state->device->cu;
+  gpuhal__capture_scope_t capture;
+  CUresult r;
+  if (!a->work_enqueued || a->side || stream_state != CUDA_ERROR_NOT_READY || !a->event) return 0;
+  gpuhal__capture_relax(cu, &capture); /* perhaps the caller-issue path (device.h) */
+  r = cu->cuEventRecord(a->event->handle, a->stream);
+  gpuhal__capture_restore(cu, &capture);
+  if (r != CUDA_SUCCESS) return 0;
+  a->event->stream = a->stream;
+  return 1;
+}
+
+/* An issue failed: sticky errors (the stream says so too) lose the device. 1 when the
+ * action stays on its lane until its stream passed its work (gpuhal__action_keep_until_passed);
+ * else it was retired. */
+static int gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t status) {
   gpuhal__queue_state_t* state = a->state;
   char who[GPUHAL__ACTION_WHO_MAX];
   gpuhal__capture_scope_t capture;
@@ -520,7 +545,9 @@ static void gpuhal__action_issue_failed(gpuhal__action_t* a, gpuhal_status_t sta
   if (gpuhal__cuda_error_is_sticky(r)) gpuhal__queue_mark_lost(state, status);
   gpuhal__action_fail(a, status);
   gpuhal__action_rewrite_failed_words(a, r);
+  if (gpuhal__action_keep_until_passed(a, r)) return 1;
   gpuhal__action_retire(a);
+  return 0;
 }
 
 GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gpuhal__action_t* a, uint32_t entries) {
@@ -528,10 +555,7 @@ GPUHAL__PRIVATE int64_t gpuhal__action_dispatch(gpuhal__queue_state_t* state, gp
   gpuhal_status_t status = gpuhal__action_issue(a);
   int64_t now;
   lane->entries_issued += entries;
-  if (status) {
-    gpuhal__action_issue_failed(a, status);
-    return 0;
-  }
+  if (status && !gpuhal__action_issue_failed(a, status)) return 0;
   a->entries_mark = lane->entries_issued;
   if (a->stream == state->device->streams[a->queue_index]) lane->stream_mark = lane->entries_issued;
   a->dispatch_ns = now = gpuhal_now_ns();

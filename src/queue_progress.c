@@ -10,11 +10,11 @@
 /* ---- the completion thread: progress, per queue ---- */
 
 /* 1 when `a` and `next` (of the same queue, not host calls) signal only the same semaphore,
- * `next` to a value at or above `a`'s: once both are known complete, `a` need not advance
- * it, `next` will (before either is released). */
+ * `next` to a value at or above `a`'s, and `next` did not fail as it was issued: once both
+ * are known complete, `a` need not advance it, `next` will (before either is released). */
 static int gpuhal__actions_share_signal(const gpuhal__action_t* a, const gpuhal__action_t* next) {
-  return next && next->queue_index == a->queue_index && !a->host_fn && !next->host_fn && a->signal_count == 1 &&
-         next->signal_count == 1 && a->signals[0].semaphore == next->signals[0].semaphore &&
+  return next && !next->failure && next->queue_index == a->queue_index && !a->host_fn && !next->host_fn &&
+         a->signal_count == 1 && next->signal_count == 1 && a->signals[0].semaphore == next->signals[0].semaphore &&
          next->signals[0].value >= a->signals[0].value;
 }
 
@@ -117,6 +117,7 @@ GPUHAL__PRIVATE int gpuhal__timepoint_settled(const gpuhal__timepoint_t* tp) {
  * action of its queue advances the same semaphore past them (`skip_advance`). */
 static void gpuhal__action_complete_ok(gpuhal__action_t* a, int skip_advance) {
   gpuhal_status_t failed = NULL;
+  if (a->failure) return; /* its issue failed, its work had to pass first (gpuhal__action_keep_until_passed) */
   if (gpuhal__action_inputs(a, &failed) == GPUHAL__INPUTS_FAILED) {
     gpuhal__action_fail(a, failed);
   } else if (skip_advance) {
@@ -185,6 +186,11 @@ static void gpuhal__action_observe(gpuhal__queue_state_t* state, gpuhal__action_
   if (r != CUDA_SUCCESS) {
     gpuhal_status_t status = gpuhal__cuda_status(state->device->cu, r, "cuEventQuery", __FILE__, __LINE__);
     if (gpuhal__cuda_error_is_sticky(r)) gpuhal__queue_mark_lost(state, status);
+    if (a->failure) { /* it failed as it was issued (its signals then): only its work was awaited */
+      gpuhal_status_free(status);
+      gpuhal__action_retire(a);
+      return;
+    }
     /* After a loss, every later action fails with the original cause. */
     lost = gpuhal__queue_lost_clone(state);
     if (lost) {

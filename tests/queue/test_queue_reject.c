@@ -220,6 +220,99 @@ TU_TEST(launch_fails_graph) {
   cuda_call_fails(GPUHAL_COMMAND_BUFFER_GRAPH, "cuGraphLaunch@*=CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES");
 }
 
+/* ---- a CUDA call fails after the work went on the stream ----
+ * The record of the execute's signal event fails after cuGraphLaunch: the execute fails,
+ * and its signal with it, but the launched graph runs when the stream gets there. What it
+ * uses (the command buffer, its buffer) must stay alive until then, whatever the
+ * application releases. The stream is held shut by a gate (softcuda_stream_enqueue) ahead
+ * of the execute, so the graph cannot have run when the releases come. */
+static int qr_gate_open;
+static int qr_gate_run(void* payload) {
+  int64_t deadline = gpuhal_now_ns() + 20000000000ll;
+  (void)payload;
+  while (!__atomic_load_n(&qr_gate_open, __ATOMIC_ACQUIRE) && gpuhal_now_ns() < deadline) tu_sleep_ns(100000);
+  return 0;
+}
+typedef int (*qr_enqueue_fn)(void*, const char*, int (*)(void*), void (*)(void*), void*);
+typedef int (*qr_accessible_fn)(const void*, size_t);
+static void* qr_softcuda_symbol(const char* name) {
+  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
+  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  void* p = h ? dlsym(h, name) : NULL;
+  if (h) dlclose(h); /* softcuda stays loaded: gpuhal holds it */
+  return p;
+}
+
+TU_TEST(record_fails_after_the_launch) {
+  qt_fixture_t f;
+  gpuhal_buffer_t* b = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_semaphore_t* s = NULL;
+  gpuhal_status_t call, st;
+  qr_enqueue_fn enqueue;
+  qr_accessible_fn accessible;
+  void* p;
+  uint64_t address = 0;
+  uint32_t fill = 0x5A5A5A5Au;
+  int64_t deadline;
+  if (!tu_softcuda()) TU_SKIP("fault injection needs softcuda");
+  p = qr_softcuda_symbol("softcuda_stream_enqueue");
+  memcpy(&enqueue, &p, sizeof(p));
+  p = qr_softcuda_symbol("softcuda_accessible");
+  memcpy(&accessible, &p, sizeof(p));
+  TU_REQUIRE(enqueue && accessible);
+  TU_REQUIRE(qt_open(&f, 1, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 1024, &b));
+  TU_CHECK_OK(
+      gpuhal_command_buffer_create(f.device, GPUHAL_COMMAND_BUFFER_GRAPH | GPUHAL_COMMAND_BUFFER_REUSABLE, 0, &cb));
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  TU_CHECK_OK(gpuhal_cmd_fill(cb, gpuhal_ref_buffer(b, 0), 1024, &fill, 4));
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  TU_CHECK_OK(gpuhal_buffer_device_address(b, &address));
+  if (s && b && cb && address) {
+    /* Warm: the event pool has an event, the graph is instantiated. */
+    TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &qr_one),
+                                     cb, NULL));
+    TU_CHECK_OK(gpuhal_semaphore_wait(s, 1, qt_seconds(QR_WAIT_S)));
+    TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QR_WAIT_S)));
+    __atomic_store_n(&qr_gate_open, 0, __ATOMIC_RELEASE);
+    TU_CHECK(enqueue((void*)f.device->streams[0], "test gate", qr_gate_run, NULL, NULL) == 0);
+    TU_CHECK(tu_softcuda_faults("cuEventRecord@1=CUDA_ERROR_OUT_OF_MEMORY") == 0);
+    {
+      uint64_t two = 2;
+      call = gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &two), cb,
+                                  NULL);
+    }
+    tu_softcuda_faults(NULL);
+    st = gpuhal_semaphore_wait(s, 2, qt_seconds(QR_WAIT_S));
+    if (!st || !strstr(gpuhal_status_message(st), "cuEventRecord"))
+      TU_FAIL_AT(__FILE__, __LINE__, "the wait for the failed execute's signal: %s",
+                 st ? gpuhal_status_message(st) : "OK");
+    gpuhal_status_free(st);
+    gpuhal_status_free(call);
+    gpuhal_command_buffer_release(cb);
+    cb = NULL;
+    gpuhal_buffer_release(b);
+    b = NULL;
+    /* The graph has not run: the gate holds the stream. */
+    if (!accessible((const void*)(uintptr_t)address, 1024))
+      TU_FAIL_AT(__FILE__, __LINE__, "the buffer's memory was freed while the failed execute's graph was queued");
+    __atomic_store_n(&qr_gate_open, 1, __ATOMIC_RELEASE);
+    TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QR_WAIT_S)));
+    /* Then it goes: nothing holds it once the stream passed the graph. */
+    deadline = gpuhal_now_ns() + 5000000000ll;
+    while (accessible((const void*)(uintptr_t)address, 1024) && gpuhal_now_ns() < deadline) tu_sleep_ns(1000000);
+    TU_CHECK(!accessible((const void*)(uintptr_t)address, 1024));
+  }
+  __atomic_store_n(&qr_gate_open, 1, __ATOMIC_RELEASE);
+  tu_softcuda_faults(NULL);
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(b);
+  gpuhal_semaphore_release(s);
+  qt_close(&f);
+}
+
 /* ---- device memory runs out: an alloca of all the device memory (some is in use) ---- */
 
 TU_TEST(alloca_out_of_device_memory) {
@@ -785,8 +878,8 @@ TU_TEST(calls_on_a_lost_device) {
 
 TU_MAIN(TU_CASE(out_of_host_memory_host_call), TU_CASE(out_of_host_memory_execute), TU_CASE(out_of_host_memory_alloca),
         TU_CASE(out_of_host_memory_execute_with_bindings), TU_CASE(launch_fails_stream), TU_CASE(launch_fails_graph),
-        TU_CASE(alloca_out_of_device_memory), TU_CASE(one_shot_executed_twice), TU_CASE(dealloca_twice),
-        TU_CASE(side_issue_fails_parked_work), TU_CASE(side_issue_fails_chained_work),
+        TU_CASE(record_fails_after_the_launch), TU_CASE(alloca_out_of_device_memory), TU_CASE(one_shot_executed_twice),
+        TU_CASE(dealloca_twice), TU_CASE(side_issue_fails_parked_work), TU_CASE(side_issue_fails_chained_work),
         TU_CASE(side_issue_fails_then_its_gate_is_released), TU_CASE(side_issue_fails_then_the_device_is_released),
         TU_CASE(side_issue_without_memory_for_its_note), TU_CASE(side_issue_fails_before_its_gpu_wait),
         TU_CASE(side_issue_fails_then_its_gate_word_goes_back), TU_CASE(side_issue_fails_after_writing_its_signal_word),
