@@ -21,7 +21,8 @@
  * stream, cuEventCreate/Record + cuStreamWaitEvent; event pool growth: cuEventCreate; a
  * semaphore word slab: cuDevicePrimaryCtxRetain, cuMemHostAlloc and cuMemHostGetDevicePointer
  * in a push/pop (failing: cuMemFreeHost, cuDevicePrimaryCtxRelease); cuStreamQuery after a
- * failed issue; tracing: cuEventCreate/Record.
+ * failed issue, and cuEventRecord behind the work it left on a running stream; tracing:
+ * cuEventCreate/Record.
  *  - a submitting thread (any application thread): with the issue lock and the device's
  *    context pushed, it issues an action whose waits are resolved when nothing is queued
  *    ahead ("fast path"; only what a submitter may issue: no NCCL call, no GRAPH build, no
