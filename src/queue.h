@@ -369,7 +369,6 @@ typedef struct gpuhal__action_s {
   int polled;           /* the completion thread found it not done once (lane typical_ns) */
   int fail_watching;    /* its waits' fail_watch nodes are in use (set up once blocked or held) */
   int failed_early;     /* parked work with a failed input: its signals failed already */
-  int work_enqueued;    /* its issue reached ops->issue: work of it may be on its stream */
   /* In state->woken_order, keyed by the pending_seq it had when it went in. */
   gpuhal__heap_node_t woken_node;
   /* Work done whose inputs are not all seen reached yet (a lane's `deferred`): registered on
@@ -404,7 +403,7 @@ typedef struct gpuhal__action_s {
   CUstream stream;      /* where it was issued: its queue's stream, or a side stream */
   int gpu_wait_counted; /* it adds to the device's count of GPU value waits in flight */
   /* What the completion side reads of every action comes first (fewer cache lines). */
-  gpuhal__event_t* event; /* recorded after the work (one reference) */
+  gpuhal__event_t* event; /* taken before the work, recorded after it (one reference) */
   gpuhal_status_t failure;
   int64_t dispatch_ns;                  /* when it was issued */
   uint64_t seq;                         /* issue order on the device (set when its issue begins) */

@@ -372,11 +372,12 @@ static void gpuhal__side_left_keep(gpuhal__side_left_t* left) {
   gpuhal__semaphore_parked_keep(left->semaphore, &left->waiter, value);
 }
 
-/* The signals, after the work: the armed words are written first, then `event` (taken from
- * the pool before the work) is recorded, then the timepoints are published (see
+/* The signals, after the work: the armed words are written first, then the action's event
+ * (taken from the pool before the work) is recorded, then the timepoints are published (see
  * gpuhal__semaphore_signal_begin). */
-static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstream stream, gpuhal__event_t* event) {
+static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstream stream) {
   gpuhal_device_t* device = a->state->device;
+  gpuhal__event_t* event = a->event;
   gpuhal_status_t status = NULL;
   uint32_t i, begun = 0, written = 0;
   /* Its waits on the GPU counted it as blocked on their semaphores; its timepoints will. */
@@ -399,7 +400,6 @@ static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstrea
                           (stream, word, gpuhal__semaphore_word_value(s, value), CU_STREAM_WRITE_VALUE_DEFAULT));
     if (word) written = begun; /* a failed enqueue may have gone through all the same */
   }
-  a->event = event;
   if (!status) {
     status = GPUHAL__CU(device->cu, cuEventRecord, (event->handle, stream));
     event->stream = stream;
@@ -425,7 +425,6 @@ static gpuhal_status_t gpuhal__action_issue_signals(gpuhal__action_t* a, CUstrea
  * GPU value wait, or behind other such work) goes to a side stream of its own. */
 static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
   gpuhal_device_t* device = a->state->device;
-  gpuhal__event_t* event = NULL;
   CUstream stream = device->streams[a->queue_index];
   gpuhal_status_t status = a->provisional ? gpuhal__side_stream_acquire(a->state, a, &stream) : NULL;
   a->seq = ++a->state->dispatch_seq; /* issue order: issues are serialized by issue_mutex */
@@ -439,25 +438,22 @@ static gpuhal_status_t gpuhal__action_issue(gpuhal__action_t* a) {
   /* The signal's event comes from the pool before the work goes on the stream: a pool that
    * cannot grow (host memory, cuEventCreate) then fails the issue with nothing enqueued. A
    * failure after the work was enqueued would retire the action, and let go of what the
-   * work uses, while the stream may still run it. */
-  if (!status) status = gpuhal__event_pool_acquire(&a->state->events, &event);
+   * work uses, while the stream may still run it. From here on work of it may be on the
+   * stream (gpuhal__action_keep_until_passed). */
+  if (!status) status = gpuhal__event_pool_acquire(&a->state->events, &a->event);
   if (status) {
     gpuhal__action_drop_wait_events(a);
     return status;
   }
-  a->work_enqueued = 1;
   if (a->ops->issue) {
     int64_t trace_t0 = 0; /* trace hook: GPU timing events around the work */
     gpuhal_status_t issued;
     GPUHAL__TRACE(device, trace_t0 = gpuhal__hooks()->trace_issue_begin(device, a, stream));
     issued = a->ops->issue(a->user, device, stream);
     GPUHAL__TRACE(device, gpuhal__hooks()->trace_issue_end(device, a, stream, trace_t0, issued != NULL));
-    if (issued) {
-      a->event = event; /* perhaps to be recorded behind what did go on the stream */
-      return issued;
-    }
+    GPUHAL__RETURN_IF_ERROR(issued);
   }
-  GPUHAL__RETURN_IF_ERROR(gpuhal__action_issue_signals(a, stream, event));
+  GPUHAL__RETURN_IF_ERROR(gpuhal__action_issue_signals(a, stream));
   gpuhal__action_left_notes_spare(a); /* its waiters on the semaphores stand for its GPU waits */
   return NULL;
 }
@@ -493,7 +489,7 @@ static int gpuhal__action_keep_until_passed(gpuhal__action_t* a, CUresult stream
   const gpuhal__cuda_symbols_t* cu = a->state->device->cu;
   gpuhal__capture_scope_t capture;
   CUresult r;
-  if (!a->work_enqueued || a->side || stream_state != CUDA_ERROR_NOT_READY || !a->event) return 0;
+  if (!a->event || a->side || stream_state != CUDA_ERROR_NOT_READY) return 0; /* no event: nothing enqueued */
   gpuhal__capture_relax(cu, &capture); /* perhaps the caller-issue path (device.h) */
   r = cu->cuEventRecord(a->event->handle, a->stream);
   gpuhal__capture_restore(cu, &capture);

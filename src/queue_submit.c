@@ -198,7 +198,6 @@ static gpuhal_status_t gpuhal__queue_submit_impl(const char* func, gpuhal_device
   a->polled = 0;
   a->fail_watching = 0;
   a->failed_early = 0;
-  a->work_enqueued = 0;
   a->input_watched = NULL;
   a->stream = NULL;
   a->gpu_wait_counted = 0;

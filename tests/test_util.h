@@ -149,6 +149,20 @@ tu_softcuda_calls(const char* entry) {
   return n;
 }
 
+/* A function of softcuda's test API (tests/softcuda/softcuda.h) in the driver gpuhal loaded,
+ * or NULL (not softcuda, or not loaded yet). The library stays loaded: gpuhal holds it. */
+#if defined(__GNUC__)
+__attribute__((unused))
+#endif
+static void*
+tu_softcuda_symbol(const char* name) {
+  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
+  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  void* p = h ? dlsym(h, name) : NULL;
+  if (h) dlclose(h);
+  return p;
+}
+
 /* softcuda's fault injection (tests/softcuda/README.md): arms the rules of `spec`
  * ("cuMemAlloc@1=CUDA_ERROR_OUT_OF_MEMORY,..."), or clears every rule for NULL. 0 on
  * success; -1 when the driver is not softcuda or the spec is refused. */
@@ -157,27 +171,16 @@ __attribute__((unused))
 #endif
 static int
 tu_softcuda_faults(const char* spec) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   int (*set_faults)(const char*) = NULL;
   void (*clear_faults)(void) = NULL;
-  void* p;
-  int r = -1;
-  if (!h) return -1;
-  p = dlsym(h, "softcuda_set_faults");
+  void* p = tu_softcuda_symbol("softcuda_set_faults");
   memcpy(&set_faults, &p, sizeof(p));
-  p = dlsym(h, "softcuda_clear_faults");
+  p = tu_softcuda_symbol("softcuda_clear_faults");
   memcpy(&clear_faults, &p, sizeof(p));
-  if (set_faults && clear_faults) {
-    if (spec) {
-      r = set_faults(spec) == 0 ? 0 : -1;
-    } else {
-      clear_faults();
-      r = 0;
-    }
-  }
-  dlclose(h);
-  return r;
+  if (!set_faults || !clear_faults) return -1;
+  if (spec) return set_faults(spec) == 0 ? 0 : -1;
+  clear_faults();
+  return 0;
 }
 
 /* Reads a whole file into a NUL-terminated malloc'ed buffer (the caller frees it); NULL if

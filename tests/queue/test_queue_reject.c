@@ -235,13 +235,6 @@ static int qr_gate_run(void* payload) {
 }
 typedef int (*qr_enqueue_fn)(void*, const char*, int (*)(void*), void (*)(void*), void*);
 typedef int (*qr_accessible_fn)(const void*, size_t);
-static void* qr_softcuda_symbol(const char* name) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  void* p = h ? dlsym(h, name) : NULL;
-  if (h) dlclose(h); /* softcuda stays loaded: gpuhal holds it */
-  return p;
-}
 
 TU_TEST(record_fails_after_the_launch) {
   qt_fixture_t f;
@@ -256,9 +249,9 @@ TU_TEST(record_fails_after_the_launch) {
   uint32_t fill = 0x5A5A5A5Au;
   int64_t deadline;
   if (!tu_softcuda()) TU_SKIP("fault injection needs softcuda");
-  p = qr_softcuda_symbol("softcuda_stream_enqueue");
+  p = tu_softcuda_symbol("softcuda_stream_enqueue");
   memcpy(&enqueue, &p, sizeof(p));
-  p = qr_softcuda_symbol("softcuda_accessible");
+  p = tu_softcuda_symbol("softcuda_accessible");
   memcpy(&accessible, &p, sizeof(p));
   TU_REQUIRE(enqueue && accessible);
   TU_REQUIRE(qt_open(&f, 1, NULL));
