@@ -1053,12 +1053,28 @@ static void gpuhal__device_room_refill(gpuhal_device_t* device) {
     if (gpuhal__atomic_load(&o->parked) == 0)
       gpuhal__device_room_grow(device, o, gpuhal__atomic_load(&o->room_live) + 2 * headroom);
     gpuhal__atomic_store(&o->room_growing, 0);
+    gpuhal__driver_park_allowed(device->driver);
   }
 }
 
 /* After a stream or graph executable of gpuhal was destroyed (or its creation failed). */
 static void gpuhal__device_room_give(gpuhal_device_t* device) {
   gpuhal__atomic_sub(&device->driver->ordinals[device->ordinal].room_live, 1);
+  gpuhal__driver_park_allowed(device->driver); /* more room left (gpuhal__device_allows_park) */
+}
+
+GPUHAL__PRIVATE void gpuhal__driver_park_allowed(gpuhal_driver_t* driver) {
+  gpuhal__list_node_t* n;
+  /* The end counted before the look at the denied count; a denial counts itself before it
+   * looks at the ends (gpuhal__action_park_denied): one of the two sees the other. */
+  gpuhal__atomic_add_seq_cst(&driver->park_allowed, 1);
+  if (gpuhal__atomic_load_seq_cst(&driver->park_denied) == 0) return;
+  gpuhal__mutex_lock(&driver->devices_mutex);
+  /* A device on the list has its queue state: it is made before the device joins the list
+   * and destroyed after the device left it. */
+  for (n = driver->devices.next; n != &driver->devices; n = n->next)
+    gpuhal__hooks()->queue_park_retry(GPUHAL__CONTAINER_OF(n, gpuhal_device_t, driver_link));
+  gpuhal__mutex_unlock(&driver->devices_mutex);
 }
 
 GPUHAL__PRIVATE int gpuhal__device_allows_park(const gpuhal_device_t* device) {
@@ -1097,7 +1113,9 @@ GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_park_pause(gpuhal_device_t* devic
 }
 
 GPUHAL__PRIVATE void gpuhal__device_park_resume(gpuhal_device_t* device) {
-  if (device->driver->memops) gpuhal__atomic_sub(&device->driver->ordinals[device->ordinal].park_paused, 1);
+  if (!device->driver->memops) return;
+  gpuhal__atomic_sub(&device->driver->ordinals[device->ordinal].park_paused, 1);
+  gpuhal__driver_park_allowed(device->driver);
 }
 
 GPUHAL__PRIVATE gpuhal_status_t gpuhal__device_stream_create(gpuhal_device_t* device, CUstream* out) {

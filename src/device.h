@@ -324,6 +324,11 @@ struct gpuhal_driver_s {
   /* Such calls running now (under parked_mutex, which they do not hold while they wait):
    * no queue work starts to wait on the GPU meanwhile (gpuhal__memory_gpu_wait_claim). */
   int32_t sync_calls;
+  /* Queue work of any device that was denied a parked stream and waits on the host to ask
+   * again, and how many times something that denies a park ended (gpuhal__driver_park_allowed):
+   * work that counts itself denied after such an end asks again at once. Atomic. */
+  int32_t park_denied;
+  int32_t park_allowed;
   /* Per ordinal: gpuhal devices of one ordinal share its primary context. */
   gpuhal__ordinal_t* ordinals;
   struct gpuhal__deferred_call_s* deferred;
@@ -436,6 +441,7 @@ typedef struct gpuhal__hooks_s {
   void (*command_buffer_device_ready)(gpuhal_device_t* device); /* loads the built-in kernels */
   void (*queue_settle)(gpuhal_device_t* device, gpuhal_timeout_t timeout);
   int (*queue_owns_thread)(gpuhal_device_t* device);
+  void (*queue_park_retry)(gpuhal_device_t* device); /* gpuhal__driver_park_allowed */
   /* tracing, from the queue and STREAM command buffers (called through GPUHAL__TRACE) */
   uint64_t (*trace_submit_begin)(gpuhal_device_t* device, struct gpuhal__action_s* a,
                                  const struct gpuhal_semaphore_list_t* wait,
@@ -587,6 +593,15 @@ GPUHAL__PRIVATE void gpuhal__device_release_ref(gpuhal_device_t* device);
 /* 1 when work of the device may park on the GPU as far as the room and module loads go;
  * called with a park reservation of the ordinal held. */
 GPUHAL__PRIVATE int gpuhal__device_allows_park(const gpuhal_device_t* device);
+
+/* Something that denies queue work a parked stream has ended: a parked stream freed, a
+ * call that waits for a whole context returned, a module load's pause ended, the store of
+ * streams grew or shrank. Every device's work that was denied one asks again (hook
+ * queue_park_retry), else it would wait on the host for its value although it could now
+ * wait on the GPU. Counts the end first (driver->park_allowed), so that work which counts
+ * itself denied after this look sees it and asks again itself. Any thread, any lock held:
+ * it takes devices_mutex and the workers' task locks, under which no other lock is taken. */
+GPUHAL__PRIVATE void gpuhal__driver_park_allowed(gpuhal_driver_t* driver);
 
 /* Before a call that waits for an idle context and cannot be put off (a module load): stops
  * new parks on the device's ordinal and waits, up to tuning.load_parked_wait_ns, for those

@@ -27,6 +27,7 @@ static const gpuhal__hooks_t gpuhal__hooks_table = {
     gpuhal__command_buffer_device_ready,
     gpuhal__queue_settle,
     gpuhal__queue_owns_thread,
+    gpuhal__queue_park_retry,
     gpuhal__trace_submit_begin,
     gpuhal__trace_submit_end,
     gpuhal__trace_issue_begin,

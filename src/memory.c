@@ -606,7 +606,8 @@ GPUHAL__PRIVATE void gpuhal__put_off_end(void) { gpuhal__put_off_depth--; }
  * sync_calls so that no queue work parks on the GPU until it returns (gpuhal__memory_gpu_wait_claim);
  * returns with the mutex held again. The mutex is not held across the call: the call may wait
  * for this device's GPU work, and that for another device's issue (a collective's peer), which
- * may need the mutex (its own free, its own park). */
+ * may need the mutex (its own free, its own park). Work denied a park meanwhile asks again
+ * once no such call runs. */
 static gpuhal_status_t gpuhal__driver_run_unparked_locked(gpuhal_driver_t* driver, gpuhal_status_t (*fn)(void*),
                                                           void* arg) {
   gpuhal_status_t status;
@@ -614,7 +615,11 @@ static gpuhal_status_t gpuhal__driver_run_unparked_locked(gpuhal_driver_t* drive
   gpuhal__mutex_unlock(&driver->parked_mutex);
   status = fn(arg);
   gpuhal__mutex_lock(&driver->parked_mutex);
-  driver->sync_calls--;
+  if (--driver->sync_calls == 0) {
+    gpuhal__mutex_unlock(&driver->parked_mutex);
+    gpuhal__driver_park_allowed(driver);
+    gpuhal__mutex_lock(&driver->parked_mutex);
+  }
   return status;
 }
 

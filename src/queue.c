@@ -137,17 +137,27 @@ GPUHAL__PRIVATE void gpuhal__action_chain_unclaim(gpuhal__action_t* a) {
   freed = gpuhal__side_stream_leave_locked(state, a, 1);
   gpuhal__mutex_unlock(&state->mutex);
   gpuhal__action_gpu_wait_count(a, 0);
-  if (freed) gpuhal__queue_park_freed(state);
+  if (freed) gpuhal__driver_park_allowed(state->device->driver);
 }
 
 GPUHAL__PRIVATE void gpuhal__action_park_denied(gpuhal__action_t* a, int denied) {
-  if (a->park_denied == denied) return;
-  a->park_denied = denied;
-  gpuhal__atomic_add(&a->state->park_denied, denied ? 1 : -1);
+  gpuhal__queue_state_t* state = a->state;
+  gpuhal_driver_t* driver = state->device->driver;
+  if (a->park_denied != denied) {
+    a->park_denied = denied;
+    gpuhal__atomic_add(&state->park_denied, denied ? 1 : -1);
+    gpuhal__atomic_add_seq_cst(&driver->park_denied, denied ? 1 : -1);
+  }
+  /* Counted before the look at the ends (gpuhal__driver_park_allowed counts its end first) */
+  if (denied && gpuhal__atomic_load_seq_cst(&driver->park_allowed) != a->park_allowed) {
+    gpuhal__atomic_store(&state->park_retry, 1);
+    gpuhal__queue_kick_issue(state);
+  }
 }
 
-GPUHAL__PRIVATE void gpuhal__queue_park_freed(gpuhal__queue_state_t* state) {
-  if (!gpuhal__atomic_load(&state->park_denied)) return;
+GPUHAL__PRIVATE void gpuhal__queue_park_retry(gpuhal_device_t* device) {
+  gpuhal__queue_state_t* state = gpuhal__queue_state(device);
+  if (!state || !gpuhal__atomic_load(&state->park_denied)) return;
   gpuhal__atomic_store(&state->park_retry, 1);
   gpuhal__queue_kick_issue(state);
 }

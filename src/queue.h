@@ -382,7 +382,8 @@ typedef struct gpuhal__action_s {
   gpuhal__list_node_t held_link;
   uint64_t entries_mark; /* its lane's entries_issued once it was issued: seen complete, that many are */
   int park_reserved;     /* holds one of its ordinal's parked streams (gpuhal__action_park_reserve) */
-  int park_denied;       /* pending because no parked stream was free: woken when one frees */
+  int park_denied;       /* pending because it could not park: woken when what denied it ends */
+  int32_t park_allowed;  /* driver->park_allowed before it last asked to park */
   uint32_t side;         /* 1 + index of its side stream in state->sides (0: none); set at issue, or
                                   at resolve when it is chained (gpuhal__action_park_chain) */
   uint32_t side_entries; /* what it counts in that side stream's `entries` */
@@ -550,7 +551,7 @@ typedef struct gpuhal__queue_state_s {
   int32_t issue_needed;      /* new submissions, woken or to-be-failed actions: the pump must look */
   int32_t stopping;          /* device release has begun: no new submissions (atomic) */
   int32_t park_denied;       /* pending actions with park_denied set (atomic) */
-  int32_t park_retry;        /* a parked stream freed while some were: wake them (atomic) */
+  int32_t park_retry;        /* what denied them a park ended while some were: wake them (atomic) */
   int32_t signal_runs;       /* gpuhal__queue_issue_woken calls due on signalling threads (atomic) */
   int completion_sleeping;   /* the completion thread waits untimed: dispatch must wake it */
   int completion_napping;    /* it waits timed: only host calls and idle waiters wake it */
@@ -647,11 +648,13 @@ GPUHAL__PRIVATE int gpuhal__side_stream_drained_locked(gpuhal__queue_state_t* st
 /* Unregisters and frees a list of waits failed issues left (gpuhal__side_left_t), dropping
  * their semaphore references: on the worker, no queue lock held. */
 GPUHAL__PRIVATE void gpuhal__side_left_free(gpuhal__queue_state_t* state, gpuhal__side_left_t* left);
-/* Sets or clears a->park_denied, keeping state->park_denied counted. */
+/* Sets or clears a->park_denied, keeping state->park_denied and driver->park_denied
+ * counted. A denial that something ending since a->park_allowed was read may have lifted
+ * asks again at once (gpuhal__driver_park_allowed). */
 GPUHAL__PRIVATE void gpuhal__action_park_denied(gpuhal__action_t* a, int denied);
-/* A parked stream of the device freed: pending actions denied one are woken to ask again
- * (on the worker, through gpuhal__queue_issue_ready). Any thread, no lock held. */
-GPUHAL__PRIVATE void gpuhal__queue_park_freed(gpuhal__queue_state_t* state);
+/* The hook of gpuhal__driver_park_allowed: the device's pending actions denied a park are
+ * woken to ask again (on the worker, through gpuhal__queue_issue_ready). */
+GPUHAL__PRIVATE void gpuhal__queue_park_retry(gpuhal_device_t* device);
 
 /* 1 when the calling thread is one of the queue's own threads (device teardown must not
  * run there: it joins them). */

@@ -112,7 +112,10 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
      * 15 us a hop on the host, 30-56 us so.) */
     if (st == GPUHAL__WAIT_PENDING && !park && state->memops && !a->not_provisional &&
         (!gpuhal__atomic_load(&w->semaphore->queue_signalled) || q.provisional_skipped)) {
-      if (may_park < 0) may_park = gpuhal__action_park_reserve(a) || gpuhal__action_park_chain(a);
+      if (may_park < 0) {
+        a->park_allowed = gpuhal__atomic_load_seq_cst(&state->device->driver->park_allowed);
+        may_park = gpuhal__action_park_reserve(a) || gpuhal__action_park_chain(a);
+      }
       park = may_park;
       denied = !park;
     }

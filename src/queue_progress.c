@@ -283,7 +283,7 @@ static uint32_t gpuhal__completion_observe_lane(gpuhal__queue_state_t* state, gp
     gpuhal__mutex_lock(&state->mutex);
     gpuhal__side_stream_leave_locked(state, a, r == CUDA_SUCCESS);
     gpuhal__mutex_unlock(&state->mutex);
-    gpuhal__queue_park_freed(state);
+    gpuhal__driver_park_allowed(state->device->driver);
     if (r == CUDA_SUCCESS) {
       if (gpuhal__action_inputs(a, NULL) == GPUHAL__INPUTS_UNKNOWN) {
         gpuhal__action_defer(state, lane, a);
@@ -587,7 +587,7 @@ static void gpuhal__completion_drain_sides(gpuhal__queue_state_t* state) {
   gpuhal__mutex_unlock(&state->mutex);
   if (left) gpuhal__queue_kick(state); /* the pump frees them */
   if (gpu_waits) gpuhal__memory_gpu_waits_add(state->device, -gpu_waits);
-  if (freed) gpuhal__queue_park_freed(state);
+  if (freed) gpuhal__driver_park_allowed(state->device->driver);
 }
 
 /* Under the state's mutex: `due`, or sooner when retired actions wait for their kick. */

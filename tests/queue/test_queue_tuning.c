@@ -548,13 +548,15 @@ TU_TEST(semaphore_memops_park_headroom) {
  * parks again. (Waiting for the call would let one device's free, waiting for its
  * collective, hold back a peer's part of it: test_channel's
  * free_while_a_collective_waits_for_a_peer.) */
-static int32_t tt_gpu_waits(gpuhal_driver_t* driver) {
+/* A count of the driver's kept under parked_mutex (gpu_waits, sync_calls). */
+static int32_t tt_parked_count(gpuhal_driver_t* driver, const int32_t* count) {
   int32_t n;
   gpuhal__mutex_lock(&driver->parked_mutex);
-  n = driver->gpu_waits;
+  n = *count;
   gpuhal__mutex_unlock(&driver->parked_mutex);
   return n;
 }
+static int32_t tt_gpu_waits(gpuhal_driver_t* driver) { return tt_parked_count(driver, &driver->gpu_waits); }
 static void tt_sync_calls_add(gpuhal_driver_t* driver, int32_t delta) {
   gpuhal__mutex_lock(&driver->parked_mutex);
   driver->sync_calls += delta;
@@ -702,6 +704,87 @@ TU_TEST(semaphore_memops_chained_behind_one_park) {
   gpuhal_driver_release(driver);
 }
 
+/* Work denied a parked stream while such a call ran asks again once it returned: it parks
+ * on the GPU before its value comes, not only work queued after the call. The call here is
+ * a real buffer free (cuMemFree waits for the context's work), held up by a kernel that
+ * spins until the test lets it go. */
+static int32_t tt_sync_calls(gpuhal_driver_t* driver) { return tt_parked_count(driver, &driver->sync_calls); }
+static int32_t tt_parked(gpuhal_driver_t* driver) { return gpuhal__atomic_load(&driver->ordinals[0].parked); }
+static void tt_buffer_release_fn(void* buffer) { gpuhal_buffer_release((gpuhal_buffer_t*)buffer); }
+TU_TEST(semaphore_memops_park_denied_by_a_free_asks_again) {
+  gpuhal_device_params_t params;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal_semaphore_t *gate = NULL, *done = NULL, *spun = NULL;
+  gpuhal_buffer_t *words = NULL, *victim = NULL;
+  gpuhal_executable_t* exe = NULL;
+  gpuhal_kernel_t* spin_flag = NULL;
+  gpuhal_command_buffer_t* blocker = NULL;
+  gpuhal_arg_t args[3];
+  uint32_t zero[2] = {0, 0};
+  uint64_t one = 1;
+  qc_async_t release;
+  int64_t deadline;
+  memset(&params, 0, sizeof(params));
+  params.queue_count = 2;
+  driver = tt_memops_driver();
+  if (!driver) TU_SKIP("no 64-bit stream memory operations on every device");
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &device));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &gate));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &done));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &spun));
+  TU_CHECK_OK(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_HOST_PINNED, 8, &words));
+  TU_CHECK_OK(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, 4096, &victim));
+  TU_CHECK_OK(qc_load_kernel(device, "spin_flag", &exe, &spin_flag));
+  if (words) TU_CHECK_OK(gpuhal_buffer_write(words, 0, zero, sizeof(zero)));
+  TU_CHECK_OK(gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_STREAM, 0, &blocker));
+  if (words && spin_flag && blocker) {
+    args[0] = gpuhal_arg_buffer(words, 0);
+    args[1] = gpuhal_arg_buffer(words, 4);
+    args[2] = gpuhal_arg_u64(60000000); /* at most 60 s */
+    TU_CHECK_OK(gpuhal_command_buffer_begin(blocker));
+    TU_CHECK_OK(gpuhal_cmd_dispatch(blocker, spin_flag, gpuhal_dim3(1, 1, 1), gpuhal_dim3(1, 1, 1), 0, 3, args));
+    TU_CHECK_OK(gpuhal_command_buffer_end(blocker));
+  }
+  TU_REQUIRE(gate && done && spun && victim && !tu_state.failed);
+  /* The spinning kernel on queue 1 (it waits for nothing: no park), then the free. */
+  TU_CHECK_OK(gpuhal_queue_execute(device, 1, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&spun, &one),
+                                   blocker, NULL));
+  TU_CHECK(tt_lane_reaches(device, 1, 1) >= 1);
+  TU_REQUIRE(qc_async_start(&release, tt_buffer_release_fn, victim));
+  victim = NULL;
+  deadline = gpuhal_now_ns() + 10000000000ll;
+  while (tt_sync_calls(driver) == 0 && !qc_async_wait(&release, 0) && gpuhal_now_ns() < deadline) qc_sleep_ms(1);
+  if (tt_sync_calls(driver) == 0) {
+    fprintf(stderr, "  the free did not wait for the spinning kernel: nothing to check\n");
+  } else {
+    /* Denied while the free runs: it waits on the host... */
+    TU_CHECK_OK(gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_one(&gate, &one),
+                                     gpuhal_semaphore_list_one(&done, &one), NULL, NULL));
+    qc_sleep_ms(50);
+    TU_CHECK_EQ_INT(tt_parked(driver), 0);
+  }
+  /* ...and parks once it returned, with the gate still closed. */
+  __atomic_store_n((uint32_t*)gpuhal_buffer_host_pointer(words), 1u, __ATOMIC_RELEASE);
+  qc_async_join(&release, "a buffer release behind a kernel let go");
+  deadline = gpuhal_now_ns() + 10000000000ll;
+  while (tt_parked(driver) == 0 && gpuhal_now_ns() < deadline) qc_sleep_ms(1);
+  TU_CHECK_EQ_INT(tt_parked(driver), 1);
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_semaphore_wait(spun, 1, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(30)));
+  gpuhal_command_buffer_release(blocker);
+  gpuhal_executable_release(exe);
+  gpuhal_buffer_release(words);
+  gpuhal_buffer_release(victim);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(done);
+  gpuhal_semaphore_release(spun);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+}
+
 /* A value that parked work signals is submitted, but only provisionally: work waiting for it
  * parks too (behind that work's event) instead of waiting on the host for the value, even
  * though queue work, not the host, signals its semaphore. A failed gate fails both. */
@@ -792,5 +875,6 @@ TU_MAIN(TU_CASE(defaults), TU_CASE(completion_follows_the_work), TU_CASE(no_spin
         TU_CASE(semaphore_memops_one_parked), TU_CASE(semaphore_memops_none_parked),
         TU_CASE(semaphore_memops_gated_bound), TU_CASE(semaphore_memops_gated_two_devices_one_gpu),
         TU_CASE(semaphore_memops_park_headroom), TU_CASE(semaphore_memops_no_park_while_a_context_waits),
-        TU_CASE(semaphore_memops_chained_behind_one_park), TU_CASE(semaphore_memops_parks_behind_provisional_work),
+        TU_CASE(semaphore_memops_chained_behind_one_park), TU_CASE(semaphore_memops_park_denied_by_a_free_asks_again),
+        TU_CASE(semaphore_memops_parks_behind_provisional_work),
         TU_CASE(a_host_call_cuts_the_age_of_another_queue_short))
