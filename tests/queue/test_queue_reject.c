@@ -545,7 +545,7 @@ static void qr_side_issue_fails(const char* rule, int chained, int then) {
       gpu_waits = qt_softcuda_calls("cuStreamWaitValue64");
       TU_CHECK_OK(gpuhal_queue_execute(incs.device, 0, gpuhal_semaphore_list_one(&later_gate, &qr_one),
                                        gpuhal_semaphore_list_one(&later, &qr_one), incs.cb, NULL));
-      TU_CHECK(qr_calls_reach("cuStreamWaitValue64", gpu_waits + 1, 2000));
+      TU_CHECK(qr_calls_reach("cuStreamWaitValue64", gpu_waits + 1, QR_WAIT_S * 1000));
       TU_CHECK_OK(gpuhal_semaphore_signal(later_gate, 1));
       TU_CHECK_OK(gpuhal_semaphore_wait(later, 1, qt_seconds(QR_WAIT_S)));
       TU_CHECK_OK(tu_load_kernel(incs.device, "saxpy", &saxpy, NULL));
