@@ -707,14 +707,16 @@ TU_TEST(semaphore_memops_chained_behind_one_park) {
 /* Work denied a parked stream while such a call ran asks again once it returned: it parks
  * on the GPU before its value comes, not only work queued after the call. The call here is
  * a real buffer free (cuMemFree waits for the context's work), held up by a kernel that
- * spins until the test lets it go. */
+ * spins until the test lets it go; `elsewhere`: the kernel and the free are another
+ * device's (ordinal 1 where there is one, else a second device of ordinal 0): the calls
+ * are counted for the whole driver, and so is what they denied. */
 static int32_t tt_sync_calls(gpuhal_driver_t* driver) { return tt_parked_count(driver, &driver->sync_calls); }
 static int32_t tt_parked(gpuhal_driver_t* driver) { return gpuhal__atomic_load(&driver->ordinals[0].parked); }
 static void tt_buffer_release_fn(void* buffer) { gpuhal_buffer_release((gpuhal_buffer_t*)buffer); }
-TU_TEST(semaphore_memops_park_denied_by_a_free_asks_again) {
+static void tt_park_denied_by_a_free(int elsewhere) {
   gpuhal_device_params_t params;
   gpuhal_driver_t* driver = NULL;
-  gpuhal_device_t* device = NULL;
+  gpuhal_device_t *device = NULL, *busy = NULL;
   gpuhal_semaphore_t *gate = NULL, *done = NULL, *spun = NULL;
   gpuhal_buffer_t *words = NULL, *victim = NULL;
   gpuhal_executable_t* exe = NULL;
@@ -725,19 +727,24 @@ TU_TEST(semaphore_memops_park_denied_by_a_free_asks_again) {
   uint64_t one = 1;
   qc_async_t release;
   int64_t deadline;
+  int count = 0, denied = 0;
   memset(&params, 0, sizeof(params));
   params.queue_count = 2;
   driver = tt_memops_driver();
   if (!driver) TU_SKIP("no 64-bit stream memory operations on every device");
+  TU_REQUIRE_OK(gpuhal_driver_device_count(driver, &count));
   TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &device));
+  busy = device;
+  if (elsewhere) TU_REQUIRE_OK(gpuhal_device_create(driver, count > 1 ? 1 : 0, &params, &busy));
+  fprintf(stderr, "  the free on device %d%s\n", busy->ordinal, busy == device ? ", the work's own" : "");
   TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &gate));
   TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &done));
   TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &spun));
-  TU_CHECK_OK(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_HOST_PINNED, 8, &words));
-  TU_CHECK_OK(gpuhal_buffer_allocate(device, GPUHAL_MEMORY_DEVICE, 4096, &victim));
-  TU_CHECK_OK(qc_load_kernel(device, "spin_flag", &exe, &spin_flag));
+  TU_CHECK_OK(gpuhal_buffer_allocate(busy, GPUHAL_MEMORY_HOST_PINNED, 8, &words));
+  TU_CHECK_OK(gpuhal_buffer_allocate(busy, GPUHAL_MEMORY_DEVICE, 4096, &victim));
+  TU_CHECK_OK(qc_load_kernel(busy, "spin_flag", &exe, &spin_flag));
   if (words) TU_CHECK_OK(gpuhal_buffer_write(words, 0, zero, sizeof(zero)));
-  TU_CHECK_OK(gpuhal_command_buffer_create(device, GPUHAL_COMMAND_BUFFER_STREAM, 0, &blocker));
+  TU_CHECK_OK(gpuhal_command_buffer_create(busy, GPUHAL_COMMAND_BUFFER_STREAM, 0, &blocker));
   if (words && spin_flag && blocker) {
     args[0] = gpuhal_arg_buffer(words, 0);
     args[1] = gpuhal_arg_buffer(words, 4);
@@ -748,9 +755,9 @@ TU_TEST(semaphore_memops_park_denied_by_a_free_asks_again) {
   }
   TU_REQUIRE(gate && done && spun && victim && !tu_state.failed);
   /* The spinning kernel on queue 1 (it waits for nothing: no park), then the free. */
-  TU_CHECK_OK(gpuhal_queue_execute(device, 1, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&spun, &one),
+  TU_CHECK_OK(gpuhal_queue_execute(busy, 1, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&spun, &one),
                                    blocker, NULL));
-  TU_CHECK(tt_lane_reaches(device, 1, 1) >= 1);
+  TU_CHECK(tt_lane_reaches(busy, 1, 1) >= 1);
   TU_REQUIRE(qc_async_start(&release, tt_buffer_release_fn, victim));
   victim = NULL;
   deadline = gpuhal_now_ns() + 10000000000ll;
@@ -763,17 +770,19 @@ TU_TEST(semaphore_memops_park_denied_by_a_free_asks_again) {
                                      gpuhal_semaphore_list_one(&done, &one), NULL, NULL));
     qc_sleep_ms(50);
     TU_CHECK_EQ_INT(tt_parked(driver), 0);
+    denied = 1;
   }
   /* ...and parks once it returned, with the gate still closed. */
   __atomic_store_n((uint32_t*)gpuhal_buffer_host_pointer(words), 1u, __ATOMIC_RELEASE);
   qc_async_join(&release, "a buffer release behind a kernel let go");
   deadline = gpuhal_now_ns() + 10000000000ll;
-  while (tt_parked(driver) == 0 && gpuhal_now_ns() < deadline) qc_sleep_ms(1);
-  TU_CHECK_EQ_INT(tt_parked(driver), 1);
+  while (denied && tt_parked(driver) == 0 && gpuhal_now_ns() < deadline) qc_sleep_ms(1);
+  if (denied) TU_CHECK_EQ_INT(tt_parked(driver), 1);
   TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
-  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(30)));
+  if (denied) TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(30)));
   TU_CHECK_OK(gpuhal_semaphore_wait(spun, 1, qt_seconds(30)));
   TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(busy, qt_seconds(30)));
   gpuhal_command_buffer_release(blocker);
   gpuhal_executable_release(exe);
   gpuhal_buffer_release(words);
@@ -781,9 +790,12 @@ TU_TEST(semaphore_memops_park_denied_by_a_free_asks_again) {
   gpuhal_semaphore_release(gate);
   gpuhal_semaphore_release(done);
   gpuhal_semaphore_release(spun);
+  if (busy != device) gpuhal_device_release(busy);
   gpuhal_device_release(device);
   gpuhal_driver_release(driver);
 }
+TU_TEST(semaphore_memops_park_denied_by_a_free_asks_again) { tt_park_denied_by_a_free(0); }
+TU_TEST(semaphore_memops_park_denied_by_another_devices_free_asks_again) { tt_park_denied_by_a_free(1); }
 
 /* A value that parked work signals is submitted, but only provisionally: work waiting for it
  * parks too (behind that work's event) instead of waiting on the host for the value, even
@@ -876,5 +888,6 @@ TU_MAIN(TU_CASE(defaults), TU_CASE(completion_follows_the_work), TU_CASE(no_spin
         TU_CASE(semaphore_memops_gated_bound), TU_CASE(semaphore_memops_gated_two_devices_one_gpu),
         TU_CASE(semaphore_memops_park_headroom), TU_CASE(semaphore_memops_no_park_while_a_context_waits),
         TU_CASE(semaphore_memops_chained_behind_one_park), TU_CASE(semaphore_memops_park_denied_by_a_free_asks_again),
+        TU_CASE(semaphore_memops_park_denied_by_another_devices_free_asks_again),
         TU_CASE(semaphore_memops_parks_behind_provisional_work),
         TU_CASE(a_host_call_cuts_the_age_of_another_queue_short))
