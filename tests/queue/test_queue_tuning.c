@@ -712,6 +712,12 @@ TU_TEST(semaphore_memops_chained_behind_one_park) {
  * are counted for the whole driver, and so is what they denied. */
 static int32_t tt_sync_calls(gpuhal_driver_t* driver) { return tt_parked_count(driver, &driver->sync_calls); }
 static int32_t tt_parked(gpuhal_driver_t* driver) { return gpuhal__atomic_load(&driver->ordinals[0].parked); }
+/* 1 once ordinal 0's parked streams are `want` (within 10 s). */
+static int tt_parked_reaches(gpuhal_driver_t* driver, int32_t want) {
+  int64_t deadline = gpuhal_now_ns() + 10000000000ll;
+  while (tt_parked(driver) != want && gpuhal_now_ns() < deadline) qc_sleep_ms(1);
+  return tt_parked(driver) == want;
+}
 static void tt_buffer_release_fn(void* buffer) { gpuhal_buffer_release((gpuhal_buffer_t*)buffer); }
 static void tt_park_denied_by_a_free(int elsewhere) {
   gpuhal_device_params_t params;
@@ -775,9 +781,7 @@ static void tt_park_denied_by_a_free(int elsewhere) {
   /* ...and parks once it returned, with the gate still closed. */
   __atomic_store_n((uint32_t*)gpuhal_buffer_host_pointer(words), 1u, __ATOMIC_RELEASE);
   qc_async_join(&release, "a buffer release behind a kernel let go");
-  deadline = gpuhal_now_ns() + 10000000000ll;
-  while (denied && tt_parked(driver) == 0 && gpuhal_now_ns() < deadline) qc_sleep_ms(1);
-  if (denied) TU_CHECK_EQ_INT(tt_parked(driver), 1);
+  if (denied) TU_CHECK(tt_parked_reaches(driver, 1));
   TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
   if (denied) TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(30)));
   TU_CHECK_OK(gpuhal_semaphore_wait(spun, 1, qt_seconds(30)));
@@ -796,6 +800,73 @@ static void tt_park_denied_by_a_free(int elsewhere) {
 }
 TU_TEST(semaphore_memops_park_denied_by_a_free_asks_again) { tt_park_denied_by_a_free(0); }
 TU_TEST(semaphore_memops_park_denied_by_another_devices_free_asks_again) { tt_park_denied_by_a_free(1); }
+
+/* A module load pauses parking on its ordinal and waits for the parked work to finish (CUDA
+ * loads code only into an idle context): work queued meanwhile behind a closed gate is
+ * denied a parked stream; once the load is done it asks again and parks, its gate still
+ * closed. */
+typedef struct tt_load_s {
+  gpuhal_device_t* device;
+  gpuhal_executable_t* exe;
+  gpuhal_status_t status;
+} tt_load_t;
+static void tt_load_fn(void* p) {
+  tt_load_t* l = (tt_load_t*)p;
+  l->status = qc_load_kernel(l->device, "fill_u32", &l->exe, NULL);
+}
+TU_TEST(semaphore_memops_park_denied_by_a_load_asks_again) {
+  gpuhal_device_params_t params;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t* device = NULL;
+  gpuhal_semaphore_t *gate = NULL, *later = NULL, *done = NULL, *later_done = NULL;
+  uint64_t one = 1;
+  tt_load_t load;
+  qc_async_t async;
+  int64_t deadline;
+  memset(&params, 0, sizeof(params));
+  params.queue_count = 2;
+  driver = tt_memops_driver();
+  if (!driver) TU_SKIP("no 64-bit stream memory operations on every device");
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &device));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &gate));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &later));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &done));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &later_done));
+  TU_REQUIRE(gate && later && done && later_done);
+  TU_CHECK_OK(gpuhal_queue_execute(device, 0, gpuhal_semaphore_list_one(&gate, &one),
+                                   gpuhal_semaphore_list_one(&done, &one), NULL, NULL));
+  TU_REQUIRE(tt_parked_reaches(driver, 1));
+  /* The load waits for that work, with parking paused... */
+  memset(&load, 0, sizeof(load));
+  load.device = device;
+  TU_REQUIRE(qc_async_start(&async, tt_load_fn, &load));
+  deadline = gpuhal_now_ns() + 10000000000ll;
+  while (!gpuhal__atomic_load(&driver->ordinals[0].park_paused) && gpuhal_now_ns() < deadline) qc_sleep_ms(1);
+  TU_CHECK(gpuhal__atomic_load(&driver->ordinals[0].park_paused) > 0);
+  /* ...so this work waits on the host... */
+  TU_CHECK_OK(gpuhal_queue_execute(device, 1, gpuhal_semaphore_list_one(&later, &one),
+                                   gpuhal_semaphore_list_one(&later_done, &one), NULL, NULL));
+  qc_sleep_ms(50);
+  TU_CHECK_EQ_INT(tt_parked(driver), 1);
+  /* ...until the load is done: then it parks, `later` still closed. */
+  TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(30)));
+  TU_CHECK(qc_async_wait(&async, 10000));
+  qc_async_join(&async, "a module load after the parked work it waited for");
+  TU_CHECK_OK(load.status);
+  TU_CHECK(tt_parked_reaches(driver, 1));
+  TU_CHECK_OK(gpuhal_semaphore_signal(later, 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(later_done, 1, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(30)));
+  gpuhal_status_free(load.status);
+  gpuhal_executable_release(load.exe);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(later);
+  gpuhal_semaphore_release(done);
+  gpuhal_semaphore_release(later_done);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+}
 
 /* A value that parked work signals is submitted, but only provisionally: work waiting for it
  * parks too (behind that work's event) instead of waiting on the host for the value, even
@@ -889,5 +960,6 @@ TU_MAIN(TU_CASE(defaults), TU_CASE(completion_follows_the_work), TU_CASE(no_spin
         TU_CASE(semaphore_memops_park_headroom), TU_CASE(semaphore_memops_no_park_while_a_context_waits),
         TU_CASE(semaphore_memops_chained_behind_one_park), TU_CASE(semaphore_memops_park_denied_by_a_free_asks_again),
         TU_CASE(semaphore_memops_park_denied_by_another_devices_free_asks_again),
+        TU_CASE(semaphore_memops_park_denied_by_a_load_asks_again),
         TU_CASE(semaphore_memops_parks_behind_provisional_work),
         TU_CASE(a_host_call_cuts_the_age_of_another_queue_short))
