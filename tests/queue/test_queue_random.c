@@ -13,7 +13,9 @@
  * gpuhal__action_park_chain); some hops also wait on a value another thread has already
  * submitted in full (so no cycle can form). Between
  * batches the thread polls (immediate timeouts: OK or DEADLINE_EXCEEDED, nothing else) and
- * waits with timeouts.
+ * waits with timeouts. Now and then (also while a gated batch waits for its gate) it
+ * allocates a buffer and releases it at once: a free that waits for the whole context,
+ * which no work may park beside (gpuhal__memory_gpu_wait_claim).
  *
  * Checks: every timeline ends exactly at its final value; each device's counter equals the
  * dispatches run on it; the host counter equals the host calls; nothing hangs (every wait
@@ -255,6 +257,18 @@ static void qr_dump(qr_world_t* w) {
   }
 }
 
+/* A buffer of a random device allocated and released on the spot: its free waits for the
+ * whole context, so it runs only while no queue work waits on the GPU (else it is put off)
+ * and no work parks while it runs; work denied a park meanwhile asks again once it ended. */
+static void qr_buffer_churn(qr_thread_t* t) {
+  gpuhal_buffer_t* buffer = NULL;
+  if (qr_ok(t->world,
+            gpuhal_buffer_allocate(t->world->devices[qr_rand(t, QR_DEVICES)], GPUHAL_MEMORY_DEVICE,
+                                   4096u << qr_rand(t, 6), &buffer),
+            "buffer allocate"))
+    gpuhal_buffer_release(buffer);
+}
+
 /* Between batches: polls and short waits on values of any thread. */
 static void qr_probe(qr_thread_t* t) {
   qr_world_t* w = t->world;
@@ -342,12 +356,14 @@ static void* qr_thread_main(void* p) {
       }
       qr_submit_hop(t, wait, base + (uint64_t)j + 1);
     }
-    if (forward) qc_sleep_ms(1); /* what may park, and chain, does so first */
+    if (forward) qc_sleep_ms(1);                    /* what may park, and chain, does so first */
+    if (gated && qr_rand(t, 2)) qr_buffer_churn(t); /* with the batch behind its gate */
     if (gated) qr_ok(w, gpuhal_semaphore_signal(gate, ++gate_value), "gate signal");
     base += (uint64_t)hops;
     done += hops;
     __atomic_store_n(&w->submitted[t->index], base, __ATOMIC_SEQ_CST);
     qr_probe(t);
+    if (qr_rand(t, 4) == 0) qr_buffer_churn(t);
   }
   qr_ok(w, gpuhal_semaphore_wait(timeline, base, qt_seconds(60)), "final wait");
   gpuhal_semaphore_release(gate);
