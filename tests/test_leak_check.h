@@ -6,10 +6,11 @@
 #define GPUHAL_TEST_LEAK_CHECK_H
 
 #include <dirent.h>
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "test_util.h" /* tu_softcuda_symbol */
 
 /* gpuhal threads of this process still running, a reaper (detached; it ends right after
  * its teardown) aside. */
@@ -43,17 +44,10 @@ __attribute__((unused))
 #endif
 static size_t
 tu_softcuda_objects(void) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   size_t (*report)(int) = NULL;
-  size_t n = 0;
-  void* p;
-  if (!h) return 0;
-  p = dlsym(h, "softcuda_leak_report");
+  void* p = tu_softcuda_symbol("softcuda_leak_report");
   memcpy(&report, &p, sizeof(p));
-  if (report) n = report(0);
-  dlclose(h);
-  return n;
+  return report ? report(0) : 0;
 }
 
 /* A driver allocator (options.allocator = counter->allocator, after tu_counter_init) that

@@ -103,24 +103,10 @@ static void md_close(md_fixture_t* f) {
 }
 
 /* ---- softcuda counters (absent on a real driver) ---- */
-static void* md_softcuda_symbol(const char* name) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  void* fn = h ? dlsym(h, name) : NULL;
-  if (h) dlclose(h);
-  return fn;
-}
-static unsigned long long md_softcuda_calls(const char* entry) {
-  typedef unsigned long long (*fn_t)(const char*);
-  void* p = md_softcuda_symbol("softcuda_query_calls");
-  fn_t fn;
-  if (!p) return 0;
-  memcpy(&fn, &p, sizeof(fn));
-  return fn(entry);
-}
+static unsigned long long md_softcuda_calls(const char* entry) { return tu_softcuda_calls(entry); }
 static unsigned long long md_softcuda_switches_this_thread(void) {
   typedef unsigned long long (*fn_t)(int);
-  void* p = md_softcuda_symbol("softcuda_query_context_switches");
+  void* p = tu_softcuda_symbol("softcuda_query_context_switches");
   fn_t fn;
   if (!p) return 0;
   memcpy(&fn, &p, sizeof(fn));

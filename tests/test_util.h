@@ -130,25 +130,6 @@ tu_softcuda(void) {
   return yes;
 }
 
-/* Calls of a CUDA entry point so far ("cuLaunchKernel") on softcuda; 0 on a real driver. */
-#if defined(__GNUC__)
-__attribute__((unused))
-#endif
-static unsigned long long
-tu_softcuda_calls(const char* entry) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  unsigned long long (*calls)(const char*) = NULL;
-  unsigned long long n = 0;
-  void* p;
-  if (!h) return 0;
-  p = dlsym(h, "softcuda_query_calls");
-  memcpy(&calls, &p, sizeof(p));
-  if (calls) n = calls(entry);
-  dlclose(h);
-  return n;
-}
-
 /* A function of softcuda's test API (tests/softcuda/softcuda.h) in the driver gpuhal loaded,
  * or NULL (not softcuda, or not loaded yet). The library stays loaded: gpuhal holds it. */
 #if defined(__GNUC__)
@@ -161,6 +142,18 @@ tu_softcuda_symbol(const char* name) {
   void* p = h ? dlsym(h, name) : NULL;
   if (h) dlclose(h);
   return p;
+}
+
+/* Calls of a CUDA entry point so far ("cuLaunchKernel") on softcuda; 0 on a real driver. */
+#if defined(__GNUC__)
+__attribute__((unused))
+#endif
+static unsigned long long
+tu_softcuda_calls(const char* entry) {
+  unsigned long long (*calls)(const char*) = NULL;
+  void* p = tu_softcuda_symbol("softcuda_query_calls");
+  memcpy(&calls, &p, sizeof(p));
+  return calls ? calls(entry) : 0;
 }
 
 /* softcuda's fault injection (tests/softcuda/README.md): arms the rules of `spec`

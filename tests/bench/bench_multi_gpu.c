@@ -576,7 +576,7 @@ int main(int argc, char** argv) {
   cu = f.devices[0]->cu;
   BM_CHECK(md_load_kernels(&f));
   printf("bench_multi_gpu: %d devices (%s)%s\n", f.count, gpuhal_driver_cuda_library(f.driver),
-         md_softcuda_symbol("softcuda_query_calls") ? " -- softcuda: timings are meaningless" : "");
+         tu_softcuda_symbol("softcuda_query_calls") ? " -- softcuda: timings are meaningless" : "");
   if (f.count == 1) {
     /* One GPU: no scaling, hop or bus bandwidth, but the cost of issuing a collective
      * (small all-reduces on a one-rank channel) against raw NCCL calls. */

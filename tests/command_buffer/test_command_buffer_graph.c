@@ -421,27 +421,12 @@ TU_TEST(native_graph_rules) {
  * counts its live objects: the count must come back to what it was before the command
  * buffer existed (and SOFTCUDA_LEAKS=fatal fails the process on a leak at exit). */
 static size_t rel_live_objects(void) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   size_t (*report)(int) = NULL;
-  size_t n = 0;
-  void* p = h ? dlsym(h, "softcuda_leak_report") : NULL;
+  void* p = tu_softcuda_symbol("softcuda_leak_report");
   memcpy(&report, &p, sizeof(p));
-  if (report) n = report(0);
-  if (h) dlclose(h);
-  return n;
+  return report ? report(0) : 0;
 }
-static unsigned long long rel_calls(const char* entry) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  unsigned long long (*calls)(const char*) = NULL;
-  unsigned long long n = 0;
-  void* p = h ? dlsym(h, "softcuda_query_calls") : NULL;
-  memcpy(&calls, &p, sizeof(p));
-  if (calls) n = calls(entry);
-  if (h) dlclose(h);
-  return n;
-}
+static unsigned long long rel_calls(const char* entry) { return tu_softcuda_calls(entry); }
 
 #define REL_PUSH_FAILS_ONCE "cuCtxPushCurrent@1=CUDA_ERROR_OUT_OF_MEMORY"
 #define REL_PUSH_FAILS "cuCtxPushCurrent@*=CUDA_ERROR_OUT_OF_MEMORY"

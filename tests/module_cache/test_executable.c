@@ -160,15 +160,12 @@ TU_TEST(module_cache_compiles_once) {
   unsigned long long (*calls)(const char*) = NULL;
   unsigned long long before = 0;
   int i;
-  void* lib;
   OPEN_OR_SKIP(&f);
   if (!tu_softcuda()) {
     fixture_close(&f);
     TU_SKIP("counts driver calls: softcuda only");
   }
-  lib = dlopen(getenv("GPUHAL_CUDA_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
-  TU_REQUIRE(lib != NULL);
-  *(void**)&calls = dlsym(lib, "softcuda_query_calls");
+  *(void**)&calls = tu_softcuda_symbol("softcuda_query_calls");
   TU_REQUIRE(calls != NULL);
   READ_PTX_OR_FAIL(&f, "saxpy.ptx");
   before = calls("cuLibraryLoadData");
@@ -184,7 +181,6 @@ TU_TEST(module_cache_compiles_once) {
   TU_CHECK_OK(gpuhal_executable_load(f.device, f.ptx, f.size, &exe[0]));
   TU_CHECK_EQ_INT(calls("cuLibraryLoadData") - before, 2);
   gpuhal_executable_release(exe[0]);
-  dlclose(lib);
   fixture_close(&f);
 }
 

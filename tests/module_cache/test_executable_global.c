@@ -165,17 +165,10 @@ static gpuhal_module_cache_stats_t ge_stats(gpuhal_device_t* device) {
 /* softcuda's violations so far (0 on a real driver): any CUDA call made in the wrong
  * context (softcuda's cuModuleGetGlobal wants the module's) counts. */
 static unsigned long long ge_violations(void) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   unsigned long long (*violations)(int) = NULL;
-  unsigned long long n = 0;
-  void* p;
-  if (!h) return 0;
-  p = dlsym(h, "softcuda_query_violations");
+  void* p = tu_softcuda_symbol("softcuda_query_violations");
   memcpy(&violations, &p, sizeof(p));
-  if (violations) n = violations(0);
-  dlclose(h);
-  return n;
+  return violations ? violations(0) : 0;
 }
 
 TU_TEST(addresses_and_sizes) {

@@ -173,26 +173,14 @@ static gpuhal_status_t mc_run_check(gpuhal_device_t* device, gpuhal_executable_t
 /* ---- softcuda counters (NULL functions on a real driver) ---- */
 typedef unsigned long long (*mc_calls_fn)(const char*);
 typedef unsigned long long (*mc_violations_fn)(int);
-static void* mc_softcuda_symbol(const char* name) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h;
-  void* sym = NULL;
-  if (!tu_softcuda()) return NULL;
-  h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (h) {
-    sym = dlsym(h, name);
-    dlclose(h);
-  }
-  return sym;
-}
 static unsigned long long mc_calls(const char* entry) {
   mc_calls_fn fn;
-  *(void**)&fn = mc_softcuda_symbol("softcuda_query_calls");
+  *(void**)&fn = tu_softcuda_symbol("softcuda_query_calls");
   return fn ? fn(entry) : 0;
 }
 static unsigned long long mc_violations(void) {
   mc_violations_fn fn;
-  *(void**)&fn = mc_softcuda_symbol("softcuda_query_violations");
+  *(void**)&fn = tu_softcuda_symbol("softcuda_query_violations");
   return fn ? fn(0) : 0;
 }
 

@@ -433,17 +433,10 @@ enum { QR_SIDE_RULES = (int)(sizeof(qr_side_rules) / sizeof(qr_side_rules[0])) }
 
 /* softcuda: the leaks reported at context teardowns so far. */
 static unsigned long long qr_softcuda_leaks(void) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  unsigned long long n = 0;
-  if (h) {
-    unsigned long long (*fn)(void) = NULL;
-    void* sym = dlsym(h, "softcuda_query_leaks");
-    memcpy(&fn, &sym, sizeof(fn));
-    if (fn) n = fn();
-    dlclose(h);
-  }
-  return n;
+  unsigned long long (*fn)(void) = NULL;
+  void* sym = tu_softcuda_symbol("softcuda_query_leaks");
+  memcpy(&fn, &sym, sizeof(fn));
+  return fn ? fn() : 0;
 }
 
 /* Polls (up to `ms`) until softcuda has seen at least `n` calls of `entry`: 1 when it has. */

@@ -129,34 +129,15 @@ static int qt_kernels_load(qt_fixture_t* f) {
 
 /* ---- softcuda counters (absent on a real driver) ---- */
 static int qt_softcuda(void) { return tu_softcuda(); }
-static unsigned long long qt_softcuda_calls(const char* entry) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  unsigned long long n = 0;
-  if (h) {
-    unsigned long long (*fn)(const char*) = NULL;
-    void* sym = dlsym(h, "softcuda_query_calls");
-    memcpy(&fn, &sym, sizeof(fn));
-    if (fn) n = fn(entry);
-    dlclose(h);
-  }
-  return n;
-}
+static unsigned long long qt_softcuda_calls(const char* entry) { return tu_softcuda_calls(entry); }
 
 /* softcuda: the most streams of one context parked on memory waits at once (reset with
  * `reset`); -1 on a real driver. */
 static int qt_softcuda_parked_peak(int reset) {
-  const char* lib = getenv("GPUHAL_CUDA_LIBRARY");
-  void* h = dlopen(lib && lib[0] ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  int n = -1;
-  if (h) {
-    int (*fn)(int) = NULL;
-    void* sym = dlsym(h, "softcuda_query_parked_peak");
-    memcpy(&fn, &sym, sizeof(fn));
-    if (fn) n = fn(reset);
-    dlclose(h);
-  }
-  return n;
+  int (*fn)(int) = NULL;
+  void* sym = tu_softcuda_symbol("softcuda_query_parked_peak");
+  memcpy(&fn, &sym, sizeof(fn));
+  return fn ? fn(reset) : -1;
 }
 
 /* ---- test actions ---- */
