@@ -236,6 +236,26 @@ static int qr_gate_run(void* payload) {
 typedef int (*qr_enqueue_fn)(void*, const char*, int (*)(void*), void (*)(void*), void*);
 typedef int (*qr_accessible_fn)(const void*, size_t);
 
+/* The application releases a failed execute's command buffer and the buffer its queued work
+ * writes: the memory must stay (a moment later too: a free may be the worker's) while that
+ * work may still run... */
+static void qr_release_while_queued(gpuhal_command_buffer_t** cb, gpuhal_buffer_t** b, qr_accessible_fn accessible,
+                                    uint64_t address) {
+  gpuhal_command_buffer_release(*cb);
+  *cb = NULL;
+  gpuhal_buffer_release(*b);
+  *b = NULL;
+  qc_sleep_ms(20);
+  if (!accessible((const void*)(uintptr_t)address, 1024))
+    TU_FAIL_AT(__FILE__, __LINE__, "the buffer's memory was freed while the failed execute's work was queued");
+}
+/* ...and goes once the stream passed that work (the caller waited for idle). */
+static void qr_freed_once_passed(qr_accessible_fn accessible, uint64_t address) {
+  int64_t deadline = gpuhal_now_ns() + 10000000000ll;
+  while (accessible((const void*)(uintptr_t)address, 1024) && gpuhal_now_ns() < deadline) tu_sleep_ns(1000000);
+  TU_CHECK(!accessible((const void*)(uintptr_t)address, 1024));
+}
+
 TU_TEST(record_fails_after_the_launch) {
   qt_fixture_t f;
   gpuhal_buffer_t* b = NULL;
@@ -247,7 +267,6 @@ TU_TEST(record_fails_after_the_launch) {
   void* p;
   uint64_t address = 0;
   uint32_t fill = 0x5A5A5A5Au;
-  int64_t deadline;
   if (!tu_softcuda()) TU_SKIP("fault injection needs softcuda");
   p = tu_softcuda_symbol("softcuda_stream_enqueue");
   memcpy(&enqueue, &p, sizeof(p));
@@ -284,19 +303,10 @@ TU_TEST(record_fails_after_the_launch) {
                  st ? gpuhal_status_message(st) : "OK");
     gpuhal_status_free(st);
     gpuhal_status_free(call);
-    gpuhal_command_buffer_release(cb);
-    cb = NULL;
-    gpuhal_buffer_release(b);
-    b = NULL;
-    /* The graph has not run: the gate holds the stream. */
-    if (!accessible((const void*)(uintptr_t)address, 1024))
-      TU_FAIL_AT(__FILE__, __LINE__, "the buffer's memory was freed while the failed execute's graph was queued");
+    qr_release_while_queued(&cb, &b, accessible, address); /* the gate holds the stream */
     __atomic_store_n(&qr_gate_open, 1, __ATOMIC_RELEASE);
     TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QR_WAIT_S)));
-    /* Then it goes: nothing holds it once the stream passed the graph. */
-    deadline = gpuhal_now_ns() + 5000000000ll;
-    while (accessible((const void*)(uintptr_t)address, 1024) && gpuhal_now_ns() < deadline) tu_sleep_ns(1000000);
-    TU_CHECK(!accessible((const void*)(uintptr_t)address, 1024));
+    qr_freed_once_passed(accessible, address);
   }
   __atomic_store_n(&qr_gate_open, 1, __ATOMIC_RELEASE);
   tu_softcuda_faults(NULL);
@@ -605,6 +615,81 @@ TU_TEST(side_issue_fails_then_the_device_is_released) {
   }
 }
 
+/* A provisional issue that fails after its work went on its side stream (the signal's value
+ * write, or the event record after it) is retired at once: its side stream may wait for a
+ * value that never comes. The work there still runs once the gate opens, so what it uses
+ * must outlive the application's releases: the stream keeps its GPU wait counted
+ * (gpu_wait_held) until it drained, and every free is put off meanwhile. Here a fill of a
+ * buffer, released with its command buffer while the gate is shut: the memory stays until
+ * the stream passed the fill, then goes. */
+static unsigned long long qr_work_calls(void) {
+  return tu_softcuda_calls("cuGraphLaunch") + tu_softcuda_calls("cuLaunchKernel") +
+         tu_softcuda_calls("cuMemsetD8Async") + tu_softcuda_calls("cuMemsetD32Async");
+}
+static void qr_side_fails_after_the_launch(gpuhal_command_buffer_flags_t flags, const char* rule) {
+  qt_fixture_t f;
+  gpuhal_buffer_t* b = NULL;
+  gpuhal_command_buffer_t* cb = NULL;
+  gpuhal_semaphore_t *gate = NULL, *s = NULL;
+  gpuhal_status_t call, st;
+  qr_accessible_fn accessible;
+  void* p = tu_softcuda_symbol("softcuda_accessible");
+  uint64_t address = 0;
+  uint32_t fill = 0x5A5A5A5Au;
+  fprintf(stderr, "  %s, %s\n", flags & GPUHAL_COMMAND_BUFFER_STREAM ? "STREAM" : "GRAPH", rule);
+  memcpy(&accessible, &p, sizeof(p));
+  TU_REQUIRE(accessible);
+  TU_REQUIRE(qt_open(&f, 1, NULL));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &gate));
+  TU_CHECK_OK(gpuhal_semaphore_create(f.driver, 0, &s));
+  TU_CHECK_OK(gpuhal_buffer_allocate(f.device, GPUHAL_MEMORY_DEVICE, 1024, &b));
+  TU_CHECK_OK(gpuhal_command_buffer_create(f.device, flags, 0, &cb)); /* one-shot: a REUSABLE GRAPH never parks */
+  TU_CHECK_OK(gpuhal_command_buffer_begin(cb));
+  TU_CHECK_OK(gpuhal_cmd_fill(cb, gpuhal_ref_buffer(b, 0), 1024, &fill, 4));
+  TU_CHECK_OK(gpuhal_command_buffer_end(cb));
+  TU_CHECK_OK(gpuhal_buffer_device_address(b, &address));
+  if (gate && s && b && cb && address) {
+    /* Warm: the event pool has an event. */
+    TU_CHECK_OK(gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_empty(), gpuhal_semaphore_list_one(&s, &qr_one),
+                                     NULL, NULL));
+    TU_CHECK_OK(gpuhal_semaphore_wait(s, 1, qt_seconds(QR_WAIT_S)));
+    TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QR_WAIT_S)));
+    TU_CHECK(tu_softcuda_faults(rule) == 0);
+    {
+      uint64_t two = 2;
+      unsigned long long work = qr_work_calls();
+      call = gpuhal_queue_execute(f.device, 0, gpuhal_semaphore_list_one(&gate, &qr_one),
+                                  gpuhal_semaphore_list_one(&s, &two), cb, NULL);
+      st = gpuhal_semaphore_wait(s, 2, qt_seconds(QR_WAIT_S)); /* the issue may be the worker's */
+      tu_softcuda_faults(NULL);
+      TU_CHECK(qr_work_calls() > work); /* the fill went on the side stream before the failure */
+    }
+    if (!st || gpuhal_status_code(st) != GPUHAL_STATUS_RESOURCE_EXHAUSTED)
+      TU_FAIL_AT(__FILE__, __LINE__, "the wait for the failed execute's signal: %s",
+                 st ? gpuhal_status_message(st) : "OK");
+    gpuhal_status_free(st);
+    gpuhal_status_free(call);
+    qr_release_while_queued(&cb, &b, accessible, address); /* the fill waits for the gate */
+    TU_CHECK_OK(gpuhal_semaphore_signal(gate, 1));
+    TU_CHECK_OK(gpuhal_device_wait_idle(f.device, qt_seconds(QR_WAIT_S)));
+    qr_freed_once_passed(accessible, address);
+  }
+  gpuhal_command_buffer_release(cb);
+  gpuhal_buffer_release(b);
+  gpuhal_semaphore_release(gate);
+  gpuhal_semaphore_release(s);
+  qt_close(&f);
+}
+TU_TEST(side_issue_fails_after_the_launch) {
+  static const char* const rules[] = {"cuStreamWriteValue64@1=" QR_SIDE_ERROR, "cuEventRecord@2=" QR_SIDE_ERROR};
+  int i;
+  if (!qr_side_streams()) TU_SKIP("side streams: the memop path, on softcuda (fault injection)");
+  for (i = 0; i < 2; ++i) {
+    qr_side_fails_after_the_launch(GPUHAL_COMMAND_BUFFER_GRAPH, rules[i]);
+    qr_side_fails_after_the_launch(GPUHAL_COMMAND_BUFFER_STREAM, rules[i]);
+  }
+}
+
 /* ---- what a failed provisional issue notes of its GPU waits ----
  * Each GPU wait of provisional work is noted before it is enqueued (the note is what lets it
  * go if the issue then fails), and only the waits enqueued are noted. */
@@ -867,6 +952,6 @@ TU_MAIN(TU_CASE(out_of_host_memory_host_call), TU_CASE(out_of_host_memory_execut
         TU_CASE(record_fails_after_the_launch), TU_CASE(alloca_out_of_device_memory), TU_CASE(one_shot_executed_twice),
         TU_CASE(dealloca_twice), TU_CASE(side_issue_fails_parked_work), TU_CASE(side_issue_fails_chained_work),
         TU_CASE(side_issue_fails_then_its_gate_is_released), TU_CASE(side_issue_fails_then_the_device_is_released),
-        TU_CASE(side_issue_without_memory_for_its_note), TU_CASE(side_issue_fails_before_its_gpu_wait),
-        TU_CASE(side_issue_fails_then_its_gate_word_goes_back), TU_CASE(side_issue_fails_after_writing_its_signal_word),
-        TU_CASE(calls_on_a_lost_device))
+        TU_CASE(side_issue_fails_after_the_launch), TU_CASE(side_issue_without_memory_for_its_note),
+        TU_CASE(side_issue_fails_before_its_gpu_wait), TU_CASE(side_issue_fails_then_its_gate_word_goes_back),
+        TU_CASE(side_issue_fails_after_writing_its_signal_word), TU_CASE(calls_on_a_lost_device))
