@@ -415,6 +415,8 @@ static void gpuhal__driver_destroy(gpuhal_driver_t* driver) {
   /* Before parked_mutex goes: giving back kept shared mappings is a put-off call. */
   gpuhal__hooks()->semaphore_driver_destroy(driver);
   gpuhal__mutex_destroy(&driver->parked_mutex);
+  /* Every action counted as denied a park was dropped with its device (gpuhal__action_park_denied). */
+  GPUHAL_ASSERT(driver->park_denied == 0 || gpuhal__driver_lost_any(driver));
   if (driver->ordinals) {
     int i;
     for (i = 0; i < driver->device_count; ++i) {

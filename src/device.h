@@ -594,13 +594,14 @@ GPUHAL__PRIVATE void gpuhal__device_release_ref(gpuhal_device_t* device);
  * called with a park reservation of the ordinal held. */
 GPUHAL__PRIVATE int gpuhal__device_allows_park(const gpuhal_device_t* device);
 
-/* Something that denies queue work a parked stream has ended: a parked stream freed, a
- * call that waits for a whole context returned, a module load's pause ended, the store of
- * streams grew or shrank. Every device's work that was denied one asks again (hook
+/* Something that may have denied queue work a parked stream has ended: parked work
+ * completed or a reservation was given back, a call that waits for a whole context
+ * returned, a module load's pause ended, the store of streams was refilled or a stream or
+ * graph executable destroyed. Every device's work that was denied one asks again (hook
  * queue_park_retry), else it would wait on the host for its value although it could now
  * wait on the GPU. Counts the end first (driver->park_allowed), so that work which counts
- * itself denied after this look sees it and asks again itself. Any thread, any lock held:
- * it takes devices_mutex and the workers' task locks, under which no other lock is taken. */
+ * itself denied after this look sees it and asks again itself. Any thread that holds
+ * neither devices_mutex nor a worker's task lock (it takes those, and nothing under them). */
 GPUHAL__PRIVATE void gpuhal__driver_park_allowed(gpuhal_driver_t* driver);
 
 /* Before a call that waits for an idle context and cannot be put off (a module load): stops

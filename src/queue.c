@@ -31,11 +31,16 @@ GPUHAL__PRIVATE gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_
   return t;
 }
 
+GPUHAL__PRIVATE int gpuhal__park_possible(const gpuhal__queue_state_t* state) {
+  const gpuhal_device_t* device = state->device;
+  return state->memops && state->tuning.gpu_parked_max > 0 && !device->no_gpu_park && device->driver->ordinals;
+}
+
 static int gpuhal__park_reserve(gpuhal__queue_state_t* state) {
   gpuhal_device_t* device = state->device;
   int32_t* count;
   int32_t now;
-  if (!state->memops || state->tuning.gpu_parked_max <= 0 || device->no_gpu_park || !device->driver->ordinals) return 0;
+  if (!gpuhal__park_possible(state)) return 0;
   count = &device->driver->ordinals[device->ordinal].parked;
   now = gpuhal__atomic_load(count);
   while (now < state->tuning.gpu_parked_max)
@@ -469,9 +474,12 @@ static void gpuhal__action_drop(gpuhal__action_t* a, gpuhal__event_t** events) {
   }
   gpuhal__action_drop_wait_events(a);
   for (i = 0; i < a->wait_count; ++i) gpuhal__semaphore_release_ref(a->waits[i].semaphore);
-  gpuhal__action_chain_unclaim(a);                         /* never issued */
-  gpuhal__action_gpu_wait_count(a, 0);                     /* an issue that failed */
-  if (a->park_reserved) gpuhal__park_release(a->state, 1); /* never issued */
+  gpuhal__action_chain_unclaim(a);     /* never issued */
+  gpuhal__action_gpu_wait_count(a, 0); /* an issue that failed */
+  if (a->park_reserved) {              /* never issued */
+    gpuhal__park_release(a->state, 1);
+    gpuhal__driver_park_allowed(a->state->device->driver);
+  }
   a->park_reserved = 0;
   gpuhal__action_park_denied(a, 0);
   a->completed_ok = 0;

@@ -611,7 +611,11 @@ GPUHAL__PRIVATE gpuhal_queue_tuning_t gpuhal__queue_tuning_resolve(const gpuhal_
  * bound. */
 GPUHAL__PRIVATE int gpuhal__action_park_reserve(gpuhal__action_t* a);
 
+/* Gives back `n` reservations of the device's ordinal. */
 GPUHAL__PRIVATE void gpuhal__park_release(gpuhal__queue_state_t* state, int32_t n);
+/* 1 when work of the device may park at all (the memop path, tuning.gpu_parked_max > 0, a
+ * device that allows it): only there is work that could not park counted as denied. */
+GPUHAL__PRIVATE int gpuhal__park_possible(const gpuhal__queue_state_t* state);
 /* When no parked stream may be reserved for `a`: puts it behind the newest parked work of
  * its queue (the lane's chain_side) instead, if that work's GPU waits are all implied by
  * waits of `a` (same semaphore, at least that value: once `a` could run, so could it, and

@@ -117,7 +117,7 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
         may_park = gpuhal__action_park_reserve(a) || gpuhal__action_park_chain(a);
       }
       park = may_park;
-      denied = !park;
+      denied = !park && gpuhal__park_possible(state);
     }
     if (st == GPUHAL__WAIT_PENDING) {
       q.waiter = &w->waiter;
@@ -129,7 +129,7 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
     if (st == GPUHAL__WAIT_PENDING) {
       gpuhal__action_drop_wait_events(a);
       if (gpuhal__action_watch_failures(a, a->next_wait + 1, out_failure)) return GPUHAL__RESOLVE_FAILED;
-      gpuhal__action_park_denied(a, denied); /* then a freed parked stream wakes it to ask again */
+      gpuhal__action_park_denied(a, denied); /* then the end of what denied it wakes it to ask again */
       return GPUHAL__RESOLVE_BLOCKED;
     }
     if (st == GPUHAL__WAIT_FAILED) {
@@ -154,11 +154,18 @@ static gpuhal__resolve_t gpuhal__action_resolve_waits(gpuhal__action_t* a, int t
 GPUHAL__PRIVATE gpuhal__resolve_t gpuhal__action_resolve(gpuhal__action_t* a, int take_events,
                                                          gpuhal_status_t* out_failure) {
   gpuhal__resolve_t r = gpuhal__action_resolve_waits(a, take_events, out_failure);
-  if (r != GPUHAL__RESOLVE_BLOCKED) gpuhal__action_park_denied(a, 0);
+  if (r != GPUHAL__RESOLVE_BLOCKED && a->park_denied) {
+    gpuhal__action_park_denied(a, 0);
+    /* Woken to ask again, perhaps in place of other denied work (gpuhal__queue_wake_park_denied
+     * wakes as many as there may be room for), and it needs no parked stream now: the next
+     * denied work asks in its place. */
+    if (!a->provisional) gpuhal__queue_park_retry(a->state->device);
+  }
   if (a->park_reserved && !a->provisional) { /* reserved, then not needed */
     gpuhal__park_release(a->state, 1);
     a->park_reserved = 0;
     gpuhal__action_gpu_wait_count(a, 0);
+    gpuhal__driver_park_allowed(a->state->device->driver);
   }
   if (a->chain_claim && !a->provisional) gpuhal__action_chain_unclaim(a); /* likewise */
   return r;

@@ -129,7 +129,10 @@ static gpuhal_status_t gpuhal__queue_finish_destroy(void* arg) {
     gpuhal__free(state->device->allocator, left);
   }
   /* Broken ones not seen drained still hold their reservations. */
-  gpuhal__park_release(state, (int32_t)(state->side_count - state->side_free_count));
+  if (state->side_count > state->side_free_count) {
+    gpuhal__park_release(state, (int32_t)(state->side_count - state->side_free_count));
+    gpuhal__driver_park_allowed(state->device->driver); /* another device of the ordinal may park */
+  }
   if (gpu_waits) gpuhal__memory_gpu_waits_add(state->device, -gpu_waits);
   state->sides_draining = 0;
   gpuhal__free(state->device->allocator, state->sides);

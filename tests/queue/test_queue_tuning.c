@@ -870,6 +870,55 @@ TU_TEST(semaphore_memops_park_denied_by_a_load_asks_again) {
   gpuhal_driver_release(driver);
 }
 
+/* Only work that could park counts as denied (driver->park_denied, which makes every end
+ * of a denial wake the devices): with one parked stream taken, work behind another gate on
+ * the same device is denied and parks once the stream frees; work of a device that may
+ * never park (gpu_parked_max < 0) waits on the host uncounted. */
+TU_TEST(semaphore_memops_only_work_that_could_park_is_denied) {
+  gpuhal_device_params_t params;
+  gpuhal_driver_t* driver = NULL;
+  gpuhal_device_t *device = NULL, *never = NULL;
+  gpuhal_semaphore_t *gates[3] = {NULL, NULL, NULL}, *done = NULL;
+  uint64_t one = 1, values[3] = {1, 2, 3};
+  int i;
+  memset(&params, 0, sizeof(params));
+  params.tuning.gpu_parked_max = 1;
+  driver = tt_memops_driver();
+  if (!driver) TU_SKIP("no 64-bit stream memory operations on every device");
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &device));
+  params.tuning.gpu_parked_max = -1;
+  TU_REQUIRE_OK(gpuhal_device_create(driver, 0, &params, &never));
+  for (i = 0; i < 3; ++i) TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &gates[i]));
+  TU_CHECK_OK(gpuhal_semaphore_create(driver, 0, &done));
+  TU_REQUIRE(gates[0] && gates[1] && gates[2] && done);
+  for (i = 0; i < 3; ++i)
+    TU_CHECK_OK(gpuhal_queue_execute(i < 2 ? device : never, 0, gpuhal_semaphore_list_one(&gates[i], &one),
+                                     gpuhal_semaphore_list_one(&done, &values[i]), NULL, NULL));
+  TU_CHECK(tt_parked_reaches(driver, 1));
+  qc_sleep_ms(50);
+  TU_CHECK_EQ_INT(gpuhal__atomic_load(&driver->park_denied), 1); /* the second; not the third */
+  TU_CHECK_EQ_INT(gpuhal__atomic_load(&never->queue_state->park_denied), 0);
+  /* The first parked work completes: the second parks, the third still waits uncounted. */
+  TU_CHECK_OK(gpuhal_semaphore_signal(gates[0], 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 1, qt_seconds(30)));
+  {
+    int64_t deadline = gpuhal_now_ns() + 10000000000ll;
+    while (gpuhal__atomic_load(&driver->park_denied) != 0 && gpuhal_now_ns() < deadline) qc_sleep_ms(1);
+  }
+  TU_CHECK_EQ_INT(gpuhal__atomic_load(&driver->park_denied), 0);
+  TU_CHECK(tt_parked_reaches(driver, 1));
+  TU_CHECK_OK(gpuhal_semaphore_signal(gates[1], 1));
+  TU_CHECK_OK(gpuhal_semaphore_signal(gates[2], 1));
+  TU_CHECK_OK(gpuhal_semaphore_wait(done, 3, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(device, qt_seconds(30)));
+  TU_CHECK_OK(gpuhal_device_wait_idle(never, qt_seconds(30)));
+  for (i = 0; i < 3; ++i) gpuhal_semaphore_release(gates[i]);
+  gpuhal_semaphore_release(done);
+  gpuhal_device_release(never);
+  gpuhal_device_release(device);
+  gpuhal_driver_release(driver);
+}
+
 /* A value that parked work signals is submitted, but only provisionally: work waiting for it
  * parks too (behind that work's event) instead of waiting on the host for the value, even
  * though queue work, not the host, signals its semaphore. A failed gate fails both. */
@@ -963,5 +1012,6 @@ TU_MAIN(TU_CASE(defaults), TU_CASE(completion_follows_the_work), TU_CASE(no_spin
         TU_CASE(semaphore_memops_chained_behind_one_park), TU_CASE(semaphore_memops_park_denied_by_a_free_asks_again),
         TU_CASE(semaphore_memops_park_denied_by_another_devices_free_asks_again),
         TU_CASE(semaphore_memops_park_denied_by_a_load_asks_again),
+        TU_CASE(semaphore_memops_only_work_that_could_park_is_denied),
         TU_CASE(semaphore_memops_parks_behind_provisional_work),
         TU_CASE(a_host_call_cuts_the_age_of_another_queue_short))
